@@ -1,0 +1,134 @@
+"""Inspection: report numbers on hand-made tables, and the CLI on the shared smoke run."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+from tied_embed import report
+from tied_embed.inspect import main
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+# Hand-made tied table: S = E·Eᵀ = [[1, 0, 3], [0, 4, 0], [3, 0, 9]].
+TABLE = np.array([[1.0, 0.0], [0.0, 2.0], [3.0, 0.0]])
+
+
+def test_own_score_is_squared_norm_ranked_within_its_row():
+  scores = report.score_matrix(TABLE, TABLE)
+  np.testing.assert_allclose(scores, [[1, 0, 3], [0, 4, 0], [3, 0, 9]])
+  assert report.own_score_rank(scores, 0) == (1.0, 2)  # row [1, 0, 3]: 3 beats the own score 1
+  assert report.own_score_rank(scores, 1) == (4.0, 1)
+  assert report.own_score_rank(scores, 2) == (9.0, 1)
+
+
+def test_top_next_gives_softmax_probabilities_next_to_the_true_ones():
+  true_row = np.array([np.log(0.5), np.log(0.5), -np.inf])  # -inf: a never-seen pair, probability 0
+  top = report.top_next(np.array([1.0, 0.0, 3.0]), true_row, k=2)
+  denominator = math.e + 1 + math.e**3
+  assert [entry["id"] for entry in top] == [2, 0]
+  assert top[0]["model_prob"] == pytest.approx(math.e**3 / denominator)
+  assert top[1]["model_prob"] == pytest.approx(math.e / denominator)
+  assert [entry["true_prob"] for entry in top] == [0.0, pytest.approx(0.5)]
+  unknown = report.top_next(np.zeros(3), np.full(3, np.nan), k=1)
+  assert unknown[0]["true_prob"] is None
+
+
+def test_fit_is_exact_when_scores_are_true_log_probs_up_to_row_constants():
+  rng = np.random.default_rng(0)
+  scores = rng.normal(size=(5, 5))
+  true = scores - np.log(np.exp(scores).sum(axis=1, keepdims=True)) + 0.0
+  fit = report.fit_to_truth(scores + rng.normal(size=(5, 1)), true)
+  assert fit["correlation"] == pytest.approx(1.0)
+  assert fit["mean_abs_error"] == pytest.approx(0.0, abs=1e-12)
+  assert (fit["entries"], fit["rows"]) == (25, 5)
+
+
+def test_fit_skips_never_seen_entries_and_unknown_rows():
+  scores = np.array([[0.0, 1.0, 2.0], [5.0, 0.0, 0.0], [1.0, 2.0, 0.0]])
+  true = np.array([[np.log(0.5), np.log(0.5), -np.inf], [np.nan] * 3, [np.log(0.25), np.log(0.75), -np.inf]])
+  fit = report.fit_to_truth(scores, true)
+  # Row 0 centred on its two finite entries: learned [-0.5, 0.5], true [0, 0]; row 2: learned [-0.5, 0.5],
+  # true ±ln(3)/2. Row 1 is skipped.
+  half_ln3 = math.log(3) / 2
+  assert (fit["entries"], fit["rows"]) == (4, 2)
+  assert fit["mean_abs_error"] == pytest.approx((0.5 + 0.5 + 2 * abs(0.5 - half_ln3)) / 4)
+  learned, truth = np.array([-0.5, 0.5, -0.5, 0.5]), np.array([0, 0, -half_ln3, half_ln3])
+  assert fit["correlation"] == pytest.approx(np.corrcoef(learned, truth)[0, 1])
+
+
+def test_provenance_summary_by_hand():
+  summary = report.provenance_summary(np.array([2.0, 0.0, 1.0, 0.0]), np.array([2.0, 3.0, 3.0, 0.0]), k=2)
+  assert summary["projection_only"] == [1]
+  assert (summary["lookup_sum"], summary["projection_sum"]) == (3.0, 8.0)
+  # Shares: row 0 2/4, row 1 0/3, row 2 1/4; row 3 got nothing and is left out.
+  assert summary["lookup_share"] == pytest.approx(
+      {"min": 0.0, "p25": 0.125, "median": 0.25, "p75": 0.375, "max": 0.5, "mean": 0.25}
+  )
+  assert [row["id"] for row in summary["most_lookup"]] == [0, 2]
+  assert [row["id"] for row in summary["most_projection"]] == [2, 0]  # looked-up rows only
+
+
+def test_untied_scores_use_input_times_output_and_say_so():
+  output = np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+  built = report.build_report(
+      TABLE, output, tied=False, source="planted", true_log_probs=np.full((3, 3), np.log(1 / 3)),
+      lookup_total=np.ones(3), projection_total=np.ones(3), tokens=[2], top_k=3,
+  )
+  assert "untied" in built["scores"]
+  assert built["tokens"][0]["own_score"] == pytest.approx(3.0)  # input[2]·output[2] = 3·1 + 0·1
+  assert built["parameters"] == {"table_shape": [3, 2], "tied": 6, "untied": 12, "saved": 6, "this_model": 12}
+
+
+def test_text_tokens_are_shown_as_printable_characters():
+  assert [report.token_label(t, "text") for t in (97, 32, 10, 0xC3)] == ["'a'", "' '", "'\\n'", "'\\xc3'"]
+  assert report.token_label(97, "planted") == "97"
+
+
+def test_event_reader_keeps_the_later_write_of_a_repeated_step(tmp_path):
+  from clu.metric_writers import SummaryWriter
+
+  from tied_embed.events import read_scalars, value_at
+
+  first = SummaryWriter(str(tmp_path))
+  first.write_scalars(1, {"train/loss": 3.0})
+  first.write_scalars(2, {"train/loss": 2.5, "eval/loss": 2.7})
+  first.close()
+  second = SummaryWriter(str(tmp_path))  # a resumed run rewrites step 2
+  second.write_scalars(2, {"train/loss": 2.4})
+  second.close()
+  series = read_scalars(tmp_path, ("train/loss", "eval/loss"))
+  np.testing.assert_array_equal(series["train/loss"][0], [1, 2])
+  np.testing.assert_allclose(series["train/loss"][1], [3.0, 2.4])
+  assert value_at(series["eval/loss"], 5) == {"step": 2, "value": pytest.approx(2.7)}
+  assert value_at(series["eval/loss"], 1) is None
+
+
+def test_pictures_are_valid_pngs(tmp_path):
+  from tied_embed import plots
+
+  true = np.log(np.full((4, 4), 0.25))
+  true[0, 1] = -np.inf
+  figures = {
+      "heatmaps": plots.heatmaps_figure(report.log_softmax(np.eye(4)), true, "true"),
+      "loss_curves": plots.loss_curves_figure({"train/loss": (np.arange(3), np.array([3.0, 2.0, 1.5]))}, 1.4, 2),
+      "provenance": plots.provenance_figure(np.array([0.0, 1, 2, 3]), np.ones(4), np.array([0, 1, 10, 100])),
+  }
+  paths = plots.write_pictures(tmp_path, figures, step=2)
+  for name in figures:
+    assert_valid_png(tmp_path / paths[name])
+  assert list(tmp_path.glob("events.out.tfevents.*"))
+
+
+def assert_valid_png(path):
+  assert path.read_bytes()[:8] == PNG_SIGNATURE
+  pixels = matplotlib.image.imread(path)
+  assert pixels.ndim == 3 and 200 <= pixels.shape[0] <= 2000 and 200 <= pixels.shape[1] <= 3000
+  assert pixels[..., :3].std() > 0.01  # not a blank canvas

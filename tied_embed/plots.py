@@ -1,0 +1,106 @@
+"""The report's pictures: matplotlib figures (Agg, no pyplot state), saved as PNGs and as TensorBoard images.
+
+Each `*_figure` function returns a `matplotlib.figure.Figure`; `write_pictures` renders them to
+`<report_dir>/<name>.png` and writes the same pixels as image summaries with CLU's `SummaryWriter`, so they
+show up in TensorBoard as the run `report` next to the training curves.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+
+def heatmaps_figure(learned_log_probs: np.ndarray, true_log_probs: np.ndarray, true_name: str) -> Figure:
+  """Learned and true log P(next | current), side by side on one colour scale: (V, V), (V, V) → Figure.
+
+  -inf (never observed) and nan (unknown row) true entries are left blank. The scale's lower end is the 1st
+  percentile of the finite values so a few near-impossible pairs don't wash out the rest.
+  """
+  true_masked = np.ma.masked_invalid(np.asarray(true_log_probs, np.float64))
+  finite = np.concatenate([np.asarray(learned_log_probs).ravel(), true_masked.compressed()])
+  finite = finite[np.isfinite(finite)]
+  vmin, vmax = float(np.percentile(finite, 1)), float(finite.max())
+  fig = Figure(figsize=(11, 5), layout="constrained")
+  axes = fig.subplots(1, 2, sharey=True)
+  for ax, matrix, title in (
+      (axes[0], learned_log_probs, "learned: log softmax(S)"),
+      (axes[1], true_masked, f"{true_name}: log P(next | current)"),
+  ):
+    image = ax.imshow(matrix, vmin=vmin, vmax=vmax, cmap="viridis", interpolation="nearest")
+    ax.set_title(title)
+    ax.set_xlabel("next token j")
+  axes[0].set_ylabel("current token i")
+  fig.colorbar(image, ax=axes, shrink=0.85, label="log probability")
+  return fig
+
+
+def loss_curves_figure(
+    series: dict[str, tuple[np.ndarray, np.ndarray]], loss_floor: float, step: int
+) -> Figure:
+  """Train and eval loss against the floor: {tag: (steps (N,), values (N,))}, floor, inspected step → Figure."""
+  fig = Figure(figsize=(7, 4.2), layout="constrained")
+  ax = fig.subplots()
+  for tag, style in (("train/loss", "-"), ("eval/loss", "o-")):
+    if tag in series:
+      steps, values = series[tag]
+      ax.plot(steps, values, style, markersize=3, label=tag)
+  ax.axhline(loss_floor, color="black", linestyle="--", label=f"floor {loss_floor:.4f}")
+  ax.axvline(step, color="gray", linestyle=":", label=f"checkpoint step {step}")
+  ax.set_xlabel("step")
+  ax.set_ylabel("cross-entropy (nats)")
+  ax.set_title("loss vs the entropy floor")
+  ax.legend()
+  return fig
+
+
+def provenance_figure(lookup_total: np.ndarray, projection_total: np.ndarray, input_counts: np.ndarray) -> Figure:
+  """Each row's accumulated gradient by path against its input count: (V,), (V,), (V,) → Figure.
+
+  Log y axis, symlog x axis so tokens never seen as input (count 0) still appear; rows with a zero total on a
+  path have no marker for that path.
+  """
+  counts = np.asarray(input_counts, np.float64)
+  fig = Figure(figsize=(7, 4.2), layout="constrained")
+  ax = fig.subplots()
+  for totals, marker, label in ((lookup_total, "o", "lookup path"), (projection_total, "x", "projection path")):
+    totals = np.asarray(totals, np.float64)
+    shown = totals > 0
+    ax.scatter(counts[shown], totals[shown], marker=marker, s=14, alpha=0.7, label=label)
+  ax.set_xscale("symlog", linthresh=1)
+  ax.set_yscale("log")
+  ax.set_xlabel("times the token is the current (input) token in train")
+  ax.set_ylabel("accumulated row gradient norm")
+  ax.set_title("gradient provenance per table row")
+  ax.legend()
+  return fig
+
+
+def figure_pixels(fig: Figure) -> np.ndarray:
+  """Render with Agg: Figure → (H, W, 3) uint8."""
+  canvas = FigureCanvasAgg(fig)
+  canvas.draw()
+  return np.asarray(canvas.buffer_rgba())[..., :3].copy()
+
+
+def write_pictures(report_dir: pathlib.Path, figures: dict[str, Figure], step: int) -> dict[str, str]:
+  """Save each figure as `<report_dir>/<name>.png` and as TensorBoard image `report/<name>` at `step`.
+
+  Returns {name: PNG file name relative to report_dir}.
+  """
+  from clu.metric_writers import SummaryWriter  # noqa: PLC0415 (TensorFlow stays out of `import tied_embed`)
+
+  report_dir.mkdir(parents=True, exist_ok=True)
+  pictures, images = {}, {}
+  for name, fig in figures.items():
+    fig.savefig(report_dir / f"{name}.png", dpi=100)
+    pictures[name] = f"{name}.png"
+    images[f"report/{name}"] = figure_pixels(fig)[None]
+  writer = SummaryWriter(str(report_dir))
+  writer.write_images(step, images)
+  writer.flush()
+  writer.close()
+  return pictures

@@ -1,0 +1,90 @@
+"""Render the inspection report dict (see `tied_embed.inspect.inspect_run`) as plain text and as Markdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_LIST_LIMIT = 20  # longer id lists are cut, with a count, so a big vocabulary doesn't flood the terminal
+
+
+def format_text(report: dict[str, Any]) -> str:
+  """The human-readable report the CLI prints: report dict → multi-line str."""
+  run, params, fit, prov = report["run"], report["parameters"], report["fit"], report["provenance"]
+  cfg = run["config"]
+  vocab_size, d_model = params["table_shape"]
+  lines = [
+      f"run      {report['workdir']}  step {report['step']} (checkpoints: {_ids(report['available_steps'])})",
+      f"config   source={cfg['source']} V={vocab_size} D={d_model} {'tied' if cfg['tied'] else 'untied'}"
+      f"  {cfg['optimizer']} lr={cfg['learning_rate']} batch={cfg['batch_size']}"
+      f" steps={cfg['num_steps']} seed={cfg['seed']}",
+      f"loss     train {_logged(run['train_loss'])}  eval {_logged(run['eval_loss'])}"
+      f"  floor {run['loss_floor']:.4f}  gap {_gap(run)}",
+      f"params   table {vocab_size}x{d_model}: tied V·D = {params['tied']:,} vs untied 2·V·D = {params['untied']:,}"
+      f" (tying saves {params['saved']:,}; this model has {params['this_model']:,})",
+      f"scores   S = {report['scores']}",
+  ]
+  own_name = "|e_i|²" if cfg["tied"] else "in_i·out_i"
+  probability_name = "empirical" if cfg["source"] == "text" else "true"
+  for token in report["tokens"]:
+    lines += [
+        "",
+        f"token {token['label']} (id {token['id']}): own score {own_name} = {token['own_score']:.4f},"
+        f" rank {token['own_rank']} of {vocab_size} in its row",
+        f"  {'next':>8}  {'model':>7}  {probability_name:>9}",
+    ]
+    lines += [
+        f"  {entry['label']:>8}  {entry['model_prob']:7.4f}  {_num(entry['true_prob']):>9}" for entry in token["top"]
+    ]
+  shares = prov["lookup_share"]
+  lines += [
+      "",
+      f"fit      S vs {probability_name} log P, per-row constants removed: correlation {_num(fit['correlation'])},"
+      f" mean abs error {_num(fit['mean_abs_error'])} ({fit['entries']:,} entries, {fit['rows']} rows)",
+      "",
+      "gradient provenance (per-row gradient norms summed over training steps)",
+      f"  path totals: lookup {prov['lookup_sum']:.4g}, projection {prov['projection_sum']:.4g}",
+      f"  rows with gradient only through the projection: {len(prov['projection_only'])}"
+      + (f" ({_ids(prov['projection_only'])})" if prov["projection_only"] else ""),
+      "  lookup share per row: " + ", ".join(f"{key} {_num(value)}" for key, value in shares.items()),
+      "  most lookup-heavy rows: " + _skewed(prov["most_lookup"]),
+      "  most projection-heavy looked-up rows: " + _skewed(prov["most_projection"]),
+  ]
+  if report.get("pictures"):
+    lines += ["", f"pictures {report['report_md']}"]
+  return "\n".join(lines)
+
+
+def format_markdown(report: dict[str, Any]) -> str:
+  """`report.md` for WORKDIR/report/: the text report in a code block, then the pictures linked beside it."""
+  titles = {
+      "heatmaps": "Learned vs true log-probabilities",
+      "loss_curves": "Loss curves vs the floor",
+      "provenance": "Gradient provenance per row vs input count",
+  }
+  parts = [f"# Inspection of step {report['step']}", "", "```", format_text(report), "```"]
+  for name, path in report["pictures"].items():
+    parts += ["", f"## {titles.get(name, name)}", "", f"![{name}]({path})"]
+  return "\n".join(parts) + "\n"
+
+
+def _logged(entry: dict[str, float] | None) -> str:
+  return "n/a" if entry is None else f"{entry['value']:.4f} (step {entry['step']})"
+
+
+def _gap(run: dict[str, Any]) -> str:
+  if run["gap"] is None:
+    return "n/a"
+  return f"{run['gap']:.4f} ({100 * run['gap'] / run['loss_floor']:.2f}% of floor)"
+
+
+def _num(value: float | None) -> str:
+  return "n/a" if value is None else f"{value:.4f}"
+
+
+def _ids(ids: list[int]) -> str:
+  shown = ", ".join(map(str, ids[:_LIST_LIMIT]))
+  return shown + (f", … ({len(ids)} in all)" if len(ids) > _LIST_LIMIT else "")
+
+
+def _skewed(rows: list[dict[str, Any]]) -> str:
+  return ", ".join(f"{row['label']} ({row['lookup_share']:.3f})" for row in rows) or "none"
