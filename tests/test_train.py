@@ -1,0 +1,139 @@
+"""Training: the smoke run's loss falls, its events hold every tag, it resumes; one step matches NumPy by hand."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import ROOT
+from flax import nnx
+
+from tied_embed import optim
+from tied_embed import train_step as step_lib
+
+SCALAR_TAGS = (
+    "train/loss", "eval/loss", "eval/loss_floor", "eval/gap", "grad/lookup_norm", "grad/projection_norm",
+    "grad/total_norm", "grad/cosine", "grad/split_error", "grad/rows_looked_up", "grad/rows_projection_only",
+    "train/learning_rate",
+)
+HISTOGRAM_TAGS = ("provenance/lookup_total", "provenance/projection_total")
+
+
+def _event_series(path) -> dict[str, dict[int, float]]:
+  """{tag: {step: value}} from one event file, read with TensorBoard's own loader (histograms: their sum)."""
+  from tensorboard.backend.event_processing.event_file_loader import EventFileLoader  # noqa: PLC0415
+  from tensorboard.util.tensor_util import make_ndarray  # noqa: PLC0415
+
+  series: dict[str, dict[int, float]] = {}
+  for event in EventFileLoader(str(path)).Load():
+    for value in event.summary.value:
+      if value.HasField("tensor"):
+        series.setdefault(value.tag, {})[event.step] = float(np.sum(make_ndarray(value.tensor)))
+  return series
+
+
+def _all_series(workdir) -> dict[str, dict[int, float]]:
+  merged: dict[str, dict[int, float]] = {}
+  for path in sorted(workdir.glob("events.out.tfevents.*")):
+    for tag, by_step in _event_series(path).items():
+      merged.setdefault(tag, {}).update(by_step)
+  return merged
+
+
+def test_event_files_hold_every_scalar_and_histogram_tag(smoke_workdir):
+  series = _all_series(smoke_workdir)
+  assert set(SCALAR_TAGS + HISTOGRAM_TAGS) <= set(series)
+  assert sorted(series["train/loss"]) == [10, 20, 30, 40, 50, 60]  # log_every=10
+  assert sorted(series["eval/loss"]) == [20, 40, 60]  # eval_every=20
+
+
+def test_smoke_loss_falls_towards_the_floor(smoke_run):
+  series = _all_series(smoke_run.workdir)
+  eval_losses = [series["eval/loss"][step] for step in (20, 40, 60)]
+  assert eval_losses[0] > eval_losses[1] > eval_losses[2]
+  # A fresh table scores about log V; training must get well below that and stay above the floor.
+  vocab_size = smoke_run.config.model.vocab_size
+  assert series["train/loss"][10] > eval_losses[-1]
+  assert smoke_run.summary.loss_floor < eval_losses[-1] < 0.5 * np.log(vocab_size)
+  for step in (20, 40, 60):
+    assert series["eval/gap"][step] == pytest.approx(series["eval/loss"][step] - series["eval/loss_floor"][step])
+
+
+def test_logged_split_error_is_tiny(smoke_workdir):
+  errors = _all_series(smoke_workdir)["grad/split_error"]
+  assert len(errors) == 6
+  assert max(errors.values()) < 1e-5
+
+
+def test_second_run_resumes_from_latest_checkpoint_and_repeats_the_run(smoke_run, tmp_path):
+  from tied_embed.trainer import train_and_evaluate  # noqa: PLC0415
+
+  workdir = tmp_path / "resumed"
+  shutil.copytree(smoke_run.workdir, workdir)
+  shutil.rmtree(workdir / "checkpoints" / "60")  # the latest is now 40
+  old_events = set(workdir.glob("events.out.tfevents.*"))
+  summary = train_and_evaluate(smoke_run.config, workdir)
+  (new_events,) = set(workdir.glob("events.out.tfevents.*")) - old_events
+  assert sorted(_event_series(new_events)["train/loss"]) == [50, 60]
+  np.testing.assert_array_equal(
+      np.asarray(summary.state["model"]["embedding"][...]), np.asarray(smoke_run.summary.state["model"]["embedding"][...])
+  )
+
+
+def _hand_path_gradients(table_in: np.ndarray, table_out: np.ndarray, ids: np.ndarray, next_ids: np.ndarray):
+  """Mean cross-entropy of E_in[ids] @ E_out.T differentiated by hand in float64 → (lookup grad, projection grad)."""
+  x = table_in[ids]
+  logits = x @ table_out.T
+  probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+  probs /= probs.sum(axis=1, keepdims=True)
+  dlogits = (probs - np.eye(len(table_out))[next_ids]) / len(ids)
+  lookup = np.zeros_like(table_in)
+  np.add.at(lookup, ids, dlogits @ table_out)
+  return lookup, dlogits.T @ x
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_one_sgd_step_matches_hand_gradients(tied):
+  from configs import smoke  # noqa: PLC0415
+
+  config = smoke.get_config()
+  config.model.tied = tied
+  config.train.update(optimizer="sgd", learning_rate=0.1, warmup_steps=0, grad_clip_norm=0.0, weight_decay=0.0)
+  model = step_lib.build_model(config)
+  graphdef, state = nnx.split(step_lib.TrainState(model, optim.make_optimizer(config.train)))
+  names = ("embedding", "embedding") if tied else ("input_embedding", "output_embedding")
+  before = [np.asarray(state["model"][name][...], np.float64) for name in names]
+  ids = np.array([0, 3, 3, 7, 31, 2], np.int32)
+  next_ids = np.array([1, 4, 4, 0, 5, 2], np.int32)
+  lookup, projection = _hand_path_gradients(*before, ids, next_ids)
+
+  state, loss = step_lib.make_train_step(graphdef, chunk_size=0)(state, jnp.asarray(ids), jnp.asarray(next_ids))
+
+  if tied:
+    np.testing.assert_allclose(state["model"]["embedding"][...], before[0] - 0.1 * (lookup + projection), atol=1e-6)
+  else:
+    np.testing.assert_allclose(state["model"]["input_embedding"][...], before[0] - 0.1 * lookup, atol=1e-6)
+    np.testing.assert_allclose(state["model"]["output_embedding"][...], before[1] - 0.1 * projection, atol=1e-6)
+  np.testing.assert_allclose(state["lookup_total"][...], np.linalg.norm(lookup, axis=1), rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(state["projection_total"][...], np.linalg.norm(projection, axis=1), rtol=1e-5, atol=1e-7)
+  assert int(state["optimizer"]["step"][...]) == 1
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [("--config.train.batch_size=0", "train.batch_size"), ("--config.train.no_such_key=1", "no_such_key")],
+)
+def test_bad_config_is_one_line_exit_2_and_writes_nothing(tmp_path, override, field):
+  workdir = tmp_path / "run"
+  result = subprocess.run(
+      [sys.executable, "train.py", "--config", "configs/smoke.py", "--workdir", str(workdir), override],
+      cwd=ROOT, capture_output=True, text=True, timeout=120,
+  )
+  assert result.returncode == 2
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], result.stderr
+  assert not workdir.exists()

@@ -1,0 +1,70 @@
+"""The ('data', 'model') device mesh and where each array lives on it.
+
+The batch is split along `data`; every array whose first axis is the vocabulary (the table or tables, their
+optimizer moments, the provenance totals) is split along V on `model` and replicated along `data`; everything
+else (step counters, scalars) is replicated. A V that the `model` axis doesn't divide is refused by config
+validation rather than padded, so no masked rows ever need to be kept out of the softmax.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+import ml_collections
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from tied_embed.errors import UsageError
+
+AXES = ("data", "model")
+
+
+def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int]:
+  """(data, model) sizes for `num_devices`; one size may be -1 for 'all the remaining devices'."""
+  sizes = {axis: int(mesh_config[axis]) for axis in AXES}
+  for axis, size in sizes.items():
+    if size == 0 or size < -1:
+      raise UsageError.bad_value(f"mesh.{axis}", size, "a positive integer, or -1 for all remaining devices")
+  if all(size == -1 for size in sizes.values()):
+    raise UsageError.bad_value("mesh.model", -1, "a positive size when mesh.data is -1 (only one axis may be -1)")
+  for axis, size in sizes.items():
+    if size == -1:
+      other = sizes[AXES[1 - AXES.index(axis)]]
+      if num_devices % other:
+        raise UsageError.bad_value(f"mesh.{axis}", -1, f"a size that fits {num_devices} devices (the other axis is {other})")
+      sizes[axis] = num_devices // other
+  if sizes["data"] * sizes["model"] > num_devices:
+    raise UsageError.bad_value(
+        "mesh", f"{sizes['data']}x{sizes['model']}", f"at most {num_devices} devices (data x model)"
+    )
+  return sizes["data"], sizes["model"]
+
+
+def make_mesh(mesh_config: ml_collections.ConfigDict, devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """A Mesh over the first data*model devices, axes ('data', 'model')."""
+  devices = list(jax.devices() if devices is None else devices)
+  data, model = mesh_shape(mesh_config, len(devices))
+  return Mesh(np.array(devices[: data * model]).reshape(data, model), AXES)
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+  """Token batches (B,) split along `data`."""
+  return NamedSharding(mesh, PartitionSpec("data"))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  """Every device holds the whole array."""
+  return NamedSharding(mesh, PartitionSpec())
+
+
+def state_shardings(tree: Any, mesh: Mesh, vocab_size: int) -> Any:
+  """A sharding per leaf of `tree`: vocabulary-first arrays split along V on `model`, the rest replicated."""
+
+  def sharding(leaf: Any) -> NamedSharding:
+    shape = np.shape(leaf)
+    if shape and shape[0] == vocab_size:
+      return NamedSharding(mesh, PartitionSpec("model", *([None] * (len(shape) - 1))))
+    return replicated(mesh)
+
+  return jax.tree.map(sharding, tree)

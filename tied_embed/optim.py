@@ -1,0 +1,44 @@
+"""The Optax optimizer a config asks for: optimizer, warmup + cosine schedule, clipping, weight decay."""
+
+from __future__ import annotations
+
+import ml_collections
+import optax
+
+from tied_embed.errors import UsageError
+
+OPTIMIZERS = ("adamw", "adam", "sgd")
+
+
+def learning_rate_schedule(train: ml_collections.ConfigDict) -> optax.Schedule:
+  """Linear warmup from 0 to `train.learning_rate` over `warmup_steps`, then cosine decay to 0 at `num_steps`."""
+  warmup_steps = max(int(train.warmup_steps), 0)
+  # optax wants the decay to outlast the warmup; a run shorter than its warmup simply ends mid-ramp.
+  decay_steps = max(int(train.num_steps), warmup_steps + 1)
+  return optax.warmup_cosine_decay_schedule(
+      init_value=0.0,
+      peak_value=float(train.learning_rate),
+      warmup_steps=warmup_steps,
+      decay_steps=decay_steps,
+      end_value=0.0,
+  )
+
+
+def make_optimizer(train: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  """clip_by_global_norm (if `grad_clip_norm` > 0) followed by the optimizer `train.optimizer`.
+
+  adamw decays weights decoupled from the gradient; for adam and sgd a positive `weight_decay` adds the
+  classic L2 term `weight_decay * params` to the gradient instead.
+  """
+  schedule = learning_rate_schedule(train)
+  weight_decay = float(train.weight_decay)
+  name = train.optimizer
+  if name == "adamw":
+    core = [optax.adamw(schedule, weight_decay=weight_decay)]
+  elif name in ("adam", "sgd"):
+    decay = [optax.add_decayed_weights(weight_decay)] if weight_decay > 0 else []
+    core = decay + [optax.adam(schedule) if name == "adam" else optax.sgd(schedule)]
+  else:
+    raise UsageError.bad_value("train.optimizer", name, " | ".join(OPTIMIZERS))
+  clip = [optax.clip_by_global_norm(float(train.grad_clip_norm))] if train.grad_clip_norm > 0 else []
+  return optax.chain(*clip, *core)

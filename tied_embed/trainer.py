@@ -1,0 +1,189 @@
+"""`train_and_evaluate(config, workdir)`: the training loop, its logging and its checkpoints.
+
+Step s (0-based) trains on the batch `data.train_batch(data, seed, s, batch_size)` and leaves the run at step
+s + 1, the number every log line, eval and checkpoint is labelled with. A workdir holding checkpoints resumes
+from the latest one; since batches depend only on (seed, step), the resumed run repeats the uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import time
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from absl import logging
+from clu import metric_writers, periodic_actions
+from flax import nnx
+
+from tied_embed import checkpoint, data as data_lib, mesh as mesh_lib, optim, train_step as step_lib
+from tied_embed.config_validation import validate_config
+from tied_embed.model import param_counts
+
+
+@dataclasses.dataclass
+class RunSummary:
+  """Where a run ended: its final eval loss against the floor, its size and time, and its final state."""
+
+  step: int
+  eval_loss: float
+  loss_floor: float
+  gap: float  # eval_loss - loss_floor
+  relative_gap: float  # gap / loss_floor
+  param_count: int
+  train_seconds: float  # the training loop of this invocation (after data loading), including evals
+  state: nnx.State  # the final TrainState's state (model, optimizer, provenance totals), on the mesh
+
+
+def _on_schedule(step: int, every: int, num_steps: int) -> bool:
+  """Whether the run, now at `step`, logs/evaluates/saves: every `every` steps and at the last step."""
+  return step % every == 0 or step == num_steps
+
+
+class _Evaluator:
+  """The whole validation split, placed on the mesh once, scored in batches into an nnx.metrics.Average."""
+
+  def __init__(self, graphdef, data: data_lib.BigramData, config: ml_collections.ConfigDict, mesh):
+    self._losses = step_lib.make_eval_losses(graphdef, int(config.loss.chunk_size))
+    size, data_size = int(config.train.eval_batch_size), mesh.shape["data"]
+    self._batches = []
+    for start in range(0, len(data.eval_ids), size):
+      ids, next_ids = data.eval_ids[start : start + size], data.eval_next[start : start + size]
+      # A short last batch that `data` doesn't divide is scored whole on every device instead.
+      sharding = mesh_lib.batch_sharding(mesh) if len(ids) % data_size == 0 else mesh_lib.replicated(mesh)
+      self._batches.append(jax.device_put((ids, next_ids), sharding))
+
+  def __call__(self, state: nnx.State) -> float:
+    """Mean loss over the validation split at `state`'s parameters."""
+    metric = nnx.metrics.Average("loss")
+    for ids, next_ids in self._batches:
+      metric.update(loss=self._losses(state, ids, next_ids))
+    return float(metric.compute())
+
+
+def _initial_state(config: ml_collections.ConfigDict, target: nnx.State) -> nnx.State:
+  """A fresh TrainState's state, created directly in the shardings of `target`."""
+  shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
+  tx = optim.make_optimizer(config.train)
+  return jax.jit(lambda: nnx.state(step_lib.TrainState(step_lib.build_model(config), tx)), out_shardings=shardings)()
+
+
+def _hparams(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The config flattened to {'train.learning_rate': 0.05, ...} for TensorBoard's hparams."""
+  flat = {}
+
+  def visit(prefix: str, node: Any) -> None:
+    for key, value in node.items():
+      if isinstance(value, ml_collections.ConfigDict):
+        visit(f"{prefix}{key}.", value)
+      else:
+        flat[f"{prefix}{key}"] = value
+
+  visit("", config)
+  return flat
+
+
+def _write_log_step(writer, step: int, train_loss: float, learning_rate: float, stats: dict, state: nnx.State) -> None:
+  """The train/* and grad/* scalars of a log step and the provenance histograms."""
+  scalars = {"train/loss": train_loss, "train/learning_rate": learning_rate}
+  scalars.update({f"grad/{name}": float(value) for name, value in jax.device_get(stats).items()})
+  writer.write_scalars(step, scalars)
+  writer.write_histograms(
+      step,
+      {
+          "provenance/lookup_total": np.asarray(state["lookup_total"][...]),
+          "provenance/projection_total": np.asarray(state["projection_total"][...]),
+      },
+  )
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> RunSummary:
+  """Trains `config` in `workdir` (resuming from its latest checkpoint) and returns where it ended.
+
+  Raises UsageError, before touching the workdir, if the config is invalid.
+  """
+  validate_config(config)
+  workdir = pathlib.Path(workdir)
+  train, num_steps = config.train, int(config.train.num_steps)
+  data = data_lib.load_bigram_data(config, workdir)
+  mesh = mesh_lib.make_mesh(config.mesh)
+  graphdef, target = checkpoint.abstract_state(config, mesh)
+  checkpointer = checkpoint.Checkpointer(workdir, int(train.keep_checkpoints))
+  start = checkpointer.latest_step()
+  if start is None:
+    start, state = 0, _initial_state(config, target)
+  else:
+    logging.info("Resuming from the checkpoint at step %d.", start)
+    state = checkpointer.restore(start, target)
+
+  writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
+  if start == 0:
+    writer.write_hparams(_hparams(config))
+  counts = param_counts(int(config.model.vocab_size), int(config.model.d_model))
+  param_count = counts.tied if config.model.tied else counts.untied
+  logging.info("%s, %d parameters, loss floor %.4f nats.", data.source, param_count, data.loss_floor)
+
+  chunk_size = int(config.loss.chunk_size)
+  shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
+  train_step = step_lib.make_train_step(graphdef, chunk_size, shardings)
+  diagnostics = step_lib.make_diagnostics(graphdef, chunk_size)
+  evaluate = _Evaluator(graphdef, data, config, mesh)
+  schedule = optim.learning_rate_schedule(train)
+  batch_sharding = mesh_lib.batch_sharding(mesh)
+  report_progress = periodic_actions.ReportProgress(
+      num_train_steps=num_steps, writer=writer, every_steps=int(train.log_every)
+  )
+  train_loss = nnx.metrics.Average("loss")
+
+  def write_eval(step: int) -> float:
+    with report_progress.timed("eval"):
+      loss = evaluate(state)
+    writer.write_scalars(
+        step, {"eval/loss": loss, "eval/loss_floor": data.loss_floor, "eval/gap": loss - data.loss_floor}
+    )
+    return loss
+
+  eval_loss, saved_step, started = None, start, time.perf_counter()
+  for step in range(start, num_steps):
+    batch = jax.device_put(data_lib.train_batch(data, int(config.seed), step, int(train.batch_size)), batch_sharding)
+    done = step + 1
+    log_now = _on_schedule(done, int(train.log_every), num_steps)
+    # Diagnostics read the parameters the step is about to update, before the step donates them.
+    stats = diagnostics(state, *batch) if log_now else None
+    state, loss = train_step(state, *batch)
+    train_loss.update(loss=loss)
+    report_progress(done)
+    if log_now:
+      _write_log_step(writer, done, float(train_loss.compute()), float(schedule(step)), stats, state)
+      train_loss.reset()
+    if _on_schedule(done, int(train.eval_every), num_steps):
+      eval_loss = write_eval(done)
+    if _on_schedule(done, int(train.checkpoint_every), num_steps):
+      checkpointer.save(done, state, config)
+      saved_step = done
+  if eval_loss is None:
+    eval_loss = write_eval(num_steps)
+  if saved_step != num_steps or checkpointer.latest_step() is None:
+    checkpointer.save(num_steps, state, config)
+  train_seconds = time.perf_counter() - started
+  writer.flush()
+  checkpointer.close()
+  gap = eval_loss - data.loss_floor
+  summary = RunSummary(
+      step=num_steps,
+      eval_loss=eval_loss,
+      loss_floor=data.loss_floor,
+      gap=gap,
+      relative_gap=gap / data.loss_floor if data.loss_floor > 0 else float("inf"),
+      param_count=param_count,
+      train_seconds=train_seconds,
+      state=state,
+  )
+  logging.info(
+      "Step %d: eval loss %.4f, floor %.4f, gap %.4f (%.2f%% of the floor), %d parameters, %.1f s of training.",
+      num_steps, eval_loss, data.loss_floor, gap, 100 * summary.relative_gap, param_count, train_seconds,
+  )
+  return summary

@@ -1,0 +1,62 @@
+"""Trains the tied (or untied) bigram embedding a config describes.
+
+  python train.py --config configs/default.py --workdir runs/default [--config.train.learning_rate=0.05 ...]
+
+Rerunning the same command on a workdir with checkpoints resumes from the latest one. A bad flag or config value
+is one line `error: ...` on stderr and exit status 2, before anything is computed or written.
+"""
+
+import os
+import sys
+
+# TensorFlow (imported by TFDS and the TensorBoard writer) is chatty otherwise, even before a usage error.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("workdir", None, "Directory for checkpoints, TensorBoard events and the generated dataset.")
+config_flags.DEFINE_config_file("config", None, "Training config file, e.g. configs/default.py.", lock_config=True)
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def _usage_error(message: str) -> None:
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(2)
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  """absl's parser, with its errors (unknown flag, unknown config key, bad value) as one line and exit 2."""
+  try:
+    return FLAGS(argv)
+  except flags.Error as error:
+    _usage_error(str(error).replace("\n", " "))
+  except (AttributeError, KeyError) as error:  # config_flags' way of saying a --config.<path> doesn't exist
+    detail = error
+    while isinstance(detail, BaseException) and detail.args:
+      detail = detail.args[0]
+    key, _, hint = str(detail).partition("\n")  # "'learnig_rate'" and, if any, 'Did you mean ...?'
+    key = key.strip("'")
+    paths = [arg.split("=")[0].removeprefix("--") for arg in argv[1:] if arg.startswith("--config.")]
+    path = next((p for p in paths if key in p.split(".")), key)
+    _usage_error(f"{path} is not a config field. {hint}".strip())
+
+
+def main(argv: list[str]) -> None:
+  # Orbax narrates every save at INFO; keep the log to progress and metrics.
+  logging.get_absl_handler().addFilter(lambda record: "/orbax/" not in record.pathname)
+  if len(argv) > 1:
+    _usage_error(f"unexpected arguments {argv[1:]}: use --config and --workdir")
+  from tied_embed.errors import UsageError  # noqa: PLC0415 (after flags, so --help stays fast)
+  from tied_embed.trainer import train_and_evaluate  # noqa: PLC0415
+
+  try:
+    train_and_evaluate(FLAGS.config, FLAGS.workdir)
+  except UsageError as error:
+    _usage_error(str(error))
+
+
+if __name__ == "__main__":
+  app.run(main, flags_parser=_parse_flags)
