@@ -16,8 +16,13 @@ from flax import nnx
 
 
 def init_table(key: jax.Array, vocab_size: int, d_model: int) -> jax.Array:
-  """One normal draw scaled by 1/sqrt(D): key → (V, D) float32 with entry variance 1/D."""
-  return jax.random.normal(key, (vocab_size, d_model), dtype=jnp.float32) / math.sqrt(d_model)
+  """One normal draw scaled by 1/sqrt(D): key → (V, D) float32 with entry variance 1/D.
+
+  Under jit, XLA would fold the 1/sqrt(D) into `normal`'s own constant scale and change last bits; the
+  optimization barrier keeps the jitted table bitwise equal to the literal eager `normal(...) / sqrt(D)`.
+  """
+  draw = jax.random.normal(key, (vocab_size, d_model), dtype=jnp.float32)
+  return jax.lax.optimization_barrier(draw) / math.sqrt(d_model)
 
 
 class TiedEmbed(nnx.Module):

@@ -1,0 +1,10 @@
+"""tied-embed: one (V, D) table used for the token lookup `E[ids]` and, transposed, for the projection `x @ E.T`.
+
+Importing this package stays light (jax and flax only); training, data, checkpoints and inspection live in
+submodules that import TensorFlow, TFDS, CLU and Orbax when they are used.
+"""
+
+from tied_embed.entrypoint import tied_io_embed
+from tied_embed.model import ParamCounts, TiedEmbed, UntiedEmbed, io_tables, param_counts
+
+__all__ = ["ParamCounts", "TiedEmbed", "UntiedEmbed", "io_tables", "param_counts", "tied_io_embed"]

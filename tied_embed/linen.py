@@ -1,0 +1,23 @@
+"""The Linen form of the tied embedding (seed document 000).
+
+A compact module with one `self.param("embedding", normal(stddev=0.02), (V, D))`, read once for the lookup and
+once, transposed, for the projection. `nn.Embed(V, D).attend` is Linen's built-in way to do the same; this
+module makes the shared array and its initializer explicit.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+
+
+class TiedEmbed(nn.Module):
+  """ids (...,) int → (..., V) float32 logits through one (V, D) parameter named `embedding`."""
+
+  vocab_size: int
+  d_model: int
+
+  @nn.compact
+  def __call__(self, ids: jax.Array) -> jax.Array:
+    table = self.param("embedding", nn.initializers.normal(stddev=0.02), (self.vocab_size, self.d_model))
+    return table[ids] @ table.T
