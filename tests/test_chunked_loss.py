@@ -1,0 +1,132 @@
+"""The chunked cross-entropy equals the full one, in value and both gradients, and holds far less memory."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tied_embed.chunked_loss import chunked_cross_entropy
+from tied_embed.errors import UsageError
+from tied_embed.losses import cross_entropy, full_cross_entropy
+from tied_embed.provenance import loss_and_path_gradients
+
+RTOL = 1e-5
+
+
+def _problem(num_tokens: int, vocab_size: int, d_model: int, seed: int = 0, scale: float = 1.0):
+  rng = np.random.default_rng(seed)
+  x = (scale * rng.standard_normal((num_tokens, d_model))).astype(np.float32)
+  table = rng.standard_normal((vocab_size, d_model)).astype(np.float32)
+  targets = rng.integers(0, vocab_size, num_tokens).astype(np.int32)
+  return x, table, targets
+
+
+def _numpy_loss_and_grads(x: np.ndarray, table: np.ndarray, targets: np.ndarray):
+  """Float64 reference from the closed form: p = softmax(x Eᵀ), dx = (pE − E[y])/T, dE = (pᵀx − Yᵀx)/T."""
+  x, table = x.astype(np.float64), table.astype(np.float64)
+  num_tokens = x.shape[0]
+  logits = x @ table.T
+  top = logits.max(axis=1, keepdims=True)
+  lse = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+  loss = np.mean(lse - logits[np.arange(num_tokens), targets])
+  probs = np.exp(logits - lse[:, None])
+  one_hot = np.eye(table.shape[0])[targets]
+  return loss, (probs - one_hot) @ table / num_tokens, (probs - one_hot).T @ x / num_tokens
+
+
+def _assert_close(actual, expected):
+  expected = np.asarray(expected)
+  # rtol on every entry, with an absolute floor far below the entries' scale for the ones that are ~0.
+  np.testing.assert_allclose(np.asarray(actual), expected, rtol=RTOL, atol=RTOL * 1e-2 * np.abs(expected).max())
+
+
+SHAPES = [  # (T, V, D, chunk)
+    pytest.param(8, 24, 5, 8, id="V-divisible"),
+    pytest.param(7, 23, 5, 8, id="V-not-divisible"),
+    pytest.param(9, 50, 4, 7, id="tail-of-one-row"),
+    pytest.param(1, 10, 3, 4, id="one-token"),
+    pytest.param(6, 10, 4, 10, id="chunk-equals-V"),
+    pytest.param(6, 10, 4, 64, id="chunk-above-V"),
+    pytest.param(5, 6, 3, 1, id="chunk-of-one"),
+]
+
+
+@pytest.mark.parametrize("num_tokens, vocab_size, d_model, chunk", SHAPES)
+def test_loss_and_both_gradients_equal_full_logits_and_closed_form(num_tokens, vocab_size, d_model, chunk):
+  x, table, targets = _problem(num_tokens, vocab_size, d_model)
+  grad_fn = jax.value_and_grad(chunked_cross_entropy, argnums=(0, 1))
+  loss, (dx, d_table) = grad_fn(x, table, targets, chunk)
+  full_loss, (full_dx, full_d_table) = jax.value_and_grad(full_cross_entropy, argnums=(0, 1))(x, table, targets)
+  ref_loss, ref_dx, ref_d_table = _numpy_loss_and_grads(x, table, targets)
+  triples = [(loss, full_loss, ref_loss), (dx, full_dx, ref_dx), (d_table, full_d_table, ref_d_table)]
+  for actual, full, reference in triples:
+    _assert_close(actual, full)
+    _assert_close(actual, reference)
+
+
+def test_large_logits_do_not_overflow_the_online_logsumexp():
+  x, table, targets = _problem(6, 19, 4, seed=1, scale=60.0)  # logits in the hundreds: exp overflows float32
+  loss, (dx, d_table) = jax.value_and_grad(chunked_cross_entropy, argnums=(0, 1))(x, table, targets, 5)
+  ref_loss, ref_dx, ref_d_table = _numpy_loss_and_grads(x, table, targets)
+  assert np.isfinite(float(loss))
+  _assert_close(loss, ref_loss)
+  _assert_close(dx, ref_dx)
+  _assert_close(d_table, ref_d_table)
+
+
+def test_jitted_and_undifferentiated_calls_match_the_full_loss():
+  x, table, targets = _problem(10, 37, 6, seed=2)
+  expected = full_cross_entropy(x, table, targets)
+  _assert_close(jax.jit(chunked_cross_entropy, static_argnums=3)(x, table, targets, 8), expected)
+  _assert_close(cross_entropy(x, table, targets, chunk_size=8), expected)
+  jitted_grad = jax.jit(jax.grad(lambda e: cross_entropy(x, e, targets, chunk_size=8)))
+  _assert_close(jitted_grad(table), jax.grad(lambda e: full_cross_entropy(x, e, targets))(table))
+
+
+def test_provenance_split_is_the_same_with_chunked_and_full_loss():
+  vocab_size = 29
+  _, table, _ = _problem(1, vocab_size, 6, seed=3)
+  ids = np.array([0, 3, 3, 7, 12, 3, 20], np.int32)
+  next_ids = np.array([3, 7, 12, 3, 20, 28, 0], np.int32)
+
+  def split(chunk_size):
+    def loss_fn(x, projection):
+      return cross_entropy(x, projection, next_ids, chunk_size)
+
+    return loss_and_path_gradients(jnp.asarray(table), jnp.asarray(table), ids, loss_fn)
+
+  full_loss, full_lookup, full_projection = split(0)
+  loss, lookup, projection = split(8)
+  _assert_close(loss, full_loss)
+  _assert_close(lookup, full_lookup)
+  _assert_close(projection, full_projection)
+  looked_up = np.zeros(vocab_size, bool)
+  looked_up[ids] = True
+  assert np.all(np.asarray(lookup)[~looked_up] == 0)  # the lookup path only reaches looked-up rows
+  assert np.all(np.abs(np.asarray(projection)[~looked_up]).sum(axis=1) > 0)  # the projection reaches them all
+
+
+def test_compiled_gradient_needs_an_eighth_of_the_full_losss_temporary_memory():
+  num_tokens, vocab_size, d_model, chunk = 256, 8192, 16, 512
+  x = jax.ShapeDtypeStruct((num_tokens, d_model), jnp.float32)
+  table = jax.ShapeDtypeStruct((vocab_size, d_model), jnp.float32)
+  targets = jax.ShapeDtypeStruct((num_tokens,), jnp.int32)
+
+  def temp_bytes(loss_fn):
+    compiled = jax.jit(jax.value_and_grad(loss_fn, argnums=(0, 1))).lower(x, table, targets).compile()
+    return compiled.memory_analysis().temp_size_in_bytes
+
+  full = temp_bytes(full_cross_entropy)
+  chunked = temp_bytes(lambda a, e, y: chunked_cross_entropy(a, e, y, chunk))
+  logits_bytes = num_tokens * vocab_size * 4
+  assert full >= logits_bytes  # the full loss does hold the (T, V) logits
+  assert chunked * 8 <= full, (chunked, full)
+
+
+@pytest.mark.parametrize("chunk_size", [0, -3, 2.5])
+def test_chunk_size_must_be_a_positive_int(chunk_size):
+  x, table, targets = _problem(2, 5, 3)
+  with pytest.raises(UsageError, match="chunk_size"):
+    chunked_cross_entropy(x, table, targets, chunk_size)
