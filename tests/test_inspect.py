@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -117,7 +118,7 @@ def test_pictures_are_valid_pngs(tmp_path):
   true = np.log(np.full((4, 4), 0.25))
   true[0, 1] = -np.inf
   figures = {
-      "heatmaps": plots.heatmaps_figure(report.log_softmax(np.eye(4)), true, "true"),
+      "heatmaps": plots.heatmaps_figure(np.log(np.full((4, 4), 0.25)), true, "true"),
       "loss_curves": plots.loss_curves_figure({"train/loss": (np.arange(3), np.array([3.0, 2.0, 1.5]))}, 1.4, 2),
       "provenance": plots.provenance_figure(np.array([0.0, 1, 2, 3]), np.ones(4), np.array([0, 1, 10, 100])),
   }
@@ -132,3 +133,134 @@ def assert_valid_png(path):
   pixels = matplotlib.image.imread(path)
   assert pixels.ndim == 3 and 200 <= pixels.shape[0] <= 2000 and 200 <= pixels.shape[1] <= 3000
   assert pixels[..., :3].std() > 0.01  # not a blank canvas
+
+
+# --- On the shared smoke run (a copy, so the report/ folder written here never touches the original). ---
+
+TOKENS = [0, 1, 31]
+TOP_K = 3
+
+
+@pytest.fixture(scope="module")
+def inspected(smoke_workdir, tmp_path_factory):
+  """(workdir copy, report dict, Restored, BigramData) for the latest smoke checkpoint."""
+  from tied_embed import checkpoint, data
+  from tied_embed.inspect import inspect_run
+
+  workdir = tmp_path_factory.mktemp("inspect") / "run"
+  shutil.copytree(smoke_workdir, workdir)
+  built = inspect_run(workdir, tokens=TOKENS, top_k=TOP_K)
+  restored = checkpoint.restore(workdir)
+  return workdir, built, restored, data.load_bigram_data(restored.config, str(workdir))
+
+
+def test_token_numbers_match_numpy_on_the_restored_table(inspected):
+  _, built, restored, bigrams = inspected
+  table = np.asarray(restored.model.embedding[...], np.float64)
+  for token, entry in zip(TOKENS, built["tokens"], strict=True):
+    scores = table[token] @ table.T
+    own = np.sum(table[token] ** 2)
+    assert entry["own_score"] == pytest.approx(own, rel=1e-6)
+    assert entry["own_rank"] == 1 + np.count_nonzero(scores > own)
+    probs = np.exp(scores - scores.max())
+    probs /= probs.sum()
+    expected = np.argsort(probs)[::-1][:TOP_K]
+    assert [e["id"] for e in entry["top"]] == list(expected)
+    np.testing.assert_allclose([e["model_prob"] for e in entry["top"]], probs[expected], rtol=1e-6)
+    np.testing.assert_allclose([e["true_prob"] for e in entry["top"]], np.exp(bigrams.true_log_probs[token, expected]))
+
+
+def centred_fit(scores, true_log_probs):
+  """(correlation, mean abs error) of row-centred scores vs row-centred finite true log-probs, via nanmean."""
+  truth = np.where(np.isfinite(true_log_probs), true_log_probs, np.nan)
+  learned = np.where(np.isnan(truth), np.nan, scores)
+  truth_c = (truth - np.nanmean(truth, axis=1, keepdims=True))[~np.isnan(truth)]
+  learned_c = (learned - np.nanmean(learned, axis=1, keepdims=True))[~np.isnan(truth)]
+  return np.corrcoef(truth_c, learned_c)[0, 1], np.abs(truth_c - learned_c).mean()
+
+
+def test_fit_matches_numpy_on_the_restored_table(inspected):
+  import jax
+
+  from tied_embed.model import init_table
+
+  _, built, restored, bigrams = inspected
+  table = np.asarray(restored.model.embedding[...], np.float64)
+  correlation, mean_abs_error = centred_fit(table @ table.T, bigrams.true_log_probs)
+  assert built["fit"]["correlation"] == pytest.approx(correlation, rel=1e-6)
+  assert built["fit"]["mean_abs_error"] == pytest.approx(mean_abs_error, rel=1e-6)
+  fresh = np.asarray(init_table(jax.random.key(1), *table.shape), np.float64)
+  assert correlation > centred_fit(fresh @ fresh.T, bigrams.true_log_probs)[0] + 0.2  # training learned structure
+
+
+def test_run_parameters_and_provenance_match_the_checkpoint_and_events(inspected):
+  from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+  from tensorboard.util.tensor_util import make_ndarray
+
+  workdir, built, restored, bigrams = inspected
+  vocab_size, d_model = restored.model.embedding[...].shape
+  assert built["step"] == restored.step == restored.config.train.num_steps
+  assert built["parameters"]["table_shape"] == [vocab_size, d_model]
+  assert (built["parameters"]["tied"], built["parameters"]["untied"]) == (vocab_size * d_model, 2 * vocab_size * d_model)
+  events = EventAccumulator(str(workdir)).Reload()
+  eval_events = [e for e in events.Tensors("eval/loss") if e.step <= restored.step]
+  eval_loss = float(make_ndarray(max(eval_events, key=lambda e: (e.step, e.wall_time)).tensor_proto))
+  assert built["run"]["eval_loss"]["value"] == pytest.approx(eval_loss)
+  assert built["run"]["gap"] == pytest.approx(eval_loss - bigrams.loss_floor)
+  lookup, projection = restored.provenance["lookup_total"], restored.provenance["projection_total"]
+  assert built["provenance"]["projection_only"] == [i for i in range(vocab_size) if lookup[i] == 0 < projection[i]]
+  looked = [i for i in range(vocab_size) if lookup[i] + projection[i] > 0]
+  shares = {i: lookup[i] / (lookup[i] + projection[i]) for i in looked}
+  assert built["provenance"]["lookup_share"]["median"] == pytest.approx(np.median(list(shares.values())), rel=1e-5)
+  assert built["provenance"]["most_lookup"][0]["id"] == max(shares, key=shares.get)
+
+
+def test_report_pictures_are_valid_pngs_linked_from_report_md(inspected):
+  workdir, built, _, _ = inspected
+  report_dir = workdir / "report"
+  markdown = (report_dir / "report.md").read_text()
+  assert set(built["pictures"]) == {"heatmaps", "loss_curves", "provenance"}
+  for path in built["pictures"].values():
+    assert f"]({path})" in markdown
+    assert_valid_png(report_dir / path)
+  assert list(report_dir.glob("events.out.tfevents.*"))  # the same pictures as TensorBoard images
+
+
+def test_json_output_parses_and_matches_the_library_report(inspected, capsys):
+  workdir, built, _, _ = inspected
+  assert main(["--workdir", str(workdir), "--tokens", ",".join(map(str, TOKENS)), "--top-k", str(TOP_K), "--json"]) == 0
+  assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(built))
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--step", "7"], "is not allowed: expected one of the saved steps "),
+        (["--tokens", "1000"], "token ids in [0, "),
+        (["--tokens", "-1"], "--tokens=-1"),
+        (["--tokens", "3,x"], "comma-separated integer token ids"),
+        (["--top-k", "0"], "--top-k=0"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_status_2(inspected, capsys, flags, message):
+  workdir = inspected[0]
+  before = (workdir / "report" / "report.md").stat().st_mtime_ns
+  assert main(["--workdir", str(workdir), *flags]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith("error: ") and message in err and "\n" not in err
+  if flags[0] == "--step":
+    from tied_embed.checkpoint import available_steps
+
+    assert err.endswith(", ".join(map(str, available_steps(workdir))))
+  assert (workdir / "report" / "report.md").stat().st_mtime_ns == before  # nothing rewritten
+
+
+def test_cli_process_on_workdir_without_checkpoints_exits_2_without_traceback(tmp_path):
+  env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"}
+  result = subprocess.run(
+      [sys.executable, "-m", "tied_embed.inspect", "--workdir", str(tmp_path)], capture_output=True, text=True, env=env
+  )
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines() == [f"error: --workdir={str(tmp_path)!r} has no checkpoints"
+                                                 f" (expected {tmp_path / 'checkpoints'}/<step>/)"]
+  assert result.stdout == "" and list(tmp_path.iterdir()) == []

@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 from typing import Any
 
 import numpy as np
+from absl import logging
 
 from tied_embed import report as report_lib
 from tied_embed.errors import UsageError
 from tied_embed.model import io_tables
 from tied_embed.report_text import format_markdown, format_text
+from tied_embed.sources import log_softmax
 
 _LOSS_TAGS = ("train/loss", "eval/loss")
 _DEFAULT_TOKENS = 3  # without --tokens: the most frequent input tokens
@@ -119,7 +122,7 @@ def _draw(
   from tied_embed import plots  # noqa: PLC0415 (CLU/TensorFlow only when drawing)
 
   true_name = "empirical" if bigrams.source == "text" else "true"
-  learned = report_lib.log_softmax(report_lib.score_matrix(lookup_table, projection_table))
+  learned = log_softmax(report_lib.score_matrix(lookup_table, projection_table))
   figures = {
       "heatmaps": plots.heatmaps_figure(learned, bigrams.true_log_probs, true_name),
       "loss_curves": plots.loss_curves_figure(series, float(bigrams.loss_floor), report["step"]),
@@ -166,6 +169,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
   """CLI: parse flags, run `inspect_run`, print text or JSON; a UsageError → `error: ...` on stderr, status 2."""
+  # TensorFlow (under TFDS and the TensorBoard writer) and Orbax's read-only notices would bury the report.
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+  logging.set_verbosity(logging.ERROR)
   try:
     args = _parser().parse_args(argv)
     tokens = None if args.tokens is None else parse_tokens(args.tokens)

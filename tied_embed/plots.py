@@ -24,7 +24,7 @@ def heatmaps_figure(learned_log_probs: np.ndarray, true_log_probs: np.ndarray, t
   finite = np.concatenate([np.asarray(learned_log_probs).ravel(), true_masked.compressed()])
   finite = finite[np.isfinite(finite)]
   vmin, vmax = float(np.percentile(finite, 1)), float(finite.max())
-  fig = Figure(figsize=(11, 5), layout="constrained")
+  fig = Figure(figsize=(11, 5.6), layout="constrained")
   axes = fig.subplots(1, 2, sharey=True)
   for ax, matrix, title in (
       (axes[0], learned_log_probs, "learned: log softmax(S)"),
@@ -60,7 +60,7 @@ def loss_curves_figure(
 def provenance_figure(lookup_total: np.ndarray, projection_total: np.ndarray, input_counts: np.ndarray) -> Figure:
   """Each row's accumulated gradient by path against its input count: (V,), (V,), (V,) → Figure.
 
-  Log y axis, symlog x axis so tokens never seen as input (count 0) still appear; rows with a zero total on a
+  Log axes (x symlog when some token is never input, so count 0 still appears); rows with a zero total on a
   path have no marker for that path.
   """
   counts = np.asarray(input_counts, np.float64)
@@ -70,7 +70,10 @@ def provenance_figure(lookup_total: np.ndarray, projection_total: np.ndarray, in
     totals = np.asarray(totals, np.float64)
     shown = totals > 0
     ax.scatter(counts[shown], totals[shown], marker=marker, s=14, alpha=0.7, label=label)
-  ax.set_xscale("symlog", linthresh=1)
+  if counts.min() > 0:
+    ax.set_xscale("log")
+  else:
+    ax.set_xscale("symlog", linthresh=1)
   ax.set_yscale("log")
   ax.set_xlabel("times the token is the current (input) token in train")
   ax.set_ylabel("accumulated row gradient norm")

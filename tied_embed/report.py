@@ -13,18 +13,12 @@ from typing import Any
 import numpy as np
 
 from tied_embed.model import param_counts
+from tied_embed.sources import log_softmax
 
 
 def score_matrix(lookup_table: np.ndarray, projection_table: np.ndarray) -> np.ndarray:
   """Learned scores `S[i, j] = lookup[i] · projection[j]`: (V, D), (V, D) → (V, V) float64."""
   return np.asarray(lookup_table, np.float64) @ np.asarray(projection_table, np.float64).T
-
-
-def log_softmax(scores: np.ndarray) -> np.ndarray:
-  """Row-wise log-softmax: (..., V) → (..., V) float64, the model's log P(next=j | current=i)."""
-  scores = np.asarray(scores, np.float64)
-  shifted = scores - scores.max(axis=-1, keepdims=True)
-  return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
 def own_score_rank(scores: np.ndarray, token: int) -> tuple[float, int]:
@@ -41,7 +35,7 @@ def top_next(scores_row: np.ndarray, true_log_probs_row: np.ndarray, k: int) -> 
 
   `true_prob` is None where the true row is unknown (nan: a text token never seen as current token).
   """
-  model_probs = np.exp(log_softmax(scores_row))
+  model_probs = np.exp(log_softmax(np.asarray(scores_row, np.float64)[None]))[0]
   order = np.argsort(-model_probs, kind="stable")[:k]
   true_probs = np.exp(np.asarray(true_log_probs_row, np.float64))
   return [

@@ -28,7 +28,7 @@ def format_text(report: dict[str, Any]) -> str:
   for token in report["tokens"]:
     lines += [
         "",
-        f"token {token['label']} (id {token['id']}): own score {own_name} = {token['own_score']:.4f},"
+        f"token {_token_name(token)}: own score {own_name} = {token['own_score']:.4f},"
         f" rank {token['own_rank']} of {vocab_size} in its row",
         f"  {'next':>8}  {'model':>7}  {probability_name:>9}",
     ]
@@ -84,6 +84,11 @@ def _num(value: float | None) -> str:
 def _ids(ids: list[int]) -> str:
   shown = ", ".join(map(str, ids[:_LIST_LIMIT]))
   return shown + (f", … ({len(ids)} in all)" if len(ids) > _LIST_LIMIT else "")
+
+
+def _token_name(token: dict[str, Any]) -> str:
+  label, token_id = token["label"], str(token["id"])
+  return token_id if label == token_id else f"{label} (id {token_id})"
 
 
 def _skewed(rows: list[dict[str, Any]]) -> str:
