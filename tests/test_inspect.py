@@ -201,7 +201,9 @@ def test_run_parameters_and_provenance_match_the_checkpoint_and_events(inspected
   vocab_size, d_model = restored.model.embedding[...].shape
   assert built["step"] == restored.step == restored.config.train.num_steps
   assert built["parameters"]["table_shape"] == [vocab_size, d_model]
-  assert (built["parameters"]["tied"], built["parameters"]["untied"]) == (vocab_size * d_model, 2 * vocab_size * d_model)
+  counts = built["parameters"]
+  assert (counts["tied"], counts["untied"], counts["saved"]) == (vocab_size * d_model, 2 * vocab_size * d_model,
+                                                                 vocab_size * d_model)
   events = EventAccumulator(str(workdir)).Reload()
   eval_events = [e for e in events.Tensors("eval/loss") if e.step <= restored.step]
   eval_loss = float(make_ndarray(max(eval_events, key=lambda e: (e.step, e.wall_time)).tensor_proto))
