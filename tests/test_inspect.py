@@ -119,6 +119,7 @@ def test_pictures_are_valid_pngs(tmp_path):
   true[0, 1] = -np.inf
   figures = {
       "heatmaps": plots.heatmaps_figure(np.log(np.full((4, 4), 0.25)), true, "true"),
+      "heatmaps_zoom": plots.heatmaps_figure(np.log(np.full((4, 4), 0.25)), true, "true", np.array([0, 2, 3])),
       "loss_curves": plots.loss_curves_figure({"train/loss": (np.arange(3), np.array([3.0, 2.0, 1.5]))}, 1.4, 2),
       "provenance": plots.provenance_figure(np.array([0.0, 1, 2, 3]), np.ones(4), np.array([0, 1, 10, 100])),
   }

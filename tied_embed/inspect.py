@@ -28,6 +28,8 @@ from tied_embed.sources import log_softmax
 
 _LOSS_TAGS = ("train/loss", "eval/loss")
 _DEFAULT_TOKENS = 3  # without --tokens: the most frequent input tokens
+_HEATMAP_MAX_TOKENS = 256  # a bigger vocabulary is drawn as the block of its most frequent current tokens,
+_HEATMAP_ZOOM_TOKENS = 128  # this many, as a V x V picture would be a uniform haze at screen resolution
 
 
 def parse_tokens(text: str) -> list[int]:
@@ -122,9 +124,12 @@ def _draw(
   from tied_embed import plots  # noqa: PLC0415 (CLU/TensorFlow only when drawing)
 
   true_name = "empirical" if bigrams.source == "text" else "true"
+  heatmap_ids = None
+  if len(bigrams.input_counts) > _HEATMAP_MAX_TOKENS:
+    heatmap_ids = np.sort(np.argsort(-bigrams.input_counts, kind="stable")[:_HEATMAP_ZOOM_TOKENS])
   learned = log_softmax(report_lib.score_matrix(lookup_table, projection_table))
   figures = {
-      "heatmaps": plots.heatmaps_figure(learned, bigrams.true_log_probs, true_name),
+      "heatmaps": plots.heatmaps_figure(learned, bigrams.true_log_probs, true_name, heatmap_ids),
       "loss_curves": plots.loss_curves_figure(series, float(bigrams.loss_floor), report["step"]),
       "provenance": plots.provenance_figure(
           provenance["lookup_total"], provenance["projection_total"], bigrams.input_counts

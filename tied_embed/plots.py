@@ -14,25 +14,38 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 
-def heatmaps_figure(learned_log_probs: np.ndarray, true_log_probs: np.ndarray, true_name: str) -> Figure:
+def heatmaps_figure(
+    learned_log_probs: np.ndarray, true_log_probs: np.ndarray, true_name: str, token_ids: np.ndarray | None = None
+) -> Figure:
   """Learned and true log P(next | current), side by side on one colour scale: (V, V), (V, V) → Figure.
 
-  -inf (never observed) and nan (unknown row) true entries are left blank. The scale's lower end is the 1st
-  percentile of the finite values so a few near-impossible pairs don't wash out the rest.
+  `token_ids` (K,) ascending, if given, restricts both axes to those tokens (a readable block of a big
+  vocabulary); the axes are then labelled with the ids. -inf (never observed) and nan (unknown row) true entries
+  are left blank. The scale's lower end is the 1st percentile of the finite values so a few near-impossible
+  pairs don't wash out the rest.
   """
-  true_masked = np.ma.masked_invalid(np.asarray(true_log_probs, np.float64))
-  finite = np.concatenate([np.asarray(learned_log_probs).ravel(), true_masked.compressed()])
+  vocab_size = len(learned_log_probs)
+  shown = np.arange(vocab_size) if token_ids is None else np.asarray(token_ids)
+  learned = np.asarray(learned_log_probs, np.float64)[np.ix_(shown, shown)]
+  true_masked = np.ma.masked_invalid(np.asarray(true_log_probs, np.float64)[np.ix_(shown, shown)])
+  finite = np.concatenate([learned.ravel(), true_masked.compressed()])
   finite = finite[np.isfinite(finite)]
   vmin, vmax = float(np.percentile(finite, 1)), float(finite.max())
   fig = Figure(figsize=(11, 5.6), layout="constrained")
   axes = fig.subplots(1, 2, sharey=True)
   for ax, matrix, title in (
-      (axes[0], learned_log_probs, "learned: log softmax(S)"),
+      (axes[0], learned, "learned: log softmax(S)"),
       (axes[1], true_masked, f"{true_name}: log P(next | current)"),
   ):
-    image = ax.imshow(matrix, vmin=vmin, vmax=vmax, cmap="viridis", interpolation="nearest")
+    image = ax.imshow(matrix, vmin=vmin, vmax=vmax, cmap="viridis")  # antialiased when V exceeds the pixels
     ax.set_title(title)
     ax.set_xlabel("next token j")
+  if token_ids is not None:
+    ticks = np.linspace(0, len(shown) - 1, 5).round().astype(int)
+    for ax in axes:
+      ax.set_xticks(ticks, [str(shown[t]) for t in ticks])
+    axes[0].set_yticks(ticks, [str(shown[t]) for t in ticks])
+    fig.suptitle(f"the {len(shown)} most frequent current tokens of {vocab_size}")
   axes[0].set_ylabel("current token i")
   fig.colorbar(image, ax=axes, shrink=0.85, label="log probability")
   return fig
