@@ -13,8 +13,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.seed = 0  # model initialisation and the order of training batches (batch s depends only on (seed, s))
 
   config.model = ml_collections.ConfigDict()
-  config.model.vocab_size = 256  # V, rows of the table; must match the source (text: 256 byte values)
-  config.model.d_model = 16  # D, width of each row
+  config.model.vocab_size = 1024  # V, rows of the table; must match the source (text: 256 byte values)
+  config.model.d_model = 32  # D, width of each row
   config.model.tied = True  # one (V, D) table for lookup and projection; False: separate input/output tables
 
   config.data = ml_collections.ConfigDict()
@@ -22,13 +22,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.text_path = ""  # UTF-8 file for source=text ('' = the project's README.md)
   config.data.data_dir = ""  # where the TFDS dataset is generated and cached ('' = <workdir>/data)
   config.data.task_seed = 0  # hidden table e* and sampled pairs of the synthetic tasks (model init uses seed)
-  config.data.num_train_pairs = 500_000  # synthetic train split size
+  config.data.num_train_pairs = 2_000_000  # synthetic train split size; smaller lets the untied model overfit
   config.data.num_eval_pairs = 50_000  # synthetic validation split size (evaluated whole at every eval)
   config.data.logit_scale = 8.0  # E|e*_i|²: the typical self (planted) / next (directed) logit
   config.data.zipf_exponent = 1.0  # current tokens follow p_i ∝ (i + 1)^-s, so rare rows learn mostly via projection
 
   config.train = ml_collections.ConfigDict()
-  config.train.num_steps = 2000  # optimizer updates in the whole run
+  config.train.num_steps = 3000  # optimizer updates in the whole run
   config.train.batch_size = 1024  # (current, next) token pairs per step
   config.train.eval_batch_size = 8192  # pairs per evaluation batch; evaluation covers the whole validation split
   config.train.learning_rate = 0.05  # peak learning rate, reached after the warmup
@@ -38,7 +38,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.grad_clip_norm = 1.0  # clip the gradient's global norm to this; 0 = no clipping
   config.train.log_every = 100  # steps between train/* and grad/* scalars and provenance histograms
   config.train.eval_every = 500  # steps between evaluations on the validation split (and at the last step)
-  config.train.checkpoint_every = 500  # steps between checkpoints (and at the last step)
+  config.train.checkpoint_every = 1000  # steps between checkpoints (and at the last step)
   config.train.keep_checkpoints = 3  # newest checkpoints kept in <workdir>/checkpoints
 
   config.loss = ml_collections.ConfigDict()

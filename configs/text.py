@@ -15,4 +15,5 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.source = "text"  # byte bigrams: current byte → next byte
   config.data.text_path = ""  # UTF-8 file to read ('' = the project's README.md)
   config.model.vocab_size = 256  # one row per byte value (required by the text source)
+  config.train.num_steps = 1000  # a README-sized file has only a few thousand distinct byte pairs
   return config

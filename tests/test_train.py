@@ -79,9 +79,8 @@ def test_second_run_resumes_from_latest_checkpoint_and_repeats_the_run(smoke_run
   summary = train_and_evaluate(smoke_run.config, workdir)
   (new_events,) = set(workdir.glob("events.out.tfevents.*")) - old_events
   assert sorted(_event_series(new_events)["train/loss"]) == [50, 60]
-  np.testing.assert_array_equal(
-      np.asarray(summary.state["model"]["embedding"][...]), np.asarray(smoke_run.summary.state["model"]["embedding"][...])
-  )
+  resumed, uninterrupted = summary.state["model"]["embedding"][...], smoke_run.summary.state["model"]["embedding"][...]
+  np.testing.assert_array_equal(np.asarray(resumed), np.asarray(uninterrupted))
 
 
 def _hand_path_gradients(table_in: np.ndarray, table_out: np.ndarray, ids: np.ndarray, next_ids: np.ndarray):

@@ -45,7 +45,8 @@ def available_steps(workdir: str | pathlib.Path) -> list[int]:
 
 def abstract_state(config: ml_collections.ConfigDict, mesh: Mesh) -> tuple[nnx.GraphDef, nnx.State]:
   """The graphdef and the shape/dtype/sharding-only state of the TrainState `config` describes, on `mesh`."""
-  graphdef, shapes = nnx.split(nnx.eval_shape(lambda: TrainState(build_model(config), optim.make_optimizer(config.train))))
+  tx = optim.make_optimizer(config.train)
+  graphdef, shapes = nnx.split(nnx.eval_shape(lambda: TrainState(build_model(config), tx)))
   shardings = mesh_lib.state_shardings(shapes, mesh, int(config.model.vocab_size))
   return graphdef, jax.tree.map(
       lambda shape, sharding: jax.ShapeDtypeStruct(shape.shape, shape.dtype, sharding=sharding), shapes, shardings

@@ -32,11 +32,12 @@ def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tupl
     if size == -1:
       other = sizes[AXES[1 - AXES.index(axis)]]
       if num_devices % other:
-        raise UsageError.bad_value(f"mesh.{axis}", -1, f"a size that fits {num_devices} devices (the other axis is {other})")
+        allowed = f"a size that fits {num_devices} devices (the other axis is {other})"
+        raise UsageError.bad_value(f"mesh.{axis}", -1, allowed)
       sizes[axis] = num_devices // other
   if sizes["data"] * sizes["model"] > num_devices:
     raise UsageError.bad_value(
-        "mesh", f"{sizes['data']}x{sizes['model']}", f"at most {num_devices} devices (data x model)"
+        "mesh.data x mesh.model", f"{sizes['data']}x{sizes['model']}", f"at most {num_devices} devices in all"
     )
   return sizes["data"], sizes["model"]
 
