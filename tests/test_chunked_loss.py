@@ -42,13 +42,13 @@ def _assert_close(actual, expected):
   np.testing.assert_allclose(np.asarray(actual), expected, rtol=RTOL, atol=RTOL * 1e-2 * np.abs(expected).max())
 
 
-SHAPES = [  # (T, V, D, chunk)
-    pytest.param(8, 24, 5, 8, id="V-divisible"),
-    pytest.param(7, 23, 5, 8, id="V-not-divisible"),
-    pytest.param(9, 50, 4, 7, id="tail-of-one-row"),
+SHAPES = [  # (T, V, D, chunk of tokens)
+    pytest.param(8, 24, 5, 4, id="T-divisible"),
+    pytest.param(7, 23, 5, 3, id="T-not-divisible"),
+    pytest.param(9, 50, 4, 4, id="tail-of-one-token"),
     pytest.param(1, 10, 3, 4, id="one-token"),
-    pytest.param(6, 10, 4, 10, id="chunk-equals-V"),
-    pytest.param(6, 10, 4, 64, id="chunk-above-V"),
+    pytest.param(6, 10, 4, 6, id="chunk-equals-T"),
+    pytest.param(6, 10, 4, 64, id="chunk-above-T"),
     pytest.param(5, 6, 3, 1, id="chunk-of-one"),
 ]
 
@@ -98,7 +98,7 @@ def test_provenance_split_is_the_same_with_chunked_and_full_loss():
     return loss_and_path_gradients(jnp.asarray(table), jnp.asarray(table), ids, loss_fn)
 
   full_loss, full_lookup, full_projection = split(0)
-  loss, lookup, projection = split(8)
+  loss, lookup, projection = split(3)
   _assert_close(loss, full_loss)
   _assert_close(lookup, full_lookup)
   _assert_close(projection, full_projection)
@@ -108,8 +108,8 @@ def test_provenance_split_is_the_same_with_chunked_and_full_loss():
   assert np.all(np.abs(np.asarray(projection)[~looked_up]).sum(axis=1) > 0)  # the projection reaches them all
 
 
-def test_compiled_gradient_needs_an_eighth_of_the_full_losss_temporary_memory():
-  num_tokens, vocab_size, d_model, chunk = 256, 8192, 16, 512
+def test_compiled_gradient_needs_under_an_eighth_of_the_full_losss_temporary_memory():
+  num_tokens, vocab_size, d_model, chunk = 1024, 4096, 16, 32
   x = jax.ShapeDtypeStruct((num_tokens, d_model), jnp.float32)
   table = jax.ShapeDtypeStruct((vocab_size, d_model), jnp.float32)
   targets = jax.ShapeDtypeStruct((num_tokens,), jnp.int32)

@@ -1,15 +1,22 @@
-"""Cross-entropy through the projection table, one vocabulary chunk at a time.
+"""Cross-entropy through the projection table, a chunk of tokens at a time, with the gradient fused in.
 
-`full_cross_entropy` forms the (T, V) logits, and autodiff keeps them (and builds their gradient) for the backward
-pass: 2·T·V·4 bytes, a gigabyte at T=8192, V=32768. Here a `lax.scan` walks the table in chunks of C rows:
-the forward pass keeps a running max and sum of exponentials per token (an online logsumexp), and the backward
-pass recomputes each chunk's logits from the saved logsumexp to form that chunk's softmax. Nothing larger than
-(T, C) is ever live, at the price of one extra (T, D)×(D, V) matmul.
+`full_cross_entropy` forms the (T, V) logits, and autodiff keeps them and builds a (T, V) gradient for the
+backward pass: 2·T·V·4 bytes, 2 GiB at T=8192, V=32768. Here a `lax.scan` walks the tokens in chunks of C and,
+for each chunk, forms its (V, C) logits, their exact logsumexp over the whole vocabulary, and at once the
+chunk's share of both gradients. With p = softmax(x Eᵀ) and one-hot targets Y,
+  d loss / d x = (p E − E[targets]) / T,      d loss / d E = (pᵀ x − Yᵀ x) / T,
+so nothing larger than (V, C) is ever live and nothing is recomputed: three matmuls in all, like the full loss.
 
-The gradient is written by hand (`jax.custom_vjp`) instead of `jax.checkpoint` around the scan because the
-softmax gradient has a closed form: with p = softmax(x Eᵀ) and one-hot targets Y,
-  d loss / d x = (p E − E[targets]) / T,      d loss / d E = (pᵀ x − Yᵀ x) / T.
-Both are sums over chunks of p, so the backward pass is the same scan as the forward one.
+Why tokens and not vocabulary chunks: a vocabulary scan needs the final logsumexp of every token before it can
+form any p, so its backward pass must recompute the logits (a fourth matmul; measured 1.25x slower, see
+benchmarks/README.md). MaxText's vocabulary tiling and Liger's fused linear cross-entropy chunk the same way.
+
+The logits are formed transposed, (V, C), because then all three matmuls have the operand layouts XLA:CPU runs
+fastest; `pᵀ x` with p stored (C, V) was ~50% slower than a plain matmul.
+
+The gradients are computed in the forward pass of a `jax.custom_vjp` and scaled by the cotangent in the backward
+pass, so this loss supports first derivatives only. Called without differentiation (evaluation), it runs the
+loss-only scan.
 """
 
 from __future__ import annotations
@@ -25,13 +32,13 @@ from tied_embed.errors import UsageError
 def chunked_cross_entropy(
     x: jax.Array, projection_table: jax.Array, targets: jax.Array, chunk_size: int
 ) -> jax.Array:
-  """Mean softmax cross-entropy of `x @ table.T`, never holding more than (T, chunk_size) logits.
+  """Mean softmax cross-entropy of `x @ table.T`, never holding more than (V, chunk_size) logits.
 
   Args:
     x: (T, D) float hidden vectors.
     projection_table: (V, D) float table scored against.
     targets: (T,) int indices into the V rows.
-    chunk_size: rows of the table per chunk (a Python int > 0; values ≥ V use one chunk).
+    chunk_size: tokens per chunk (a Python int > 0; values ≥ T use one chunk).
 
   Returns:
     Scalar mean loss; equal to `losses.full_cross_entropy` up to float rounding, and so are its gradients
@@ -39,77 +46,66 @@ def chunked_cross_entropy(
   """
   if not isinstance(chunk_size, int) or chunk_size <= 0:
     raise UsageError.bad_value("loss.chunk_size", chunk_size, "a positive int (0 selects the full loss)")
-  return _chunked_ce(x, projection_table, targets, min(chunk_size, projection_table.shape[0]))
+  return _chunked_ce(x, projection_table, targets, min(chunk_size, x.shape[0]))
 
 
-def _table_chunks(table: jax.Array, chunk: int) -> jax.Array:
-  """(V, D) → (ceil(V / C), C, D), the tail chunk padded with zero rows that `_chunk_logits` masks out."""
-  vocab_size, d_model = table.shape
-  num_chunks = -(-vocab_size // chunk)
-  padded = jnp.pad(table, ((0, num_chunks * chunk - vocab_size), (0, 0)))
-  return padded.reshape(num_chunks, chunk, d_model)
+def _token_chunks(x: jax.Array, chunk: int) -> jax.Array:
+  """(T, D) → (ceil(T / C), C, D), the tail padded with zero rows.
+
+  A zero row adds nothing to d table (its p row multiplies x = 0) and its logsumexp and dx are cut off.
+  """
+  num_chunks = -(-x.shape[0] // chunk)
+  return jnp.pad(x, ((0, num_chunks * chunk - x.shape[0]), (0, 0))).reshape(num_chunks, chunk, x.shape[1])
 
 
-def _chunk_logits(x: jax.Array, rows: jax.Array, index: jax.Array, vocab_size: int) -> jax.Array:
-  """Logits against chunk `index`: x (T, D), rows (C, D) → (T, C), −inf in padding columns (so p = 0 there)."""
-  logits = x @ rows.T
-  chunk = rows.shape[0]
-  if vocab_size % chunk == 0:  # static: only a padded tail chunk needs the mask
-    return logits
-  column = index * chunk + jnp.arange(chunk)
-  return jnp.where(column < vocab_size, logits, -jnp.inf)
+def _unchunk(per_chunk: jax.Array, num_tokens: int) -> jax.Array:
+  """(n, C, ...) per-chunk results → (T, ...) without the padding."""
+  return per_chunk.reshape(-1, *per_chunk.shape[2:])[:num_tokens]
 
 
-def _logsumexp(x: jax.Array, table: jax.Array, chunk: int) -> jax.Array:
-  """Online logsumexp over the vocabulary: x (T, D), table (V, D) → (T,) = log Σ_v exp(x · E_v)."""
-  chunks = _table_chunks(table, chunk)
-
-  def step(carry, inputs):
-    running_max, running_sum = carry
-    index, rows = inputs
-    logits = _chunk_logits(x, rows, index, table.shape[0])
-    new_max = jnp.maximum(running_max, jnp.max(logits, axis=-1))
-    # Rescale the old sum to the new max; on the first chunk exp(−inf − finite) = 0 drops the empty start.
-    running_sum = running_sum * jnp.exp(running_max - new_max) + jnp.sum(
-        jnp.exp(logits - new_max[:, None]), axis=-1
-    )
-    return (new_max, running_sum), None
-
-  start = (jnp.full(x.shape[:1], -jnp.inf, x.dtype), jnp.zeros(x.shape[:1], x.dtype))
-  (running_max, running_sum), _ = jax.lax.scan(step, start, (jnp.arange(chunks.shape[0]), chunks))
-  return running_max + jnp.log(running_sum)
+def _target_logits(x: jax.Array, table: jax.Array, targets: jax.Array) -> jax.Array:
+  """x_t · E[targets_t], one dot product per token: (T, D), (V, D), (T,) → (T,)."""
+  return jnp.sum(x * table[targets], axis=-1)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
 def _chunked_ce(x: jax.Array, table: jax.Array, targets: jax.Array, chunk: int) -> jax.Array:
-  """Mean loss; (T, D), (V, D), (T,) int, static chunk ≤ V → scalar."""
-  return _forward(x, table, targets, chunk)[0]
+  """Mean loss, forward only; (T, D), (V, D), (T,) int, static chunk ≤ T → scalar."""
+
+  def chunk_lse(carry, x_chunk):
+    return carry, jax.nn.logsumexp(table @ x_chunk.T, axis=0)
+
+  _, lse = jax.lax.scan(chunk_lse, None, _token_chunks(x, chunk))
+  return jnp.mean(_unchunk(lse, x.shape[0]) - _target_logits(x, table, targets))
 
 
 def _forward(x, table, targets, chunk):
-  """Loss plus the residuals the backward pass needs: only (T,) logsumexps beyond the inputs."""
-  lse = _logsumexp(x, table, chunk)
-  # The target logit is one dot product per token; no need to find it inside the chunks.
-  target_logits = jnp.sum(x * table[targets], axis=-1)
-  return jnp.mean(lse - target_logits), (x, table, targets, lse)
+  """Loss, plus the gradients for cotangent 1 as residuals: dx (T, D), d table (V, D)."""
+  num_tokens = x.shape[0]
+  table_t = table.T  # (D, V), transposed once so `dxᵀ = Eᵀ p` is a plain matmul in every chunk
+
+  def step(d_table, x_chunk):
+    logits = table @ x_chunk.T  # (V, C)
+    top = jnp.max(logits, axis=0)
+    exp = jnp.exp(logits - top)
+    total = jnp.sum(exp, axis=0)
+    probs = exp * (1.0 / (num_tokens * total))  # softmax / T: the mean's 1/T folded in
+    return d_table + probs @ x_chunk, (top + jnp.log(total), table_t @ probs)
+
+  d_table, (lse, dx_t) = jax.lax.scan(step, jnp.zeros_like(table), _token_chunks(x, chunk))
+  lse = _unchunk(lse, num_tokens)
+  dx = _unchunk(jnp.swapaxes(dx_t, 1, 2), num_tokens)
+  # The −Y part of (p − Y): one row per token, cheaper as a gather and a scatter than inside the scan.
+  dx = dx - table[targets] / num_tokens
+  d_table = d_table.at[targets].add(-x / num_tokens)
+  loss = jnp.mean(lse - _target_logits(x, table, targets))
+  return loss, (dx, d_table)
 
 
 def _backward(chunk, residuals, cotangent):
-  """Recompute each chunk's softmax from the saved logsumexp and accumulate dx (T, D) and d table (V, D)."""
-  x, table, targets, lse = residuals
-  vocab_size, d_model = table.shape
-  scale = cotangent / x.shape[0]
-  chunks = _table_chunks(table, chunk)
-
-  def step(dx, inputs):
-    index, rows = inputs
-    probs = jnp.exp(_chunk_logits(x, rows, index, vocab_size) - lse[:, None]) * scale
-    return dx + probs @ rows, probs.T @ x
-
-  dx, d_chunks = jax.lax.scan(step, jnp.zeros_like(x), (jnp.arange(chunks.shape[0]), chunks))
-  dx = dx - scale * table[targets]
-  d_table = d_chunks.reshape(-1, d_model)[:vocab_size].at[targets].add(-scale * x)
-  return dx, d_table, None
+  del chunk
+  dx, d_table = residuals
+  return cotangent * dx, cotangent * d_table, None
 
 
 _chunked_ce.defvjp(_forward, _backward)
