@@ -28,6 +28,7 @@ _LAUNCHER_SIZES = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
 
 
 def _env_int(environ: dict[str, str], name: str, default: int | None = None) -> int:
+  """The integer in environment variable `name` (`default` if unset); UsageError if it isn't one."""
   text = environ.get(name)
   if text is None and default is not None:
     return default
@@ -47,7 +48,7 @@ def initialize_from_environment(environ: dict[str, str] | None = None) -> bool:
   environ = os.environ if environ is None else environ
   num_processes = _env_int(environ, NUM_PROCESSES, default=1)
   if num_processes > 1:
-    process_id = _env_int(environ, PROCESS_ID)
+    process_id = _env_int(environ, PROCESS_ID, default=-1)
     if not environ.get(COORDINATOR) or not 0 <= process_id < num_processes:
       raise UsageError(
           f"{NUM_PROCESSES}={num_processes} needs {COORDINATOR}=host:port (process 0's address) and "
