@@ -1,0 +1,78 @@
+"""The pieces every benchmark shares: the real train step at a given size, a batch, and interleaved timing.
+
+Timings on a shared machine are noisy, so things that are compared are timed in turns within one process
+(`interleaved_medians`) and reported as medians.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from configs import default
+from tied_embed import optim, train_step as step_lib
+
+
+def cpu_threads() -> int:
+  """The cores this process may run on: what XLA:CPU sizes its thread pool by, and what PyTorch gets too."""
+  return len(os.sched_getaffinity(0))
+
+
+def bench_config(vocab_size: int, d_model: int, num_tokens: int, chunk_size: int) -> ml_collections.ConfigDict:
+  """configs/default.py (AdamW, clipping, warmup + cosine) at the benchmark's size."""
+  config = default.get_config()
+  config.model.vocab_size, config.model.d_model = vocab_size, d_model
+  config.train.batch_size = num_tokens
+  config.loss.chunk_size = chunk_size
+  return config
+
+
+def train_state(config: ml_collections.ConfigDict) -> tuple[nnx.GraphDef, nnx.State]:
+  """A fresh TrainState (tied table, optimizer moments, provenance totals), split for the jitted step."""
+  state = step_lib.TrainState(step_lib.build_model(config), optim.make_optimizer(config.train))
+  graphdef, arrays = nnx.split(state)
+  return graphdef, jax.block_until_ready(arrays)
+
+
+def random_batch(vocab_size: int, num_tokens: int, seed: int = 0) -> tuple[jax.Array, jax.Array]:
+  """Uniform (ids, next_ids), each (T,) int32 on the device; the step's cost doesn't depend on the values."""
+  rng = np.random.default_rng(seed)
+  ids, next_ids = rng.integers(0, vocab_size, (2, num_tokens), dtype=np.int32)
+  return jnp.asarray(ids), jnp.asarray(next_ids)
+
+
+class Stepper:
+  """The real jitted train step (`tied_embed.train_step.make_train_step`) with its own state, callable repeatedly."""
+
+  def __init__(self, config: ml_collections.ConfigDict, *, track_provenance: bool = True):
+    graphdef, self.state = train_state(config)
+    self.batch = random_batch(int(config.model.vocab_size), int(config.train.batch_size))
+    self._step = step_lib.make_train_step(
+        graphdef, int(config.loss.chunk_size), track_provenance=track_provenance
+    )
+
+  def __call__(self) -> jax.Array:
+    self.state, loss = self._step(self.state, *self.batch)
+    return jax.block_until_ready(loss)
+
+
+def interleaved_medians(fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, float]:
+  """Median seconds per call of each function, timed in turns (a, b, c, a, b, c, ...) after `warmup` calls each."""
+  for fn in fns.values():
+    for _ in range(warmup):
+      fn()
+  times: dict[str, list[float]] = {name: [] for name in fns}
+  for _ in range(rounds):
+    for name, fn in fns.items():
+      start = time.perf_counter()
+      fn()
+      times[name].append(time.perf_counter() - start)
+  return {name: statistics.median(values) for name, values in times.items()}
