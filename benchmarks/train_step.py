@@ -1,6 +1,6 @@
 """What gradient provenance costs per train step: the provenance step vs the plain one, and a log step's extra.
 
-  .venv/bin/python benchmarks/train_step.py [--vocab_size=1024 --d_model=32 --batch_size=1024 --steps=300]
+  python benchmarks/train_step.py [--vocab_size=1024 --d_model=32 --batch_size=1024 --steps=300]
 
 The provenance step differentiates the two uses of the table separately and adds their row norms to the (V,)
 totals; the plain step takes one gradient of the tied model. Diagnostics (split statistics and the direct
@@ -8,9 +8,12 @@ nnx.grad for split_error) run only at log steps, so their cost is divided by log
 """
 
 import os
+import pathlib
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # for `configs`, as when run from the root
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
