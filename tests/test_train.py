@@ -136,3 +136,19 @@ def test_bad_config_is_one_line_exit_2_and_writes_nothing(tmp_path, override, fi
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], result.stderr
   assert not workdir.exists()
+
+
+@pytest.mark.parametrize("chunk_size", [0, 4])
+def test_eval_scores_each_token_like_numpy(chunk_size):
+  from configs import smoke  # noqa: PLC0415
+
+  config = smoke.get_config()
+  graphdef, state = nnx.split(step_lib.TrainState(step_lib.build_model(config), optim.make_optimizer(config.train)))
+  ids = np.array([0, 3, 3, 7, 31, 2, 9], np.int32)  # 7 tokens: the last chunk of 4 is short
+  next_ids = np.array([1, 4, 4, 0, 5, 2, 30], np.int32)
+  table = np.asarray(state["model"]["embedding"][...], np.float64)
+  logits = table[ids] @ table.T
+  expected = np.log(np.exp(logits).sum(axis=1)) - logits[np.arange(len(ids)), next_ids]
+
+  got = step_lib.make_eval_losses(graphdef, chunk_size)(state, jnp.asarray(ids), jnp.asarray(next_ids))
+  np.testing.assert_allclose(got, expected, rtol=1e-5)

@@ -136,14 +136,20 @@ def make_diagnostics(graphdef: nnx.GraphDef, chunk_size: int) -> Callable[..., d
 
 
 def make_eval_losses(graphdef: nnx.GraphDef, chunk_size: int) -> Callable[..., jax.Array]:
-  """jit(state, ids (E,), next_ids (E,)) → per-token losses (E,) float32, for nnx.metrics.Average."""
+  """jit(state, ids (E,), next_ids (E,)) → per-token losses (E,) float32, for nnx.metrics.Average.
+
+  Tokens are scored `chunk_size` at a time (all at once if 0), so no more than (chunk_size, V) logits are live.
+  """
 
   def eval_losses(state: nnx.State, ids: jax.Array, next_ids: jax.Array) -> jax.Array:
     lookup_table, projection_table = io_tables(nnx.merge(graphdef, state).model)
 
-    def one(token: jax.Array, next_token: jax.Array) -> jax.Array:
-      return losses.bigram_loss(lookup_table, projection_table, token[None], next_token[None], chunk_size)
+    def one(pair: tuple[jax.Array, jax.Array]) -> jax.Array:
+      token, next_token = pair
+      return losses.bigram_loss(lookup_table, projection_table, token[None], next_token[None])
 
-    return jax.vmap(one)(ids, next_ids)
+    if chunk_size <= 0:
+      return jax.vmap(one)((ids, next_ids))
+    return jax.lax.map(one, (ids, next_ids), batch_size=chunk_size)
 
   return jax.jit(eval_losses)
