@@ -42,7 +42,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.keep_checkpoints = 3  # newest checkpoints kept in <workdir>/checkpoints
 
   config.loss = ml_collections.ConfigDict()
-  config.loss.chunk_size = 0  # 0 = full (B, V) logits; > 0 = never more than (B, chunk_size) at once
+  config.loss.chunk_size = 0  # 0 = full (B, V) logits; > 0 = tokens per chunk: at most (chunk_size, V) logits at once
 
   config.mesh = ml_collections.ConfigDict()
   config.mesh.data = 1  # devices the batch is split over; -1 = all the devices model doesn't use
