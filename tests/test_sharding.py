@@ -33,8 +33,9 @@ COUNTS = ("grad/rows_looked_up", "grad/rows_projection_only")
 
 
 def _env(**extra: str) -> dict[str, str]:
+  """This environment for a subprocess, minus any JAX_* settings (e.g. a JAX_NUM_PROCESSES of the caller's)."""
   env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
-  return env | {"TF_CPP_MIN_LOG_LEVEL": "3"} | extra
+  return env | {"TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"} | extra  # simulated devices are CPU ones
 
 
 def _leaves(state) -> dict[str, np.ndarray]:
