@@ -100,7 +100,8 @@ def global_batch(batch: tuple[np.ndarray, ...], sharding: NamedSharding) -> tupl
 
   With one process this is a plain device_put. With several, each keeps its `process_slice` (B / processes,)
   and `make_array_from_process_local_data` places it; that is this process's share because the mesh puts whole
-  `data` rows of devices on each process, in process order.
+  `data` rows of devices on each process, in process order. (Were a process's rows not contiguous, the batch
+  would be a permutation of the same pairs, and the step only takes means over it.)
   """
   if jax.process_count() == 1:
     return jax.device_put(batch, sharding)
