@@ -1,7 +1,7 @@
 """Next-token cross-entropy through the tied projection.
 
 The loss is written as a function of hidden vectors `x` and the projection table, so the (T, V) logits can be
-formed whole (`chunk_size=0`) or one vocabulary chunk at a time (`tied_embed.chunked_loss`).
+formed whole (`chunk_size=0`) or for a chunk of tokens at a time (`tied_embed.chunked_loss`).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ def cross_entropy(
 ) -> jax.Array:
   """Mean cross-entropy of `x @ table.T` against `targets`; (T, D), (V, D), (T,) → scalar.
 
-  `chunk_size=0` materialises the (T, V) logits; a positive value never holds more than (T, chunk_size).
+  `chunk_size=0` materialises the (T, V) logits; a positive value never holds more than (chunk_size, V).
   """
   if chunk_size <= 0:
     return full_cross_entropy(x, projection_table, targets)
-  from tied_embed.chunked_loss import chunked_cross_entropy  # noqa: PLC0415 (keeps the default path light)
+  from tied_embed.chunked_loss import chunked_cross_entropy  # noqa: PLC0415
 
   return chunked_cross_entropy(x, projection_table, targets, chunk_size)
 
