@@ -9,6 +9,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from tied_embed.chunked_loss import chunked_cross_entropy
+
 
 def full_cross_entropy(x: jax.Array, projection_table: jax.Array, targets: jax.Array) -> jax.Array:
   """Mean softmax cross-entropy with full logits: x (T, D), table (V, D), targets (T,) int → scalar."""
@@ -26,8 +28,6 @@ def cross_entropy(
   """
   if chunk_size <= 0:
     return full_cross_entropy(x, projection_table, targets)
-  from tied_embed.chunked_loss import chunked_cross_entropy  # noqa: PLC0415
-
   return chunked_cross_entropy(x, projection_table, targets, chunk_size)
 
 
