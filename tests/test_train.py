@@ -152,3 +152,13 @@ def test_eval_scores_each_token_like_numpy(chunk_size):
 
   got = step_lib.make_eval_losses(graphdef, chunk_size)(state, jnp.asarray(ids), jnp.asarray(next_ids))
   np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+def test_num_steps_below_the_latest_checkpoint_is_refused(smoke_run):
+  from tied_embed.errors import UsageError  # noqa: PLC0415
+  from tied_embed.trainer import train_and_evaluate  # noqa: PLC0415
+
+  config = smoke_run.config.copy_and_resolve_references()
+  config.train.num_steps = 30
+  with pytest.raises(UsageError, match=r"train.num_steps=30 .*at least 60"):
+    train_and_evaluate(config, smoke_run.workdir)

@@ -21,6 +21,7 @@ from flax import nnx
 
 from tied_embed import checkpoint, data as data_lib, distributed, mesh as mesh_lib, optim, train_step as step_lib
 from tied_embed.config_validation import validate_config
+from tied_embed.errors import UsageError
 from tied_embed.model import param_counts
 
 
@@ -113,6 +114,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
   graphdef, target = checkpoint.abstract_state(config, mesh)
   checkpointer = checkpoint.Checkpointer(workdir, int(train.keep_checkpoints))
   start = checkpointer.latest_step()
+  if start is not None and start > num_steps:
+    checkpointer.close()
+    raise UsageError.bad_value(
+        "train.num_steps", num_steps, f"at least {start}, the latest checkpoint in {checkpoint.checkpoint_dir(workdir)}"
+    )
   if start is None:
     start, state = 0, _initial_state(config, target)
   else:
