@@ -50,17 +50,20 @@ def chunked_cross_entropy(
 
 
 def _token_chunks(x: jax.Array, chunk: int) -> jax.Array:
-  """(T, D) → (ceil(T / C), C, D), the tail padded with zero rows.
+  """(T, D) → (n, C, D) with n = ceil(T / C): chunk i holds tokens i, i + n, i + 2n, ...
 
-  A zero row adds nothing to d table (its p row multiplies x = 0) and its logsumexp and dx are cut off.
+  Strided, not contiguous, so that a batch split over devices along T stays split along C inside every chunk:
+  each device then scans its own tokens, where contiguous chunks would be gathered onto every device. The tail
+  is padded with zero rows, which add nothing to d table (their p rows multiply x = 0) and are cut off again.
   """
   num_chunks = -(-x.shape[0] // chunk)
-  return jnp.pad(x, ((0, num_chunks * chunk - x.shape[0]), (0, 0))).reshape(num_chunks, chunk, x.shape[1])
+  padded = jnp.pad(x, ((0, num_chunks * chunk - x.shape[0]), (0, 0)))
+  return jnp.swapaxes(padded.reshape(chunk, num_chunks, x.shape[1]), 0, 1)
 
 
 def _unchunk(per_chunk: jax.Array, num_tokens: int) -> jax.Array:
-  """(n, C, ...) per-chunk results → (T, ...) without the padding."""
-  return per_chunk.reshape(-1, *per_chunk.shape[2:])[:num_tokens]
+  """(n, C, ...) per-chunk results → (T, ...) in token order, without the padding."""
+  return jnp.swapaxes(per_chunk, 0, 1).reshape(-1, *per_chunk.shape[2:])[:num_tokens]
 
 
 def _target_logits(x: jax.Array, table: jax.Array, targets: jax.Array) -> jax.Array:
