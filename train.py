@@ -49,12 +49,17 @@ def main(argv: list[str]) -> None:
   logging.get_absl_handler().addFilter(lambda record: "/orbax/" not in record.pathname)
   if len(argv) > 1:
     _usage_error(f"unexpected arguments {argv[1:]}: use --config and --workdir")
+  # Imported after the flags, so --help stays fast; the trainer (TensorFlow, CLU, Orbax) only once the config is
+  # known to be good, so a bad value is reported in well under a second.
+  from tied_embed.config_validation import validate_config  # noqa: PLC0415
   from tied_embed.distributed import initialize_from_environment  # noqa: PLC0415
-  from tied_embed.errors import UsageError  # noqa: PLC0415 (after flags, so --help stays fast)
-  from tied_embed.trainer import train_and_evaluate  # noqa: PLC0415
+  from tied_embed.errors import UsageError  # noqa: PLC0415
 
   try:
     initialize_from_environment()  # several processes (hosts) only; before anything touches a device
+    validate_config(FLAGS.config)
+    from tied_embed.trainer import train_and_evaluate  # noqa: PLC0415
+
     train_and_evaluate(FLAGS.config, FLAGS.workdir)
   except UsageError as error:
     _usage_error(str(error))

@@ -7,7 +7,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from tied_embed import data, sources
+from tied_embed import data, data_config, sources
 from tied_embed.errors import UsageError
 
 # A 3-token table small enough to push through softmax by hand.
@@ -192,13 +192,13 @@ def test_bad_data_config_names_the_field_and_value(model_change, data_change, fi
   config = make_config(**data_change)
   config.model.update(model_change)
   with pytest.raises(UsageError) as error:
-    data.validate_data_config(config)
+    data_config.validate_data_config(config)
   assert str(error.value).startswith(field) and "\n" not in str(error.value)
 
 
 def test_text_path_that_is_a_directory_or_tiny_is_rejected(tmp_path):
   with pytest.raises(UsageError, match="data.text_path"):
-    data.validate_data_config(make_config(source="text", text_path=str(tmp_path)))
+    data_config.validate_data_config(make_config(source="text", text_path=str(tmp_path)))
   (tmp_path / "tiny.txt").write_text("hi")
   with pytest.raises(UsageError, match="at least"):
-    data.validate_data_config(make_config(source="text", text_path=str(tmp_path / "tiny.txt")))
+    data_config.validate_data_config(make_config(source="text", text_path=str(tmp_path / "tiny.txt")))

@@ -20,6 +20,7 @@ import pytest
 from conftest import ROOT
 
 from tied_embed import checkpoint, distributed
+from tied_embed import mesh as mesh_lib
 from tied_embed.config_validation import validate_config
 from tied_embed.errors import UsageError
 from tied_embed.events import read_scalars
@@ -194,12 +195,12 @@ def test_mesh_errors_say_which_size_conflicts_with_what(data, model, field, reas
 
 
 def test_several_processes_need_whole_data_rows_each():
-  distributed.check_mesh_fits_processes(4, 2, num_devices=8, num_processes=2)
-  distributed.check_mesh_fits_processes(1, 8, num_devices=8, num_processes=1)
+  mesh_lib.check_mesh_fits_processes(4, 2, num_devices=8, num_processes=2)
+  mesh_lib.check_mesh_fits_processes(1, 8, num_devices=8, num_processes=1)
   with pytest.raises(UsageError, match=r"mesh='1x8' .* a multiple of the 2 processes"):
-    distributed.check_mesh_fits_processes(1, 8, num_devices=8, num_processes=2)
+    mesh_lib.check_mesh_fits_processes(1, 8, num_devices=8, num_processes=2)
   with pytest.raises(UsageError, match=r"mesh='2x2' .* all 8 devices"):
-    distributed.check_mesh_fits_processes(2, 2, num_devices=8, num_processes=2)
+    mesh_lib.check_mesh_fits_processes(2, 2, num_devices=8, num_processes=2)
 
 
 def test_one_process_environment_starts_no_coordinator():

@@ -7,7 +7,7 @@ import math
 import jax
 import ml_collections
 
-from tied_embed import data, distributed, mesh
+from tied_embed import data_config, mesh
 from tied_embed.errors import UsageError
 from tied_embed.optim import OPTIMIZERS
 
@@ -50,7 +50,7 @@ def validate_config(config: ml_collections.ConfigDict, num_devices: int | None =
   for field in ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints"):
     _require(config, f"train.{field}", positive, "an integer > 0")
   _require(config, "loss.chunk_size", lambda v: _is_int(v) and v >= 0, "an integer >= 0 (0 = full logits)")
-  data.validate_data_config(config)
+  data_config.validate_data_config(config)
   num_devices = jax.device_count() if num_devices is None else num_devices
   data_size, model_size = mesh.mesh_shape(config.mesh, num_devices)
   vocab_size, batch_size = config.model.vocab_size, config.train.batch_size
@@ -62,4 +62,4 @@ def validate_config(config: ml_collections.ConfigDict, num_devices: int | None =
     raise UsageError.bad_value(
         "mesh.data", data_size, f"a divisor of train.batch_size={batch_size} (the batch is split along data)"
     )
-  distributed.check_mesh_fits_processes(data_size, model_size, num_devices, jax.process_count())
+  mesh.check_mesh_fits_processes(data_size, model_size, num_devices, jax.process_count())

@@ -42,6 +42,21 @@ def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tupl
   return sizes["data"], sizes["model"]
 
 
+def check_mesh_fits_processes(data_size: int, model_size: int, num_devices: int, num_processes: int) -> None:
+  """Raises UsageError unless a (data, model) mesh can be laid over `num_processes` hosts as `global_batch` needs.
+
+  Each host must hold whole `data` rows of the mesh: its own share of the batch and every vocabulary shard, so
+  the vocabulary-parallel collectives stay inside a host and only the gradient sum crosses hosts.
+  """
+  if num_processes == 1:
+    return
+  if data_size * model_size != num_devices or data_size % num_processes:
+    raise UsageError.bad_value(
+        "mesh", f"{data_size}x{model_size}",
+        f"all {num_devices} devices, with mesh.data a multiple of the {num_processes} processes",
+    )
+
+
 def make_mesh(mesh_config: ml_collections.ConfigDict, devices: Sequence[jax.Device] | None = None) -> Mesh:
   """A Mesh over the first data*model devices, axes ('data', 'model')."""
   devices = list(jax.devices() if devices is None else devices)

@@ -19,7 +19,10 @@ from absl import logging
 from clu import metric_writers, periodic_actions
 from flax import nnx
 
-from tied_embed import checkpoint, data as data_lib, distributed, mesh as mesh_lib, optim, train_step as step_lib
+from tied_embed import checkpoint, multihost_data, optim
+from tied_embed import data as data_lib
+from tied_embed import mesh as mesh_lib
+from tied_embed import train_step as step_lib
 from tied_embed.config_validation import validate_config
 from tied_embed.errors import UsageError
 from tied_embed.model import param_counts
@@ -109,7 +112,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
   validate_config(config)
   workdir = pathlib.Path(workdir)
   train, num_steps = config.train, int(config.train.num_steps)
-  data = distributed.load_bigram_data(config, workdir)
+  data = multihost_data.load_bigram_data(config, workdir)
   mesh = mesh_lib.make_mesh(config.mesh)
   graphdef, target = checkpoint.abstract_state(config, mesh)
   checkpointer = checkpoint.Checkpointer(workdir, int(train.keep_checkpoints))
@@ -155,7 +158,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
   eval_loss, saved_step, started = None, start, time.perf_counter()
   for step in range(start, num_steps):
     pairs = data_lib.train_batch(data, int(config.seed), step, int(train.batch_size))  # the same on every process
-    batch = distributed.global_batch(pairs, batch_sharding)
+    batch = multihost_data.global_batch(pairs, batch_sharding)
     done = step + 1
     log_now = _on_schedule(done, int(train.log_every), num_steps)
     # Diagnostics read the parameters the step is about to update, before the step donates them.
