@@ -1,21 +1,32 @@
-"""Orbax checkpoints of a training run: WORKDIR/checkpoints/<step>/ with the train state and the config (JSON).
+"""Orbax checkpoints of a training run: WORKDIR/checkpoints/<step>/ with the train state, the config (JSON) and
+the run's progress (JSON: the train-loss window since the last log step).
 
 The train state is saved as the pure dict of `TrainState`'s nnx.State: the model's tables, the optimizer state
 (with its step) and the provenance totals. Restoring needs nothing but the workdir: the saved config rebuilds
 the state's structure, and the arrays are read straight into the shardings asked for, so a checkpoint
 written on one mesh restores on another.
+
+Orbax writes each checkpoint into `<step>.orbax-checkpoint-tmp` and renames it when complete, so a run killed
+mid-save leaves only a temporary directory, which is never listed as a step and is deleted when the next run
+opens the directory. A finalized checkpoint that cannot be read back (a file truncated or deleted) is moved
+to WORKDIR/damaged_checkpoints/ when a run resumes past it, so it neither blocks a later save of that step nor
+is taken for a good one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import pathlib
+import shutil
 
 import jax
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
+from absl import logging
 from flax import nnx
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
 from tied_embed import mesh as mesh_lib
@@ -23,16 +34,36 @@ from tied_embed import optim
 from tied_embed.errors import UsageError
 from tied_embed.train_step import Model, TrainState, build_model
 
+ITEMS = ("state", "config", "progress")
+
+
+class WriteFailed(SystemExit):
+  """Writing a checkpoint failed (disk full, directory removed, ...): one line `error: ...` and exit status 1."""
+
+  def __init__(self, directory: pathlib.Path, step: int | None, error: BaseException):
+    super().__init__(f"error: writing checkpoint {step} in {directory} failed: {_first_line(error)}")
+
+
+def _first_line(error: BaseException, limit: int = 300) -> str:
+  text = f"{type(error).__name__}: {error}".strip().splitlines()[0]
+  return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 def checkpoint_dir(workdir: str | pathlib.Path) -> pathlib.Path:
   return pathlib.Path(workdir).absolute() / "checkpoints"
 
 
+def damaged_dir(workdir: str | pathlib.Path) -> pathlib.Path:
+  """Where checkpoints that could not be read back are moved: WORKDIR/damaged_checkpoints/<step>[-n]."""
+  return pathlib.Path(workdir).absolute() / "damaged_checkpoints"
+
+
 def _manager(workdir: str | pathlib.Path, keep: int | None = None, *, read_only: bool = True) -> ocp.CheckpointManager:
   options = ocp.CheckpointManagerOptions(
-      max_to_keep=keep, create=not read_only, read_only=read_only, enable_async_checkpointing=not read_only
+      max_to_keep=keep, create=not read_only, read_only=read_only, enable_async_checkpointing=not read_only,
+      cleanup_tmp_directories=not read_only,  # leftovers of a save that was killed before it was finalized
   )
-  return ocp.CheckpointManager(checkpoint_dir(workdir), options=options, item_names=("state", "config"))
+  return ocp.CheckpointManager(checkpoint_dir(workdir), options=options, item_names=ITEMS)
 
 
 def available_steps(workdir: str | pathlib.Path) -> list[int]:
@@ -61,32 +92,102 @@ def _read_state(manager: ocp.CheckpointManager, step: int, target: nnx.State) ->
   return state
 
 
+def _read_progress(manager: ocp.CheckpointManager, step: int) -> dict:
+  return dict(manager.restore(step, args=ocp.args.Composite(progress=ocp.args.JsonRestore())).progress)
+
+
 class Checkpointer:
-  """Saves a run's checkpoints (asynchronously) and restores them into a given state layout."""
+  """Saves a run's checkpoints (asynchronously) and restores them into a given state layout.
+
+  A failure to write surfaces (from the background writer) at the next save or at `close`, as WriteFailed.
+  """
 
   def __init__(self, workdir: str | pathlib.Path, keep: int):
-    self._manager = _manager(workdir, keep, read_only=False)
+    self._workdir = pathlib.Path(workdir)
+    self._writing: int | None = None
+    with self._errors_as_write_failed():
+      self._manager = _manager(workdir, keep, read_only=False)
 
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
 
-  def save(self, step: int, state: nnx.State, config: ml_collections.ConfigDict) -> None:
-    """Starts writing checkpoint `step`; the arrays are copied off the device before this returns."""
-    self._manager.save(
-        step,
-        args=ocp.args.Composite(
-            state=ocp.args.StandardSave(nnx.to_pure_dict(state)), config=ocp.args.JsonSave(config.to_dict())
-        ),
-    )
+  def save(
+      self, step: int, state: nnx.State, config: ml_collections.ConfigDict, progress: dict | None = None
+  ) -> None:
+    """Starts writing checkpoint `step`; the arrays are copied off the device before this returns.
+
+    `progress` is what the run needs beyond the state to continue exactly (JSON: numbers, strings).
+    """
+    with self._errors_as_write_failed():
+      self._writing = step
+      self._manager.save(
+          step,
+          args=ocp.args.Composite(
+              state=ocp.args.StandardSave(nnx.to_pure_dict(state)),
+              config=ocp.args.JsonSave(config.to_dict()),
+              progress=ocp.args.JsonSave(progress or {}),
+          ),
+      )
 
   def restore(self, step: int, target: nnx.State) -> nnx.State:
     """Checkpoint `step` read into the layout of `target` (abstract arrays with shardings)."""
     return _read_state(self._manager, step, target)
 
+  def restore_newest_intact(self, target: nnx.State) -> tuple[int, nnx.State, dict] | None:
+    """(step, state, progress) of the newest checkpoint that reads back whole; None if there are none.
+
+    Newer checkpoints that fail to read are moved to damaged_dir(workdir) with a warning naming their step.
+    If none reads back, nothing is moved and UsageError says so: the run must not start again from step 0 over
+    them.
+    """
+    damaged = []
+    for step in sorted(self._manager.all_steps(), reverse=True):
+      try:
+        state, progress = _read_state(self._manager, step, target), _read_progress(self._manager, step)
+      except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
+        damaged.append((step, error))
+        continue
+      for bad_step, error in damaged:
+        self._move_aside(bad_step, error, step)
+      return step, state, progress
+    if damaged:
+      listed = "; ".join(f"step {step}: {_first_line(error, 120)}" for step, error in damaged)
+      raise UsageError(
+          f"no checkpoint in {checkpoint_dir(self._workdir)} reads back ({listed}); not starting again from "
+          f"step 0 over them: move them away or use another --workdir"
+      )
+    return None
+
+  def _move_aside(self, step: int, error: Exception, resume_step: int) -> None:
+    """Moves damaged checkpoint `step` out of the manager's directory, so a later save of `step` can't collide."""
+    source = checkpoint_dir(self._workdir) / str(step)
+    destination, n = damaged_dir(self._workdir) / str(step), 1
+    while destination.exists():
+      n += 1
+      destination = damaged_dir(self._workdir) / f"{step}-{n}"
+    if jax.process_index() == 0:
+      destination.parent.mkdir(parents=True, exist_ok=True)
+      shutil.move(source, destination)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices(f"tied_embed: damaged checkpoint {step} moved")
+    self._manager.reload()
+    logging.warning(
+        "Checkpoint %d is damaged (%s): moved it to %s; resuming from step %d.",
+        step, _first_line(error), destination, resume_step,
+    )
+
   def close(self) -> None:
     """Waits for any save still being written, then releases the manager."""
-    self._manager.wait_until_finished()
-    self._manager.close()
+    with self._errors_as_write_failed():
+      self._manager.wait_until_finished()
+      self._manager.close()
+
+  @contextlib.contextmanager
+  def _errors_as_write_failed(self):
+    try:
+      yield
+    except Exception as error:  # noqa: BLE001 (Orbax and TensorStore report write failures in many types)
+      raise WriteFailed(checkpoint_dir(self._workdir), self._writing, error) from error
 
 
 @dataclasses.dataclass
@@ -121,6 +222,16 @@ def saved_config(workdir: str | pathlib.Path, step: int | None = None) -> ml_col
   step = _resolve_step(workdir, step)
   with _manager(workdir) as manager:
     return _read_config(manager, step)
+
+
+def newest_saved_config(workdir: str | pathlib.Path) -> ml_collections.ConfigDict | None:
+  """The config of the newest checkpoint whose config reads back; None if there is none."""
+  for step in reversed(available_steps(workdir)):
+    try:
+      return saved_config(workdir, step)
+    except Exception:  # noqa: BLE001, S112 (a damaged one: restore_newest_intact deals with it)
+      continue
+  return None
 
 
 def restore(workdir: str | pathlib.Path, step: int | None = None, mesh: Mesh | None = None) -> Restored:

@@ -19,10 +19,11 @@ from absl import logging
 from clu import metric_writers, periodic_actions
 from flax import nnx
 
-from tied_embed import checkpoint, multihost_data, optim
+from tied_embed import checkpoint, guard, multihost_data, optim, preemption
 from tied_embed import data as data_lib
 from tied_embed import mesh as mesh_lib
 from tied_embed import train_step as step_lib
+from tied_embed import workdir as workdir_lib
 from tied_embed.config_validation import validate_config
 from tied_embed.errors import UsageError
 from tied_embed.model import param_counts
@@ -104,29 +105,45 @@ def _write_log_step(writer, step: int, train_loss: float, learning_rate: float, 
   )
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> RunSummary:
-  """Trains `config` in `workdir` (resuming from its latest checkpoint) and returns where it ended.
+def _resume(
+    config: ml_collections.ConfigDict, target: nnx.State, checkpointer: checkpoint.Checkpointer
+) -> tuple[int, nnx.State, guard.Tally]:
+  """The step, train state and tally to start from: the newest intact checkpoint's, or fresh ones at step 0."""
+  restored = checkpointer.restore_newest_intact(target)
+  if restored is None:
+    return 0, _initial_state(config, target), guard.new_tally(0)
+  start, state, progress = restored
+  if start > int(config.train.num_steps):
+    checkpointer.close()
+    raise UsageError.bad_value("train.num_steps", config.train.num_steps, f"at least {start}, the latest checkpoint")
+  logging.info("Resuming from the checkpoint at step %d.", start)
+  return start, state, guard.new_tally(start, progress["train_loss_sum"], progress["train_loss_count"])
 
-  Raises UsageError, before touching the workdir, if the config is invalid.
+
+def _progress(tally: guard.Tally) -> dict[str, float | int]:
+  """What a checkpoint keeps of the tally: the train-loss window, exactly (a float32 is exact as a JSON float)."""
+  return {"train_loss_sum": float(tally["loss_sum"]), "train_loss_count": int(tally["loss_count"])}
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> RunSummary:
+  """Trains `config` in `workdir` (resuming from its newest intact checkpoint) and returns where it ended.
+
+  Raises, before loading data or compiling anything, UsageError if the config is invalid (nothing written), if
+  the workdir cannot be written, if its checkpoints were made by a different run (workdir.RESUMABLE_CHANGES)
+  or if none of them reads back. Stops with preemption.Preempted after saving on SIGTERM/SIGINT, with
+  guard.NonFinite at a non-finite loss or gradient (saving nothing after it), with checkpoint.WriteFailed.
   """
   validate_config(config)
-  workdir = pathlib.Path(workdir)
+  workdir = workdir_lib.ensure_writable(workdir)
+  saved_config = checkpoint.newest_saved_config(workdir)
+  if saved_config is not None:
+    workdir_lib.check_compatible(saved_config, config, str(checkpoint.checkpoint_dir(workdir)))
   train, num_steps = config.train, int(config.train.num_steps)
-  data = multihost_data.load_bigram_data(config, workdir)
   mesh = mesh_lib.make_mesh(config.mesh)
   graphdef, target = checkpoint.abstract_state(config, mesh)
   checkpointer = checkpoint.Checkpointer(workdir, int(train.keep_checkpoints))
-  start = checkpointer.latest_step()
-  if start is not None and start > num_steps:
-    checkpointer.close()
-    raise UsageError.bad_value(
-        "train.num_steps", num_steps, f"at least {start}, the latest checkpoint in {checkpoint.checkpoint_dir(workdir)}"
-    )
-  if start is None:
-    start, state = 0, _initial_state(config, target)
-  else:
-    logging.info("Resuming from the checkpoint at step %d.", start)
-    state = checkpointer.restore(start, target)
+  start, state, tally = _resume(config, target, checkpointer)
+  data = multihost_data.load_bigram_data(config, workdir)
 
   writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
   if start == 0:
@@ -137,7 +154,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
 
   chunk_size = int(config.loss.chunk_size)
   shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
-  train_step = step_lib.make_train_step(graphdef, chunk_size, shardings)
+  train_step = guard.guarded_step(step_lib.make_train_step(graphdef, chunk_size, shardings), shardings)
   diagnostics = step_lib.make_diagnostics(graphdef, chunk_size)
   evaluate = _Evaluator(graphdef, data, config, mesh)
   schedule = optim.learning_rate_schedule(train)
@@ -145,7 +162,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
   report_progress = periodic_actions.ReportProgress(
       num_train_steps=num_steps, writer=writer, every_steps=int(train.log_every)
   )
-  train_loss = nnx.metrics.Average("loss")
 
   def write_eval(step: int) -> float:
     with report_progress.timed("eval"):
@@ -156,31 +172,47 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
     return loss
 
   eval_loss, saved_step, started = None, start, time.perf_counter()
-  for step in range(start, num_steps):
-    pairs = data_lib.train_batch(data, int(config.seed), step, int(train.batch_size))  # the same on every process
-    batch = multihost_data.global_batch(pairs, batch_sharding)
-    done = step + 1
-    log_now = _on_schedule(done, int(train.log_every), num_steps)
-    # Diagnostics read the parameters the step is about to update, before the step donates them.
-    stats = diagnostics(state, *batch) if log_now else None
-    state, loss = train_step(state, *batch)
-    train_loss.update(loss=loss)
-    report_progress(done)
-    if log_now:
-      _write_log_step(writer, done, float(train_loss.compute()), float(schedule(step)), stats, state)
-      train_loss.reset()
-    if _on_schedule(done, int(train.eval_every), num_steps):
-      eval_loss = write_eval(done)
-    if _on_schedule(done, int(train.checkpoint_every), num_steps):
-      checkpointer.save(done, state, config)
-      saved_step = done
-  if eval_loss is None:
-    eval_loss = write_eval(num_steps)
-  if saved_step != num_steps or checkpointer.latest_step() is None:
-    checkpointer.save(num_steps, state, config)
-  train_seconds = time.perf_counter() - started
-  writer.flush()
-  checkpointer.close()
+  with preemption.StopSignals() as signals:
+    try:
+      for step in range(start, num_steps):
+        pairs = data_lib.train_batch(data, int(config.seed), step, int(train.batch_size))  # same on every process
+        batch = multihost_data.global_batch(pairs, batch_sharding)
+        done = step + 1
+        log_now, eval_now, save_now = (_on_schedule(done, int(train[f"{what}_every"]), num_steps)
+                                       for what in ("log", "eval", "checkpoint"))
+        # Diagnostics read the parameters the step is about to update, before the step donates them.
+        stats = diagnostics(state, *batch) if log_now else None
+        state, tally = train_step(state, tally, *batch)
+        report_progress(done)
+        stop = signals.received is not None and done < num_steps  # at the last step, finish normally
+        if log_now or eval_now or save_now or stop:
+          guard.check(tally, saved_step)  # a host sync, but only where the loop syncs anyway
+        if log_now:
+          train_loss, tally = guard.train_loss(tally)
+          _write_log_step(writer, done, train_loss, float(schedule(step)), stats, state)
+        if eval_now:
+          eval_loss = write_eval(done)
+        if save_now or stop:
+          checkpointer.save(done, state, config, _progress(tally))
+          saved_step = done
+        if stop:
+          writer.flush()
+          checkpointer.close()
+          logging.warning("Stopped at step %d after saving its checkpoint: rerun the same command to resume.", done)
+          raise preemption.Preempted(signals.received, done)
+      if eval_loss is None:
+        guard.check(tally, saved_step)
+        eval_loss = write_eval(num_steps)
+      if saved_step != num_steps or checkpointer.latest_step() is None:
+        guard.check(tally, saved_step)
+        checkpointer.save(num_steps, state, config, _progress(tally))
+    except guard.NonFinite:
+      writer.flush()
+      checkpointer.close()  # the saves before the bad step finish writing
+      raise
+    train_seconds = time.perf_counter() - started
+    writer.flush()
+    checkpointer.close()
   gap = eval_loss - data.loss_floor
   summary = RunSummary(
       step=num_steps,

@@ -1,0 +1,59 @@
+"""SIGTERM/SIGINT as a request to stop at the next step boundary, and the exit status a preempted run ends with.
+
+A scheduler's SIGTERM (or a Ctrl-C) must not kill a run mid-step: the handler only records the signal, the
+training loop sees it after the step in flight, saves a checkpoint at that step, flushes its logs and raises
+`Preempted`. A second signal while the first is being honoured gets the signal's default action at once (a
+checkpoint being written then is left unfinalized, which a restart ignores).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import types
+
+from absl import logging
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Preempted(SystemExit):
+  """The run stopped early on a signal, after saving step `step`: exit status 128 + signal (143 TERM, 130 INT).
+
+  A SystemExit, so the command line ends with that status and no traceback; the shell convention tells a
+  supervisor the run did not finish (rerun the same command to resume), unlike 0.
+  """
+
+  def __init__(self, signum: int, step: int):
+    super().__init__(128 + signum)
+    self.signum, self.step = signum, step
+
+
+class StopSignals:
+  """Context manager: while inside, SIGTERM and SIGINT set `received` instead of ending the process.
+
+  Outside the main thread (where Python cannot install handlers) it does nothing and `received` stays None.
+  """
+
+  def __init__(self):
+    self.received: int | None = None
+    self._previous: dict[int, object] = {}
+
+  def __enter__(self) -> StopSignals:
+    if threading.current_thread() is threading.main_thread():
+      self._previous = {signum: signal.signal(signum, self._handle) for signum in SIGNALS}
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)
+    self._previous = {}
+
+  def _handle(self, signum: int, frame: types.FrameType | None) -> None:
+    if self.received is not None:  # asked twice: stop now
+      signal.signal(signum, signal.SIG_DFL)
+      signal.raise_signal(signum)
+      return
+    self.received = signum
+    logging.warning("Received %s: saving a checkpoint after the current step, then stopping.",
+                    signal.Signals(signum).name)

@@ -1,0 +1,66 @@
+"""Checks on the workdir before a run does any work in it: that it can be written, and that it is this run's.
+
+A workdir belongs to one run. Its checkpoints may be resumed by a config that differs only in how the run is
+carried out or watched (`RESUMABLE_CHANGES`); any other difference (V, D, tied/untied, the data, the seed, the
+optimizer and its hyperparameters) would mix two runs in one directory, so it is refused instead.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import tempfile
+from typing import Any
+
+import ml_collections
+
+from tied_embed.errors import UsageError
+
+# Config fields that may change between the checkpoint and the resuming run: lengths, intervals, evaluation and
+# loss chunking, the device mesh (checkpoints restore onto any mesh) and where the dataset is cached.
+RESUMABLE_CHANGES = (
+    "train.num_steps", "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
+    "train.eval_batch_size", "loss.chunk_size", "mesh.data", "mesh.model", "data.data_dir",
+)
+
+
+def ensure_writable(workdir: str | pathlib.Path) -> pathlib.Path:
+  """Creates `workdir` if needed and checks a file can be written in it; UsageError (one line) if not."""
+  path = pathlib.Path(workdir)
+  try:
+    path.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
+      pass
+  except OSError as error:
+    reason = error.strerror or type(error).__name__
+    raise UsageError(f"--workdir={str(workdir)!r} cannot be written: {reason} ({error.filename or path})") from None
+  return path
+
+
+def _flatten(config: ml_collections.ConfigDict | dict, prefix: str = "") -> dict[str, Any]:
+  flat = {}
+  for key, value in config.items():
+    if isinstance(value, ml_collections.ConfigDict | dict):
+      flat.update(_flatten(value, f"{prefix}{key}."))
+    else:
+      flat[f"{prefix}{key}"] = value
+  return flat
+
+
+def config_differences(saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> list[str]:
+  """The fields outside RESUMABLE_CHANGES where `config` differs from `saved`, as 'path: saved → new'."""
+  old, new = _flatten(saved), _flatten(config)
+  return [
+      f"{path}: {old.get(path, '<absent>')!r} in the checkpoints, {new.get(path, '<absent>')!r} now"
+      for path in sorted(set(old) | set(new))
+      if path not in RESUMABLE_CHANGES and old.get(path, "<absent>") != new.get(path, "<absent>")
+  ]
+
+
+def check_compatible(saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict, where: str) -> None:
+  """UsageError listing every differing field if `config` cannot resume the checkpoints in `where`."""
+  differences = config_differences(saved, config)
+  if differences:
+    raise UsageError(
+        f"{where} holds checkpoints of a different run ({'; '.join(differences)}); "
+        f"use another --workdir, or the config those checkpoints were made with"
+    )
