@@ -14,7 +14,6 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
 from tied_embed.losses import cross_entropy  # noqa: E402

@@ -47,33 +47,44 @@ def _fmt(value, spec: str = ".1f") -> str:
   return "skipped" if value is None else format(value, spec)
 
 
+def _print_train_step(r: dict) -> None:
+  print(f"\ntrain step, V={r['V']} D={r['D']} T={r['T']} (medians of {r['rounds']} interleaved rounds)")
+  print(f"  JAX step (full logits)  {r['step_ms']:8.1f} ms  {r['tokens_per_s']:9.0f} tokens/s")
+  chunked = f"JAX step (chunk {r['chunk_size']})"
+  print(f"  {chunked:<23} {r['chunked_step_ms']:8.1f} ms  {r['chunked_tokens_per_s']:9.0f} tokens/s")
+  print(f"  JAX step, no provenance {r['plain_step_ms']:8.1f} ms")
+  torch_rate = _fmt(r["torch_tokens_per_s"], ".0f")
+  print(f"  PyTorch step            {_fmt(r['torch_step_ms']):>8} ms  {torch_rate:>9} tokens/s")
+  print(f"  one (T,D)x(D,V) matmul  {r['matmul_ms']:8.1f} ms (PyTorch: {_fmt(r['torch_matmul_ms'])} ms)")
+  print(f"  roofline fraction (3 matmuls / step)  {r['roofline_fraction']:.2f}")
+  print(f"  JAX / PyTorch tokens/s  {_fmt(r['speedup_vs_torch'], '.2f')}x   (target >= 1.3x)")
+
+
+def _print_memory(r: dict) -> None:
+  print(f"\nmemory, V={r['V']} D={r['D']} T={r['T']}, one process each (peak RSS)")
+  rows = [("baseline (params + optimizer)", r["baseline_mib"], None),
+          ("full logits step", r["full_peak_mib"], r["full_step_ms"]),
+          (f"chunked step (chunk {r['chunk_size']})", r["chunked_peak_mib"], r["chunked_step_ms"])]
+  for label, mib, ms in rows:
+    print(f"  {label:<30} {mib:8.0f} MiB" + ("" if ms is None else f"  {ms:8.0f} ms"))
+  print(f"  chunked / full, above baseline {r['chunked_over_full_extra']:.3f}   (target <= 0.125)")
+  print(f"  chunked / full, step time      {r['chunked_over_full_time']:.2f}    (target <= 1.1)")
+
+
+def _print_entrypoint(r: dict) -> None:
+  print("\nentrypoint, warm calls")
+  for row in r["warm"]:
+    print(f"  V={row['V']:>6} D={row['D']:>4} T={row['T']:>4}: {row['entrypoint_ms']:.3f} ms, bare compiled "
+          f"{row['bare_ms']:.3f} ms (x{row['overhead_ratio']:.2f}), literal eager {row['literal_eager_ms']:.3f} ms")
+
+
 def print_table(results: dict) -> None:
   info = results["machine"]
   print(f"\n{info['cpu']}, {info['threads']} threads, jax {info['jax']}, torch {info['torch'] or 'not installed'}")
-  if "train_step" in results:
-    r = results["train_step"]
-    print(f"\ntrain step, V={r['V']} D={r['D']} T={r['T']} (medians of {r['rounds']} interleaved rounds)")
-    print(f"  JAX step (full logits)  {r['step_ms']:8.1f} ms  {r['tokens_per_s']:9.0f} tokens/s")
-    print(f"  JAX step (chunk {r['chunk_size']:>4})   {r['chunked_step_ms']:8.1f} ms  "
-          f"{r['chunked_tokens_per_s']:9.0f} tokens/s")
-    print(f"  JAX step, no provenance {r['plain_step_ms']:8.1f} ms")
-    print(f"  PyTorch step            {_fmt(r['torch_step_ms']):>8} ms  {_fmt(r['torch_tokens_per_s'], '.0f'):>9} tokens/s")
-    print(f"  one (T,D)x(D,V) matmul  {r['matmul_ms']:8.1f} ms (PyTorch: {_fmt(r['torch_matmul_ms'])} ms)")
-    print(f"  roofline fraction (3 matmuls / step)  {r['roofline_fraction']:.2f}")
-    print(f"  JAX / PyTorch tokens/s  {_fmt(r['speedup_vs_torch'], '.2f')}x   (target >= 1.3x)")
-  if "memory" in results:
-    r = results["memory"]
-    print(f"\nmemory, V={r['V']} D={r['D']} T={r['T']}, one process each (peak RSS)")
-    print(f"  baseline (params + optimizer)  {r['baseline_mib']:8.0f} MiB")
-    print(f"  full logits step               {r['full_peak_mib']:8.0f} MiB  {r['full_step_ms']:8.0f} ms")
-    print(f"  chunked step (chunk {r['chunk_size']})      {r['chunked_peak_mib']:8.0f} MiB  {r['chunked_step_ms']:8.0f} ms")
-    print(f"  chunked / full, above baseline {r['chunked_over_full_extra']:.3f}   (target <= 0.125)")
-    print(f"  chunked / full, step time      {r['chunked_over_full_time']:.2f}    (target <= 1.1)")
-  if "entrypoint" in results:
-    print("\nentrypoint, warm calls")
-    for row in results["entrypoint"]["warm"]:
-      print(f"  V={row['V']:>6} D={row['D']:>4} T={row['T']:>4}: {row['entrypoint_ms']:.3f} ms, bare compiled "
-            f"{row['bare_ms']:.3f} ms (x{row['overhead_ratio']:.2f}), literal eager {row['literal_eager_ms']:.3f} ms")
+  printers = {"train_step": _print_train_step, "memory": _print_memory, "entrypoint": _print_entrypoint}
+  for name, printer in printers.items():
+    if name in results:
+      printer(results[name])
 
 
 def main() -> None:
