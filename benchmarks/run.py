@@ -44,7 +44,7 @@ def machine() -> dict:
 
 
 def _fmt(value, spec: str = ".1f") -> str:
-  return "skipped" if value is None else format(value, spec)
+  return "n/a" if value is None else format(value, spec)
 
 
 def _print_train_step(r: dict) -> None:

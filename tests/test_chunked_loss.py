@@ -85,6 +85,15 @@ def test_jitted_and_undifferentiated_calls_match_the_full_loss():
   _assert_close(jitted_grad(table), jax.grad(lambda e: full_cross_entropy(x, e, targets))(table))
 
 
+def test_per_token_losses_under_vmap_match_the_full_loss():
+  x, table, targets = _problem(5, 13, 4, seed=4)  # evaluation vmaps the loss over single tokens
+
+  def per_token(loss_fn):
+    return jax.vmap(lambda xt, yt: loss_fn(xt[None], table, yt[None]))(x, targets)
+
+  _assert_close(per_token(lambda a, e, y: chunked_cross_entropy(a, e, y, 4)), per_token(full_cross_entropy))
+
+
 def test_provenance_split_is_the_same_with_chunked_and_full_loss():
   vocab_size = 29
   _, table, _ = _problem(1, vocab_size, 6, seed=3)

@@ -46,6 +46,7 @@ def chunked_cross_entropy(
   """
   if not isinstance(chunk_size, int) or chunk_size <= 0:
     raise UsageError.bad_value("loss.chunk_size", chunk_size, "a positive int (0 selects the full loss)")
+  x, projection_table, targets = jnp.asarray(x), jnp.asarray(projection_table), jnp.asarray(targets)
   return _chunked_ce(x, projection_table, targets, min(chunk_size, x.shape[0]))
 
 
