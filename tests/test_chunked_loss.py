@@ -44,7 +44,7 @@ def _assert_close(actual, expected):
 
 SHAPES = [  # (T, V, D, chunk of tokens)
     pytest.param(8, 24, 5, 4, id="T-divisible"),
-    pytest.param(7, 23, 5, 3, id="T-not-divisible"),
+    pytest.param(7, 23, 5, 3, id="T-and-V-not-divisible-by-chunk"),
     pytest.param(9, 50, 4, 4, id="tail-of-one-token"),
     pytest.param(1, 10, 3, 4, id="one-token"),
     pytest.param(6, 10, 4, 6, id="chunk-equals-T"),
