@@ -287,6 +287,7 @@ def test_damaged_latest_checkpoint_is_moved_aside_and_the_run_resumes_bitwise(sm
   assert (checkpoint.damaged_dir(workdir) / "60" / "state").is_dir()
   assert checkpoint.available_steps(workdir) == [40, 60]  # 60 written again, in place of the damaged one
   _assert_bitwise_equal(summary.state, smoke_run.summary.state)
+  _assert_bitwise_equal(_saved_state(workdir, smoke_run.config, 60), smoke_run.summary.state)
   _assert_logs_match_after(_new_series(workdir, old_events), _all_series(smoke_run.workdir), 40)
 
 
