@@ -2,7 +2,8 @@
 
 Step s (0-based) trains on the batch `data.train_batch(data, seed, s, batch_size)` and leaves the run at step
 s + 1, the number every log line, eval and checkpoint is labelled with. A workdir holding checkpoints resumes
-from the latest one; since batches depend only on (seed, step), the resumed run repeats the uninterrupted one.
+from the newest one that reads back whole; since batches depend only on (seed, step) and a checkpoint holds the
+whole train state plus the train-loss window, the resumed run repeats the uninterrupted one bit for bit.
 """
 
 from __future__ import annotations
