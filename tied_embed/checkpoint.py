@@ -62,6 +62,9 @@ def _manager(workdir: str | pathlib.Path, keep: int | None = None, *, read_only:
   options = ocp.CheckpointManagerOptions(
       max_to_keep=keep, create=not read_only, read_only=read_only, enable_async_checkpointing=not read_only,
       cleanup_tmp_directories=not read_only,  # leftovers of a save that was killed before it was finalized
+      # Writing the root metadata ends in a barrier of all processes; a reader must not wait there, or processes
+      # that looked at the workdir at different moments (one before another created it) would disagree.
+      save_root_metadata=not read_only,
   )
   return ocp.CheckpointManager(checkpoint_dir(workdir), options=options, item_names=ITEMS)
 
