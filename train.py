@@ -44,9 +44,19 @@ def _parse_flags(argv: list[str]) -> list[str]:
     _usage_error(f"{path} is not a config field. {hint}".strip())
 
 
+def _keep_log_record(record: logging.logging.LogRecord) -> bool:
+  """Keeps the log to progress and metrics.
+
+  Orbax narrates every save at INFO, and JAX says at INFO which accelerator backends it did not find, a line that
+  would otherwise come before even a one-line usage error.
+  """
+  if "/orbax/" in record.pathname:
+    return False
+  return not (record.name == "jax._src.xla_bridge" and record.levelno < logging.logging.WARNING)
+
+
 def main(argv: list[str]) -> None:
-  # Orbax narrates every save at INFO; keep the log to progress and metrics.
-  logging.get_absl_handler().addFilter(lambda record: "/orbax/" not in record.pathname)
+  logging.get_absl_handler().addFilter(_keep_log_record)
   if len(argv) > 1:
     _usage_error(f"unexpected arguments {argv[1:]}: use --config and --workdir")
   # Imported after the flags, so --help stays fast; the trainer (TensorFlow, CLU, Orbax) only once the config is
