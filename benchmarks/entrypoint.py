@@ -71,7 +71,7 @@ def measure_warm(vocab_size: int, d_model: int, token_count: int) -> dict[str, f
   # Interleave the three so machine noise hits them alike.
   rounds = {"entrypoint_ms": [], "bare_ms": [], "literal_eager_ms": []}
   for _ in range(5):
-    for name, fn in zip(rounds, (entry, bare, literal)):
+    for name, fn in zip(rounds, (entry, bare, literal), strict=True):
       rounds[name].append(_median_seconds(fn, max(1, repeats // 5)) * 1e3)
   result = {name: statistics.median(values) for name, values in rounds.items()}
   result["overhead_ratio"] = result["entrypoint_ms"] / result["bare_ms"]
@@ -89,7 +89,8 @@ def measure_cold() -> list[dict[str, float]]:
     start = time.perf_counter()
     jax.block_until_ready(literal_seed_code(3.0, ids, vocab_size, d_model))
     literal = time.perf_counter() - start
-    rows.append({"V": vocab_size, "D": d_model, "T": token_count, "cold_ms": cold * 1e3, "literal_first_ms": literal * 1e3})
+    row = {"V": vocab_size, "D": d_model, "T": token_count}
+    rows.append(row | {"cold_ms": cold * 1e3, "literal_first_ms": literal * 1e3})
   return rows
 
 

@@ -8,7 +8,7 @@ PyTorch is optional (requirements-bench.txt); `make_torch_step` returns None whe
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import ml_collections
 import numpy as np

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +18,8 @@ import numpy as np
 from flax import nnx
 
 from configs import default
-from tied_embed import optim, train_step as step_lib
+from tied_embed import optim
+from tied_embed import train_step as step_lib
 
 
 def cpu_threads() -> int:

@@ -28,7 +28,9 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from configs import smoke  # noqa: E402
-from tied_embed import checkpoint, mesh as mesh_lib, train_step as step_lib  # noqa: E402
+from tied_embed import checkpoint  # noqa: E402
+from tied_embed import mesh as mesh_lib
+from tied_embed import train_step as step_lib
 from tied_embed.trainer import train_and_evaluate  # noqa: E402
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
@@ -56,7 +58,8 @@ def spec(sharding, ndim: int) -> list[str | None]:
 def shards(array: jax.Array) -> list[dict]:
   """Where each device's piece of `array` sits: device id and the [start, stop) of each dimension."""
   return [
-      {"device": shard.device.id, "index": [list(dim.indices(size)[:2]) for dim, size in zip(shard.index, array.shape)]}
+      {"device": shard.device.id,
+       "index": [list(dim.indices(size)[:2]) for dim, size in zip(shard.index, array.shape, strict=True)]}
       for shard in array.addressable_shards
   ]
 

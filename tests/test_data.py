@@ -27,7 +27,7 @@ def make_config(**data_fields) -> ml_collections.ConfigDict:
 def hand_entropy(logit_rows: list[list[float]]) -> float:
   """Σ_i p_i H(softmax(row_i)) with plain `math`, for the 3-token hand case."""
   total = 0.0
-  for p_i, row in zip(HAND_ZIPF, logit_rows):
+  for p_i, row in zip(HAND_ZIPF, logit_rows, strict=True):
     norm = sum(math.exp(v) for v in row)
     total -= p_i * sum(math.exp(v) / norm * (v - math.log(norm)) for v in row)
   return total
@@ -139,7 +139,7 @@ def test_text_floor_is_the_validation_bigram_entropy(tmp_path):
   path.write_bytes(text)
   loaded = data.load_bigram_data(make_config(source="text", text_path=str(path)), tmp_path / "work")
   validation = text[len(text) - len(text) // 10:]
-  pairs = collections.Counter(zip(validation[:-1], validation[1:]))
+  pairs = collections.Counter(zip(validation[:-1], validation[1:], strict=False))
   current = collections.Counter(validation[:-1])
   expected = -sum(n * math.log(n / current[i]) for (i, _), n in pairs.items()) / sum(pairs.values())
   assert loaded.loss_floor == pytest.approx(expected, rel=1e-12)
@@ -168,8 +168,8 @@ def test_train_batch_is_a_function_of_seed_and_step(planted_workdir):
   assert not np.array_equal(ids, data.train_batch(loaded, seed=7, step=12, batch_size=64)[0])
   assert not np.array_equal(ids, data.train_batch(loaded, seed=8, step=11, batch_size=64)[0])
   # Every pair is a real train pair.
-  train_pairs = set(zip(loaded.train_ids.tolist(), loaded.train_next.tolist()))
-  assert set(zip(ids.tolist(), next_ids.tolist())) <= train_pairs
+  train_pairs = set(zip(loaded.train_ids.tolist(), loaded.train_next.tolist(), strict=True))
+  assert set(zip(ids.tolist(), next_ids.tolist(), strict=True)) <= train_pairs
 
 
 def test_process_slices_tile_the_global_batch():

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-
 from seed_reference import seed_logits, seed_table
+
 from tied_embed import TiedEmbed, tied_io_embed
 
 CASES = [  # (seed, V, D, T)
@@ -47,7 +47,8 @@ def test_matches_seed_procedure_on_random_shapes():
     vocab_size, d_model, token_count = (int(n) for n in rng.integers(1, [200, 70, 30]))
     ids = _ids(vocab_size, token_count, seed % 13)
     expected = seed_logits(seed, ids, vocab_size, d_model)
-    np.testing.assert_allclose(np.asarray(tied_io_embed(seed, ids, vocab_size, d_model)), expected, rtol=1e-5, atol=1e-6)
+    out = tied_io_embed(seed, ids, vocab_size, d_model)
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-5, atol=1e-6)
 
 
 def test_table_is_the_seed_draw_bitwise():

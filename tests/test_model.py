@@ -4,8 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-
 from seed_reference import seed_table
+
 from tied_embed import TiedEmbed, UntiedEmbed, param_counts
 
 

@@ -24,7 +24,7 @@ from tied_embed.model import TiedEmbed
 _SEED_DTYPE = jax.dtypes.canonicalize_dtype(np.int64)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _graphdef(vocab_size: int, d_model: int) -> nnx.GraphDef:
   """The static structure of a (V, D) TiedEmbed, found by abstract evaluation (no arrays allocated)."""
   graphdef, _ = nnx.split(nnx.eval_shape(lambda: TiedEmbed(vocab_size, d_model, rngs=nnx.Rngs(0))))

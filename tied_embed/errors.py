@@ -13,6 +13,6 @@ class UsageError(Exception):
   """
 
   @classmethod
-  def bad_value(cls, field: str, value: Any, allowed: str) -> "UsageError":
+  def bad_value(cls, field: str, value: Any, allowed: str) -> UsageError:
     """`field=value` is not allowed; `allowed` says what is, e.g. 'an integer > 0'."""
     return cls(f"{field}={value!r} is not allowed: expected {allowed}")

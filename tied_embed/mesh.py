@@ -8,7 +8,8 @@ validation rather than padded, so no masked rows ever need to be kept out of the
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import ml_collections

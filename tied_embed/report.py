@@ -112,7 +112,8 @@ def provenance_summary(lookup_total: np.ndarray, projection_total: np.ndarray, k
   shares = share[valid]
   stats = dict.fromkeys(("min", "p25", "median", "p75", "max", "mean"))
   if shares.size:
-    stats = dict(zip(("min", "p25", "median", "p75", "max"), map(float, np.quantile(shares, [0, .25, .5, .75, 1]))))
+    quantiles = np.quantile(shares, [0, 0.25, 0.5, 0.75, 1])
+    stats = dict(zip(("min", "p25", "median", "p75", "max"), map(float, quantiles), strict=True))
     stats["mean"] = float(shares.mean())
   return {
       "lookup_sum": float(lookup_total.sum()),
