@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL := 3
 
-.PHONY: install train test bench clean
+.PHONY: install train test bench lint clean
 
 install: $(STAMP)
 
@@ -25,6 +25,10 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -r requirements-bench.txt
 	$(PY) benchmarks/run.py --json benchmarks/results.json
+
+lint: $(STAMP)
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(VENV)/bin/ruff check .
 
 clean:
 	rm -rf $(VENV) runs
