@@ -12,6 +12,7 @@ from flax import nnx
 from seed_reference import seed_logits, seed_table
 
 from tied_embed import TiedEmbed, tied_io_embed
+from tied_embed.entrypoint import _SEED_DTYPE, _fresh_state
 
 CASES = [  # (seed, V, D, T)
     (0, 1, 1, 0),
@@ -52,10 +53,15 @@ def test_matches_seed_procedure_on_random_shapes():
 
 
 def test_table_is_the_seed_draw_bitwise():
-  """The jitted initialisation reproduces the eager `normal(key) / sqrt(D)` to the last bit."""
-  for seed, vocab_size, d_model in [(5, 33, 7), (2**31 - 1, 10, 3), (0, 1, 1)]:
-    init = jax.jit(lambda s, v=vocab_size, d=d_model: TiedEmbed(v, d, rngs=nnx.Rngs(jax.random.key(s))).embedding[...])
-    np.testing.assert_array_equal(init(np.int32(seed)), seed_table(seed, vocab_size, d_model))
+  """The entrypoint's compiled initialisation reproduces the eager `normal(key) / sqrt(D)` to the last bit."""
+  for seed, vocab_size, d_model in [(5, 33, 7), (2**31 - 1, 10, 3), (0, 1, 1), (12345, 1000, 64), (9, 77, 768)]:
+    state = _fresh_state(np.asarray(seed).astype(_SEED_DTYPE), vocab_size, d_model)
+    np.testing.assert_array_equal(state["embedding"][...], seed_table(seed, vocab_size, d_model))
+
+
+def test_model_initialisation_under_jit_is_the_seed_draw_bitwise():
+  init = jax.jit(lambda s: TiedEmbed(77, 5, rngs=nnx.Rngs(jax.random.key(s))).embedding[...])
+  np.testing.assert_array_equal(init(np.int32(3)), seed_table(3, 77, 5))
 
 
 def test_output_is_in_token_position_order():
