@@ -27,7 +27,9 @@ class NonFinite(SystemExit):
   """The run stopped at a non-finite loss or gradient: one line `error: ...` on stderr and exit status 1."""
 
   def __init__(self, first_bad: int, step: int, last_saved: int | None):
-    saved = f"the last checkpoint, step {last_saved}, is intact" if last_saved else "no checkpoint was written"
+    saved = "no checkpoint was written"
+    if last_saved is not None:
+      saved = f"the last checkpoint, step {last_saved}, is intact"
     super().__init__(
         f"error: step {first_bad}: the loss or a gradient is not finite (NaN or Inf); stopped at step {step} "
         f"without saving, {saved}. Try a lower train.learning_rate or a train.grad_clip_norm."

@@ -12,7 +12,10 @@ import signal
 import threading
 import types
 
+import jax
+import numpy as np
 from absl import logging
+from jax.experimental import multihost_utils
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -48,6 +51,19 @@ class StopSignals:
     for signum, handler in self._previous.items():
       signal.signal(signum, handler)
     self._previous = {}
+
+  def agreed(self, sync_point: bool) -> int | None:
+    """The signal to stop on after this step, the same on every process; None to go on.
+
+    One process stops at the step after the signal. Several processes decide together, and only at the loop's
+    sync points (log, eval and checkpoint steps) where they meet anyway: a signal that reached any of them stops
+    them all at the same step, so none waits forever in a save or a collective the others never reach.
+    """
+    if jax.process_count() == 1:
+      return self.received
+    if not sync_point:
+      return None
+    return int(np.max(multihost_utils.process_allgather(np.int32(self.received or 0)))) or None
 
   def _handle(self, signum: int, frame: types.FrameType | None) -> None:
     if self.received is not None:  # asked twice: stop now

@@ -8,10 +8,10 @@ whole train state plus the train-loss window, the resumed run repeats the uninte
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import pathlib
 import time
-from typing import Any
 
 import jax
 import ml_collections
@@ -77,21 +77,6 @@ def _initial_state(config: ml_collections.ConfigDict, target: nnx.State) -> nnx.
   return jax.jit(lambda: nnx.state(step_lib.TrainState(step_lib.build_model(config), tx)), out_shardings=shardings)()
 
 
-def _hparams(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """The config flattened to {'train.learning_rate': 0.05, ...} for TensorBoard's hparams."""
-  flat = {}
-
-  def visit(prefix: str, node: Any) -> None:
-    for key, value in node.items():
-      if isinstance(value, ml_collections.ConfigDict):
-        visit(f"{prefix}{key}.", value)
-      else:
-        flat[f"{prefix}{key}"] = value
-
-  visit("", config)
-  return flat
-
-
 def _write_log_step(writer, step: int, train_loss: float, learning_rate: float, stats: dict, state: nnx.State) -> None:
   """The train/* and grad/* scalars of a log step and the provenance histograms."""
   scalars = {"train/loss": train_loss, "train/learning_rate": learning_rate}
@@ -115,7 +100,6 @@ def _resume(
     return 0, _initial_state(config, target), guard.new_tally(0)
   start, state, progress = restored
   if start > int(config.train.num_steps):
-    checkpointer.close()
     raise UsageError.bad_value("train.num_steps", config.train.num_steps, f"at least {start}, the latest checkpoint")
   logging.info("Resuming from the checkpoint at step %d.", start)
   return start, state, guard.new_tally(start, progress["train_loss_sum"], progress["train_loss_count"])
@@ -133,29 +117,41 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
   the workdir cannot be written, if its checkpoints were made by a different run (workdir.RESUMABLE_CHANGES)
   or if none of them reads back. Stops with preemption.Preempted after saving on SIGTERM/SIGINT, with
   guard.NonFinite at a non-finite loss or gradient (saving nothing after it), with checkpoint.WriteFailed.
+  Whatever the outcome, the saves already started finish and the logs are flushed before it returns or raises.
   """
   validate_config(config)
   workdir = workdir_lib.ensure_writable(workdir)
   saved_config = checkpoint.newest_saved_config(workdir)
   if saved_config is not None:
     workdir_lib.check_compatible(saved_config, config, str(checkpoint.checkpoint_dir(workdir)))
-  train, num_steps = config.train, int(config.train.num_steps)
   mesh = mesh_lib.make_mesh(config.mesh)
   graphdef, target = checkpoint.abstract_state(config, mesh)
-  checkpointer = checkpoint.Checkpointer(workdir, int(train.keep_checkpoints))
-  start, state, tally = _resume(config, target, checkpointer)
-  data = multihost_data.load_bigram_data(config, workdir)
+  try:
+    with contextlib.closing(checkpoint.Checkpointer(workdir, int(config.train.keep_checkpoints))) as checkpointer:
+      start, state, tally = _resume(config, target, checkpointer)
+      data = multihost_data.load_bigram_data(config, workdir)
+      writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
+      try:
+        return _train(config, data, mesh, graphdef, target, checkpointer, writer, start, state, tally)
+      finally:
+        writer.close()  # flushes
+  except preemption.Preempted as stopped:  # by now its checkpoint is written (closing waits for the save)
+    logging.warning("Stopped at step %d after saving its checkpoint: rerun the same command to resume.", stopped.step)
+    raise
 
-  writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
+
+def _train(config, data, mesh, graphdef, target, checkpointer, writer, start, state, tally) -> RunSummary:
+  """The loop of `train_and_evaluate`, from `start` with `state` and `tally`, on open `checkpointer`/`writer`."""
+  train, num_steps = config.train, int(config.train.num_steps)
   if start == 0:
-    writer.write_hparams(_hparams(config))
+    writer.write_hparams(workdir_lib.flatten_config(config))
   counts = param_counts(int(config.model.vocab_size), int(config.model.d_model))
   param_count = counts.tied if config.model.tied else counts.untied
   logging.info("%s, %d parameters, loss floor %.4f nats.", data.source, param_count, data.loss_floor)
 
   chunk_size = int(config.loss.chunk_size)
   shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
-  train_step = guard.guarded_step(step_lib.make_train_step(graphdef, chunk_size, shardings), shardings)
+  train_step = guard.guarded_step(step_lib.make_train_step(graphdef, chunk_size), shardings)
   diagnostics = step_lib.make_diagnostics(graphdef, chunk_size)
   evaluate = _Evaluator(graphdef, data, config, mesh)
   schedule = optim.learning_rate_schedule(train)
@@ -163,6 +159,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
   report_progress = periodic_actions.ReportProgress(
       num_train_steps=num_steps, writer=writer, every_steps=int(train.log_every)
   )
+  seed, batch_size = int(config.seed), int(train.batch_size)
+  every = {what: int(train[f"{what}_every"]) for what in ("log", "eval", "checkpoint")}
 
   def write_eval(step: int) -> float:
     with report_progress.timed("eval"):
@@ -172,48 +170,36 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
     )
     return loss
 
-  eval_loss, saved_step, started = None, start, time.perf_counter()
+  eval_loss, saved_step, started = None, checkpointer.latest_step(), time.perf_counter()
   with preemption.StopSignals() as signals:
-    try:
-      for step in range(start, num_steps):
-        pairs = data_lib.train_batch(data, int(config.seed), step, int(train.batch_size))  # same on every process
-        batch = multihost_data.global_batch(pairs, batch_sharding)
-        done = step + 1
-        log_now, eval_now, save_now = (_on_schedule(done, int(train[f"{what}_every"]), num_steps)
-                                       for what in ("log", "eval", "checkpoint"))
-        # Diagnostics read the parameters the step is about to update, before the step donates them.
-        stats = diagnostics(state, *batch) if log_now else None
-        state, tally = train_step(state, tally, *batch)
-        report_progress(done)
-        stop = signals.received is not None and done < num_steps  # at the last step, finish normally
-        if log_now or eval_now or save_now or stop:
-          guard.check(tally, saved_step)  # a host sync, but only where the loop syncs anyway
-        if log_now:
-          train_loss, tally = guard.train_loss(tally)
-          _write_log_step(writer, done, train_loss, float(schedule(step)), stats, state)
-        if eval_now:
-          eval_loss = write_eval(done)
-        if save_now or stop:
-          checkpointer.save(done, state, config, _progress(tally))
-          saved_step = done
-        if stop:
-          writer.flush()
-          checkpointer.close()
-          logging.warning("Stopped at step %d after saving its checkpoint: rerun the same command to resume.", done)
-          raise preemption.Preempted(signals.received, done)
-      if eval_loss is None:
-        guard.check(tally, saved_step)
-        eval_loss = write_eval(num_steps)
-      if saved_step != num_steps or checkpointer.latest_step() is None:
-        guard.check(tally, saved_step)
-        checkpointer.save(num_steps, state, config, _progress(tally))
-    except guard.NonFinite:
-      writer.flush()
-      checkpointer.close()  # the saves before the bad step finish writing
-      raise
-    train_seconds = time.perf_counter() - started
-    writer.flush()
-    checkpointer.close()
+    for step in range(start, num_steps):
+      pairs = data_lib.train_batch(data, seed, step, batch_size)  # the same global batch on every process
+      batch = multihost_data.global_batch(pairs, batch_sharding)
+      done = step + 1
+      log_now, eval_now, save_now = (_on_schedule(done, every[what], num_steps) for what in every)
+      # Diagnostics read the parameters the step is about to update, before the step donates them.
+      stats = diagnostics(state, *batch) if log_now else None
+      state, tally = train_step(state, tally, *batch)
+      report_progress(done)
+      sync_now = log_now or eval_now or save_now
+      stop = signals.agreed(sync_now) if done < num_steps else None  # at the last step, finish normally
+      if sync_now or stop:
+        guard.check(tally, saved_step)  # a host sync, but only where the loop syncs anyway
+      if log_now:
+        train_loss, tally = guard.train_loss(tally)
+        _write_log_step(writer, done, train_loss, float(schedule(step)), stats, state)
+      if eval_now:
+        eval_loss = write_eval(done)
+      if save_now or stop:
+        checkpointer.save(done, state, config, _progress(tally))
+        saved_step = done
+      if stop:
+        raise preemption.Preempted(stop, done)
+  if eval_loss is None:  # nothing left to train: report where the run is
+    eval_loss = write_eval(num_steps)
+  if saved_step != num_steps:  # a fresh run of num_steps=0
+    checkpointer.save(num_steps, state, config, _progress(tally))
+  train_seconds = time.perf_counter() - started
   gap = eval_loss - data.loss_floor
   summary = RunSummary(
       step=num_steps,

@@ -36,11 +36,12 @@ def ensure_writable(workdir: str | pathlib.Path) -> pathlib.Path:
   return path
 
 
-def _flatten(config: ml_collections.ConfigDict | dict, prefix: str = "") -> dict[str, Any]:
+def flatten_config(config: ml_collections.ConfigDict | dict, prefix: str = "") -> dict[str, Any]:
+  """The config as {'train.learning_rate': 0.05, ...}: for comparisons and TensorBoard's hparams."""
   flat = {}
   for key, value in config.items():
     if isinstance(value, ml_collections.ConfigDict | dict):
-      flat.update(_flatten(value, f"{prefix}{key}."))
+      flat.update(flatten_config(value, f"{prefix}{key}."))
     else:
       flat[f"{prefix}{key}"] = value
   return flat
@@ -48,7 +49,7 @@ def _flatten(config: ml_collections.ConfigDict | dict, prefix: str = "") -> dict
 
 def config_differences(saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> list[str]:
   """The fields outside RESUMABLE_CHANGES where `config` differs from `saved`, as 'path: saved → new'."""
-  old, new = _flatten(saved), _flatten(config)
+  old, new = flatten_config(saved), flatten_config(config)
   return [
       f"{path}: {old.get(path, '<absent>')!r} in the checkpoints, {new.get(path, '<absent>')!r} now"
       for path in sorted(set(old) | set(new))
