@@ -41,7 +41,8 @@ class WriteFailed(SystemExit):
   """Writing a checkpoint failed (disk full, directory removed, ...): one line `error: ...` and exit status 1."""
 
   def __init__(self, directory: pathlib.Path, step: int | None, error: BaseException):
-    super().__init__(f"error: writing checkpoint {step} in {directory} failed: {_first_line(error)}")
+    what = "checkpoints" if step is None else f"checkpoint {step}"
+    super().__init__(f"error: writing {what} in {directory} failed: {_first_line(error)}")
 
 
 def _first_line(error: BaseException, limit: int = 300) -> str:
@@ -121,6 +122,8 @@ class Checkpointer:
 
     `progress` is what the run needs beyond the state to continue exactly (JSON: numbers, strings).
     """
+    with self._errors_as_write_failed():
+      self._manager.wait_until_finished()  # a failure of the previous save is reported as that save's
     with self._errors_as_write_failed():
       self._writing = step
       self._manager.save(
@@ -229,11 +232,14 @@ def saved_config(workdir: str | pathlib.Path, step: int | None = None) -> ml_col
 
 def newest_saved_config(workdir: str | pathlib.Path) -> ml_collections.ConfigDict | None:
   """The config of the newest checkpoint whose config reads back; None if there is none."""
-  for step in reversed(available_steps(workdir)):
-    try:
-      return saved_config(workdir, step)
-    except Exception:  # noqa: BLE001, S112 (a damaged one: restore_newest_intact deals with it)
-      continue
+  if not checkpoint_dir(workdir).is_dir():
+    return None
+  with _manager(workdir) as manager:
+    for step in sorted(manager.all_steps(), reverse=True):
+      try:
+        return _read_config(manager, step)
+      except Exception:  # noqa: BLE001, S112 (a damaged one: restore_newest_intact deals with it)
+        continue
   return None
 
 
@@ -246,7 +252,7 @@ def restore(workdir: str | pathlib.Path, step: int | None = None, mesh: Mesh | N
   with _manager(workdir) as manager:
     config = _read_config(manager, step)
     if mesh is None:
-      mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), mesh_lib.AXES)
+      mesh = mesh_lib.make_mesh(ml_collections.ConfigDict({"data": 1, "model": 1}), jax.devices()[:1])
     graphdef, target = abstract_state(config, mesh)
     train_state = nnx.merge(graphdef, _read_state(manager, step, target))
   return Restored(

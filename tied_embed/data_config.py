@@ -31,11 +31,13 @@ def _check(ok: bool, field: str, value: Any, allowed: str) -> None:
     raise UsageError.bad_value(field, value, allowed)
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
+  """A Python or NumPy integer, not a bool."""
   return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+  """A Python or NumPy real number, not a bool."""
   return isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
 
 
@@ -61,13 +63,13 @@ def validate_data_config(config: Any) -> None:
     _check(size >= _MIN_TEXT_BYTES, "data.text_path", data.get("text_path"),
            f"a file of at least {_MIN_TEXT_BYTES} bytes ({path} has {size})")
     return
-  _check(_is_int(vocab_size) and vocab_size >= 2, "model.vocab_size", vocab_size,
+  _check(is_int(vocab_size) and vocab_size >= 2, "model.vocab_size", vocab_size,
          f"an integer >= 2 for data.source={data.source!r}")
   d_model = config.model.get("d_model")
-  _check(_is_int(d_model) and d_model >= 1, "model.d_model", d_model, "an integer >= 1")
-  _check(_is_int(data.get("task_seed")) and data.task_seed >= 0, "data.task_seed", data.get("task_seed"),
+  _check(is_int(d_model) and d_model >= 1, "model.d_model", d_model, "an integer >= 1")
+  _check(is_int(data.get("task_seed")) and data.task_seed >= 0, "data.task_seed", data.get("task_seed"),
          "an integer >= 0")
   for field in ("num_train_pairs", "num_eval_pairs"):
-    _check(_is_int(data.get(field)) and data[field] >= 1, f"data.{field}", data.get(field), "an integer >= 1")
+    _check(is_int(data.get(field)) and data[field] >= 1, f"data.{field}", data.get(field), "an integer >= 1")
   for field in ("logit_scale", "zipf_exponent"):
-    _check(_is_number(data.get(field)) and data[field] >= 0, f"data.{field}", data.get(field), "a number >= 0")
+    _check(is_number(data.get(field)) and data[field] >= 0, f"data.{field}", data.get(field), "a number >= 0")
