@@ -12,7 +12,7 @@ from flax import nnx
 from seed_reference import seed_logits, seed_table
 
 from tied_embed import TiedEmbed, tied_io_embed
-from tied_embed.entrypoint import _SEED_DTYPE, _fresh_state
+from tied_embed.entrypoint import _fresh_state
 
 CASES = [  # (seed, V, D, T)
     (0, 1, 1, 0),
@@ -55,7 +55,7 @@ def test_matches_seed_procedure_on_random_shapes():
 def test_table_is_the_seed_draw_bitwise():
   """The entrypoint's compiled initialisation reproduces the eager `normal(key) / sqrt(D)` to the last bit."""
   for seed, vocab_size, d_model in [(5, 33, 7), (2**31 - 1, 10, 3), (0, 1, 1), (12345, 1000, 64), (9, 77, 768)]:
-    state = _fresh_state(np.asarray(seed).astype(_SEED_DTYPE), vocab_size, d_model)
+    state = _fresh_state(np.int64(seed), vocab_size, d_model)
     np.testing.assert_array_equal(state["embedding"][...], seed_table(seed, vocab_size, d_model))
 
 
@@ -85,6 +85,16 @@ def test_output_is_in_token_position_order():
 def test_accepts_floats_numpy_and_jax_inputs(seed, ids, vocab_size, d_model):
   expected = seed_logits(11, [1, 4, 4], 6, 5)
   np.testing.assert_allclose(np.asarray(tied_io_embed(seed, ids, vocab_size, d_model)), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_seeds_outside_int32_and_x64_switched_on_after_import_follow_jax_random_key():
+  ids = np.array([0.0, 1.0, 2.0])
+  for seed in (-1, 2**31, 2**33 + 1):
+    np.testing.assert_allclose(np.asarray(tied_io_embed(seed, ids, 4, 3)), seed_logits(seed, ids, 4, 3), rtol=1e-5)
+  with jax.enable_x64(True):
+    for seed in (-1, 2**33 + 1):
+      out = np.asarray(tied_io_embed(seed, ids, 4, 3))
+      np.testing.assert_allclose(out, seed_logits(seed, ids, 4, 3), rtol=1e-5, atol=1e-6)
 
 
 def test_works_under_caller_jit_with_dynamic_ids():

@@ -19,10 +19,6 @@ from flax import nnx
 
 from tied_embed.model import TiedEmbed
 
-# `jax.random.key(python_int)` first turns the int into an int64 NumPy scalar, then into JAX's canonical
-# integer type (int32 unless x64 is enabled). Doing the same on the host gives the same key inside the jit.
-_SEED_DTYPE = jax.dtypes.canonicalize_dtype(np.int64)
-
 
 @functools.cache
 def _graphdef(vocab_size: int, d_model: int) -> nnx.GraphDef:
@@ -47,7 +43,9 @@ def tied_io_embed(seed, token_ids, vocab_size, d_model) -> jax.Array:
   """Tied input/output embedding logits of a freshly initialised table.
 
   Args:
-    seed: an integer, possibly given as a float (Python, NumPy or a concrete jax scalar); static under jit.
+    seed: an integer, possibly given as a float (Python, NumPy or a concrete jax scalar). It must be concrete
+      (static for a caller's jit); the compiled initialisation takes it as a dynamic array, so a new seed never
+      recompiles.
     token_ids: (T,) ids in [0, V), possibly given as floats; may be a traced value under jit.
     vocab_size: V > 0, possibly a float; static under jit.
     d_model: D > 0, possibly a float; static under jit.
@@ -56,7 +54,9 @@ def tied_io_embed(seed, token_ids, vocab_size, d_model) -> jax.Array:
     (T * V,) float32: `logits[t * V + v] = E[ids[t]] · E[v]` for `E = normal(rngs.params(), (V, D)) / sqrt(D)`.
   """
   vocab_size, d_model = int(vocab_size), int(d_model)
-  seed_array = np.asarray(np.int64(int(seed))).astype(_SEED_DTYPE)
+  # `jax.random.key(python_int)` turns the int into an int64 NumPy scalar, which JAX then narrows to its
+  # canonical integer type (int32 unless x64 is on); jit narrows this argument the same way, at call time.
+  seed_array = np.int64(int(seed))
   # jit takes NumPy and jax arrays (and tracers) as they are; converting them first would cost a dispatch.
   if not isinstance(token_ids, (np.ndarray, jax.Array)):
     token_ids = np.asarray(token_ids)
