@@ -66,7 +66,7 @@ def test_loss_and_both_gradients_equal_full_logits_and_closed_form(num_tokens, v
     _assert_close(actual, reference)
 
 
-def test_large_logits_do_not_overflow_the_online_logsumexp():
+def test_large_logits_do_not_overflow_the_chunked_logsumexp():
   x, table, targets = _problem(6, 19, 4, seed=1, scale=60.0)  # logits in the hundreds: exp overflows float32
   loss, (dx, d_table) = jax.value_and_grad(chunked_cross_entropy, argnums=(0, 1))(x, table, targets, 5)
   ref_loss, ref_dx, ref_d_table = _numpy_loss_and_grads(x, table, targets)

@@ -121,7 +121,7 @@ def test_new_seed_or_new_ids_do_not_recompile(caplog):
     assert len(_compilations(caplog)) > first
 
 
-def test_each_call_initialises_a_fresh_model():
+def test_output_depends_only_on_the_seed():
   ids = _ids(8, 4)
   first = np.asarray(tied_io_embed(5, ids, 8, 3))
   tied_io_embed(6, ids, 8, 3)

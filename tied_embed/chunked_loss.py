@@ -44,10 +44,10 @@ def chunked_cross_entropy(
     Scalar mean loss; equal to `losses.full_cross_entropy` up to float rounding, and so are its gradients
     with respect to `x` and `projection_table`.
   """
-  if not isinstance(chunk_size, int) or chunk_size <= 0:
+  if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0:
     raise UsageError.bad_value("loss.chunk_size", chunk_size, "a positive int (0 selects the full loss)")
   x, projection_table, targets = jnp.asarray(x), jnp.asarray(projection_table), jnp.asarray(targets)
-  return _chunked_ce(x, projection_table, targets, min(chunk_size, x.shape[0]))
+  return _chunked_ce(x, projection_table, targets, min(chunk_size, max(x.shape[0], 1)))
 
 
 def _token_chunks(x: jax.Array, chunk: int) -> jax.Array:

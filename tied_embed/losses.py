@@ -26,7 +26,7 @@ def cross_entropy(
 
   `chunk_size=0` materialises the (T, V) logits; a positive value never holds more than (chunk_size, V).
   """
-  if chunk_size <= 0:
+  if chunk_size == 0:
     return full_cross_entropy(x, projection_table, targets)
   return chunked_cross_entropy(x, projection_table, targets, chunk_size)
 

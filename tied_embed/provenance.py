@@ -83,6 +83,9 @@ def split_stats(lookup_grad: jax.Array, projection_grad: jax.Array, ids: jax.Arr
 
 
 def split_error(direct_total: jax.Array, lookup_grad: jax.Array, projection_grad: jax.Array) -> jax.Array:
-  """|g − (g_lookup + g_proj)| / |g|, with g the gradient autodiff gives the tied table directly."""
+  """|g − (g_lookup + g_proj)| / |g|, with g the gradient autodiff gives the tied table directly.
+
+  (V, D), (V, D), (V, D) → scalar float32.
+  """
   residual = direct_total - (lookup_grad + projection_grad)
   return jnp.linalg.norm(residual) / jnp.maximum(jnp.linalg.norm(direct_total), jnp.finfo(jnp.float32).tiny)

@@ -74,6 +74,8 @@ def _logged(entry: dict[str, float] | None) -> str:
 def _gap(run: dict[str, Any]) -> str:
   if run["gap"] is None:
     return "n/a"
+  if run["loss_floor"] == 0:  # a text whose validation bytes each have one successor
+    return f"{run['gap']:.4f}"
   return f"{run['gap']:.4f} ({100 * run['gap'] / run['loss_floor']:.2f}% of floor)"
 
 
