@@ -28,11 +28,12 @@ def load_bigram_data(config: ml_collections.ConfigDict, workdir: str | pathlib.P
   if jax.process_count() == 1:
     return data_lib.load_bigram_data(config, workdir)
   if jax.process_index() == 0:
-    data = data_lib.load_bigram_data(config, workdir)
+    try:
+      return data_lib.load_bigram_data(config, workdir)
+    finally:  # reached even if generation fails, so the others never wait for it forever
+      multihost_utils.sync_global_devices("tied_embed: bigram dataset generated")
   multihost_utils.sync_global_devices("tied_embed: bigram dataset generated")
-  if jax.process_index() != 0:
-    data = data_lib.load_bigram_data(config, workdir)
-  return data
+  return data_lib.load_bigram_data(config, workdir)  # fails here too if process 0's generation did
 
 
 def global_batch(batch: tuple[np.ndarray, ...], sharding: NamedSharding) -> tuple[jax.Array, ...]:
