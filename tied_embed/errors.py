@@ -1,4 +1,9 @@
-"""The one exception type the command lines turn into a one-line message and exit status 2."""
+"""The exceptions the command lines turn into one line on stderr and an exit status, and the one check helper.
+
+`UsageError` is what the user asked for being wrong (exit 2). `RunStopped` and its subclasses end a run that was
+valid (a signal, a non-finite loss, a failed write); each carries the exit status the command line ends with.
+All are plain exceptions, so a notebook or library calling `train_and_evaluate` can catch them.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,21 @@ class UsageError(Exception):
   `error: <message>` on stderr and exit with status 2, without a traceback.
   """
 
+  exit_status = 2
+
   @classmethod
   def bad_value(cls, field: str, value: Any, allowed: str) -> UsageError:
     """`field=value` is not allowed; `allowed` says what is, e.g. 'an integer > 0'."""
     return cls(f"{field}={value!r} is not allowed: expected {allowed}")
+
+
+def require(ok: bool, field: str, value: Any, allowed: str) -> None:
+  """Raises `UsageError.bad_value(field, value, allowed)` unless `ok`: the one form every check takes."""
+  if not ok:
+    raise UsageError.bad_value(field, value, allowed)
+
+
+class RunStopped(Exception):
+  """A run that ended before its last step: `exit_status` for the command line, `str()` its one-line message."""
+
+  exit_status = 1

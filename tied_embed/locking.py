@@ -1,0 +1,72 @@
+"""Exclusive locks on directories (a workdir, a dataset being generated), held through `fcntl.flock`.
+
+The lock is an open file descriptor on `<directory>/.lock`; the operating system releases it when the holder's
+process ends in any way (SIGKILL included), so a dead run never leaves a stale lock behind. The file records who
+holds it (host, pid, since when) so that a second run can name the holder in its one-line error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import json
+import os
+import pathlib
+import socket
+from collections.abc import Iterator
+
+from tied_embed.errors import UsageError
+
+LOCK_NAME = ".lock"
+
+
+def holder(directory: str | pathlib.Path) -> str:
+  """Who holds (or last held) the lock of `directory`, as 'host H, pid P, since T'; 'unknown' if unreadable."""
+  try:
+    record = json.loads((pathlib.Path(directory) / LOCK_NAME).read_text())
+    return f"host {record['host']}, pid {record['pid']}, since {record['since']}"
+  except (OSError, ValueError, KeyError, TypeError):
+    return "unknown holder"
+
+
+def is_locked(directory: str | pathlib.Path) -> bool:
+  """Whether some process holds the lock of `directory` now (a probe: takes and releases it if free)."""
+  path = pathlib.Path(directory) / LOCK_NAME
+  if not path.exists():
+    return False
+  with path.open("a") as f:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      return True
+    fcntl.flock(f, fcntl.LOCK_UN)
+  return False
+
+
+@contextlib.contextmanager
+def exclusive(directory: str | pathlib.Path, what: str) -> Iterator[None]:
+  """Holds the lock of `directory` (created if needed) while inside; UsageError naming the holder if it is taken.
+
+  `what` names the directory in the error, e.g. '--workdir=runs/default'. Waits for nothing: a second run is
+  refused at once rather than queued behind the first.
+  """
+  directory = pathlib.Path(directory)
+  path = directory / LOCK_NAME
+  f = path.open("a+")
+  try:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      raise UsageError(
+          f"{what} is in use by another run ({holder(directory)}): wait for it to finish, or use another "
+          f"directory"
+      ) from None
+    since = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    f.seek(0)
+    f.truncate()
+    f.write(json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": since}))
+    f.flush()
+    yield
+  finally:
+    f.close()  # releases the lock
