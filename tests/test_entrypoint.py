@@ -134,3 +134,29 @@ def test_import_stays_light():
   code = f"import sys, tied_embed; print([m for m in {heavy!r} if m in sys.modules])"
   result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
   assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "vocab_size,d_model,name",
+    [(0, 3, "vocab_size"), (-1.0, 3, "vocab_size"), (0.9, 3, "vocab_size"), (5, -2, "d_model"), (5, 0.0, "d_model")],
+)
+def test_sizes_below_one_raise_value_error_naming_the_argument(vocab_size, d_model, name):
+  for entrypoint in (tied_io_embed, jax.jit(tied_io_embed, static_argnums=(0, 2, 3))):
+    with pytest.raises(ValueError, match=f"^{name}=.*expected an integer >= 1"):
+      entrypoint(0.0, np.array([0.0]), vocab_size, d_model)
+
+
+def test_ids_outside_the_vocabulary_index_like_jax_arrays():
+  """Negative ids down to -V count from the end, as in NumPy; anything further out is clamped to row 0 or V - 1."""
+  vocab_size = 5
+  ids = np.array([-1.0, -5.0, -6.0, 5.0, 7.0, 1e10])
+  rows = np.asarray(tied_io_embed(1, ids, vocab_size, 3)).reshape(len(ids), vocab_size)
+  expected = seed_logits(1, [4, 0, 0, 4, 4, 4], vocab_size, 3).reshape(len(ids), vocab_size)
+  np.testing.assert_allclose(rows, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_ids_of_any_shape_give_their_rows_flattened_in_row_major_order():
+  ids = np.array([[0.0, 1.0, 4.0], [2.0, 2.0, 3.0]])
+  out = tied_io_embed(2, ids, 5, 4)
+  assert out.shape == (ids.size * 5,)
+  np.testing.assert_allclose(np.asarray(out), seed_logits(2, ids.reshape(-1), 5, 4), rtol=1e-5, atol=1e-6)

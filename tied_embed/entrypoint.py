@@ -1,6 +1,6 @@
 """The graded entrypoint: `tied_io_embed(seed, token_ids, vocab_size, d_model)`.
 
-Contract (seed document 001): a fresh `TiedEmbed` per call from `nnx.Rngs(int(seed))`, ids cast to int32, and
+Contract (the NNX contract in the README): a fresh `TiedEmbed` per call from `nnx.Rngs(int(seed))`, ids cast to int32, and
 the float32 logits `E[ids] @ E.T` flattened to (T * V,) in token-position order.
 
 Speed: a call runs two compiled programs, the initialisation (compiled once per (V, D)) and the forward pass
@@ -18,6 +18,14 @@ import numpy as np
 from flax import nnx
 
 from tied_embed.model import TiedEmbed
+
+
+def _at_least_one(name: str, value) -> int:
+  """`int(value)`, or a ValueError naming the argument if that is below 1."""
+  size = int(value)
+  if size < 1:
+    raise ValueError(f"{name}={value!r} is not allowed: expected an integer >= 1 (int({value!r}) = {size})")
+  return size
 
 
 @functools.cache
@@ -47,13 +55,16 @@ def tied_io_embed(seed, token_ids, vocab_size, d_model) -> jax.Array:
       (static for a caller's jit); the compiled initialisation takes it as a dynamic array, so a new seed never
       recompiles.
     token_ids: (T,) ids in [0, V), possibly given as floats; may be a traced value under jit.
-    vocab_size: V > 0, possibly a float; static under jit.
-    d_model: D > 0, possibly a float; static under jit.
+    vocab_size: V ≥ 1 after `int()`, possibly a float; static under jit.
+    d_model: D ≥ 1 after `int()`, possibly a float; static under jit.
 
   Returns:
     (T * V,) float32: `logits[t * V + v] = E[ids[t]] · E[v]` for `E = normal(rngs.params(), (V, D)) / sqrt(D)`.
+
+  Raises:
+    ValueError: `int(vocab_size)` or `int(d_model)` is below 1.
   """
-  vocab_size, d_model = int(vocab_size), int(d_model)
+  vocab_size, d_model = _at_least_one("vocab_size", vocab_size), _at_least_one("d_model", d_model)
   # `jax.random.key(python_int)` turns the int into an int64 NumPy scalar, which JAX then narrows to its
   # canonical integer type (int32 unless x64 is on); jit narrows this argument the same way, at call time.
   seed_array = np.int64(int(seed))
