@@ -1,4 +1,4 @@
-"""The chunked cross-entropy equals the full one, in value and both gradients, and holds far less memory."""
+"""The losses: the chunked cross-entropy equals the full one, in value and both gradients, and holds far less memory."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tied_embed.chunked_loss import chunked_cross_entropy
-from tied_embed.errors import UsageError
-from tied_embed.losses import cross_entropy, full_cross_entropy
+from tied_embed.losses import chunked_cross_entropy, cross_entropy, full_cross_entropy
 from tied_embed.provenance import loss_and_path_gradients
 
 RTOL = 1e-5
@@ -137,5 +135,5 @@ def test_compiled_gradient_needs_under_an_eighth_of_the_full_losss_temporary_mem
 @pytest.mark.parametrize("chunk_size", [0, -3, 2.5])
 def test_chunk_size_must_be_a_positive_int(chunk_size):
   x, table, targets = _problem(2, 5, 3)
-  with pytest.raises(UsageError, match="chunk_size"):
+  with pytest.raises(ValueError, match="chunk_size"):
     chunked_cross_entropy(x, table, targets, chunk_size)
