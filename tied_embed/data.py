@@ -1,28 +1,34 @@
 """The bigram pairs as a TFDS dataset: generated locally, cached under the data dir, loaded once into NumPy.
 
 `load_bigram_data(config, workdir)` builds (or reuses) the `bigram_pairs` dataset for the task the config
-describes and returns a `BigramData` holding both splits, the loss floor and the true transition table.
-`train_batch(data, seed, step, batch_size)` picks the pairs of one step; it depends on (seed, step) alone, so a
-resumed run sees the same batches as an uninterrupted one. The data.* config fields are described and checked
-in `tied_embed.data_config`.
+describes and returns a `BigramData` holding both splits, the loss floor and the reference table. The source
+(`tied_embed.sources`) says what the pairs are; this module stores, verifies and loads them. A cached dataset is
+checked on every load (pair counts, shapes, ids below V); one that fails is deleted and generated again, with a
+warning. Generation holds an exclusive lock on the data dir, so a second run that needs the same dataset at the
+same moment is refused with one line naming the first. `train_batch(data, seed, step, batch_size)` picks the
+pairs of one step; it depends on (seed, step) alone, so a resumed run sees the same batches as an uninterrupted
+one. The data.* config fields are described and checked in `tied_embed.data_config`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import pathlib
+import shutil
 from typing import Any
 
 import numpy as np
 import tensorflow_datasets as tfds
+from absl import logging
 from etils import epath
 
-from tied_embed import sources
-from tied_embed.data_config import resolve_text_path, validate_data_config
+from tied_embed import locking, sources
+from tied_embed.data_config import validate_data_config
 from tied_embed.errors import UsageError
+from tied_embed.sources import record as record_lib
 
 BLOCK_SIZE = 1 << 16  # pairs per stored example: whole blocks, since per-pair Python generators are slow
+SPLITS = ("train", "validation")
 
 
 @dataclasses.dataclass
@@ -31,8 +37,10 @@ class BigramData:
 
   train_ids, train_next: (N,) int32; eval_ids, eval_next: (M,) int32.
   loss_floor: H(next | current) in nats (exact for synthetic sources, empirical on the eval split for text).
-  true_log_probs: (V, V) float64 log P(next=j | current=i); for text from eval counts (-inf for unseen pairs,
-    nan rows for tokens never current). input_counts: (V,) int64, how often each token is current in train.
+  true_log_probs: (V, V) log P(next=j | current=i), computed row by row when indexed (`sources.LogProbRows`);
+    for text from eval counts (-inf for unseen pairs, nan rows for tokens never current).
+  input_counts: (V,) int64, how often each token is current in train.
+  identity: the dataset's name (its builder config name). reference: the source's `Reference`.
   """
 
   source: str
@@ -42,30 +50,25 @@ class BigramData:
   eval_ids: np.ndarray
   eval_next: np.ndarray
   loss_floor: float
-  true_log_probs: np.ndarray
+  true_log_probs: sources.LogProbRows
   input_counts: np.ndarray
+  identity: str = ""
+  reference: sources.Reference | None = None
 
 
 @dataclasses.dataclass(eq=False)
 class BigramConfig(tfds.core.BuilderConfig):
-  """One task; its name spells out every parameter that changes the data, so caches never mix tasks."""
+  """One task: its source and the source's settings; its name is the source's identity of those settings."""
 
-  source: str = "planted"
-  vocab_size: int = 0
-  d_model: int = 0
-  task_seed: int = 0
-  num_train_pairs: int = 0
-  num_eval_pairs: int = 0
-  logit_scale: float = 0.0
-  zipf_exponent: float = 0.0
-  text_path: str = ""
+  source: str = ""
+  settings: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 class BigramPairs(tfds.core.GeneratorBasedBuilder):
   """(ids, next_ids) token pairs in blocks of BLOCK_SIZE, in generation order (shuffling disabled)."""
 
   VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "planted, directed and text bigram pairs."}
+  RELEASE_NOTES = {"1.0.0": "bigram pairs of a tied_embed source."}
   # TFDS's own lookup of this needs the `importlib_resources` backport, absent on Python >= 3.9.
   code_path = epath.Path(__file__)
 
@@ -73,7 +76,7 @@ class BigramPairs(tfds.core.GeneratorBasedBuilder):
     block = tfds.features.Tensor(shape=(None,), dtype=np.int32, encoding=tfds.features.Encoding.BYTES)
     return tfds.core.DatasetInfo(
         builder=self,
-        description="Next-token pairs of a bigram task; see tied_embed/sources.py.",
+        description="Next-token pairs of a bigram task; see tied_embed/sources/.",
         features=tfds.features.FeaturesDict({"ids": block, "next_ids": block}),
         disable_shuffling=True,  # loading returns exactly the generated order
     )
@@ -87,36 +90,22 @@ class BigramPairs(tfds.core.GeneratorBasedBuilder):
       yield index, {"ids": ids[start:start + BLOCK_SIZE], "next_ids": next_ids[start:start + BLOCK_SIZE]}
 
 
-def _synthetic_task(bc: BigramConfig) -> tuple[np.ndarray, np.ndarray]:
-  return sources.synthetic_task(
-      bc.source, bc.vocab_size, bc.d_model, bc.logit_scale, bc.zipf_exponent, bc.task_seed
-  )
-
-
 def task_splits(bc: BigramConfig) -> dict[str, tuple[np.ndarray, np.ndarray]]:
   """The pairs the dataset stores: → {'train': (ids, next_ids), 'validation': (ids, next_ids)}, int32."""
-  if bc.source == "text":
-    return sources.text_pairs(pathlib.Path(bc.text_path).read_bytes())
-  return sources.synthetic_splits(*_synthetic_task(bc), bc.num_train_pairs, bc.num_eval_pairs, bc.task_seed)
+  return sources.get(bc.source).splits(bc.settings)
 
 
 def builder_config(config: Any) -> BigramConfig:
   """The TFDS builder config of an experiment config (ConfigDict); hashes the text file for the text source."""
-  data, vocab_size = config.data, int(config.model.vocab_size)
-  if data.source == "text":
-    path = resolve_text_path(data.text_path).resolve()
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    return BigramConfig(name=f"text-v{vocab_size}-sha{digest}", source="text", vocab_size=vocab_size,
-                        text_path=str(path))
-  fields = dict(
-      source=data.source, vocab_size=vocab_size, d_model=int(config.model.d_model),
-      task_seed=int(data.task_seed), num_train_pairs=int(data.num_train_pairs),
-      num_eval_pairs=int(data.num_eval_pairs), logit_scale=float(data.logit_scale),
-      zipf_exponent=float(data.zipf_exponent),
-  )
-  name = ("{source}-v{vocab_size}-d{d_model}-seed{task_seed}-n{num_train_pairs}-m{num_eval_pairs}"
-          "-scale{logit_scale:g}-zipf{zipf_exponent:g}").format(**fields)
-  return BigramConfig(name=name, **fields)
+  source = sources.get(config.data.source)
+  settings = source.settings(config)
+  return BigramConfig(name=source.identity(settings), source=source.name, settings=settings)
+
+
+def dataset_identity(config: Any) -> str:
+  """The dataset a config trains on, as the builder config name (it includes the text file's content hash)."""
+  source = sources.get(config.data.source)
+  return source.identity(source.settings(config))
 
 
 def data_dir(config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
@@ -124,39 +113,102 @@ def data_dir(config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
   return pathlib.Path(config.data.data_dir).expanduser() if config.data.data_dir else pathlib.Path(workdir) / "data"
 
 
-def make_builder(config: Any, workdir: str | pathlib.Path) -> BigramPairs:
-  """The builder for this config's task (nothing generated yet)."""
-  return BigramPairs(config=builder_config(config), data_dir=str(data_dir(config, workdir)),
-                     file_format="array_record")
+def _builder(bc: BigramConfig, directory: pathlib.Path) -> BigramPairs:
+  return BigramPairs(config=bc, data_dir=str(directory), file_format="array_record")
+
+
+def _version_dir(bc: BigramConfig, directory: pathlib.Path) -> pathlib.Path:
+  return directory / BigramPairs.name / bc.name / str(BigramPairs.VERSION)
 
 
 def _read_split(builder: BigramPairs, split: str) -> tuple[np.ndarray, np.ndarray]:
   blocks = builder.as_data_source(split=split)
   examples = [blocks[i] for i in range(len(blocks))]
+  if not examples:
+    return np.zeros(0, np.int32), np.zeros(0, np.int32)
   return (np.concatenate([e["ids"] for e in examples]).astype(np.int32),
           np.concatenate([e["next_ids"] for e in examples]).astype(np.int32))
+
+
+def _problem(bc: BigramConfig, split: str, ids: np.ndarray, next_ids: np.ndarray) -> str | None:
+  """What is wrong with a loaded split, or None: pair count, shape, ids in [0, V)."""
+  expected = sources.get(bc.source).num_pairs(bc.settings)[split]
+  vocab_size = bc.settings["vocab_size"]
+  if ids.shape != (expected,) or next_ids.shape != (expected,):
+    return f"{split} holds {ids.shape[0]} / {next_ids.shape[0]} pairs, expected {expected}"
+  for array in (ids, next_ids):
+    if array.size and (array.min() < 0 or array.max() >= vocab_size):
+      return f"{split} has token ids outside [0, {vocab_size}) (a cache of another task?)"
+  return None
+
+
+def _read_verified(bc: BigramConfig, directory: pathlib.Path) -> tuple[dict[str, Any] | None, str]:
+  """The cached splits if they are there and check out: → (splits or None, why not: 'missing' or a problem)."""
+  if not _version_dir(bc, directory).exists():
+    return None, "missing"
+  try:
+    builder = _builder(bc, directory)
+    splits = {split: _read_split(builder, split) for split in SPLITS}
+  except Exception as error:  # noqa: BLE001 (TFDS and array_record report damaged files in many types)
+    return None, f"cannot be read ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+  for split, pairs in splits.items():
+    problem = _problem(bc, split, *pairs)
+    if problem:
+      return None, problem
+  return splits, ""
+
+
+def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+  """The verified splits, generated (under the data dir's lock) unless a good cache exists."""
+  splits, why = _read_verified(bc, directory)
+  if splits is not None:
+    return splits
+  directory.mkdir(parents=True, exist_ok=True)
+  with locking.exclusive(directory, f"data.data_dir={str(directory)!r}"):
+    splits, why = _read_verified(bc, directory)  # another run may have finished it meanwhile
+    if splits is not None:
+      return splits
+    version_dir = _version_dir(bc, directory)
+    if why != "missing":
+      logging.warning("The cached dataset %s %s; deleting it and generating it again.", version_dir, why)
+      shutil.rmtree(version_dir)
+    tfds.disable_progress_bar()  # generation takes about a second; bars would only clutter the training log
+    _builder(bc, directory).download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+    splits, why = _read_verified(bc, directory)
+  if splits is None:
+    raise UsageError(f"the dataset generated in {version_dir} {why}: delete {directory} and run again")
+  return splits
 
 
 def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
   """Generates the dataset unless cached, then loads both splits into memory: config → BigramData."""
   validate_data_config(config)
-  builder = make_builder(config, workdir)
-  tfds.disable_progress_bar()  # generation takes about a second; bars would only clutter the training log
-  builder.download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
-  train_ids, train_next = _read_split(builder, "train")
-  eval_ids, eval_next = _read_split(builder, "validation")
-  bc, vocab_size = builder.builder_config, builder.builder_config.vocab_size
-  if bc.source == "text":
-    log_probs = sources.empirical_log_probs(eval_ids, eval_next, vocab_size)
-    floor = sources.empirical_conditional_entropy(eval_ids, eval_next, vocab_size)
-  else:
-    current_probs, log_probs = _synthetic_task(bc)
-    floor = sources.conditional_entropy(current_probs, log_probs)
+  bc = builder_config(config)
+  splits = _prepare(bc, data_dir(config, workdir))
+  (train_ids, train_next), (eval_ids, eval_next) = splits["train"], splits["validation"]
+  vocab_size = bc.settings["vocab_size"]
+  reference = sources.get(bc.source).reference(bc.settings, eval_ids, eval_next)
   return BigramData(
       source=bc.source, vocab_size=vocab_size, train_ids=train_ids, train_next=train_next,
-      eval_ids=eval_ids, eval_next=eval_next, loss_floor=floor, true_log_probs=log_probs,
-      input_counts=np.bincount(train_ids, minlength=vocab_size).astype(np.int64),
+      eval_ids=eval_ids, eval_next=eval_next, loss_floor=reference.loss_floor, true_log_probs=reference.log_probs,
+      input_counts=np.bincount(train_ids, minlength=vocab_size).astype(np.int64), identity=bc.name,
+      reference=reference,
   )
+
+
+def record_for_inspection(data: BigramData, config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
+  """Writes WORKDIR/report_data.npz, what inspection needs of the data (see `tied_embed.sources.record`).
+
+  Its size is that of the source's record (a hidden (V, D) table, or 256² text pair counts) plus (V,) counts.
+  """
+  reference = data.reference or sources.get(data.source).reference(
+      builder_config(config).settings, data.eval_ids, data.eval_next)
+  facts = record_lib.InspectionData(
+      source=data.source, identity=data.identity or dataset_identity(config), vocab_size=data.vocab_size,
+      loss_floor=float(data.loss_floor), reference_name=reference.name, true_log_probs=reference.log_probs,
+      input_counts=data.input_counts,
+  )
+  return record_lib.write(workdir, facts, reference.record)
 
 
 def train_batch(data: BigramData, seed: int, step: int, batch_size: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,58 @@
+"""The bigram tasks, in pure NumPy: one module per source, behind the `base.Source` interface.
+
+A bigram task is a distribution of current tokens `p` (V,) and a transition table `log P(next | current)` (V, V).
+The best any model can do on it is the conditional entropy H(next | current) = -Σ_i p_i Σ_j P(j|i) log P(j|i),
+the loss floor that training is measured against.
+
+- `planted`: symmetric logits e*_i · e*_j, which a tied table represents exactly;
+- `directed`: e*_i · e*_{j-1}, a one-way cycle a tied table cannot represent;
+- `text`: byte bigrams of a file, with an empirical floor.
+
+`get(name)` returns a source; adding one is a new module here that calls `base.register`, plus its import below.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tied_embed.sources import directed, planted, text
+from tied_embed.sources.base import REGISTRY, LogProbRows, Reference, Source, log_softmax, zipf_probs
+from tied_embed.sources.synthetic import (
+    SyntheticSource, conditional_entropy, hidden_table, sample_pairs, synthetic_splits, table_rows,
+)
+from tied_embed.sources.text import empirical_conditional_entropy, empirical_log_probs, text_pairs
+
+del directed, planted  # imported to register them
+
+SOURCES = tuple(REGISTRY)
+SYNTHETIC_SOURCES = tuple(name for name, source in REGISTRY.items() if isinstance(source, SyntheticSource))
+TEXT_VOCAB_SIZE = text.VOCAB_SIZE
+
+__all__ = [
+    "SOURCES", "SYNTHETIC_SOURCES", "TEXT_VOCAB_SIZE", "LogProbRows", "Reference", "Source", "conditional_entropy",
+    "empirical_conditional_entropy", "empirical_log_probs", "get", "hidden_table", "log_softmax", "sample_pairs",
+    "synthetic_splits", "synthetic_task", "text_pairs", "transition_log_probs", "zipf_probs",
+]
+
+
+def get(name: Any) -> Source:
+  """The registered source called `name`; KeyError if there is none (validation checks names first)."""
+  return REGISTRY[name]
+
+
+def transition_log_probs(name: str, table: np.ndarray) -> np.ndarray:
+  """log P(next=j | current=i) of a synthetic source from its hidden table: (V, D) → (V, V) float64."""
+  source = get(name)
+  if not isinstance(source, SyntheticSource):
+    raise ValueError(f"not a synthetic source: {name!r}")
+  return np.asarray(table_rows(table, source.output_table(table)))
+
+
+def synthetic_task(
+    name: str, vocab_size: int, d_model: int, logit_scale: float, zipf_exponent: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+  """A synthetic task's current-token distribution p (V,) and log P(next | current) (V, V), both float64."""
+  table = hidden_table(vocab_size, d_model, logit_scale, seed)
+  return zipf_probs(vocab_size, zipf_exponent), transition_log_probs(name, table)

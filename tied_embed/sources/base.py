@@ -1,0 +1,185 @@
+"""What every data source provides, and the probability arithmetic they share (pure NumPy).
+
+A source is a bigram task: current tokens with some distribution and a table `log P(next | current)` (V, V).
+`Source` is the interface the dataset builder, config validation and inspection talk to; none of them knows
+which source it holds. The (V, V) table is never built whole: `LogProbRows` computes the rows asked for, in
+blocks of `row_block(V)` rows, so memory grows with the rows used, not with V².
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import math
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
+
+import numpy as np
+
+from tied_embed.errors import require
+
+MAX_PAIRS = 100_000_000  # pairs are held in memory as two int32 arrays (8 bytes a pair, more while sampling)
+_BLOCK_ELEMENTS = 1 << 20  # float64 entries of one block of rows: 8 MB
+
+
+def row_block(vocab_size: int) -> int:
+  """Rows of a (V, V) table computed at once: as many as fit in about 8 MB, at least one."""
+  return max(1, _BLOCK_ELEMENTS // vocab_size)
+
+
+def row_blocks(vocab_size: int) -> Iterator[np.ndarray]:
+  """The row ids 0..V-1 in consecutive blocks of `row_block(V)`: → (K,) int64 arrays."""
+  size = row_block(vocab_size)
+  for start in range(0, vocab_size, size):
+    yield np.arange(start, min(start + size, vocab_size))
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+  """Row-wise log-softmax: (K, V) → (K, V) float64."""
+  shifted = logits - logits.max(axis=1, keepdims=True)
+  return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+
+def zipf_probs(vocab_size: int, exponent: float) -> np.ndarray:
+  """Current-token distribution p_i ∝ (i + 1)^-exponent: () → (V,) float64 summing to 1 (exponent 0: uniform)."""
+  weights = np.arange(1, vocab_size + 1, dtype=np.float64) ** -exponent
+  return weights / weights.sum()
+
+
+def row_entropy_terms(log_probs: np.ndarray) -> np.ndarray:
+  """Σ_j P(j|i) log P(j|i) of each row: (K, V) → (K,) float64. Zero-probability entries contribute 0."""
+  probs = np.exp(log_probs)
+  return (probs * np.where(probs > 0, log_probs, 0.0)).sum(axis=1)
+
+
+@dataclasses.dataclass(eq=False)
+class LogProbRows:
+  """A (V, V) table log P(next=j | current=i) whose rows are computed on demand.
+
+  `rows(ids)` (K,) → (K, V) float64. Indexing (`table[i]`, `table[i, j]`, `table[ids, cols]`) computes only the
+  rows named; `np.asarray(table)` builds the whole table (for small V and tests).
+  """
+
+  vocab_size: int
+  rows: Callable[[np.ndarray], np.ndarray]
+
+  @property
+  def shape(self) -> tuple[int, int]:
+    return (self.vocab_size, self.vocab_size)
+
+  def __len__(self) -> int:
+    return self.vocab_size
+
+  def __getitem__(self, key: Any) -> np.ndarray:
+    row_key, col_key = (key if isinstance(key, tuple) else (key, slice(None)))
+    ids = np.asarray(row_key)
+    if ids.ndim == 0:
+      return self.rows(ids[None])[0][col_key]
+    unique, inverse = np.unique(ids, return_inverse=True)
+    block = self.rows(unique)[inverse.reshape(ids.shape)]
+    if isinstance(col_key, slice):
+      return block[..., col_key]
+    return np.take_along_axis(block, np.asarray(col_key)[..., None], axis=-1)[..., 0]
+
+  def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    del copy  # always a new array
+    table = np.concatenate([self.rows(ids) for ids in row_blocks(self.vocab_size)])
+    return table if dtype is None else table.astype(dtype)
+
+
+def dense_rows(log_probs: np.ndarray) -> LogProbRows:
+  """A dense (V, V) table as `LogProbRows`."""
+  log_probs = np.asarray(log_probs, np.float64)
+  return LogProbRows(len(log_probs), lambda ids: log_probs[ids])
+
+
+@dataclasses.dataclass
+class Reference:
+  """What the best possible model scores on a task, and the table it would have learned.
+
+  name: 'true' (the generating distribution) or 'empirical' (counted from the validation split).
+  loss_floor: H(next | current) in nats. log_probs: the (V, V) table, row by row.
+  record: small arrays from which `Source.log_probs_from_record` rebuilds `log_probs` without the dataset.
+  """
+
+  name: str
+  loss_floor: float
+  log_probs: LogProbRows
+  record: dict[str, np.ndarray]
+
+
+def is_int(value: Any) -> bool:
+  """A Python or NumPy integer, not a bool."""
+  return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+  """A Python or NumPy real number, not a bool."""
+  return isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
+
+
+def require_pairs(data: Any, field: str) -> None:
+  """data.<field> is a pair count: an integer in [1, MAX_PAIRS]."""
+  value = data.get(field)
+  require(is_int(value) and 1 <= value <= MAX_PAIRS, f"data.{field}", value,
+          f"an integer in [1, {MAX_PAIRS:,}] (pairs are held in memory, 8 bytes each and more while sampling)")
+
+
+def require_finite(data: Any, field: str) -> None:
+  """data.<field> is a finite number >= 0."""
+  value = data.get(field)
+  require(is_number(value) and math.isfinite(value) and value >= 0, f"data.{field}", value,
+          "a finite number >= 0")
+
+
+class Source(abc.ABC):
+  """One bigram task. Subclasses set `name`, `reference_name` and `fields`, and register with `register`.
+
+  `settings` is everything that determines the data, as plain JSON values; the other methods take it, so the
+  dataset builder can rebuild the data from its builder config alone.
+  """
+
+  name: ClassVar[str]
+  reference_name: ClassVar[str] = "true"  # 'true' or 'empirical': what the reference table is
+  fields: ClassVar[tuple[str, ...]]  # the data.* config fields this source reads
+
+  @abc.abstractmethod
+  def validate(self, config: Any) -> None:
+    """Raises UsageError (field, value, what is allowed) unless the config's model.* and data.* fields fit."""
+
+  @abc.abstractmethod
+  def settings(self, config: Any) -> dict[str, Any]:
+    """The task's parameters from a validated config: → JSON-able dict (may read a file, cheaply)."""
+
+  @abc.abstractmethod
+  def identity(self, settings: dict[str, Any]) -> str:
+    """The dataset's name: spells out (or hashes) everything that changes the data, so caches never mix."""
+
+  @abc.abstractmethod
+  def num_pairs(self, settings: dict[str, Any]) -> dict[str, int]:
+    """How many pairs each split holds: → {'train': N, 'validation': M}."""
+
+  @abc.abstractmethod
+  def splits(self, settings: dict[str, Any]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The pairs: → {'train': (ids, next_ids), 'validation': (ids, next_ids)}, (N,) int32 each."""
+
+  @abc.abstractmethod
+  def reference(self, settings: dict[str, Any], eval_ids: np.ndarray, eval_next: np.ndarray) -> Reference:
+    """The loss floor and the reference table of the task, given its validation pairs (M,), (M,)."""
+
+  @abc.abstractmethod
+  def log_probs_from_record(self, vocab_size: int, record: dict[str, np.ndarray]) -> LogProbRows:
+    """The reference table again, from `Reference.record`."""
+
+  def token_label(self, token: int) -> str:
+    """How a token id is shown to a person."""
+    return str(token)
+
+
+REGISTRY: dict[str, Source] = {}
+
+
+def register(source: Source) -> Source:
+  """Adds a source to the registry under its name."""
+  REGISTRY[source.name] = source
+  return source

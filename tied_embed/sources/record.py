@@ -1,0 +1,72 @@
+"""What inspection needs of a run's data, kept in its workdir: WORKDIR/report_data.npz.
+
+Written at training time (`tied_embed.data.record_for_inspection`), so that inspecting a workdir needs nothing
+outside it: not the dataset, not the text file. It holds the reference's small record (a synthetic task's hidden
+table (V, D), or the text's (V, V) validation pair counts for V = 256), the input counts (V,) and the floor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import tempfile
+
+import numpy as np
+
+from tied_embed import sources
+from tied_embed.sources.base import LogProbRows
+
+FILE_NAME = "report_data.npz"
+_RECORD_PREFIX = "record."
+
+
+@dataclasses.dataclass
+class InspectionData:
+  """The data-side facts of a run: the source, its reference table (row by row), floor and input counts."""
+
+  source: str
+  identity: str
+  vocab_size: int
+  loss_floor: float
+  reference_name: str  # 'true' or 'empirical'
+  true_log_probs: LogProbRows  # (V, V) log P(next | current), computed per row
+  input_counts: np.ndarray  # (V,) int64: how often each token is current in train
+
+
+def write(workdir: str | pathlib.Path, data: InspectionData, record: dict[str, np.ndarray]) -> pathlib.Path:
+  """Writes WORKDIR/report_data.npz whole or not at all (a temporary file renamed into place)."""
+  path = pathlib.Path(workdir) / FILE_NAME
+  arrays = {
+      "source": np.array(data.source), "identity": np.array(data.identity), "vocab_size": np.array(data.vocab_size),
+      "loss_floor": np.array(data.loss_floor), "reference_name": np.array(data.reference_name),
+      "input_counts": np.asarray(data.input_counts, np.int64),
+      **{_RECORD_PREFIX + key: value for key, value in record.items()},
+  }
+  with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{FILE_NAME}.", suffix=".tmp", delete=False) as f:
+    np.savez(f, **arrays)
+  os.replace(f.name, path)
+  return path
+
+
+def read(workdir: str | pathlib.Path) -> InspectionData | None:
+  """WORKDIR/report_data.npz as InspectionData; None if the workdir has none.
+
+  Raises ValueError (or OSError) if the file is there but cannot be read back.
+  """
+  path = pathlib.Path(workdir) / FILE_NAME
+  if not path.is_file() or path.is_symlink():
+    return None
+  with np.load(path, allow_pickle=False) as saved:
+    arrays = {key: saved[key] for key in saved.files}
+  source = sources.get(str(arrays["source"]))
+  vocab_size = int(arrays["vocab_size"])
+  record = {key[len(_RECORD_PREFIX):]: value for key, value in arrays.items() if key.startswith(_RECORD_PREFIX)}
+  input_counts = np.asarray(arrays["input_counts"], np.int64)
+  if input_counts.shape != (vocab_size,):
+    raise ValueError(f"{path}: input_counts has shape {input_counts.shape}, expected ({vocab_size},)")
+  return InspectionData(
+      source=source.name, identity=str(arrays["identity"]), vocab_size=vocab_size,
+      loss_floor=float(arrays["loss_floor"]), reference_name=str(arrays["reference_name"]),
+      true_log_probs=source.log_probs_from_record(vocab_size, record), input_counts=input_counts,
+  )

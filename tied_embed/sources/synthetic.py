@@ -1,0 +1,129 @@
+"""What the synthetic tasks share: a hidden table e* (V, D), Zipf current tokens, sampled pairs, an exact floor.
+
+P(j|i) = softmax_j(e*_i · out_j), where each task says what its output table `out` (V, D) is. Current tokens
+follow p_i ∝ (i + 1)^-s, so high ids are rarely looked up and get most of their gradient through the output
+projection. Every (V, V) quantity is computed in blocks of rows (`base.row_blocks`), so generating the data of a
+large vocabulary needs memory for a block, not for the table.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import numpy as np
+
+from tied_embed.errors import require
+from tied_embed.sources import base
+
+
+def hidden_table(vocab_size: int, d_model: int, logit_scale: float, seed: int) -> np.ndarray:
+  """The hidden table e* (V, D) float64, with E|e*_i|² = logit_scale.
+
+  Entries are N(0, logit_scale / D), so a self (planted) or next (directed) logit is about `logit_scale` and
+  the other logits spread with standard deviation logit_scale / sqrt(D).
+  """
+  rng = np.random.default_rng([seed, 0])
+  return rng.standard_normal((vocab_size, d_model)) * np.sqrt(logit_scale / d_model)
+
+
+def table_rows(table: np.ndarray, output: np.ndarray) -> base.LogProbRows:
+  """log softmax(e*_i · out_j) row by row: tables (V, D), (V, D) → LogProbRows."""
+  return base.LogProbRows(len(table), lambda ids: base.log_softmax(table[ids] @ output.T))
+
+
+def conditional_entropy(current_probs: np.ndarray, log_probs: Any) -> float:
+  """H(next | current) in nats: p (V,), log P (V, V) array or LogProbRows → float, one block of rows at a time."""
+  blocks = base.row_blocks(len(current_probs))
+  terms = np.concatenate([base.row_entropy_terms(np.asarray(log_probs[ids])) for ids in blocks])
+  return float(-(current_probs * terms).sum())
+
+
+def sample_pairs(
+    current_probs: np.ndarray, log_probs: Any, num_pairs: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+  """Draws i ~ p, then j ~ P(·|i): (V,), (V, V) array or LogProbRows → ids (N,) int32, next_ids (N,) int32.
+
+  Inverse-CDF sampling, one `searchsorted` per current token over its rows (found by one argsort), so the cost
+  is O(N log N) with no (N, V) array; the CDF is built one block of rows at a time.
+  """
+  vocab_size = len(current_probs)
+  ids = rng.choice(vocab_size, size=num_pairs, p=current_probs).astype(np.int32)
+  uniforms = rng.random(num_pairs)
+  order = np.argsort(ids, kind="stable")
+  bounds = np.searchsorted(ids[order], np.arange(vocab_size + 1))
+  next_ids = np.empty(num_pairs, dtype=np.int32)
+  for block in base.row_blocks(vocab_size):
+    cdf = np.cumsum(np.exp(np.asarray(log_probs[block])), axis=1)
+    for row, token in enumerate(block):
+      rows = order[bounds[token]:bounds[token + 1]]
+      # Scaling by the row total keeps rounding in the cumulative sum from ever indexing past V - 1.
+      next_ids[rows] = np.searchsorted(cdf[row], uniforms[rows] * cdf[row, -1], side="right")
+  return ids, np.minimum(next_ids, vocab_size - 1)
+
+
+def synthetic_splits(
+    current_probs: np.ndarray, log_probs: Any, num_train: int, num_eval: int, seed: int
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+  """Independent train and validation samples: → {'train': (ids, next_ids), 'validation': (ids, next_ids)}."""
+  rng = np.random.default_rng([seed, 1])  # a stream apart from the hidden table's
+  train = sample_pairs(current_probs, log_probs, num_train, rng)
+  return {"train": train, "validation": sample_pairs(current_probs, log_probs, num_eval, rng)}
+
+
+class SyntheticSource(base.Source):
+  """A task defined by a hidden table; subclasses say which output table its logits score against."""
+
+  fields = ("task_seed", "num_train_pairs", "num_eval_pairs", "logit_scale", "zipf_exponent")
+
+  @abc.abstractmethod
+  def output_table(self, table: np.ndarray) -> np.ndarray:
+    """The table the logits score against: e* (V, D) → (V, D)."""
+
+  def validate(self, config: Any) -> None:
+    vocab_size, d_model, data = config.model.get("vocab_size"), config.model.get("d_model"), config.data
+    require(base.is_int(vocab_size) and vocab_size >= 2, "model.vocab_size", vocab_size,
+            f"an integer >= 2 for data.source={self.name!r}")
+    require(base.is_int(d_model) and d_model >= 1, "model.d_model", d_model, "an integer >= 1")
+    require(base.is_int(data.get("task_seed")) and data.task_seed >= 0, "data.task_seed", data.get("task_seed"),
+            "an integer >= 0")
+    for field in ("num_train_pairs", "num_eval_pairs"):
+      base.require_pairs(data, field)
+    for field in ("logit_scale", "zipf_exponent"):
+      base.require_finite(data, field)
+
+  def settings(self, config: Any) -> dict[str, Any]:
+    data = config.data
+    return dict(
+        vocab_size=int(config.model.vocab_size), d_model=int(config.model.d_model), task_seed=int(data.task_seed),
+        num_train_pairs=int(data.num_train_pairs), num_eval_pairs=int(data.num_eval_pairs),
+        logit_scale=float(data.logit_scale), zipf_exponent=float(data.zipf_exponent),
+    )
+
+  def identity(self, settings: dict[str, Any]) -> str:
+    return ("{name}-v{vocab_size}-d{d_model}-seed{task_seed}-n{num_train_pairs}-m{num_eval_pairs}"
+            "-scale{logit_scale:g}-zipf{zipf_exponent:g}").format(name=self.name, **settings)
+
+  def num_pairs(self, settings: dict[str, Any]) -> dict[str, int]:
+    return {"train": settings["num_train_pairs"], "validation": settings["num_eval_pairs"]}
+
+  def task(self, settings: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The current-token distribution p (V,) and the hidden table e* (V, D), both float64."""
+    table = hidden_table(settings["vocab_size"], settings["d_model"], settings["logit_scale"], settings["task_seed"])
+    return base.zipf_probs(settings["vocab_size"], settings["zipf_exponent"]), table
+
+  def splits(self, settings: dict[str, Any]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    current_probs, table = self.task(settings)
+    return synthetic_splits(current_probs, table_rows(table, self.output_table(table)),
+                            settings["num_train_pairs"], settings["num_eval_pairs"], settings["task_seed"])
+
+  def reference(self, settings: dict[str, Any], eval_ids: np.ndarray, eval_next: np.ndarray) -> base.Reference:
+    del eval_ids, eval_next  # the floor is exact, from the generating distribution
+    current_probs, table = self.task(settings)
+    log_probs = table_rows(table, self.output_table(table))
+    return base.Reference(self.reference_name, conditional_entropy(current_probs, log_probs), log_probs,
+                          {"hidden_table": table})
+
+  def log_probs_from_record(self, vocab_size: int, record: dict[str, np.ndarray]) -> base.LogProbRows:
+    table = np.asarray(record["hidden_table"], np.float64)
+    return table_rows(table, self.output_table(table))
