@@ -170,13 +170,13 @@ def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, tuple[np.nd
       return splits
     version_dir = _version_dir(bc, directory)
     if why != "missing":
-      logging.warning("The cached dataset %s %s; deleting it and generating it again.", version_dir, why)
+      logging.warning("The cached dataset %s is unusable (%s): deleting it and generating it again.", version_dir, why)
       shutil.rmtree(version_dir)
     tfds.disable_progress_bar()  # generation takes about a second; bars would only clutter the training log
     _builder(bc, directory).download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
     splits, why = _read_verified(bc, directory)
   if splits is None:
-    raise UsageError(f"the dataset generated in {version_dir} {why}: delete {directory} and run again")
+    raise UsageError(f"the dataset generated in {version_dir} is unusable ({why}): delete {directory} and run again")
   return splits
 
 

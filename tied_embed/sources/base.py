@@ -19,11 +19,11 @@ import numpy as np
 from tied_embed.errors import require
 
 MAX_PAIRS = 100_000_000  # pairs are held in memory as two int32 arrays (8 bytes a pair, more while sampling)
-_BLOCK_ELEMENTS = 1 << 20  # float64 entries of one block of rows: 8 MB
+_BLOCK_ELEMENTS = 1 << 18  # float64 entries of one block of rows: 2 MB (a few temporaries of that while computing)
 
 
 def row_block(vocab_size: int) -> int:
-  """Rows of a (V, V) table computed at once: as many as fit in about 8 MB, at least one."""
+  """Rows of a (V, V) table computed at once: as many as fit in about 2 MB, at least one."""
   return max(1, _BLOCK_ELEMENTS // vocab_size)
 
 
