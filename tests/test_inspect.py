@@ -13,7 +13,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from tied_embed import report
+from tied_embed.inspection import report
 from tied_embed.inspect import main
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -113,7 +113,7 @@ def test_event_reader_keeps_the_later_write_of_a_repeated_step(tmp_path):
 
 
 def test_pictures_are_valid_pngs(tmp_path):
-  from tied_embed import plots
+  from tied_embed.inspection import plots
 
   true = np.log(np.full((4, 4), 0.25))
   true[0, 1] = -np.inf

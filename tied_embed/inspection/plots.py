@@ -2,32 +2,42 @@
 
 Each `*_figure` function returns a `matplotlib.figure.Figure`; `write_pictures` renders them to
 `<report_dir>/<name>.png` and writes the same pixels as image summaries with CLU's `SummaryWriter`, so they
-show up in TensorBoard as the run `report` next to the training curves.
+show up in TensorBoard as the run `report` next to the training curves: one events file per inspected step,
+replaced when that step is inspected again.
 """
 
 from __future__ import annotations
 
+import io
 import pathlib
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from tied_embed.inspection import files
+
 
 def heatmaps_figure(
-    learned_log_probs: np.ndarray, true_log_probs: np.ndarray, true_name: str, token_ids: np.ndarray | None = None
+    learned_log_probs: np.ndarray,
+    true_log_probs: np.ndarray,
+    true_name: str,
+    token_ids: np.ndarray | None = None,
+    vocab_size: int | None = None,
 ) -> Figure:
   """Learned and true log P(next | current), side by side on one colour scale: (V, V), (V, V) → Figure.
 
   `token_ids` (K,) ascending, if given, restricts both axes to those tokens (a readable block of a big
-  vocabulary); the axes are then labelled with the ids. -inf (never observed) and nan (unknown row) true entries
-  are left blank. The scale's lower end is the 1st percentile of the finite values so a few near-impossible
-  pairs don't wash out the rest.
+  vocabulary); the axes are then labelled with the ids. Matrices that are already (K, K), the block of those
+  tokens, are drawn as they are (pass `vocab_size` for the title). -inf (never observed) and nan (unknown row)
+  true entries are left blank. The scale's lower end is the 1st percentile of the finite values so a few
+  near-impossible pairs don't wash out the rest.
   """
-  vocab_size = len(learned_log_probs)
+  vocab_size = vocab_size or len(learned_log_probs)
   shown = np.arange(vocab_size) if token_ids is None else np.asarray(token_ids)
-  learned = np.asarray(learned_log_probs, np.float64)[np.ix_(shown, shown)]
-  true_masked = np.ma.masked_invalid(np.asarray(true_log_probs, np.float64)[np.ix_(shown, shown)])
+  block = np.ix_(shown, shown) if len(learned_log_probs) != len(shown) else (slice(None), slice(None))
+  learned = np.asarray(learned_log_probs, np.float64)[block]
+  true_masked = np.ma.masked_invalid(np.asarray(true_log_probs, np.float64)[block])
   finite = np.concatenate([learned.ravel(), true_masked.compressed()])
   finite = finite[np.isfinite(finite)]
   vmin, vmax = float(np.percentile(finite, 1)), float(finite.max())
@@ -105,18 +115,36 @@ def figure_pixels(fig: Figure) -> np.ndarray:
 def write_pictures(report_dir: pathlib.Path, figures: dict[str, Figure], step: int) -> dict[str, str]:
   """Save each figure as `<report_dir>/<name>.png` and as TensorBoard image `report/<name>` at `step`.
 
-  Returns {name: PNG file name relative to report_dir}.
+  Each file is replaced whole (`files.write_bytes`); an events file holding images of `step` from an earlier
+  call is deleted first, so inspecting again adds no second copy. Returns {name: PNG file name relative to
+  report_dir}.
   """
   from clu.metric_writers import SummaryWriter  # noqa: PLC0415 (TensorFlow stays out of `import tied_embed`)
 
   report_dir.mkdir(parents=True, exist_ok=True)
   pictures, images = {}, {}
   for name, fig in figures.items():
-    fig.savefig(report_dir / f"{name}.png", dpi=100)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    files.write_bytes(report_dir, f"{name}.png", buffer.getvalue())
     pictures[name] = f"{name}.png"
     images[f"report/{name}"] = figure_pixels(fig)[None]
+  for path in report_dir.glob("events.out.tfevents.*"):
+    if path.is_symlink() or step in _image_steps(path):
+      path.unlink()
   writer = SummaryWriter(str(report_dir))
   writer.write_images(step, images)
   writer.flush()
   writer.close()
   return pictures
+
+
+def _image_steps(path: pathlib.Path) -> set[int]:
+  """The steps an events file holds report images for; empty if it cannot be read."""
+  from tensorboard.backend.event_processing.event_file_loader import EventFileLoader  # noqa: PLC0415
+
+  try:
+    return {int(event.step) for event in EventFileLoader(str(path)).Load()
+            if any(value.tag.startswith("report/") for value in event.summary.value)}
+  except Exception:  # noqa: BLE001 (a damaged events file is left alone)
+    return set()

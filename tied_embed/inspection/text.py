@@ -1,4 +1,4 @@
-"""Render the inspection report dict (see `tied_embed.inspect.inspect_run`) as plain text and as Markdown."""
+"""Render the inspection report dict (see `tied_embed.inspection.run.inspect_run`) as plain text and as Markdown."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 _LIST_LIMIT = 20  # longer id lists are cut, with a count, so a big vocabulary doesn't flood the terminal
 
 
-def format_text(report: dict[str, Any]) -> str:
-  """The human-readable report the CLI prints: report dict → multi-line str."""
+def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
+  """The human-readable report the CLI prints: report dict → multi-line str (with where report.md is, if any)."""
   run, params, fit, prov = report["run"], report["parameters"], report["fit"], report["provenance"]
   cfg = run["config"]
   vocab_size, d_model = params["table_shape"]
@@ -24,7 +24,7 @@ def format_text(report: dict[str, Any]) -> str:
       f"scores   S = {report['scores']}",
   ]
   own_name = "|e_i|²" if cfg["tied"] else "in_i·out_i"
-  probability_name = "empirical" if cfg["source"] == "text" else "true"
+  probability_name = run["reference"]  # 'true' or 'empirical', as the source says
   for token in report["tokens"]:
     lines += [
         "",
@@ -49,7 +49,7 @@ def format_text(report: dict[str, Any]) -> str:
       "  most lookup-heavy rows: " + _skewed(prov["most_lookup"]),
       "  most projection-heavy looked-up rows: " + _skewed(prov["most_projection"]),
   ]
-  if report.get("pictures"):
+  if pictures_line and report.get("pictures"):
     lines += ["", f"pictures {report['report_md']}"]
   return "\n".join(lines)
 
@@ -61,7 +61,7 @@ def format_markdown(report: dict[str, Any]) -> str:
       "loss_curves": "Loss curves vs the floor",
       "provenance": "Gradient provenance per row vs input count",
   }
-  parts = [f"# Inspection of step {report['step']}", "", "```", format_text(report), "```"]
+  parts = [f"# Inspection of step {report['step']}", "", "```", format_text(report, pictures_line=False), "```"]
   for name, path in report["pictures"].items():
     parts += ["", f"## {titles.get(name, name)}", "", f"![{name}]({path})"]
   return "\n".join(parts) + "\n"

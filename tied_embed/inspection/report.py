@@ -3,17 +3,20 @@
 Every function takes plain arrays so a notebook can call it on any table. The learned score matrix is
 `S = lookup @ projection.T` (V, V): `E·Eᵀ` for a tied model, `input·outputᵀ` for the untied ablation; the
 model's next-token distribution after token i is `softmax(S[i])`. `build_report` assembles the pieces into
-the JSON-ready dict that `python -m tied_embed.inspect` prints.
+the JSON-ready dict that `python -m tied_embed.inspect` prints. It computes S and the reference table one block
+of rows at a time (`sources.LogProbRows`), so its memory grows with V·D and the rows shown, not with V².
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from tied_embed import sources
 from tied_embed.model import param_counts
-from tied_embed.sources import log_softmax
+from tied_embed.sources.base import LogProbRows, dense_rows, log_softmax, row_blocks
 
 
 def score_matrix(lookup_table: np.ndarray, projection_table: np.ndarray) -> np.ndarray:
@@ -26,8 +29,13 @@ def own_score_rank(scores: np.ndarray, token: int) -> tuple[float, int]:
 
   scores (V, V), token i → (S[i, i], 1 + #{j : S[i, j] > S[i, i]}).
   """
-  own = float(scores[token, token])
-  return own, 1 + int(np.sum(scores[token] > own))
+  return row_own_rank(np.asarray(scores[token]), token)
+
+
+def row_own_rank(scores_row: np.ndarray, token: int) -> tuple[float, int]:
+  """`own_score_rank` from row i of S alone: (V,), i → (S[i, i], rank)."""
+  own = float(scores_row[token])
+  return own, 1 + int(np.sum(scores_row > own))
 
 
 def top_next(scores_row: np.ndarray, true_log_probs_row: np.ndarray, k: int) -> list[dict[str, Any]]:
@@ -51,24 +59,44 @@ def fit_to_truth(scores: np.ndarray, true_log_probs: np.ndarray) -> dict[str, An
   row's finite true entries; -inf (never observed) and nan (unknown row) entries are skipped, as are rows with
   fewer than two finite entries. Returns {correlation, mean_abs_error, entries, rows}.
   """
-  scores = np.asarray(scores, np.float64)
-  true_log_probs = np.asarray(true_log_probs, np.float64)
-  mask = np.isfinite(true_log_probs)
-  mask &= (mask.sum(axis=1) >= 2)[:, None]
-  counts = np.maximum(mask.sum(axis=1, keepdims=True), 1)
-  truth = np.where(mask, true_log_probs, 0.0)
-  learned = np.where(mask, scores, 0.0)
-  truth_c = (truth - truth.sum(axis=1, keepdims=True) / counts)[mask]
-  learned_c = (learned - learned.sum(axis=1, keepdims=True) / counts)[mask]
-  if truth_c.size < 2 or np.std(truth_c) == 0 or np.std(learned_c) == 0:
-    correlation = None
-  else:
-    correlation = float(np.corrcoef(learned_c, truth_c)[0, 1])
+  scores, true_log_probs = np.asarray(scores, np.float64), np.asarray(true_log_probs, np.float64)
+  return fit_by_rows(lambda ids: (scores[ids], true_log_probs[ids]), len(scores))
+
+
+def fit_of_tables(
+    lookup_table: np.ndarray, projection_table: np.ndarray, true_log_probs: LogProbRows
+) -> dict[str, Any]:
+  """`fit_to_truth(lookup @ projection.T, true)` one block of rows at a time: (V, D), (V, D), (V, V) rows → dict."""
+  lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
+  return fit_by_rows(lambda ids: (lookup[ids] @ projection.T, true_log_probs.rows(ids)), len(lookup))
+
+
+def fit_by_rows(rows: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], vocab_size: int) -> dict[str, Any]:
+  """`fit_to_truth` from a function of row ids (K,) → (scores (K, V), true log-probs (K, V)), summed by blocks."""
+  totals = np.zeros(7)  # entries, Σx, Σy, Σx², Σy², Σxy, Σ|x - y| over centred learned x and true y
+  rows_used = 0
+  for ids in row_blocks(vocab_size):
+    scores, truth = rows(ids)
+    mask = np.isfinite(truth)
+    mask &= (mask.sum(axis=1) >= 2)[:, None]
+    counts = np.maximum(mask.sum(axis=1, keepdims=True), 1)
+    truth = np.where(mask, truth, 0.0)
+    learned = np.where(mask, scores, 0.0)
+    y = (truth - truth.sum(axis=1, keepdims=True) / counts)[mask]
+    x = (learned - learned.sum(axis=1, keepdims=True) / counts)[mask]
+    totals += [x.size, x.sum(), y.sum(), x @ x, y @ y, x @ y, np.abs(x - y).sum()]
+    rows_used += int(mask.any(axis=1).sum())
+  n, sx, sy, sxx, syy, sxy, sabs = totals
+  correlation = None
+  if n >= 2:
+    var_x, var_y = sxx - sx * sx / n, syy - sy * sy / n
+    if var_x > 0 and var_y > 0:
+      correlation = float((sxy - sx * sy / n) / np.sqrt(var_x * var_y))
   return {
       "correlation": correlation,
-      "mean_abs_error": float(np.mean(np.abs(learned_c - truth_c))) if truth_c.size else None,
-      "entries": int(mask.sum()),
-      "rows": int(mask.any(axis=1).sum()),
+      "mean_abs_error": float(sabs / n) if n else None,
+      "entries": int(n),
+      "rows": rows_used,
   }
 
 
@@ -138,10 +166,8 @@ def parameter_summary(vocab_size: int, d_model: int, tied: bool) -> dict[str, An
 
 
 def token_label(token: int, source: str) -> str:
-  """How to show a token: byte tokens of the text source as a printable literal ('a', ' ', '\\n', '\\xc3')."""
-  if source == "text":
-    return repr(bytes([token]))[1:]
-  return str(token)
+  """How a token is shown, as its source says: byte tokens of text as a printable literal ('a', '\\n')."""
+  return sources.get(source).token_label(token)
 
 
 def build_report(
@@ -150,7 +176,7 @@ def build_report(
     *,
     tied: bool,
     source: str,
-    true_log_probs: np.ndarray,
+    true_log_probs: np.ndarray | LogProbRows,
     lookup_total: np.ndarray,
     projection_total: np.ndarray,
     tokens: list[int],
@@ -159,30 +185,40 @@ def build_report(
   """The table-dependent part of the report: tables (V, D), true_log_probs (V, V), totals (V,) → dict.
 
   Keys: scores (what S is), parameters, tokens (one entry per requested token), fit, provenance. Token ids
-  must already be validated to lie in [0, V).
+  must already be validated to lie in [0, V). Only the requested rows of S and of the true table are formed
+  whole; the fit runs over blocks of rows.
   """
   vocab_size, d_model = np.shape(lookup_table)
-  scores = score_matrix(lookup_table, projection_table)
+  lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
+  true_rows = true_log_probs if isinstance(true_log_probs, LogProbRows) else dense_rows(true_log_probs)
+  label = sources.get(source).token_label
+  ids = np.asarray(tokens, np.int64)
+  score_rows = lookup[ids] @ projection.T
+  truth_rows = true_rows.rows(ids) if ids.size else np.zeros((0, vocab_size))
   token_entries = []
-  for token in tokens:
-    own, rank = own_score_rank(scores, token)
-    predicted = top_next(scores[token], true_log_probs[token], top_k)
+  for token, scores_row, truth_row in zip(tokens, score_rows, truth_rows, strict=True):
+    own, rank = row_own_rank(scores_row, token)
+    predicted = top_next(scores_row, truth_row, top_k)
     for entry in predicted:
-      entry["label"] = token_label(entry["id"], source)
-    token_entries.append(
-        {"id": token, "label": token_label(token, source), "own_score": own, "own_rank": rank, "top": predicted}
-    )
+      entry["label"] = label(entry["id"])
+    token_entries.append({"id": token, "label": label(token), "own_score": own, "own_rank": rank, "top": predicted})
   provenance = provenance_summary(lookup_total, projection_total, top_k)
   for key in ("most_lookup", "most_projection"):
     for entry in provenance[key]:
-      entry["label"] = token_label(entry["id"], source)
+      entry["label"] = label(entry["id"])
   return {
       "scores": "E·Eᵀ (tied table)" if tied else "input·outputᵀ (untied model: input and output tables differ)",
       "parameters": parameter_summary(vocab_size, d_model, tied),
       "tokens": token_entries,
-      "fit": fit_to_truth(scores, true_log_probs),
+      "fit": fit_of_tables(lookup, projection, true_rows),
       "provenance": provenance,
   }
+
+
+def learned_log_probs(lookup_table: np.ndarray, projection_table: np.ndarray, ids: np.ndarray) -> np.ndarray:
+  """Rows of log softmax(S): (V, D), (V, D), ids (K,) → (K, V) float64."""
+  lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
+  return log_softmax(lookup[ids] @ projection.T)
 
 
 def _finite_or_none(value: float) -> float | None:

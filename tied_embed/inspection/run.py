@@ -1,0 +1,211 @@
+"""Open a run from its workdir and report what the table learned: `inspect_run`, the library call.
+
+It restores a checkpoint with nothing but the workdir (the newest readable one, with a warning when newer ones
+are damaged), reads what the report needs of the data from WORKDIR/report_data.npz (written at training time;
+older workdirs regenerate the dataset as their config says), reads the loss curves back from the event files,
+computes the report (`report`) and draws its pictures into WORKDIR/report/ (`plots`), the only place it writes.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import numpy as np
+
+from tied_embed import sources
+from tied_embed.errors import UsageError
+from tied_embed.inspection import files
+from tied_embed.inspection import report as report_lib
+from tied_embed.inspection.text import format_markdown
+from tied_embed.model import io_tables
+from tied_embed.sources import record as record_lib
+
+_LOSS_TAGS = ("train/loss", "eval/loss")
+_DEFAULT_TOKENS = 3  # without --tokens: the most frequent input tokens
+_HEATMAP_MAX_TOKENS = 256  # a bigger vocabulary is drawn as the block of its most frequent current tokens,
+_HEATMAP_ZOOM_TOKENS = 128  # this many, as a V x V picture would be a uniform haze at screen resolution
+
+
+def inspect_run(
+    workdir: str | pathlib.Path,
+    step: int | None = None,
+    tokens: list[int] | None = None,
+    top_k: int = 5,
+    pictures: bool = True,
+) -> dict[str, Any]:
+  """The JSON-ready report of checkpoint `step` (default: the newest readable one) in `workdir`.
+
+  Keys: workdir, step, available_steps, run, scores, parameters, tokens, fit, provenance, warnings, and when
+  the pictures were written also pictures ({name: PNG path relative to WORKDIR/report}) and report_md. Raises
+  UsageError, before anything is restored or written where it can, for: no checkpoints, unreadable ones, a
+  missing step, a token outside [0, V), top_k outside [1, V].
+  """
+  from tied_embed.events import read_scalars, value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
+
+  workdir = pathlib.Path(workdir)
+  if top_k < 1:
+    raise UsageError.bad_value("--top-k", top_k, "an integer >= 1")
+  for token in tokens or []:
+    if token < 0:
+      raise UsageError.bad_value("--tokens", token, "token ids >= 0")
+  warnings: list[str] = []
+  steps = _steps(workdir)
+  if step is not None and step not in steps:
+    raise UsageError.bad_value("--step", step, f"one of the saved steps {', '.join(map(str, steps))}")
+  restored = _restore(workdir, step, steps, warnings)
+  vocab_size = restored.model.vocab_size
+  for token in tokens or []:
+    if not 0 <= token < vocab_size:
+      raise UsageError.bad_value("--tokens", token, f"token ids in [0, {vocab_size})")
+  if not 1 <= top_k <= vocab_size:
+    raise UsageError.bad_value("--top-k", top_k, f"an integer in [1, {vocab_size}]")
+
+  config = restored.config
+  facts = _data_facts(config, workdir, vocab_size, warnings)
+  if tokens is None:
+    tokens = [int(i) for i in np.argsort(-facts.input_counts, kind="stable")[:_DEFAULT_TOKENS]]
+  try:
+    series = read_scalars(workdir, _LOSS_TAGS)
+  except Exception as error:  # noqa: BLE001 (a damaged events file must not hide the checkpoint's report)
+    warnings.append(f"the event files in {workdir} cannot be read ({_first_line(error)}): no loss curves")
+    series = {}
+  eval_loss = value_at(series.get("eval/loss"), restored.step)
+  if eval_loss is None or eval_loss["step"] < restored.step:
+    newest = "none" if eval_loss is None else f"step {eval_loss['step']}"
+    warnings.append(f"the newest eval/loss in the events at or before step {restored.step} is {newest}, older"
+                    f" than the checkpoint shown: its eval loss and gap are not this checkpoint's")
+  lookup_table, projection_table = (np.asarray(table) for table in io_tables(restored.model))
+  report = {
+      "workdir": str(workdir),
+      "step": restored.step,
+      "available_steps": steps,
+      "run": {
+          "config": _config_summary(config),
+          "reference": facts.reference_name,
+          "train_loss": value_at(series.get("train/loss"), restored.step),
+          "eval_loss": eval_loss,
+          "loss_floor": facts.loss_floor,
+          "gap": None if eval_loss is None else eval_loss["value"] - facts.loss_floor,
+      },
+      **report_lib.build_report(
+          lookup_table, projection_table, tied=bool(config.model.tied), source=facts.source,
+          true_log_probs=facts.true_log_probs, lookup_total=restored.provenance["lookup_total"],
+          projection_total=restored.provenance["projection_total"], tokens=tokens, top_k=top_k,
+      ),
+      "warnings": warnings,
+  }
+  if pictures:
+    try:
+      _draw(report, files.report_dir(workdir), lookup_table, projection_table, facts, restored.provenance, series)
+    except OSError as error:
+      warnings.append(f"pictures not written: {error}")
+  return report
+
+
+def _first_line(error: BaseException, limit: int = 300) -> str:
+  text = (f"{type(error).__name__}: {error}".strip().splitlines() or [""])[0]
+  return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _steps(workdir: pathlib.Path) -> list[int]:
+  """The saved steps; UsageError (one line) if there are none or checkpoints/ is not a checkpoint directory."""
+  from tied_embed import checkpoint  # noqa: PLC0415 (Orbax stays out of `import tied_embed`)
+
+  try:
+    steps = checkpoint.available_steps(workdir)
+  except Exception as error:  # noqa: BLE001 (Orbax reports a foreign directory in many types)
+    raise UsageError(f"--workdir={str(workdir)!r}: {workdir / 'checkpoints'} cannot be read as checkpoints"
+                     f" ({_first_line(error)})") from None
+  if not steps:
+    raise UsageError(f"--workdir={str(workdir)!r} has no checkpoints (expected {workdir / 'checkpoints'}/<step>/)")
+  return steps
+
+
+def _restore(workdir: pathlib.Path, step: int | None, steps: list[int], warnings: list[str]) -> Any:
+  """Checkpoint `step`, or the newest one that reads back (a warning for each newer one that does not)."""
+  from tied_embed import checkpoint  # noqa: PLC0415
+
+  for candidate in [step] if step is not None else sorted(steps, reverse=True):
+    try:
+      return checkpoint.restore(workdir, candidate)
+    except Exception as error:  # noqa: BLE001 (a damaged checkpoint fails in Orbax, TensorStore or JSON)
+      problem = f"checkpoint {candidate} in {workdir / 'checkpoints'} cannot be read ({_first_line(error)})"
+      if step is not None:
+        raise UsageError(problem) from None
+      warnings.append(f"{problem}: showing an older one")
+  raise UsageError(f"--workdir={str(workdir)!r}: none of the checkpoints {steps} can be read")
+
+
+def _data_facts(config: Any, workdir: pathlib.Path, vocab_size: int, warnings: list[str]) -> record_lib.InspectionData:
+  """What the report needs of the data: WORKDIR/report_data.npz, or (older workdirs) the regenerated dataset."""
+  try:
+    facts = record_lib.read(workdir)
+  except Exception as error:  # noqa: BLE001 (a damaged file: fall back as for an old workdir)
+    warnings.append(f"{workdir / record_lib.FILE_NAME} cannot be read ({_first_line(error)}): using the dataset")
+    facts = None
+  if facts is not None and facts.vocab_size != vocab_size:
+    warnings.append(f"{workdir / record_lib.FILE_NAME} is for V={facts.vocab_size}, the checkpoint has"
+                    f" V={vocab_size}: using the dataset")
+    facts = None
+  if facts is not None:
+    return facts
+  from tied_embed import data  # noqa: PLC0415 (TFDS only for workdirs that have no report_data.npz)
+
+  bigrams = data.load_bigram_data(config, str(workdir))
+  return record_lib.InspectionData(
+      source=bigrams.source, identity=bigrams.identity, vocab_size=bigrams.vocab_size,
+      loss_floor=float(bigrams.loss_floor), reference_name=sources.get(bigrams.source).reference_name,
+      true_log_probs=bigrams.true_log_probs, input_counts=bigrams.input_counts,
+  )
+
+
+def _draw(
+    report: dict[str, Any],
+    report_dir: pathlib.Path,
+    lookup_table: np.ndarray,
+    projection_table: np.ndarray,
+    facts: record_lib.InspectionData,
+    provenance: dict[str, np.ndarray],
+    series: dict[str, tuple[np.ndarray, np.ndarray]],
+) -> None:
+  """Write the PNGs, the TensorBoard images and report.md; record their paths in `report`."""
+  from tied_embed.inspection import plots  # noqa: PLC0415 (CLU/TensorFlow only when drawing)
+
+  vocab_size = facts.vocab_size
+  shown = np.arange(vocab_size)
+  if vocab_size > _HEATMAP_MAX_TOKENS:
+    shown = np.sort(np.argsort(-facts.input_counts, kind="stable")[:_HEATMAP_ZOOM_TOKENS])
+  learned = report_lib.learned_log_probs(lookup_table, projection_table, shown)[:, shown]
+  true = facts.true_log_probs.rows(shown)[:, shown]
+  figures = {
+      "heatmaps": plots.heatmaps_figure(learned, true, facts.reference_name,
+                                        None if len(shown) == vocab_size else shown, vocab_size),
+      "loss_curves": plots.loss_curves_figure(series, facts.loss_floor, report["step"]),
+      "provenance": plots.provenance_figure(
+          provenance["lookup_total"], provenance["projection_total"], facts.input_counts
+      ),
+  }
+  pictures = plots.write_pictures(report_dir, figures, report["step"])
+  report["pictures"] = pictures
+  report["report_md"] = str(report_dir / "report.md")
+  try:
+    files.write_bytes(report_dir, "report.md", format_markdown(report).encode())
+  except OSError:
+    del report["pictures"], report["report_md"]
+    raise
+
+
+def _config_summary(config: Any) -> dict[str, Any]:
+  """The config fields the report's header shows."""
+  return {
+      "seed": int(config.seed),
+      "source": str(config.data.source),
+      "vocab_size": int(config.model.vocab_size),
+      "d_model": int(config.model.d_model),
+      "tied": bool(config.model.tied),
+      "optimizer": str(config.train.optimizer),
+      "learning_rate": float(config.train.learning_rate),
+      "batch_size": int(config.train.batch_size),
+      "num_steps": int(config.train.num_steps),
+  }
