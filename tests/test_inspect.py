@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tied_embed.inspection import report
+from tied_embed.errors import UsageError
 from tied_embed.inspect import main
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -267,3 +268,186 @@ def test_cli_process_on_workdir_without_checkpoints_exits_2_without_traceback(tm
   assert result.stderr.strip().splitlines() == [f"error: --workdir={str(tmp_path)!r} has no checkpoints"
                                                  f" (expected {tmp_path / 'checkpoints'}/<step>/)"]
   assert result.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+# --- Read-only and self-contained: each test on its own copy of the smoke run. ---
+
+
+@pytest.fixture()
+def run_copy(smoke_workdir, tmp_path):
+  """A fresh copy of the smoke workdir, without the report/ an earlier inspection may have left."""
+  workdir = tmp_path / "run"
+  shutil.copytree(smoke_workdir, workdir, ignore=shutil.ignore_patterns("report"))
+  return workdir
+
+
+def _tables_part(built):
+  """The report without what depends on where and how it was written."""
+  return {key: value for key, value in built.items() if key not in ("workdir", "pictures", "report_md", "warnings")}
+
+
+def test_recorded_data_makes_inspection_need_nothing_outside_the_workdir(inspected, run_copy, monkeypatch):
+  from tied_embed import checkpoint, data
+  from tied_embed.inspect import inspect_run
+  from tied_embed.sources import record
+
+  config = checkpoint.saved_config(run_copy)
+  path = data.record_for_inspection(data.load_bigram_data(config, run_copy), config, run_copy)
+  assert path == run_copy / "report_data.npz"
+  vocab_size, d_model = config.model.vocab_size, config.model.d_model
+  assert path.stat().st_size < 8 * vocab_size * (d_model + 2) + 4096  # the hidden table, the counts, a header
+  shutil.rmtree(run_copy / "data")
+
+  def no_dataset(*args, **kwargs):
+    raise AssertionError("inspection read the dataset")
+
+  monkeypatch.setattr(data, "load_bigram_data", no_dataset)
+
+  def outside_report():
+    return sorted(p for p in run_copy.rglob("*") if "report" not in p.relative_to(run_copy).parts)
+
+  before = outside_report()
+  built = inspect_run(run_copy, tokens=TOKENS, top_k=TOP_K)
+  assert json.loads(json.dumps(_tables_part(built))) == json.loads(json.dumps(_tables_part(inspected[1])))
+  assert built["warnings"] == []
+  assert outside_report() == before
+  facts = record.read(run_copy)
+  np.testing.assert_array_equal(np.asarray(facts.true_log_probs), np.asarray(inspected[3].true_log_probs))
+
+
+def test_text_record_round_trips_the_empirical_table_and_labels(tmp_path):
+  from tied_embed import data
+  from tied_embed.sources import record
+  from tests.test_data import make_config
+
+  path = tmp_path / "corpus.txt"
+  path.write_bytes(("the cat sat on the mat; ünïcödé bytes too. " * 7).encode())
+  config = make_config(source="text", text_path=str(path))
+  bigrams = data.load_bigram_data(config, tmp_path / "work")
+  data.record_for_inspection(bigrams, config, tmp_path)
+  path.unlink()  # inspection must not need the text file
+  facts = record.read(tmp_path)
+  assert (facts.source, facts.reference_name, facts.vocab_size) == ("text", "empirical", 256)
+  assert (facts.loss_floor, facts.identity) == (bigrams.loss_floor, bigrams.identity)
+  assert facts.identity.startswith("text-v256-sha")
+  np.testing.assert_array_equal(np.asarray(facts.true_log_probs), np.asarray(bigrams.true_log_probs))
+  np.testing.assert_array_equal(facts.input_counts, bigrams.input_counts)
+
+
+def test_symlinked_report_files_are_replaced_never_written_through(run_copy, tmp_path):
+  from tied_embed.inspect import inspect_run
+
+  outside = tmp_path / "outside.md"
+  outside.write_text("precious")
+  (run_copy / "report").mkdir()
+  (run_copy / "report" / "report.md").symlink_to(outside)
+  (run_copy / "report" / "heatmaps.png").symlink_to(outside)
+  built = inspect_run(run_copy, tokens=[0], top_k=2)
+  assert outside.read_text() == "precious"
+  assert not (run_copy / "report" / "report.md").is_symlink()
+  assert_valid_png(run_copy / "report" / built["pictures"]["heatmaps"])
+
+
+def test_symlinked_report_dir_is_not_written_and_the_report_still_prints(run_copy, tmp_path, capsys):
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.mkdir()
+  (run_copy / "report").symlink_to(elsewhere)
+  assert main(["--workdir", str(run_copy), "--json"]) == 0
+  captured = capsys.readouterr()
+  assert "pictures" not in json.loads(captured.out)
+  assert "warning: pictures not written:" in captured.err and "symbolic link" in captured.err
+  assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_unwritable_report_dir_still_prints_the_report_and_says_so(run_copy, capsys, json_flag):
+  (run_copy / "report").write_text("a file where the report directory would go")  # as a read-only workdir would
+  assert main(["--workdir", str(run_copy), "--tokens", "0", *json_flag]) == 0
+  captured = capsys.readouterr()
+  assert captured.out.strip() and "warning: pictures not written:" in captured.err
+  if json_flag:
+    assert json.loads(captured.out)["step"] == 60
+
+
+def test_damaged_latest_checkpoint_falls_back_to_the_newest_readable_one(run_copy, capsys):
+  (run_copy / "checkpoints" / "60" / "config" / "metadata").write_text("{x")
+  assert main(["--workdir", str(run_copy), "--json", "--no-pictures"]) == 0
+  captured = capsys.readouterr()
+  assert json.loads(captured.out)["step"] == 40
+  assert "warning: checkpoint 60" in captured.err and "showing an older one" in captured.err
+  assert "Traceback" not in captured.err
+  assert main(["--workdir", str(run_copy), "--step", "60"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith("error: checkpoint 60") and "\n" not in err
+
+
+def test_foreign_checkpoints_are_one_line_and_exit_2(run_copy, capsys):
+  shutil.rmtree(run_copy / "checkpoints")
+  (run_copy / "checkpoints" / "7").mkdir(parents=True)
+  (run_copy / "checkpoints" / "7" / "notes.txt").write_text("not a checkpoint")
+  assert main(["--workdir", str(run_copy)]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith("error: ") and "\n" not in err
+
+
+def test_eval_older_than_the_checkpoint_is_warned(run_copy, capsys):
+  for events in run_copy.glob("events.out.tfevents.*"):
+    events.unlink()
+  assert main(["--workdir", str(run_copy), "--no-pictures"]) == 0
+  err = capsys.readouterr().err
+  assert "warning: the newest eval/loss in the events at or before step 60 is none" in err
+
+
+@pytest.mark.parametrize("tokens", ["1_0", "\u0661", "\uff11", "+1", "0x1"])
+def test_tokens_must_be_ascii_decimal(tokens):
+  from tied_embed.inspect import parse_tokens
+
+  with pytest.raises(UsageError, match="comma-separated integer token ids"):
+    parse_tokens(tokens)
+  assert parse_tokens("3, 17,42") == [3, 17, 42]
+
+
+def test_step_must_be_ascii_decimal(run_copy, capsys):
+  assert main(["--workdir", str(run_copy), "--step", "6_0"]) == 2
+  assert "invalid int value: '6_0'" in capsys.readouterr().err
+
+
+def test_inspecting_again_replaces_the_pictures_of_that_step(run_copy):
+  from tied_embed.inspect import inspect_run
+
+  for _ in range(3):
+    built = inspect_run(run_copy, tokens=[0], top_k=2)
+  report_dir = run_copy / "report"
+  assert len(list(report_dir.glob("events.out.tfevents.*"))) == 1
+  inspect_run(run_copy, step=40, tokens=[0], top_k=2)
+  assert len(list(report_dir.glob("events.out.tfevents.*"))) == 2  # one per inspected step
+  markdown = (report_dir / "report.md").read_text()
+  assert "report.md" not in markdown and built["report_md"].endswith("report.md")
+
+
+def test_no_pictures_writes_nothing(run_copy, capsys):
+  before = sorted(p.relative_to(run_copy) for p in run_copy.rglob("*"))
+  assert main(["--workdir", str(run_copy), "--no-pictures"]) == 0
+  assert sorted(p.relative_to(run_copy) for p in run_copy.rglob("*")) == before
+  assert "\npictures " not in capsys.readouterr().out
+
+
+def test_report_memory_grows_with_the_rows_shown_not_v_squared():
+  import tracemalloc
+
+  from tied_embed.sources.synthetic import table_rows
+
+  vocab_size, d_model = 4096, 8
+  rng = np.random.default_rng(0)
+  hidden, table = rng.normal(size=(vocab_size, d_model)), rng.normal(size=(vocab_size, d_model))
+  tracemalloc.start()
+  try:
+    built = report.build_report(
+        table, table, tied=True, source="planted", true_log_probs=table_rows(hidden, hidden),
+        lookup_total=np.ones(vocab_size), projection_total=np.ones(vocab_size), tokens=[0, 5], top_k=3,
+    )
+    _, peak = tracemalloc.get_traced_memory()
+  finally:
+    tracemalloc.stop()
+  assert peak < vocab_size**2 * 8 / 4  # a (V, V) float64 table would be 128 MB
+  assert built["fit"]["entries"] == vocab_size**2 and -1 <= built["fit"]["correlation"] <= 1
