@@ -13,9 +13,9 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from tied_embed.inspection import report
 from tied_embed.errors import UsageError
 from tied_embed.inspect import main
+from tied_embed.inspection import report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -315,10 +315,10 @@ def test_recorded_data_makes_inspection_need_nothing_outside_the_workdir(inspect
   np.testing.assert_array_equal(np.asarray(facts.true_log_probs), np.asarray(inspected[3].true_log_probs))
 
 
-def test_text_record_round_trips_the_empirical_table_and_labels(tmp_path):
+def test_text_record_round_trips_the_empirical_table_without_the_file(tmp_path):
+  from tests.test_data import make_config
   from tied_embed import data
   from tied_embed.sources import record
-  from tests.test_data import make_config
 
   path = tmp_path / "corpus.txt"
   path.write_bytes(("the cat sat on the mat; ünïcödé bytes too. " * 7).encode())

@@ -20,7 +20,12 @@ import numpy as np
 from tied_embed.sources import directed, planted, text
 from tied_embed.sources.base import REGISTRY, LogProbRows, Reference, Source, log_softmax, zipf_probs
 from tied_embed.sources.synthetic import (
-    SyntheticSource, conditional_entropy, hidden_table, sample_pairs, synthetic_splits, table_rows,
+  SyntheticSource,
+  conditional_entropy,
+  hidden_table,
+  sample_pairs,
+  synthetic_splits,
+  table_rows,
 )
 from tied_embed.sources.text import empirical_conditional_entropy, empirical_log_probs, text_pairs
 
