@@ -36,8 +36,15 @@ def write_bytes(directory: pathlib.Path, name: str, payload: bytes) -> pathlib.P
   try:
     with os.fdopen(fd, "wb") as f:
       f.write(payload)
+    os.chmod(temporary, 0o666 & ~_umask())  # as open() would have made it; mkstemp makes it owner-only
     os.replace(temporary, directory / name)
   except BaseException:
     pathlib.Path(temporary).unlink(missing_ok=True)
     raise
   return directory / name
+
+
+def _umask() -> int:
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask

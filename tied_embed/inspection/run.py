@@ -152,7 +152,11 @@ def _data_facts(config: Any, workdir: pathlib.Path, vocab_size: int, warnings: l
     return facts
   from tied_embed import data  # noqa: PLC0415 (TFDS only for workdirs that have no report_data.npz)
 
-  bigrams = data.load_bigram_data(config, str(workdir))
+  try:
+    bigrams = data.load_bigram_data(config, str(workdir))
+  except OSError as error:
+    raise UsageError(f"--workdir={str(workdir)!r} has no {record_lib.FILE_NAME} and its dataset cannot be made"
+                     f" in {data.data_dir(config, workdir)} ({_first_line(error)})") from None
   return record_lib.InspectionData(
       source=bigrams.source, identity=bigrams.identity, vocab_size=bigrams.vocab_size,
       loss_floor=float(bigrams.loss_floor), reference_name=sources.get(bigrams.source).reference_name,
