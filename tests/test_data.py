@@ -202,3 +202,50 @@ def test_text_path_that_is_a_directory_or_tiny_is_rejected(tmp_path):
   (tmp_path / "tiny.txt").write_text("hi")
   with pytest.raises(UsageError, match="at least"):
     data_config.validate_data_config(make_config(source="text", text_path=str(tmp_path / "tiny.txt")))
+
+
+class _Alternating(sources.Source):
+  """A toy source for the test below: 0 1 0 1 ..., so every next token is certain and the floor is 0."""
+
+  name = "alternating"
+  fields = ("num_train_pairs",)
+
+  def validate(self, config):
+    if config.data.num_train_pairs < 1:
+      raise UsageError.bad_value("data.num_train_pairs", config.data.num_train_pairs, "an integer >= 1")
+
+  def settings(self, config):
+    return {"vocab_size": int(config.model.vocab_size), "num_train_pairs": int(config.data.num_train_pairs)}
+
+  def identity(self, settings):
+    return f"alternating-v{settings['vocab_size']}-n{settings['num_train_pairs']}"
+
+  def num_pairs(self, settings):
+    return {"train": settings["num_train_pairs"], "validation": 10}
+
+  def splits(self, settings):
+    def pairs(n):
+      ids = (np.arange(n) % 2).astype(np.int32)
+      return ids, 1 - ids
+    return {"train": pairs(settings["num_train_pairs"]), "validation": pairs(10)}
+
+  def reference(self, settings, eval_ids, eval_next):
+    table = np.full((settings["vocab_size"],) * 2, -np.inf)
+    table[0, 1] = table[1, 0] = 0.0
+    return sources.Reference("true", 0.0, sources.base.dense_rows(table), {"table": table})
+
+  def log_probs_from_record(self, vocab_size, record):
+    return sources.base.dense_rows(record["table"])
+
+
+def test_a_new_source_is_one_class_registered(tmp_path, monkeypatch):
+  monkeypatch.setitem(sources.REGISTRY, "alternating", _Alternating())
+  config = make_config(source="alternating", num_train_pairs=100)
+  data_config.validate_data_config(config)
+  loaded = data.load_bigram_data(config, tmp_path)
+  assert data.dataset_identity(config) == loaded.identity == "alternating-v16-n100"
+  np.testing.assert_array_equal(loaded.train_next[:4], [1, 0, 1, 0])
+  assert loaded.loss_floor == 0.0 and loaded.true_log_probs[0, 1] == 0.0
+  np.testing.assert_array_equal(loaded.input_counts[:3], [50, 50, 0])
+  with pytest.raises(UsageError, match="data.num_train_pairs=0"):
+    data_config.validate_data_config(make_config(source="alternating", num_train_pairs=0))

@@ -43,7 +43,8 @@ def validate_data_config(config: Any) -> None:
   Checks data.source, then asks that source to check the model.* and data.* fields it reads, then data.data_dir.
   """
   data = config.data
-  require(data.get("source") in sources.SOURCES, "data.source", data.get("source"), f"one of {sources.SOURCES}")
+  names = tuple(sorted(sources.REGISTRY))
+  require(data.get("source") in names, "data.source", data.get("source"), f"one of {names}")
   sources.get(data.source).validate(config)
   data_dir = data.get("data_dir", "")
   require(isinstance(data_dir, str), "data.data_dir", data_dir, "a path ('' = <workdir>/data)")

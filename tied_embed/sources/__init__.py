@@ -8,16 +8,19 @@ the loss floor that training is measured against.
 - `directed`: e*_i · e*_{j-1}, a one-way cycle a tied table cannot represent;
 - `text`: byte bigrams of a file, with an empirical floor.
 
-`get(name)` returns a source; adding one is a new module here that calls `base.register`, plus its import below.
+`get(name)` returns a source. Every module of this package is imported here, so adding a source is one new
+module that defines a `base.Source` and calls `base.register` on it.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Any
 
 import numpy as np
 
-from tied_embed.sources import directed, planted, text
+from tied_embed.sources import text
 from tied_embed.sources.base import REGISTRY, LogProbRows, Reference, Source, log_softmax, zipf_probs
 from tied_embed.sources.synthetic import (
   SyntheticSource,
@@ -29,16 +32,18 @@ from tied_embed.sources.synthetic import (
 )
 from tied_embed.sources.text import empirical_conditional_entropy, empirical_log_probs, text_pairs
 
-del directed, planted  # imported to register them
+for _module in pkgutil.iter_modules(__path__):  # each source module registers itself
+  importlib.import_module(f"{__name__}.{_module.name}")
 
-SOURCES = tuple(REGISTRY)
-SYNTHETIC_SOURCES = tuple(name for name, source in REGISTRY.items() if isinstance(source, SyntheticSource))
+SOURCES = tuple(sorted(REGISTRY))
+SYNTHETIC_SOURCES = tuple(name for name in SOURCES if isinstance(REGISTRY[name], SyntheticSource))
 TEXT_VOCAB_SIZE = text.VOCAB_SIZE
 
 __all__ = [
-    "SOURCES", "SYNTHETIC_SOURCES", "TEXT_VOCAB_SIZE", "LogProbRows", "Reference", "Source", "conditional_entropy",
-    "empirical_conditional_entropy", "empirical_log_probs", "get", "hidden_table", "log_softmax", "sample_pairs",
-    "synthetic_splits", "synthetic_task", "text_pairs", "transition_log_probs", "zipf_probs",
+    "REGISTRY", "SOURCES", "SYNTHETIC_SOURCES", "TEXT_VOCAB_SIZE", "LogProbRows", "Reference", "Source",
+    "conditional_entropy", "empirical_conditional_entropy", "empirical_log_probs", "get", "hidden_table",
+    "log_softmax", "sample_pairs", "synthetic_splits", "synthetic_task", "text_pairs", "transition_log_probs",
+    "zipf_probs",
 ]
 
 
