@@ -44,7 +44,7 @@ def write(workdir: str | pathlib.Path, data: InspectionData, record: dict[str, n
       **{_RECORD_PREFIX + key: value for key, value in record.items()},
   }
   with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{FILE_NAME}.", suffix=".tmp", delete=False) as f:
-    np.savez(f, **arrays)
+    np.savez_compressed(f, **arrays)
   mask = os.umask(0)
   os.umask(mask)
   os.chmod(f.name, 0o666 & ~mask)  # as open() would have made it; a temporary file is owner-only
