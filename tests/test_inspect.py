@@ -451,3 +451,12 @@ def test_report_memory_grows_with_the_rows_shown_not_v_squared():
     tracemalloc.stop()
   assert peak < vocab_size**2 * 8 / 4  # a (V, V) float64 table would be 128 MB
   assert built["fit"]["entries"] == vocab_size**2 and -1 <= built["fit"]["correlation"] <= 1
+
+
+def test_garbled_report_data_falls_back_to_the_dataset_with_a_warning(inspected, run_copy):
+  from tied_embed.inspect import inspect_run
+
+  (run_copy / "report_data.npz").write_bytes(b"PK\x03\x04 not a zip archive")
+  built = inspect_run(run_copy, tokens=TOKENS, top_k=TOP_K, pictures=False)
+  assert any("report_data.npz cannot be read" in warning for warning in built["warnings"])
+  assert json.loads(json.dumps(_tables_part(built))) == json.loads(json.dumps(_tables_part(inspected[1])))
