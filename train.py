@@ -27,8 +27,33 @@ def _usage_error(message: str) -> None:
   sys.exit(2)
 
 
+def _config_file_arg(argv: list[str]) -> str | None:
+  """The value of the last `--config` (or `-config`) flag in argv, as absl reads it; None if there is none."""
+  path = None
+  for i, arg in enumerate(argv[1:], start=1):
+    if arg == "--":
+      break
+    name, equals, value = arg.lstrip("-").partition("=")
+    if arg.startswith("-") and name == "config":
+      path = value if equals else (argv[i + 1] if i + 1 < len(argv) else None)
+  return path
+
+
 def _parse_flags(argv: list[str]) -> list[str]:
-  """absl's parser, with its errors (unknown flag, unknown config key, bad value) as one line and exit 2."""
+  """absl's parser, with its errors (unknown flag, unknown config key, bad value) as one line and exit 2.
+
+  The config file is run once on its own first: config_flags reports a broken file (missing, raising, without
+  `get_config`, returning something else) as a traceback, or not until the config is first read.
+  """
+  path = _config_file_arg(argv)
+  if path is not None:
+    from tied_embed.config_validation import load_config_file  # noqa: PLC0415
+    from tied_embed.errors import UsageError  # noqa: PLC0415
+
+    try:
+      load_config_file(path)
+    except UsageError as error:
+      _usage_error(str(error))
   try:
     return FLAGS(argv)
   except flags.Error as error:
@@ -63,9 +88,10 @@ def main(argv: list[str]) -> None:
   # known to be good, so a bad value is reported in well under a second.
   from tied_embed.config_validation import validate_config  # noqa: PLC0415
   from tied_embed.distributed import initialize_from_environment  # noqa: PLC0415
-  from tied_embed.errors import UsageError  # noqa: PLC0415
+  from tied_embed.errors import RunStopped, UsageError, require  # noqa: PLC0415
 
   try:
+    require(bool(FLAGS.workdir.strip()), "--workdir", FLAGS.workdir, "a directory path")
     initialize_from_environment()  # several processes (hosts) only; before anything touches a device
     validate_config(FLAGS.config)
     from tied_embed.trainer import train_and_evaluate  # noqa: PLC0415
@@ -73,6 +99,9 @@ def main(argv: list[str]) -> None:
     train_and_evaluate(FLAGS.config, FLAGS.workdir)
   except UsageError as error:
     _usage_error(str(error))
+  except RunStopped as stop:  # a signal, a non-finite step, a failed write: one line and the run's exit status
+    print(f"error: {stop}", file=sys.stderr)
+    sys.exit(stop.exit_status)
 
 
 if __name__ == "__main__":

@@ -83,3 +83,11 @@ def test_mesh_minus_one_takes_the_remaining_devices():
   config = _smoke_with("mesh.data", -1)
   config.mesh.model = 2
   validate_config(config, num_devices=8)  # 4 x 2
+
+
+def test_make_optimizer_called_directly_with_an_unknown_name_raises_value_error():
+  from tied_embed.optim import make_optimizer  # noqa: PLC0415
+
+  config = _smoke_with("train.optimizer", "adagrad")
+  with pytest.raises(ValueError, match="'adagrad'"):
+    make_optimizer(config.train)

@@ -1,61 +1,212 @@
-"""Checks a training config before any work: every bad value is one UsageError naming its field path."""
+"""Checks a training config before any work: every bad value is one UsageError naming its field path.
+
+Cheap and without TensorFlow: the command line runs it before importing the trainer, and nothing is written
+until it has passed. The same checks cover a config file itself (`load_config_file`), its field names (against
+`config_schema.FIELDS`), each value's type and range, the mesh, and whether the run fits in memory
+(`memory_estimate`).
+"""
 
 from __future__ import annotations
 
+import difflib
 import math
+import os
+import pathlib
+import types
+from typing import Any, NamedTuple
 
 import jax
 import ml_collections
 
-from tied_embed import data_config, mesh
-from tied_embed.errors import UsageError
+from tied_embed import config_schema, data_config, mesh, sources
+from tied_embed.data_config import is_int, is_number
+from tied_embed.errors import UsageError, require
 from tied_embed.optim import OPTIMIZERS
 
-
-def _require(config: ml_collections.ConfigDict, path: str, ok, allowed: str) -> None:
-  value = config
-  for key in path.split("."):
-    value = value[key]
-  if not ok(value):
-    raise UsageError.bad_value(path, value, allowed)
+INT32_MAX = 2**31 - 1
+# Python, JAX, TensorFlow and the compiled programs, before any array of the run: about 1 GiB measured.
+RUNTIME_BYTES = 2**30
 
 
-def validate_config(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
+def load_config_file(path: str) -> ml_collections.ConfigDict:
+  """Runs a `--config` file (`file.py` or `file.py:argument`) and returns its `get_config()`, a ConfigDict.
+
+  Any failure (no such file, an exception or syntax error in it, no `get_config`, something other than a
+  ConfigDict) is one UsageError on `--config`.
+  """
+  file_path, colon, argument = path.partition(":")
+  expected = "a Python file whose get_config() returns a ConfigDict, e.g. configs/default.py"
+  require(bool(file_path), "--config", path, expected)
+  try:
+    module = types.ModuleType("config_file")
+    module.__file__ = file_path
+    exec(compile(pathlib.Path(file_path).read_bytes(), file_path, "exec"), module.__dict__)
+  except OSError as e:
+    raise UsageError.bad_value("--config", path, f"{expected} ({e.strerror or e})") from None
+  except SyntaxError as e:
+    raise UsageError.bad_value("--config", path, f"{expected} (syntax error at line {e.lineno}: {e.msg})") from None
+  except Exception as e:  # whatever a config file raises is the file's fault
+    raise UsageError.bad_value("--config", path, f"{expected} (loading it raised {_one_line(e)})") from None
+  get_config = getattr(module, "get_config", None)
+  require(callable(get_config), "--config", path, f"{expected} (it defines no get_config)")
+  try:
+    config = get_config(argument) if colon else get_config()
+  except Exception as e:
+    raise UsageError.bad_value("--config", path, f"{expected} (get_config() raised {_one_line(e)})") from None
+  require(isinstance(config, ml_collections.ConfigDict), "--config", path,
+          f"{expected} (get_config() returned type {type(config).__name__})")
+  return config
+
+
+def _one_line(error: BaseException) -> str:
+  message = str(error).strip().splitlines()
+  return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
+
+
+def validate_config(
+    config: ml_collections.ConfigDict, num_devices: int | None = None, memory_bytes: int | None = None
+) -> None:
   """Raises UsageError for the first bad field; returns None if the config can be trained as given.
 
-  `num_devices` defaults to jax.device_count(), which the mesh must fit.
+  `num_devices` defaults to jax.device_count(), which the mesh must fit; `memory_bytes` to `available_memory()`,
+  which `memory_estimate(config)` must not exceed.
   """
-  positive = lambda v: data_config.is_int(v) and v > 0  # noqa: E731
-  _require(config, "seed", data_config.is_int, "an integer")
-  _require(config, "model.vocab_size", positive, "an integer > 0")
-  _require(config, "model.d_model", positive, "an integer > 0")
-  _require(config, "train.batch_size", positive, "an integer > 0")
-  _require(config, "train.eval_batch_size", positive, "an integer > 0")
-  _require(config, "train.num_steps", lambda v: data_config.is_int(v) and v >= 0, "an integer >= 0")
-  _require(config, "train.warmup_steps", lambda v: data_config.is_int(v) and v >= 0, "an integer >= 0")
-  _require(
-      config, "train.learning_rate", lambda v: data_config.is_number(v) and math.isfinite(v) and v > 0,
-      "a finite number > 0",
-  )
-  for field in ("weight_decay", "grad_clip_norm"):
-    _require(
-        config, f"train.{field}", lambda v: data_config.is_number(v) and math.isfinite(v) and v >= 0,
-        "a finite number >= 0 (0 = off)",
-    )
-  _require(config, "train.optimizer", lambda v: v in OPTIMIZERS, " | ".join(OPTIMIZERS))
-  for field in ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints"):
-    _require(config, f"train.{field}", positive, "an integer > 0")
-  _require(config, "loss.chunk_size", lambda v: data_config.is_int(v) and v >= 0, "an integer >= 0 (0 = full logits)")
+  require(isinstance(config, ml_collections.ConfigDict), "config", f"<{type(config).__name__}>",
+          "an ml_collections.ConfigDict")
+  _check_field_names(config)
+  _check_values(config)
   data_config.validate_data_config(config)
-  num_devices = jax.device_count() if num_devices is None else num_devices
+  _check_mesh(config, jax.device_count() if num_devices is None else num_devices)
+  check_memory(config, available_memory() if memory_bytes is None else memory_bytes)
+
+
+def _check_field_names(config: ml_collections.ConfigDict) -> None:
+  unknown, missing = config_schema.unknown_and_missing(config)
+  if unknown:
+    path, value = next(iter(unknown.items()))
+    guess = difflib.get_close_matches(path, config_schema.FIELDS, n=1)
+    hint = f"; did you mean {guess[0]}?" if guess else ""
+    raise UsageError.bad_value(path, value, f"a known config field (see configs/default.py){hint}")
+  if missing:
+    raise UsageError(f"{missing[0]} is missing from the config: expected every field of configs/default.py")
+
+
+def _check_values(config: ml_collections.ConfigDict) -> None:
+  def check(path: str, ok, allowed: str) -> None:
+    value = _get(config, path)
+    require(ok(value), path, value, allowed)
+
+  def int_in(low: int, high: int = INT32_MAX):
+    return lambda v: is_int(v) and low <= v <= high
+
+  check("seed", int_in(0), "an integer in [0, 2**31 - 1] (NumPy's batch order refuses negative seeds; larger "
+        "ones would give other initial tables with jax_enable_x64 on)")
+  for path in ("model.vocab_size", "model.d_model", "train.batch_size", "train.eval_batch_size"):
+    check(path, int_in(1), "an integer in [1, 2**31 - 1]")
+  for path in ("train.num_steps", "train.warmup_steps"):
+    check(path, int_in(0), "an integer in [0, 2**31 - 1] (optax counts steps in int32)")
+  check("train.learning_rate", lambda v: is_number(v) and math.isfinite(v) and v > 0, "a finite number > 0")
+  for path in ("train.weight_decay", "train.grad_clip_norm"):
+    check(path, lambda v: is_number(v) and math.isfinite(v) and v >= 0, "a finite number >= 0 (0 = off)")
+  check("train.optimizer", lambda v: v in OPTIMIZERS, " | ".join(OPTIMIZERS))
+  for path in ("train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints"):
+    check(path, int_in(1), "an integer in [1, 2**31 - 1]")
+  check("loss.chunk_size", int_in(0), "an integer in [0, 2**31 - 1] (0 = full logits)")
+
+
+def _check_mesh(config: ml_collections.ConfigDict, num_devices: int) -> None:
   data_size, model_size = mesh.mesh_shape(config.mesh, num_devices)
   vocab_size, batch_size = config.model.vocab_size, config.train.batch_size
-  if vocab_size % model_size:
-    raise UsageError.bad_value(
-        "mesh.model", model_size, f"a divisor of model.vocab_size={vocab_size} (the table is split along V)"
-    )
-  if batch_size % data_size:
-    raise UsageError.bad_value(
-        "mesh.data", data_size, f"a divisor of train.batch_size={batch_size} (the batch is split along data)"
-    )
+  require(vocab_size % model_size == 0, "mesh.model", model_size,
+          f"a divisor of model.vocab_size={vocab_size} (the table is split along V)")
+  require(batch_size % data_size == 0, "mesh.data", data_size,
+          f"a divisor of train.batch_size={batch_size} (the batch is split along data)")
   mesh.check_mesh_fits_processes(data_size, model_size, num_devices, jax.process_count())
+
+
+class MemoryTerm(NamedTuple):
+  """One part of a run's memory: what it is, its bytes, and the config fields it grows with."""
+
+  what: str
+  bytes: int
+  fields: tuple[str, ...]
+
+
+def memory_estimate(config: ml_collections.ConfigDict) -> list[MemoryTerm]:
+  """The memory a run of a valid config needs on one host, as a sum of the terms below (bytes, float32 = 4).
+
+  - tables: V·D·4 per table (1 tied, 2 untied), 6 times: the parameter, two Adam moments, the gradient and its
+    lookup and projection parts; plus V·D·8 for a synthetic task's float64 hidden table;
+  - train logits: (B or loss.chunk_size, V) float32, 3 times: the logits, their exponentials and gradient;
+  - hidden vectors: (B, D) float32, twice: the looked-up rows and their gradient;
+  - eval logits: (eval_batch_size or loss.chunk_size, V) float32, twice: the logits and their exponentials;
+  - dataset: 32 bytes per train or validation pair (as the source counts them): while generating, the int32
+    pair, a float64 uniform draw and an int64 sort order; then the int32 pair loaded.
+
+  (V, V) tables are not counted: the sources compute them in blocks of about 8 MB of rows. `check_memory` adds
+  `RUNTIME_BYTES` for the interpreter, the libraries and the compiled programs. All arrays are counted whole on
+  this host, as if unsharded: a run split over several hosts needs less.
+  """
+  vocab_size, d_model = int(config.model.vocab_size), int(config.model.d_model)
+  batch_size, eval_batch_size = int(config.train.batch_size), int(config.train.eval_batch_size)
+  chunk_size = int(config.loss.chunk_size)
+  num_tables = 1 if config.model.tied else 2
+  source = sources.get(config.data.source)
+  pairs = sum(source.num_pairs(source.settings(config)).values())
+  pair_fields = tuple(f"data.{field}" for field in source.fields if field.startswith("num_")) or (
+      f"data.{source.fields[0]}",)
+  train_rows, eval_rows = (min(chunk_size or rows, rows) for rows in (batch_size, eval_batch_size))
+  return [
+      MemoryTerm("the (V, D) tables and their optimizer state", vocab_size * d_model * (num_tables * 4 * 6 + 8),
+                 ("model.vocab_size", "model.d_model")),
+      MemoryTerm("the train logits (loss.chunk_size > 0 bounds them)", train_rows * vocab_size * 4 * 3,
+                 ("train.batch_size" if train_rows == batch_size else "loss.chunk_size", "model.vocab_size")),
+      MemoryTerm("the hidden vectors of a batch", batch_size * d_model * 4 * 2, ("train.batch_size", "model.d_model")),
+      MemoryTerm("the eval logits", eval_rows * vocab_size * 4 * 2,
+                 ("train.eval_batch_size" if eval_rows == eval_batch_size else "loss.chunk_size", "model.vocab_size")),
+      MemoryTerm("the dataset", pairs * 32, pair_fields),
+  ]
+
+
+def available_memory() -> int:
+  """This machine's physical memory in bytes, or its cgroup's memory limit when that is smaller."""
+  limits = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")]
+  for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+    try:
+      with open(path) as f:
+        limits.append(int(f.read().strip()))
+    except (OSError, ValueError):  # no such cgroup file, or "max"
+      pass
+  return min(limits)
+
+
+def check_memory(config: ml_collections.ConfigDict, memory_bytes: int) -> None:
+  """UsageError if `memory_estimate` + `RUNTIME_BYTES` > `memory_bytes`.
+
+  It names the largest term, and of the fields that term grows with, the one set to the largest number.
+  """
+  terms = memory_estimate(config)
+  total = RUNTIME_BYTES + sum(term.bytes for term in terms)
+  if total <= memory_bytes:
+    return
+  largest = max(terms, key=lambda term: term.bytes)
+  field = max(largest.fields, key=lambda path: _as_number(_get(config, path)))
+  raise UsageError.bad_value(
+      field, _get(config, field),
+      f"a config that fits in this machine's {_gib(memory_bytes)} of memory: it needs about {_gib(total)}, "
+      f"{_gib(largest.bytes)} of it for {largest.what}",
+  )
+
+
+def _get(config: ml_collections.ConfigDict, path: str) -> Any:
+  for key in path.split("."):
+    config = config[key]
+  return config
+
+
+def _as_number(value: Any) -> float:
+  return float(value) if is_number(value) else 0.0
+
+
+def _gib(num_bytes: int) -> str:
+  return f"{num_bytes / 2**30:,.1f} GiB"

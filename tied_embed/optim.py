@@ -5,8 +5,6 @@ from __future__ import annotations
 import ml_collections
 import optax
 
-from tied_embed.errors import UsageError
-
 OPTIMIZERS = ("adamw", "adam", "sgd")
 
 
@@ -28,7 +26,8 @@ def make_optimizer(train: ml_collections.ConfigDict) -> optax.GradientTransforma
   """clip_by_global_norm (if `grad_clip_norm` > 0) followed by the optimizer `train.optimizer`.
 
   adamw decays weights decoupled from the gradient; for adam and sgd a positive `weight_decay` adds the
-  classic L2 term `weight_decay * params` to the gradient instead.
+  classic L2 term `weight_decay * params` to the gradient instead. Config validation names the allowed
+  optimizers (`OPTIMIZERS`) to the user; called directly with another name, this raises ValueError.
   """
   schedule = learning_rate_schedule(train)
   weight_decay = float(train.weight_decay)
@@ -39,6 +38,6 @@ def make_optimizer(train: ml_collections.ConfigDict) -> optax.GradientTransforma
     decay = [optax.add_decayed_weights(weight_decay)] if weight_decay > 0 else []
     core = decay + [optax.adam(schedule) if name == "adam" else optax.sgd(schedule)]
   else:
-    raise UsageError.bad_value("train.optimizer", name, " | ".join(OPTIMIZERS))
+    raise ValueError(f"optimizer {name!r} is not one of {OPTIMIZERS}")
   clip = [optax.clip_by_global_norm(float(train.grad_clip_norm))] if train.grad_clip_norm > 0 else []
   return optax.chain(*clip, *core)
