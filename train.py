@@ -47,7 +47,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
   """
   path = _config_file_arg(argv)
   if path is not None:
-    from tied_embed.config_validation import load_config_file  # noqa: PLC0415
+    from tied_embed.config_schema import load_config_file  # noqa: PLC0415
     from tied_embed.errors import UsageError  # noqa: PLC0415
 
     try:

@@ -16,11 +16,11 @@ from conftest import ROOT
 from test_config_validation import _smoke_with
 
 from tied_embed import config_schema
+from tied_embed.config_schema import load_config_file
 from tied_embed.config_validation import (
   RUNTIME_BYTES,
   available_memory,
   check_memory,
-  load_config_file,
   memory_estimate,
   validate_config,
 )
@@ -59,6 +59,10 @@ def _refusal(config, memory_bytes: int = 2**50) -> str:
 def test_values_beyond_the_range_the_run_can_take_are_refused(path, value):
   message = _refusal(_smoke_with(path, value))
   assert message.startswith(f"{path}={value!r} is not allowed: expected an integer in [")
+
+
+def test_tied_must_be_a_bool():
+  assert _refusal(_smoke_with("model.tied", "no")) == "model.tied='no' is not allowed: expected True or False"
 
 
 def test_seeds_at_both_ends_of_the_range_are_accepted():

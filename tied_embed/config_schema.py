@@ -1,4 +1,4 @@
-"""The fields a training config has, so that a misspelt key in a config file is refused rather than ignored.
+"""What a training config is: the fields it has, and how a `--config` file becomes one.
 
 `FIELDS` is the set of dotted paths of configs/default.py's `get_config()` (its comments say what each field
 means); every config in configs/ has exactly these. It lives in the package, not in configs/, because the
@@ -7,9 +7,13 @@ package must not import the configs, and a test keeps the two in step.
 
 from __future__ import annotations
 
+import pathlib
+import types
 from typing import Any
 
 import ml_collections
+
+from tied_embed.errors import UsageError, require
 
 FIELDS = frozenset({
     "seed",
@@ -41,3 +45,38 @@ def unknown_and_missing(config: ml_collections.ConfigDict) -> tuple[dict[str, An
   leaves = leaf_paths(config)
   unknown = {path: value for path, value in leaves.items() if path not in FIELDS}
   return unknown, sorted(FIELDS - leaves.keys())
+
+
+def load_config_file(path: str) -> ml_collections.ConfigDict:
+  """Runs a `--config` file (`file.py` or `file.py:argument`) and returns its `get_config()`, a ConfigDict.
+
+  Any failure (no such file, an exception or syntax error in it, no `get_config`, something other than a
+  ConfigDict) is one UsageError on `--config`.
+  """
+  file_path, colon, argument = path.partition(":")
+  expected = "a Python file whose get_config() returns a ConfigDict, e.g. configs/default.py"
+  require(bool(file_path), "--config", path, expected)
+  try:
+    module = types.ModuleType("config_file")
+    module.__file__ = file_path
+    exec(compile(pathlib.Path(file_path).read_bytes(), file_path, "exec"), module.__dict__)
+  except OSError as e:
+    raise UsageError.bad_value("--config", path, f"{expected} ({e.strerror or e})") from None
+  except SyntaxError as e:
+    raise UsageError.bad_value("--config", path, f"{expected} (syntax error at line {e.lineno}: {e.msg})") from None
+  except Exception as e:  # whatever a config file raises is the file's fault
+    raise UsageError.bad_value("--config", path, f"{expected} (loading it raised {_one_line(e)})") from None
+  get_config = getattr(module, "get_config", None)
+  require(callable(get_config), "--config", path, f"{expected} (it defines no get_config)")
+  try:
+    config = get_config(argument) if colon else get_config()
+  except Exception as e:
+    raise UsageError.bad_value("--config", path, f"{expected} (get_config() raised {_one_line(e)})") from None
+  require(isinstance(config, ml_collections.ConfigDict), "--config", path,
+          f"{expected} (get_config() returned type {type(config).__name__})")
+  return config
+
+
+def _one_line(error: BaseException) -> str:
+  message = str(error).strip().splitlines()
+  return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__

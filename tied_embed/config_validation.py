@@ -1,9 +1,8 @@
 """Checks a training config before any work: every bad value is one UsageError naming its field path.
 
 Cheap and without TensorFlow: the command line runs it before importing the trainer, and nothing is written
-until it has passed. The same checks cover a config file itself (`load_config_file`), its field names (against
-`config_schema.FIELDS`), each value's type and range, the mesh, and whether the run fits in memory
-(`memory_estimate`).
+until it has passed. It checks the field names (against `config_schema.FIELDS`), each value's type and range,
+the data fields (`data_config`), the mesh, and whether the run fits in memory (`memory_estimate`).
 """
 
 from __future__ import annotations
@@ -11,8 +10,6 @@ from __future__ import annotations
 import difflib
 import math
 import os
-import pathlib
-import types
 from typing import Any, NamedTuple
 
 import jax
@@ -26,41 +23,6 @@ from tied_embed.optim import OPTIMIZERS
 INT32_MAX = 2**31 - 1
 # Python, JAX, TensorFlow and the compiled programs, before any array of the run: about 1 GiB measured.
 RUNTIME_BYTES = 2**30
-
-
-def load_config_file(path: str) -> ml_collections.ConfigDict:
-  """Runs a `--config` file (`file.py` or `file.py:argument`) and returns its `get_config()`, a ConfigDict.
-
-  Any failure (no such file, an exception or syntax error in it, no `get_config`, something other than a
-  ConfigDict) is one UsageError on `--config`.
-  """
-  file_path, colon, argument = path.partition(":")
-  expected = "a Python file whose get_config() returns a ConfigDict, e.g. configs/default.py"
-  require(bool(file_path), "--config", path, expected)
-  try:
-    module = types.ModuleType("config_file")
-    module.__file__ = file_path
-    exec(compile(pathlib.Path(file_path).read_bytes(), file_path, "exec"), module.__dict__)
-  except OSError as e:
-    raise UsageError.bad_value("--config", path, f"{expected} ({e.strerror or e})") from None
-  except SyntaxError as e:
-    raise UsageError.bad_value("--config", path, f"{expected} (syntax error at line {e.lineno}: {e.msg})") from None
-  except Exception as e:  # whatever a config file raises is the file's fault
-    raise UsageError.bad_value("--config", path, f"{expected} (loading it raised {_one_line(e)})") from None
-  get_config = getattr(module, "get_config", None)
-  require(callable(get_config), "--config", path, f"{expected} (it defines no get_config)")
-  try:
-    config = get_config(argument) if colon else get_config()
-  except Exception as e:
-    raise UsageError.bad_value("--config", path, f"{expected} (get_config() raised {_one_line(e)})") from None
-  require(isinstance(config, ml_collections.ConfigDict), "--config", path,
-          f"{expected} (get_config() returned type {type(config).__name__})")
-  return config
-
-
-def _one_line(error: BaseException) -> str:
-  message = str(error).strip().splitlines()
-  return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
 
 
 def validate_config(
@@ -103,6 +65,7 @@ def _check_values(config: ml_collections.ConfigDict) -> None:
         "ones would give other initial tables with jax_enable_x64 on)")
   for path in ("model.vocab_size", "model.d_model", "train.batch_size", "train.eval_batch_size"):
     check(path, int_in(1), "an integer in [1, 2**31 - 1]")
+  check("model.tied", lambda v: isinstance(v, bool), "True or False")
   for path in ("train.num_steps", "train.warmup_steps"):
     check(path, int_in(0), "an integer in [0, 2**31 - 1] (optax counts steps in int32)")
   check("train.learning_rate", lambda v: is_number(v) and math.isfinite(v) and v > 0, "a finite number > 0")
