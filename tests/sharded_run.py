@@ -74,15 +74,16 @@ def collectives(compiled) -> list[dict]:
 
 
 def compiled_programs(config) -> dict:
-  """The step, diagnostics and eval of `config`, compiled for a PROBE_BATCH batch on its mesh."""
+  """The step (plain and at a log step) and eval of `config`, compiled for a PROBE_BATCH batch on its mesh."""
   mesh = mesh_lib.make_mesh(config.mesh)
   graphdef, target = checkpoint.abstract_state(config, mesh)
   shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
   batch = [jax.ShapeDtypeStruct((PROBE_BATCH,), np.int32, sharding=mesh_lib.batch_sharding(mesh))] * 2
   chunk_size = int(config.loss.chunk_size)
+  train_step = step_lib.make_train_step(graphdef, chunk_size, shardings)
   return {
-      "step": step_lib.make_train_step(graphdef, chunk_size, shardings).lower(target, *batch).compile(),
-      "diagnostics": step_lib.make_diagnostics(graphdef, chunk_size).lower(target, *batch).compile(),
+      "step": train_step.lower(target, *batch).compile(),
+      "log step": train_step.lower(target, *batch, with_stats=True).compile(),
       "eval": step_lib.make_eval_losses(graphdef, chunk_size).lower(target, *batch).compile(),
   }
 

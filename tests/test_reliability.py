@@ -17,12 +17,13 @@ import time
 
 import jax
 import numpy as np
+import optax
 import pytest
 from conftest import ROOT
 from test_config_validation import BAD_VALUES, _smoke_with
 from test_train import _all_series, _event_series
 
-from tied_embed import checkpoint, guard, preemption
+from tied_embed import checkpoint, optim, preemption
 from tied_embed import data as data_lib
 from tied_embed import mesh as mesh_lib
 from tied_embed import train_step as step_lib
@@ -155,7 +156,7 @@ def test_sigint_saves_the_current_step_and_resumes_bitwise(smoke_run, tmp_path, 
     patch.setattr(data_lib, "train_batch", interrupted_at_13)
     with pytest.raises(preemption.Preempted) as stopped:
       train_and_evaluate(smoke_run.config, workdir)
-  assert stopped.value.code == 128 + signal.SIGINT and stopped.value.step == 14
+  assert stopped.value.exit_status == 128 + signal.SIGINT and stopped.value.step == 14
   assert checkpoint.available_steps(workdir) == [14]
   assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are put back
 
@@ -167,27 +168,24 @@ def test_sigint_saves_the_current_step_and_resumes_bitwise(smoke_run, tmp_path, 
 
 
 def test_first_non_finite_step_stops_the_run_without_saving(smoke_run, tmp_path, monkeypatch):
-  make_train_step = step_lib.make_train_step
+  make_optimizer = optim.make_optimizer
 
-  def poisoned_at_33(graphdef, chunk_size, shardings=None):
-    """The real step, whose gradient turns NaN at step 33 (as it would after an overflow): the table with it."""
-    step = make_train_step(graphdef, chunk_size, shardings)
+  def poisoned_at_33(train):
+    """The real optimizer, whose update turns NaN at step 33 (as it would after an overflow): the table with it."""
 
-    def poisoned(state, ids, next_ids):
-      state, loss = step(state, ids, next_ids)
-      nan_at_33 = jax.numpy.where(state["optimizer"]["step"][...] == 33, jax.numpy.nan, 0.0)
-      state["lookup_total"][...] = state["lookup_total"][...] + nan_at_33
-      state["model"]["embedding"][...] = state["model"]["embedding"][...] + nan_at_33
-      return state, loss
+    def update(updates, count, params=None):
+      nan_at_33 = jax.numpy.where(count == 32, jax.numpy.nan, 0.0)
+      return jax.tree.map(lambda u: u + nan_at_33, updates), count + 1
 
-    return poisoned
+    poison = optax.GradientTransformation(lambda params: jax.numpy.int32(0), update)
+    return optax.chain(make_optimizer(train), poison)
 
   workdir = tmp_path / "run"
-  monkeypatch.setattr(step_lib, "make_train_step", poisoned_at_33)
-  with pytest.raises(guard.NonFinite) as stopped:
+  monkeypatch.setattr(optim, "make_optimizer", poisoned_at_33)
+  with pytest.raises(step_lib.NonFinite) as stopped:
     train_and_evaluate(smoke_run.config, workdir)
-  message = stopped.value.code
-  assert message.startswith("error: step 33: ") and "\n" not in message
+  message = str(stopped.value)
+  assert message.startswith("step 33: ") and "\n" not in message and stopped.value.exit_status == 1
   assert stopped.value.first_bad == 33 and stopped.value.step == 40  # found at the first log step after it
   assert checkpoint.available_steps(workdir) == [20]  # nothing saved at 40 or 60
   restored = checkpoint.restore(workdir)
@@ -332,6 +330,6 @@ def test_failed_checkpoint_write_is_one_line_and_nonzero(smoke_run, tmp_path, mo
   monkeypatch.setattr(data_lib, "train_batch", checkpoints_replaced_at_30)
   with pytest.raises(checkpoint.WriteFailed) as failed:
     train_and_evaluate(smoke_run.config, workdir)
-  message = failed.value.code
+  message = str(failed.value)
   # Checkpoint 20 may still be in flight at step 30 (saves are asynchronous): then it is the one that fails.
-  assert re.match(r"error: writing checkpoint (20|40) in .*checkpoints failed: ", message) and "\n" not in message
+  assert re.match(r"writing checkpoint (20|40) in .*checkpoints failed: ", message) and "\n" not in message

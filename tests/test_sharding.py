@@ -26,9 +26,6 @@ from tied_embed.errors import UsageError
 from tied_embed.events import read_scalars
 
 TABLE = "['model']['embedding'].value"
-VOCAB_FIRST = (TABLE, "['optimizer']['opt_state'][1][0]['mu']['embedding'].value",
-               "['optimizer']['opt_state'][1][0]['nu']['embedding'].value", "['lookup_total'].value",
-               "['projection_total'].value")
 METRICS = ("train/loss", "eval/loss", "grad/lookup_norm", "grad/projection_norm", "grad/total_norm", "grad/cosine")
 COUNTS = ("grad/rows_looked_up", "grad/rows_projection_only")
 
@@ -67,11 +64,17 @@ def test_4x2_run_ends_with_the_1_device_parameters_and_optimizer_state(sharded, 
   assert int(final["['optimizer']['step'].value"]) == smoke_run.config.train.num_steps
 
 
+def _is_vocabulary_array(name: str) -> bool:
+  """The table, its optimizer moments (wherever the chain puts them) and the provenance totals."""
+  return "['embedding']" in name or name in ("['lookup_total'].value", "['projection_total'].value")
+
+
 def test_vocabulary_arrays_are_split_in_2_along_v_and_replicated_along_data(sharded, smoke_run):
   vocab_size, d_model = smoke_run.config.model.vocab_size, smoke_run.config.model.d_model
   leaves = json.loads((sharded / "layout.json").read_text())["leaves"]
+  assert sum(map(_is_vocabulary_array, leaves)) == 5  # table, mu, nu, two totals
   for name, leaf in leaves.items():
-    if name not in VOCAB_FIRST:  # step counters: whole on every device
+    if not _is_vocabulary_array(name):  # step counters and running metrics: whole on every device
       assert leaf["spec"] == leaf["compiled_spec"] == [] and all(s["index"] == [] for s in leaf["shards"])
       continue
     ndim = 2 if "embedding" in name else 1
@@ -96,6 +99,51 @@ def test_compiled_programs_never_move_a_whole_vocabulary(sharded, smoke_run):
   assert {c["op"] for c in step} == {"all-reduce"}
   # The gradients cross the data axis as (V/2, D) shards: the lookup and projection path of this device's half.
   assert any(collective["shapes"].count([vocab_size // 2, d_model]) == 2 for collective in step)
+
+
+@pytest.mark.parametrize("grad_clip_norm", [1.0, 0.0])
+@pytest.mark.parametrize("tied", [True, False])
+def test_shardings_follow_the_annotations_whatever_the_optimizer_chain(tied, grad_clip_norm):
+  """Every table (V, D) and its moments are split along V, the totals too, and nothing else is, on any chain."""
+  from configs import smoke  # noqa: PLC0415
+
+  config = smoke.get_config()
+  config.model.tied, config.train.grad_clip_norm = tied, grad_clip_norm
+  config.model.d_model = config.model.vocab_size  # a (V, V) table: shapes alone could not tell the axes apart
+  _, target = checkpoint.abstract_state(config, mesh_lib.make_mesh(config.mesh))
+  specs = {jax.tree_util.keystr(path): tuple(leaf.sharding.spec) for path, leaf in jax.tree_util.tree_leaves_with_path(target)}
+  tables = [name for name in specs if "embedding']" in name]
+  assert len(tables) == (3 if tied else 6)  # each table and its two Adam moments
+  for name, spec in specs.items():
+    if name in tables:
+      assert spec == ("model", None), name
+    elif name in ("['lookup_total'].value", "['projection_total'].value"):
+      assert spec == ("model",), name
+    else:
+      assert spec == (), name
+
+
+def test_default_config_on_a_4x2_mesh_finishes_every_time(tmp_path):
+  """The default config's shape on 8 simulated devices (V=1024, B=1024, log_every=100), three runs in a row.
+
+  With a hundred steps dispatched between two log steps, XLA:CPU's collectives used to wait on each other and
+  abort the run after a 40 s rendezvous timeout (exit 134) in most runs; 300 steps cover three log steps.
+  """
+  code = (
+      "import sys; from configs import default; from tied_embed.trainer import train_and_evaluate\n"
+      "for run in range(3):\n"
+      "  config = default.get_config()\n"
+      "  config.train.num_steps, config.mesh.data, config.mesh.model = 300, 4, 2\n"
+      "  config.data.data_dir = sys.argv[1] + '/data'\n"
+      "  summary = train_and_evaluate(config, f'{sys.argv[1]}/run{run}')\n"
+      "  print('finished', summary.step, flush=True)\n"
+  )
+  result = subprocess.run(
+      [sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=480,
+      env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=8"),
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert [line for line in result.stdout.splitlines() if line.startswith("finished")] == ["finished 300"] * 3
 
 
 def test_checkpoint_from_8_devices_restores_on_1_device(sharded, smoke_run):

@@ -110,7 +110,7 @@ def test_one_sgd_step_matches_hand_gradients(tied):
   next_ids = np.array([1, 4, 4, 0, 5, 2], np.int32)
   lookup, projection = _hand_path_gradients(*before, ids, next_ids)
 
-  state, loss = step_lib.make_train_step(graphdef, chunk_size=0)(state, jnp.asarray(ids), jnp.asarray(next_ids))
+  state, _ = step_lib.make_train_step(graphdef, chunk_size=0)(state, jnp.asarray(ids), jnp.asarray(next_ids))
 
   if tied:
     np.testing.assert_allclose(state["model"]["embedding"][...], before[0] - 0.1 * (lookup + projection), atol=1e-6)

@@ -1,26 +1,30 @@
 """Orbax checkpoints of a training run: WORKDIR/checkpoints/<step>/ with the train state, the config (JSON) and
-the run's progress (JSON: the train-loss window since the last log step).
+a manifest (JSON: a fingerprint of every saved array, a checksum of the config, the dataset's identity).
 
 The train state is saved as the pure dict of `TrainState`'s nnx.State: the model's tables, the optimizer state
-(with its step) and the provenance totals. Restoring needs nothing but the workdir: the saved config rebuilds
+(with its step), the provenance totals and the running train metrics. Restoring needs nothing but the workdir: the saved config rebuilds
 the state's structure, and the arrays are read straight into the shardings asked for, so a checkpoint
 written on one mesh restores on another.
 
 Orbax writes each checkpoint into `<step>.orbax-checkpoint-tmp` and renames it when complete, so a run killed
 mid-save leaves only a temporary directory, which is never listed as a step and is deleted when the next run
-opens the directory. A finalized checkpoint that cannot be read back (a file truncated or deleted) is moved
-to WORKDIR/damaged_checkpoints/ when a run resumes past it, so it neither blocks a later save of that step nor
-is taken for a good one.
+opens the directory. A finalized checkpoint that cannot be read back whole (a file truncated or deleted, a
+flipped byte that changes an array's fingerprint, a garbled config or manifest) is damaged: a resuming run moves
+it to WORKDIR/damaged_checkpoints/, so it neither blocks a later save of that step nor is taken for a good one;
+`restore` (read-only) skips it with a warning.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
 import pathlib
 import shutil
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
@@ -31,18 +35,65 @@ from jax.sharding import Mesh
 
 from tied_embed import mesh as mesh_lib
 from tied_embed import optim
-from tied_embed.errors import UsageError
+from tied_embed.errors import RunStopped, UsageError
 from tied_embed.train_step import Model, TrainState, build_model
 
-ITEMS = ("state", "config", "progress")
+ITEMS = ("state", "config", "manifest")
+_OLD_LAYOUT_ITEM = "progress"  # checkpoints that kept the train-loss window beside the state, not in it
 
 
-class WriteFailed(SystemExit):
-  """Writing a checkpoint failed (disk full, directory removed, ...): one line `error: ...` and exit status 1."""
+class WriteFailed(RunStopped):
+  """Writing a checkpoint failed (disk full, directory removed, ...): exit status 1."""
 
   def __init__(self, directory: pathlib.Path, step: int | None, error: BaseException):
     what = "checkpoints" if step is None else f"checkpoint {step}"
-    super().__init__(f"error: writing {what} in {directory} failed: {_first_line(error)}")
+    super().__init__(f"writing {what} in {directory} failed: {_first_line(error)}")
+
+
+class Damaged(Exception):
+  """A checkpoint whose items read back but do not match its manifest."""
+
+
+def _bits(array: jax.Array) -> jax.Array:
+  """The raw bits of `array` as uint32 (one or two words per element): (...) → (N,) uint32."""
+  if array.dtype.itemsize == 4:
+    return jax.lax.bitcast_convert_type(array, jnp.uint32).reshape(-1)
+  if array.dtype.itemsize == 8:
+    return jax.lax.bitcast_convert_type(array, jnp.uint32).reshape(-1)  # (..., 2) words
+  unsigned = {1: jnp.uint8, 2: jnp.uint16}[array.dtype.itemsize]
+  return jax.lax.bitcast_convert_type(array, unsigned).astype(jnp.uint32).reshape(-1)
+
+
+@jax.jit
+def _fingerprints(arrays: list[jax.Array]) -> list[jax.Array]:
+  """Two order-sensitive 32-bit sums per array: Σ bits_i · w_i (mod 2³²) with odd weights w_i, for two weightings.
+
+  Integer addition mod 2³² is exact and associative, so the result is the same on any mesh and any sharding;
+  changing any one element changes both sums (an odd weight is invertible mod 2³²).
+  """
+  prints = []
+  for array in arrays:
+    bits = _bits(array)
+    index = jnp.arange(bits.shape[0], dtype=jnp.uint32)
+    for multiplier in (jnp.uint32(2654435761), jnp.uint32(2246822519)):
+      weights = index * multiplier * jnp.uint32(2) + jnp.uint32(1)
+      prints.append(jnp.sum(bits * weights, dtype=jnp.uint32))
+  return prints
+
+
+def fingerprint(state: nnx.State) -> dict[str, str]:
+  """{'model/embedding': '<16 hex digits>', ...}: a fingerprint of every array of `state`, layout-independent."""
+  flat = jax.tree_util.tree_leaves_with_path(nnx.to_pure_dict(state))
+  values = np.asarray(jax.device_get(_fingerprints([leaf for _, leaf in flat])), np.uint32).reshape(-1, 2)
+  return {
+      "/".join(str(getattr(key, "key", key)) for key in path): f"{int(a):08x}{int(b):08x}"
+      for (path, _), (a, b) in zip(flat, values, strict=True)
+  }
+
+
+def config_checksum(config: dict) -> str:
+  """sha256 of the config's canonical JSON (sorted keys)."""
+  return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
 def _first_line(error: BaseException, limit: int = 300) -> str:
@@ -82,7 +133,7 @@ def abstract_state(config: ml_collections.ConfigDict, mesh: Mesh) -> tuple[nnx.G
   """The graphdef and the shape/dtype/sharding-only state of the TrainState `config` describes, on `mesh`."""
   tx = optim.make_optimizer(config.train)
   graphdef, shapes = nnx.split(nnx.eval_shape(lambda: TrainState(build_model(config), tx)))
-  shardings = mesh_lib.state_shardings(shapes, mesh, int(config.model.vocab_size))
+  shardings = mesh_lib.state_shardings(shapes, mesh)
   return graphdef, jax.tree.map(
       lambda shape, sharding: jax.ShapeDtypeStruct(shape.shape, shape.dtype, sharding=sharding), shapes, shardings
   )
@@ -96,8 +147,30 @@ def _read_state(manager: ocp.CheckpointManager, step: int, target: nnx.State) ->
   return state
 
 
-def _read_progress(manager: ocp.CheckpointManager, step: int) -> dict:
-  return dict(manager.restore(step, args=ocp.args.Composite(progress=ocp.args.JsonRestore())).progress)
+def _refuse_old_layout(workdir: str | pathlib.Path, step: int) -> None:
+  """UsageError for a checkpoint in the older layout (a `progress` item, no manifest): it is not migrated."""
+  directory = checkpoint_dir(workdir) / str(step)
+  if (directory / _OLD_LAYOUT_ITEM).is_dir() and not (directory / "manifest").exists():
+    raise UsageError(
+        f"checkpoint {directory} has the older layout (its train-loss window in a separate 'progress' item, no "
+        f"manifest), which this version does not read: train into a new --workdir"
+    )
+
+
+def _read_verified(
+    manager: ocp.CheckpointManager, step: int, target: nnx.State
+) -> tuple[nnx.State, ml_collections.ConfigDict, dict]:
+  """(state, config, manifest) of checkpoint `step`, checked against its manifest; raises if any item is off."""
+  items = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore(), manifest=ocp.args.JsonRestore()))
+  config, manifest = dict(items.config), dict(items.manifest)
+  if config_checksum(config) != manifest.get("config_sha256"):
+    raise Damaged("its config does not match the checksum in its manifest")
+  state = _read_state(manager, step, target)
+  saved, found = manifest.get("arrays", {}), fingerprint(state)
+  bad = sorted(path for path in set(saved) | set(found) if saved.get(path) != found.get(path))
+  if bad:
+    raise Damaged(f"{len(bad)} array(s) do not match their fingerprints in the manifest, e.g. {bad[0]}")
+  return state, ml_collections.ConfigDict(config), manifest
 
 
 class Checkpointer:
@@ -115,23 +188,24 @@ class Checkpointer:
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
 
-  def save(
-      self, step: int, state: nnx.State, config: ml_collections.ConfigDict, progress: dict | None = None
-  ) -> None:
+  def save(self, step: int, state: nnx.State, config: ml_collections.ConfigDict, dataset: str = "") -> None:
     """Starts writing checkpoint `step`; the arrays are copied off the device before this returns.
 
-    `progress` is what the run needs beyond the state to continue exactly (JSON: numbers, strings).
+    `dataset` is the identity of the data the run trains on (`tied_embed.data.dataset_identity`), recorded so
+    that a resume on different data can be refused.
     """
     with self._errors_as_write_failed():
       self._manager.wait_until_finished()  # a failure of the previous save is reported as that save's
+    config_dict = config.to_dict()
+    manifest = {"arrays": fingerprint(state), "config_sha256": config_checksum(config_dict), "dataset": dataset}
     with self._errors_as_write_failed():
       self._writing = step
       self._manager.save(
           step,
           args=ocp.args.Composite(
               state=ocp.args.StandardSave(nnx.to_pure_dict(state)),
-              config=ocp.args.JsonSave(config.to_dict()),
-              progress=ocp.args.JsonSave(progress or {}),
+              config=ocp.args.JsonSave(config_dict),
+              manifest=ocp.args.JsonSave(manifest),
           ),
       )
 
@@ -140,7 +214,7 @@ class Checkpointer:
     return _read_state(self._manager, step, target)
 
   def restore_newest_intact(self, target: nnx.State) -> tuple[int, nnx.State, dict] | None:
-    """(step, state, progress) of the newest checkpoint that reads back whole; None if there are none.
+    """(step, state, manifest) of the newest checkpoint that reads back whole; None if there are none.
 
     Newer checkpoints that fail to read are moved to damaged_dir(workdir) with a warning naming their step.
     If none reads back, nothing is moved and UsageError says so: the run must not start again from step 0 over
@@ -148,14 +222,15 @@ class Checkpointer:
     """
     damaged = []
     for step in sorted(self._manager.all_steps(), reverse=True):
+      _refuse_old_layout(self._workdir, step)
       try:
-        state, progress = _read_state(self._manager, step, target), _read_progress(self._manager, step)
+        state, _, manifest = _read_verified(self._manager, step, target)
       except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
         damaged.append((step, error))
         continue
       for bad_step, error in damaged:
         self._move_aside(bad_step, error, step)
-      return step, state, progress
+      return step, state, manifest
     if damaged:
       listed = "; ".join(f"step {step}: {_first_line(error, 120)}" for step, error in damaged)
       raise UsageError(
@@ -219,23 +294,38 @@ def _resolve_step(workdir: str | pathlib.Path, step: int | None) -> int:
 
 
 def _read_config(manager: ocp.CheckpointManager, step: int) -> ml_collections.ConfigDict:
-  saved = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))
-  return ml_collections.ConfigDict(saved.config)
+  """The config of checkpoint `step`, checked against its manifest's checksum (raises if either is unreadable)."""
+  items = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore(), manifest=ocp.args.JsonRestore()))
+  if config_checksum(dict(items.config)) != dict(items.manifest).get("config_sha256"):
+    raise Damaged("its config does not match the checksum in its manifest")
+  return ml_collections.ConfigDict(items.config)
+
+
+def _unreadable(workdir: str | pathlib.Path, step: int, error: BaseException) -> UsageError:
+  return UsageError(f"checkpoint {checkpoint_dir(workdir) / str(step)} is damaged: {_first_line(error, 200)}")
 
 
 def saved_config(workdir: str | pathlib.Path, step: int | None = None) -> ml_collections.ConfigDict:
-  """The config checkpoint `step` (default: the latest) was trained with, without reading any array."""
+  """The config checkpoint `step` (default: the latest) was trained with, without reading any array.
+
+  UsageError if there is no such checkpoint or its config does not read back whole.
+  """
   step = _resolve_step(workdir, step)
+  _refuse_old_layout(workdir, step)
   with _manager(workdir) as manager:
-    return _read_config(manager, step)
+    try:
+      return _read_config(manager, step)
+    except Exception as error:  # noqa: BLE001 (a garbled or missing item: the checkpoint is damaged)
+      raise _unreadable(workdir, step, error) from None
 
 
 def newest_saved_config(workdir: str | pathlib.Path) -> ml_collections.ConfigDict | None:
-  """The config of the newest checkpoint whose config reads back; None if there is none."""
+  """The config of the newest checkpoint whose config reads back whole; None if there is none."""
   if not checkpoint_dir(workdir).is_dir():
     return None
   with _manager(workdir) as manager:
     for step in sorted(manager.all_steps(), reverse=True):
+      _refuse_old_layout(workdir, step)
       try:
         return _read_config(manager, step)
       except Exception:  # noqa: BLE001, S112 (a damaged one: restore_newest_intact deals with it)
@@ -244,23 +334,39 @@ def newest_saved_config(workdir: str | pathlib.Path) -> ml_collections.ConfigDic
 
 
 def restore(workdir: str | pathlib.Path, step: int | None = None, mesh: Mesh | None = None) -> Restored:
-  """The checkpoint at `step` (default: the latest) in `workdir`, on `mesh` (default: one device).
+  """The checkpoint at `step` (default: the newest intact one) in `workdir`, on `mesh` (default: one device).
 
-  Raises UsageError if the workdir has no checkpoints or none at `step`.
+  Read-only: every item is checked against the checkpoint's manifest. Without `step`, newer damaged checkpoints
+  are skipped with a warning. Raises UsageError if the workdir has no checkpoints, none at `step`, or the one
+  asked for (or every one) is damaged.
   """
-  step = _resolve_step(workdir, step)
+  steps = [_resolve_step(workdir, step)] if step is not None else sorted(available_steps(workdir), reverse=True)
+  if not steps:
+    _resolve_step(workdir, None)  # raises: no checkpoints
+  if mesh is None:
+    mesh = mesh_lib.make_mesh(ml_collections.ConfigDict({"data": 1, "model": 1}), jax.devices()[:1])
+  failures = []
   with _manager(workdir) as manager:
-    config = _read_config(manager, step)
-    if mesh is None:
-      mesh = mesh_lib.make_mesh(ml_collections.ConfigDict({"data": 1, "model": 1}), jax.devices()[:1])
-    graphdef, target = abstract_state(config, mesh)
-    train_state = nnx.merge(graphdef, _read_state(manager, step, target))
-  return Restored(
-      model=train_state.model,
-      config=config,
-      step=step,
-      provenance={
-          "lookup_total": np.asarray(train_state.lookup_total[...]),
-          "projection_total": np.asarray(train_state.projection_total[...]),
-      },
-  )
+    for candidate in steps:
+      _refuse_old_layout(workdir, candidate)
+      try:
+        graphdef, target = abstract_state(_read_config(manager, candidate), mesh)
+        state, config, _ = _read_verified(manager, candidate, target)
+      except Exception as error:  # noqa: BLE001 (a garbled or missing item: the checkpoint is damaged)
+        failures.append(_unreadable(workdir, candidate, error))
+        continue
+      for failure in failures:
+        logging.warning("%s; using the checkpoint at step %d instead.", failure, candidate)
+      train_state = nnx.merge(graphdef, state)
+      return Restored(
+          model=train_state.model,
+          config=config,
+          step=candidate,
+          provenance={
+              "lookup_total": np.asarray(train_state.lookup_total[...]),
+              "projection_total": np.asarray(train_state.projection_total[...]),
+          },
+      )
+  if len(failures) == 1:
+    raise failures[0]
+  raise UsageError(f"no checkpoint in {checkpoint_dir(workdir)} reads back whole ({failures[0]}; and {len(failures) - 1} more)")

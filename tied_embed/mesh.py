@@ -1,8 +1,9 @@
 """The ('data', 'model') device mesh and where each array lives on it.
 
-The batch is split along `data`; every array whose first axis is the vocabulary (the table or tables, their
-optimizer moments, the provenance totals) is split along V on `model` and replicated along `data`; everything
-else (step counters, scalars) is replicated. A V that the `model` axis doesn't divide is refused by config
+The batch is split along `data`. Arrays are laid out by the logical axis names they are annotated with where they
+are made (`out_sharding` on the nnx.Variable): LOGICAL_AXIS_RULES splits 'vocab' (the tables, their optimizer
+moments, the provenance totals) on `model` and replicates 'embed'; unannotated arrays (step counters, scalars)
+are replicated. A V that the `model` axis doesn't divide is refused by config
 validation rather than padded, so no masked rows ever need to be kept out of the softmax.
 """
 
@@ -14,11 +15,14 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
+from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tied_embed.errors import UsageError
 
 AXES = ("data", "model")
+# Logical axis name → mesh axis (None: replicated). The one place the vocabulary-parallel layout is decided.
+LOGICAL_AXIS_RULES = {"vocab": "model", "embed": None}
 
 
 def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int]:
@@ -75,13 +79,21 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
 
 
-def state_shardings(tree: Any, mesh: Mesh, vocab_size: int) -> Any:
-  """A sharding per leaf of `tree`: vocabulary-first arrays split along V on `model`, the rest replicated."""
+def logical_spec(names: tuple[str | None, ...] | None) -> PartitionSpec:
+  """The PartitionSpec of an array annotated with logical axis `names` under LOGICAL_AXIS_RULES (None: replicated)."""
+  if not names:
+    return PartitionSpec()
+  return PartitionSpec(*(LOGICAL_AXIS_RULES.get(name) for name in names))
 
-  def sharding(leaf: Any) -> NamedSharding:
-    shape = np.shape(leaf)
-    if shape and shape[0] == vocab_size:
-      return NamedSharding(mesh, PartitionSpec("model", *([None] * (len(shape) - 1))))
-    return replicated(mesh)
 
-  return jax.tree.map(sharding, tree)
+def state_shardings(state: nnx.State, mesh: Mesh) -> Any:
+  """A NamedSharding per leaf of an (abstract) nnx.State, from its Variables' `out_sharding` annotations.
+
+  The tables are annotated where they are made (`model.TABLE_AXES`), the optimizer's moments inherit the Param's
+  annotation, the provenance totals carry ('vocab',); anything unannotated (counters, scalars) is replicated.
+  """
+
+  def sharding(variable: nnx.Variable) -> nnx.Variable:
+    return variable.replace(NamedSharding(mesh, logical_spec(variable.get_metadata().get("out_sharding"))))
+
+  return jax.tree.map(sharding, state, is_leaf=lambda leaf: isinstance(leaf, nnx.Variable))

@@ -14,6 +14,15 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+# Logical axis names of a table's dimensions. `tied_embed.mesh.LOGICAL_AXIS_RULES` maps them to mesh axes; the
+# optimizer's moments inherit them from the Param, so the whole train state is laid out from these annotations.
+TABLE_AXES = ("vocab", "embed")
+
+
+def table_param(table: jax.Array) -> nnx.Param:
+  """A (V, D) table as an nnx.Param annotated with TABLE_AXES (applied on a mesh, not at creation)."""
+  return nnx.Param(table, out_sharding=TABLE_AXES, eager_sharding=False)
+
 
 def init_table(key: jax.Array, vocab_size: int, d_model: int) -> jax.Array:
   """One normal draw scaled by 1/sqrt(D): key → (V, D) float32 with entry variance 1/D.
@@ -35,7 +44,7 @@ class TiedEmbed(nnx.Module):
   def __init__(self, vocab_size: int, d_model: int, *, rngs: nnx.Rngs):
     self.vocab_size = vocab_size
     self.d_model = d_model
-    self.embedding = nnx.Param(init_table(rngs.params(), vocab_size, d_model))
+    self.embedding = table_param(init_table(rngs.params(), vocab_size, d_model))
 
   def embed(self, ids: jax.Array) -> jax.Array:
     """Lookup: (...,) int → (..., D) float32."""
@@ -61,8 +70,8 @@ class UntiedEmbed(nnx.Module):
   def __init__(self, vocab_size: int, d_model: int, *, rngs: nnx.Rngs):
     self.vocab_size = vocab_size
     self.d_model = d_model
-    self.input_embedding = nnx.Param(init_table(rngs.params(), vocab_size, d_model))
-    self.output_embedding = nnx.Param(init_table(rngs.params(), vocab_size, d_model))
+    self.input_embedding = table_param(init_table(rngs.params(), vocab_size, d_model))
+    self.output_embedding = table_param(init_table(rngs.params(), vocab_size, d_model))
 
   def embed(self, ids: jax.Array) -> jax.Array:
     """Lookup in the input table: (...,) int → (..., D)."""

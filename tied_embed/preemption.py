@@ -17,19 +17,23 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
+from tied_embed.errors import RunStopped
+
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-class Preempted(SystemExit):
-  """The run stopped early on a signal, after saving step `step`: exit status 128 + signal (143 TERM, 130 INT).
+class Preempted(RunStopped):
+  """The run stopped early on a signal at step `step`: exit status 128 + signal (143 TERM, 130 INT).
 
-  A SystemExit, so the command line ends with that status and no traceback; the shell convention tells a
-  supervisor the run did not finish (rerun the same command to resume), unlike 0.
+  Once the loop has started, checkpoint `step` was saved first; a signal during set-up stops before step 1 with
+  nothing written but what set-up completed (a generated dataset). The shell convention tells a supervisor the
+  run did not finish (rerun the same command to resume), unlike 0.
   """
 
   def __init__(self, signum: int, step: int):
-    super().__init__(128 + signum)
-    self.signum, self.step = signum, step
+    name = signal.Signals(signum).name
+    super().__init__(f"stopped by {name} at step {step}: rerun the same command to resume")
+    self.signum, self.step, self.exit_status = signum, step, 128 + signum
 
 
 class StopSignals:

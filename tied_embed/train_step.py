@@ -1,8 +1,14 @@
-"""One training step with gradient provenance, the log-step diagnostics and evaluation, as jitted functions.
+"""The train state and the one jitted train step (gradient provenance, running metrics, non-finite guard), and
+the jitted evaluation.
 
-Everything a step reads and writes lives in one `TrainState` module (model, optimizer, provenance totals). The
-jitted functions take and return its `nnx.State`, so the Python loop only passes arrays, and the step donates
-the old state's buffers.
+Everything a step reads and writes lives in one `TrainState` module: the model, its optimizer, the provenance
+totals and the running metrics. The jitted functions take and return its `nnx.State`, so the Python loop only
+passes arrays, a checkpoint of the state is everything a resumed run needs, and the step donates the old state.
+
+A log step is the same function with `with_stats=True`: it also returns the split statistics of its own gradient
+and the mean train loss since the previous log step. Because the statistics come out of the step itself, and each
+step consumes the state the previous one produced, at most one program with collectives is ever in flight on a
+mesh: two independent programs whose collectives span different device groups can block each other on XLA:CPU.
 """
 
 from __future__ import annotations
@@ -16,30 +22,58 @@ import optax
 from flax import nnx
 
 from tied_embed import losses, provenance
+from tied_embed.errors import RunStopped
 from tied_embed.model import TiedEmbed, UntiedEmbed, io_tables
 
 Model = TiedEmbed | UntiedEmbed
+Metrics = dict[str, jax.Array]
+TrainStep = Callable[..., tuple[nnx.State, Metrics]]
 
 
 class ProvenanceTotal(nnx.Variable):
   """A (V,) running sum over steps of each row's gradient norm through one path."""
 
 
+class RunningMetric(nnx.Variable):
+  """A scalar the step carries from one step to the next: a running sum, a count or a marker step."""
+
+
+class NonFinite(RunStopped):
+  """The run stopped at a non-finite loss or gradient, saving nothing after it (exit status 1)."""
+
+  def __init__(self, first_bad: int, step: int, last_saved: int | None):
+    saved = "no checkpoint was written"
+    if last_saved is not None:
+      saved = f"the last checkpoint, step {last_saved}, is intact"
+    super().__init__(
+        f"step {first_bad}: the loss or a gradient is not finite (NaN or Inf); stopped at step {step} "
+        f"without saving, {saved}. Try a lower train.learning_rate or a train.grad_clip_norm."
+    )
+    self.first_bad, self.step = first_bad, step
+
+
 class TrainState(nnx.Module):
-  """The model, its optimizer and the provenance totals.
+  """The model, its optimizer, the provenance totals and the running train metrics.
 
   Attributes:
     model: TiedEmbed or UntiedEmbed.
-    optimizer: nnx.Optimizer over the model's Params (its `step` counts updates).
+    optimizer: nnx.Optimizer over the model's Params (its `step` counts updates: the run's step).
     lookup_total: ProvenanceTotal (V,) float32, Σ_steps ‖lookup-path gradient row‖.
     projection_total: ProvenanceTotal (V,) float32, Σ_steps ‖projection-path gradient row‖.
+    train_loss_sum: RunningMetric () float32, the train losses since the last log step, summed.
+    train_loss_count: RunningMetric () int32, how many losses that sum holds.
+    first_nonfinite_step: RunningMetric () int32, the first step whose loss or new state was not finite; 0 if none.
   """
 
   def __init__(self, model: Model, tx: optax.GradientTransformation):
     self.model = model
     self.optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
-    self.lookup_total = ProvenanceTotal(jnp.zeros((model.vocab_size,), jnp.float32))
-    self.projection_total = ProvenanceTotal(jnp.zeros((model.vocab_size,), jnp.float32))
+    vocab_axis = {"out_sharding": ("vocab",), "eager_sharding": False}
+    self.lookup_total = ProvenanceTotal(jnp.zeros((model.vocab_size,), jnp.float32), **vocab_axis)
+    self.projection_total = ProvenanceTotal(jnp.zeros((model.vocab_size,), jnp.float32), **vocab_axis)
+    self.train_loss_sum = RunningMetric(jnp.float32(0))
+    self.train_loss_count = RunningMetric(jnp.int32(0))
+    self.first_nonfinite_step = RunningMetric(jnp.int32(0))
 
 
 def build_model(config: ml_collections.ConfigDict) -> Model:
@@ -48,17 +82,13 @@ def build_model(config: ml_collections.ConfigDict) -> Model:
   return cls(int(config.model.vocab_size), int(config.model.d_model), rngs=nnx.Rngs(int(config.seed)))
 
 
-def _loss_fn(next_ids: jax.Array, chunk_size: int) -> provenance.HiddenLoss:
-  return lambda x, table: losses.cross_entropy(x, table, next_ids, chunk_size)
-
-
 def path_gradients(
     model: Model, ids: jax.Array, next_ids: jax.Array, chunk_size: int
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Loss and the gradient through each use of the tables: ids, next_ids (B,) → (scalar, (V, D), (V, D))."""
   lookup_table, projection_table = io_tables(model)
   return provenance.loss_and_path_gradients(
-      lookup_table, projection_table, ids, _loss_fn(next_ids, chunk_size)
+      lookup_table, projection_table, ids, lambda x, table: losses.cross_entropy(x, table, next_ids, chunk_size)
   )
 
 
@@ -71,31 +101,6 @@ def update_gradients(model: Model, lookup_grad: jax.Array, projection_grad: jax.
   grads = nnx.state(model, nnx.Param)
   nnx.replace_by_pure_dict(grads, values)
   return grads
-
-
-def make_train_step(
-    graphdef: nnx.GraphDef, chunk_size: int, state_shardings=None, *, track_provenance: bool = True
-) -> Callable[[nnx.State, jax.Array, jax.Array], tuple[nnx.State, jax.Array]]:
-  """jit(state, ids (B,), next_ids (B,)) → (new state, loss). Donates `state`.
-
-  `track_provenance=False` is the plain step (one gradient, no per-row totals), kept to measure what the
-  bookkeeping costs (benchmarks/train_step.py).
-  """
-
-  def step(state: nnx.State, ids: jax.Array, next_ids: jax.Array) -> tuple[nnx.State, jax.Array]:
-    train_state = nnx.merge(graphdef, state)
-    model = train_state.model
-    if track_provenance:
-      loss, lookup_grad, projection_grad = path_gradients(model, ids, next_ids, chunk_size)
-      train_state.lookup_total[...] += provenance.row_norms(lookup_grad)
-      train_state.projection_total[...] += provenance.row_norms(projection_grad)
-      grads = update_gradients(model, lookup_grad, projection_grad)
-    else:
-      loss, grads = nnx.value_and_grad(direct_loss)(model, ids, next_ids, chunk_size)
-    train_state.optimizer.update(model, grads)
-    return nnx.state(train_state), loss
-
-  return jax.jit(step, donate_argnums=0, out_shardings=(state_shardings, None) if state_shardings else None)
 
 
 def direct_loss(model: Model, ids: jax.Array, next_ids: jax.Array, chunk_size: int) -> jax.Array:
@@ -118,38 +123,93 @@ def _split_error(model: Model, direct: nnx.State, lookup_grad: jax.Array, projec
   )
 
 
-def make_diagnostics(graphdef: nnx.GraphDef, chunk_size: int) -> Callable[..., dict[str, jax.Array]]:
-  """jit(state, ids, next_ids) → the split statistics of this batch at these parameters, plus `split_error`.
+def split_diagnostics(
+    model: Model, ids: jax.Array, next_ids: jax.Array, chunk_size: int, lookup_grad: jax.Array,
+    projection_grad: jax.Array,
+) -> Metrics:
+  """The split statistics of one batch's path gradients, plus `split_error` against `nnx.grad` of the model."""
+  direct = nnx.grad(direct_loss)(model, ids, next_ids, chunk_size)
+  stats = provenance.split_stats(lookup_grad, projection_grad, ids)
+  stats["split_error"] = _split_error(model, direct, lookup_grad, projection_grad)
+  return stats
 
-  Run at log steps only, on the state *before* the step's update, so it describes the gradient the step applies.
+
+def all_finite(loss: jax.Array, state: nnx.State) -> jax.Array:
+  """Whether `loss` and every float array of `state` are finite: scalar bool."""
+  floats = [leaf for leaf in jax.tree.leaves(state) if jnp.issubdtype(leaf.dtype, jnp.floating)]
+  return jnp.all(jnp.stack([jnp.isfinite(loss)] + [jnp.isfinite(leaf).all() for leaf in floats]))
+
+
+def make_train_step(graphdef: nnx.GraphDef, chunk_size: int, state_shardings=None) -> TrainStep:
+  """jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics). Donates `state`.
+
+  metrics: {'loss': the batch's loss}; with `with_stats` (log steps) also the split statistics of this step's
+  gradient (computed at the parameters before its update), and 'train_loss', the mean loss of the steps since
+  the previous log step, whose window it then empties. A non-finite loss or new state is recorded in
+  `first_nonfinite_step` (the loop checks it where it syncs anyway), so a state that passes is safe to save.
   """
 
-  def diagnostics(state: nnx.State, ids: jax.Array, next_ids: jax.Array) -> dict[str, jax.Array]:
-    model = nnx.merge(graphdef, state).model
-    _, lookup_grad, projection_grad = path_gradients(model, ids, next_ids, chunk_size)
-    direct = nnx.grad(direct_loss)(model, ids, next_ids, chunk_size)
-    stats = provenance.split_stats(lookup_grad, projection_grad, ids)
-    stats["split_error"] = _split_error(model, direct, lookup_grad, projection_grad)
-    return stats
+  def step(state: nnx.State, ids: jax.Array, next_ids: jax.Array, with_stats: bool = False):
+    train_state = nnx.merge(graphdef, state)
+    model = train_state.model
+    loss, lookup_grad, projection_grad = path_gradients(model, ids, next_ids, chunk_size)
+    metrics = {"loss": loss}
+    if with_stats:
+      metrics.update(split_diagnostics(model, ids, next_ids, chunk_size, lookup_grad, projection_grad))
+    train_state.lookup_total[...] += provenance.row_norms(lookup_grad)
+    train_state.projection_total[...] += provenance.row_norms(projection_grad)
+    train_state.optimizer.update(model, update_gradients(model, lookup_grad, projection_grad))
 
-  return jax.jit(diagnostics)
+    train_state.train_loss_sum[...] += loss
+    train_state.train_loss_count[...] += 1
+    if with_stats:
+      metrics["train_loss"] = train_state.train_loss_sum[...] / train_state.train_loss_count[...]
+      train_state.train_loss_sum[...] = jnp.zeros_like(train_state.train_loss_sum[...])
+      train_state.train_loss_count[...] = jnp.zeros_like(train_state.train_loss_count[...])
+
+    first_bad = train_state.first_nonfinite_step[...]
+    finite = all_finite(loss, nnx.state(train_state))
+    done = train_state.optimizer.step[...].astype(jnp.int32)
+    train_state.first_nonfinite_step[...] = jnp.where((first_bad == 0) & ~finite, done, first_bad)
+    return nnx.state(train_state), metrics
+
+  out_shardings = (state_shardings, None) if state_shardings is not None else None
+  return jax.jit(step, donate_argnums=0, static_argnames="with_stats", out_shardings=out_shardings)
+
+
+def check_finite(state: nnx.State, last_saved: int | None) -> None:
+  """Raises NonFinite if any step so far was not finite (a host sync: call it where the loop syncs anyway)."""
+  first_bad = int(state["first_nonfinite_step"][...])
+  if first_bad:
+    raise NonFinite(first_bad, int(state["optimizer"]["step"][...]), last_saved)
+
+
+def _eval_losses(graphdef: nnx.GraphDef, chunk_size: int, state: nnx.State, ids: jax.Array, next_ids: jax.Array):
+  lookup_table, projection_table = io_tables(nnx.merge(graphdef, state).model)
+
+  def one(pair: tuple[jax.Array, jax.Array]) -> jax.Array:
+    token, next_token = pair
+    return losses.bigram_loss(lookup_table, projection_table, token[None], next_token[None])
+
+  if chunk_size <= 0:
+    return jax.vmap(one)((ids, next_ids))
+  return jax.lax.map(one, (ids, next_ids), batch_size=chunk_size)
 
 
 def make_eval_losses(graphdef: nnx.GraphDef, chunk_size: int) -> Callable[..., jax.Array]:
-  """jit(state, ids (E,), next_ids (E,)) → per-token losses (E,) float32, for nnx.metrics.Average.
+  """jit(state, ids (E,), next_ids (E,)) → per-token losses (E,) float32.
 
   Tokens are scored `chunk_size` at a time (all at once if 0), so no more than (chunk_size, V) logits are live.
   """
+  return jax.jit(lambda state, ids, next_ids: _eval_losses(graphdef, chunk_size, state, ids, next_ids))
 
-  def eval_losses(state: nnx.State, ids: jax.Array, next_ids: jax.Array) -> jax.Array:
-    lookup_table, projection_table = io_tables(nnx.merge(graphdef, state).model)
 
-    def one(pair: tuple[jax.Array, jax.Array]) -> jax.Array:
-      token, next_token = pair
-      return losses.bigram_loss(lookup_table, projection_table, token[None], next_token[None])
+def make_eval_total(graphdef: nnx.GraphDef, chunk_size: int) -> Callable[..., jax.Array]:
+  """jit(state, total () float32, ids (E,), next_ids (E,)) → total + the batch's summed per-token losses.
 
-    if chunk_size <= 0:
-      return jax.vmap(one)((ids, next_ids))
-    return jax.lax.map(one, (ids, next_ids), batch_size=chunk_size)
-
-  return jax.jit(eval_losses)
+  Each call consumes the previous call's total, so the batches of an evaluation run one after the other on
+  every device, never as independent programs in flight together.
+  """
+  return jax.jit(
+      lambda state, total, ids, next_ids: total + _eval_losses(graphdef, chunk_size, state, ids, next_ids).sum()
+  )

@@ -3,7 +3,17 @@
 Step s (0-based) trains on the batch `data.train_batch(data, seed, s, batch_size)` and leaves the run at step
 s + 1, the number every log line, eval and checkpoint is labelled with. A workdir holding checkpoints resumes
 from the newest one that reads back whole; since batches depend only on (seed, step) and a checkpoint holds the
-whole train state plus the train-loss window, the resumed run repeats the uninterrupted one bit for bit.
+whole train state (running train metrics included), the resumed run repeats the uninterrupted one bit for bit.
+
+On a mesh, the loop keeps what runs on the devices ordered and bounded. XLA:CPU runs each device's part of a
+program on a shared thread pool, and a collective holds its thread until every participant arrives; with a
+hundred steps dispatched ahead (JAX's asynchronous dispatch between two log steps), the threads can all end up
+waiting in collectives whose other participants never get a thread, and the run aborts after a 40 s rendezvous
+timeout. So at most two steps are in flight (the loop waits for step s - 1 once step s is dispatched, which
+still overlaps the Python loop with the device work), each step consumes the state the previous one produced, a
+log step's statistics come out of the step itself, evaluation batches are chained through their running total,
+and at every sync point (log, eval, checkpoint) the loop waits for the step before anything else (an eval, a
+save, the processes' stop agreement) runs on the devices.
 """
 
 from __future__ import annotations
@@ -14,13 +24,14 @@ import pathlib
 import time
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
 from clu import metric_writers, periodic_actions
 from flax import nnx
 
-from tied_embed import checkpoint, guard, multihost_data, optim, preemption
+from tied_embed import checkpoint, multihost_data, optim, preemption
 from tied_embed import data as data_lib
 from tied_embed import mesh as mesh_lib
 from tied_embed import train_step as step_lib
@@ -41,7 +52,7 @@ class RunSummary:
   relative_gap: float  # gap / loss_floor
   param_count: int
   train_seconds: float  # the training loop of this invocation (after data loading), including evals
-  state: nnx.State  # the final TrainState's state (model, optimizer, provenance totals), on the mesh
+  state: nnx.State  # the final TrainState's state (model, optimizer, provenance totals, metrics), on the mesh
 
 
 def _on_schedule(step: int, every: int, num_steps: int) -> bool:
@@ -50,11 +61,13 @@ def _on_schedule(step: int, every: int, num_steps: int) -> bool:
 
 
 class _Evaluator:
-  """The whole validation split, placed on the mesh once, scored in batches into an nnx.metrics.Average."""
+  """The whole validation split, placed on the mesh once, scored batch after batch into one running total."""
 
-  def __init__(self, graphdef, data: data_lib.BigramData, config: ml_collections.ConfigDict, mesh):
-    self._losses = step_lib.make_eval_losses(graphdef, int(config.loss.chunk_size))
+  def __init__(self, graphdef: nnx.GraphDef, data: data_lib.BigramData, config: ml_collections.ConfigDict, mesh):
+    self._add_batch = step_lib.make_eval_total(graphdef, int(config.loss.chunk_size))
+    self._total = jax.device_put(jnp.float32(0), mesh_lib.replicated(mesh))
     size, data_size = int(config.train.eval_batch_size), mesh.shape["data"]
+    self._count = len(data.eval_ids)
     self._batches = []
     for start in range(0, len(data.eval_ids), size):
       ids, next_ids = data.eval_ids[start : start + size], data.eval_next[start : start + size]
@@ -64,10 +77,10 @@ class _Evaluator:
 
   def __call__(self, state: nnx.State) -> float:
     """Mean loss over the validation split at `state`'s parameters."""
-    metric = nnx.metrics.Average("loss")
+    total = self._total
     for ids, next_ids in self._batches:
-      metric.update(loss=self._losses(state, ids, next_ids))
-    return float(metric.compute())
+      total = self._add_batch(state, total, ids, next_ids)
+    return float(total) / self._count
 
 
 def _initial_state(config: ml_collections.ConfigDict, target: nnx.State) -> nnx.State:
@@ -77,10 +90,34 @@ def _initial_state(config: ml_collections.ConfigDict, target: nnx.State) -> nnx.
   return jax.jit(lambda: nnx.state(step_lib.TrainState(step_lib.build_model(config), tx)), out_shardings=shardings)()
 
 
-def _write_log_step(writer, step: int, train_loss: float, learning_rate: float, stats: dict, state: nnx.State) -> None:
+def _resume(
+    config: ml_collections.ConfigDict, target: nnx.State, checkpointer: checkpoint.Checkpointer, dataset: str
+) -> tuple[int, nnx.State]:
+  """The step and train state to start from: the newest intact checkpoint's, or a fresh state at step 0.
+
+  UsageError if the checkpoint is past train.num_steps, or was trained on other data than `dataset`.
+  """
+  restored = checkpointer.restore_newest_intact(target)
+  if restored is None:
+    return 0, _initial_state(config, target)
+  start, state, manifest = restored
+  if start > int(config.train.num_steps):
+    raise UsageError.bad_value("train.num_steps", config.train.num_steps, f"at least {start}, the latest checkpoint")
+  if manifest.get("dataset") != dataset:
+    raise UsageError(
+        f"the data changed since checkpoint {start} was written (it trained on {manifest.get('dataset')!r}, the "
+        f"config now gives {dataset!r}): resuming would train on other data; start fresh with another --workdir"
+    )
+  logging.info("Resuming from the checkpoint at step %d.", start)
+  return start, state
+
+
+def _write_log_step(writer, step: int, learning_rate: float, metrics: dict, state: nnx.State) -> None:
   """The train/* and grad/* scalars of a log step and the provenance histograms."""
-  scalars = {"train/loss": train_loss, "train/learning_rate": learning_rate}
-  scalars.update({f"grad/{name}": float(value) for name, value in jax.device_get(stats).items()})
+  metrics = jax.device_get(metrics)
+  scalars = {"train/loss": float(metrics.pop("train_loss")), "train/learning_rate": learning_rate}
+  metrics.pop("loss")
+  scalars.update({f"grad/{name}": float(value) for name, value in metrics.items()})
   writer.write_scalars(step, scalars)
   writer.write_histograms(
       step,
@@ -91,115 +128,103 @@ def _write_log_step(writer, step: int, train_loss: float, learning_rate: float, 
   )
 
 
-def _resume(
-    config: ml_collections.ConfigDict, target: nnx.State, checkpointer: checkpoint.Checkpointer
-) -> tuple[int, nnx.State, guard.Tally]:
-  """The step, train state and tally to start from: the newest intact checkpoint's, or fresh ones at step 0."""
-  restored = checkpointer.restore_newest_intact(target)
-  if restored is None:
-    return 0, _initial_state(config, target), guard.new_tally(0)
-  start, state, progress = restored
-  if start > int(config.train.num_steps):
-    raise UsageError.bad_value("train.num_steps", config.train.num_steps, f"at least {start}, the latest checkpoint")
-  logging.info("Resuming from the checkpoint at step %d.", start)
-  return start, state, guard.new_tally(start, progress["train_loss_sum"], progress["train_loss_count"])
-
-
-def _progress(tally: guard.Tally) -> dict[str, float | int]:
-  """What a checkpoint keeps of the tally: the train-loss window, exactly (a float32 is exact as a JSON float)."""
-  return {"train_loss_sum": float(tally["loss_sum"]), "train_loss_count": int(tally["loss_count"])}
+def _write_eval(writer, step: int, eval_loss: float, loss_floor: float) -> None:
+  writer.write_scalars(step, {"eval/loss": eval_loss, "eval/loss_floor": loss_floor, "eval/gap": eval_loss - loss_floor})
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> RunSummary:
   """Trains `config` in `workdir` (resuming from its newest intact checkpoint) and returns where it ended.
 
   Raises, before loading data or compiling anything, UsageError if the config is invalid (nothing written), if
-  the workdir cannot be written, if its checkpoints were made by a different run (workdir.RESUMABLE_CHANGES)
-  or if none of them reads back. Stops with preemption.Preempted after saving on SIGTERM/SIGINT, with
-  guard.NonFinite at a non-finite loss or gradient (saving nothing after it), with checkpoint.WriteFailed.
-  Whatever the outcome, the saves already started finish and the logs are flushed before it returns or raises.
+  the workdir cannot be written or another run holds it, if its checkpoints were made by a different run
+  (workdir.RESUMABLE_CHANGES) or on other data, or if none of them reads back. Stops with
+  preemption.Preempted on SIGTERM/SIGINT (after saving, once the loop has started), with
+  train_step.NonFinite at a non-finite loss or gradient (saving nothing after it), with
+  checkpoint.WriteFailed. Whatever the outcome, the saves already started finish and the logs are flushed
+  before it returns or raises.
   """
   validate_config(config)
   workdir = workdir_lib.ensure_writable(workdir)
-  saved_config = checkpoint.newest_saved_config(workdir)
-  if saved_config is not None:
-    workdir_lib.check_compatible(saved_config, config, str(checkpoint.checkpoint_dir(workdir)))
-  mesh = mesh_lib.make_mesh(config.mesh)
-  graphdef, target = checkpoint.abstract_state(config, mesh)
-  try:
-    with contextlib.closing(checkpoint.Checkpointer(workdir, int(config.train.keep_checkpoints))) as checkpointer:
-      start, state, tally = _resume(config, target, checkpointer)
-      data = multihost_data.load_bigram_data(config, workdir)
-      writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
-      try:
-        return _train(config, data, mesh, graphdef, target, checkpointer, writer, start, state, tally)
-      finally:
-        writer.close()  # flushes
-  except preemption.Preempted as stopped:  # by now its checkpoint is written (closing waits for the save)
-    logging.warning("Stopped at step %d after saving its checkpoint: rerun the same command to resume.", stopped.step)
-    raise
-
-
-def _train(config, data, mesh, graphdef, target, checkpointer, writer, start, state, tally) -> RunSummary:
-  """The loop of `train_and_evaluate`, from `start` with `state` and `tally`, on open `checkpointer`/`writer`."""
   train, num_steps = config.train, int(config.train.num_steps)
-  if start == 0:
-    writer.write_hparams(workdir_lib.flatten_config(config))
-  counts = param_counts(int(config.model.vocab_size), int(config.model.d_model))
-  param_count = counts.tied if config.model.tied else counts.untied
-  logging.info("%s, %d parameters, loss floor %.4f nats.", data.source, param_count, data.loss_floor)
+  with contextlib.ExitStack() as stack:
+    signals = stack.enter_context(preemption.StopSignals())  # a signal during set-up ends the run before step 1
+    stack.enter_context(workdir_lib.exclusive(workdir))
+    workdir_lib.check_layout(workdir)
+    saved_config = checkpoint.newest_saved_config(workdir)
+    if saved_config is not None:
+      workdir_lib.check_compatible(saved_config, config, str(checkpoint.checkpoint_dir(workdir)))
+    dataset = data_lib.dataset_identity(config)
+    mesh = mesh_lib.make_mesh(config.mesh)
+    graphdef, target = checkpoint.abstract_state(config, mesh)
+    checkpointer = stack.enter_context(contextlib.closing(checkpoint.Checkpointer(workdir, int(train.keep_checkpoints))))
+    start, state = _resume(config, target, checkpointer, dataset)
+    data = multihost_data.load_bigram_data(config, workdir)
+    complete = start == num_steps and checkpointer.latest_step() == num_steps  # a rerun writes nothing
+    if jax.process_index() == 0 and not complete:
+      data_lib.record_for_inspection(data, config, workdir)  # so inspection needs nothing outside the workdir
+    writer = stack.enter_context(contextlib.closing(
+        metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0 or complete)
+    ))
+    stop = signals.agreed(sync_point=True)
+    if stop:
+      raise preemption.Preempted(stop, start)
 
-  chunk_size = int(config.loss.chunk_size)
-  shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
-  train_step = guard.guarded_step(step_lib.make_train_step(graphdef, chunk_size), shardings)
-  diagnostics = step_lib.make_diagnostics(graphdef, chunk_size)
-  evaluate = _Evaluator(graphdef, data, config, mesh)
-  schedule = optim.learning_rate_schedule(train)
-  batch_sharding = mesh_lib.batch_sharding(mesh)
-  report_progress = periodic_actions.ReportProgress(
-      num_train_steps=num_steps, writer=writer, every_steps=int(train.log_every)
-  )
-  seed, batch_size = int(config.seed), int(train.batch_size)
-  every = {what: int(train[f"{what}_every"]) for what in ("log", "eval", "checkpoint")}
-
-  def write_eval(step: int) -> float:
-    with report_progress.timed("eval"):
-      loss = evaluate(state)
-    writer.write_scalars(
-        step, {"eval/loss": loss, "eval/loss_floor": data.loss_floor, "eval/gap": loss - data.loss_floor}
+    if start == 0:
+      writer.write_hparams(workdir_lib.flatten_config(config))
+    counts = param_counts(int(config.model.vocab_size), int(config.model.d_model))
+    param_count = counts.tied if config.model.tied else counts.untied
+    logging.info("%s, %d parameters, loss floor %.4f nats.", data.source, param_count, data.loss_floor)
+    train_step = step_lib.make_train_step(graphdef, int(config.loss.chunk_size), jax.tree.map(lambda x: x.sharding, target))
+    evaluate = _Evaluator(graphdef, data, config, mesh)
+    schedule = optim.learning_rate_schedule(train)
+    batch_sharding = mesh_lib.batch_sharding(mesh)
+    report_progress = periodic_actions.ReportProgress(
+        num_train_steps=num_steps, writer=writer, every_steps=int(train.log_every)
     )
-    return loss
+    seed, batch_size = int(config.seed), int(train.batch_size)
+    log_every, eval_every, save_every = int(train.log_every), int(train.eval_every), int(train.checkpoint_every)
 
-  eval_loss, saved_step, started = None, checkpointer.latest_step(), time.perf_counter()
-  with preemption.StopSignals() as signals:
+    eval_loss, saved_step, started = None, checkpointer.latest_step(), time.perf_counter()
+    if complete:
+      logging.info("The run is already complete at step %d: nothing to train, nothing written.", num_steps)
+      eval_loss = evaluate(state)
+    in_flight = None
     for step in range(start, num_steps):
       pairs = data_lib.train_batch(data, seed, step, batch_size)  # the same global batch on every process
-      batch = multihost_data.global_batch(pairs, batch_sharding)
+      ids, next_ids = multihost_data.global_batch(pairs, batch_sharding)
       done = step + 1
-      log_now, eval_now, save_now = (_on_schedule(done, every[what], num_steps) for what in every)
-      # Diagnostics read the parameters the step is about to update, before the step donates them.
-      stats = diagnostics(state, *batch) if log_now else None
-      state, tally = train_step(state, tally, *batch)
+      log_now = _on_schedule(done, log_every, num_steps)
+      eval_now = _on_schedule(done, eval_every, num_steps)
+      save_now = _on_schedule(done, save_every, num_steps)
+      state, metrics = train_step(state, ids, next_ids, with_stats=log_now)
+      if in_flight is not None:
+        in_flight.block_until_ready()  # step s - 1: at most two steps in flight
+      in_flight = metrics["loss"]
       report_progress(done)
       sync_now = log_now or eval_now or save_now
+      if sync_now:
+        jax.block_until_ready(state)  # nothing else runs on the devices while a step's collectives are in flight
       stop = signals.agreed(sync_now) if done < num_steps else None  # at the last step, finish normally
       if sync_now or stop:
-        guard.check(tally, saved_step)  # a host sync, but only where the loop syncs anyway
+        step_lib.check_finite(state, saved_step)
       if log_now:
-        train_loss, tally = guard.train_loss(tally)
-        _write_log_step(writer, done, train_loss, float(schedule(step)), stats, state)
+        _write_log_step(writer, done, float(schedule(step)), metrics, state)
       if eval_now:
-        eval_loss = write_eval(done)
+        with report_progress.timed("eval"):
+          eval_loss = evaluate(state)
+        _write_eval(writer, done, eval_loss, data.loss_floor)
       if save_now or stop:
-        checkpointer.save(done, state, config, _progress(tally))
+        checkpointer.save(done, state, config, dataset)
         saved_step = done
       if stop:
+        logging.warning("Stopped at step %d after saving its checkpoint: rerun the same command to resume.", done)
         raise preemption.Preempted(stop, done)
-  if eval_loss is None:  # nothing left to train: report where the run is
-    eval_loss = write_eval(num_steps)
-  if saved_step != num_steps:  # a fresh run of num_steps=0
-    checkpointer.save(num_steps, state, config, _progress(tally))
-  train_seconds = time.perf_counter() - started
+    if saved_step != num_steps:  # a fresh run of num_steps=0
+      eval_loss = evaluate(state)
+      _write_eval(writer, num_steps, eval_loss, data.loss_floor)
+      checkpointer.save(num_steps, state, config, dataset)
+    train_seconds = time.perf_counter() - started
+
   gap = eval_loss - data.loss_floor
   summary = RunSummary(
       step=num_steps,

@@ -1,4 +1,5 @@
-"""Checks on the workdir before a run does any work in it: that it can be written, and that it is this run's.
+"""Checks on the workdir before a run does any work in it: that it can be written, that no other run holds it,
+that its layout is sound, and that it is this run's.
 
 A workdir belongs to one run. Its checkpoints may be resumed by a config that differs only in how the run is
 carried out or watched (`RESUMABLE_CHANGES`); any other difference (V, D, tied/untied, the data, the seed, the
@@ -7,13 +8,19 @@ optimizer and its hyperparameters) would mix two runs in one directory, so it is
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
+import jax
 import ml_collections
 
+from tied_embed import locking
 from tied_embed.errors import UsageError
+
+SUBDIRECTORIES = ("checkpoints", "damaged_checkpoints", "data", "report")
 
 # Config fields that may change between the checkpoint and the resuming run: lengths, intervals, evaluation and
 # loss chunking, the device mesh (checkpoints restore onto any mesh) and where the dataset is cached.
@@ -34,6 +41,28 @@ def ensure_writable(workdir: str | pathlib.Path) -> pathlib.Path:
     reason = error.strerror or type(error).__name__
     raise UsageError(f"--workdir={str(workdir)!r} cannot be written: {reason} ({error.filename or path})") from None
   return path
+
+
+@contextlib.contextmanager
+def exclusive(workdir: pathlib.Path) -> Iterator[None]:
+  """One run per workdir: holds WORKDIR/.lock while inside (process 0 of a multi-host run holds it for all).
+
+  UsageError naming the holder (host, pid, since when) if another run holds it. The OS releases the lock when
+  the process ends in any way, so a killed run never leaves a stale one.
+  """
+  if jax.process_index() != 0:
+    yield
+    return
+  with locking.exclusive(workdir, f"--workdir={str(workdir)!r}"):
+    yield
+
+
+def check_layout(workdir: pathlib.Path) -> None:
+  """UsageError if a path the run writes as a directory (checkpoints/, damaged_checkpoints/, ...) is not one."""
+  for name in SUBDIRECTORIES:
+    path = workdir / name
+    if path.exists() and not path.is_dir():
+      raise UsageError(f"{path} is not a directory; the run keeps its {name} there: move it away")
 
 
 def flatten_config(config: ml_collections.ConfigDict | dict, prefix: str = "") -> dict[str, Any]:

@@ -1,0 +1,212 @@
+"""One run per workdir, checkpoints that are verified whole, and a resume that refuses other data.
+
+Each test here reproduces a way a run could silently go wrong on disk or under concurrency: a second run on a
+busy workdir, a flipped array or a garbled config in a checkpoint, data that changed between runs, a workdir whose
+checkpoints/ is a file, a signal during set-up, and a rerun of a finished run.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from conftest import ROOT
+from flax import nnx
+
+from tied_embed import checkpoint, locking, optim, preemption
+from tied_embed import data as data_lib
+from tied_embed import train_step as step_lib
+from tied_embed.errors import UsageError
+from tied_embed.trainer import train_and_evaluate
+
+
+def _tree(directory) -> dict:
+  """{relative path: size} of everything under `directory`, the lock file aside."""
+  return {str(p.relative_to(directory)): p.stat().st_size for p in directory.rglob("*") if p.name != locking.LOCK_NAME}
+
+
+def _assert_bitwise_equal(state, reference) -> None:
+  for got, want in zip(jax.tree.leaves(state), jax.tree.leaves(reference), strict=True):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+# One run per workdir.
+
+
+def test_second_run_on_a_busy_workdir_is_refused_naming_the_holder(smoke_run, tmp_path):
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  holder = subprocess.Popen(
+      [sys.executable, "-c",
+       "import sys; from tied_embed import locking\n"
+       "with locking.exclusive(sys.argv[1], 'w'):\n  print('held', flush=True); sys.stdin.read()", str(workdir)],
+      cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+  )
+  try:
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(UsageError) as refused:
+      train_and_evaluate(smoke_run.config, workdir)
+    message = str(refused.value)
+    assert f"pid {holder.pid}" in message and socket.gethostname() in message and "since 20" in message
+    assert "\n" not in message and "in use by another run" in message
+    assert _tree(workdir) == {}  # nothing generated, no checkpoints dir, no events
+  finally:
+    holder.kill()  # SIGKILL: the OS releases the lock, nothing stale is left
+    holder.wait()
+  assert not locking.is_locked(workdir)
+
+
+def test_a_finished_run_leaves_its_workdir_unlocked(smoke_run):
+  assert not locking.is_locked(smoke_run.workdir)
+
+
+# Checkpoints verified whole.
+
+
+def _two_checkpoints_with_swapped_manifests(config, directory):
+  """Checkpoints 7 and 8 of two different states, then 8's manifest replaced by 7's: 8 reads back, but wrong."""
+  _, state = nnx.split(step_lib.TrainState(step_lib.build_model(config), optim.make_optimizer(config.train)))
+  saver = checkpoint.Checkpointer(directory, keep=2)
+  saver.save(7, state, config)
+  changed = jax.tree.map(lambda leaf: leaf, state)
+  changed["lookup_total"][...] = changed["lookup_total"][...] + 1.0  # one array differs
+  saver.save(8, changed, config)
+  saver.close()
+  for name in ("metadata",):
+    shutil.copy(checkpoint.checkpoint_dir(directory) / "7" / "manifest" / name,
+                checkpoint.checkpoint_dir(directory) / "8" / "manifest" / name)
+  return state
+
+
+def test_an_array_that_differs_from_its_fingerprint_is_damaged(smoke_run, tmp_path):
+  state = _two_checkpoints_with_swapped_manifests(smoke_run.config, tmp_path)
+  restored = checkpoint.restore(tmp_path)  # read-only: skips 8 with a warning, falls back to 7
+  assert restored.step == 7
+  np.testing.assert_array_equal(restored.provenance["lookup_total"], state["lookup_total"][...])
+  with pytest.raises(UsageError, match=r"checkpoint .*/8 is damaged: .*lookup_total"):
+    checkpoint.restore(tmp_path, step=8)
+
+
+def test_fingerprints_are_the_same_on_any_layout_and_see_one_changed_element():
+  values = np.random.default_rng(0).standard_normal((32, 8)).astype(np.float32)
+  state = nnx.State({"table": nnx.Param(jax.numpy.asarray(values))})
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
+  placed = jax.device_put(state, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("model")))
+  assert checkpoint.fingerprint(placed) == checkpoint.fingerprint(state)
+  for row, column in ((0, 0), (31, 7), (5, 3)):
+    changed = values.copy()
+    changed[row, column] = np.nextafter(changed[row, column], np.float32(np.inf))  # one ulp
+    assert checkpoint.fingerprint(nnx.State({"table": nnx.Param(jax.numpy.asarray(changed))})) != \
+        checkpoint.fingerprint(state)
+  swapped = values.copy()
+  swapped[[0, 1]] = swapped[[1, 0]]  # the same values in another order
+  assert checkpoint.fingerprint(nnx.State({"table": nnx.Param(jax.numpy.asarray(swapped))})) != \
+      checkpoint.fingerprint(state)
+
+
+def test_training_moves_a_checkpoint_with_a_wrong_array_aside_and_resumes_bitwise(smoke_run, tmp_path):
+  workdir = tmp_path / "run"
+  shutil.copytree(smoke_run.workdir, workdir)
+  # 60's manifest from another state: its arrays read back but no longer match what was saved.
+  manifest = checkpoint.checkpoint_dir(workdir) / "60" / "manifest" / "metadata"
+  shutil.copy(checkpoint.checkpoint_dir(workdir) / "40" / "manifest" / "metadata", manifest)
+  summary = train_and_evaluate(smoke_run.config, workdir)
+  assert (checkpoint.damaged_dir(workdir) / "60" / "manifest").is_dir()
+  _assert_bitwise_equal(summary.state, smoke_run.summary.state)
+
+
+def test_a_garbled_config_makes_the_checkpoint_damaged_everywhere(smoke_run, tmp_path):
+  workdir = tmp_path / "run"
+  shutil.copytree(smoke_run.workdir, workdir)
+  (checkpoint.checkpoint_dir(workdir) / "60" / "config" / "metadata").write_text("{x")
+  with pytest.raises(UsageError, match=r"checkpoint .*/60 is damaged"):
+    checkpoint.saved_config(workdir, 60)
+  assert checkpoint.restore(workdir).step == 40  # read-only fallback
+  assert checkpoint.newest_saved_config(workdir).to_dict() == smoke_run.config.to_dict()
+  summary = train_and_evaluate(smoke_run.config, workdir)  # training moves it aside and redoes 41..60
+  assert (checkpoint.damaged_dir(workdir) / "60").is_dir()
+  _assert_bitwise_equal(summary.state, smoke_run.summary.state)
+
+
+def test_checkpoints_of_the_older_layout_are_refused_with_a_clear_message(smoke_run, tmp_path):
+  workdir = tmp_path / "run"
+  shutil.copytree(smoke_run.workdir, workdir)
+  for step in ("40", "60"):
+    step_dir = checkpoint.checkpoint_dir(workdir) / step
+    shutil.rmtree(step_dir / "manifest")
+    (step_dir / "progress").mkdir()
+  with pytest.raises(UsageError, match=r"older layout .*'progress' item.* new --workdir"):
+    train_and_evaluate(smoke_run.config, workdir)
+  with pytest.raises(UsageError, match="older layout"):
+    checkpoint.restore(workdir)
+
+
+# The data a run trained on.
+
+
+def test_resume_on_changed_text_is_refused(tmp_path):
+  from configs import smoke  # noqa: PLC0415
+
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+  config = smoke.get_config()
+  config.data.source, config.data.text_path, config.model.vocab_size = "text", str(corpus), 256
+  config.train.num_steps = 20
+  workdir = tmp_path / "run"
+  train_and_evaluate(config, workdir)
+  corpus.write_text("a different text entirely, with other bigrams in it. " * 40)
+  config.train.num_steps = 40
+  before = _tree(workdir)
+  with pytest.raises(UsageError, match=r"the data changed since checkpoint 20 .*another --workdir"):
+    train_and_evaluate(config, workdir)
+  assert _tree(workdir) == before
+
+
+# The workdir's layout, signals during set-up, reruns.
+
+
+@pytest.mark.parametrize("name", ["checkpoints", "damaged_checkpoints"])
+def test_a_file_where_the_run_keeps_a_directory_is_refused_up_front(smoke_run, tmp_path, name):
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / name).write_text("")
+  with pytest.raises(UsageError, match=rf"{name} is not a directory"):
+    train_and_evaluate(smoke_run.config, workdir)
+  assert sorted(_tree(workdir)) == [name]
+
+
+def test_a_signal_during_set_up_stops_before_the_first_step(smoke_run, tmp_path, monkeypatch):
+  load = data_lib.load_bigram_data
+
+  def interrupted_while_loading(config, workdir):
+    signal.raise_signal(signal.SIGTERM)  # arrives while the dataset is being prepared
+    return load(config, workdir)
+
+  monkeypatch.setattr(data_lib, "load_bigram_data", interrupted_while_loading)
+  workdir = tmp_path / "run"
+  with pytest.raises(preemption.Preempted) as stopped:
+    train_and_evaluate(smoke_run.config, workdir)
+  assert stopped.value.exit_status == 143 and stopped.value.step == 0
+  assert checkpoint.available_steps(workdir) == []
+  assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_rerunning_a_finished_run_changes_nothing(smoke_run, tmp_path):
+  workdir = tmp_path / "run"
+  shutil.copytree(smoke_run.workdir, workdir)
+  before = _tree(workdir)
+  summary = train_and_evaluate(smoke_run.config, workdir)
+  assert summary.step == 60 and summary.eval_loss == pytest.approx(smoke_run.summary.eval_loss, abs=1e-6)
+  assert _tree(workdir) == before  # no second eval point, no new checkpoint
+
+
+def test_library_callers_can_catch_a_stopped_run_as_an_exception():
+  assert issubclass(preemption.Preempted, Exception) and not issubclass(preemption.Preempted, SystemExit)
+  assert issubclass(step_lib.NonFinite, Exception) and issubclass(checkpoint.WriteFailed, Exception)
+  assert preemption.Preempted(signal.SIGINT, 3).exit_status == 130
