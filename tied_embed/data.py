@@ -41,6 +41,7 @@ class BigramData:
     for text from eval counts (-inf for unseen pairs, nan rows for tokens never current).
   input_counts: (V,) int64, how often each token is current in train.
   identity: the dataset's name (its builder config name). reference: the source's `Reference`.
+  eval_references: further losses to compare against, logged beside eval/loss as eval/<name> at every eval.
   """
 
   source: str
@@ -54,6 +55,7 @@ class BigramData:
   input_counts: np.ndarray
   identity: str = ""
   reference: sources.Reference | None = None
+  eval_references: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(eq=False)

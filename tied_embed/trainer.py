@@ -128,8 +128,11 @@ def _write_log_step(writer, step: int, learning_rate: float, metrics: dict, stat
   )
 
 
-def _write_eval(writer, step: int, eval_loss: float, loss_floor: float) -> None:
-  writer.write_scalars(step, {"eval/loss": eval_loss, "eval/loss_floor": loss_floor, "eval/gap": eval_loss - loss_floor})
+def _write_eval(writer, step: int, eval_loss: float, data: data_lib.BigramData) -> None:
+  """eval/loss, the floor, the gap to it, and any further reference losses the data brings."""
+  scalars = {"eval/loss": eval_loss, "eval/loss_floor": data.loss_floor, "eval/gap": eval_loss - data.loss_floor}
+  scalars.update({f"eval/{name}": value for name, value in data.eval_references.items()})
+  writer.write_scalars(step, scalars)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> RunSummary:
@@ -212,7 +215,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
       if eval_now:
         with report_progress.timed("eval"):
           eval_loss = evaluate(state)
-        _write_eval(writer, done, eval_loss, data.loss_floor)
+        _write_eval(writer, done, eval_loss, data)
       if save_now or stop:
         checkpointer.save(done, state, config, dataset)
         saved_step = done
@@ -221,7 +224,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
         raise preemption.Preempted(stop, done)
     if saved_step != num_steps:  # a fresh run of num_steps=0
       eval_loss = evaluate(state)
-      _write_eval(writer, num_steps, eval_loss, data.loss_floor)
+      _write_eval(writer, num_steps, eval_loss, data)
       checkpointer.save(num_steps, state, config, dataset)
     train_seconds = time.perf_counter() - started
 
