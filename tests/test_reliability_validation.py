@@ -207,3 +207,10 @@ def test_train_py_refuses_an_empty_workdir_and_creates_nothing(tmp_path):
   assert result.returncode == 2, result.stderr
   assert result.stderr.strip() == "error: --workdir='' is not allowed: expected a directory path"
   assert not any(tmp_path.iterdir())
+
+
+def test_validation_imports_no_tensorflow():
+  heavy = ("tensorflow", "tensorflow_datasets", "clu", "orbax")
+  code = f"import sys, tied_embed.config_validation; print([m for m in {heavy!r} if m in sys.modules])"
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+  assert result.stdout.strip() == "[]"
