@@ -45,13 +45,13 @@ def _parse_flags(argv: list[str]) -> list[str]:
   The config file is run once on its own first: config_flags reports a broken file (missing, raising, without
   `get_config`, returning something else) as a traceback, or not until the config is first read.
   """
-  path = _config_file_arg(argv)
-  if path is not None:
+  config_path = _config_file_arg(argv)
+  if config_path is not None:
     from tied_embed.config_schema import load_config_file  # noqa: PLC0415
     from tied_embed.errors import UsageError  # noqa: PLC0415
 
     try:
-      load_config_file(path)
+      load_config_file(config_path)
     except UsageError as error:
       _usage_error(str(error))
   try:
