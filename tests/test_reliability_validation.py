@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT
 from test_config_validation import _smoke_with
 
-from tied_embed import config_schema
+from tied_embed import config_schema, sources
 from tied_embed.config_schema import load_config_file
 from tied_embed.config_validation import (
   RUNTIME_BYTES,
@@ -73,11 +73,22 @@ def test_seeds_at_both_ends_of_the_range_are_accepted():
 # Field names: the schema of configs/default.py.
 
 
-def test_every_config_has_exactly_the_schema_fields():
+def test_every_config_has_the_required_fields_and_only_known_ones():
   from configs import default, directed, smoke, text, untied  # noqa: PLC0415
 
+  known = config_schema.known_fields()
   for module in (default, directed, smoke, text, untied):
-    assert set(config_schema.leaf_paths(module.get_config())) == config_schema.FIELDS, module.__name__
+    fields = set(config_schema.leaf_paths(module.get_config()))
+    assert config_schema.REQUIRED_FIELDS <= fields <= known, module.__name__
+  assert set(config_schema.leaf_paths(default.get_config())) == known  # default.py names every source's fields
+
+
+def test_a_new_sources_fields_are_known_fields(monkeypatch):
+  class Toy:
+    fields = ("toy_length",)
+
+  monkeypatch.setitem(sources.REGISTRY, "toy", Toy())
+  assert "data.toy_length" in config_schema.known_fields()
 
 
 def test_a_misspelt_field_in_a_config_file_is_refused_with_a_suggestion():

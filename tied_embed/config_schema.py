@@ -1,8 +1,10 @@
 """What a training config is: the fields it has, and how a `--config` file becomes one.
 
-`FIELDS` is the set of dotted paths of configs/default.py's `get_config()` (its comments say what each field
-means); every config in configs/ has exactly these. It lives in the package, not in configs/, because the
-package must not import the configs, and a test keeps the two in step.
+`REQUIRED_FIELDS` are the dotted paths every config has (configs/default.py's comments say what each means).
+The data.* fields beyond `data.source` and `data.data_dir` belong to the data sources: each source lists the
+ones it reads (`Source.fields`) and checks them itself, so a new source brings its fields with it. Any other
+field is a misspelling, refused rather than ignored. This lives in the package, not in configs/, because the
+package must not import the configs; a test keeps the two in step.
 """
 
 from __future__ import annotations
@@ -13,19 +15,25 @@ from typing import Any
 
 import ml_collections
 
+from tied_embed import sources
 from tied_embed.errors import UsageError, require
 
-FIELDS = frozenset({
+REQUIRED_FIELDS = frozenset({
     "seed",
     "model.vocab_size", "model.d_model", "model.tied",
-    "data.source", "data.text_path", "data.data_dir", "data.task_seed", "data.num_train_pairs",
-    "data.num_eval_pairs", "data.logit_scale", "data.zipf_exponent",
+    "data.source", "data.data_dir",
     "train.num_steps", "train.batch_size", "train.eval_batch_size", "train.learning_rate", "train.warmup_steps",
     "train.optimizer", "train.weight_decay", "train.grad_clip_norm", "train.log_every", "train.eval_every",
     "train.checkpoint_every", "train.keep_checkpoints",
     "loss.chunk_size",
     "mesh.data", "mesh.model",
 })
+
+
+def known_fields() -> frozenset[str]:
+  """`REQUIRED_FIELDS` and the data.* fields of every registered source."""
+  source_fields = {f"data.{field}" for source in sources.REGISTRY.values() for field in source.fields}
+  return REQUIRED_FIELDS | source_fields
 
 
 def leaf_paths(config: ml_collections.ConfigDict, prefix: str = "") -> dict[str, Any]:
@@ -41,10 +49,10 @@ def leaf_paths(config: ml_collections.ConfigDict, prefix: str = "") -> dict[str,
 
 
 def unknown_and_missing(config: ml_collections.ConfigDict) -> tuple[dict[str, Any], list[str]]:
-  """The fields of `config` that `FIELDS` doesn't know (path → value), and the known ones it lacks (sorted)."""
-  leaves = leaf_paths(config)
-  unknown = {path: value for path, value in leaves.items() if path not in FIELDS}
-  return unknown, sorted(FIELDS - leaves.keys())
+  """The fields of `config` that no one knows (path → value), and the required ones it lacks (sorted)."""
+  leaves, known = leaf_paths(config), known_fields()
+  unknown = {path: value for path, value in leaves.items() if path not in known}
+  return unknown, sorted(REQUIRED_FIELDS - leaves.keys())
 
 
 def load_config_file(path: str) -> ml_collections.ConfigDict:

@@ -1,7 +1,7 @@
 """Checks a training config before any work: every bad value is one UsageError naming its field path.
 
 Cheap and without TensorFlow: the command line runs it before importing the trainer, and nothing is written
-until it has passed. It checks the field names (against `config_schema.FIELDS`), each value's type and range,
+until it has passed. It checks the field names (`config_schema`), each value's type and range,
 the data fields (`data_config`), the mesh, and whether the run fits in memory (`memory_estimate`).
 """
 
@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import jax
 import ml_collections
 
-from tied_embed import config_schema, data_config, mesh, sources
+from tied_embed import config_schema, data_config, parallel, sources
 from tied_embed.data_config import is_int, is_number
 from tied_embed.errors import UsageError, require
 from tied_embed.optim import OPTIMIZERS
@@ -46,7 +46,7 @@ def _check_field_names(config: ml_collections.ConfigDict) -> None:
   unknown, missing = config_schema.unknown_and_missing(config)
   if unknown:
     path, value = next(iter(unknown.items()))
-    guess = difflib.get_close_matches(path, config_schema.FIELDS, n=1)
+    guess = difflib.get_close_matches(path, config_schema.known_fields(), n=1)
     hint = f"; did you mean {guess[0]}?" if guess else ""
     raise UsageError.bad_value(path, value, f"a known config field (see configs/default.py){hint}")
   if missing:
@@ -78,13 +78,13 @@ def _check_values(config: ml_collections.ConfigDict) -> None:
 
 
 def _check_mesh(config: ml_collections.ConfigDict, num_devices: int) -> None:
-  data_size, model_size = mesh.mesh_shape(config.mesh, num_devices)
+  data_size, model_size = parallel.mesh_shape(config.mesh, num_devices)
   vocab_size, batch_size = config.model.vocab_size, config.train.batch_size
   require(vocab_size % model_size == 0, "mesh.model", model_size,
           f"a divisor of model.vocab_size={vocab_size} (the table is split along V)")
   require(batch_size % data_size == 0, "mesh.data", data_size,
           f"a divisor of train.batch_size={batch_size} (the batch is split along data)")
-  mesh.check_mesh_fits_processes(data_size, model_size, num_devices, jax.process_count())
+  parallel.check_mesh_fits_processes(data_size, model_size, num_devices, jax.process_count())
 
 
 class MemoryTerm(NamedTuple):
@@ -106,7 +106,7 @@ def memory_estimate(config: ml_collections.ConfigDict) -> list[MemoryTerm]:
   - dataset: 32 bytes per train or validation pair (as the source counts them): while generating, the int32
     pair, a float64 uniform draw and an int64 sort order; then the int32 pair loaded.
 
-  (V, V) tables are not counted: the sources compute them in blocks of about 8 MB of rows. `check_memory` adds
+  (V, V) tables are not counted: the sources compute them a few MB of rows at a time. `check_memory` adds
   `RUNTIME_BYTES` for the interpreter, the libraries and the compiled programs. All arrays are counted whole on
   this host, as if unsharded: a run split over several hosts needs less.
   """
