@@ -116,8 +116,8 @@ def memory_estimate(config: ml_collections.ConfigDict) -> list[MemoryTerm]:
   num_tables = 1 if config.model.tied else 2
   source = sources.get(config.data.source)
   pairs = sum(source.num_pairs(source.settings(config)).values())
-  pair_fields = tuple(f"data.{field}" for field in source.fields if field.startswith("num_")) or (
-      f"data.{source.fields[0]}",)
+  counts = [f"data.{field}" for field in source.fields if field.startswith("num_")]
+  pair_fields = tuple(counts or [f"data.{field}" for field in source.fields] or ["data.source"])
   train_rows, eval_rows = (min(chunk_size or rows, rows) for rows in (batch_size, eval_batch_size))
   return [
       MemoryTerm("the (V, D) tables and their optimizer state", vocab_size * d_model * (num_tables * 4 * 6 + 8),
