@@ -87,8 +87,8 @@ def main(argv: list[str]) -> None:
   # Imported after the flags, so --help stays fast; the trainer (TensorFlow, CLU, Orbax) only once the config is
   # known to be good, so a bad value is reported in well under a second.
   from tied_embed.config_validation import validate_config  # noqa: PLC0415
-  from tied_embed.distributed import initialize_from_environment  # noqa: PLC0415
   from tied_embed.errors import RunStopped, UsageError, require  # noqa: PLC0415
+  from tied_embed.parallel import initialize_from_environment  # noqa: PLC0415
 
   try:
     require(bool(FLAGS.workdir.strip()), "--workdir", FLAGS.workdir, "a directory path")

@@ -7,7 +7,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from tied_embed import data, data_config, sources
+from tied_embed import data, data_config, parallel, sources
 from tied_embed.errors import UsageError
 
 # A 3-token table small enough to push through softmax by hand.
@@ -174,9 +174,9 @@ def test_train_batch_is_a_function_of_seed_and_step(planted_workdir):
 
 def test_process_slices_tile_the_global_batch():
   batch = np.arange(12)
-  np.testing.assert_array_equal(np.concatenate([data.process_slice(batch, p, 3) for p in range(3)]), batch)
+  np.testing.assert_array_equal(np.concatenate([parallel.process_slice(batch, p, 3) for p in range(3)]), batch)
   with pytest.raises(UsageError, match="train.batch_size"):
-    data.process_slice(batch, 0, 5)
+    parallel.process_slice(batch, 0, 5)
 
 
 @pytest.mark.parametrize("model_change, data_change, field", [

@@ -23,9 +23,8 @@ from conftest import ROOT
 from test_config_validation import BAD_VALUES, _smoke_with
 from test_train import _all_series, _event_series
 
-from tied_embed import checkpoint, optim, preemption
+from tied_embed import checkpoint, optim, parallel, preemption
 from tied_embed import data as data_lib
-from tied_embed import mesh as mesh_lib
 from tied_embed import train_step as step_lib
 from tied_embed.errors import UsageError
 from tied_embed.trainer import train_and_evaluate
@@ -44,7 +43,7 @@ def _run(workdir, *fault, extra=()) -> subprocess.CompletedProcess:
 
 def _saved_state(workdir, config, step):
   """The whole train state of checkpoint `step` (model, optimizer, totals) on one device."""
-  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), mesh_lib.AXES)
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), parallel.AXES)
   _, target = checkpoint.abstract_state(config, mesh)
   reader = checkpoint.Checkpointer(workdir, keep=2)
   state = reader.restore(step, target)

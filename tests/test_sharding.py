@@ -19,8 +19,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from tied_embed import checkpoint, distributed
-from tied_embed import mesh as mesh_lib
+from tied_embed import checkpoint, parallel
 from tied_embed.config_validation import validate_config
 from tied_embed.errors import UsageError
 from tied_embed.events import read_scalars
@@ -110,8 +109,9 @@ def test_shardings_follow_the_annotations_whatever_the_optimizer_chain(tied, gra
   config = smoke.get_config()
   config.model.tied, config.train.grad_clip_norm = tied, grad_clip_norm
   config.model.d_model = config.model.vocab_size  # a (V, V) table: shapes alone could not tell the axes apart
-  _, target = checkpoint.abstract_state(config, mesh_lib.make_mesh(config.mesh))
-  specs = {jax.tree_util.keystr(path): tuple(leaf.sharding.spec) for path, leaf in jax.tree_util.tree_leaves_with_path(target)}
+  _, target = checkpoint.abstract_state(config, parallel.make_mesh(config.mesh))
+  leaves = jax.tree_util.tree_leaves_with_path(target)
+  specs = {jax.tree_util.keystr(path): tuple(leaf.sharding.spec) for path, leaf in leaves}
   tables = [name for name in specs if "embedding']" in name]
   assert len(tables) == (3 if tied else 6)  # each table and its two Adam moments
   for name, spec in specs.items():
@@ -243,20 +243,20 @@ def test_mesh_errors_say_which_size_conflicts_with_what(data, model, field, reas
 
 
 def test_several_processes_need_whole_data_rows_each():
-  mesh_lib.check_mesh_fits_processes(4, 2, num_devices=8, num_processes=2)
-  mesh_lib.check_mesh_fits_processes(1, 8, num_devices=8, num_processes=1)
+  parallel.check_mesh_fits_processes(4, 2, num_devices=8, num_processes=2)
+  parallel.check_mesh_fits_processes(1, 8, num_devices=8, num_processes=1)
   with pytest.raises(UsageError, match=r"mesh='1x8' .* a multiple of the 2 processes"):
-    mesh_lib.check_mesh_fits_processes(1, 8, num_devices=8, num_processes=2)
+    parallel.check_mesh_fits_processes(1, 8, num_devices=8, num_processes=2)
   with pytest.raises(UsageError, match=r"mesh='2x2' .* all 8 devices"):
-    mesh_lib.check_mesh_fits_processes(2, 2, num_devices=8, num_processes=2)
+    parallel.check_mesh_fits_processes(2, 2, num_devices=8, num_processes=2)
 
 
 def test_one_process_environment_starts_no_coordinator():
-  assert distributed.initialize_from_environment({}) is False
-  assert distributed.initialize_from_environment({"JAX_NUM_PROCESSES": "1", "SLURM_NTASKS": "1"}) is False
+  assert parallel.initialize_from_environment({}) is False
+  assert parallel.initialize_from_environment({"JAX_NUM_PROCESSES": "1", "SLURM_NTASKS": "1"}) is False
   with pytest.raises(UsageError, match="JAX_PROCESS_ID"):
-    distributed.initialize_from_environment({"JAX_NUM_PROCESSES": "2", "JAX_COORDINATOR_ADDRESS": "localhost:1"})
+    parallel.initialize_from_environment({"JAX_NUM_PROCESSES": "2", "JAX_COORDINATOR_ADDRESS": "localhost:1"})
   with pytest.raises(UsageError, match=r"JAX_NUM_PROCESSES='two' is not allowed"):
-    distributed.initialize_from_environment({"JAX_NUM_PROCESSES": "two"})
+    parallel.initialize_from_environment({"JAX_NUM_PROCESSES": "two"})
   with pytest.raises(UsageError, match="needs JAX_COORDINATOR_ADDRESS"):
-    distributed.initialize_from_environment({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1"})
+    parallel.initialize_from_environment({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1"})

@@ -2,9 +2,9 @@
 a manifest (JSON: a fingerprint of every saved array, a checksum of the config, the dataset's identity).
 
 The train state is saved as the pure dict of `TrainState`'s nnx.State: the model's tables, the optimizer state
-(with its step), the provenance totals and the running train metrics. Restoring needs nothing but the workdir: the saved config rebuilds
-the state's structure, and the arrays are read straight into the shardings asked for, so a checkpoint
-written on one mesh restores on another.
+(with its step), the provenance totals and the running train metrics. Restoring needs nothing but the workdir:
+the saved config rebuilds the state's structure, and the arrays are read straight into the shardings asked for,
+so a checkpoint written on one mesh restores on another.
 
 Orbax writes each checkpoint into `<step>.orbax-checkpoint-tmp` and renames it when complete, so a run killed
 mid-save leaves only a temporary directory, which is never listed as a step and is deleted when the next run
@@ -33,8 +33,7 @@ from flax import nnx
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
-from tied_embed import mesh as mesh_lib
-from tied_embed import optim
+from tied_embed import optim, parallel
 from tied_embed.errors import RunStopped, UsageError
 from tied_embed.train_step import Model, TrainState, build_model
 
@@ -133,7 +132,7 @@ def abstract_state(config: ml_collections.ConfigDict, mesh: Mesh) -> tuple[nnx.G
   """The graphdef and the shape/dtype/sharding-only state of the TrainState `config` describes, on `mesh`."""
   tx = optim.make_optimizer(config.train)
   graphdef, shapes = nnx.split(nnx.eval_shape(lambda: TrainState(build_model(config), tx)))
-  shardings = mesh_lib.state_shardings(shapes, mesh)
+  shardings = parallel.state_shardings(shapes, mesh)
   return graphdef, jax.tree.map(
       lambda shape, sharding: jax.ShapeDtypeStruct(shape.shape, shape.dtype, sharding=sharding), shapes, shardings
   )
@@ -344,7 +343,7 @@ def restore(workdir: str | pathlib.Path, step: int | None = None, mesh: Mesh | N
   if not steps:
     _resolve_step(workdir, None)  # raises: no checkpoints
   if mesh is None:
-    mesh = mesh_lib.make_mesh(ml_collections.ConfigDict({"data": 1, "model": 1}), jax.devices()[:1])
+    mesh = parallel.make_mesh(ml_collections.ConfigDict({"data": 1, "model": 1}), jax.devices()[:1])
   failures = []
   with _manager(workdir) as manager:
     for candidate in steps:
@@ -369,4 +368,6 @@ def restore(workdir: str | pathlib.Path, step: int | None = None, mesh: Mesh | N
       )
   if len(failures) == 1:
     raise failures[0]
-  raise UsageError(f"no checkpoint in {checkpoint_dir(workdir)} reads back whole ({failures[0]}; and {len(failures) - 1} more)")
+  raise UsageError(
+      f"no checkpoint in {checkpoint_dir(workdir)} reads back whole ({failures[0]}; and {len(failures) - 1} more)"
+  )

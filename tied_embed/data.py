@@ -221,15 +221,3 @@ def train_batch(data: BigramData, seed: int, step: int, batch_size: int) -> tupl
   rng = np.random.default_rng([seed, step])
   rows = rng.integers(0, len(data.train_ids), size=batch_size)
   return data.train_ids[rows], data.train_next[rows]
-
-
-def process_slice(batch: np.ndarray, process_index: int, process_count: int) -> np.ndarray:
-  """This process's contiguous share of a global batch: (B,) → (B / process_count,).
-
-  Every process computes the same global batch with `train_batch` and keeps its slice, which is what
-  `jax.make_array_from_process_local_data(sharding, local)` expects for a batch sharded over processes.
-  """
-  if len(batch) % process_count:
-    raise UsageError.bad_value("train.batch_size", len(batch), f"a multiple of the {process_count} processes")
-  share = len(batch) // process_count
-  return batch[process_index * share:(process_index + 1) * share]

@@ -62,7 +62,7 @@ def exclusive(directory: str | pathlib.Path, what: str) -> Iterator[None]:
           f"{what} is in use by another run ({holder(directory)}): wait for it to finish, or use another "
           f"directory"
       ) from None
-    since = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    since = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     f.seek(0)
     f.truncate()
     f.write(json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": since}))

@@ -31,9 +31,8 @@ from absl import logging
 from clu import metric_writers, periodic_actions
 from flax import nnx
 
-from tied_embed import checkpoint, multihost_data, optim, preemption
+from tied_embed import checkpoint, optim, parallel, preemption
 from tied_embed import data as data_lib
-from tied_embed import mesh as mesh_lib
 from tied_embed import train_step as step_lib
 from tied_embed import workdir as workdir_lib
 from tied_embed.config_validation import validate_config
@@ -65,14 +64,14 @@ class _Evaluator:
 
   def __init__(self, graphdef: nnx.GraphDef, data: data_lib.BigramData, config: ml_collections.ConfigDict, mesh):
     self._add_batch = step_lib.make_eval_total(graphdef, int(config.loss.chunk_size))
-    self._total = jax.device_put(jnp.float32(0), mesh_lib.replicated(mesh))
+    self._total = jax.device_put(jnp.float32(0), parallel.replicated(mesh))
     size, data_size = int(config.train.eval_batch_size), mesh.shape["data"]
     self._count = len(data.eval_ids)
     self._batches = []
     for start in range(0, len(data.eval_ids), size):
       ids, next_ids = data.eval_ids[start : start + size], data.eval_next[start : start + size]
       # A short last batch that `data` doesn't divide is scored whole on every device instead.
-      sharding = mesh_lib.batch_sharding(mesh) if len(ids) % data_size == 0 else mesh_lib.replicated(mesh)
+      sharding = parallel.batch_sharding(mesh) if len(ids) % data_size == 0 else parallel.replicated(mesh)
       self._batches.append(jax.device_put((ids, next_ids), sharding))
 
   def __call__(self, state: nnx.State) -> float:
@@ -157,11 +156,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
     if saved_config is not None:
       workdir_lib.check_compatible(saved_config, config, str(checkpoint.checkpoint_dir(workdir)))
     dataset = data_lib.dataset_identity(config)
-    mesh = mesh_lib.make_mesh(config.mesh)
+    mesh = parallel.make_mesh(config.mesh)
     graphdef, target = checkpoint.abstract_state(config, mesh)
-    checkpointer = stack.enter_context(contextlib.closing(checkpoint.Checkpointer(workdir, int(train.keep_checkpoints))))
+    checkpointer = checkpoint.Checkpointer(workdir, int(train.keep_checkpoints))
+    stack.enter_context(contextlib.closing(checkpointer))
     start, state = _resume(config, target, checkpointer, dataset)
-    data = multihost_data.load_bigram_data(config, workdir)
+    data = parallel.process_0_first(lambda: data_lib.load_bigram_data(config, workdir), "bigram dataset ready")
     complete = start == num_steps and checkpointer.latest_step() == num_steps  # a rerun writes nothing
     if jax.process_index() == 0 and not complete:
       data_lib.record_for_inspection(data, config, workdir)  # so inspection needs nothing outside the workdir
@@ -177,10 +177,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
     counts = param_counts(int(config.model.vocab_size), int(config.model.d_model))
     param_count = counts.tied if config.model.tied else counts.untied
     logging.info("%s, %d parameters, loss floor %.4f nats.", data.source, param_count, data.loss_floor)
-    train_step = step_lib.make_train_step(graphdef, int(config.loss.chunk_size), jax.tree.map(lambda x: x.sharding, target))
+    shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
+    train_step = step_lib.make_train_step(graphdef, int(config.loss.chunk_size), shardings)
     evaluate = _Evaluator(graphdef, data, config, mesh)
     schedule = optim.learning_rate_schedule(train)
-    batch_sharding = mesh_lib.batch_sharding(mesh)
+    batch_sharding = parallel.batch_sharding(mesh)
     report_progress = periodic_actions.ReportProgress(
         num_train_steps=num_steps, writer=writer, every_steps=int(train.log_every)
     )
@@ -194,7 +195,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
     in_flight = None
     for step in range(start, num_steps):
       pairs = data_lib.train_batch(data, seed, step, batch_size)  # the same global batch on every process
-      ids, next_ids = multihost_data.global_batch(pairs, batch_sharding)
+      ids, next_ids = parallel.global_batch(pairs, batch_sharding)
       done = step + 1
       log_now = _on_schedule(done, log_every, num_steps)
       eval_now = _on_schedule(done, eval_every, num_steps)
