@@ -39,7 +39,7 @@ def measure(rounds: int = 7) -> dict:
   fns = {
       "step": workload.Stepper(default),
       "chunked_step": workload.Stepper(chunked),
-      "plain_step": workload.Stepper(default, track_provenance=False),
+      "plain_step": workload.Stepper(default, plain=True),
       "matmul": matmul_fn(NUM_TOKENS, D_MODEL, VOCAB_SIZE),
   }
   torch_step = make_torch_step(default, threads)

@@ -1,16 +1,16 @@
-"""What each part of a train step costs: gradient provenance, the run's device-side tally, a log step's extra.
+"""What each part of a train step costs: gradient provenance with the step's own tally, and a log step's extra.
 
   python benchmarks/train_step.py [--vocab_size=1024 --d_model=32 --batch_size=1024 --steps=50 --rounds=15]
 
-The provenance step differentiates the two uses of the table separately and adds their row norms to the (V,)
-totals; the plain step takes one gradient of the tied model; the guarded step is the provenance step plus the
-tally the loop runs it with (non-finite check and train-loss sum, tied_embed/guard.py). Diagnostics (split
-statistics and the direct nnx.grad for split_error) run only at log steps, so their cost is divided by log_every
-in practice. Each timed
-call runs `steps` calls back to back and blocks once, as the training loop does between log steps; rounds
-alternate between the variants and the medians are reported.
+The plain step takes one gradient of the tied model and applies it (`workload.make_plain_step`, defined for
+this comparison only). The train step is the trainer's: it differentiates the two uses of the table separately,
+adds their row norms to the (V,) totals, sums the train loss and checks the new state is finite. A log step is
+the same step with `with_stats=True`: it adds the split statistics and the direct `nnx.grad` for split_error, so
+its extra cost is divided by log_every in practice. Each timed call runs `steps` calls back to back and blocks
+once, as the training loop does between log steps; rounds alternate between the variants and medians are reported.
 """
 
+import functools
 import os
 import pathlib
 import sys
@@ -22,57 +22,51 @@ import jax  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
-from tied_embed import guard  # noqa: E402
 from tied_embed import train_step as step_lib  # noqa: E402
 
 flags.DEFINE_integer("vocab_size", 1024, "V")
 flags.DEFINE_integer("d_model", 32, "D")
 flags.DEFINE_integer("batch_size", 1024, "token pairs per step")
+flags.DEFINE_integer("chunk_size", 0, "loss.chunk_size (0 = full logits)")
 flags.DEFINE_integer("steps", 50, "calls per timed run")
 flags.DEFINE_integer("rounds", 15, "interleaved timing rounds")
 flags.DEFINE_bool("tied", True, "tied or untied model")
 FLAGS = flags.FLAGS
 
 
-def _repeated(fn, carry: tuple, batch, donates: bool):
-  """A timed run: `steps` calls `fn(*carry, *batch)`, carrying what `fn` returns if it donates its inputs."""
+def _repeated(step, state, batch):
+  """A timed run: `steps` calls of `step(state, *batch)`, each consuming the state the previous one returned."""
 
   def run():
-    nonlocal carry
+    nonlocal state
     for _ in range(FLAGS.steps):
-      out = fn(*carry, *batch)
-      if donates:  # (state, loss) for a step, (state, tally) for the guarded one
-        carry = out[: len(carry)]
-    jax.block_until_ready(out)
+      state, metrics = step(state, *batch)
+    jax.block_until_ready(metrics)
 
   return run
 
 
 def main(argv) -> None:
   del argv
-  config = workload.bench_config(FLAGS.vocab_size, FLAGS.d_model, FLAGS.batch_size, chunk_size=0)
+  config = workload.bench_config(FLAGS.vocab_size, FLAGS.d_model, FLAGS.batch_size, FLAGS.chunk_size)
   config.model.tied = FLAGS.tied
   batch = workload.random_batch(FLAGS.vocab_size, FLAGS.batch_size)
   graphdef, _ = workload.train_state(config)
-  provenance_step = step_lib.make_train_step(graphdef, 0)
-  variants = {  # name: (function, what it takes before the batch, whether it donates that)
-      "plain step": (step_lib.make_train_step(graphdef, 0, track_provenance=False), (), True),
-      "provenance step": (provenance_step, (), True),
-      "guarded step": (guard.guarded_step(provenance_step), (guard.new_tally(0),), True),
-      "log-step diagnostics": (step_lib.make_diagnostics(graphdef, 0), (), False),
+  train_step = step_lib.make_train_step(graphdef, FLAGS.chunk_size)
+  variants = {
+      "plain step": workload.make_plain_step(graphdef, FLAGS.chunk_size),
+      "train step": train_step,
+      "log step": functools.partial(train_step, with_stats=True),
   }
-  runs = {
-      name: _repeated(fn, (workload.train_state(config)[1], *extra), batch, donates)
-      for name, (fn, extra, donates) in variants.items()
-  }
+  runs = {name: _repeated(step, workload.train_state(config)[1], batch) for name, step in variants.items()}
   medians = workload.interleaved_medians(runs, FLAGS.rounds)
   ms = {name: 1e3 * seconds / FLAGS.steps for name, seconds in medians.items()}
-  print(f"V={FLAGS.vocab_size} D={FLAGS.d_model} B={FLAGS.batch_size} tied={FLAGS.tied}, "
+  print(f"V={FLAGS.vocab_size} D={FLAGS.d_model} B={FLAGS.batch_size} chunk={FLAGS.chunk_size} tied={FLAGS.tied}, "
         f"{workload.cpu_threads()} CPU threads")
   for name, value in ms.items():
-    print(f"  {name:22s} {value:8.3f} ms  (median of {FLAGS.rounds} rounds of {FLAGS.steps})")
-  print(f"  provenance overhead per step: {100 * (ms['provenance step'] / ms['plain step'] - 1):+.1f}%")
-  print(f"  tally overhead per step:      {100 * (ms['guarded step'] / ms['provenance step'] - 1):+.1f}%")
+    print(f"  {name:12s} {value:8.3f} ms  (median of {FLAGS.rounds} rounds of {FLAGS.steps})")
+  print(f"  provenance + tally + guard, per step: {100 * (ms['train step'] / ms['plain step'] - 1):+.1f}%")
+  print(f"  a log step's extra:                   {100 * (ms['log step'] / ms['train step'] - 1):+.1f}%")
 
 
 if __name__ == "__main__":

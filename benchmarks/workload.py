@@ -50,19 +50,39 @@ def random_batch(vocab_size: int, num_tokens: int, seed: int = 0) -> tuple[jax.A
   return jnp.asarray(ids), jnp.asarray(next_ids)
 
 
-class Stepper:
-  """The real jitted train step (`tied_embed.train_step.make_train_step`) with its own state, callable repeatedly."""
+def make_plain_step(graphdef: nnx.GraphDef, chunk_size: int):
+  """jit(state, ids (B,), next_ids (B,)) → (new state, {'loss'}): one nnx.value_and_grad of the tied model.
 
-  def __init__(self, config: ml_collections.ConfigDict, *, track_provenance: bool = True):
+  The reference a provenance step is compared against: no split into path gradients, no totals, no guard.
+  It lives here and not in tied_embed because training has one code path, the provenance step.
+  """
+
+  def step(state: nnx.State, ids: jax.Array, next_ids: jax.Array):
+    train_state = nnx.merge(graphdef, state)
+    loss, grads = nnx.value_and_grad(step_lib.direct_loss)(train_state.model, ids, next_ids, chunk_size)
+    train_state.optimizer.update(train_state.model, grads)
+    return nnx.state(train_state), {"loss": loss}
+
+  return jax.jit(step, donate_argnums=0)
+
+
+class Stepper:
+  """A jitted train step with its own state, callable repeatedly; blocks on each step's loss.
+
+  By default the real one (`tied_embed.train_step.make_train_step`: provenance, totals, non-finite guard);
+  `plain=True` gives `make_plain_step` instead.
+  """
+
+  def __init__(self, config: ml_collections.ConfigDict, *, plain: bool = False):
     graphdef, self.state = train_state(config)
     self.batch = random_batch(int(config.model.vocab_size), int(config.train.batch_size))
-    self._step = step_lib.make_train_step(
-        graphdef, int(config.loss.chunk_size), track_provenance=track_provenance
-    )
+    chunk_size = int(config.loss.chunk_size)
+    make = make_plain_step if plain else step_lib.make_train_step
+    self._step = make(graphdef, chunk_size)
 
   def __call__(self) -> jax.Array:
-    self.state, loss = self._step(self.state, *self.batch)
-    return jax.block_until_ready(loss)
+    self.state, metrics = self._step(self.state, *self.batch)
+    return jax.block_until_ready(metrics["loss"])
 
 
 def interleaved_medians(fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, float]:
