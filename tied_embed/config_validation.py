@@ -21,7 +21,7 @@ from tied_embed.errors import UsageError, require
 from tied_embed.optim import OPTIMIZERS
 
 INT32_MAX = 2**31 - 1
-# Python, JAX, TensorFlow and the compiled programs, before any array of the run: about 1 GiB measured.
+# Python, JAX, TensorFlow and the compiled programs: configs/smoke.py, whose arrays are ~1 MB, peaks at 0.9 GiB.
 RUNTIME_BYTES = 2**30
 
 
