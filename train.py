@@ -19,6 +19,7 @@ from ml_collections import config_flags  # noqa: E402
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Directory for checkpoints, TensorBoard events and the generated dataset.")
 config_flags.DEFINE_config_file("config", None, "Training config file, e.g. configs/default.py.", lock_config=True)
+flags.DEFINE_bool("verbose", False, "Also log every scalar and histogram (they always go to TensorBoard).")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -72,10 +73,13 @@ def _parse_flags(argv: list[str]) -> list[str]:
 def _keep_log_record(record: logging.logging.LogRecord) -> bool:
   """Keeps the log to progress and metrics.
 
-  Orbax narrates every save at INFO, and JAX says at INFO which accelerator backends it did not find, a line that
-  would otherwise come before even a one-line usage error.
+  Orbax narrates every save at INFO; TFDS warns on every run that the dataset uses a custom configuration (they
+  all do: the builder config spells out the task); JAX says at INFO which accelerator backends it did not find,
+  a line that would otherwise come before even a one-line usage error.
   """
   if "/orbax/" in record.pathname:
+    return False
+  if "/tensorflow_datasets/" in record.pathname and record.levelno < logging.logging.ERROR:
     return False
   return not (record.name == "jax._src.xla_bridge" and record.levelno < logging.logging.WARNING)
 
@@ -96,7 +100,7 @@ def main(argv: list[str]) -> None:
     validate_config(FLAGS.config)
     from tied_embed.trainer import train_and_evaluate  # noqa: PLC0415
 
-    train_and_evaluate(FLAGS.config, FLAGS.workdir)
+    train_and_evaluate(FLAGS.config, FLAGS.workdir, verbose=FLAGS.verbose)
   except UsageError as error:
     _usage_error(str(error))
   except RunStopped as stop:  # a signal, a non-finite step, a failed write: one line and the run's exit status

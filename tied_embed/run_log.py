@@ -1,0 +1,71 @@
+"""What a training run says while it runs: one compact console line per log step, full detail in TensorBoard.
+
+The console gets, at each log step, the step, the train loss, the eval loss and its gap to the floor when there
+is an eval, the provenance split in a few numbers (lookup and projection gradient norms, their cosine, the rows
+that learned only through the projection), the speed and the time left. Everything (every scalar, the provenance
+histograms) goes to the TensorBoard event files; `verbose` also echoes every scalar and histogram to the log,
+as CLU's default writer does.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+from absl import logging
+from clu import metric_writers
+
+
+def make_writer(workdir: pathlib.Path, *, events: bool, verbose: bool) -> metric_writers.MetricWriter:
+  """The run's metric writer: TensorBoard events in `workdir` if `events`, plus every value logged if `verbose`."""
+  writers: list[metric_writers.MetricWriter] = []
+  if verbose:
+    writers.append(metric_writers.LoggingWriter())
+  if events:
+    writers.append(metric_writers.SummaryWriter(str(workdir)))
+  return metric_writers.AsyncMultiWriter(writers)
+
+
+class ProgressLine:
+  """Formats the console line of a log step, with steps/s since the previous one and the time left in seconds."""
+
+  def __init__(self, start: int, num_steps: int):
+    self._num_steps = num_steps
+    self._last_step, self._last_time = start, time.perf_counter()
+
+  def steps_per_second(self, step: int) -> float:
+    """Steps per second since the previous call (or the start), and resets the clock."""
+    now = time.perf_counter()
+    rate = (step - self._last_step) / max(now - self._last_time, 1e-9)
+    self._last_step, self._last_time = step, now
+    return rate
+
+  def format(self, step: int, scalars: dict[str, float], rate: float) -> str:
+    """'step 100/3000 | loss 4.9789 | eval 3.8831 gap 2.8% | grad lookup 0.070 proj 0.070 cos 0.24 ...'."""
+    parts = [f"step {step}/{self._num_steps}"]
+    if "train/loss" in scalars:
+      parts.append(f"loss {scalars['train/loss']:.4f}")
+    if "eval/loss" in scalars:
+      floor = scalars["eval/loss_floor"]
+      gap = f"{100 * scalars['eval/gap'] / floor:.1f}%" if floor > 0 else f"{scalars['eval/gap']:.4f}"
+      parts.append(f"eval {scalars['eval/loss']:.4f} gap {gap}")
+    if "grad/cosine" in scalars:
+      parts.append(
+          f"grad lookup {scalars['grad/lookup_norm']:.3g} proj {scalars['grad/projection_norm']:.3g} "
+          f"cos {scalars['grad/cosine']:.2f} proj-only rows {int(scalars['grad/rows_projection_only'])}"
+      )
+    left = (self._num_steps - step) / rate if rate > 0 else float("inf")
+    parts.append(f"{rate:.0f} steps/s, {left:.0f} s left")
+    return " | ".join(parts)
+
+
+def log_line(text: str) -> None:
+  logging.info("%s", text)
+
+
+def closing_lines(workdir: pathlib.Path, step: int) -> None:
+  """Where the run left its checkpoints, and the commands that look at them."""
+  logging.info(
+      "Checkpoints in %s (latest: step %d). Inspect: python -m tied_embed.inspect --workdir %s | "
+      "Watch: tensorboard --logdir %s", workdir / "checkpoints", step, workdir, workdir,
+  )
