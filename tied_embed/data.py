@@ -134,9 +134,10 @@ def _read_split(builder: BigramPairs, split: str) -> tuple[np.ndarray, np.ndarra
 
 def _problem(bc: BigramConfig, split: str, ids: np.ndarray, next_ids: np.ndarray) -> str | None:
   """What is wrong with a loaded split, or None: pair count, shape, ids in [0, V)."""
-  expected = sources.get(bc.source).num_pairs(bc.settings)[split]
+  source = sources.get(bc.source)
+  expected = source.num_pairs(bc.settings)[split] if source.num_pairs_exact(bc.settings) else len(ids)
   vocab_size = bc.settings["vocab_size"]
-  if ids.shape != (expected,) or next_ids.shape != (expected,):
+  if ids.ndim != 1 or ids.shape != (expected,) or next_ids.shape != (expected,):
     return f"{split} holds {ids.shape[0]} / {next_ids.shape[0]} pairs, expected {expected}"
   for array in (ids, next_ids):
     if array.size and (array.min() < 0 or array.max() >= vocab_size):
@@ -186,22 +187,27 @@ def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
   """Generates the dataset unless cached, then loads both splits into memory: config → BigramData."""
   validate_data_config(config)
   bc = builder_config(config)
-  splits = _prepare(bc, data_dir(config, workdir))
+  directory = data_dir(config, workdir)
+  source = sources.get(bc.source)
+  bc = BigramConfig(name=bc.name, source=bc.source, settings=source.prepare(bc.settings, directory))
+  splits = _prepare(bc, directory)
   (train_ids, train_next), (eval_ids, eval_next) = splits["train"], splits["validation"]
   vocab_size = bc.settings["vocab_size"]
-  reference = sources.get(bc.source).reference(bc.settings, eval_ids, eval_next)
+  reference = source.reference(bc.settings, eval_ids, eval_next)
   return BigramData(
       source=bc.source, vocab_size=vocab_size, train_ids=train_ids, train_next=train_next,
       eval_ids=eval_ids, eval_next=eval_next, loss_floor=reference.loss_floor, true_log_probs=reference.log_probs,
       input_counts=np.bincount(train_ids, minlength=vocab_size).astype(np.int64), identity=bc.name,
-      reference=reference,
+      reference=reference, eval_references=source.eval_references(bc.settings, splits["train"], splits["validation"]),
   )
 
 
 def record_for_inspection(data: BigramData, config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
   """Writes WORKDIR/report_data.npz, what inspection needs of the data (see `tied_embed.sources.record`).
 
-  Its size is that of the source's record (a hidden (V, D) table, or 256² text pair counts) plus (V,) counts.
+  Its size is that of the source's record (a hidden (V, D) table, or the validation pairs' sparse counts and a
+  text source's tokenizer model) plus (V,) counts. A SentencePiece model is also written as
+  WORKDIR/tokenizer.model, so the workdir alone can tokenize (e.g. `sentencepiece.SentencePieceProcessor`).
   """
   reference = data.reference or sources.get(data.source).reference(
       builder_config(config).settings, data.eval_ids, data.eval_next)
@@ -210,6 +216,8 @@ def record_for_inspection(data: BigramData, config: Any, workdir: str | pathlib.
       loss_floor=float(data.loss_floor), reference_name=reference.name, true_log_probs=reference.log_probs,
       input_counts=data.input_counts,
   )
+  if "tokenizer_model" in reference.record:
+    record_lib.write_file(workdir, record_lib.TOKENIZER_FILE, np.asarray(reference.record["tokenizer_model"]).tobytes())
   return record_lib.write(workdir, facts, reference.record)
 
 

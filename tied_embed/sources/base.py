@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
+import pathlib
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
@@ -170,6 +171,31 @@ class Source(abc.ABC):
   @abc.abstractmethod
   def log_probs_from_record(self, vocab_size: int, record: dict[str, np.ndarray]) -> LogProbRows:
     """The reference table again, from `Reference.record`."""
+
+  def num_pairs_exact(self, settings: dict[str, Any]) -> bool:
+    """Whether `num_pairs` is exact; if not, it is an estimate for the memory check, known only once tokenized."""
+    del settings
+    return True
+
+  def prepare(self, settings: dict[str, Any], data_dir: pathlib.Path) -> dict[str, Any]:
+    """Makes what `splits` needs beyond the settings (a trained tokenizer) under `data_dir`: → settings to use.
+
+    Called before `splits` and `reference`; the identity of the returned settings is unchanged.
+    """
+    del data_dir  # nothing to make
+    return settings
+
+  def eval_references(
+      self, settings: dict[str, Any], train: tuple[np.ndarray, np.ndarray], validation: tuple[np.ndarray, np.ndarray]
+  ) -> dict[str, float]:
+    """Further losses to compare eval/loss with, {name: nats}, from the loaded (ids, next_ids) pairs."""
+    del settings, train, validation
+    return {}
+
+  def tokenizer_from_record(self, record: dict[str, np.ndarray]) -> Any:
+    """The run's `tokenizer.Tokenizer` from `Reference.record`, or None where tokens are plain ids."""
+    del record
+    return None
 
   def token_label(self, token: int) -> str:
     """How a token id is shown to a person."""

@@ -2,7 +2,8 @@
 
 Written at training time (`tied_embed.data.record_for_inspection`), so that inspecting a workdir needs nothing
 outside it: not the dataset, not the text file. It holds the reference's small record (a synthetic task's hidden
-table (V, D), or the text's (V, V) validation pair counts for V = 256), the input counts (V,) and the floor.
+table (V, D), or a text's sparse validation pair counts and its SentencePiece model), the input counts (V,) and
+the floor. A SentencePiece model is also kept as WORKDIR/tokenizer.model for people and other tools.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import dataclasses
 import os
 import pathlib
 import tempfile
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +20,7 @@ from tied_embed import sources
 from tied_embed.sources.base import LogProbRows
 
 FILE_NAME = "report_data.npz"
+TOKENIZER_FILE = "tokenizer.model"
 _RECORD_PREFIX = "record."
 
 
@@ -32,6 +35,7 @@ class InspectionData:
   reference_name: str  # 'true' or 'empirical'
   true_log_probs: LogProbRows  # (V, V) log P(next | current), computed per row
   input_counts: np.ndarray  # (V,) int64: how often each token is current in train
+  tokenizer: Any = None  # text sources: `sources.tokenizer.Tokenizer` (labels, encode/decode); else None
 
 
 def write(workdir: str | pathlib.Path, data: InspectionData, record: dict[str, np.ndarray]) -> pathlib.Path:
@@ -45,11 +49,24 @@ def write(workdir: str | pathlib.Path, data: InspectionData, record: dict[str, n
   }
   with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{FILE_NAME}.", suffix=".tmp", delete=False) as f:
     np.savez_compressed(f, **arrays)
+  _publish(f.name, path)
+  return path
+
+
+def write_file(workdir: str | pathlib.Path, name: str, payload: bytes) -> pathlib.Path:
+  """Writes WORKDIR/name whole or not at all."""
+  path = pathlib.Path(workdir) / name
+  with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{name}.", suffix=".tmp", delete=False) as f:
+    f.write(payload)
+  _publish(f.name, path)
+  return path
+
+
+def _publish(temporary: str, path: pathlib.Path) -> None:
   mask = os.umask(0)
   os.umask(mask)
-  os.chmod(f.name, 0o666 & ~mask)  # as open() would have made it; a temporary file is owner-only
-  os.replace(f.name, path)
-  return path
+  os.chmod(temporary, 0o666 & ~mask)  # as open() would have made it; a temporary file is owner-only
+  os.replace(temporary, path)
 
 
 def read(workdir: str | pathlib.Path) -> InspectionData | None:
@@ -72,4 +89,5 @@ def read(workdir: str | pathlib.Path) -> InspectionData | None:
       source=source.name, identity=str(arrays["identity"]), vocab_size=vocab_size,
       loss_floor=float(arrays["loss_floor"]), reference_name=str(arrays["reference_name"]),
       true_log_probs=source.log_probs_from_record(vocab_size, record), input_counts=input_counts,
+      tokenizer=source.tokenizer_from_record(record),
   )

@@ -1,23 +1,28 @@
-"""text: byte bigrams of a local file (one token per byte value); the floor is empirical.
+"""text: bigrams of a local corpus (a file, a directory or a glob), as bytes or SentencePiece pieces.
 
-The last 10% of the file's bytes is the validation split; the reference table and the floor are the bigram
-statistics of those validation bytes (the best a bigram model can score on them). The dataset's identity
-includes a hash of the file's contents, so editing the file makes a new dataset.
+The corpus's files are read in sorted order and concatenated (`corpus`); the last 10% of its bytes is the
+validation split. The reference table and the floor are the bigram statistics of the validation tokens; the
+dataset's identity includes a hash of the corpus's contents, so editing a file makes a new dataset, and an
+unchanged corpus is never tokenized twice. With data.tokenizer='sentencepiece' the corpus must be UTF-8 (other
+input is refused, naming the file and byte); 'bytes' takes any bytes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import pathlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from tied_embed.errors import UsageError, require
-from tied_embed.sources import base
+from tied_embed.errors import require
+from tied_embed.sources import base, corpus
+from tied_embed.sources import tokenizer as tokenizer_lib
+from tied_embed.sources.count_bigram import PairCounts, empirical_rows
+from tied_embed.sources.tokenized import TextSource
 
 VOCAB_SIZE = 256  # one token per byte value
-VALIDATION_FRACTION = 0.1
+VALIDATION_FRACTION = corpus.VALIDATION_FRACTION
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 _MIN_BYTES = 32  # enough for a few pairs in the validation split
 
@@ -41,27 +46,12 @@ def text_pairs(
   return {"train": (train[:-1], train[1:]), "validation": (validation[:-1], validation[1:])}
 
 
-def pair_counts(ids: np.ndarray, next_ids: np.ndarray, vocab_size: int) -> np.ndarray:
-  """count(i, j) of observed pairs: (N,), (N,) → (V, V) int64."""
-  return np.bincount(ids.astype(np.int64) * vocab_size + next_ids, minlength=vocab_size**2).reshape(
-      vocab_size, vocab_size)
-
-
-def count_rows(counts: np.ndarray) -> base.LogProbRows:
-  """log(count(i, j) / count(i)) row by row: (V, V) counts → LogProbRows (-inf unseen pairs, nan unseen rows)."""
-  def rows(ids: np.ndarray) -> np.ndarray:
-    block = counts[ids].astype(np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-      return np.log(block / block.sum(axis=1, keepdims=True))
-  return base.LogProbRows(len(counts), rows)
-
-
 def empirical_log_probs(ids: np.ndarray, next_ids: np.ndarray, vocab_size: int) -> np.ndarray:
-  """log(count(i, j) / count(i)) of observed pairs: (N,), (N,) → (V, V) float64.
+  """log(count(i, j) / count(i)) of observed pairs: (N,), (N,) → (V, V) float64 (for small V and tests).
 
   -inf where a pair never occurs; a row whose token never occurs as current is all nan.
   """
-  return np.asarray(count_rows(pair_counts(ids, next_ids, vocab_size)))
+  return np.asarray(empirical_rows(PairCounts.of(ids, next_ids, vocab_size)))
 
 
 def empirical_conditional_entropy(ids: np.ndarray, next_ids: np.ndarray, vocab_size: int) -> float:
@@ -70,60 +60,53 @@ def empirical_conditional_entropy(ids: np.ndarray, next_ids: np.ndarray, vocab_s
   return float(-log_probs[ids, next_ids].mean())
 
 
-def _digest(path: pathlib.Path) -> str:
-  return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-
-
-class Text(base.Source):
+class Text(TextSource):
   name = "text"
-  reference_name = "empirical"
-  fields = ("text_path",)
+  fields = ("text_path", "tokenizer")
 
-  def validate(self, config: Any) -> None:
-    vocab_size, text_path = config.model.get("vocab_size"), config.data.get("text_path") or ""
-    require(vocab_size == VOCAB_SIZE, "model.vocab_size", vocab_size,
-            f"{VOCAB_SIZE} for data.source={self.name!r} (one token per byte)")
-    path = resolve_text_path(text_path)
-    try:
-      with path.open("rb") as f:
-        size = len(f.read(_MIN_BYTES))
-    except OSError as e:
-      raise UsageError.bad_value("data.text_path", config.data.get("text_path"),
-                                 f"a readable file ({path}: {e.strerror or e})") from None
+  def validate_text(self, config: Any) -> None:
+    files = self._files(config)
+    subword = config.data.get("tokenizer", tokenizer_lib.BYTES) != tokenizer_lib.BYTES
+    size = corpus.scan(files, check_utf8=True).num_bytes if subword else sum(p.stat().st_size for p in files)
     require(size >= _MIN_BYTES, "data.text_path", config.data.get("text_path"),
-            f"a file of at least {_MIN_BYTES} bytes ({path} has {size})")
+            f"a corpus of at least {_MIN_BYTES} bytes ({', '.join(map(str, files[:3]))} has {size})")
 
-  def settings(self, config: Any) -> dict[str, Any]:
-    path = resolve_text_path(config.data.get("text_path") or "").resolve()
-    return {"vocab_size": VOCAB_SIZE, "text_path": str(path), "sha256": _digest(path),
-            "num_bytes": path.stat().st_size}
+  def _files(self, config: Any) -> list[pathlib.Path]:
+    return corpus.resolve(config.data.get("text_path") or "", REPO_ROOT / "README.md")
 
-  def identity(self, settings: dict[str, Any]) -> str:
-    return f"{self.name}-v{settings['vocab_size']}-sha{settings['sha256']}"
+  def text_settings(self, config: Any, utf8: bool) -> dict[str, Any]:
+    files = [p.resolve() for p in self._files(config)]
+    scan = corpus.scan(files, check_utf8=utf8)
+    split_at = corpus.split_point(scan.num_bytes)
+    if utf8:
+      split_at = corpus.char_boundary(files, split_at)
+    text_path = str(files[0]) if len(files) == 1 else str(config.data.get("text_path"))
+    return {"text_path": text_path, "files": [str(p) for p in files], "content": f"sha{scan.sha256}",
+            "split_at": split_at, "num_bytes": {"train": split_at, "validation": scan.num_bytes - split_at}}
 
-  def num_pairs(self, settings: dict[str, Any]) -> dict[str, int]:
-    size = settings["num_bytes"]
-    split_at = size - int(size * VALIDATION_FRACTION)
-    return {"train": max(split_at - 1, 0), "validation": max(size - split_at - 1, 0)}
+  def _range(self, settings: dict[str, Any], split: str) -> tuple[list[pathlib.Path], int, int | None]:
+    files = [pathlib.Path(p) for p in settings["files"]]
+    self._check_unchanged(settings, files)
+    return (files, 0, settings["split_at"]) if split == "train" else (files, settings["split_at"], None)
 
-  def splits(self, settings: dict[str, Any]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    contents = pathlib.Path(settings["text_path"]).read_bytes()
-    if hashlib.sha256(contents).hexdigest()[:16] != settings["sha256"]:
-      raise UsageError(f"data.text_path={settings['text_path']!r} changed while its dataset was being made; "
-                       f"start the run again")
-    return text_pairs(contents)
+  def _check_unchanged(self, settings: dict[str, Any], files: list[pathlib.Path]) -> None:
+    scan = corpus.scan(files, check_utf8=False)
+    require(f"sha{scan.sha256}" == settings["content"], "data.text_path", settings["text_path"],
+            "a corpus that does not change while its dataset is being made (start the run again)")
 
-  def reference(self, settings: dict[str, Any], eval_ids: np.ndarray, eval_next: np.ndarray) -> base.Reference:
-    counts = pair_counts(eval_ids, eval_next, settings["vocab_size"])
-    log_probs = count_rows(counts)
-    floor = float(-np.asarray(log_probs)[eval_ids, eval_next].mean())
-    return base.Reference(self.reference_name, floor, log_probs, {"pair_counts": counts})
+  def split_bytes(self, settings: dict[str, Any], split: str) -> Iterator[bytes]:
+    return corpus.read_bytes(*self._range(settings, split))
 
-  def log_probs_from_record(self, vocab_size: int, record: dict[str, np.ndarray]) -> base.LogProbRows:
-    return count_rows(np.asarray(record["pair_counts"], np.int64))
+  def split_lines(self, settings: dict[str, Any], split: str) -> Iterator[str]:
+    return corpus.read_lines(*self._range(settings, split))
 
-  def token_label(self, token: int) -> str:
-    return repr(bytes([token]))[1:]  # printable literal: 'a', ' ', '\n', '\xc3'
+  def sample_lines(self, settings: dict[str, Any]) -> Iterator[str]:
+    files, _, stop = self._range(settings, "train")
+    for start, end in tokenizer_lib.sample_windows(stop):
+      lines = corpus.read_lines(files, start, end)
+      if start > 0:
+        next(lines, None)  # the window starts mid-line: drop the partial line
+      yield from lines
 
 
 base.register(Text())
