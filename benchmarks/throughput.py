@@ -2,7 +2,9 @@
 
 Run: `python benchmarks/throughput.py` (prints the numbers). `measure()` returns them for benchmarks/run.py.
 The step is `tied_embed.train_step.make_train_step` on configs/default.py at this size: gradient provenance
-(two path gradients, per-row totals), clipping and AdamW. All variants are timed in turns in one process.
+(two path gradients, per-row totals), clipping and AdamW, with full logits and with the chunked loss. Against it:
+the step without provenance, PyTorch eager, under `torch.compile` and with its own chunked
+`linear_cross_entropy` (benchmarks/torch_step.py), and one matmul of each. All are timed in turns in one process.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from benchmarks.torch_step import make_torch_matmul, make_torch_step  # noqa: E4
 
 VOCAB_SIZE, D_MODEL, NUM_TOKENS = 8192, 256, 4096
 CHUNK_SIZE = 256  # tokens per chunk for the chunked-loss variant (see benchmarks/README.md for the sweep)
+TORCH_STEPS = {"torch_step": "eager", "torch_compile_step": "compile", "torch_chunked_step": "chunked"}
 
 
 def matmul_fn(num_tokens: int, d_model: int, vocab_size: int):
@@ -29,6 +32,22 @@ def matmul_fn(num_tokens: int, d_model: int, vocab_size: int):
   table = jax.random.normal(keys[1], (vocab_size, d_model))
   matmul = jax.jit(lambda a, b: a @ b.T)
   return lambda: jax.block_until_ready(matmul(x, table))
+
+
+def torch_steps(config, threads: int) -> dict:
+  """{name: callable} for every PyTorch variant of TORCH_STEPS; empty without PyTorch."""
+  steps = {name: make_torch_step(config, threads, variant) for name, variant in TORCH_STEPS.items()}
+  return {name: step for name, step in steps.items() if step is not None}
+
+
+def fastest_torch(result: dict) -> tuple[str | None, float | None]:
+  """(name, ms) of the fastest PyTorch step in a result with `<name>_ms` keys for TORCH_STEPS; Nones without."""
+  times = {name: result.get(f"{name}_ms") for name in TORCH_STEPS}
+  times = {name: ms for name, ms in times.items() if ms is not None}
+  if not times:
+    return None, None
+  name = min(times, key=times.get)
+  return name, times[name]
 
 
 def measure(rounds: int = 7) -> dict:
@@ -42,25 +61,24 @@ def measure(rounds: int = 7) -> dict:
       "plain_step": workload.Stepper(default, plain=True),
       "matmul": matmul_fn(NUM_TOKENS, D_MODEL, VOCAB_SIZE),
   }
-  torch_step = make_torch_step(default, threads)
-  if torch_step is not None:
-    fns["torch_step"] = torch_step
+  torch = torch_steps(default, threads)
+  fns.update(torch)
+  if torch:
     fns["torch_matmul"] = make_torch_matmul(NUM_TOKENS, D_MODEL, VOCAB_SIZE)
   seconds = workload.interleaved_medians(fns, rounds)
-  result = {
-      "V": VOCAB_SIZE, "D": D_MODEL, "T": NUM_TOKENS, "threads": threads, "chunk_size": CHUNK_SIZE, "rounds": rounds,
-      "tokens_per_s": NUM_TOKENS / seconds["step"],
-      "torch_tokens_per_s": NUM_TOKENS / seconds["torch_step"] if torch_step else None,
-      "matmul_ms": seconds["matmul"] * 1e3,
-      "step_ms": seconds["step"] * 1e3,
-      "roofline_fraction": 3 * seconds["matmul"] / seconds["step"],
-      "chunked_step_ms": seconds["chunked_step"] * 1e3,
-      "chunked_tokens_per_s": NUM_TOKENS / seconds["chunked_step"],
-      "plain_step_ms": seconds["plain_step"] * 1e3,
-      "torch_step_ms": seconds["torch_step"] * 1e3 if torch_step else None,
-      "torch_matmul_ms": seconds["torch_matmul"] * 1e3 if torch_step else None,
-  }
-  result["speedup_vs_torch"] = result["tokens_per_s"] / result["torch_tokens_per_s"] if torch_step else None
+  result = {"V": VOCAB_SIZE, "D": D_MODEL, "T": NUM_TOKENS, "threads": threads, "chunk_size": CHUNK_SIZE,
+            "rounds": rounds}
+  for name in ("step", "chunked_step", "plain_step", "matmul", "torch_matmul", *TORCH_STEPS):
+    result[f"{name}_ms"] = seconds[name] * 1e3 if name in seconds else None
+  result["tokens_per_s"] = NUM_TOKENS / seconds["step"]
+  result["chunked_tokens_per_s"] = NUM_TOKENS / seconds["chunked_step"]
+  result["roofline_fraction"] = 3 * seconds["matmul"] / seconds["step"]
+  result["torch_tokens_per_s"] = NUM_TOKENS / seconds["torch_step"] if torch else None
+  result["speedup_vs_torch"] = result["torch_step_ms"] / result["step_ms"] if torch else None
+  name, ms = fastest_torch(result)
+  result["fastest_torch"] = name
+  result["chunked_speedup_vs_fastest_torch"] = ms / result["chunked_step_ms"] if ms else None
+  result["full_speedup_vs_fastest_torch"] = ms / result["step_ms"] if ms else None
   return result
 
 

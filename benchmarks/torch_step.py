@@ -1,8 +1,13 @@
-"""What a user would otherwise write: the same tied bigram step in PyTorch on the CPU.
+"""What a user would otherwise write: the same tied bigram step in PyTorch on the CPU, in three variants.
 
-`nn.Embedding` whose weight is also the output projection (`F.linear(emb(ids), emb.weight)`), `F.cross_entropy`,
-gradient-norm clipping and AdamW, configured like the JAX step (configs/default.py's optimizer settings).
-PyTorch is optional (requirements-bench.txt); `make_torch_step` returns None when it is not installed.
+`nn.Embedding` whose weight is also the output projection, gradient-norm clipping and AdamW, configured like the
+JAX step (configs/default.py's optimizer settings). The variants differ only in the loss, each one line away
+for a PyTorch user:
+  eager:   `F.cross_entropy(F.linear(emb(ids), emb.weight), next_ids)`, full (T, V) logits;
+  compile: the same loss function under `torch.compile` (Inductor fuses the softmax and its gradient);
+  chunked: PyTorch's own `F.linear_cross_entropy(..., options=LinearCrossEntropyOptions())`, which chunks the
+           tokens and computes the gradients in the forward pass, as tied_embed.losses' chunked loss does.
+PyTorch is optional (requirements-bench.txt); the factories return None when it is not installed.
 """
 
 from __future__ import annotations
@@ -13,34 +18,78 @@ from collections.abc import Callable
 import ml_collections
 import numpy as np
 
+VARIANTS = ("eager", "compile", "chunked")
 
-def make_torch_step(config: ml_collections.ConfigDict, num_threads: int) -> Callable[[], float] | None:
-  """A callable running one PyTorch train step of `config`'s size on `num_threads` threads, or None without torch."""
+
+def _torch():
   try:
     import torch  # noqa: PLC0415 (optional dependency)
-    import torch.nn.functional as F  # noqa: N812, PLC0415
   except ImportError:
     return None
-  torch.set_num_threads(num_threads)
-  vocab_size, d_model = int(config.model.vocab_size), int(config.model.d_model)
-  num_tokens, train = int(config.train.batch_size), config.train
-  embedding = torch.nn.Embedding(vocab_size, d_model)
-  with torch.no_grad():  # the same scale as tied_embed.model.init_table
-    embedding.weight.normal_(0.0, 1.0 / math.sqrt(d_model))
-  optimizer = torch.optim.AdamW(
-      embedding.parameters(), lr=float(train.learning_rate), weight_decay=float(train.weight_decay)
-  )
-  rng = np.random.default_rng(0)
-  ids, next_ids = (torch.from_numpy(a) for a in rng.integers(0, vocab_size, (2, num_tokens), dtype=np.int64))
+  return torch
+
+
+def _loss_fn(variant: str):
+  """(x (T, D), table (V, D), targets (T,)) → scalar mean cross-entropy, as `variant` computes it."""
+  import torch  # noqa: PLC0415
+  import torch.nn.functional as F  # noqa: N812, PLC0415
+
+  if variant == "chunked":
+    options = torch.nn.LinearCrossEntropyOptions()
+    return lambda x, table, targets: F.linear_cross_entropy(x, table, targets, options=options)
+  loss = lambda x, table, targets: F.cross_entropy(F.linear(x, table), targets)  # noqa: E731
+  if variant == "compile":
+    return torch.compile(loss)
+  if variant == "eager":
+    return loss
+  raise ValueError(f"variant {variant!r} is not one of {VARIANTS}")
+
+
+class TorchState:
+  """The tied table and its AdamW state, allocated up front (PyTorch would create the moments at step 1)."""
+
+  def __init__(self, config: ml_collections.ConfigDict, num_threads: int):
+    torch = _torch()
+    torch.set_num_threads(num_threads)
+    torch.manual_seed(0)
+    vocab_size, d_model = int(config.model.vocab_size), int(config.model.d_model)
+    self.train = config.train
+    self.embedding = torch.nn.Embedding(vocab_size, d_model)
+    with torch.no_grad():  # the same scale as tied_embed.model.init_table
+      self.embedding.weight.normal_(0.0, 1.0 / math.sqrt(d_model))
+    weight = self.embedding.weight
+    self.optimizer = torch.optim.AdamW(
+        [weight], lr=float(self.train.learning_rate), weight_decay=float(self.train.weight_decay)
+    )
+    # What AdamW's first step would allocate, so a baseline process holds everything but the step's temporaries.
+    self.optimizer.state[weight] = {
+        "step": torch.tensor(0.0), "exp_avg": torch.zeros_like(weight), "exp_avg_sq": torch.zeros_like(weight),
+    }
+    rng = np.random.default_rng(0)
+    num_tokens = int(config.train.batch_size)
+    self.ids, self.next_ids = (
+        torch.from_numpy(a) for a in rng.integers(0, vocab_size, (2, num_tokens), dtype=np.int64)
+    )
+
+
+def make_torch_step(
+    config: ml_collections.ConfigDict, num_threads: int, variant: str = "eager"
+) -> Callable[[], float] | None:
+  """A callable running one PyTorch train step of `config`'s size on `num_threads` threads, or None without torch."""
+  torch = _torch()
+  if torch is None:
+    return None
+  state = TorchState(config, num_threads)
+  loss_fn = _loss_fn(variant)
+  weight, clip = state.embedding.weight, float(state.train.grad_clip_norm)
 
   def step() -> float:
-    optimizer.zero_grad(set_to_none=True)
-    logits = F.linear(embedding(ids), embedding.weight)  # (T, V), the tied projection
-    loss = F.cross_entropy(logits, next_ids)
+    state.optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(state.embedding(state.ids), weight, state.next_ids)  # the tied projection
     loss.backward()
-    if train.grad_clip_norm > 0:
-      torch.nn.utils.clip_grad_norm_(embedding.parameters(), float(train.grad_clip_norm))
-    optimizer.step()
+    if clip > 0:
+      torch.nn.utils.clip_grad_norm_([weight], clip)
+    state.optimizer.step()
     return loss.item()
 
   return step
@@ -48,9 +97,8 @@ def make_torch_step(config: ml_collections.ConfigDict, num_threads: int) -> Call
 
 def make_torch_matmul(num_tokens: int, d_model: int, vocab_size: int) -> Callable[[], object] | None:
   """One (T, D)×(D, V) float32 matmul in PyTorch, to tell its BLAS apart from the rest of its step."""
-  try:
-    import torch  # noqa: PLC0415
-  except ImportError:
+  torch = _torch()
+  if torch is None:
     return None
   x, table = torch.randn(num_tokens, d_model), torch.randn(vocab_size, d_model)
   return lambda: x @ table.T
