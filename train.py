@@ -7,11 +7,25 @@ is one line `error: ...` on stderr and exit status 2, before anything is compute
 """
 
 import os
+import signal
 import sys
 
 # TensorFlow (imported by TFDS and the TensorBoard writer) is chatty otherwise, even before a usage error.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+
+def _stop_during_start_up(signum: int, frame: object) -> None:
+  """Ctrl-C or SIGTERM before training has set up its own handlers: nothing is written yet, so end at once.
+
+  `os._exit`, not an exception: an exception raised here can land inside a library callback that swallows it.
+  """
+  print(f"error: stopped by {signal.Signals(signum).name} during start-up; nothing was written", file=sys.stderr)
+  os._exit(128 + signum)
+
+
+for _signum in (signal.SIGINT, signal.SIGTERM):
+  signal.signal(_signum, _stop_during_start_up)
 
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402

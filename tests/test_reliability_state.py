@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -182,17 +183,16 @@ def test_a_file_where_the_run_keeps_a_directory_is_refused_up_front(smoke_run, t
 
 
 def test_a_signal_during_set_up_stops_before_the_first_step(smoke_run, tmp_path, monkeypatch):
-  load = data_lib.load_bigram_data
-
   def interrupted_while_loading(config, workdir):
-    signal.raise_signal(signal.SIGTERM)  # arrives while the dataset is being prepared
-    return load(config, workdir)
+    signal.raise_signal(signal.SIGTERM)  # arrives while the dataset is being prepared: stops it there
+    raise AssertionError("the dataset was still generated after the signal")
 
   monkeypatch.setattr(data_lib, "load_bigram_data", interrupted_while_loading)
   workdir = tmp_path / "run"
   with pytest.raises(preemption.Preempted) as stopped:
     train_and_evaluate(smoke_run.config, workdir)
-  assert stopped.value.exit_status == 143 and stopped.value.step == 0
+  assert stopped.value.exit_status == 143 and stopped.value.step is None
+  assert str(stopped.value) == "stopped by SIGTERM during set-up, before training: rerun the same command to resume"
   assert checkpoint.available_steps(workdir) == []
   assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
@@ -210,3 +210,20 @@ def test_library_callers_can_catch_a_stopped_run_as_an_exception():
   assert issubclass(preemption.Preempted, Exception) and not issubclass(preemption.Preempted, SystemExit)
   assert issubclass(step_lib.NonFinite, Exception) and issubclass(checkpoint.WriteFailed, Exception)
   assert preemption.Preempted(signal.SIGINT, 3).exit_status == 130
+
+
+@pytest.mark.parametrize("after_seconds", [0.5, 2.0, 3.5])
+def test_ctrl_c_soon_after_start_ends_the_command_with_130(tmp_path, after_seconds):
+  """Whether it lands in the imports, the set-up or the first steps, the command ends with one line and 130."""
+  workdir = tmp_path / "run"
+  process = subprocess.Popen(
+      [sys.executable, "train.py", "--config", "configs/smoke.py", "--workdir", str(workdir),
+       "--config.train.num_steps=100000"],
+      cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+  )
+  time.sleep(after_seconds)
+  process.send_signal(signal.SIGINT)
+  _, stderr = process.communicate(timeout=120)
+  assert process.returncode == 130, stderr[-2000:]
+  assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("error: stopped by SIGINT")
+  assert not list(workdir.glob("checkpoints/*.orbax-checkpoint-tmp*"))  # nothing half-written

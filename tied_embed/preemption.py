@@ -30,20 +30,25 @@ class Preempted(RunStopped):
   run did not finish (rerun the same command to resume), unlike 0.
   """
 
-  def __init__(self, signum: int, step: int):
+  def __init__(self, signum: int, step: int | None):
     name = signal.Signals(signum).name
-    super().__init__(f"stopped by {name} at step {step}: rerun the same command to resume")
+    where = "during set-up, before training" if step is None else f"at step {step}"
+    super().__init__(f"stopped by {name} {where}: rerun the same command to resume")
     self.signum, self.step, self.exit_status = signum, step, 128 + signum
 
 
 class StopSignals:
   """Context manager: while inside, SIGTERM and SIGINT set `received` instead of ending the process.
 
-  Outside the main thread (where Python cannot install handlers) it does nothing and `received` stays None.
+  While `interrupting` (set-up: checks, dataset generation, compilation), the signal also raises
+  `Preempted(signum, None)` at once, so a long set-up ends promptly; where something swallows that exception
+  (a callback inside JAX), `received` still says so and the loop's first `agreed` stops the run. Outside the main
+  thread (where Python cannot install handlers) it does nothing and `received` stays None.
   """
 
-  def __init__(self):
+  def __init__(self, *, interrupting: bool = False):
     self.received: int | None = None
+    self.interrupting = interrupting
     self._previous: dict[int, object] = {}
 
   def __enter__(self) -> StopSignals:
@@ -75,5 +80,7 @@ class StopSignals:
       signal.raise_signal(signum)
       return
     self.received = signum
+    if self.interrupting:
+      raise Preempted(signum, None)
     logging.warning("Received %s: saving a checkpoint after the current step, then stopping.",
                     signal.Signals(signum).name)

@@ -161,7 +161,7 @@ def train_and_evaluate(
   workdir = workdir_lib.ensure_writable(workdir)
   train, num_steps = config.train, int(config.train.num_steps)
   with contextlib.ExitStack() as stack:
-    signals = stack.enter_context(preemption.StopSignals())  # a signal during set-up ends the run before step 1
+    signals = stack.enter_context(preemption.StopSignals(interrupting=True))  # set-up ends at once on a signal
     stack.enter_context(workdir_lib.exclusive(workdir))
     workdir_lib.check_layout(workdir)
     saved_config = checkpoint.newest_saved_config(workdir)
@@ -181,7 +181,8 @@ def train_and_evaluate(
     writer = stack.enter_context(contextlib.closing(run_log.make_writer(workdir, events=events, verbose=verbose)))
     stop = signals.agreed(sync_point=True)
     if stop:
-      raise preemption.Preempted(stop, start)
+      raise preemption.Preempted(stop, None)
+    signals.interrupting = False  # from here on a signal stops the loop at the next step, after saving it
 
     if start == 0:
       writer.write_hparams(workdir_lib.flatten_config(config))
