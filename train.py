@@ -87,11 +87,14 @@ def _parse_flags(argv: list[str]) -> list[str]:
 def _keep_log_record(record: logging.logging.LogRecord) -> bool:
   """Keeps the log to progress and metrics.
 
-  Orbax narrates every save at INFO; TFDS warns on every run that the dataset uses a custom configuration (they
+  Orbax narrates every save at INFO; CLU's background writer logs a traceback when a write fails (the failure
+  comes back when the writer is closed and is reported as one line then); TFDS warns on every run that the dataset uses a custom configuration (they
   all do: the builder config spells out the task); JAX says at INFO which accelerator backends it did not find,
   a line that would otherwise come before even a one-line usage error.
   """
   if "/orbax/" in record.pathname:
+    return False
+  if "/clu/asynclib.py" in record.pathname:  # a failed metrics write: reported once, as one line, at the end
     return False
   if "/tensorflow_datasets/" in record.pathname and record.levelno < logging.logging.ERROR:
     return False
@@ -120,6 +123,12 @@ def main(argv: list[str]) -> None:
   except RunStopped as stop:  # a signal, a non-finite step, a failed write: one line and the run's exit status
     print(f"error: {stop}", file=sys.stderr)
     sys.exit(stop.exit_status)
+  except Exception as error:  # noqa: BLE001 (anything else, e.g. a full disk under TensorFlow: still one line)
+    if FLAGS.verbose:
+      raise
+    first = (str(error).strip().splitlines() or [""])[0][:300]
+    print(f"error: {type(error).__name__}: {first} (rerun with --verbose for the traceback)", file=sys.stderr)
+    sys.exit(1)
 
 
 if __name__ == "__main__":

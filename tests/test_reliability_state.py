@@ -7,6 +7,7 @@ checkpoints/ is a file, a signal during set-up, and a rerun of a finished run.
 
 from __future__ import annotations
 
+import resource
 import shutil
 import signal
 import socket
@@ -227,3 +228,22 @@ def test_ctrl_c_soon_after_start_ends_the_command_with_130(tmp_path, after_secon
   assert process.returncode == 130, stderr[-2000:]
   assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("error: stopped by SIGINT")
   assert not list(workdir.glob("checkpoints/*.orbax-checkpoint-tmp*"))  # nothing half-written
+
+
+@pytest.mark.parametrize("what", ["dataset", "events"])
+def test_a_full_disk_is_one_line_and_exit_1(smoke_run, tmp_path, what):
+  """Files capped at 12 KiB (as `ulimit -f 12` does): the dataset or the event file cannot be written whole."""
+  data_dir = tmp_path / "data" if what == "dataset" else smoke_run.workdir / "data"  # the latter: already made
+
+  def cap_file_size():
+    resource.setrlimit(resource.RLIMIT_FSIZE, (12 * 1024, 12 * 1024))
+
+  result = subprocess.run(
+      [sys.executable, "train.py", "--config", "configs/smoke.py", "--workdir", str(tmp_path / "run"),
+       f"--config.data.data_dir={data_dir}"],
+      cwd=ROOT, capture_output=True, text=True, timeout=300, preexec_fn=cap_file_size,
+  )
+  assert result.returncode == 1, result.stderr[-2000:]
+  last = result.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: ") and "File too large" in last and "Traceback" not in result.stderr
+  assert ("preparing the dataset" in last) == (what == "dataset")
