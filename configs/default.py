@@ -19,8 +19,14 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.tied = True  # one (V, D) table for lookup and projection; False: separate input/output tables
 
   config.data = ml_collections.ConfigDict()
-  config.data.source = "planted"  # planted | directed | text (see tied_embed/sources.py)
-  config.data.text_path = ""  # UTF-8 file for source=text ('' = the project's README.md)
+  config.data.source = "planted"  # planted | directed | text | tfds (see tied_embed/sources/)
+  config.data.text_path = ""  # source=text: a file, a directory (recursive) or a glob ('' = the project's README.md)
+  config.data.tokenizer = "bytes"  # text/tfds: bytes (V=256) | sentencepiece (trained, V pieces) | a .model path
+  config.data.tfds_name = ""  # tfds: a TFDS text dataset, e.g. tiny_shakespeare (prepare it with `tfds build`)
+  config.data.tfds_train_split = "train"  # tfds: split the train pairs (and SentencePiece) come from
+  config.data.tfds_eval_split = "validation"  # tfds: split the eval pairs, floor and count model are scored on
+  config.data.text_feature = "text"  # tfds: the dataset's text feature
+  config.data.tfds_data_dir = ""  # tfds: TFDS's own data_dir holding the prepared copy ('' = TFDS's default)
   config.data.data_dir = ""  # where the TFDS dataset is generated and cached ('' = <workdir>/data)
   config.data.task_seed = 0  # hidden table e* and sampled pairs of the synthetic tasks (model init uses seed)
   config.data.num_train_pairs = 2_000_000  # synthetic train split size; smaller lets the untied model overfit

@@ -2,6 +2,8 @@
 
   python -m tied_embed.inspect --workdir runs/default [--step N] [--tokens 3,17,42] [--top-k 5] [--json]
       [--no-pictures]
+  python -m tied_embed.inspect --workdir runs/subword --tokens "▁the,' ',42" (a text run: ids or tokens)
+  python -m tied_embed.inspect --workdir runs/subword --next "the king" [--generate 20 --temperature 0.8 --seed 0]
 
 `main` only parses flags, calls `inspect_run` and prints: the report on stdout, each warning as one
 `warning: ...` line on stderr, and any problem with what was asked as one `error: ...` line (exit status 2).
@@ -18,6 +20,7 @@ import sys
 from absl import logging
 
 from tied_embed.errors import UsageError
+from tied_embed.inspection.continuation import continue_prompt, format_continuation
 from tied_embed.inspection.run import inspect_run
 from tied_embed.inspection.text import format_text
 
@@ -30,6 +33,18 @@ def parse_tokens(text: str) -> list[int]:
   if not all(_TOKEN.fullmatch(part) for part in parts):
     raise UsageError.bad_value("--tokens", text, "comma-separated integer token ids, e.g. 3,17,42")
   return [int(part) for part in parts]
+
+
+def parse_token_items(text: str) -> list[int | str]:
+  """'3,▁the, x' → [3, '▁the', 'x']: ASCII integers are ids, anything else a token string, resolved against the
+  run's vocabulary by `inspect_run`. Spaces around an item are dropped; quote a token to keep them (' ')."""
+  items = []
+  for part in text.split(","):
+    stripped = part.strip(" ")
+    items.append(int(stripped) if _TOKEN.fullmatch(stripped) else stripped)
+  if any(item == "" for item in items):
+    raise UsageError.bad_value("--tokens", text, "comma-separated integer token ids, e.g. 3,17,42, or tokens")
+  return items
 
 
 def _ascii_int(text: str) -> int:
@@ -53,6 +68,12 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument("--top-k", type=_ascii_int, default=5, help="predicted next tokens shown per token")
   parser.add_argument("--json", action="store_true", help="print the report as JSON instead of text")
   parser.add_argument("--no-pictures", action="store_true", help="write nothing: no PNGs, images or report.md")
+  parser.add_argument("--next", default=None, metavar="PROMPT",
+                      help="a text run: print the top-k next tokens after PROMPT's last token (no report)")
+  parser.add_argument("--generate", type=_ascii_int, default=0, metavar="N",
+                      help="with --next: also sample N tokens continuing PROMPT")
+  parser.add_argument("--temperature", type=float, default=1.0, help="--generate: softmax temperature (0 = greedy)")
+  parser.add_argument("--seed", type=_ascii_int, default=0, help="--generate: seed of the sampling")
   return parser
 
 
@@ -64,11 +85,24 @@ def main(argv: list[str] | None = None) -> int:
   logging.set_verbosity(logging.ERROR)
   try:
     args = _parser().parse_args(argv)
-    tokens = None if args.tokens is None else parse_tokens(args.tokens)
-    report = inspect_run(args.workdir, args.step, tokens, args.top_k, pictures=not args.no_pictures)
+    if args.next is None and args.generate:
+      raise UsageError.bad_value("--generate", args.generate, "--next PROMPT beside it (the text to continue)")
+    if args.next is not None:
+      result = continue_prompt(args.workdir, args.next, args.top_k, args.generate, args.temperature, args.seed,
+                               args.step)
+      report = None
+    else:
+      tokens = None if args.tokens is None else parse_token_items(args.tokens)
+      report = inspect_run(args.workdir, args.step, tokens, args.top_k, pictures=not args.no_pictures)
   except UsageError as error:
     print(f"error: {error}", file=sys.stderr)
     return 2
+  if report is None:
+    for warning in result["warnings"]:
+      print(f"warning: {warning}", file=sys.stderr)
+    print(json.dumps(result, indent=2, allow_nan=False, ensure_ascii=False) if args.json
+          else format_continuation(result))
+    return 0
   for warning in report["warnings"]:
     print(f"warning: {warning}", file=sys.stderr)
   print(json.dumps(report, indent=2, allow_nan=False, ensure_ascii=False) if args.json else format_text(report))

@@ -9,6 +9,7 @@ replaced when that step is inspected again.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 import pathlib
 
 import numpy as np
@@ -24,11 +25,13 @@ def heatmaps_figure(
     true_name: str,
     token_ids: np.ndarray | None = None,
     vocab_size: int | None = None,
+    label: Callable[[int], str] | None = None,
 ) -> Figure:
   """Learned and true log P(next | current), side by side on one colour scale: (V, V), (V, V) → Figure.
 
   `token_ids` (K,) ascending, if given, restricts both axes to those tokens (a readable block of a big
-  vocabulary); the axes are then labelled with the ids. Matrices that are already (K, K), the block of those
+  vocabulary); the axes are then labelled with the ids, or with `label(id)` (the token as text) when given, which
+  also labels the axes of a whole small vocabulary. Matrices that are already (K, K), the block of those
   tokens, are drawn as they are (pass `vocab_size` for the title). -inf (never observed) and nan (unknown row)
   true entries are left blank. The scale's lower end is the 1st percentile of the finite values so a few
   near-impossible pairs don't wash out the rest.
@@ -50,11 +53,13 @@ def heatmaps_figure(
     image = ax.imshow(matrix, vmin=vmin, vmax=vmax, cmap="viridis")  # antialiased when V exceeds the pixels
     ax.set_title(title)
     ax.set_xlabel("next token j")
-  if token_ids is not None:
-    ticks = np.linspace(0, len(shown) - 1, 5).round().astype(int)
+  if token_ids is not None or label is not None:
+    ticks = np.linspace(0, len(shown) - 1, 9 if label else 5).round().astype(int)
+    names = [(label or str)(int(shown[t])) for t in ticks]
     for ax in axes:
-      ax.set_xticks(ticks, [str(shown[t]) for t in ticks])
-    axes[0].set_yticks(ticks, [str(shown[t]) for t in ticks])
+      ax.set_xticks(ticks, names, rotation=90 if label else 0)
+    axes[0].set_yticks(ticks, names)
+  if token_ids is not None:
     fig.suptitle(f"the {len(shown)} most frequent current tokens of {vocab_size}")
   axes[0].set_ylabel("current token i")
   fig.colorbar(image, ax=axes, shrink=0.85, label="log probability")

@@ -181,17 +181,18 @@ def build_report(
     projection_total: np.ndarray,
     tokens: list[int],
     top_k: int,
+    label: Callable[[int], str] | None = None,
 ) -> dict[str, Any]:
   """The table-dependent part of the report: tables (V, D), true_log_probs (V, V), totals (V,) → dict.
 
   Keys: scores (what S is), parameters, tokens (one entry per requested token), fit, provenance. Token ids
   must already be validated to lie in [0, V). Only the requested rows of S and of the true table are formed
-  whole; the fit runs over blocks of rows.
+  whole; the fit runs over blocks of rows. `label(id)` names a token (default: as the source shows it).
   """
   vocab_size, d_model = np.shape(lookup_table)
   lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
   true_rows = true_log_probs if isinstance(true_log_probs, LogProbRows) else dense_rows(true_log_probs)
-  label = sources.get(source).token_label
+  label = label or sources.get(source).token_label
   ids = np.asarray(tokens, np.int64)
   score_rows = lookup[ids] @ projection.T
   truth_rows = true_rows.rows(ids) if ids.size else np.zeros((0, vocab_size))

@@ -30,16 +30,17 @@ _HEATMAP_ZOOM_TOKENS = 128  # this many, as a V x V picture would be a uniform h
 def inspect_run(
     workdir: str | pathlib.Path,
     step: int | None = None,
-    tokens: list[int] | None = None,
+    tokens: list[int | str] | None = None,
     top_k: int = 5,
     pictures: bool = True,
 ) -> dict[str, Any]:
   """The JSON-ready report of checkpoint `step` (default: the newest readable one) in `workdir`.
 
   Keys: workdir, step, available_steps, run, scores, parameters, tokens, fit, provenance, warnings, and when
-  the pictures were written also pictures ({name: PNG path relative to WORKDIR/report}) and report_md. Raises
-  UsageError, before anything is restored or written where it can, for: no checkpoints, unreadable ones, a
-  missing step, a token outside [0, V), top_k outside [1, V].
+  the pictures were written also pictures ({name: PNG path relative to WORKDIR/report}) and report_md. A token
+  is an id or, for a text run, a string of its vocabulary (a piece such as '▁the', or a byte's label such as
+  '\\n'). Raises UsageError, before anything is restored or written where it can, for: no checkpoints,
+  unreadable ones, a missing step, a token outside [0, V) or not in the vocabulary, top_k outside [1, V].
   """
   from tied_embed.events import read_scalars, value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
 
@@ -47,7 +48,7 @@ def inspect_run(
   if top_k < 1:
     raise UsageError.bad_value("--top-k", top_k, "an integer >= 1")
   for token in tokens or []:
-    if token < 0:
+    if not isinstance(token, str) and token < 0:
       raise UsageError.bad_value("--tokens", token, "token ids >= 0")
   warnings: list[str] = []
   steps = _steps(workdir)
@@ -56,13 +57,14 @@ def inspect_run(
   restored = _restore(workdir, step, steps, warnings)
   vocab_size = restored.model.vocab_size
   for token in tokens or []:
-    if not 0 <= token < vocab_size:
+    if not isinstance(token, str) and not 0 <= token < vocab_size:
       raise UsageError.bad_value("--tokens", token, f"token ids in [0, {vocab_size})")
   if not 1 <= top_k <= vocab_size:
     raise UsageError.bad_value("--top-k", top_k, f"an integer in [1, {vocab_size}]")
 
   config = restored.config
   facts = _data_facts(config, workdir, vocab_size, warnings)
+  tokens = None if tokens is None else [resolve_token(token, facts.tokenizer) for token in tokens]
   if tokens is None:
     tokens = [int(i) for i in np.argsort(-facts.input_counts, kind="stable")[:_DEFAULT_TOKENS]]
   try:
@@ -92,6 +94,7 @@ def inspect_run(
           lookup_table, projection_table, tied=bool(config.model.tied), source=facts.source,
           true_log_probs=facts.true_log_probs, lookup_total=restored.provenance["lookup_total"],
           projection_total=restored.provenance["projection_total"], tokens=tokens, top_k=top_k,
+          label=None if facts.tokenizer is None else facts.tokenizer.label,
       ),
       "warnings": warnings,
   }
@@ -101,6 +104,31 @@ def inspect_run(
     except OSError as error:
       warnings.append(f"pictures not written: {error}")
   return report
+
+
+def resolve_token(token: int | str, tokenizer: Any) -> int:
+  """A token id, or a string looked up in the run's vocabulary; UsageError if the run has none or lacks it."""
+  if not isinstance(token, str):
+    return int(token)
+  if tokenizer is None:
+    raise UsageError.bad_value("--tokens", token, "comma-separated integer token ids, e.g. 3,17,42 (this run's"
+                               " tokens are plain ids, not text)")
+  found = tokenizer.lookup(token)
+  if found is None:
+    examples = ", ".join(tokenizer.label(i) for i in range(min(3, tokenizer.vocab_size)))
+    raise UsageError.bad_value("--tokens", token, f"comma-separated integer token ids or tokens of this run's"
+                               f" vocabulary (e.g. {examples}); this string is not one token")
+  return found
+
+
+def open_run(workdir: str | pathlib.Path, step: int | None, warnings: list[str]) -> tuple[Any, Any]:
+  """The restored checkpoint `step` (default: newest readable) and the run's data facts: → (restored, facts)."""
+  workdir = pathlib.Path(workdir)
+  steps = _steps(workdir)
+  if step is not None and step not in steps:
+    raise UsageError.bad_value("--step", step, f"one of the saved steps {', '.join(map(str, steps))}")
+  restored = _restore(workdir, step, steps, warnings)
+  return restored, _data_facts(restored.config, workdir, restored.model.vocab_size, warnings)
 
 
 def _first_line(error: BaseException, limit: int = 300) -> str:
@@ -161,6 +189,7 @@ def _data_facts(config: Any, workdir: pathlib.Path, vocab_size: int, warnings: l
       source=bigrams.source, identity=bigrams.identity, vocab_size=bigrams.vocab_size,
       loss_floor=float(bigrams.loss_floor), reference_name=sources.get(bigrams.source).reference_name,
       true_log_probs=bigrams.true_log_probs, input_counts=bigrams.input_counts,
+      tokenizer=sources.get(bigrams.source).tokenizer_from_record(bigrams.reference.record),
   )
 
 
@@ -184,7 +213,8 @@ def _draw(
   true = facts.true_log_probs.rows(shown)[:, shown]
   figures = {
       "heatmaps": plots.heatmaps_figure(learned, true, facts.reference_name,
-                                        None if len(shown) == vocab_size else shown, vocab_size),
+                                        None if len(shown) == vocab_size else shown, vocab_size,
+                                        None if facts.tokenizer is None else facts.tokenizer.label),
       "loss_curves": plots.loss_curves_figure(series, facts.loss_floor, report["step"]),
       "provenance": plots.provenance_figure(
           provenance["lookup_total"], provenance["projection_total"], facts.input_counts

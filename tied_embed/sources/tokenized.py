@@ -90,10 +90,10 @@ class TextSource(base.Source):
     return settings
 
   def identity(self, settings: dict[str, Any]) -> str:
-    prefix = f"{self.name}-v{settings['vocab_size']}"
-    if settings["tokenizer"] == tokenizer_lib.BYTES:
-      return f"{prefix}-{settings['content']}"
-    return f"{prefix}-{settings['content']}-{settings['tokenizer_key']}"
+    if settings["tokenizer"] == tokenizer_lib.SENTENCEPIECE:  # the key names the corpus, V and the settings
+      return f"{self.name}-{settings['tokenizer_key']}"
+    prefix = f"{self.name}-v{settings['vocab_size']}-{settings['content']}"
+    return prefix if settings["tokenizer"] == tokenizer_lib.BYTES else f"{prefix}-{settings['tokenizer_key']}"
 
   def num_pairs(self, settings: dict[str, Any]) -> dict[str, int]:
     """Exact for bytes of local text; for subwords about a bound (a line of n bytes and its newline give <= n + 1)."""

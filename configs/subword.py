@@ -1,0 +1,33 @@
+"""A trained subword vocabulary on a local corpus: SentencePiece, V = 8192, D = 64, the chunked loss.
+
+  python train.py --config configs/subword.py --workdir runs/subword --config.data.text_path=/path/to/corpus/
+  python train.py --config configs/subword.py --workdir runs/subword_untied --config.model.tied=False \
+      --config.data.text_path=/path/to/corpus/
+  python -m tied_embed.inspect --workdir runs/subword --next "the"
+
+The corpus is a file, a directory (read recursively) or a glob of UTF-8 text; SentencePiece is trained on a
+sample of its first 90% with exactly model.vocab_size pieces and cached under the data dir, as are the tokens.
+eval/loss_floor is the validation text's own bigram entropy (unreachable); eval/count_bigram_loss is the add-k
+count model fitted on train, what a full-rank untied table can approach. The source is tied_embed/sources/text.py.
+"""
+
+import ml_collections
+
+from configs import default
+
+
+def get_config() -> ml_collections.ConfigDict:
+  config = default.get_config()
+  config.data.source = "text"  # a local corpus
+  config.data.text_path = ""  # set with --config.data.text_path: a file, a directory or a glob ('' = README.md)
+  config.data.tokenizer = "sentencepiece"  # a unigram vocabulary of model.vocab_size pieces trained on train text
+  config.model.vocab_size = 8192  # pieces: here the table is most of the parameters and most rows are rare
+  config.model.d_model = 64  # width of each row
+  config.loss.chunk_size = 1024  # at most (1024, V) logits at once in the loss, for train and eval
+  config.train.num_steps = 2000  # a few minutes on 2 CPU cores
+  config.train.batch_size = 1024  # (current, next) token pairs per step
+  config.train.eval_batch_size = 8192  # pairs per evaluation batch; evaluation covers the whole validation split
+  config.train.learning_rate = 0.02  # peak learning rate
+  config.train.eval_every = 500  # evaluations of the whole validation split
+  config.train.checkpoint_every = 1000  # checkpoints
+  return config

@@ -1,0 +1,109 @@
+"""What a trained text run says follows a string: the next-token distribution after a prompt, and samples.
+
+The model is a bigram model, so only the prompt's last token matters: P(next | prompt) = softmax(S[last]), with
+S = lookup · projectionᵀ as in the report. The prompt is tokenized with the run's own tokenizer, read from the
+workdir (WORKDIR/report_data.npz), so nothing outside the workdir is needed.
+
+  python -m tied_embed.inspect --workdir W --next "the king" [--top-k 5] [--generate 20 --temperature 0.8 --seed 0]
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import numpy as np
+
+from tied_embed.errors import UsageError
+from tied_embed.model import io_tables
+from tied_embed.sources.base import log_softmax
+
+
+def next_token_probs(lookup_table: np.ndarray, projection_table: np.ndarray, token: int) -> np.ndarray:
+  """P(next | current = token) of a table pair: (V, D), (V, D), id → (V,) float64 summing to 1."""
+  lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
+  return np.exp(log_softmax((lookup[token] @ projection.T)[None]))[0]
+
+
+def sample_tokens(
+    lookup_table: np.ndarray, projection_table: np.ndarray, start: int, num_tokens: int, temperature: float,
+    seed: int,
+) -> list[int]:
+  """`num_tokens` ids drawn one after another from softmax(S[current] / temperature), starting after `start`.
+
+  temperature 0 takes the likeliest token each time. The draws depend only on (tables, start, seed).
+  """
+  lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
+  rng = np.random.default_rng(seed)
+  token, drawn = start, []
+  for _ in range(num_tokens):
+    scores = lookup[token] @ projection.T
+    if temperature == 0:
+      token = int(np.argmax(scores))
+    else:
+      probs = np.exp(log_softmax((scores / temperature)[None]))[0]
+      token = int(rng.choice(len(probs), p=probs / probs.sum()))
+    drawn.append(token)
+  return drawn
+
+
+def continue_prompt(
+    workdir: str | pathlib.Path,
+    prompt: str,
+    top_k: int = 5,
+    generate: int = 0,
+    temperature: float = 1.0,
+    seed: int = 0,
+    step: int | None = None,
+) -> dict[str, Any]:
+  """The top-k next tokens after `prompt` and, with `generate` > 0, a sampled continuation: → JSON-ready dict.
+
+  Keys: workdir, step, prompt, prompt_tokens ([{id, label}]), next ([{id, label, prob}]), warnings, and with
+  `generate` also generated ([{id, label}]), text (prompt and continuation, decoded) and temperature, seed. UsageError for a
+  run without text tokens, a prompt with no tokens, top_k outside [1, V], generate < 0, temperature < 0.
+  """
+  from tied_embed.inspection.run import open_run  # noqa: PLC0415 (Orbax only when a run is opened)
+
+  if generate < 0:
+    raise UsageError.bad_value("--generate", generate, "an integer >= 0 (tokens to sample)")
+  if not np.isfinite(temperature) or temperature < 0:
+    raise UsageError.bad_value("--temperature", temperature, "a finite number >= 0 (0 = always the likeliest)")
+  warnings: list[str] = []
+  restored, facts = open_run(workdir, step, warnings)
+  tokenizer = facts.tokenizer
+  if tokenizer is None:
+    raise UsageError.bad_value("--next", prompt, f"a run on text (this one's source, {facts.source!r}, has no text)")
+  if not 1 <= top_k <= facts.vocab_size:
+    raise UsageError.bad_value("--top-k", top_k, f"an integer in [1, {facts.vocab_size}]")
+  ids = tokenizer.encode(prompt)
+  if not ids:
+    raise UsageError.bad_value("--next", prompt, "a prompt with at least one token")
+  lookup, projection = (np.asarray(table) for table in io_tables(restored.model))
+  probs = next_token_probs(lookup, projection, ids[-1])
+  order = np.argsort(-probs, kind="stable")[:top_k]
+  result = {
+      "workdir": str(workdir),
+      "step": restored.step,
+      "prompt": prompt,
+      "prompt_tokens": [{"id": int(i), "label": tokenizer.label(i)} for i in ids],
+      "next": [{"id": int(j), "label": tokenizer.label(j), "prob": float(probs[j])} for j in order],
+      "warnings": warnings,
+  }
+  if generate:
+    drawn = sample_tokens(lookup, projection, ids[-1], generate, temperature, seed)
+    result.update(generated=[{"id": i, "label": tokenizer.label(i)} for i in drawn],
+                  text=tokenizer.decode(ids + drawn), temperature=temperature, seed=seed)
+  return result
+
+
+def format_continuation(result: dict[str, Any]) -> str:
+  """The CLI's text for `continue_prompt`'s dict."""
+  tokens = " ".join(token["label"] for token in result["prompt_tokens"])
+  last = result["prompt_tokens"][-1]
+  lines = [f"prompt   {result['prompt']!r} → tokens {tokens}  (step {result['step']})",
+           f"after {last['label']} (id {last['id']}):", f"  {'next':>12}  {'prob':>7}"]
+  lines += [f"  {entry['label']:>12}  {entry['prob']:7.4f}" for entry in result["next"]]
+  if "generated" in result:
+    lines += ["", f"sampled  {len(result['generated'])} tokens, temperature {result['temperature']:g},"
+              f" seed {result['seed']}:", f"  {result['text']}"]
+  return "\n".join(lines)
