@@ -265,3 +265,101 @@ def test_tiny_shakespeare_offline_through_tfds_mock_data(tmp_path):
   assert len(texts) == 4 and len(tokens) > 4
   np.testing.assert_array_equal(splits["train"][0], tokens[:-1])
   assert tokenized.tokenizer_setting(config) == "bytes"
+
+
+# --- inspection of a text run ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def subword_run(tmp_path_factory, corpus_file):
+  """A short SentencePiece run trained in-process; its corpus and data dir are deleted afterwards."""
+  import shutil
+
+  from configs import smoke
+  from tied_embed.trainer import train_and_evaluate
+
+  root = tmp_path_factory.mktemp("subword_run")
+  text = root / "corpus.txt"
+  shutil.copy(corpus_file, text)
+  config = smoke.get_config()
+  config.data.update(source="text", text_path=str(text), tokenizer="sentencepiece", data_dir=str(root / "data"))
+  config.model.vocab_size = SUBWORD_V
+  config.train.num_steps = 40
+  train_and_evaluate(config, root / "work")
+  model = next((root / "data" / "tokenizers").glob("*.model")).read_bytes()
+  text.unlink()
+  shutil.rmtree(root / "data")  # inspection must need nothing but the workdir
+  return root / "work", model
+
+
+def test_the_workdir_carries_the_tokenizer(subword_run):
+  workdir, model = subword_run
+  assert (workdir / "tokenizer.model").read_bytes() == model
+  from tied_embed.sources import record
+
+  facts = record.read(workdir)
+  assert facts.tokenizer.vocab_size == SUBWORD_V and facts.tokenizer.label(facts.tokenizer.lookup("the")) == "▁the"
+
+
+def test_the_report_shows_pieces_and_takes_token_strings(subword_run):
+  import json
+
+  from tied_embed.inspect import inspect_run
+
+  workdir, _ = subword_run
+  report = inspect_run(workdir, tokens=["▁the", "king", 3], top_k=3, pictures=False)
+  labels = [token["label"] for token in report["tokens"]]
+  assert labels[:2] == ["▁the", "▁king"] and report["tokens"][2]["id"] == 3
+  assert all(isinstance(entry["label"], str) and entry["label"] != str(entry["id"])
+             for token in report["tokens"] for entry in token["top"])
+  json.dumps(report, ensure_ascii=False, allow_nan=False)
+  with pytest.raises(UsageError, match="--tokens='zzqx' is not allowed: .*not one token") as error:
+    inspect_run(workdir, tokens=["zzqx"], pictures=False)
+  assert "\n" not in str(error.value)
+
+
+def test_next_tokens_are_the_softmax_of_the_prompts_last_row(subword_run):
+  from tied_embed import checkpoint
+  from tied_embed.inspect import continue_prompt
+  from tied_embed.model import io_tables
+
+  workdir, _ = subword_run
+  result = continue_prompt(workdir, "the old king", top_k=4)
+  assert [token["label"] for token in result["prompt_tokens"]][-1] == "▁king"
+  lookup, projection = (np.asarray(t, np.float64) for t in io_tables(checkpoint.restore(workdir).model))
+  row = lookup[result["prompt_tokens"][-1]["id"]] @ projection.T
+  probs = np.exp(row - row.max()) / np.exp(row - row.max()).sum()
+  assert [entry["id"] for entry in result["next"]] == list(np.argsort(-probs, kind="stable")[:4])
+  np.testing.assert_allclose([entry["prob"] for entry in result["next"]], np.sort(probs)[::-1][:4], rtol=1e-9)
+
+  greedy = continue_prompt(workdir, "the old king", generate=3, temperature=0)
+  chain, token = [], result["prompt_tokens"][-1]["id"]
+  for _ in range(3):
+    token = int(np.argmax(lookup[token] @ projection.T))
+    chain.append(token)
+  assert [entry["id"] for entry in greedy["generated"]] == chain
+  assert greedy["text"].startswith("the old king")
+  sampled = [continue_prompt(workdir, "the", generate=5, seed=7)["generated"] for _ in range(2)]
+  assert sampled[0] == sampled[1]
+
+
+def test_next_and_generate_on_the_command_line(subword_run, capsys):
+  from tied_embed.inspect import main
+
+  workdir, _ = subword_run
+  assert main(["--workdir", str(workdir), "--next", "the king", "--generate", "4", "--seed", "1"]) == 0
+  out = capsys.readouterr().out
+  assert "after ▁king" in out and "sampled  4 tokens" in out
+  assert main(["--workdir", str(workdir), "--generate", "4"]) == 2
+  assert capsys.readouterr().err.startswith("error: --generate=4 is not allowed")
+  assert main(["--workdir", str(workdir), "--next", "   "]) == 2
+  assert "at least one token" in capsys.readouterr().err
+
+
+def test_heatmap_axes_are_labelled_with_the_tokens_text():
+  from tied_embed.inspection import plots
+
+  table = np.log(np.full((4, 4), 0.25))
+  fig = plots.heatmaps_figure(table, table, "empirical", label=lambda t: "abcd"[t])
+  assert [tick.get_text() for tick in fig.axes[0].get_yticklabels()] == ["a", "b", "c", "d"]
+  assert [tick.get_text() for tick in fig.axes[1].get_xticklabels()] == ["a", "b", "c", "d"]

@@ -78,32 +78,40 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-  """CLI: parse flags, run `inspect_run`, print text or JSON; a UsageError → `error: ...` on stderr, status 2."""
+  """CLI: parse flags, run `inspect_run` (or `continue_prompt` for --next), print text or JSON.
+
+  A UsageError → `error: ...` on stderr, status 2. absl's verbosity is quieted while it runs and restored after,
+  so calling `main` in-process leaves the caller's logging as it was.
+  """
   # TensorFlow (under TFDS and the TensorBoard writer) and Orbax's read-only notices would bury the report.
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+  verbosity = logging.get_verbosity()
   logging.set_verbosity(logging.ERROR)
+  try:
+    return _main(argv)
+  finally:
+    logging.set_verbosity(verbosity)
+
+
+def _main(argv: list[str] | None) -> int:
   try:
     args = _parser().parse_args(argv)
     if args.next is None and args.generate:
       raise UsageError.bad_value("--generate", args.generate, "--next PROMPT beside it (the text to continue)")
     if args.next is not None:
-      result = continue_prompt(args.workdir, args.next, args.top_k, args.generate, args.temperature, args.seed,
+      output = continue_prompt(args.workdir, args.next, args.top_k, args.generate, args.temperature, args.seed,
                                args.step)
-      report = None
     else:
       tokens = None if args.tokens is None else parse_token_items(args.tokens)
-      report = inspect_run(args.workdir, args.step, tokens, args.top_k, pictures=not args.no_pictures)
+      output = inspect_run(args.workdir, args.step, tokens, args.top_k, pictures=not args.no_pictures)
   except UsageError as error:
     print(f"error: {error}", file=sys.stderr)
     return 2
-  if report is None:
-    for warning in result["warnings"]:
-      print(f"warning: {warning}", file=sys.stderr)
-    print(json.dumps(result, indent=2, allow_nan=False, ensure_ascii=False) if args.json
-          else format_continuation(result))
-    return 0
-  for warning in report["warnings"]:
+  for warning in output["warnings"]:
     print(f"warning: {warning}", file=sys.stderr)
-  print(json.dumps(report, indent=2, allow_nan=False, ensure_ascii=False) if args.json else format_text(report))
+  if args.json:
+    print(json.dumps(output, indent=2, allow_nan=False, ensure_ascii=False))
+  else:
+    print(format_continuation(output) if args.next is not None else format_text(output))
   return 0

@@ -59,8 +59,9 @@ def continue_prompt(
   """The top-k next tokens after `prompt` and, with `generate` > 0, a sampled continuation: → JSON-ready dict.
 
   Keys: workdir, step, prompt, prompt_tokens ([{id, label}]), next ([{id, label, prob}]), warnings, and with
-  `generate` also generated ([{id, label}]), text (prompt and continuation, decoded) and temperature, seed. UsageError for a
-  run without text tokens, a prompt with no tokens, top_k outside [1, V], generate < 0, temperature < 0.
+  `generate` also generated ([{id, label}]), text (prompt and continuation, decoded), temperature and seed.
+  UsageError for a run without text tokens, a prompt with no tokens, top_k outside [1, V], generate < 0, or a
+  temperature < 0.
   """
   from tied_embed.inspection.run import open_run  # noqa: PLC0415 (Orbax only when a run is opened)
 

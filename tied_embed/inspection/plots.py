@@ -9,8 +9,8 @@ replaced when that step is inspected again.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
 import pathlib
+from collections.abc import Callable
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -54,7 +54,7 @@ def heatmaps_figure(
     ax.set_title(title)
     ax.set_xlabel("next token j")
   if token_ids is not None or label is not None:
-    ticks = np.linspace(0, len(shown) - 1, 9 if label else 5).round().astype(int)
+    ticks = np.unique(np.linspace(0, len(shown) - 1, 9 if label else 5).round().astype(int))
     names = [(label or str)(int(shown[t])) for t in ticks]
     for ax in axes:
       ax.set_xticks(ticks, names, rotation=90 if label else 0)

@@ -35,7 +35,8 @@ def _builder(name: str, data_dir: str) -> Any:
                                " (see `tfds.list_builders()`)") from None
   except Exception as e:  # noqa: BLE001 (a bad config or version name fails in several types)
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    raise UsageError.bad_value("data.tfds_name", name, f"a TFDS dataset, config and version that exist ({first})")
+    raise UsageError.bad_value("data.tfds_name", name,
+                               f"a TFDS dataset, config and version that exist ({first})") from None
 
 
 def _texts(builder: Any, split: str, feature: str) -> Iterator[str]:

@@ -74,7 +74,8 @@ class TextSource(base.Source):
               vocab_size, f"an integer in [{MIN_SUBWORD_VOCAB}, {_MAX_SUBWORD_VOCAB}] for a SentencePiece vocabulary")
     else:
       pieces = tokenizer_lib.load_model_file(os.path.expanduser(choice)).vocab_size
-      require(vocab_size == pieces, "model.vocab_size", vocab_size, f"{pieces}, the pieces of data.tokenizer={choice!r}")
+      require(vocab_size == pieces, "model.vocab_size", vocab_size,
+              f"{pieces}, the pieces of data.tokenizer={choice!r}")
     self.validate_text(config)
 
   def settings(self, config: Any) -> dict[str, Any]:

@@ -151,8 +151,9 @@ def train_sentencepiece(lines: Iterable[str], vocab_size: int) -> bytes:
   except RuntimeError as e:
     message = str(e).splitlines()[0]
     reason = message.split("] ", 1)[-1]
-    raise UsageError.bad_value("model.vocab_size", vocab_size,
-                               f"a vocabulary size this corpus's train text supports (SentencePiece: {reason})") from None
+    raise UsageError.bad_value(
+        "model.vocab_size", vocab_size,
+        f"a vocabulary size this corpus's train text supports (SentencePiece: {reason})") from None
   return writer.getvalue()
 
 
