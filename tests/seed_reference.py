@@ -1,4 +1,4 @@
-"""Plain transcriptions of the seed documents, used as independent expected values in tests."""
+"""Plain transcriptions of the NNX and Linen contracts in the README, used as independent expected values in tests."""
 
 from __future__ import annotations
 

@@ -3,40 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from helpers import BAD_VALUES, smoke_with
 
 from tied_embed.config_validation import validate_config
 from tied_embed.errors import UsageError
-
-BAD_VALUES = [
-    ("model.vocab_size", 0),
-    ("model.vocab_size", -3),
-    ("model.d_model", 0),
-    ("train.batch_size", 0),
-    ("train.num_steps", -1),
-    ("train.learning_rate", 0.0),
-    ("train.learning_rate", float("nan")),
-    ("train.learning_rate", float("inf")),
-    ("train.log_every", 0),
-    ("train.eval_every", -5),
-    ("train.checkpoint_every", 0),
-    ("train.optimizer", "adagrad"),
-    ("data.source", "wikipedia"),
-    ("mesh.data", 2),  # one CPU device in the test process
-    ("mesh.model", 0),
-]
-
-
-def _smoke_with(path: str, value):
-  from configs import smoke  # noqa: PLC0415
-
-  config = smoke.get_config()
-  node = config
-  *parents, leaf = path.split(".")
-  for key in parents:
-    node = node[key]
-  with node.ignore_type():
-    node[leaf] = value
-  return config
 
 
 def test_smoke_config_is_valid():
@@ -49,19 +19,19 @@ def test_smoke_config_is_valid():
 @pytest.mark.parametrize(("path", "value"), BAD_VALUES)
 def test_bad_value_names_its_field(path, value):
   with pytest.raises(UsageError) as raised:
-    validate_config(_smoke_with(path, value), num_devices=1)
+    validate_config(smoke_with(path, value), num_devices=1)
   message = str(raised.value)
   assert path in message and "\n" not in message
 
 
 def test_vocab_wrong_for_text_source_is_refused():
-  config = _smoke_with("data.source", "text")
+  config = smoke_with("data.source", "text")
   with pytest.raises(UsageError, match="model.vocab_size"):
     validate_config(config, num_devices=1)
 
 
 def test_missing_text_path_is_refused(tmp_path):
-  config = _smoke_with("data.source", "text")
+  config = smoke_with("data.source", "text")
   config.model.vocab_size = 256
   config.data.text_path = str(tmp_path / "missing.txt")
   with pytest.raises(UsageError, match="data.text_path"):
@@ -73,14 +43,14 @@ def test_missing_text_path_is_refused(tmp_path):
     [(1, 3, "mesh.model"), (3, 1, "mesh.data"), (-1, -1, "mesh.model"), (4, 4, "mesh")],
 )
 def test_mesh_must_fit_devices_vocab_and_batch(data, model, field):
-  config = _smoke_with("mesh.data", data)  # smoke: V=32, B=128; 8 devices assumed
+  config = smoke_with("mesh.data", data)  # smoke: V=32, B=128; 8 devices assumed
   config.mesh.model = model
   with pytest.raises(UsageError, match=field):
     validate_config(config, num_devices=8)
 
 
 def test_mesh_minus_one_takes_the_remaining_devices():
-  config = _smoke_with("mesh.data", -1)
+  config = smoke_with("mesh.data", -1)
   config.mesh.model = 2
   validate_config(config, num_devices=8)  # 4 x 2
 
@@ -88,6 +58,6 @@ def test_mesh_minus_one_takes_the_remaining_devices():
 def test_make_optimizer_called_directly_with_an_unknown_name_raises_value_error():
   from tied_embed.optim import make_optimizer  # noqa: PLC0415
 
-  config = _smoke_with("train.optimizer", "adagrad")
+  config = smoke_with("train.optimizer", "adagrad")
   with pytest.raises(ValueError, match="'adagrad'"):
     make_optimizer(config.train)

@@ -1,7 +1,7 @@
 """A SIGTERM that reaches only one host of a two-process run stops both, at the same step, with a checkpoint.
 
-Before the processes agreed on stopping (preemption.StopSignals.agreed), the signalled host left the loop alone
-and the other waited forever in the next collective. The signal is delivered through tests/fault_run.py, which
+Unless the processes agree on stopping (preemption.StopSignals.agreed), the signalled host would leave the loop
+alone and the other would wait forever in the next collective. The signal is delivered through tests/fault_run.py, which
 holds process 1 at a chosen step until its handler has the signal, so the step it lands at is known exactly.
 """
 
@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 
 from conftest import ROOT
-from test_sharding import METRICS, _assert_close, _env, _free_port
+from helpers import METRICS, assert_close, free_port, subprocess_env
 
 from tied_embed import checkpoint
 from tied_embed.events import read_scalars
@@ -31,7 +31,7 @@ def _two_hosts(workdir, logs, wait_at: int | None = None) -> Iterator[list[subpr
   Yields the processes and, on leaving, waits for them to exit; a watchdog kills both DEADLINE_S after launch,
   also while the caller waits for process 1's stdout (a pipe when it waits: fault_run.py says there when it does).
   """
-  port, processes = _free_port(), []
+  port, processes = free_port(), []
   logs.mkdir()
   for index in range(2):
     fault = index == 1 and wait_at is not None
@@ -40,7 +40,7 @@ def _two_hosts(workdir, logs, wait_at: int | None = None) -> Iterator[list[subpr
       processes.append(subprocess.Popen(
           [sys.executable, *script, *TRAIN, "--workdir", str(workdir)], cwd=ROOT, text=True,
           stdout=subprocess.PIPE if fault else subprocess.DEVNULL, stderr=stderr,
-          env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=4",
+          env=subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=4",
                    JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(index)),
       ))
   watchdog = threading.Timer(DEADLINE_S, lambda: [process.kill() for process in processes])
@@ -88,10 +88,10 @@ def test_sigterm_to_one_host_stops_both_at_its_next_sync_step_and_the_rerun_fini
   assert all("Resuming from the checkpoint at step 30." in e for e in errors), _tails(errors)
   restored = checkpoint.restore(workdir)
   assert restored.step == 60
-  _assert_close(restored.model.embedding[...], smoke_run.summary.state["model"]["embedding"][...])
+  assert_close(restored.model.embedding[...], smoke_run.summary.state["model"]["embedding"][...])
   for name in ("lookup_total", "projection_total"):
-    _assert_close(restored.provenance[name], smoke_run.summary.state[name][...])
+    assert_close(restored.provenance[name], smoke_run.summary.state[name][...])
   got, want = read_scalars(workdir, METRICS), read_scalars(smoke_run.workdir, METRICS)  # both runs' logs together
   for tag in METRICS:
     assert got[tag][0].tolist() == want[tag][0].tolist(), tag
-    _assert_close(got[tag][1], want[tag][1])
+    assert_close(got[tag][1], want[tag][1])

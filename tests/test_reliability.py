@@ -1,4 +1,4 @@
-"""Fault injection: each guarantee of issue 5 is broken on purpose here, and the run must come through exactly.
+"""Fault injection: each guarantee of resuming is broken on purpose here, and the run must come through exactly.
 
 The reference for every "exactly" is the shared uninterrupted smoke run (conftest `smoke_run`, configs/smoke.py:
 60 steps, logs every 10, evals and checkpoints every 20, keeps 2). Faults that kill the process run train.py in
@@ -20,8 +20,7 @@ import numpy as np
 import optax
 import pytest
 from conftest import ROOT
-from test_config_validation import BAD_VALUES, _smoke_with
-from test_train import _all_series, _event_series
+from helpers import BAD_VALUES, all_series, event_series, smoke_with
 
 from tied_embed import checkpoint, optim, parallel, preemption
 from tied_embed import data as data_lib
@@ -61,7 +60,7 @@ def _assert_bitwise_equal(state, reference) -> None:
 def _new_series(workdir, old_events) -> dict[str, dict[int, float]]:
   """{tag: {step: value}} from the event files written since `old_events` was taken."""
   (new,) = set(workdir.glob("events.out.tfevents.*")) - old_events
-  return _event_series(new)
+  return event_series(new)
 
 
 def _assert_logs_match_after(series, reference, resumed_from: int) -> None:
@@ -94,7 +93,7 @@ def test_sigkill_between_checkpoints_and_mid_save_resumes_bitwise(smoke_run, tmp
   assert finished.returncode == 0, finished.stderr[-2000:]
   assert f"Resuming from the checkpoint at step {resumed_from}." in finished.stderr
   _assert_bitwise_equal(_saved_state(workdir, smoke_run.config, 60), smoke_run.summary.state)
-  _assert_logs_match_after(_new_series(workdir, old_events), _all_series(smoke_run.workdir), resumed_from)
+  _assert_logs_match_after(_new_series(workdir, old_events), all_series(smoke_run.workdir), resumed_from)
 
 
 def test_unfinalized_checkpoint_is_ignored_and_cleaned_up(smoke_run, tmp_path):
@@ -112,7 +111,7 @@ def test_unfinalized_checkpoint_is_ignored_and_cleaned_up(smoke_run, tmp_path):
   assert not (ckpts / "60.orbax-checkpoint-tmp").exists()
   assert checkpoint.available_steps(workdir) == [40, 60]
   _assert_bitwise_equal(summary.state, smoke_run.summary.state)
-  _assert_logs_match_after(_new_series(workdir, old_events), _all_series(smoke_run.workdir), 40)
+  _assert_logs_match_after(_new_series(workdir, old_events), all_series(smoke_run.workdir), 40)
 
 
 # 2. Preemption.
@@ -139,7 +138,7 @@ def test_sigterm_saves_the_current_step_exits_143_and_resumes_bitwise(smoke_run,
   assert finished.returncode == 0, finished.stderr[-2000:]
   _assert_bitwise_equal(_saved_state(workdir, smoke_run.config, 60), smoke_run.summary.state)
   # train/loss at 30 averages steps 21-30: it is right only if the window 21-26 came back from checkpoint 26.
-  _assert_logs_match_after(_new_series(workdir, old_events), _all_series(smoke_run.workdir), 26)
+  _assert_logs_match_after(_new_series(workdir, old_events), all_series(smoke_run.workdir), 26)
 
 
 def test_sigint_saves_the_current_step_and_resumes_bitwise(smoke_run, tmp_path, monkeypatch):
@@ -189,7 +188,7 @@ def test_first_non_finite_step_stops_the_run_without_saving(smoke_run, tmp_path,
   assert checkpoint.available_steps(workdir) == [20]  # nothing saved at 40 or 60
   restored = checkpoint.restore(workdir)
   assert np.isfinite(restored.model.embedding[...]).all()
-  logged = _all_series(workdir)
+  logged = all_series(workdir)
   assert max(logged["train/loss"]) == 30 and max(logged["eval/loss"]) == 20  # no NaN reached the logs
 
 
@@ -215,7 +214,7 @@ MORE_BAD_VALUES = [
 
 @pytest.mark.parametrize(("path", "value"), BAD_VALUES + MORE_BAD_VALUES)
 def test_bad_value_stops_before_writing_or_generating_anything(tmp_path, path, value):
-  config = _smoke_with(path, value)
+  config = smoke_with(path, value)
   config.data.data_dir = str(tmp_path / "data")
   with pytest.raises(UsageError) as raised:
     train_and_evaluate(config, tmp_path / "run")
@@ -226,7 +225,7 @@ def test_bad_value_stops_before_writing_or_generating_anything(tmp_path, path, v
 
 @pytest.mark.parametrize(("source", "vocab_size", "text_path"), [("text", 32, ""), ("text", 256, "/no/such/file")])
 def test_source_specific_values_stop_before_any_work(tmp_path, source, vocab_size, text_path):
-  config = _smoke_with("data.source", source)
+  config = smoke_with("data.source", source)
   config.model.vocab_size = vocab_size
   config.data.update(text_path=text_path, data_dir=str(tmp_path / "data"))
   with pytest.raises(UsageError, match="model.vocab_size=32 .*256" if vocab_size == 32 else "data.text_path"):
@@ -288,7 +287,7 @@ def test_damaged_latest_checkpoint_is_moved_aside_and_the_run_resumes_bitwise(sm
   assert checkpoint.available_steps(workdir) == [40, 60]  # 60 written again, in place of the damaged one
   _assert_bitwise_equal(summary.state, smoke_run.summary.state)
   _assert_bitwise_equal(_saved_state(workdir, smoke_run.config, 60), smoke_run.summary.state)
-  _assert_logs_match_after(_new_series(workdir, old_events), _all_series(smoke_run.workdir), 40)
+  _assert_logs_match_after(_new_series(workdir, old_events), all_series(smoke_run.workdir), 40)
 
 
 def test_no_intact_checkpoint_stops_instead_of_starting_over(smoke_run, tmp_path):

@@ -13,7 +13,7 @@ import sys
 import ml_collections
 import pytest
 from conftest import ROOT
-from test_config_validation import _smoke_with
+from helpers import smoke_with
 
 from tied_embed import config_schema, sources
 from tied_embed.config_schema import load_config_file
@@ -57,17 +57,17 @@ def _refusal(config, memory_bytes: int = 2**50) -> str:
     ],
 )
 def test_values_beyond_the_range_the_run_can_take_are_refused(path, value):
-  message = _refusal(_smoke_with(path, value))
+  message = _refusal(smoke_with(path, value))
   assert message.startswith(f"{path}={value!r} is not allowed: expected an integer in [")
 
 
 def test_tied_must_be_a_bool():
-  assert _refusal(_smoke_with("model.tied", "no")) == "model.tied='no' is not allowed: expected True or False"
+  assert _refusal(smoke_with("model.tied", "no")) == "model.tied='no' is not allowed: expected True or False"
 
 
 def test_seeds_at_both_ends_of_the_range_are_accepted():
   for seed in (0, 2**31 - 1):
-    validate_config(_smoke_with("seed", seed), num_devices=1, memory_bytes=2**50)
+    validate_config(smoke_with("seed", seed), num_devices=1, memory_bytes=2**50)
 
 
 # Field names: the schema of configs/default.py.
@@ -92,7 +92,7 @@ def test_a_new_sources_fields_are_known_fields(monkeypatch):
 
 
 def test_a_misspelt_field_in_a_config_file_is_refused_with_a_suggestion():
-  config = _smoke_with("seed", 0)
+  config = smoke_with("seed", 0)
   config.train.learnig_rate = 0.1
   message = _refusal(config)
   assert message.startswith("train.learnig_rate=0.1 is not allowed: expected a known config field")
@@ -100,10 +100,10 @@ def test_a_misspelt_field_in_a_config_file_is_refused_with_a_suggestion():
 
 
 def test_an_unknown_group_and_a_missing_field_are_refused():
-  config = _smoke_with("seed", 0)
+  config = smoke_with("seed", 0)
   config.optimiser = ml_collections.ConfigDict({"name": "adam"})
   assert _refusal(config).startswith("optimiser.name='adam' is not allowed")
-  config = _smoke_with("seed", 0)
+  config = smoke_with("seed", 0)
   del config.loss["chunk_size"]
   assert _refusal(config) == "loss.chunk_size is missing from the config: expected every field of configs/default.py"
 
@@ -112,7 +112,7 @@ def test_an_unknown_group_and_a_missing_field_are_refused():
 
 
 def test_memory_estimate_is_the_documented_sum():
-  config = _smoke_with("model.vocab_size", 32)  # smoke: D=8, B=128, eval 512, 20,000 + 2,000 pairs, tied, full loss
+  config = smoke_with("model.vocab_size", 32)  # smoke: D=8, B=128, eval 512, 20,000 + 2,000 pairs, tied, full loss
   assert [term.bytes for term in memory_estimate(config)] == [
       32 * 8 * (4 * 6 + 8),  # one float32 table six times, the float64 hidden table once
       128 * 32 * 4 * 3,  # train logits
@@ -128,7 +128,7 @@ def test_memory_estimate_is_the_documented_sum():
 
 
 def test_a_config_that_cannot_fit_is_refused_with_the_estimate_and_the_memory():
-  config = _smoke_with("train.batch_size", 2**24)  # (B, V) train logits: 2**24 * 32 * 12 bytes = 6 GiB
+  config = smoke_with("train.batch_size", 2**24)  # (B, V) train logits: 2**24 * 32 * 12 bytes = 6 GiB
   check_memory(config, 9 * GIB)  # + 1 GiB of (B, D) hidden vectors + 1 GiB of runtime, and a little more
   message = _refusal(config, memory_bytes=4 * GIB)
   assert message.startswith(f"train.batch_size={2**24} is not allowed: expected a config that fits in this "
@@ -145,7 +145,7 @@ def test_a_config_that_cannot_fit_is_refused_with_the_estimate_and_the_memory():
     ],
 )
 def test_the_refusal_names_the_field_that_makes_the_run_too_large(path, value, blamed):
-  message = _refusal(_smoke_with(path, value), memory_bytes=2 * GIB)
+  message = _refusal(smoke_with(path, value), memory_bytes=2 * GIB)
   assert message.startswith(f"{blamed}=")
 
 

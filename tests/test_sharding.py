@@ -9,8 +9,6 @@ entries within ~1e-3 of zero (the table's entries are O(1)).
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 
@@ -18,6 +16,7 @@ import jax
 import numpy as np
 import pytest
 from conftest import ROOT
+from helpers import COUNTS, METRICS, assert_close, free_port, subprocess_env
 
 from tied_embed import checkpoint, parallel
 from tied_embed.config_validation import validate_config
@@ -25,22 +24,8 @@ from tied_embed.errors import UsageError
 from tied_embed.events import read_scalars
 
 TABLE = "['model']['embedding'].value"
-METRICS = ("train/loss", "eval/loss", "grad/lookup_norm", "grad/projection_norm", "grad/total_norm", "grad/cosine")
-COUNTS = ("grad/rows_looked_up", "grad/rows_projection_only")
-
-
-def _env(**extra: str) -> dict[str, str]:
-  """This environment for a subprocess, minus any JAX_* settings (e.g. a JAX_NUM_PROCESSES of the caller's)."""
-  env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
-  return env | {"TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"} | extra  # simulated devices are CPU ones
-
-
 def _leaves(state) -> dict[str, np.ndarray]:
   return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(state)}
-
-
-def _assert_close(got, want) -> None:
-  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +34,7 @@ def sharded(tmp_path_factory):
   out = tmp_path_factory.mktemp("sharded")
   result = subprocess.run(
       [sys.executable, "tests/sharded_run.py", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
-      env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=8"),
+      env=subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=8"),
   )
   assert result.returncode == 0, result.stderr[-3000:]
   return out
@@ -59,7 +44,7 @@ def test_4x2_run_ends_with_the_1_device_parameters_and_optimizer_state(sharded, 
   final, reference = np.load(sharded / "final.npz"), _leaves(smoke_run.summary.state)
   assert set(final.files) == set(reference)
   for name in reference:
-    _assert_close(final[name], reference[name])
+    assert_close(final[name], reference[name])
   assert int(final["['optimizer']['step'].value"]) == smoke_run.config.train.num_steps
 
 
@@ -126,8 +111,9 @@ def test_shardings_follow_the_annotations_whatever_the_optimizer_chain(tied, gra
 def test_default_config_on_a_4x2_mesh_finishes_every_time(tmp_path):
   """The default config's shape on 8 simulated devices (V=1024, B=1024, log_every=100), three runs in a row.
 
-  With a hundred steps dispatched between two log steps, XLA:CPU's collectives used to wait on each other and
-  abort the run after a 40 s rendezvous timeout (exit 134) in most runs; 300 steps cover three log steps.
+  With a hundred steps dispatched between two log steps and nothing bounding them, XLA:CPU's collectives wait on
+  each other and abort the run after a 40 s rendezvous timeout (exit 134) in most runs; 300 steps cover three
+  log steps.
   """
   code = (
       "import sys; from configs import default; from tied_embed.trainer import train_and_evaluate\n"
@@ -140,7 +126,7 @@ def test_default_config_on_a_4x2_mesh_finishes_every_time(tmp_path):
   )
   result = subprocess.run(
       [sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=480,
-      env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=8"),
+      env=subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=8"),
   )
   assert result.returncode == 0, result.stderr[-3000:]
   assert [line for line in result.stdout.splitlines() if line.startswith("finished")] == ["finished 300"] * 3
@@ -151,10 +137,10 @@ def test_checkpoint_from_8_devices_restores_on_1_device(sharded, smoke_run):
   restored = checkpoint.restore(sharded / "run")
   assert restored.step == 60 and jax.device_count() == 1
   np.testing.assert_array_equal(restored.model.embedding[...], final[TABLE])
-  _assert_close(restored.model.embedding[...], smoke_run.summary.state["model"]["embedding"][...])
+  assert_close(restored.model.embedding[...], smoke_run.summary.state["model"]["embedding"][...])
   for name in ("lookup_total", "projection_total"):
     np.testing.assert_array_equal(restored.provenance[name], final[f"['{name}'].value"])
-    _assert_close(restored.provenance[name], smoke_run.summary.state[name][...])
+    assert_close(restored.provenance[name], smoke_run.summary.state[name][...])
 
 
 @pytest.mark.parametrize(("mesh", "num_shards"), [("2x4", 4), ("8x1", 1)])
@@ -170,7 +156,7 @@ def test_checkpoint_restores_on_other_meshes(sharded, mesh, num_shards):
 def test_training_resumes_on_another_mesh(sharded, smoke_run):
   resumed, reference = np.load(sharded / "resumed_2x4.npz"), _leaves(smoke_run.summary.state)
   for name in reference:
-    _assert_close(resumed[name], reference[name])
+    assert_close(resumed[name], reference[name])
 
 
 def test_logged_loss_and_provenance_metrics_match_the_1_device_run(sharded, smoke_run):
@@ -178,29 +164,27 @@ def test_logged_loss_and_provenance_metrics_match_the_1_device_run(sharded, smok
   want = read_scalars(smoke_run.workdir, METRICS + COUNTS + ("grad/split_error",))
   for tag in METRICS + COUNTS:
     np.testing.assert_array_equal(got[tag][0], want[tag][0])
-    _assert_close(got[tag][1], want[tag][1])
+    assert_close(got[tag][1], want[tag][1])
   for tag in COUNTS:
     np.testing.assert_array_equal(got[tag][1], want[tag][1])
   assert max(got["grad/split_error"][1]) < 1e-5
 
 
-def _free_port() -> int:
-  with socket.socket() as probe:
-    probe.bind(("localhost", 0))
-    return probe.getsockname()[1]
-
-
 def test_two_processes_train_to_the_1_device_parameters(smoke_run, tmp_path):
   """Two hosts on localhost (4 CPU devices each, one 4x2 mesh) through train.py and jax.distributed."""
-  workdir, port = tmp_path / "two_hosts", _free_port()
+  workdir, port = tmp_path / "two_hosts", free_port()
   command = [sys.executable, "train.py", "--config", "configs/smoke.py", "--workdir", str(workdir),
              "--config.mesh.data=4", "--config.mesh.model=2"]
-  processes = [
-      subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(
+  envs = [
+      subprocess_env(
           XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_COORDINATOR_ADDRESS=f"localhost:{port}",
           JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(index),
-      ))
+      )
       for index in range(2)
+  ]
+  processes = [
+      subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+      for env in envs
   ]
   try:
     errors = [process.communicate(timeout=300)[1] for process in processes]
@@ -213,12 +197,12 @@ def test_two_processes_train_to_the_1_device_parameters(smoke_run, tmp_path):
   assert {p.name for p in (workdir / "checkpoints" / "60" / "state").glob("ocdbt.process_*")} == {
       "ocdbt.process_0", "ocdbt.process_1"}  # each process wrote its own shards
   restored = checkpoint.restore(workdir)
-  _assert_close(restored.model.embedding[...], smoke_run.summary.state["model"]["embedding"][...])
+  assert_close(restored.model.embedding[...], smoke_run.summary.state["model"]["embedding"][...])
   for name in ("lookup_total", "projection_total"):
-    _assert_close(restored.provenance[name], smoke_run.summary.state[name][...])
+    assert_close(restored.provenance[name], smoke_run.summary.state[name][...])
   got, want = read_scalars(workdir, METRICS), read_scalars(smoke_run.workdir, METRICS)
   for tag in METRICS:
-    _assert_close(got[tag][1], want[tag][1])
+    assert_close(got[tag][1], want[tag][1])
 
 
 @pytest.mark.parametrize(

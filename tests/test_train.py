@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 from flax import nnx
+from helpers import all_series, event_series
 
 from tied_embed import optim
 from tied_embed import train_step as step_lib
@@ -23,36 +24,15 @@ SCALAR_TAGS = (
 HISTOGRAM_TAGS = ("provenance/lookup_total", "provenance/projection_total")
 
 
-def _event_series(path) -> dict[str, dict[int, float]]:
-  """{tag: {step: value}} from one event file, read with TensorBoard's own loader (histograms: their sum)."""
-  from tensorboard.backend.event_processing.event_file_loader import EventFileLoader  # noqa: PLC0415
-  from tensorboard.util.tensor_util import make_ndarray  # noqa: PLC0415
-
-  series: dict[str, dict[int, float]] = {}
-  for event in EventFileLoader(str(path)).Load():
-    for value in event.summary.value:
-      if value.HasField("tensor"):
-        series.setdefault(value.tag, {})[event.step] = float(np.sum(make_ndarray(value.tensor)))
-  return series
-
-
-def _all_series(workdir) -> dict[str, dict[int, float]]:
-  merged: dict[str, dict[int, float]] = {}
-  for path in sorted(workdir.glob("events.out.tfevents.*")):
-    for tag, by_step in _event_series(path).items():
-      merged.setdefault(tag, {}).update(by_step)
-  return merged
-
-
 def test_event_files_hold_every_scalar_and_histogram_tag(smoke_workdir):
-  series = _all_series(smoke_workdir)
+  series = all_series(smoke_workdir)
   assert set(SCALAR_TAGS + HISTOGRAM_TAGS) <= set(series)
   assert sorted(series["train/loss"]) == [10, 20, 30, 40, 50, 60]  # log_every=10
   assert sorted(series["eval/loss"]) == [20, 40, 60]  # eval_every=20
 
 
 def test_smoke_loss_falls_towards_the_floor(smoke_run):
-  series = _all_series(smoke_run.workdir)
+  series = all_series(smoke_run.workdir)
   eval_losses = [series["eval/loss"][step] for step in (20, 40, 60)]
   assert eval_losses[0] > eval_losses[1] > eval_losses[2]
   # A fresh table scores about log V; training must get well below that and stay above the floor.
@@ -64,7 +44,7 @@ def test_smoke_loss_falls_towards_the_floor(smoke_run):
 
 
 def test_logged_split_error_is_tiny(smoke_workdir):
-  errors = _all_series(smoke_workdir)["grad/split_error"]
+  errors = all_series(smoke_workdir)["grad/split_error"]
   assert len(errors) == 6
   assert max(errors.values()) < 1e-5
 
@@ -78,7 +58,7 @@ def test_second_run_resumes_from_latest_checkpoint_and_repeats_the_run(smoke_run
   old_events = set(workdir.glob("events.out.tfevents.*"))
   summary = train_and_evaluate(smoke_run.config, workdir)
   (new_events,) = set(workdir.glob("events.out.tfevents.*")) - old_events
-  assert sorted(_event_series(new_events)["train/loss"]) == [50, 60]
+  assert sorted(event_series(new_events)["train/loss"]) == [50, 60]
   resumed, uninterrupted = summary.state["model"]["embedding"][...], smoke_run.summary.state["model"]["embedding"][...]
   np.testing.assert_array_equal(np.asarray(resumed), np.asarray(uninterrupted))
 

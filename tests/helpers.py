@@ -1,0 +1,88 @@
+"""What several test modules share: configs with one field changed, event-file readers, subprocess environments."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+
+import numpy as np
+
+# Values config validation must refuse, each with the field path its message must name.
+BAD_VALUES = [
+    ("model.vocab_size", 0),
+    ("model.vocab_size", -3),
+    ("model.d_model", 0),
+    ("train.batch_size", 0),
+    ("train.num_steps", -1),
+    ("train.learning_rate", 0.0),
+    ("train.learning_rate", float("nan")),
+    ("train.learning_rate", float("inf")),
+    ("train.log_every", 0),
+    ("train.eval_every", -5),
+    ("train.checkpoint_every", 0),
+    ("train.optimizer", "adagrad"),
+    ("data.source", "wikipedia"),
+    ("mesh.data", 2),  # one CPU device in the test process
+    ("mesh.model", 0),
+]
+
+# Scalars a sharded run must log like the 1-device run: to float32 rounding, and the counts exactly.
+METRICS = ("train/loss", "eval/loss", "grad/lookup_norm", "grad/projection_norm", "grad/total_norm", "grad/cosine")
+COUNTS = ("grad/rows_looked_up", "grad/rows_projection_only")
+
+
+def smoke_with(path: str, value):
+  """configs/smoke.py with the field at dotted `path` set to `value` (any type)."""
+  from configs import smoke  # noqa: PLC0415
+
+  config = smoke.get_config()
+  node = config
+  *parents, leaf = path.split(".")
+  for key in parents:
+    node = node[key]
+  with node.ignore_type():
+    node[leaf] = value
+  return config
+
+
+def event_series(path: str | pathlib.Path) -> dict[str, dict[int, float]]:
+  """{tag: {step: value}} from one event file, scalars and histograms (their sum), in the order written.
+
+  Reads with TensorBoard's own loader, independently of `tied_embed.events`, which it also checks.
+  """
+  from tensorboard.backend.event_processing.event_file_loader import EventFileLoader  # noqa: PLC0415
+  from tensorboard.util.tensor_util import make_ndarray  # noqa: PLC0415
+
+  series: dict[str, dict[int, float]] = {}
+  for event in EventFileLoader(str(path)).Load():
+    for value in event.summary.value:
+      if value.HasField("tensor"):
+        series.setdefault(value.tag, {})[event.step] = float(np.sum(make_ndarray(value.tensor)))
+  return series
+
+
+def all_series(workdir: pathlib.Path) -> dict[str, dict[int, float]]:
+  """`event_series` of every event file in `workdir`, merged in file-name (creation) order."""
+  merged: dict[str, dict[int, float]] = {}
+  for path in sorted(workdir.glob("events.out.tfevents.*")):
+    for tag, by_step in event_series(path).items():
+      merged.setdefault(tag, {}).update(by_step)
+  return merged
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+  """This environment for a subprocess, minus any JAX_* settings (e.g. a JAX_NUM_PROCESSES of the caller's)."""
+  env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+  return env | {"TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"} | extra  # simulated devices are CPU ones
+
+
+def free_port() -> int:
+  with socket.socket() as probe:
+    probe.bind(("localhost", 0))
+    return probe.getsockname()[1]
+
+
+def assert_close(got, want) -> None:
+  """float32 results of different meshes: equal to rounding (atol for the few entries near zero)."""
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
