@@ -1,10 +1,15 @@
 # Two commands do all the set-up on a fresh machine: `make train` and `make test`.
+# The others run in the same environment: `make inspect`, `make tensorboard`, `make results`, `make bench`.
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL := 3
 
-.PHONY: install train test bench lint clean
+# `make train CONFIG=configs/untied.py WORKDIR=runs/untied`, then `make inspect WORKDIR=runs/untied`.
+CONFIG ?= configs/default.py
+WORKDIR ?= runs/default
+
+.PHONY: install train test inspect tensorboard results bench lint clean
 
 install: $(STAMP)
 
@@ -17,10 +22,19 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $(STAMP)
 
 train: $(STAMP)
-	$(PY) train.py --config configs/default.py --workdir runs/default
+	$(PY) train.py --config $(CONFIG) --workdir $(WORKDIR)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+inspect: $(STAMP)
+	$(PY) -m tied_embed.inspect --workdir $(WORKDIR)
+
+tensorboard: $(STAMP)
+	$(VENV)/bin/tensorboard --logdir $(dir $(WORKDIR))
+
+results: $(STAMP)
+	$(PY) scripts/results.py
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -r requirements-bench.txt

@@ -1,0 +1,113 @@
+"""Reruns the README's results table and rewrites it: `make results` (= python scripts/results.py).
+
+Each run is the README's own command (`python train.py ...`) in a fresh workdir under runs/results/, timed as a
+whole command (imports, dataset generation, compilation, training, evaluation, checkpoints). The final losses are
+read back from each run's event files, so the table says what the runs logged. The table, with the machine it
+was measured on, replaces the text between the RESULTS markers in README.md and is also written to
+docs/results.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tied_embed.events import read_scalars  # noqa: E402
+
+START, END = "<!-- RESULTS:START (written by scripts/results.py) -->", "<!-- RESULTS:END -->"
+
+# (row name, the command's flags besides --workdir)
+RUNS = [
+    ("planted, tied (default)", ["--config", "configs/default.py"]),
+    ("planted, untied", ["--config", "configs/untied.py"]),
+    ("directed, tied", ["--config", "configs/directed.py"]),
+    ("directed, untied", ["--config", "configs/directed.py", "--config.model.tied=False"]),
+    ("text, tied", ["--config", "configs/text.py"]),
+    ("text, untied", ["--config", "configs/text.py", "--config.model.tied=False"]),
+]
+
+
+def machine() -> str:
+  """'AMD EPYC 7B13, 2 cores, AVX2 AVX-512F ...' from /proc/cpuinfo, plus memory, Python and JAX versions."""
+  import jax  # noqa: PLC0415
+
+  cpuinfo = pathlib.Path("/proc/cpuinfo").read_text() if pathlib.Path("/proc/cpuinfo").exists() else ""
+  model = re.search(r"model name\s*:\s*(.*)", cpuinfo)
+  flags_line = re.search(r"flags\s*:\s*(.*)", cpuinfo)
+  flags = set(flags_line.group(1).split()) if flags_line else set()
+  wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
+  memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+  return (
+      f"{model.group(1).strip() if model else platform.processor()}, {os.cpu_count()} cores, "
+      f"vector extensions: {' '.join(f for f in wanted if f in flags) or 'none of ' + ', '.join(wanted)}; "
+      f"{memory:.0f} GiB; Python {platform.python_version()}, jax {jax.__version__}"
+  )
+
+
+def run(name: str, flags: list[str], workdir: pathlib.Path) -> dict:
+  shutil.rmtree(workdir, ignore_errors=True)
+  command = [sys.executable, "train.py", *flags, "--workdir", str(workdir)]
+  started = time.perf_counter()
+  subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
+  wall = time.perf_counter() - started
+  tags = ("eval/loss", "eval/loss_floor", "eval/count_bigram_loss")
+  scalars = read_scalars(workdir, tags)
+  final = {tag: float(values[-1]) for tag, (_, values) in scalars.items()}
+  shown = " ".join(["python train.py", *flags, "--workdir", f"runs/{workdir.name}"])
+  return {"name": name, "command": shown, "wall": wall, **final}
+
+
+def table(rows: list[dict]) -> str:
+  lines = [
+      "| run | command | final eval loss | floor | gap / floor | count-bigram loss | wall |",
+      "|---|---|---|---|---|---|---|",
+  ]
+  for row in rows:
+    loss, floor = row["eval/loss"], row["eval/loss_floor"]
+    count = f"{row['eval/count_bigram_loss']:.4f}" if "eval/count_bigram_loss" in row else "—"
+    lines.append(
+        f"| {row['name']} | `{row['command']}` | {loss:.4f} | {floor:.4f} | {100 * (loss - floor) / floor:.2f}% "
+        f"| {count} | {row['wall']:.0f} s |"
+    )
+  return "\n".join(lines)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--only", help="run only the rows whose name contains this text (no README rewrite)")
+  args = parser.parse_args()
+  rows = []
+  for name, flags in RUNS:
+    if args.only and args.only not in name:
+      continue
+    workdir = ROOT / "runs" / "results" / re.sub(r"[^a-z]+", "_", name).strip("_")
+    rows.append(run(name, flags, workdir))
+    print(f"{name}: {rows[-1]['eval/loss']:.4f} in {rows[-1]['wall']:.0f} s", flush=True)
+  section = (
+      f"Measured by `make results` on: {machine()}; {time.strftime('%Y-%m-%d')}. Wall time is the whole command "
+      "and depends on the machine and its load; the losses are deterministic on a given machine and JAX version.\n\n"
+      + table(rows)
+  )
+  print(section)
+  if args.only:
+    return
+  (ROOT / "docs" / "results.md").write_text("# Results\n\n" + section + "\n")
+  readme = (ROOT / "README.md").read_text()
+  if START in readme and END in readme:
+    before, rest = readme.split(START, 1)
+    _, after = rest.split(END, 1)
+    (ROOT / "README.md").write_text(f"{before}{START}\n{section}\n{END}{after}")
+
+
+if __name__ == "__main__":
+  main()
