@@ -2,7 +2,8 @@
 
 `load_bigram_data(config, workdir)` builds (or reuses) the `bigram_pairs` dataset for the task the config
 describes and returns a `BigramData` holding both splits, the loss floor and the reference table. The source
-(`tied_embed.sources`) says what the pairs are; this module stores, verifies and loads them. A cached dataset is
+(`tied_embed.sources`) says what the pairs are and first makes what it needs under the data dir (a text source's
+trained tokenizer); this module stores, verifies and loads them. A cached dataset is
 checked on every load (pair counts, shapes, ids below V); one that fails is deleted and generated again, with a
 warning. Generation holds an exclusive lock on the data dir, so a second run that needs the same dataset at the
 same moment is refused with one line naming the first. `train_batch(data, seed, step, batch_size)` picks the

@@ -3,7 +3,10 @@
 Data config fields:
   data.source           which task (`tied_embed.sources`); the source checks the fields it reads itself
   data.data_dir         where the dataset is generated and cached ('' = <workdir>/data): a writable directory
-  data.text_path        text: the file whose byte bigrams are the data
+  data.text_path        text: the corpus, a file, a directory (read recursively) or a glob
+  data.tokenizer        text, tfds: 'bytes' (V = 256), 'sentencepiece' (trained, V pieces) or a .model file
+  data.tfds_name        tfds: the TFDS dataset; data.tfds_train_split, data.tfds_eval_split: its splits
+  data.text_feature     tfds: the text feature; data.tfds_data_dir: TFDS's data_dir ('' = TFDS's default)
   data.task_seed        synthetic: hidden table and sampled pairs (model init uses `seed`)
   data.num_train_pairs  synthetic train split size; data.num_eval_pairs: synthetic validation split size
   data.logit_scale      synthetic: E|e*_i|², the typical self (planted) / next (directed) logit

@@ -6,7 +6,11 @@ the loss floor that training is measured against.
 
 - `planted`: symmetric logits e*_i · e*_j, which a tied table represents exactly;
 - `directed`: e*_i · e*_{j-1}, a one-way cycle a tied table cannot represent;
-- `text`: byte bigrams of a file, with an empirical floor.
+- `text`: bigrams of a local corpus (bytes or SentencePiece pieces), with an empirical floor;
+- `tfds`: the same over a TFDS text dataset.
+
+The text sources share `tokenized` (the token stream and its references), `tokenizer`, `corpus` (reading local
+files in bounded memory) and `count_bigram` (sparse counts: the empirical table and the add-k count model).
 
 `get(name)` returns a source. Every module of this package is imported here, so adding a source is one new
 module that defines a `base.Source` and calls `base.register` on it.

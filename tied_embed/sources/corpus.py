@@ -22,7 +22,7 @@ from tied_embed.errors import UsageError
 VALIDATION_FRACTION = 0.1
 READ_BYTES = 1 << 20  # bytes read at a time: memory stays bounded however large the corpus
 _GLOB_CHARS = frozenset("*?[")
-_scans: dict[tuple, Scan] = {}
+_scans: dict[tuple, tuple[Scan, bool]] = {}  # files' (path, size, mtime, inode) → (scan, whether UTF-8 checked)
 
 
 class Scan(NamedTuple):
@@ -75,9 +75,9 @@ def scan(files: list[pathlib.Path], check_utf8: bool, field: str = "data.text_pa
   With `check_utf8`, a file that is not UTF-8 is a UsageError naming it and the byte offset: such input is
   refused, not silently replaced, so the tokens always mean what the file says.
   """
-  key = (check_utf8, tuple((str(p), *_stat(p)) for p in files))
-  if key in _scans:
-    return _scans[key]
+  key = tuple((str(p), *_stat(p)) for p in files)
+  if key in _scans and (_scans[key][1] or not check_utf8):
+    return _scans[key][0]
   digest, total = hashlib.sha256(), 0
   for path in files:
     if len(files) > 1:
@@ -97,7 +97,7 @@ def scan(files: list[pathlib.Path], check_utf8: bool, field: str = "data.text_pa
       raise UsageError.bad_value(field, str(path), f"a readable file ({e.strerror or e})") from None
     total += offset
   result = Scan(digest.hexdigest()[:16], total, len(files))
-  _scans[key] = result
+  _scans[key] = (result, check_utf8)
   return result
 
 

@@ -97,8 +97,10 @@ class TextSource(base.Source):
     return prefix if settings["tokenizer"] == tokenizer_lib.BYTES else f"{prefix}-{settings['tokenizer_key']}"
 
   def num_pairs(self, settings: dict[str, Any]) -> dict[str, int]:
-    """Exact for bytes of local text; for subwords about a bound (a line of n bytes and its newline give <= n + 1)."""
-    return {split: max(size - 1, 0) for split, size in settings["num_bytes"].items()}
+    """Exact for bytes of local text. For subwords an estimate for the memory check: half the bytes (English
+    averages about four bytes a piece at V in the thousands); the exact count is known once tokenized."""
+    per_token = 1 if settings["tokenizer"] == tokenizer_lib.BYTES else 2
+    return {split: max(size // per_token - 1, 0) for split, size in settings["num_bytes"].items()}
 
   def num_pairs_exact(self, settings: dict[str, Any]) -> bool:
     return settings["tokenizer"] == tokenizer_lib.BYTES and self.sizes_exact
