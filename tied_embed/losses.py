@@ -127,8 +127,11 @@ def _forward(x, table, targets, chunk):
     top = jnp.max(logits, axis=0)
     exp = jnp.exp(logits - top)
     total = jnp.sum(exp, axis=0)
-    probs = exp * (1.0 / (num_tokens * total))  # softmax / T: the mean's 1/T folded in
-    return d_table + probs @ x_chunk, (top + jnp.log(total), table_t @ probs)
+    # p = exp / total, and the mean's 1/T: a per-token scale, applied to the (C, D) operand and the (D, C)
+    # product rather than to the (V, C) exponentials, which saves a pass over them and a (V, C) buffer.
+    scale = 1.0 / (num_tokens * total)  # (C,)
+    d_table = d_table + exp @ (x_chunk * scale[:, None])
+    return d_table, (top + jnp.log(total), (table_t @ exp) * scale)
 
   d_table, (lse, dx_t) = jax.lax.scan(step, jnp.zeros_like(table), _token_chunks(x, chunk))
   lse = _unchunk(lse, num_tokens)
