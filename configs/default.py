@@ -43,6 +43,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.optimizer = "adamw"  # adamw | adam | sgd
   config.train.weight_decay = 0.0  # adamw: decoupled decay; adam/sgd: L2 term added to the gradient; 0 = off
   config.train.grad_clip_norm = 1.0  # clip the gradient's global norm to this; 0 = no clipping
+  config.train.lookup_grad_scale = 1.0  # a: the update uses a·g_lookup + b·g_projection; 1 = the exact gradient
+  config.train.projection_grad_scale = 1.0  # b: weights the output-projection path (clipping sees the weighted sum)
   config.train.log_every = 100  # steps between train/* and grad/* scalars and provenance histograms
   config.train.eval_every = 500  # steps between evaluations on the validation split (and at the last step)
   config.train.checkpoint_every = 1000  # steps between checkpoints (and at the last step)

@@ -71,6 +71,8 @@ def _check_values(config: ml_collections.ConfigDict) -> None:
   check("train.learning_rate", lambda v: is_number(v) and math.isfinite(v) and v > 0, "a finite number > 0")
   for path in ("train.weight_decay", "train.grad_clip_norm"):
     check(path, lambda v: is_number(v) and math.isfinite(v) and v >= 0, "a finite number >= 0 (0 = off)")
+  for path in ("train.lookup_grad_scale", "train.projection_grad_scale"):
+    check(path, lambda v: is_number(v) and math.isfinite(v) and v >= 0, "a finite number >= 0 (1 = the exact gradient)")
   check("train.optimizer", lambda v: v in OPTIMIZERS, " | ".join(OPTIMIZERS))
   for path in ("train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints"):
     check(path, int_in(1), "an integer in [1, 2**31 - 1]")

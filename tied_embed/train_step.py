@@ -92,8 +92,24 @@ def path_gradients(
   )
 
 
-def update_gradients(model: Model, lookup_grad: jax.Array, projection_grad: jax.Array) -> nnx.State:
-  """The Param gradients the optimizer applies: their sum for the one tied table, each to its own if untied."""
+def scale_path(grad: jax.Array, scale: float) -> jax.Array:
+  """scale · grad: (V, D) → (V, D).
+
+  A scale of exactly 1 returns `grad` itself, so the default step is the same program, and the same bits, as a
+  step that never scales.
+  """
+  return grad if scale == 1.0 else scale * grad
+
+
+def update_gradients(
+    model: Model, lookup_grad: jax.Array, projection_grad: jax.Array, lookup_scale: float = 1.0,
+    projection_scale: float = 1.0,
+) -> nnx.State:
+  """The Param gradients the optimizer applies, each path weighted by its scale (a, b).
+
+  Tied: a·g_lookup + b·g_projection for the one table; untied: a·g_lookup and b·g_projection, each to its own.
+  """
+  lookup_grad, projection_grad = scale_path(lookup_grad, lookup_scale), scale_path(projection_grad, projection_scale)
   if isinstance(model, TiedEmbed):
     values = {"embedding": lookup_grad + projection_grad}
   else:
@@ -140,12 +156,18 @@ def all_finite(loss: jax.Array, state: nnx.State) -> jax.Array:
   return jnp.all(jnp.stack([jnp.isfinite(loss)] + [jnp.isfinite(leaf).all() for leaf in floats]))
 
 
-def make_train_step(graphdef: nnx.GraphDef, chunk_size: int, state_shardings=None) -> TrainStep:
+def make_train_step(
+    graphdef: nnx.GraphDef, chunk_size: int, state_shardings=None, lookup_grad_scale: float = 1.0,
+    projection_grad_scale: float = 1.0,
+) -> TrainStep:
   """jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics). Donates `state`.
 
-  metrics: {'loss': the batch's loss}; with `with_stats` (log steps) also the split statistics of this step's
-  gradient (computed at the parameters before its update), and 'train_loss', the mean loss of the steps since
-  the previous log step, whose window it then empties. A non-finite loss or new state is recorded in
+  The optimizer receives the path gradients weighted by `lookup_grad_scale` and `projection_grad_scale`
+  (`update_gradients`); any clipping in its chain sees that weighted sum. metrics: {'loss': the batch's loss};
+  with `with_stats` (log steps) also the split statistics of this step's unweighted path gradients (computed at
+  the parameters before its update), 'applied_norm', the global norm of the weighted gradient handed to the
+  optimizer (before clipping), and 'train_loss', the mean loss of the steps since the previous log step, whose
+  window it then empties. A non-finite loss or new state is recorded in
   `first_nonfinite_step` (the loop checks it where it syncs anyway), so a state that passes is safe to save.
   """
 
@@ -158,7 +180,10 @@ def make_train_step(graphdef: nnx.GraphDef, chunk_size: int, state_shardings=Non
       metrics.update(split_diagnostics(model, ids, next_ids, chunk_size, lookup_grad, projection_grad))
     train_state.lookup_total[...] += provenance.row_norms(lookup_grad)
     train_state.projection_total[...] += provenance.row_norms(projection_grad)
-    train_state.optimizer.update(model, update_gradients(model, lookup_grad, projection_grad))
+    grads = update_gradients(model, lookup_grad, projection_grad, lookup_grad_scale, projection_grad_scale)
+    if with_stats:
+      metrics["applied_norm"] = optax.tree.norm(grads)
+    train_state.optimizer.update(model, grads)
 
     train_state.train_loss_sum[...] += loss
     train_state.train_loss_count[...] += 1
