@@ -21,7 +21,7 @@ import pytest
 from conftest import ROOT
 from flax import nnx
 
-from tied_embed import checkpoint, locking, optim, preemption
+from tied_embed import checkpoint, integrity, locking, optim, preemption
 from tied_embed import data as data_lib
 from tied_embed import train_step as step_lib
 from tied_embed.errors import UsageError
@@ -100,16 +100,16 @@ def test_fingerprints_are_the_same_on_any_layout_and_see_one_changed_element():
   state = nnx.State({"table": nnx.Param(jax.numpy.asarray(values))})
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
   placed = jax.device_put(state, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("model")))
-  assert checkpoint.fingerprint(placed) == checkpoint.fingerprint(state)
+  assert integrity.fingerprint(placed) == integrity.fingerprint(state)
   for row, column in ((0, 0), (31, 7), (5, 3)):
     changed = values.copy()
     changed[row, column] = np.nextafter(changed[row, column], np.float32(np.inf))  # one ulp
-    assert checkpoint.fingerprint(nnx.State({"table": nnx.Param(jax.numpy.asarray(changed))})) != \
-        checkpoint.fingerprint(state)
+    assert integrity.fingerprint(nnx.State({"table": nnx.Param(jax.numpy.asarray(changed))})) != \
+        integrity.fingerprint(state)
   swapped = values.copy()
   swapped[[0, 1]] = swapped[[1, 0]]  # the same values in another order
-  assert checkpoint.fingerprint(nnx.State({"table": nnx.Param(jax.numpy.asarray(swapped))})) != \
-      checkpoint.fingerprint(state)
+  assert integrity.fingerprint(nnx.State({"table": nnx.Param(jax.numpy.asarray(swapped))})) != \
+      integrity.fingerprint(state)
 
 
 def test_training_moves_a_checkpoint_with_a_wrong_array_aside_and_resumes_bitwise(smoke_run, tmp_path):

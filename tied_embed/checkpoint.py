@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
 import pathlib
 import shutil
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
@@ -35,6 +32,7 @@ from jax.sharding import Mesh
 
 from tied_embed import optim, parallel
 from tied_embed.errors import RunStopped, UsageError
+from tied_embed.integrity import config_checksum, fingerprint
 from tied_embed.train_step import Model, TrainState, build_model
 
 ITEMS = ("state", "config", "manifest")
@@ -51,48 +49,6 @@ class WriteFailed(RunStopped):
 
 class Damaged(Exception):
   """A checkpoint whose items read back but do not match its manifest."""
-
-
-def _bits(array: jax.Array) -> jax.Array:
-  """The raw bits of `array` as uint32 (one or two words per element): (...) → (N,) uint32."""
-  if array.dtype.itemsize == 4:
-    return jax.lax.bitcast_convert_type(array, jnp.uint32).reshape(-1)
-  if array.dtype.itemsize == 8:
-    return jax.lax.bitcast_convert_type(array, jnp.uint32).reshape(-1)  # (..., 2) words
-  unsigned = {1: jnp.uint8, 2: jnp.uint16}[array.dtype.itemsize]
-  return jax.lax.bitcast_convert_type(array, unsigned).astype(jnp.uint32).reshape(-1)
-
-
-@jax.jit
-def _fingerprints(arrays: list[jax.Array]) -> list[jax.Array]:
-  """Two order-sensitive 32-bit sums per array: Σ bits_i · w_i (mod 2³²) with odd weights w_i, for two weightings.
-
-  Integer addition mod 2³² is exact and associative, so the result is the same on any mesh and any sharding;
-  changing any one element changes both sums (an odd weight is invertible mod 2³²).
-  """
-  prints = []
-  for array in arrays:
-    bits = _bits(array)
-    index = jnp.arange(bits.shape[0], dtype=jnp.uint32)
-    for multiplier in (jnp.uint32(2654435761), jnp.uint32(2246822519)):
-      weights = index * multiplier * jnp.uint32(2) + jnp.uint32(1)
-      prints.append(jnp.sum(bits * weights, dtype=jnp.uint32))
-  return prints
-
-
-def fingerprint(state: nnx.State) -> dict[str, str]:
-  """{'model/embedding': '<16 hex digits>', ...}: a fingerprint of every array of `state`, layout-independent."""
-  flat = jax.tree_util.tree_leaves_with_path(nnx.to_pure_dict(state))
-  values = np.asarray(jax.device_get(_fingerprints([leaf for _, leaf in flat])), np.uint32).reshape(-1, 2)
-  return {
-      "/".join(str(getattr(key, "key", key)) for key in path): f"{int(a):08x}{int(b):08x}"
-      for (path, _), (a, b) in zip(flat, values, strict=True)
-  }
-
-
-def config_checksum(config: dict) -> str:
-  """sha256 of the config's canonical JSON (sorted keys)."""
-  return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
 def _first_line(error: BaseException, limit: int = 300) -> str:
@@ -160,16 +116,22 @@ def _read_verified(
     manager: ocp.CheckpointManager, step: int, target: nnx.State
 ) -> tuple[nnx.State, ml_collections.ConfigDict, dict]:
   """(state, config, manifest) of checkpoint `step`, checked against its manifest; raises if any item is off."""
-  items = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore(), manifest=ocp.args.JsonRestore()))
-  config, manifest = dict(items.config), dict(items.manifest)
-  if config_checksum(config) != manifest.get("config_sha256"):
-    raise Damaged("its config does not match the checksum in its manifest")
+  config, manifest = _read_config_and_manifest(manager, step)
   state = _read_state(manager, step, target)
   saved, found = manifest.get("arrays", {}), fingerprint(state)
   bad = sorted(path for path in set(saved) | set(found) if saved.get(path) != found.get(path))
   if bad:
     raise Damaged(f"{len(bad)} array(s) do not match their fingerprints in the manifest, e.g. {bad[0]}")
-  return state, ml_collections.ConfigDict(config), manifest
+  return state, config, manifest
+
+
+def _read_config_and_manifest(manager: ocp.CheckpointManager, step: int) -> tuple[ml_collections.ConfigDict, dict]:
+  """The config and manifest of checkpoint `step`, the config checked against the manifest's checksum."""
+  items = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore(), manifest=ocp.args.JsonRestore()))
+  config, manifest = dict(items.config), dict(items.manifest)
+  if config_checksum(config) != manifest.get("config_sha256"):
+    raise Damaged("its config does not match the checksum in its manifest")
+  return ml_collections.ConfigDict(config), manifest
 
 
 class Checkpointer:
@@ -294,10 +256,7 @@ def _resolve_step(workdir: str | pathlib.Path, step: int | None) -> int:
 
 def _read_config(manager: ocp.CheckpointManager, step: int) -> ml_collections.ConfigDict:
   """The config of checkpoint `step`, checked against its manifest's checksum (raises if either is unreadable)."""
-  items = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore(), manifest=ocp.args.JsonRestore()))
-  if config_checksum(dict(items.config)) != dict(items.manifest).get("config_sha256"):
-    raise Damaged("its config does not match the checksum in its manifest")
-  return ml_collections.ConfigDict(items.config)
+  return _read_config_and_manifest(manager, step)[0]
 
 
 def _unreadable(workdir: str | pathlib.Path, step: int, error: BaseException) -> UsageError:
