@@ -1,0 +1,178 @@
+"""The asymmetry budget: how much of a bigram task a tied table cannot express (pure NumPy).
+
+A tied model's logits E·Eᵀ are symmetric, and the softmax ignores a constant added to each row, so the tables a
+tied model can produce are X + c·1ᵀ with X symmetric (positive semidefinite of rank ≤ D, in fact). Of a target
+table M = log P(next | current) (V, V), what no such table can fit is measured in the row-centred variance
+‖M·J‖² (J = I − 11ᵀ/V removes each row's mean, the part the softmax ignores):
+
+- `antisymmetric_share`: min over X symmetric and row constants c of ‖M − X − c·1ᵀ‖², as a share of ‖M·J‖². The
+  minimum is ‖J·A·J‖² with A = (M − Mᵀ)/2: the antisymmetric part of the row-centred M, less the part of it that
+  row constants make (c·1ᵀ − 1·cᵀ)/2, which equals the antisymmetric part of the doubly-centred J·M·J. 0 for a
+  table a tied model of any width fits; 1 for a row-centred antisymmetric one.
+- `psd_rank_fit`: an achievable tied table of width D (the best positive semidefinite rank-≤D approximation of
+  the best symmetric target) and the share of ‖M·J‖² it leaves: an upper bound on what the best tied table
+  of that width must leave, as `antisymmetric_share` is a lower bound.
+
+Empirical tables (text) hold -inf for pairs never seen and nan rows for tokens never current. Tokens with no
+finite entry in their row are dropped, as rows and as columns (the table must stay square to be transposed), and
+a -inf entry is set to the smallest finite entry of what remains: a pair never seen counts as being as unlikely
+as the rarest pair seen anywhere. Tables of more than `MAX_DENSE` tokens are estimated on the principal
+submatrix of `MAX_DENSE` tokens drawn at random (seed 0), and the rank fit is computed only up to
+`MAX_RANK_FIT` tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from tied_embed.sources.base import row_block
+
+MAX_DENSE = 4096  # a (V, V) float64 table of this size is 128 MB
+MAX_RANK_FIT = 512  # the rank fit runs dozens of eigendecompositions of the (V, V) table
+_GRID_POINTS = 11  # coarse search of the free constant shift, then golden-section refinement
+_GOLDEN_STEPS = 24
+
+
+def prepared_table(log_probs: Any, ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """The square table the measures read: (V, V) array or `LogProbRows` → table (K, K) float64, token ids (K,).
+
+  Only the tokens `ids` (default: all), less those whose row has no finite entry; -inf set to the table's
+  smallest finite entry (see the module docstring).
+  """
+  vocab_size = len(log_probs)
+  ids = np.arange(vocab_size) if ids is None else np.asarray(ids)
+  blocks = np.array_split(ids, max(1, -(-len(ids) // row_block(vocab_size))))
+  rows = [np.asarray(log_probs[block], np.float64)[:, ids] for block in blocks if len(block)]
+  table = np.concatenate(rows) if rows else np.zeros((0, 0))
+  keep = np.isfinite(table).any(axis=1)
+  table, ids = table[np.ix_(keep, keep)], ids[keep]
+  finite = np.isfinite(table)
+  if table.size and not finite.all():
+    table = np.where(finite, table, table[finite].min() if finite.any() else 0.0)
+  return table, ids
+
+
+def row_centred(table: np.ndarray) -> np.ndarray:
+  """M·J, each row less its mean: (K, K) → (K, K)."""
+  return table - table.mean(axis=1, keepdims=True)
+
+
+def _best_antisymmetric(table: np.ndarray) -> np.ndarray:
+  """J·A·J, what no symmetric table plus row constants fits: (K, K) → (K, K) antisymmetric."""
+  centred = row_centred(table)
+  doubly = centred - centred.mean(axis=0, keepdims=True)
+  return (doubly - doubly.T) / 2
+
+
+def antisymmetric_share(table: np.ndarray) -> float:
+  """‖J·A·J‖² / ‖M·J‖² of a finite square table (`prepared_table`'s): (K, K) → float in [0, 1]; 0 if constant rows."""
+  total = np.sum(np.square(row_centred(table)))
+  return float(np.sum(np.square(_best_antisymmetric(table))) / total) if total > 0 else 0.0
+
+
+def best_symmetric_target(table: np.ndarray) -> np.ndarray:
+  """The symmetric X with M − X − c·1ᵀ = J·A·J for some c: sym(M) − (a·1ᵀ + 1·aᵀ)/K, a = A·1. (K, K) → (K, K)."""
+  size = len(table)
+  row_sums = ((table - table.T) / 2).sum(axis=1)
+  return (table + table.T) / 2 - (row_sums[:, None] + row_sums[None, :]) / size
+
+
+def psd_truncation(symmetric: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray]:
+  """The nearest positive semidefinite matrix of rank ≤ `rank` (its largest positive eigenvalues kept).
+
+  (K, K) symmetric → (E (K, r) with E·Eᵀ that matrix, r ≤ rank; E·Eᵀ (K, K)).
+  """
+  values, vectors = np.linalg.eigh(symmetric)
+  top = np.argsort(values)[::-1][:rank]
+  top = top[values[top] > 0]
+  table = vectors[:, top] * np.sqrt(values[top])
+  return table, table @ table.T
+
+
+class RankFit(NamedTuple):
+  """A tied table of width ≤ D fitted to M, and what it leaves."""
+
+  table: np.ndarray  # E (K, r), r ≤ D: the fitted logits are E·Eᵀ
+  residual_share: float  # ‖(M − E·Eᵀ)·J‖² / ‖M·J‖², in [antisymmetric_share, 1]
+
+
+def psd_rank_fit(table: np.ndarray, rank: int) -> RankFit:
+  """The PSD rank-≤`rank` truncation of N_t = best_symmetric_target(M) + t·11ᵀ, for a good shift t: (K, K) → RankFit.
+
+  Every N_t is a best full-rank symmetric fit (row constants absorb t·11ᵀ), but their truncations differ. The
+  residual is ‖J·A·J‖² + ‖(N_t − trunc N_t)·J‖² ≤ ‖J·A·J‖² + Σ of the squared eigenvalues the truncation drops,
+  so t is chosen to minimise that bound (eigenvalues only: cheap), by a grid and then golden-section search; the
+  bound need not be unimodal in t, so the result is a good fit, not provably the best.
+  """
+  target = best_symmetric_target(table)
+
+  def dropped(shift: float) -> float:
+    values = np.sort(np.linalg.eigvalsh(target + shift))[::-1]
+    return float(np.sum(np.square(values[rank:])) + np.sum(np.square(np.minimum(values[:rank], 0))))
+
+  reach = 2 * float(np.abs(target).max()) + 1.0
+  grid = np.linspace(-reach, reach, _GRID_POINTS)
+  best = int(np.argmin([dropped(t) for t in grid]))
+  low, high = grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]
+  ratio = (np.sqrt(5) - 1) / 2
+  left, right = high - ratio * (high - low), low + ratio * (high - low)
+  at_left, at_right = dropped(left), dropped(right)
+  for _ in range(_GOLDEN_STEPS):
+    if at_left <= at_right:
+      high, right, at_right = right, left, at_left
+      left = high - ratio * (high - low)
+      at_left = dropped(left)
+    else:
+      low, left, at_left = left, right, at_right
+      right = low + ratio * (high - low)
+      at_right = dropped(right)
+  shift = min((grid[best], left, right), key=dropped)
+  factor, logits = psd_truncation(target + shift, rank)
+  total = np.sum(np.square(row_centred(table)))
+  residual = np.sum(np.square(row_centred(table - logits)))
+  return RankFit(factor, float(residual / total) if total > 0 else 0.0)
+
+
+def excess_loss(log_probs: np.ndarray, logits: np.ndarray, weights: np.ndarray) -> float:
+  """Σ_i w_i KL(P_i ‖ softmax(logits_i)) in nats: log P (K, K) (-inf allowed), logits (K, K), w (K,) → float.
+
+  Rows of P are renormalised over the K tokens (mass on dropped tokens is ignored; a row with none left counts
+  0); w is normalised to sum to 1.
+  """
+  with np.errstate(invalid="ignore"):
+    log_p = log_probs - np.logaddexp.reduce(log_probs, axis=1, keepdims=True)
+  log_p = np.where(np.isnan(log_p), -np.inf, log_p)
+  shifted = logits - logits.max(axis=1, keepdims=True)
+  log_q = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+  probs = np.exp(log_p)
+  kl = np.where(probs > 0, probs * (np.where(probs > 0, log_p, 0.0) - log_q), 0.0).sum(axis=1)
+  return float(np.sum(weights * kl) / np.sum(weights))
+
+
+def summary(data: Any, d_model: int | None = None) -> dict[str, float]:
+  """The asymmetry budget of a run's task, for its log and report: BigramData (or anything with
+  `.true_log_probs` and `.vocab_size`, optionally `.input_counts` (V,)) → {name: float}.
+
+  antisymmetric_share: the lower bound above. tokens: how many tokens it was computed over. sampled: 1.0 if
+  those are a random `MAX_DENSE` of more. With `d_model` and at most `MAX_RANK_FIT` tokens also
+  psd_rank_residual_share, what the fitted width-D tied table leaves, and psd_rank_excess_loss, that table's
+  excess loss over the reference in nats, weighted by `input_counts` (uniform without them): a tied table of
+  width D reaches at least this.
+  """
+  vocab_size = int(data.vocab_size)
+  sampled = vocab_size > MAX_DENSE
+  ids = np.sort(np.random.default_rng(0).choice(vocab_size, MAX_DENSE, replace=False)) if sampled else None
+  table, kept = prepared_table(data.true_log_probs, ids)
+  result = {"antisymmetric_share": antisymmetric_share(table), "tokens": float(len(kept)), "sampled": float(sampled)}
+  if d_model is not None and not sampled and 0 < len(kept) <= MAX_RANK_FIT:
+    fit = psd_rank_fit(table, int(d_model))
+    counts = getattr(data, "input_counts", None)
+    weights = np.ones(len(kept)) if counts is None else np.asarray(counts, np.float64)[kept]
+    if weights.sum() <= 0:
+      weights = np.ones(len(kept))
+    original = np.asarray(data.true_log_probs[kept], np.float64)[:, kept]
+    result["psd_rank_residual_share"] = fit.residual_share
+    result["psd_rank_excess_loss"] = excess_loss(original, fit.table @ fit.table.T, weights)
+  return result
