@@ -14,8 +14,9 @@ Why tokens and not vocabulary chunks: a vocabulary scan needs the final logsumex
 form any p, so its backward pass must recompute the logits (a fourth matmul; measured 1.25x slower, see
 benchmarks/README.md). MaxText's vocabulary tiling and Liger's fused linear cross-entropy chunk the same way.
 
-The logits are formed transposed, (V, C), because then all three matmuls have the operand layouts XLA:CPU runs
-fastest; `pᵀ x` with p stored (C, V) misses XLA's fast matmul path and ran 20-60% slower in our timings.
+The logits are formed transposed, (V, C): `pᵀ x` with p stored (C, V) misses XLA:CPU's fast matmul path and ran
+20-60% slower in our timings. The chunk's dx is `pᵀ E` straight from the (V, C) exponentials and the table, with no
+transposed copy of the table (benchmarks/README.md has the timings).
 
 The gradients are computed in the forward pass of a `jax.custom_vjp` and scaled by the cotangent in the backward
 pass, so the chunked loss supports first derivatives only. Called without differentiation (evaluation), it runs the
@@ -120,24 +121,23 @@ def _chunked_ce(x: jax.Array, table: jax.Array, targets: jax.Array, chunk: int) 
 def _forward(x, table, targets, chunk):
   """Loss, plus the gradients for cotangent 1 as residuals: dx (T, D), d table (V, D)."""
   num_tokens = x.shape[0]
-  table_t = table.T  # (D, V), transposed once so `dxᵀ = Eᵀ p` is a plain matmul in every chunk
 
   def step(d_table, x_chunk):
     logits = table @ x_chunk.T  # (V, C)
     top = jnp.max(logits, axis=0)
     exp = jnp.exp(logits - top)
     total = jnp.sum(exp, axis=0)
-    # p = exp / total, and the mean's 1/T: a per-token scale, applied to the (C, D) operand and the (D, C)
-    # product rather than to the (V, C) exponentials, which saves a pass over them and a (V, C) buffer.
-    scale = 1.0 / (num_tokens * total)  # (C,)
-    d_table = d_table + exp @ (x_chunk * scale[:, None])
-    return d_table, (top + jnp.log(total), (table_t @ exp) * scale)
+    # p = exp / total, and the mean's 1/T: a per-token scale, applied to the (C, D) operand and product rather
+    # than to the (V, C) exponentials, which saves a pass over them and a (V, C) buffer.
+    scale = (1.0 / (num_tokens * total))[:, None]  # (C, 1)
+    d_table = d_table + exp @ (x_chunk * scale)
+    dx = jax.lax.dot_general(exp, table, (((0,), (0,)), ((), ()))) * scale  # pᵀ E, (C, D)
+    return d_table, (top + jnp.log(total), dx)
 
-  d_table, (lse, dx_t) = jax.lax.scan(step, jnp.zeros_like(table), _token_chunks(x, chunk))
+  d_table, (lse, dx) = jax.lax.scan(step, jnp.zeros_like(table), _token_chunks(x, chunk))
   lse = _unchunk(lse, num_tokens)
-  dx = _unchunk(jnp.swapaxes(dx_t, 1, 2), num_tokens)
   # The −Y part of (p − Y): one row per token, cheaper as a gather and a scatter than inside the scan.
-  dx = dx - table[targets] / num_tokens
+  dx = _unchunk(dx, num_tokens) - table[targets] / num_tokens
   d_table = d_table.at[targets].add(-x / num_tokens)
   loss = jnp.mean(lse - _target_logits(x, table, targets))
   return loss, (dx, d_table)
