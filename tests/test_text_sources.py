@@ -363,3 +363,19 @@ def test_heatmap_axes_are_labelled_with_the_tokens_text():
   fig = plots.heatmaps_figure(table, table, "empirical", label=lambda t: "abcd"[t])
   assert [tick.get_text() for tick in fig.axes[0].get_yticklabels()] == ["a", "b", "c", "d"]
   assert [tick.get_text() for tick in fig.axes[1].get_xticklabels()] == ["a", "b", "c", "d"]
+
+
+def test_undertrained_rows_are_the_least_looked_up_with_their_counts_shares_and_neighbours():
+  from tied_embed.inspection.undertrained import undertrained_summary
+
+  table = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.1], [0.0, 2.0]])
+  summary = undertrained_summary(table, lookup_total=[5.0, 0.0, 3.0, 0.0], projection_total=[1.0, 2.0, 1.0, 0.0],
+                                 input_counts=[10, 0, 4, 1], k=2, label="abcd".__getitem__)
+  assert (summary["never_looked_up"], summary["of_them_never_in_train"]) == (2, 1)
+  first, second = summary["rows"]
+  assert (first["label"], first["train_count"], first["projection_share"], first["norm"]) == ("b", 0, 1.0, 1.0)
+  assert (second["label"], second["projection_share"], second["norm"]) == ("d", None, 2.0)
+  assert [n["label"] for n in first["neighbours"]] == ["d", "c", "a"]
+  assert first["neighbours"][1]["cosine"] == pytest.approx(0.1 / math.sqrt(1.01))
+  # Average ranks by hand: lookup totals (5, 0, 3, 0) → (4, 1.5, 3, 1.5); counts (10, 0, 4, 1) → (4, 1, 3, 2).
+  assert summary["spearman"] == pytest.approx(np.corrcoef([4, 1.5, 3, 1.5], [4, 1, 3, 2])[0, 1])

@@ -170,6 +170,11 @@ def token_label(token: int, source: str) -> str:
   return sources.get(source).token_label(token)
 
 
+def token_label_of(source: str, tokenizer: Any) -> Callable[[int], str]:
+  """How the report names tokens: the run's tokenizer's labels when it has one, else as the source shows them."""
+  return sources.get(source).token_label if tokenizer is None else tokenizer.label
+
+
 def build_report(
     lookup_table: np.ndarray,
     projection_table: np.ndarray,

@@ -18,6 +18,7 @@ from tied_embed.errors import UsageError
 from tied_embed.inspection import files
 from tied_embed.inspection import report as report_lib
 from tied_embed.inspection.text import format_markdown
+from tied_embed.inspection.undertrained import undertrained_summary
 from tied_embed.model import io_tables
 from tied_embed.sources import record as record_lib
 
@@ -36,7 +37,8 @@ def inspect_run(
 ) -> dict[str, Any]:
   """The JSON-ready report of checkpoint `step` (default: the newest readable one) in `workdir`.
 
-  Keys: workdir, step, available_steps, run, scores, parameters, tokens, fit, provenance, warnings, and when
+  Keys: workdir, step, available_steps, run, scores, parameters, tokens, fit, provenance, undertrained, warnings,
+  and when
   the pictures were written also pictures ({name: PNG path relative to WORKDIR/report}) and report_md. A token
   is an id or, for a text run, a string of its vocabulary (a piece such as '▁the', or a byte's label such as
   '\\n'). Raises UsageError, before anything is restored or written where it can, for: no checkpoints,
@@ -94,8 +96,11 @@ def inspect_run(
           lookup_table, projection_table, tied=bool(config.model.tied), source=facts.source,
           true_log_probs=facts.true_log_probs, lookup_total=restored.provenance["lookup_total"],
           projection_total=restored.provenance["projection_total"], tokens=tokens, top_k=top_k,
-          label=None if facts.tokenizer is None else facts.tokenizer.label,
+          label=report_lib.token_label_of(facts.source, facts.tokenizer),
       ),
+      "undertrained": undertrained_summary(
+          lookup_table, restored.provenance["lookup_total"], restored.provenance["projection_total"],
+          facts.input_counts, top_k, label=report_lib.token_label_of(facts.source, facts.tokenizer)),
       "warnings": warnings,
   }
   if pictures:

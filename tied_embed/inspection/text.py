@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tied_embed.inspection.undertrained import format_undertrained
+
 _LIST_LIMIT = 20  # longer id lists are cut, with a count, so a big vocabulary doesn't flood the terminal
 
 
@@ -49,6 +51,8 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
       "  most lookup-heavy rows: " + _skewed(prov["most_lookup"]),
       "  most projection-heavy looked-up rows: " + _skewed(prov["most_projection"]),
   ]
+  if "undertrained" in report:
+    lines += ["", *format_undertrained(report["undertrained"])]
   if pictures_line and report.get("pictures"):
     lines += ["", f"pictures {report['report_md']}"]
   return "\n".join(lines)
