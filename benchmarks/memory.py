@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import statistics
 import subprocess
 import sys
 
@@ -67,7 +68,8 @@ def measure(rounds: int = 3) -> dict:
       "chunked_step": workload.Stepper(workload.bench_config(VOCAB_SIZE, D_MODEL, NUM_TOKENS, CHUNK_SIZE)),
       **throughput.torch_steps(full, workload.cpu_threads()),
   }
-  seconds = workload.interleaved_medians(steppers, rounds)
+  times = workload.interleaved_times(steppers, rounds)
+  seconds = {name: statistics.median(values) for name, values in times.items()}
   result = {"V": VOCAB_SIZE, "D": D_MODEL, "T": NUM_TOKENS, "chunk_size": CHUNK_SIZE, "rounds": rounds}
   for name in CONFIGS:
     result[f"{name}_mib" if name.endswith("baseline") else f"{name}_peak_mib"] = peaks.get(name)
@@ -83,6 +85,11 @@ def measure(rounds: int = 3) -> dict:
   name, ms = throughput.fastest_torch(result)
   result["fastest_torch"] = name
   result["chunked_speedup_vs_fastest_torch"] = ms / result["chunked_step_ms"] if ms else None
+  result["fastest_ms"] = {name: min(values) * 1e3 for name, values in times.items()}
+  best_torch = min((result["fastest_ms"][name] for name in throughput.TORCH_STEPS if name in times), default=None)
+  result["chunked_speedup_vs_fastest_torch_by_fastest_call"] = (
+      best_torch / result["fastest_ms"]["chunked_step"] if best_torch else None
+  )
   return result
 
 

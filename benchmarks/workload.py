@@ -85,8 +85,8 @@ class Stepper:
     return jax.block_until_ready(metrics["loss"])
 
 
-def interleaved_medians(fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, float]:
-  """Median seconds per call of each function, timed in turns (a, b, c, a, b, c, ...) after `warmup` calls each."""
+def interleaved_times(fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, list[float]]:
+  """Seconds of each call of each function, timed in turns (a, b, c, a, b, c, ...) after `warmup` calls each."""
   for fn in fns.values():
     for _ in range(warmup):
       fn()
@@ -96,4 +96,14 @@ def interleaved_medians(fns: dict[str, Callable[[], object]], rounds: int, warmu
       start = time.perf_counter()
       fn()
       times[name].append(time.perf_counter() - start)
-  return {name: statistics.median(values) for name, values in times.items()}
+  return times
+
+
+def interleaved_medians(
+    fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 1, stat: Callable = statistics.median
+) -> dict[str, float]:
+  """Median seconds per call of each function, timed in turns (see `interleaved_times`).
+
+  `stat=min` gives the fastest call instead: on a machine others are loading, the least disturbed one.
+  """
+  return {name: stat(values) for name, values in interleaved_times(fns, rounds, warmup).items()}
