@@ -379,3 +379,12 @@ def test_undertrained_rows_are_the_least_looked_up_with_their_counts_shares_and_
   assert first["neighbours"][1]["cosine"] == pytest.approx(0.1 / math.sqrt(1.01))
   # Average ranks by hand: lookup totals (5, 0, 3, 0) → (4, 1.5, 3, 1.5); counts (10, 0, 4, 1) → (4, 1, 3, 2).
   assert summary["spearman"] == pytest.approx(np.corrcoef([4, 1.5, 3, 1.5], [4, 1, 3, 2])[0, 1])
+
+
+def test_a_damaged_cached_model_is_trained_again_to_the_same_bytes(corpus_file, tmp_path):
+  data.load_bigram_data(text_config(corpus_file, tmp_path), tmp_path / "work")
+  model = next((tmp_path / "data" / "tokenizers").glob("*.model"))
+  good = model.read_bytes()
+  model.write_bytes(good[:100])
+  data.load_bigram_data(text_config(corpus_file, tmp_path), tmp_path / "work")
+  assert model.read_bytes() == good
