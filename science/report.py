@@ -22,13 +22,13 @@ def _ratio(name: str) -> float:
   return a / b
 
 
-def sweep_table(results: dict) -> list[str]:
+def sweep_table(results: dict, optimizer: str) -> list[str]:
   steps = results["sizes"]["steps"]
   lines = [f"| task | run | final gap (nats) | gap at step {steps // 4} | steps to within 5% | lookup share of "
            "gradient (all / rare rows) | rare rows' share of the gap | KL rare / frequent rows | rare / frequent "
            "row norm |", "|---|---|---|---|---|---|---|---|---|"]
   for task, entry in results["tasks"].items():
-    for name, runs in entry["runs"].items():
+    for name, runs in entry["runs"][optimizer].items():
       mean = {key: _stat(runs, key)[0] for key in runs[0] if key != "curve"}
       gap_sd = _stat(runs, "final_gap")[1]
       lines.append(
@@ -40,40 +40,50 @@ def sweep_table(results: dict) -> list[str]:
 
 
 def asymmetry_table(results: dict) -> list[str]:
-  lines = ["| task | antisymmetric share | fitted width-D tied table leaves | its excess loss (nats) | tied gap | "
-           "untied gap | tied − untied |", "|---|---|---|---|---|---|---|"]
+  optimizers = list(next(iter(results["tasks"].values()))["runs"])
+  gap_columns = " | ".join(f"{o}: tied / untied gap | {o}: tied − untied" for o in optimizers)
+  lines = [f"| task | antisymmetric share | fitted width-D tied table leaves | its excess loss (nats) | {gap_columns} "
+           "|",
+           "|---|---|---|---|" + "---|---|" * len(optimizers)]
   for task, entry in results["tasks"].items():
     budget = entry["asymmetry"]
-    tied, untied = _stat(entry["runs"][TIED], "final_gap")[0], _stat(entry["runs"][UNTIED], "final_gap")[0]
     fit_share, fit_loss = (budget.get(key, np.nan) for key in ("psd_rank_residual_share", "psd_rank_excess_loss"))
+    gaps = []
+    for optimizer in optimizers:
+      runs = entry["runs"][optimizer]
+      tied, untied = _stat(runs[TIED], "final_gap")[0], _stat(runs[UNTIED], "final_gap")[0]
+      gaps.append(f"{tied:.4f} / {untied:.4f} | {tied - untied:+.4f}")
     lines.append(f"| {task} | {budget['antisymmetric_share']:.3f} | {fit_share:.3f} | {fit_loss:.3f} | "
-                 f"{tied:.4f} | {untied:.4f} | {tied - untied:+.4f} |")
+                 f"{' | '.join(gaps)} |")
   return lines
 
 
 def figure(results: dict) -> Figure:
-  """Per task: the final gap and the rare rows' mean KL against a/b, one line per scaled path."""
+  """Per task: the final gap and the rare rows' mean KL against a/b, one line per optimizer and scaled path."""
   tasks = list(results["tasks"])
-  fig = Figure(figsize=(4.2 * len(tasks), 7))
+  fig = Figure(figsize=(4.6 * len(tasks), 8))
   FigureCanvasAgg(fig)
   axes = fig.subplots(2, len(tasks), squeeze=False)
   for column, task in enumerate(tasks):
-    runs = results["tasks"][task]["runs"]
+    by_optimizer = results["tasks"][task]["runs"]
     for row, (key, label) in enumerate([("final_gap", "final gap (nats)"), ("rare_kl", "mean KL of rare rows")]):
       ax = axes[row][column]
-      for scaled, marker in (("b=1", "o"), ("a=1", "s")):
-        names = sorted((n for n in runs if n.startswith("tied") and (scaled in n or n == TIED)), key=_ratio)
-        ratios = [_ratio(n) for n in names]
-        means, sds = zip(*(_stat(runs[n], key) for n in names), strict=True)
-        which = "lookup scaled (b = 1)" if scaled == "b=1" else "projection scaled (a = 1)"
-        ax.errorbar(ratios, means, yerr=sds, marker=marker, capsize=3, label=f"tied, {which}")
-      ax.axhline(_stat(runs[UNTIED], key)[0], color="grey", linestyle="--", label="untied, a = b = 1")
+      for optimizer, colors in zip(by_optimizer, (("C0", "C1"), ("C2", "C3")), strict=False):
+        runs = by_optimizer[optimizer]
+        for scaled, marker, color in (("b=1", "o", colors[0]), ("a=1", "s", colors[1])):
+          names = sorted((n for n in runs if n.startswith("tied") and (scaled in n or n == TIED)), key=_ratio)
+          means, sds = zip(*(_stat(runs[n], key) for n in names), strict=True)
+          which = "lookup scaled (b = 1)" if scaled == "b=1" else "projection scaled (a = 1)"
+          ax.errorbar([_ratio(n) for n in names], means, yerr=sds, marker=marker, capsize=3, color=color,
+                      label=f"{optimizer}, tied, {which}")
+        ax.axhline(_stat(runs[UNTIED], key)[0], color=colors[0], linestyle=":", label=f"{optimizer}, untied")
       ax.set_xscale("log", base=2)
+      ax.set_yscale("log")
       ax.set_xlabel("a / b (lookup weight over projection weight)")
       ax.set_ylabel(label)
       if row == 0:
         ax.set_title(task)
-  axes[0][0].legend(fontsize=8)
+  axes[0][0].legend(fontsize=7)
   fig.tight_layout()
   return fig
 
@@ -87,17 +97,19 @@ def write(results: dict, out: pathlib.Path) -> None:
   A rerun replaces only what lies between BEGIN and END, so the prose around the tables stays.
   """
   sizes = results["sizes"]
+  rates = ", ".join(f"{name} lr {rate:g}" for name, rate in sizes["learning_rates"].items())
   lines = [
       BEGIN,
       f"V = {sizes['vocab_size']}, D = {sizes['d_model']}, batch {sizes['batch_size']}, {sizes['steps']} steps, "
-      f"{sizes['seeds']} seeds (model init and batch order; the task is fixed), {sizes['optimizer']}; the sweep "
-      f"took {results['seconds']:.0f} s. Mean ± standard deviation over seeds.",
+      f"{sizes['seeds']} seeds (model init and batch order; the task is fixed), {rates}, {sizes['schedule']}; "
+      f"the sweep took {results['seconds']:.0f} s. Mean ± standard deviation over seeds.",
       "",
   ]
   for task, entry in results["tasks"].items():
     lines.append(f"- **{task}**: {entry['note']}; floor {entry['floor']:.4f} nats.")
-  lines += ["", "### Sweep", "", *sweep_table(results), "", f"![sweep]({out.name}.png)", "",
-            "### Asymmetry budget", "", *asymmetry_table(results), END]
+  for optimizer in sizes["learning_rates"]:
+    lines += ["", f"### Sweep, {optimizer}", "", *sweep_table(results, optimizer)]
+  lines += ["", f"![sweep]({out.name}.png)", "", "### Asymmetry budget", "", *asymmetry_table(results), END]
   path = out.with_suffix(".md")
   old = path.read_text() if path.exists() else ""
   if BEGIN in old and END in old:
