@@ -166,7 +166,6 @@ def summarise(task: Task, result: dict) -> dict:
       "rare_kl": float(result["row_kl"][task.rare & evaluated].mean()),
       "frequent_kl": float(result["row_kl"][task.frequent & evaluated].mean()),
       "rare_norm_ratio": float(norms[task.rare].mean() / norms[task.frequent].mean()),
-      "curve": result["curve"],
   }
 
 
@@ -203,7 +202,7 @@ def main() -> None:
               f"[{time.perf_counter() - started:.0f} s]", flush=True)
     results["tasks"][task.name] = entry
   results["seconds"] = time.perf_counter() - started
-  out.with_suffix(".json").write_text(json.dumps(results, indent=1))
+  out.with_suffix(".json").write_text(json.dumps(results, indent=1))  # per-run summaries, no curves
   report.write(results, out)
   print(f"wrote {out}.json, .md, .png in {results['seconds']:.0f} s")
 

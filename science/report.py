@@ -29,7 +29,7 @@ def sweep_table(results: dict, optimizer: str) -> list[str]:
            "row norm |", "|---|---|---|---|---|---|---|---|---|"]
   for task, entry in results["tasks"].items():
     for name, runs in entry["runs"][optimizer].items():
-      mean = {key: _stat(runs, key)[0] for key in runs[0] if key != "curve"}
+      mean = {key: _stat(runs, key)[0] for key in runs[0]}
       gap_sd = _stat(runs, "final_gap")[1]
       lines.append(
           f"| {task} | {name} | {mean['final_gap']:.4f} ± {gap_sd:.4f} | {mean['early_gap']:.4f} | "
