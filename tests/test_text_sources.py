@@ -144,6 +144,8 @@ def test_a_vocabulary_the_corpus_cannot_support_is_refused_with_nothing_half_wri
   assert "Please set it to a value <=" in message
   assert not list((tmp_path / "data").rglob("*.model")) and not (tmp_path / "data" / "bigram_pairs").exists()
   one_line_error(text_config(corpus_file, tmp_path, vocab_size=4), "model.vocab_size=4")
+  with pytest.raises(UsageError, match=r"model.vocab_size=8192 is not allowed: expected at most \d+ pieces"):
+    data_config.validate_data_config(text_config(corpus_file, tmp_path, vocab_size=8192))  # before any training
 
 
 # --- the count bigram reference ------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ VOCAB_SIZE = 256  # one token per byte value
 VALIDATION_FRACTION = corpus.VALIDATION_FRACTION
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 _MIN_BYTES = 32  # enough for a few pairs in the validation split
+MIN_BYTES_PER_PIECE = 16  # less train text than this per piece cannot yield V pieces (README.md: about 31 a piece)
 
 
 def resolve_text_path(text_path: str) -> pathlib.Path:
@@ -70,6 +71,13 @@ class Text(TextSource):
     size = corpus.scan(files, check_utf8=True).num_bytes if subword else sum(p.stat().st_size for p in files)
     require(size >= _MIN_BYTES, "data.text_path", config.data.get("text_path"),
             f"a corpus of at least {_MIN_BYTES} bytes ({', '.join(map(str, files[:3]))} has {size})")
+    vocab_size = config.model.get("vocab_size")
+    if config.data.get("tokenizer") == tokenizer_lib.SENTENCEPIECE:  # a hopeless size fails now, not after training
+      most = corpus.split_point(size) // MIN_BYTES_PER_PIECE
+      require(vocab_size <= most, "model.vocab_size", vocab_size,
+              f"at most {most} pieces for the {corpus.split_point(size):,} bytes of train text in data.text_path="
+              f"{config.data.get('text_path')!r} (SentencePiece needs {MIN_BYTES_PER_PIECE}+ bytes a piece; give a"
+              f" larger corpus)")
 
   def _files(self, config: Any) -> list[pathlib.Path]:
     return corpus.resolve(config.data.get("text_path") or "", REPO_ROOT / "README.md")
