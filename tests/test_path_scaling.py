@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import smoke_with
+from helpers import all_series, smoke_with
 
 from tied_embed import optim
 from tied_embed import train_step as step_lib
@@ -97,6 +97,13 @@ def test_log_step_reports_the_unweighted_paths_and_the_applied_norm(tied):
   else:  # the global norm over both tables
     applied = np.hypot(np.linalg.norm(a * lookup), np.linalg.norm(b * projection))
   np.testing.assert_allclose(metrics["applied_norm"], applied, rtol=1e-5)
+
+
+def test_a_run_logs_the_applied_norm_at_each_log_step(smoke_run):
+  series = all_series(smoke_run.workdir)
+  assert sorted(series["grad/applied_norm"]) == sorted(series["grad/total_norm"]) == [10, 20, 30, 40, 50, 60]
+  for step, total in series["grad/total_norm"].items():  # at a = b = 1 the tied update is the plain sum
+    assert series["grad/applied_norm"][step] == pytest.approx(total, rel=1e-5)
 
 
 def _unscaled_update_gradients(model, lookup_grad, projection_grad, *scales):
