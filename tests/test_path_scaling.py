@@ -148,3 +148,15 @@ def test_bad_scales_are_refused_in_one_line(field, value):
 @pytest.mark.parametrize("value", [0.0, 1.0, 4])
 def test_finite_non_negative_scales_are_accepted(value):
   validate_config(smoke_with("train.lookup_grad_scale", value), num_devices=1, memory_bytes=2**50)
+
+
+def test_the_trainer_applies_the_configured_scales(tmp_path):
+  """A run with lookup scale 3 and projection scale 0 logs an applied norm of exactly 3 × the lookup path's."""
+  from tied_embed.trainer import train_and_evaluate  # noqa: PLC0415
+
+  config = smoke_with("train.lookup_grad_scale", 3.0)
+  config.train.projection_grad_scale = 0.0
+  config.train.num_steps = 10
+  train_and_evaluate(config, tmp_path / "run")
+  series = all_series(tmp_path / "run")
+  np.testing.assert_allclose(series["grad/applied_norm"][10], 3.0 * series["grad/lookup_norm"][10], rtol=1e-5)
