@@ -85,14 +85,21 @@ class Stepper:
     return jax.block_until_ready(metrics["loss"])
 
 
-def interleaved_times(fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, list[float]]:
-  """Seconds of each call of each function, timed in turns (a, b, c, a, b, c, ...) after `warmup` calls each."""
+def interleaved_times(
+    fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 1, settle_s: float = 0.2
+) -> dict[str, list[float]]:
+  """Seconds of each call of each function, timed in turns (a, b, c, a, b, c, ...) after `warmup` calls each.
+
+  Each call starts `settle_s` after the previous one ended: the previous framework's worker threads keep
+  spinning for a while after their work (OpenMP's wait policy), and on 2 cores they would slow the next call.
+  """
   for fn in fns.values():
     for _ in range(warmup):
       fn()
   times: dict[str, list[float]] = {name: [] for name in fns}
   for _ in range(rounds):
     for name, fn in fns.items():
+      time.sleep(settle_s)
       start = time.perf_counter()
       fn()
       times[name].append(time.perf_counter() - start)
