@@ -20,7 +20,8 @@ def get_config() -> ml_collections.ConfigDict:
 
   config.data = ml_collections.ConfigDict()
   config.data.source = "planted"  # planted | directed | text | tfds (see tied_embed/sources/)
-  config.data.text_path = ""  # source=text: a file, a directory (recursive) or a glob ('' = the project's README.md)
+  # source=text: a file, a directory (recursive) or a glob ('' = Python's pydoc_data/topics.py, ~750 KB of English)
+  config.data.text_path = ""
   config.data.tokenizer = "bytes"  # text/tfds: bytes (V=256) | sentencepiece (trained, V pieces) | a .model path
   config.data.tfds_name = ""  # tfds: a TFDS text dataset, e.g. tiny_shakespeare (prepare it with `tfds build`)
   config.data.tfds_train_split = "train"  # tfds: split the train pairs (and SentencePiece) come from

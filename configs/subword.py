@@ -19,7 +19,8 @@ from configs import default
 def get_config() -> ml_collections.ConfigDict:
   config = default.get_config()
   config.data.source = "text"  # a local corpus
-  config.data.text_path = ""  # set with --config.data.text_path: a file, a directory or a glob ('' = README.md)
+  # set with --config.data.text_path: a file, a directory or a glob ('' = Python's pydoc_data/topics.py)
+  config.data.text_path = ""
   config.data.tokenizer = "sentencepiece"  # a unigram vocabulary of model.vocab_size pieces trained on train text
   config.model.vocab_size = 8192  # pieces: here the table is most of the parameters and most rows are rare
   config.model.d_model = 64  # width of each row

@@ -1,4 +1,4 @@
-"""Byte-level bigrams of a local corpus (a file, a directory or a glob), by default the project's README.md.
+"""Byte-level bigrams of a local corpus (a file, a directory or a glob), by default Python's pydoc topics.
 
   python train.py --config configs/text.py --workdir runs/text --config.data.text_path=/path/to/file.txt
   python train.py --config configs/text.py --workdir runs/text_dir --config.data.text_path='/path/to/docs/**/*.txt'
@@ -16,8 +16,9 @@ from configs import default
 def get_config() -> ml_collections.ConfigDict:
   config = default.get_config()
   config.data.source = "text"  # byte bigrams: current byte → next byte
-  config.data.text_path = ""  # a file, a directory (recursive) or a glob ('' = the project's README.md)
+  # a file, a directory (recursive) or a glob ('' = Python's pydoc_data/topics.py, ~750 KB of English)
+  config.data.text_path = ""
   config.data.tokenizer = "bytes"  # one token per byte (see configs/subword.py for a trained vocabulary)
   config.model.vocab_size = 256  # one row per byte value (required by the text source)
-  config.train.num_steps = 1000  # a README-sized file has only a few thousand distinct byte pairs
+  config.train.num_steps = 1000  # byte bigrams are learned quickly: V = 256 gives only 65,536 pairs
   return config

@@ -10,6 +10,7 @@ input is refused, naming the file and byte); 'bytes' takes any bytes.
 from __future__ import annotations
 
 import pathlib
+import pydoc_data
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,14 +24,17 @@ from tied_embed.sources.tokenized import TextSource
 
 VOCAB_SIZE = 256  # one token per byte value
 VALIDATION_FRACTION = corpus.VALIDATION_FRACTION
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The corpus when data.text_path is '': Python's own pydoc topics (about 750 KB of English documentation), which
+# every installation of the interpreter carries and which changes only with the Python version, unlike a file of
+# this repository.
+DEFAULT_CORPUS = pathlib.Path(pydoc_data.__file__).parent / "topics.py"
 _MIN_BYTES = 32  # enough for a few pairs in the validation split
-MIN_BYTES_PER_PIECE = 16  # less train text than this per piece cannot yield V pieces (README.md: about 31 a piece)
+MIN_BYTES_PER_PIECE = 16  # less train text a piece cannot yield V pieces (English: 4-5 bytes a piece)
 
 
 def resolve_text_path(text_path: str) -> pathlib.Path:
-  """'' → the project's README.md; anything else is taken as given (relative to the working directory)."""
-  return pathlib.Path(text_path).expanduser() if text_path else REPO_ROOT / "README.md"
+  """'' → DEFAULT_CORPUS; anything else is taken as given (relative to the working directory)."""
+  return pathlib.Path(text_path).expanduser() if text_path else DEFAULT_CORPUS
 
 
 def text_pairs(
@@ -80,7 +84,7 @@ class Text(TextSource):
               f" larger corpus)")
 
   def _files(self, config: Any) -> list[pathlib.Path]:
-    return corpus.resolve(config.data.get("text_path") or "", REPO_ROOT / "README.md")
+    return corpus.resolve(config.data.get("text_path") or "", DEFAULT_CORPUS)
 
   def text_settings(self, config: Any, utf8: bool) -> dict[str, Any]:
     files = [p.resolve() for p in self._files(config)]
