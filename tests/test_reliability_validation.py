@@ -112,7 +112,8 @@ def test_an_unknown_group_and_a_missing_field_are_refused():
 
 
 def test_memory_estimate_is_the_documented_sum():
-  config = smoke_with("model.vocab_size", 32)  # smoke: D=8, B=128, eval 512, 20,000 + 2,000 pairs, tied, full loss
+  config = smoke_with("model.vocab_size", 32)  # smoke: D=8, B=128, eval 512, 20,000 + 2,000 pairs, tied
+  config.loss.chunk_size = 0  # full logits
   assert [term.bytes for term in memory_estimate(config)] == [
       32 * 8 * (4 * 6 + 8),  # one float32 table six times, the float64 hidden table once
       128 * 32 * 4 * 3,  # train logits
@@ -129,6 +130,7 @@ def test_memory_estimate_is_the_documented_sum():
 
 def test_a_config_that_cannot_fit_is_refused_with_the_estimate_and_the_memory():
   config = smoke_with("train.batch_size", 2**24)  # (B, V) train logits: 2**24 * 32 * 12 bytes = 6 GiB
+  config.loss.chunk_size = 0  # full logits
   check_memory(config, 9 * GIB)  # + 1 GiB of (B, D) hidden vectors + 1 GiB of runtime, and a little more
   message = _refusal(config, memory_bytes=4 * GIB)
   assert message.startswith(f"train.batch_size={2**24} is not allowed: expected a config that fits in this "
