@@ -4,7 +4,8 @@
   python benchmarks/memory.py baseline|full|chunked|torch_baseline|torch_chunked   # one configuration
 
 Each configuration runs in a fresh process, so its peak (the kernel's VmHWM) is its own: `baseline` builds the
-parameters and optimizer state and stops; `full` and `chunked` also compile and run the real train step.
+parameters and optimizer state and stops; `full` and `chunked` also compile and run the real train step
+(`chunked_ynn`: compiled with `workload.YNN_DOT_FUSION`).
 `torch_baseline` and `torch_chunked` do the same for PyTorch with its chunked `F.linear_cross_entropy`, so each
 framework's step is measured against its own baseline (the runtimes' own footprints differ). The step times,
 JAX's and every PyTorch variant's, are then measured in turns in one process, so the machine's noise hits them
@@ -25,7 +26,8 @@ from benchmarks import throughput, torch_step, workload  # noqa: E402
 
 VOCAB_SIZE, D_MODEL, NUM_TOKENS = 32768, 256, 8192
 CHUNK_SIZE = 256  # tokens per chunk: (V, C) float32 logits are 32 MiB, the full (T, V) ones 1 GiB
-CONFIGS = {"baseline": 0, "full": 0, "chunked": CHUNK_SIZE, "torch_baseline": 0, "torch_chunked": 0}
+CONFIGS = {"baseline": 0, "full": 0, "chunked": CHUNK_SIZE, "chunked_ynn": CHUNK_SIZE, "torch_baseline": 0,
+           "torch_chunked": 0}
 STEPS_PER_PROCESS = 2
 
 
@@ -45,8 +47,9 @@ def run_one(name: str) -> dict:
   elif name == "torch_baseline":
     torch_step.TorchState(config, workload.cpu_threads())
   else:
+    options = workload.YNN_DOT_FUSION if name == "chunked_ynn" else None
     step = (torch_step.make_torch_step(config, workload.cpu_threads(), "chunked") if name == "torch_chunked"
-            else workload.Stepper(config))
+            else workload.Stepper(config, compiler_options=options))
     for _ in range(STEPS_PER_PROCESS):
       step()
   return {"peak_mib": peak_mib()}
@@ -66,6 +69,9 @@ def measure(rounds: int = 3) -> dict:
   steppers = {
       "full_step": workload.Stepper(full),
       "chunked_step": workload.Stepper(workload.bench_config(VOCAB_SIZE, D_MODEL, NUM_TOKENS, CHUNK_SIZE)),
+      "chunked_ynn_step": workload.Stepper(
+          workload.bench_config(VOCAB_SIZE, D_MODEL, NUM_TOKENS, CHUNK_SIZE), compiler_options=workload.YNN_DOT_FUSION
+      ),
       **throughput.torch_steps(full, workload.cpu_threads()),
   }
   times = workload.interleaved_times(steppers, rounds)
@@ -73,10 +79,11 @@ def measure(rounds: int = 3) -> dict:
   result = {"V": VOCAB_SIZE, "D": D_MODEL, "T": NUM_TOKENS, "chunk_size": CHUNK_SIZE, "rounds": rounds}
   for name in CONFIGS:
     result[f"{name}_mib" if name.endswith("baseline") else f"{name}_peak_mib"] = peaks.get(name)
-  for name in ("full_step", "chunked_step", *throughput.TORCH_STEPS):
+  for name in ("full_step", "chunked_step", "chunked_ynn_step", *throughput.TORCH_STEPS):
     result[f"{name}_ms"] = seconds[name] * 1e3 if name in seconds else None
-  extra = {name: result[f"{name}_peak_mib"] - result["baseline_mib"] for name in ("full", "chunked")}
+  extra = {name: result[f"{name}_peak_mib"] - result["baseline_mib"] for name in ("full", "chunked", "chunked_ynn")}
   result["full_extra_mib"], result["chunked_extra_mib"] = extra["full"], extra["chunked"]
+  result["chunked_ynn_extra_mib"] = extra["chunked_ynn"]
   result["chunked_over_full_extra"] = extra["chunked"] / extra["full"]
   result["chunked_over_full_time"] = result["chunked_step_ms"] / result["full_step_ms"]
   result["torch_chunked_extra_mib"] = (
@@ -85,6 +92,7 @@ def measure(rounds: int = 3) -> dict:
   name, ms = throughput.fastest_torch(result)
   result["fastest_torch"] = name
   result["chunked_speedup_vs_fastest_torch"] = ms / result["chunked_step_ms"] if ms else None
+  result["chunked_ynn_speedup_vs_fastest_torch"] = ms / result["chunked_ynn_step_ms"] if ms else None
   result["fastest_ms"] = {name: min(values) * 1e3 for name, values in times.items()}
   best_torch = min((result["fastest_ms"][name] for name in throughput.TORCH_STEPS if name in times), default=None)
   result["chunked_speedup_vs_fastest_torch_by_fastest_call"] = (

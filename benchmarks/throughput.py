@@ -2,7 +2,8 @@
 
 Run: `python benchmarks/throughput.py` (prints the numbers). `measure()` returns them for benchmarks/run.py.
 The step is `tied_embed.train_step.make_train_step` on configs/default.py at this size: gradient provenance
-(two path gradients, per-row totals), clipping and AdamW, with full logits and with the chunked loss. Against it:
+(two path gradients, per-row totals), clipping and AdamW, with full logits and with the chunked loss (also compiled
+with `workload.YNN_DOT_FUSION`, an XLA option the trainer does not set). Against it:
 the step without provenance, PyTorch eager, under `torch.compile` and with its own chunked
 `linear_cross_entropy` (benchmarks/torch_step.py), and one matmul of each. All are timed in turns in one process.
 """
@@ -59,6 +60,7 @@ def measure(rounds: int = 7) -> dict:
   fns = {
       "step": workload.Stepper(default),
       "chunked_step": workload.Stepper(chunked),
+      "chunked_ynn_step": workload.Stepper(chunked, compiler_options=workload.YNN_DOT_FUSION),
       "plain_step": workload.Stepper(default, plain=True),
       "plain_chunked_step": workload.Stepper(chunked, plain=True),
       "matmul": matmul_fn(NUM_TOKENS, D_MODEL, VOCAB_SIZE),
@@ -71,7 +73,7 @@ def measure(rounds: int = 7) -> dict:
   seconds = {name: statistics.median(values) for name, values in times.items()}
   result = {"V": VOCAB_SIZE, "D": D_MODEL, "T": NUM_TOKENS, "threads": threads, "chunk_size": CHUNK_SIZE,
             "rounds": rounds}
-  for name in ("step", "chunked_step", "plain_step", "plain_chunked_step", "matmul", "torch_matmul", *TORCH_STEPS):
+  for name in ("step", "chunked_step", "chunked_ynn_step", "plain_step", "plain_chunked_step", "matmul", "torch_matmul", *TORCH_STEPS):
     result[f"{name}_ms"] = seconds[name] * 1e3 if name in seconds else None
   # The fastest call of each: on a machine others load, the least disturbed one; PyTorch's OpenMP threads
   # suffer more from a loaded machine than XLA's, so its medians move more.
@@ -85,6 +87,7 @@ def measure(rounds: int = 7) -> dict:
   result["fastest_torch"] = name
   result["chunked_speedup_vs_fastest_torch"] = ms / result["chunked_step_ms"] if ms else None
   result["full_speedup_vs_fastest_torch"] = ms / result["step_ms"] if ms else None
+  result["chunked_ynn_speedup_vs_fastest_torch"] = ms / result["chunked_ynn_step_ms"] if ms else None
   fastest = result["fastest_ms"]
   best_torch = min((fastest[name] for name in TORCH_STEPS if name in fastest), default=None)
   result["chunked_speedup_vs_fastest_torch_by_fastest_call"] = (

@@ -66,19 +66,26 @@ def make_plain_step(graphdef: nnx.GraphDef, chunk_size: int):
   return jax.jit(step, donate_argnums=0)
 
 
+# XLA:CPU options that let YNNPACK take each dot together with its elementwise neighbours, e.g. the chunked
+# loss's `d_table + exp @ x`, so the add no longer rereads and rewrites a (V, D) buffer per chunk.
+YNN_DOT_FUSION = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_DOT"}
+
+
 class Stepper:
   """A jitted train step with its own state, callable repeatedly; blocks on each step's loss.
 
   By default the real one (`tied_embed.train_step.make_train_step`: provenance, totals, non-finite guard);
-  `plain=True` gives `make_plain_step` instead.
+  `plain=True` gives `make_plain_step` instead. `compiler_options` compiles it with those XLA options.
   """
 
-  def __init__(self, config: ml_collections.ConfigDict, *, plain: bool = False):
+  def __init__(self, config: ml_collections.ConfigDict, *, plain: bool = False, compiler_options=None):
     graphdef, self.state = train_state(config)
     self.batch = random_batch(int(config.model.vocab_size), int(config.train.batch_size))
     chunk_size = int(config.loss.chunk_size)
     make = make_plain_step if plain else step_lib.make_train_step
     self._step = make(graphdef, chunk_size)
+    if compiler_options:
+      self._step = self._step.lower(self.state, *self.batch).compile(compiler_options)
 
   def __call__(self) -> jax.Array:
     self.state, metrics = self._step(self.state, *self.batch)
