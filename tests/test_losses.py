@@ -132,6 +132,19 @@ def test_compiled_gradient_needs_under_an_eighth_of_the_full_losss_temporary_mem
   assert chunked * 8 <= full, (chunked, full)
 
 
+def test_compiled_gradient_holds_one_table_sized_temporary_the_accumulator():
+  # Wide rows and few tokens, so any extra (V, D) buffer (a transposed copy of the table, a second gradient)
+  # would dominate: the chunked gradient should need its (V, D) accumulator, two (V, C) chunks and (T, D) rows.
+  num_tokens, vocab_size, d_model, chunk = 256, 4096, 256, 32
+  x = jax.ShapeDtypeStruct((num_tokens, d_model), jnp.float32)
+  table = jax.ShapeDtypeStruct((vocab_size, d_model), jnp.float32)
+  targets = jax.ShapeDtypeStruct((num_tokens,), jnp.int32)
+  grad_fn = jax.value_and_grad(lambda a, e, y: chunked_cross_entropy(a, e, y, chunk), argnums=(0, 1))
+  temp = jax.jit(grad_fn).lower(x, table, targets).compile().memory_analysis().temp_size_in_bytes
+  table_bytes = vocab_size * d_model * 4
+  assert temp < 2 * table_bytes, (temp, table_bytes)
+
+
 @pytest.mark.parametrize("chunk_size", [0, -3, 2.5])
 def test_chunk_size_must_be_a_positive_int(chunk_size):
   x, table, targets = _problem(2, 5, 3)
