@@ -72,7 +72,8 @@ def main(argv) -> None:
         f"{workload.cpu_threads()} CPU threads, medians of {FLAGS.rounds} rounds")
   for chunk in chunks:
     step_ms = 1e3 * seconds[("train", chunk)] / FLAGS.steps
-    print(f"  chunk {chunk or 'full':>5}: train step {step_ms:8.3f} ms   evaluation {1e3 * seconds[('eval', chunk)]:8.1f} ms")
+    eval_ms = 1e3 * seconds[("eval", chunk)]
+    print(f"  chunk {chunk or 'full':>5}: train step {step_ms:8.3f} ms   evaluation {eval_ms:8.1f} ms")
 
 
 if __name__ == "__main__":

@@ -73,7 +73,8 @@ def measure(rounds: int = 7) -> dict:
   seconds = {name: statistics.median(values) for name, values in times.items()}
   result = {"V": VOCAB_SIZE, "D": D_MODEL, "T": NUM_TOKENS, "threads": threads, "chunk_size": CHUNK_SIZE,
             "rounds": rounds}
-  for name in ("step", "chunked_step", "chunked_ynn_step", "plain_step", "plain_chunked_step", "matmul", "torch_matmul", *TORCH_STEPS):
+  jax_steps = ("step", "chunked_step", "chunked_ynn_step", "plain_step", "plain_chunked_step")
+  for name in (*jax_steps, "matmul", "torch_matmul", *TORCH_STEPS):
     result[f"{name}_ms"] = seconds[name] * 1e3 if name in seconds else None
   # The fastest call of each: on a machine others load, the least disturbed one; PyTorch's OpenMP threads
   # suffer more from a loaded machine than XLA's, so its medians move more.
