@@ -35,7 +35,7 @@ class LiteralTiedTable(nnx.Module):
 
 
 def literal_seed_code(seed: float, token_ids: np.ndarray, vocab_size: float, d_model: float) -> jax.Array:
-  """The seed document's steps transcribed literally (eager, no jit)."""
+  """The README's NNX contract transcribed literally (eager, no jit)."""
   model = LiteralTiedTable(int(vocab_size), int(d_model), nnx.Rngs(int(seed)))
   return model(jnp.asarray(token_ids).astype(jnp.int32)).reshape(-1)
 
