@@ -88,9 +88,10 @@ def _keep_log_record(record: logging.logging.LogRecord) -> bool:
   """Keeps the log to progress and metrics.
 
   Orbax narrates every save at INFO; CLU's background writer logs a traceback when a write fails (the failure
-  comes back when the writer is closed and is reported as one line then); TFDS warns on every run that the dataset uses a custom configuration (they
-  all do: the builder config spells out the task); JAX says at INFO which accelerator backends it did not find,
-  a line that would otherwise come before even a one-line usage error.
+  comes back when the writer is closed and is reported as one line then); TFDS warns on every run that the
+  dataset uses a custom configuration (they all do: the builder config spells out the task); JAX says at INFO
+  which accelerator backends it did not find, a line that would otherwise come before even a one-line usage
+  error.
   """
   if "/orbax/" in record.pathname:
     return False

@@ -33,14 +33,7 @@ def _train_run(config, chunk: int):
   graphdef, state = workload.train_state(config)
   step = step_lib.make_train_step(graphdef, chunk)
   batch = workload.random_batch(int(config.model.vocab_size), int(config.train.batch_size))
-
-  def run():
-    nonlocal state
-    for _ in range(FLAGS.steps):
-      state, metrics = step(state, *batch)
-    jax.block_until_ready(metrics)
-
-  return run
+  return workload.repeated_steps(step, state, batch, FLAGS.steps)
 
 
 def _eval_run(config, chunk: int):

@@ -18,7 +18,6 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # for `configs` and `benchmarks`
 
-import jax  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
@@ -34,18 +33,6 @@ flags.DEFINE_bool("tied", True, "tied or untied model")
 FLAGS = flags.FLAGS
 
 
-def _repeated(step, state, batch):
-  """A timed run: `steps` calls of `step(state, *batch)`, each consuming the state the previous one returned."""
-
-  def run():
-    nonlocal state
-    for _ in range(FLAGS.steps):
-      state, metrics = step(state, *batch)
-    jax.block_until_ready(metrics)
-
-  return run
-
-
 def main(argv) -> None:
   del argv
   config = workload.bench_config(FLAGS.vocab_size, FLAGS.d_model, FLAGS.batch_size, FLAGS.chunk_size)
@@ -58,7 +45,10 @@ def main(argv) -> None:
       "train step": train_step,
       "log step": functools.partial(train_step, with_stats=True),
   }
-  runs = {name: _repeated(step, workload.train_state(config)[1], batch) for name, step in variants.items()}
+  runs = {
+      name: workload.repeated_steps(step, workload.train_state(config)[1], batch, FLAGS.steps)
+      for name, step in variants.items()
+  }
   medians = workload.interleaved_medians(runs, FLAGS.rounds)
   ms = {name: 1e3 * seconds / FLAGS.steps for name, seconds in medians.items()}
   print(f"V={FLAGS.vocab_size} D={FLAGS.d_model} B={FLAGS.batch_size} chunk={FLAGS.chunk_size} tied={FLAGS.tied}, "

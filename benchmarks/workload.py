@@ -71,6 +71,18 @@ def make_plain_step(graphdef: nnx.GraphDef, chunk_size: int):
 YNN_DOT_FUSION = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_DOT"}
 
 
+def repeated_steps(step, state, batch, steps: int):
+  """A timed run: `steps` calls of `step(state, *batch)`, each consuming the state the previous one returned."""
+
+  def run():
+    nonlocal state
+    for _ in range(steps):
+      state, metrics = step(state, *batch)
+    jax.block_until_ready(metrics)
+
+  return run
+
+
 class Stepper:
   """A jitted train step with its own state, callable repeatedly; blocks on each step's loss.
 

@@ -86,3 +86,22 @@ def free_port() -> int:
 def assert_close(got, want) -> None:
   """float32 results of different meshes: equal to rounding (atol for the few entries near zero)."""
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def hand_path_gradients(table_in, table_out, ids, next_ids) -> tuple[np.ndarray, np.ndarray]:
+  """Mean cross-entropy of softmax(E_in[ids] @ E_out.T) against next_ids, differentiated by hand in float64.
+
+  (V, D), (V, D), (T,), (T,) → (lookup-path gradient (V, D), projection-path gradient (V, D)); pass the same table
+  twice for a tied model.
+  """
+  table_in, table_out = np.asarray(table_in, np.float64), np.asarray(table_out, np.float64)
+  x = table_in[ids]
+  logits = x @ table_out.T
+  probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+  probs /= probs.sum(axis=1, keepdims=True)
+  dlogits = probs.copy()
+  dlogits[np.arange(len(ids)), next_ids] -= 1.0
+  dlogits /= len(ids)
+  lookup = np.zeros_like(table_in)
+  np.add.at(lookup, ids, dlogits @ table_out)
+  return lookup, dlogits.T @ x

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import all_series, smoke_with
+from helpers import all_series, hand_path_gradients, smoke_with
 
 from tied_embed import optim
 from tied_embed import train_step as step_lib
@@ -20,20 +20,6 @@ NEXT_IDS = np.array([1, 4, 4, 0, 5, 2], np.int32)
 
 def _names(tied: bool) -> tuple[str, str]:
   return ("embedding", "embedding") if tied else ("input_embedding", "output_embedding")
-
-
-def _hand_path_gradients(table_in: np.ndarray, table_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """Mean cross-entropy of softmax(table_in[ids] @ table_out.T), differentiated by hand in float64."""
-  x = table_in[IDS]
-  logits = x @ table_out.T
-  probs = np.exp(logits - logits.max(axis=1, keepdims=True))
-  probs /= probs.sum(axis=1, keepdims=True)
-  dlogits = probs.copy()
-  dlogits[np.arange(len(IDS)), NEXT_IDS] -= 1.0
-  dlogits /= len(IDS)
-  lookup = np.zeros_like(table_in)
-  np.add.at(lookup, IDS, dlogits @ table_out)
-  return lookup, dlogits.T @ x
 
 
 def _sgd_setup(tied: bool, grad_clip_norm: float = 0.0):
@@ -49,7 +35,7 @@ def _sgd_setup(tied: bool, grad_clip_norm: float = 0.0):
 @pytest.mark.parametrize(("a", "b"), [(2.0, 1.0), (0.5, 3.0), (0.0, 1.0)])
 def test_one_sgd_step_applies_the_weighted_path_gradients(tied, a, b):
   graphdef, state, before = _sgd_setup(tied)
-  lookup, projection = _hand_path_gradients(*before)
+  lookup, projection = hand_path_gradients(*before, IDS, NEXT_IDS)
 
   step = step_lib.make_train_step(graphdef, chunk_size=0, lookup_grad_scale=a, projection_grad_scale=b)
   state, _ = step(state, jnp.asarray(IDS), jnp.asarray(NEXT_IDS))
@@ -68,7 +54,7 @@ def test_one_sgd_step_applies_the_weighted_path_gradients(tied, a, b):
 def test_clipping_sees_the_weighted_sum():
   clip, a, b = 0.01, 4.0, 0.5
   graphdef, state, before = _sgd_setup(tied=True, grad_clip_norm=clip)
-  lookup, projection = _hand_path_gradients(*before)
+  lookup, projection = hand_path_gradients(*before, IDS, NEXT_IDS)
   weighted = a * lookup + b * projection
   assert np.linalg.norm(weighted) > 10 * clip  # so the clip is active
 
@@ -84,7 +70,7 @@ def test_clipping_sees_the_weighted_sum():
 def test_log_step_reports_the_unweighted_paths_and_the_applied_norm(tied):
   a, b = 3.0, 0.25
   graphdef, state, before = _sgd_setup(tied)
-  lookup, projection = _hand_path_gradients(*before)
+  lookup, projection = hand_path_gradients(*before, IDS, NEXT_IDS)
 
   step = step_lib.make_train_step(graphdef, chunk_size=0, lookup_grad_scale=a, projection_grad_scale=b)
   _, metrics = step(state, jnp.asarray(IDS), jnp.asarray(NEXT_IDS), with_stats=True)

@@ -4,26 +4,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from helpers import hand_path_gradients
 
 from tied_embed import TiedEmbed
 from tied_embed.losses import bigram_loss
 from tied_embed.provenance import split_error, split_gradient, split_stats
-
-
-def _numpy_split(table, ids, targets):
-  """Hand-derived gradients of mean CE(E[ids] @ E.T, targets) through each use of E, in float64."""
-  table = np.asarray(table, np.float64)
-  x = table[ids]
-  logits = x @ table.T
-  probs = np.exp(logits - logits.max(axis=1, keepdims=True))
-  probs /= probs.sum(axis=1, keepdims=True)
-  dlogits = probs.copy()
-  dlogits[np.arange(len(ids)), targets] -= 1
-  dlogits /= len(ids)
-  projection = dlogits.T @ x
-  lookup = np.zeros_like(table)
-  np.add.at(lookup, ids, dlogits @ table)
-  return lookup, projection
 
 
 def _case(vocab_size=12, d_model=5, ids=(0, 3, 3, 7, 1), seed=0):
@@ -41,7 +26,7 @@ def _logits_ce(logits, targets):
 def test_paths_match_the_hand_derived_gradients_and_sum_to_the_total():
   table, ids, targets = _case()
   split = split_gradient(table, jnp.asarray(ids), lambda logits: _logits_ce(logits, targets))
-  lookup, projection = _numpy_split(table, ids, targets)
+  lookup, projection = hand_path_gradients(table, table, ids, targets)
   np.testing.assert_allclose(split.lookup, lookup, rtol=1e-5, atol=1e-7)
   np.testing.assert_allclose(split.projection, projection, rtol=1e-5, atol=1e-7)
   np.testing.assert_allclose(split.total, lookup + projection, rtol=1e-5, atol=1e-7)
@@ -93,7 +78,7 @@ def test_split_stats_count_rows_and_measure_paths():
   table, ids, targets = _case()
   split = split_gradient(table, jnp.asarray(ids), lambda logits: _logits_ce(logits, targets))
   stats = split_stats(split.lookup, split.projection, jnp.asarray(ids))
-  lookup, projection = _numpy_split(table, ids, targets)
+  lookup, projection = hand_path_gradients(table, table, ids, targets)
   assert int(stats["rows_looked_up"]) == len(set(ids.tolist()))
   assert int(stats["rows_projection_only"]) == 12 - len(set(ids.tolist()))  # softmax touches every row
   np.testing.assert_allclose(stats["lookup_norm"], np.linalg.norm(lookup), rtol=1e-5)

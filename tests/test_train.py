@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 from flax import nnx
-from helpers import all_series, event_series
+from helpers import all_series, event_series, hand_path_gradients
 
 from tied_embed import optim
 from tied_embed import train_step as step_lib
@@ -63,18 +63,6 @@ def test_second_run_resumes_from_latest_checkpoint_and_repeats_the_run(smoke_run
   np.testing.assert_array_equal(np.asarray(resumed), np.asarray(uninterrupted))
 
 
-def _hand_path_gradients(table_in: np.ndarray, table_out: np.ndarray, ids: np.ndarray, next_ids: np.ndarray):
-  """Mean cross-entropy of E_in[ids] @ E_out.T differentiated by hand in float64 → (lookup grad, projection grad)."""
-  x = table_in[ids]
-  logits = x @ table_out.T
-  probs = np.exp(logits - logits.max(axis=1, keepdims=True))
-  probs /= probs.sum(axis=1, keepdims=True)
-  dlogits = (probs - np.eye(len(table_out))[next_ids]) / len(ids)
-  lookup = np.zeros_like(table_in)
-  np.add.at(lookup, ids, dlogits @ table_out)
-  return lookup, dlogits.T @ x
-
-
 @pytest.mark.parametrize("tied", [True, False])
 def test_one_sgd_step_matches_hand_gradients(tied):
   from configs import smoke  # noqa: PLC0415
@@ -88,7 +76,7 @@ def test_one_sgd_step_matches_hand_gradients(tied):
   before = [np.asarray(state["model"][name][...], np.float64) for name in names]
   ids = np.array([0, 3, 3, 7, 31, 2], np.int32)
   next_ids = np.array([1, 4, 4, 0, 5, 2], np.int32)
-  lookup, projection = _hand_path_gradients(*before, ids, next_ids)
+  lookup, projection = hand_path_gradients(*before, ids, next_ids)
 
   state, _ = step_lib.make_train_step(graphdef, chunk_size=0)(state, jnp.asarray(ids), jnp.asarray(next_ids))
 
