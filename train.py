@@ -9,6 +9,7 @@ is one line `error: ...` on stderr and exit status 2, before anything is compute
 import os
 import signal
 import sys
+import warnings
 
 # TensorFlow (imported by TFDS and the TensorBoard writer) is chatty otherwise, even before a usage error.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -26,6 +27,9 @@ def _stop_during_start_up(signum: int, frame: object) -> None:
 
 for _signum in (signal.SIGINT, signal.SIGTERM):
   signal.signal(_signum, _stop_during_start_up)
+# A checkpoint write that failed leaves Orbax's pending coroutines unawaited; Python would list each at exit,
+# after the one-line error that already says what happened.
+warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
 
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402

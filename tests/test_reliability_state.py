@@ -7,12 +7,16 @@ checkpoints/ is a file, a signal during set-up, and a rerun of a finished run.
 
 from __future__ import annotations
 
+import errno
+import os
+import pathlib
 import resource
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import jax
@@ -247,3 +251,20 @@ def test_a_full_disk_is_one_line_and_exit_1(smoke_run, tmp_path, what):
   last = result.stderr.strip().splitlines()[-1]
   assert last.startswith("error: ") and "File too large" in last and "Traceback" not in result.stderr
   assert ("preparing the dataset" in last) == (what == "dataset")
+
+
+def test_a_checkpoints_directory_that_cannot_be_written_is_refused_before_training(smoke_run, tmp_path, monkeypatch):
+  """A read-only checkpoints/ (as on a read-only mount, which root cannot otherwise get here): exit 2 up front."""
+  workdir = tmp_path / "run"
+  (workdir / "checkpoints").mkdir(parents=True)
+  real = tempfile.NamedTemporaryFile
+
+  def read_only_checkpoints(*args, dir=None, **kwargs):  # noqa: A002 (tempfile's own keyword)
+    if dir is not None and pathlib.Path(dir).name == "checkpoints":
+      raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(dir))
+    return real(*args, dir=dir, **kwargs)
+
+  monkeypatch.setattr(tempfile, "NamedTemporaryFile", read_only_checkpoints)
+  with pytest.raises(UsageError, match=r"checkpoints cannot be written: Read-only file system"):
+    train_and_evaluate(smoke_run.config, workdir)
+  assert sorted(_tree(workdir)) == ["checkpoints"]  # no data, no events, no checkpoint

@@ -58,11 +58,18 @@ def exclusive(workdir: pathlib.Path) -> Iterator[None]:
 
 
 def check_layout(workdir: pathlib.Path) -> None:
-  """UsageError if a path the run writes as a directory (checkpoints/, damaged_checkpoints/, ...) is not one."""
+  """UsageError if a path the run writes as a directory (checkpoints/, damaged_checkpoints/, ...) is not one, or
+  is one that cannot be written (a read-only mount): found before training, not at the first save."""
   for name in SUBDIRECTORIES:
     path = workdir / name
     if path.exists() and not path.is_dir():
       raise UsageError(f"{path} is not a directory; the run keeps its {name} there: move it away")
+    if path.is_dir():
+      try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
+          pass
+      except OSError as error:
+        raise UsageError(f"{path} cannot be written: {error.strerror or type(error).__name__}") from None
 
 
 def flatten_config(config: ml_collections.ConfigDict | dict, prefix: str = "") -> dict[str, Any]:
