@@ -460,3 +460,25 @@ def test_garbled_report_data_falls_back_to_the_dataset_with_a_warning(inspected,
   built = inspect_run(run_copy, tokens=TOKENS, top_k=TOP_K, pictures=False)
   assert any("report_data.npz cannot be read" in warning for warning in built["warnings"])
   assert json.loads(json.dumps(_tables_part(built))) == json.loads(json.dumps(_tables_part(inspected[1])))
+
+
+def test_path_cosines_match_hand_values():
+  from tied_embed.inspection.path_directions import path_cosines  # noqa: PLC0415
+
+  lookup = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 0.0], [3.0, 4.0]])
+  projection = np.array([[2.0, 0.0], [0.0, 5.0], [-1.0, 0.0], [1.0, 1.0], [4.0, 3.0]])
+  np.testing.assert_allclose(path_cosines(lookup, projection), [1.0, 0.0, -1.0, 0.0, 24 / 25])
+
+
+def test_report_gives_each_tracked_rows_path_cosine(smoke_run):
+  from tied_embed import checkpoint  # noqa: PLC0415
+  from tied_embed.inspect import inspect_run  # noqa: PLC0415
+
+  report = inspect_run(smoke_run.workdir, pictures=False)
+  restored = checkpoint.restore(smoke_run.workdir)
+  lookup, projection = restored.path_directions["lookup"], restored.path_directions["projection"]
+  rows = report["path_directions"]["rows"]
+  assert [row["id"] for row in rows] == restored.path_directions["rows"].tolist()
+  for row, g_lookup, g_projection in zip(rows, lookup, projection, strict=True):
+    expected = float(g_lookup @ g_projection / (np.linalg.norm(g_lookup) * np.linalg.norm(g_projection)))
+    assert row["cosine"] == pytest.approx(expected, rel=1e-6, abs=1e-9)

@@ -58,8 +58,10 @@ def test_vocabulary_arrays_are_split_in_2_along_v_and_replicated_along_data(shar
   leaves = json.loads((sharded / "layout.json").read_text())["leaves"]
   assert sum(map(_is_vocabulary_array, leaves)) == 5  # table, mu, nu, two totals
   for name, leaf in leaves.items():
-    if not _is_vocabulary_array(name):  # step counters and running metrics: whole on every device
-      assert leaf["spec"] == leaf["compiled_spec"] == [] and all(s["index"] == [] for s in leaf["shards"])
+    if not _is_vocabulary_array(name):  # counters, running metrics, tracked rows: whole on every device
+      assert not any(leaf["spec"]) and not any(leaf["compiled_spec"]), name  # P() or P(None, ...)
+      indices = [s["index"] for s in leaf["shards"]]
+      assert all(index == indices[0] for index in indices) and all(start == 0 for start, _ in indices[0]), name
       continue
     ndim = 2 if "embedding" in name else 1
     assert leaf["spec"] == leaf["compiled_spec"] == ["model"] + [None] * (ndim - 1), name

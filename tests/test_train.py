@@ -87,6 +87,10 @@ def test_one_sgd_step_matches_hand_gradients(tied):
     np.testing.assert_allclose(state["model"]["output_embedding"][...], before[1] - 0.1 * projection, atol=1e-6)
   np.testing.assert_allclose(state["lookup_total"][...], np.linalg.norm(lookup, axis=1), rtol=1e-5, atol=1e-7)
   np.testing.assert_allclose(state["projection_total"][...], np.linalg.norm(projection, axis=1), rtol=1e-5, atol=1e-7)
+  tracked = np.asarray(state["tracked_rows"][...])  # a fresh state tracks rows 0..K-1 until the trainer picks
+  np.testing.assert_array_equal(tracked, np.arange(min(16, config.model.vocab_size)))
+  np.testing.assert_allclose(state["tracked_lookup"][...], lookup[tracked], rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(state["tracked_projection"][...], projection[tracked], rtol=1e-5, atol=1e-7)
   assert int(state["optimizer"]["step"][...]) == 1
 
 
@@ -130,3 +134,13 @@ def test_num_steps_below_the_latest_checkpoint_is_refused(smoke_run):
   config.train.num_steps = 30
   with pytest.raises(UsageError, match=r"train.num_steps=30 .*at least 60"):
     train_and_evaluate(config, smoke_run.workdir)
+
+
+def test_a_run_tracks_the_path_directions_of_its_most_frequent_rows(smoke_run):
+  from tied_embed import data  # noqa: PLC0415
+
+  counts = data.load_bigram_data(smoke_run.config, smoke_run.workdir).input_counts
+  tracked = np.asarray(smoke_run.summary.state["tracked_rows"][...])
+  assert len(tracked) == 16 and len(set(tracked)) == 16
+  assert counts[tracked].min() >= np.delete(counts, tracked).max()  # no untracked row is more frequent
+  assert np.all(np.linalg.norm(smoke_run.summary.state["tracked_lookup"][...], axis=1) > 0)

@@ -240,6 +240,8 @@ class Restored:
   config: ml_collections.ConfigDict
   step: int
   provenance: dict[str, np.ndarray]  # 'lookup_total', 'projection_total': (V,) float32
+  # 'rows': (K,) int32 tracked rows; 'lookup', 'projection': (K, D) float32, each path's summed gradient rows
+  path_directions: dict[str, np.ndarray]
 
 
 def _resolve_step(workdir: str | pathlib.Path, step: int | None) -> int:
@@ -323,6 +325,11 @@ def restore(workdir: str | pathlib.Path, step: int | None = None, mesh: Mesh | N
           provenance={
               "lookup_total": np.asarray(train_state.lookup_total[...]),
               "projection_total": np.asarray(train_state.projection_total[...]),
+          },
+          path_directions={
+              "rows": np.asarray(train_state.tracked_rows[...]),
+              "lookup": np.asarray(train_state.tracked_lookup[...]),
+              "projection": np.asarray(train_state.tracked_projection[...]),
           },
       )
   if len(failures) == 1:

@@ -38,6 +38,13 @@ class RunningMetric(nnx.Variable):
   """A scalar the step carries from one step to the next: a running sum, a count or a marker step."""
 
 
+class PathDirections(nnx.Variable):
+  """For a few tracked rows: which rows (K,) int32, or the running sum of one path's gradient rows (K, D)."""
+
+
+TRACKED_ROWS = 16  # rows whose accumulated gradient direction through each path is kept (the most frequent ones)
+
+
 class NonFinite(RunStopped):
   """The run stopped at a non-finite loss or gradient, saving nothing after it (exit status 1)."""
 
@@ -63,6 +70,9 @@ class TrainState(nnx.Module):
     train_loss_sum: RunningMetric () float32, the train losses since the last log step, summed.
     train_loss_count: RunningMetric () int32, how many losses that sum holds.
     first_nonfinite_step: RunningMetric () int32, the first step whose loss or new state was not finite; 0 if none.
+    tracked_rows: PathDirections (K,) int32, K = min(TRACKED_ROWS, V) rows (the trainer picks the most frequent).
+    tracked_lookup, tracked_projection: PathDirections (K, D) float32, Σ_steps of those rows' gradient through
+      each path: does the lookup pull a row the same way as the projection?
   """
 
   def __init__(self, model: Model, tx: optax.GradientTransformation):
@@ -74,6 +84,10 @@ class TrainState(nnx.Module):
     self.train_loss_sum = RunningMetric(jnp.float32(0))
     self.train_loss_count = RunningMetric(jnp.int32(0))
     self.first_nonfinite_step = RunningMetric(jnp.int32(0))
+    tracked = min(TRACKED_ROWS, model.vocab_size)
+    self.tracked_rows = PathDirections(jnp.arange(tracked, dtype=jnp.int32))
+    self.tracked_lookup = PathDirections(jnp.zeros((tracked, model.d_model), jnp.float32))
+    self.tracked_projection = PathDirections(jnp.zeros((tracked, model.d_model), jnp.float32))
 
 
 def build_model(config: ml_collections.ConfigDict) -> Model:
@@ -180,6 +194,9 @@ def make_train_step(
       metrics.update(split_diagnostics(model, ids, next_ids, chunk_size, lookup_grad, projection_grad))
     train_state.lookup_total[...] += provenance.row_norms(lookup_grad)
     train_state.projection_total[...] += provenance.row_norms(projection_grad)
+    tracked = train_state.tracked_rows[...]
+    train_state.tracked_lookup[...] += lookup_grad[tracked]
+    train_state.tracked_projection[...] += projection_grad[tracked]
     grads = update_gradients(model, lookup_grad, projection_grad, lookup_grad_scale, projection_grad_scale)
     if with_stats:
       metrics["applied_norm"] = optax.tree.norm(grads)

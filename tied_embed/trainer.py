@@ -140,6 +140,14 @@ class DataFailed(RunStopped):
   """Preparing the dataset failed for a reason outside the config (a full disk, a vanished directory): exit 1."""
 
 
+def _track_most_frequent_rows(state: nnx.State, input_counts: np.ndarray) -> nnx.State:
+  """A fresh state whose tracked rows (train_step.TRACKED_ROWS) are the most frequent current tokens in train."""
+  rows = state["tracked_rows"][...]
+  most_frequent = np.argsort(-np.asarray(input_counts), kind="stable")[: rows.shape[0]].astype(np.int32)
+  state["tracked_rows"][...] = jax.device_put(most_frequent, rows.sharding)
+  return state
+
+
 def _log_asymmetry(data: data_lib.BigramData, d_model: int) -> None:
   """At the start of a run: how much of the task a tied table cannot express (its logits E·Eᵀ are symmetric).
 
@@ -204,6 +212,8 @@ def train_and_evaluate(
     stack.enter_context(contextlib.closing(checkpointer))
     start, state = _resume(config, target, checkpointer, dataset)
     data = _load_data(config, workdir)
+    if start == 0:
+      state = _track_most_frequent_rows(state, data.input_counts)
     complete = start == num_steps and checkpointer.latest_step() == num_steps  # a rerun writes nothing
     if jax.process_index() == 0 and not complete:
       data_lib.record_for_inspection(data, config, workdir)  # so inspection needs nothing outside the workdir

@@ -17,6 +17,7 @@ from tied_embed import sources
 from tied_embed.errors import UsageError
 from tied_embed.inspection import files
 from tied_embed.inspection import report as report_lib
+from tied_embed.inspection.path_directions import path_direction_summary
 from tied_embed.inspection.text import format_markdown
 from tied_embed.inspection.undertrained import undertrained_summary
 from tied_embed.model import io_tables
@@ -37,8 +38,8 @@ def inspect_run(
 ) -> dict[str, Any]:
   """The JSON-ready report of checkpoint `step` (default: the newest readable one) in `workdir`.
 
-  Keys: workdir, step, available_steps, run, scores, parameters, tokens, fit, provenance, undertrained, warnings,
-  and when
+  Keys: workdir, step, available_steps, run, scores, parameters, tokens, fit, provenance, undertrained,
+  path_directions, warnings, and when
   the pictures were written also pictures ({name: PNG path relative to WORKDIR/report}) and report_md. A token
   is an id or, for a text run, a string of its vocabulary (a piece such as '▁the', or a byte's label such as
   '\\n'). Raises UsageError, before anything is restored or written where it can, for: no checkpoints,
@@ -103,6 +104,8 @@ def inspect_run(
           facts.input_counts, top_k, label=report_lib.token_label_of(facts.source, facts.tokenizer)),
       "warnings": warnings,
   }
+  label = report_lib.token_label_of(facts.source, facts.tokenizer)
+  report["path_directions"] = path_direction_summary(restored.path_directions, label=label)
   if pictures:
     try:
       _draw(report, files.report_dir(workdir), lookup_table, projection_table, facts, restored.provenance, series)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tied_embed.inspection.path_directions import format_path_directions
 from tied_embed.inspection.undertrained import format_undertrained
 
 _LIST_LIMIT = 20  # longer id lists are cut, with a count, so a big vocabulary doesn't flood the terminal
@@ -53,6 +54,8 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
   ]
   if "undertrained" in report:
     lines += ["", *format_undertrained(report["undertrained"])]
+  if report.get("path_directions"):
+    lines += ["", *format_path_directions(report["path_directions"])]
   if pictures_line and report.get("pictures"):
     lines += ["", f"pictures {report['report_md']}"]
   return "\n".join(lines)
