@@ -482,3 +482,16 @@ def test_report_gives_each_tracked_rows_path_cosine(smoke_run):
   for row, g_lookup, g_projection in zip(rows, lookup, projection, strict=True):
     expected = float(g_lookup @ g_projection / (np.linalg.norm(g_lookup) * np.linalg.norm(g_projection)))
     assert row["cosine"] == pytest.approx(expected, rel=1e-6, abs=1e-9)
+
+
+def test_provenance_picture_rings_the_rows_that_learned_only_through_the_projection():
+  from tied_embed.inspection import plots  # noqa: PLC0415
+
+  counts = np.array([0, 0, 0, 5, 50, 500], np.float64)
+  lookup = np.array([0.0, 0.0, 0.0, 0.1, 1.0, 10.0])  # three rows never looked up
+  projection = np.array([2.0, 3.0, 0.0, 2.0, 2.0, 2.0])  # one of them got no gradient at all
+  fig = plots.provenance_figure(lookup, projection, counts)
+  labels = [text.get_text() for text in fig.axes[0].get_legend().get_texts()]
+  assert labels[-1] == "projection only (2 rows)"
+  ringed = fig.axes[0].collections[-1].get_offsets()
+  np.testing.assert_array_equal(np.asarray(ringed), [[0.0, 2.0], [0.0, 3.0]])

@@ -88,16 +88,20 @@ def loss_curves_figure(
 def provenance_figure(lookup_total: np.ndarray, projection_total: np.ndarray, input_counts: np.ndarray) -> Figure:
   """Each row's accumulated gradient by path against its input count: (V,), (V,), (V,) → Figure.
 
-  Log axes (x symlog when some token is never input, so count 0 still appears); rows with a zero total on a
-  path have no marker for that path.
+  Log axes (x symlog when some token is never input, so count 0 still appears). Rows that learned only through
+  the projection (a zero lookup total, which a log axis cannot show) are ringed in red at their projection total.
   """
   counts = np.asarray(input_counts, np.float64)
+  lookup_total, projection_total = np.asarray(lookup_total, np.float64), np.asarray(projection_total, np.float64)
   fig = Figure(figsize=(7, 4.2), layout="constrained")
   ax = fig.subplots()
   for totals, marker, label in ((lookup_total, "o", "lookup path"), (projection_total, "x", "projection path")):
-    totals = np.asarray(totals, np.float64)
     shown = totals > 0
     ax.scatter(counts[shown], totals[shown], marker=marker, s=14, alpha=0.7, label=label)
+  only = (lookup_total == 0) & (projection_total > 0)
+  if only.any():
+    ax.scatter(counts[only], projection_total[only], marker="o", s=60, facecolors="none", edgecolors="red",
+               label=f"projection only ({int(only.sum())} rows)")
   if counts.min() > 0:
     ax.set_xscale("log")
   else:
