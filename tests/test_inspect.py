@@ -495,3 +495,13 @@ def test_provenance_picture_rings_the_rows_that_learned_only_through_the_project
   assert labels[-1] == "projection only (2 rows)"
   ringed = fig.axes[0].collections[-1].get_offsets()
   np.testing.assert_array_equal(np.asarray(ringed), [[0.0, 2.0], [0.0, 3.0]])
+
+
+def test_report_gives_the_tasks_asymmetry_budget(smoke_run):
+  from tied_embed.inspect import inspect_run  # noqa: PLC0415
+  from tied_embed.inspection.text import format_text  # noqa: PLC0415
+
+  report = inspect_run(smoke_run.workdir, pictures=False)
+  assert report["asymmetry"]["antisymmetric_share"] < 1e-9  # planted: a symmetric task
+  assert report["asymmetry"]["tokens"] == smoke_run.config.model.vocab_size
+  assert "asymmetry 0.000 of the task's row-centred log-probabilities is antisymmetric" in format_text(report)

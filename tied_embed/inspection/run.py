@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tied_embed import sources
+from tied_embed import asymmetry, sources
 from tied_embed.errors import UsageError
 from tied_embed.inspection import files
 from tied_embed.inspection import report as report_lib
@@ -39,7 +39,7 @@ def inspect_run(
   """The JSON-ready report of checkpoint `step` (default: the newest readable one) in `workdir`.
 
   Keys: workdir, step, available_steps, run, scores, parameters, tokens, fit, provenance, undertrained,
-  path_directions, warnings, and when
+  path_directions, asymmetry, warnings, and when
   the pictures were written also pictures ({name: PNG path relative to WORKDIR/report}) and report_md. A token
   is an id or, for a text run, a string of its vocabulary (a piece such as '▁the', or a byte's label such as
   '\\n'). Raises UsageError, before anything is restored or written where it can, for: no checkpoints,
@@ -106,6 +106,7 @@ def inspect_run(
   }
   label = report_lib.token_label_of(facts.source, facts.tokenizer)
   report["path_directions"] = path_direction_summary(restored.path_directions, label=label)
+  report["asymmetry"] = asymmetry.summary(facts, d_model=int(config.model.d_model))
   if pictures:
     try:
       _draw(report, files.report_dir(workdir), lookup_table, projection_table, facts, restored.provenance, series)

@@ -56,6 +56,11 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
     lines += ["", *format_undertrained(report["undertrained"])]
   if report.get("path_directions"):
     lines += ["", *format_path_directions(report["path_directions"])]
+  if report.get("asymmetry"):
+    budget = report["asymmetry"]
+    sampled = f", estimated on {int(budget['tokens'])} sampled tokens" if budget["sampled"] else ""
+    lines += ["", f"asymmetry {budget['antisymmetric_share']:.3f} of the task's row-centred log-probabilities is "
+              f"antisymmetric{sampled}: what no tied table (symmetric E·Eᵀ) can fit"]
   if pictures_line and report.get("pictures"):
     lines += ["", f"pictures {report['report_md']}"]
   return "\n".join(lines)
