@@ -268,3 +268,23 @@ def test_a_checkpoints_directory_that_cannot_be_written_is_refused_before_traini
   with pytest.raises(UsageError, match=r"checkpoints cannot be written: Read-only file system"):
     train_and_evaluate(smoke_run.config, workdir)
   assert sorted(_tree(workdir)) == ["checkpoints"]  # no data, no events, no checkpoint
+
+
+@pytest.mark.parametrize("where", ["_manager", "_read_state"])
+def test_a_signal_inside_checkpoint_code_is_a_stop_not_a_write_failure_or_damage(smoke_run, tmp_path, monkeypatch,
+                                                                                 where):
+  """Orbax calls are wrapped in `except Exception` (a failed write, a damaged checkpoint): a set-up signal landing
+  there must still stop the run, and must not get a good checkpoint moved aside as damaged."""
+  workdir = tmp_path / "run"
+  shutil.copytree(smoke_run.workdir, workdir)
+  real = getattr(checkpoint, where)
+
+  def signalled(*args, **kwargs):
+    signal.raise_signal(signal.SIGTERM)
+    return real(*args, **kwargs)
+
+  with monkeypatch.context() as patch, pytest.raises(preemption.Preempted) as stopped:
+    patch.setattr(checkpoint, where, signalled)
+    train_and_evaluate(smoke_run.config, workdir)
+  assert stopped.value.exit_status == 143 and stopped.value.step is None
+  assert checkpoint.available_steps(workdir) == [40, 60] and not checkpoint.damaged_dir(workdir).exists()

@@ -37,11 +37,21 @@ class Preempted(RunStopped):
     self.signum, self.step, self.exit_status = signum, step, 128 + signum
 
 
+class Interrupted(BaseException):
+  """Raised by the signal handler during set-up. A BaseException, like KeyboardInterrupt, so that the libraries'
+  own `except Exception` handlers (a checkpoint read that fails counts as damaged, a failed write is reported as
+  such) cannot mistake it for their error; `train_and_evaluate` turns it into `Preempted(signum, None)`."""
+
+  def __init__(self, signum: int):
+    super().__init__(signum)
+    self.signum = signum
+
+
 class StopSignals:
   """Context manager: while inside, SIGTERM and SIGINT set `received` instead of ending the process.
 
   While `interrupting` (set-up: checks, dataset generation, compilation), the signal also raises
-  `Preempted(signum, None)` at once, so a long set-up ends promptly; where something swallows that exception
+  `Interrupted(signum)` at once, so a long set-up ends promptly; where something swallows that exception
   (a callback inside JAX), `received` still says so and the loop's first `agreed` stops the run. Outside the main
   thread (where Python cannot install handlers) it does nothing and `received` stays None.
   """
@@ -81,6 +91,6 @@ class StopSignals:
       return
     self.received = signum
     if self.interrupting:
-      raise Preempted(signum, None)
+      raise Interrupted(signum)
     logging.warning("Received %s: saving a checkpoint after the current step, then stopping.",
                     signal.Signals(signum).name)

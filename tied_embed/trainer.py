@@ -195,6 +195,14 @@ def train_and_evaluate(
   checkpoint.WriteFailed. Whatever the outcome, the saves already started finish and the logs are flushed
   before it returns or raises.
   """
+  try:
+    return _train_and_evaluate(config, workdir, verbose)
+  except preemption.Interrupted as interrupted:  # a signal during set-up: nothing to save yet
+    raise preemption.Preempted(interrupted.signum, None) from None
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, verbose: bool) -> RunSummary:
+  """`train_and_evaluate`'s body; a signal during its set-up raises preemption.Interrupted."""
   validate_config(config)
   workdir = workdir_lib.ensure_writable(workdir)
   train, num_steps = config.train, int(config.train.num_steps)
