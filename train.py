@@ -113,7 +113,7 @@ def main(argv: list[str]) -> None:
   # Imported after the flags, so --help stays fast; the trainer (TensorFlow, CLU, Orbax) only once the config is
   # known to be good, so a bad value is reported in well under a second.
   from tied_embed.config_validation import validate_config  # noqa: PLC0415
-  from tied_embed.errors import RunStopped, UsageError, require  # noqa: PLC0415
+  from tied_embed.errors import RunStopped, UsageError, first_line, require  # noqa: PLC0415
   from tied_embed.parallel import initialize_from_environment  # noqa: PLC0415
 
   try:
@@ -131,8 +131,7 @@ def main(argv: list[str]) -> None:
   except Exception as error:  # noqa: BLE001 (anything else, e.g. a full disk under TensorFlow: still one line)
     if FLAGS.verbose:
       raise
-    first = (str(error).strip().splitlines() or [""])[0][:300]
-    print(f"error: {type(error).__name__}: {first} (rerun with --verbose for the traceback)", file=sys.stderr)
+    print(f"error: {first_line(error)} (rerun with --verbose for the traceback)", file=sys.stderr)
     sys.exit(1)
 
 

@@ -31,7 +31,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
 from tied_embed import optim, parallel
-from tied_embed.errors import RunStopped, UsageError
+from tied_embed.errors import RunStopped, UsageError, first_line
 from tied_embed.integrity import config_checksum, fingerprint
 from tied_embed.train_step import Model, TrainState, build_model
 
@@ -44,16 +44,11 @@ class WriteFailed(RunStopped):
 
   def __init__(self, directory: pathlib.Path, step: int | None, error: BaseException):
     what = "checkpoints" if step is None else f"checkpoint {step}"
-    super().__init__(f"writing {what} in {directory} failed: {_first_line(error)}")
+    super().__init__(f"writing {what} in {directory} failed: {first_line(error)}")
 
 
 class Damaged(Exception):
   """A checkpoint whose items read back but do not match its manifest."""
-
-
-def _first_line(error: BaseException, limit: int = 300) -> str:
-  text = f"{type(error).__name__}: {error}".strip().splitlines()[0]
-  return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def checkpoint_dir(workdir: str | pathlib.Path) -> pathlib.Path:
@@ -117,12 +112,17 @@ def _read_verified(
 ) -> tuple[nnx.State, ml_collections.ConfigDict, dict]:
   """(state, config, manifest) of checkpoint `step`, checked against its manifest; raises if any item is off."""
   config, manifest = _read_config_and_manifest(manager, step)
+  return _read_state_matching(manager, step, target, manifest), config, manifest
+
+
+def _read_state_matching(manager: ocp.CheckpointManager, step: int, target: nnx.State, manifest: dict) -> nnx.State:
+  """The state of checkpoint `step` (as `_read_state`); Damaged unless every array matches its fingerprint."""
   state = _read_state(manager, step, target)
   saved, found = manifest.get("arrays", {}), fingerprint(state)
   bad = sorted(path for path in set(saved) | set(found) if saved.get(path) != found.get(path))
   if bad:
     raise Damaged(f"{len(bad)} array(s) do not match their fingerprints in the manifest, e.g. {bad[0]}")
-  return state, config, manifest
+  return state
 
 
 def _read_config_and_manifest(manager: ocp.CheckpointManager, step: int) -> tuple[ml_collections.ConfigDict, dict]:
@@ -193,7 +193,7 @@ class Checkpointer:
         self._move_aside(bad_step, error, step)
       return step, state, manifest
     if damaged:
-      listed = "; ".join(f"step {step}: {_first_line(error, 120)}" for step, error in damaged)
+      listed = "; ".join(f"step {step}: {first_line(error, 120)}" for step, error in damaged)
       raise UsageError(
           f"no checkpoint in {checkpoint_dir(self._workdir)} reads back ({listed}); not starting again from "
           f"step 0 over them: move them away or use another --workdir"
@@ -215,7 +215,7 @@ class Checkpointer:
     self._manager.reload()
     logging.warning(
         "Checkpoint %d is damaged (%s): moved it to %s; resuming from step %d.",
-        step, _first_line(error), destination, resume_step,
+        step, first_line(error), destination, resume_step,
     )
 
   def close(self) -> None:
@@ -262,7 +262,7 @@ def _read_config(manager: ocp.CheckpointManager, step: int) -> ml_collections.Co
 
 
 def _unreadable(workdir: str | pathlib.Path, step: int, error: BaseException) -> UsageError:
-  return UsageError(f"checkpoint {checkpoint_dir(workdir) / str(step)} is damaged: {_first_line(error, 200)}")
+  return UsageError(f"checkpoint {checkpoint_dir(workdir) / str(step)} is damaged: {first_line(error, 200)}")
 
 
 def saved_config(workdir: str | pathlib.Path, step: int | None = None) -> ml_collections.ConfigDict:
@@ -310,8 +310,9 @@ def restore(workdir: str | pathlib.Path, step: int | None = None, mesh: Mesh | N
     for candidate in steps:
       _refuse_old_layout(workdir, candidate)
       try:
-        graphdef, target = abstract_state(_read_config(manager, candidate), mesh)
-        state, config, _ = _read_verified(manager, candidate, target)
+        config, manifest = _read_config_and_manifest(manager, candidate)
+        graphdef, target = abstract_state(config, mesh)
+        state = _read_state_matching(manager, candidate, target, manifest)
       except Exception as error:  # noqa: BLE001 (a garbled or missing item: the checkpoint is damaged)
         failures.append(_unreadable(workdir, candidate, error))
         continue

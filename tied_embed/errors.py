@@ -31,6 +31,12 @@ def require(ok: bool, field: str, value: Any, allowed: str) -> None:
     raise UsageError.bad_value(field, value, allowed)
 
 
+def first_line(error: BaseException, limit: int = 300) -> str:
+  """'TypeName: first line of the message', cut to `limit` characters: how a caught error is named in one line."""
+  text = (f"{type(error).__name__}: {error}".strip().splitlines() or [""])[0]
+  return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class RunStopped(Exception):
   """A run that ended before its last step: `exit_status` for the command line, `str()` its one-line message."""
 

@@ -59,10 +59,6 @@ class ProgressLine:
     return " | ".join(parts)
 
 
-def log_line(text: str) -> None:
-  logging.info("%s", text)
-
-
 def closing_lines(workdir: pathlib.Path, step: int) -> None:
   """Where the run left its checkpoints, and the commands that look at them."""
   logging.info(

@@ -31,12 +31,12 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
-from tied_embed import asymmetry, checkpoint, optim, parallel, preemption, run_log
+from tied_embed import asymmetry, checkpoint, config_schema, optim, parallel, preemption, run_log
 from tied_embed import data as data_lib
 from tied_embed import train_step as step_lib
 from tied_embed import workdir as workdir_lib
 from tied_embed.config_validation import validate_config
-from tied_embed.errors import RunStopped, UsageError
+from tied_embed.errors import RunStopped, UsageError, first_line
 from tied_embed.model import param_counts
 
 
@@ -174,9 +174,8 @@ def _load_data(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> data
   except (UsageError, RunStopped):
     raise
   except Exception as error:  # noqa: BLE001 (TFDS and array_record report I/O failures in many types)
-    first = (str(error).strip().splitlines() or [""])[0][:300]
     raise DataFailed(
-        f"preparing the dataset in {data_lib.data_dir(config, workdir)} failed: {type(error).__name__}: {first}"
+        f"preparing the dataset in {data_lib.data_dir(config, workdir)} failed: {first_line(error)}"
     ) from error
 
 
@@ -233,7 +232,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
     signals.interrupting = False  # from here on a signal stops the loop at the next step, after saving it
 
     if start == 0:
-      writer.write_hparams(workdir_lib.flatten_config(config))
+      writer.write_hparams(config_schema.leaf_paths(config))
     counts = param_counts(int(config.model.vocab_size), int(config.model.d_model))
     param_count = counts.tied if config.model.tied else counts.untied
     logging.info("%s, %d parameters, loss floor %.4f nats.", data.source, param_count, data.loss_floor)
@@ -281,7 +280,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
       if scalars:
         rate = progress.steps_per_second(done)
         writer.write_scalars(done, {"train/steps_per_sec": rate})
-        run_log.log_line(progress.format(done, scalars, rate))
+        logging.info("%s", progress.format(done, scalars, rate))
       if save_now or stop:
         checkpointer.save(done, state, config, dataset)
         saved_step = done

@@ -12,12 +12,11 @@ import contextlib
 import pathlib
 import tempfile
 from collections.abc import Iterator
-from typing import Any
 
 import jax
 import ml_collections
 
-from tied_embed import locking
+from tied_embed import config_schema, locking
 from tied_embed.errors import UsageError
 
 SUBDIRECTORIES = ("checkpoints", "damaged_checkpoints", "data", "report")
@@ -72,20 +71,9 @@ def check_layout(workdir: pathlib.Path) -> None:
         raise UsageError(f"{path} cannot be written: {error.strerror or type(error).__name__}") from None
 
 
-def flatten_config(config: ml_collections.ConfigDict | dict, prefix: str = "") -> dict[str, Any]:
-  """The config as {'train.learning_rate': 0.05, ...}: for comparisons and TensorBoard's hparams."""
-  flat = {}
-  for key, value in config.items():
-    if isinstance(value, ml_collections.ConfigDict | dict):
-      flat.update(flatten_config(value, f"{prefix}{key}."))
-    else:
-      flat[f"{prefix}{key}"] = value
-  return flat
-
-
 def config_differences(saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> list[str]:
   """The fields outside RESUMABLE_CHANGES where `config` differs from `saved`, as 'path: saved → new'."""
-  old, new = flatten_config(saved), flatten_config(config)
+  old, new = config_schema.leaf_paths(saved), config_schema.leaf_paths(config)
   return [
       f"{path}: {old.get(path, '<absent>')!r} in the checkpoints, {new.get(path, '<absent>')!r} now"
       for path in sorted(set(old) | set(new))

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from tied_embed import asymmetry, sources
-from tied_embed.errors import UsageError
+from tied_embed.errors import UsageError, first_line
 from tied_embed.inspection import files
 from tied_embed.inspection import report as report_lib
 from tied_embed.inspection.path_directions import path_direction_summary
@@ -73,7 +73,7 @@ def inspect_run(
   try:
     series = read_scalars(workdir, _LOSS_TAGS)
   except Exception as error:  # noqa: BLE001 (a damaged events file must not hide the checkpoint's report)
-    warnings.append(f"the event files in {workdir} cannot be read ({_first_line(error)}): no loss curves")
+    warnings.append(f"the event files in {workdir} cannot be read ({first_line(error)}): no loss curves")
     series = {}
   eval_loss = value_at(series.get("eval/loss"), restored.step)
   if eval_loss is None or eval_loss["step"] < restored.step:
@@ -140,11 +140,6 @@ def open_run(workdir: str | pathlib.Path, step: int | None, warnings: list[str])
   return restored, _data_facts(restored.config, workdir, restored.model.vocab_size, warnings)
 
 
-def _first_line(error: BaseException, limit: int = 300) -> str:
-  text = (f"{type(error).__name__}: {error}".strip().splitlines() or [""])[0]
-  return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _steps(workdir: pathlib.Path) -> list[int]:
   """The saved steps; UsageError (one line) if there are none or checkpoints/ is not a checkpoint directory."""
   from tied_embed import checkpoint  # noqa: PLC0415 (Orbax stays out of `import tied_embed`)
@@ -153,7 +148,7 @@ def _steps(workdir: pathlib.Path) -> list[int]:
     steps = checkpoint.available_steps(workdir)
   except Exception as error:  # noqa: BLE001 (Orbax reports a foreign directory in many types)
     raise UsageError(f"--workdir={str(workdir)!r}: {workdir / 'checkpoints'} cannot be read as checkpoints"
-                     f" ({_first_line(error)})") from None
+                     f" ({first_line(error)})") from None
   if not steps:
     raise UsageError(f"--workdir={str(workdir)!r} has no checkpoints (expected {workdir / 'checkpoints'}/<step>/)")
   return steps
@@ -167,7 +162,7 @@ def _restore(workdir: pathlib.Path, step: int | None, steps: list[int], warnings
     try:
       return checkpoint.restore(workdir, candidate)
     except Exception as error:  # noqa: BLE001 (a damaged checkpoint fails in Orbax, TensorStore or JSON)
-      problem = f"checkpoint {candidate} in {workdir / 'checkpoints'} cannot be read ({_first_line(error)})"
+      problem = f"checkpoint {candidate} in {workdir / 'checkpoints'} cannot be read ({first_line(error)})"
       if step is not None:
         raise UsageError(problem) from None
       warnings.append(f"{problem}: showing an older one")
@@ -179,7 +174,7 @@ def _data_facts(config: Any, workdir: pathlib.Path, vocab_size: int, warnings: l
   try:
     facts = record_lib.read(workdir)
   except Exception as error:  # noqa: BLE001 (a damaged file: fall back as for an old workdir)
-    warnings.append(f"{workdir / record_lib.FILE_NAME} cannot be read ({_first_line(error)}): using the dataset")
+    warnings.append(f"{workdir / record_lib.FILE_NAME} cannot be read ({first_line(error)}): using the dataset")
     facts = None
   if facts is not None and facts.vocab_size != vocab_size:
     warnings.append(f"{workdir / record_lib.FILE_NAME} is for V={facts.vocab_size}, the checkpoint has"
@@ -193,7 +188,7 @@ def _data_facts(config: Any, workdir: pathlib.Path, vocab_size: int, warnings: l
     bigrams = data.load_bigram_data(config, str(workdir))
   except OSError as error:
     raise UsageError(f"--workdir={str(workdir)!r} has no {record_lib.FILE_NAME} and its dataset cannot be made"
-                     f" in {data.data_dir(config, workdir)} ({_first_line(error)})") from None
+                     f" in {data.data_dir(config, workdir)} ({first_line(error)})") from None
   return record_lib.InspectionData(
       source=bigrams.source, identity=bigrams.identity, vocab_size=bigrams.vocab_size,
       loss_floor=float(bigrams.loss_floor), reference_name=sources.get(bigrams.source).reference_name,
