@@ -150,3 +150,61 @@ def test_chunk_size_must_be_a_positive_int(chunk_size):
   x, table, targets = _problem(2, 5, 3)
   with pytest.raises(ValueError, match="chunk_size"):
     chunked_cross_entropy(x, table, targets, chunk_size)
+
+
+DISTINCT_CASES = [  # (ids looked up, chunk of rows, groups)
+    pytest.param([0, 3, 3, 7, 12, 3, 20, 7], 3, 1, id="repeats"),
+    pytest.param([5, 5, 5, 5, 5, 5], 4, 1, id="one-distinct-id"),
+    pytest.param([9, 1, 4, 0, 2, 8, 6], 2, 1, id="all-distinct-tail"),
+    pytest.param([0, 3, 3, 7, 12, 3, 20, 7], 4, 2, id="two-blocks"),
+    pytest.param([1, 1, 2, 2, 1, 2, 3, 3], 1, 4, id="four-blocks-chunk-of-one"),
+    pytest.param([4, 4, 4, 9, 9, 1], 64, 3, id="chunk-above-block"),
+]
+
+
+@pytest.mark.parametrize("ids, chunk, groups", DISTINCT_CASES)
+def test_each_distinct_row_once_gives_the_closed_form_loss_and_gradients(ids, chunk, groups):
+  ids = np.asarray(ids, np.int32)
+  _, table, _ = _problem(1, 23, 5, seed=5)
+  targets = np.random.default_rng(6).integers(0, 23, ids.size).astype(np.int32)
+  x = table[ids]  # looked-up rows: equal wherever the ids are
+
+  def loss_fn(a, e):
+    return chunked_cross_entropy(a, e, targets, chunk, row_keys=ids, groups=groups)
+
+  loss, (dx, d_table) = jax.value_and_grad(loss_fn, argnums=(0, 1))(x, table)
+  ref_loss, ref_dx, ref_d_table = _numpy_loss_and_grads(x, table, targets)
+  _assert_close(loss, ref_loss)
+  _assert_close(dx, ref_dx)  # per token, as if every row had been scored on its own
+  _assert_close(d_table, ref_d_table)
+
+
+def test_rows_sharing_a_key_are_scored_once_from_the_first_of_them():
+  # The contract made visible: the logsumexp part is computed once per key, from the key's first row, and counted
+  # for every token holding the key. Rows that differ under one key (a broken contract) show it.
+  x, table, targets = _problem(6, 11, 4, seed=7)
+  keys = np.array([2, 2, 2, 5, 5, 2], np.int32)
+  firsts = x[[0, 0, 0, 3, 3, 0]]
+  lse = np.log(np.exp(firsts.astype(np.float64) @ table.T.astype(np.float64)).sum(axis=1))
+  expected = np.mean(lse - np.sum(x * table[targets], axis=1))
+  _assert_close(chunked_cross_entropy(x, table, targets, 2, row_keys=keys), expected)
+
+
+def test_distinct_rows_in_the_train_step_match_autodiff_of_the_full_loss_under_jit():
+  ids = jnp.asarray(np.random.default_rng(8).integers(0, 40, 96), jnp.int32)  # 96 draws of 40: many repeats
+  next_ids = jnp.roll(ids, -1)
+  _, table, _ = _problem(1, 40, 8, seed=9)
+
+  def split(loss_fn):
+    return jax.jit(lambda e: loss_and_path_gradients(e, e, ids, loss_fn))(jnp.asarray(table))
+
+  distinct = split(lambda a, e: chunked_cross_entropy(a, e, next_ids, 16, row_keys=ids, groups=2))
+  full = split(lambda a, e: full_cross_entropy(a, e, next_ids))
+  for actual, expected in zip(distinct, full, strict=True):
+    _assert_close(actual, expected)
+
+
+def test_groups_must_divide_the_tokens():
+  x, table, targets = _problem(6, 5, 3)
+  with pytest.raises(ValueError, match="groups=4"):
+    chunked_cross_entropy(x, table, targets, 2, row_keys=np.arange(6), groups=4)

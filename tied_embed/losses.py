@@ -65,7 +65,8 @@ def bigram_loss(
 
 
 def chunked_cross_entropy(
-    x: jax.Array, projection_table: jax.Array, targets: jax.Array, chunk_size: int
+    x: jax.Array, projection_table: jax.Array, targets: jax.Array, chunk_size: int,
+    row_keys: jax.Array | None = None, groups: int = 1,
 ) -> jax.Array:
   """Mean softmax cross-entropy of `x @ table.T`, never holding more than (V, chunk_size) logits.
 
@@ -74,6 +75,12 @@ def chunked_cross_entropy(
     projection_table: (V, D) float table scored against.
     targets: (T,) int indices into the V rows.
     chunk_size: tokens per chunk (a Python int > 0; values ≥ T use one chunk).
+    row_keys: optional (T,) int, equal where rows of `x` are equal (for a bigram model, the looked-up ids).
+      Each distinct row's logits are then formed once, and the scan stops after the last distinct row: the
+      same loss and gradients for a fraction (distinct rows / T) of the work. Rows that share a key but
+      differ give wrong results; the caller guarantees they don't.
+    groups: with `row_keys`, rows are made distinct within each of `groups` contiguous blocks of T
+      (a static int dividing T): on a mesh, one block per data shard, so each device scans its own rows.
 
   Returns:
     Scalar mean loss; equal to `full_cross_entropy` up to float rounding, and so are its gradients
@@ -82,7 +89,13 @@ def chunked_cross_entropy(
   if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0:
     raise ValueError(f"chunk_size={chunk_size!r} is not allowed: expected an int > 0")
   x, projection_table, targets = jnp.asarray(x), jnp.asarray(projection_table), jnp.asarray(targets)
-  return _chunked_ce(x, projection_table, targets, min(chunk_size, max(x.shape[0], 1)))
+  chunk = min(chunk_size, max(x.shape[0], 1))
+  if row_keys is None:
+    return _chunked_ce(x, projection_table, targets, chunk)
+  if x.shape[0] % groups:
+    raise ValueError(f"groups={groups} is not allowed: expected a divisor of the {x.shape[0]} tokens")
+  per_block = max(chunk // groups, 1)  # rows of each block per iteration: about `chunk` rows in all
+  return _distinct_ce(x, projection_table, targets, jnp.asarray(row_keys), per_block, groups)
 
 
 def _token_chunks(x: jax.Array, chunk: int) -> jax.Array:
@@ -107,6 +120,33 @@ def _target_logits(x: jax.Array, table: jax.Array, targets: jax.Array) -> jax.Ar
   return jnp.sum(x * table[targets], axis=-1)
 
 
+def _chunk_step(table, d_table, x_chunk, weights, num_tokens):
+  """One chunk's logsumexp and its share of both gradients (the p part of p − Y).
+
+  table (V, D), d_table (V, D) accumulator, x_chunk (C, D), weights (C,) or None (how many tokens each row
+  stands for), num_tokens T of the mean → (d_table + the chunk's d table, lse (C,), dx (C, D) per token).
+  """
+  logits = table @ x_chunk.T  # (V, C)
+  top = jnp.max(logits, axis=0)
+  exp = jnp.exp(logits - top)
+  total = jnp.sum(exp, axis=0)
+  # p = exp / total, and the mean's 1/T: a per-token scale, applied to the (C, D) operand and product rather
+  # than to the (V, C) exponentials, which saves a pass over them and a (V, C) buffer.
+  scale = (1.0 / (num_tokens * total))[:, None]  # (C, 1)
+  row_scale = scale if weights is None else scale * weights[:, None]
+  d_table = d_table + exp @ (x_chunk * row_scale)
+  dx = jax.lax.dot_general(exp, table, (((0,), (0,)), ((), ()))) * scale  # pᵀ E, (C, D)
+  return d_table, top + jnp.log(total), dx
+
+
+def _finish(x, table, targets, lse, dx, d_table, num_tokens):
+  """Adds the −Y part of (p − Y): one row per token, cheaper as a gather and a scatter than inside the scan."""
+  dx = dx - table[targets] / num_tokens
+  d_table = d_table.at[targets].add(-x / num_tokens)
+  loss = jnp.mean(lse - _target_logits(x, table, targets))
+  return loss, (dx, d_table)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
 def _chunked_ce(x: jax.Array, table: jax.Array, targets: jax.Array, chunk: int) -> jax.Array:
   """Mean loss, forward only; (T, D), (V, D), (T,) int, static chunk ≤ T → scalar."""
@@ -123,24 +163,11 @@ def _forward(x, table, targets, chunk):
   num_tokens = x.shape[0]
 
   def step(d_table, x_chunk):
-    logits = table @ x_chunk.T  # (V, C)
-    top = jnp.max(logits, axis=0)
-    exp = jnp.exp(logits - top)
-    total = jnp.sum(exp, axis=0)
-    # p = exp / total, and the mean's 1/T: a per-token scale, applied to the (C, D) operand and product rather
-    # than to the (V, C) exponentials, which saves a pass over them and a (V, C) buffer.
-    scale = (1.0 / (num_tokens * total))[:, None]  # (C, 1)
-    d_table = d_table + exp @ (x_chunk * scale)
-    dx = jax.lax.dot_general(exp, table, (((0,), (0,)), ((), ()))) * scale  # pᵀ E, (C, D)
-    return d_table, (top + jnp.log(total), dx)
+    d_table, lse, dx = _chunk_step(table, d_table, x_chunk, None, num_tokens)
+    return d_table, (lse, dx)
 
   d_table, (lse, dx) = jax.lax.scan(step, jnp.zeros_like(table), _token_chunks(x, chunk))
-  lse = _unchunk(lse, num_tokens)
-  # The −Y part of (p − Y): one row per token, cheaper as a gather and a scatter than inside the scan.
-  dx = _unchunk(dx, num_tokens) - table[targets] / num_tokens
-  d_table = d_table.at[targets].add(-x / num_tokens)
-  loss = jnp.mean(lse - _target_logits(x, table, targets))
-  return loss, (dx, d_table)
+  return _finish(x, table, targets, _unchunk(lse, num_tokens), _unchunk(dx, num_tokens), d_table, num_tokens)
 
 
 def _backward(chunk, residuals, cotangent):
@@ -150,3 +177,62 @@ def _backward(chunk, residuals, cotangent):
 
 
 _chunked_ce.defvjp(_forward, _backward)
+
+
+def _distinct_p_part(x, table, keys, chunk, num_tokens):
+  """The lse and the p part of both gradients, each distinct row of each block computed once.
+
+  x (G, B, D) and keys (G, B): G blocks of B tokens → (d table (V, D), lse (G, B), dx (G, B, D)). In each block
+  the distinct keys are sorted to the front (padded to whole chunks with weight-0 rows); a loop, whose length
+  ceil(max distinct / C) is known only at run time, takes chunk i of every block at once, G·C rows, each
+  weighted by how many of its block's tokens share its key.
+  """
+  groups, size, d_model = x.shape
+  padded = -(-size // chunk) * chunk
+  unique = functools.partial(
+      jnp.unique, size=size, fill_value=0, return_index=True, return_inverse=True, return_counts=True
+  )
+  _, first, inverse, counts = jax.vmap(unique)(keys)
+  first = jnp.pad(first, ((0, 0), (0, padded - size)))
+  weights = jnp.pad(counts, ((0, 0), (0, padded - size))).astype(x.dtype)
+  num_chunks = (jnp.max(jnp.sum(counts > 0, axis=1)) + chunk - 1) // chunk
+
+  def body(i, carry):
+    d_table, lse, dx = carry
+    rows = jax.lax.dynamic_slice_in_dim(first, i * chunk, chunk, axis=1)  # (G, C)
+    row_weights = jax.lax.dynamic_slice_in_dim(weights, i * chunk, chunk, axis=1).reshape(-1)
+    x_chunk = jnp.take_along_axis(x, rows[..., None], axis=1).reshape(-1, d_model)  # (G·C, D)
+    d_table, chunk_lse, chunk_dx = _chunk_step(table, d_table, x_chunk, row_weights, num_tokens)
+    lse = jax.lax.dynamic_update_slice_in_dim(lse, chunk_lse.reshape(groups, chunk), i * chunk, axis=1)
+    dx = jax.lax.dynamic_update_slice_in_dim(dx, chunk_dx.reshape(groups, chunk, d_model), i * chunk, axis=1)
+    return d_table, lse, dx
+
+  init = (jnp.zeros_like(table), jnp.zeros((groups, padded), x.dtype), jnp.zeros((groups, padded, d_model), x.dtype))
+  d_table, lse, dx = jax.lax.fori_loop(0, num_chunks, body, init)
+  lse = jnp.take_along_axis(lse, inverse.reshape(groups, size), axis=1)
+  dx = jnp.take_along_axis(dx, inverse.reshape(groups, size)[..., None], axis=1)
+  return d_table, lse, dx
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _distinct_ce(x, table, targets, keys, chunk: int, groups: int) -> jax.Array:
+  """`_chunked_ce` computing each distinct row of `x` once; (T, D), (V, D), (T,), (T,) int → scalar."""
+  return _distinct_forward(x, table, targets, keys, chunk, groups)[0]
+
+
+def _distinct_forward(x, table, targets, keys, chunk, groups):
+  """Loss and both gradients for cotangent 1 (residuals), `chunk` rows per block and loop iteration."""
+  num_tokens = x.shape[0]
+  d_table, lse, dx = _distinct_p_part(
+      x.reshape(groups, -1, x.shape[1]), table, keys.reshape(groups, -1), chunk, num_tokens
+  )
+  return _finish(x, table, targets, lse.reshape(-1), dx.reshape(x.shape), d_table, num_tokens)
+
+
+def _distinct_backward(chunk, groups, residuals, cotangent):
+  del chunk, groups
+  dx, d_table = residuals
+  return cotangent * dx, cotangent * d_table, None, None
+
+
+_distinct_ce.defvjp(_distinct_forward, _distinct_backward)
