@@ -92,14 +92,14 @@ def test_a_run_logs_the_applied_norm_at_each_log_step(smoke_run):
     assert series["grad/applied_norm"][step] == pytest.approx(total, rel=1e-5)
 
 
-def _unscaled_update_gradients(model, lookup_grad, projection_grad, *scales):
+def _unscaled_update_gradients(model, paths, *scales):
   """The update as it is with no scaling: the path gradients summed (tied) or each to its own table."""
   del scales
   grads = nnx.state(model, nnx.Param)
   if isinstance(model, step_lib.TiedEmbed):
-    nnx.replace_by_pure_dict(grads, {"embedding": lookup_grad + projection_grad})
+    nnx.replace_by_pure_dict(grads, {"embedding": paths.add_lookup(paths.projection)})
   else:
-    nnx.replace_by_pure_dict(grads, {"input_embedding": lookup_grad, "output_embedding": projection_grad})
+    nnx.replace_by_pure_dict(grads, {"input_embedding": paths.lookup_dense(), "output_embedding": paths.projection})
   return grads
 
 

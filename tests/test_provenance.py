@@ -8,7 +8,7 @@ from helpers import hand_path_gradients
 
 from tied_embed import TiedEmbed
 from tied_embed.losses import bigram_loss
-from tied_embed.provenance import split_error, split_gradient, split_stats
+from tied_embed.provenance import path_gradients, split_error, split_gradient, split_stats
 
 
 def _case(vocab_size=12, d_model=5, ids=(0, 3, 3, 7, 1), seed=0):
@@ -93,3 +93,17 @@ def test_split_error_detects_a_wrong_split():
   error = split_error(split.total, split.lookup, 0.5 * split.projection)
   expected = np.linalg.norm(0.5 * np.asarray(split.projection)) / np.linalg.norm(split.total)
   np.testing.assert_allclose(error, expected, rtol=1e-5)
+
+
+def test_the_sparse_lookup_path_gives_the_hand_derived_rows_norms_and_sums():
+  table, ids, targets = _case(ids=(0, 3, 3, 7, 1, 3, 7))  # repeats: their rows must add up before any norm
+  paths = path_gradients(table, table, jnp.asarray(ids), lambda x, e: _logits_ce(x @ e.T, targets))
+  lookup, projection = hand_path_gradients(table, table, ids, targets)
+  np.testing.assert_allclose(paths.lookup_dense(), lookup, rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(paths.projection, projection, rtol=1e-5, atol=1e-7)
+  norms = np.linalg.norm(lookup, axis=1)
+  np.testing.assert_allclose(paths.lookup_row_norms(), norms, rtol=1e-5, atol=1e-7)
+  assert np.all(np.asarray(paths.lookup_row_norms())[[2, 4, 5, 6, 8, 9, 10, 11]] == 0)  # rows never looked up
+  rows = jnp.array([3, 5, 7, 0])
+  np.testing.assert_allclose(paths.lookup_at(rows), lookup[[3, 5, 7, 0]], rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(paths.add_lookup(paths.projection, 0.5), projection + 0.5 * lookup, rtol=1e-5, atol=1e-7)

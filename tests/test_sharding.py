@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 from helpers import COUNTS, METRICS, assert_close, free_port, subprocess_env
+from sharded_run import PROBE_BATCH
 
 from tied_embed import checkpoint, parallel
 from tied_embed.config_validation import validate_config
@@ -82,9 +83,13 @@ def test_compiled_programs_never_move_a_whole_vocabulary(sharded, smoke_run):
     for collective in found:
       assert all(vocab_size not in shape for shape in collective["shapes"]), (name, collective)
   step = programs["step"]
-  assert {c["op"] for c in step} == {"all-reduce"}
-  # The gradients cross the data axis as (V/2, D) shards: the lookup and projection path of this device's half.
+  assert {c["op"] for c in step} == {"all-reduce", "all-gather"}
+  # Only the batch is ever gathered whole: its ids (T,), for the lookup path's per-row sums.
+  assert all(shape[0] == PROBE_BATCH for c in step if c["op"] == "all-gather" for shape in c["shapes"])
+  # The projection path and the total gradient cross the data axis as this device's (V/2, D) half; the sparse
+  # lookup path as the batch's (T, D) rows.
   assert any(collective["shapes"].count([vocab_size // 2, d_model]) == 2 for collective in step)
+  assert any([PROBE_BATCH, d_model] in collective["shapes"] for collective in step)
 
 
 @pytest.mark.parametrize("grad_clip_norm", [1.0, 0.0])

@@ -25,22 +25,60 @@ class GradientSplit(NamedTuple):
   total: jax.Array  # (V, D), lookup + projection
 
 
+class PathGradients(NamedTuple):
+  """A batch's loss and its gradient through each use of the tables, the lookup path kept sparse.
+
+  The lookup path reaches only the looked-up rows, so it is held as one row per token, (T, D): the lookup table's
+  gradient is those rows added into ids (repeats add up), never a (V, D) array unless asked for. The projection
+  path reaches every row and is dense.
+  """
+
+  loss: jax.Array  # () float32
+  ids: jax.Array  # (T,) int, the looked-up rows
+  lookup_rows: jax.Array  # (T, D), d loss / d E[ids[t]] for each token t
+  projection: jax.Array  # (V, D), through `x @ E.T`
+
+  def lookup_dense(self) -> jax.Array:
+    """The lookup-path gradient as a (V, D) array."""
+    return self.add_lookup(jnp.zeros_like(self.projection))
+
+  def add_lookup(self, grad: jax.Array, scale: float = 1.0) -> jax.Array:
+    """grad + scale · lookup-path gradient, the rows added in place of `grad`: (V, D) → (V, D)."""
+    rows = self.lookup_rows if scale == 1.0 else scale * self.lookup_rows
+    return grad.at[self.ids].add(rows)
+
+  def lookup_row_norms(self) -> jax.Array:
+    """‖lookup-path gradient row‖ for every row, (V,): repeats summed per id first, without a (V, D) array."""
+    vocab_size, num_tokens = self.projection.shape[0], self.ids.shape[0]
+    rows, inverse = jnp.unique(self.ids, size=num_tokens, fill_value=vocab_size, return_inverse=True)
+    per_row = jnp.zeros_like(self.lookup_rows).at[inverse.reshape(-1)].add(self.lookup_rows)
+    norms = jnp.zeros((vocab_size,), self.lookup_rows.dtype)
+    return norms.at[rows].add(row_norms(per_row), mode="drop")  # the padding rows (id V) are dropped
+
+  def lookup_at(self, rows: jax.Array) -> jax.Array:
+    """The lookup-path gradient's rows `rows` (K,) int → (K, D)."""
+    hits = (rows[:, None] == self.ids[None, :]).astype(self.lookup_rows.dtype)  # (K, T)
+    return hits @ self.lookup_rows
+
+
+def path_gradients(
+    lookup_table: jax.Array, projection_table: jax.Array, ids: jax.Array, loss_fn: HiddenLoss
+) -> PathGradients:
+  """Loss and its gradients through each use: tables (V, D), ids (T,) → PathGradients.
+
+  Pass the same array twice for a tied model; for an untied one the two paths are simply the two tables'
+  gradients. By the chain rule, `lookup_dense() + projection` is the tied table's gradient.
+  """
+  loss, (lookup_rows, projection) = jax.value_and_grad(loss_fn, argnums=(0, 1))(lookup_table[ids], projection_table)
+  return PathGradients(loss=loss, ids=ids, lookup_rows=lookup_rows, projection=projection)
+
+
 def loss_and_path_gradients(
     lookup_table: jax.Array, projection_table: jax.Array, ids: jax.Array, loss_fn: HiddenLoss
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """Loss and its gradients through each use: tables (V, D), ids (T,) → (scalar, (V, D), (V, D)).
-
-  Pass the same array twice for a tied model; for an untied one the two gradients are simply the gradients of
-  the two tables.
-  """
-
-  def loss_of_uses(lookup: jax.Array, projection: jax.Array) -> jax.Array:
-    return loss_fn(lookup[ids], projection)
-
-  loss, (lookup_grad, projection_grad) = jax.value_and_grad(loss_of_uses, argnums=(0, 1))(
-      lookup_table, projection_table
-  )
-  return loss, lookup_grad, projection_grad
+  """Loss and its gradients through each use, both dense: tables (V, D), ids (T,) → (scalar, (V, D), (V, D))."""
+  paths = path_gradients(lookup_table, projection_table, ids, loss_fn)
+  return paths.loss, paths.lookup_dense(), paths.projection
 
 
 def split_gradient(

@@ -98,8 +98,8 @@ def build_model(config: ml_collections.ConfigDict) -> Model:
 
 def path_gradients(
     model: Model, ids: jax.Array, next_ids: jax.Array, chunk_size: int, data_shards: int = 1
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """Loss and the gradient through each use of the tables: ids, next_ids (B,) → (scalar, (V, D), (V, D)).
+) -> provenance.PathGradients:
+  """The batch's loss and its gradient through each use of the tables: ids, next_ids (B,) → PathGradients.
 
   The hidden vectors are looked-up rows, equal wherever the ids are, so the chunked loss forms the logits of each
   distinct id once (per data shard, `data_shards` dividing B): exact, and cheaper by the repeats in the batch.
@@ -111,31 +111,24 @@ def path_gradients(
       return losses.full_cross_entropy(x, table, next_ids)
     return losses.chunked_cross_entropy(x, table, next_ids, chunk_size, row_keys=ids, groups=data_shards)
 
-  return provenance.loss_and_path_gradients(lookup_table, projection_table, ids, loss_fn)
-
-
-def scale_path(grad: jax.Array, scale: float) -> jax.Array:
-  """scale · grad: (V, D) → (V, D).
-
-  A scale of exactly 1 returns `grad` itself, so the default step is the same program, and the same bits, as a
-  step that never scales.
-  """
-  return grad if scale == 1.0 else scale * grad
+  return provenance.path_gradients(lookup_table, projection_table, ids, loss_fn)
 
 
 def update_gradients(
-    model: Model, lookup_grad: jax.Array, projection_grad: jax.Array, lookup_scale: float = 1.0,
-    projection_scale: float = 1.0,
+    model: Model, paths: provenance.PathGradients, lookup_scale: float = 1.0, projection_scale: float = 1.0
 ) -> nnx.State:
   """The Param gradients the optimizer applies, each path weighted by its scale (a, b).
 
-  Tied: a·g_lookup + b·g_projection for the one table; untied: a·g_lookup and b·g_projection, each to its own.
+  Tied: b·g_projection with a·(the lookup rows) added into it, in place, so the step holds one (V, D) gradient;
+  untied: a·g_lookup and b·g_projection, each to its own table. A scale of exactly 1 multiplies nothing, so the
+  default step is the same program, and the same bits, as a step that never scales.
   """
-  lookup_grad, projection_grad = scale_path(lookup_grad, lookup_scale), scale_path(projection_grad, projection_scale)
+  projection = paths.projection if projection_scale == 1.0 else projection_scale * paths.projection
   if isinstance(model, TiedEmbed):
-    values = {"embedding": lookup_grad + projection_grad}
+    values = {"embedding": paths.add_lookup(projection, lookup_scale)}
   else:
-    values = {"input_embedding": lookup_grad, "output_embedding": projection_grad}
+    values = {"input_embedding": paths.add_lookup(jnp.zeros_like(projection), lookup_scale),
+              "output_embedding": projection}
   grads = nnx.state(model, nnx.Param)
   nnx.replace_by_pure_dict(grads, values)
   return grads
@@ -198,16 +191,17 @@ def make_train_step(
   def step(state: nnx.State, ids: jax.Array, next_ids: jax.Array, with_stats: bool = False):
     train_state = nnx.merge(graphdef, state)
     model = train_state.model
-    loss, lookup_grad, projection_grad = path_gradients(model, ids, next_ids, chunk_size, data_shards)
+    paths = path_gradients(model, ids, next_ids, chunk_size, data_shards)
+    loss = paths.loss
     metrics = {"loss": loss}
     if with_stats:
-      metrics.update(split_diagnostics(model, ids, next_ids, chunk_size, lookup_grad, projection_grad))
-    train_state.lookup_total[...] += provenance.row_norms(lookup_grad)
-    train_state.projection_total[...] += provenance.row_norms(projection_grad)
+      metrics.update(split_diagnostics(model, ids, next_ids, chunk_size, paths.lookup_dense(), paths.projection))
+    train_state.lookup_total[...] += paths.lookup_row_norms()
+    train_state.projection_total[...] += provenance.row_norms(paths.projection)
     tracked = train_state.tracked_rows[...]
-    train_state.tracked_lookup[...] += lookup_grad[tracked]
-    train_state.tracked_projection[...] += projection_grad[tracked]
-    grads = update_gradients(model, lookup_grad, projection_grad, lookup_grad_scale, projection_grad_scale)
+    train_state.tracked_lookup[...] += paths.lookup_at(tracked)
+    train_state.tracked_projection[...] += paths.projection[tracked]
+    grads = update_gradients(model, paths, lookup_grad_scale, projection_grad_scale)
     if with_stats:
       metrics["applied_norm"] = optax.tree.norm(grads)
     train_state.optimizer.update(model, grads)
