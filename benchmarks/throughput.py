@@ -2,9 +2,10 @@
 
 Run: `python benchmarks/throughput.py` (prints the numbers). `measure()` returns them for benchmarks/run.py.
 The step is `tied_embed.train_step.make_train_step` on configs/default.py at this size: gradient provenance
-(two path gradients, per-row totals), clipping and AdamW, with full logits and with the chunked loss (also compiled
-with `workload.YNN_DOT_FUSION`, an XLA option the trainer does not set). Against it:
-the step without provenance, PyTorch eager, under `torch.compile` and with its own chunked
+(two path gradients, per-row totals), clipping and AdamW, with full logits and with the chunked loss, which forms
+each distinct id's logits once. It runs on uniform ids (the most distinct ids a batch can have: the issue's
+workload) and on a text-like Zipf batch (`workload.zipf_batch`). Against it: the plain step (no provenance, every
+token's logits: the same work as PyTorch's steps), PyTorch eager, under `torch.compile` and with its own chunked
 `linear_cross_entropy` (benchmarks/torch_step.py), and one matmul of each. All are timed in turns in one process.
 """
 
@@ -57,10 +58,12 @@ def measure(rounds: int = 7) -> dict:
   threads = workload.cpu_threads()
   default = workload.bench_config(VOCAB_SIZE, D_MODEL, NUM_TOKENS, chunk_size=0)
   chunked = workload.bench_config(VOCAB_SIZE, D_MODEL, NUM_TOKENS, chunk_size=CHUNK_SIZE)
+  uniform = workload.random_batch(VOCAB_SIZE, NUM_TOKENS)
+  zipf = workload.zipf_batch(VOCAB_SIZE, NUM_TOKENS)
   fns = {
       "step": workload.Stepper(default),
-      "chunked_step": workload.Stepper(chunked),
-      "chunked_ynn_step": workload.Stepper(chunked, compiler_options=workload.YNN_DOT_FUSION),
+      "chunked_step": workload.Stepper(chunked, batch=uniform),
+      "chunked_zipf_step": workload.Stepper(chunked, batch=zipf),
       "plain_step": workload.Stepper(default, plain=True),
       "plain_chunked_step": workload.Stepper(chunked, plain=True),
       "matmul": matmul_fn(NUM_TOKENS, D_MODEL, VOCAB_SIZE),
@@ -72,9 +75,9 @@ def measure(rounds: int = 7) -> dict:
   times = workload.interleaved_times(fns, rounds)
   seconds = {name: statistics.median(values) for name, values in times.items()}
   result = {"V": VOCAB_SIZE, "D": D_MODEL, "T": NUM_TOKENS, "threads": threads, "chunk_size": CHUNK_SIZE,
-            "rounds": rounds}
-  jax_steps = ("step", "chunked_step", "chunked_ynn_step", "plain_step", "plain_chunked_step")
-  for name in (*jax_steps, "matmul", "torch_matmul", *TORCH_STEPS):
+            "rounds": rounds, "distinct_fraction": workload.distinct_fraction(uniform[0]),
+            "zipf_exponent": workload.ZIPF_EXPONENT, "zipf_distinct_fraction": workload.distinct_fraction(zipf[0])}
+  for name in (*JAX_STEPS, "matmul", "torch_matmul", *TORCH_STEPS):
     result[f"{name}_ms"] = seconds[name] * 1e3 if name in seconds else None
   # The fastest call of each: on a machine others load, the least disturbed one; PyTorch's OpenMP threads
   # suffer more from a loaded machine than XLA's, so its medians move more.
@@ -84,17 +87,28 @@ def measure(rounds: int = 7) -> dict:
   result["roofline_fraction"] = 3 * seconds["matmul"] / seconds["step"]
   result["torch_tokens_per_s"] = NUM_TOKENS / seconds["torch_step"] if torch else None
   result["speedup_vs_torch"] = result["torch_step_ms"] / result["step_ms"] if torch else None
-  name, ms = fastest_torch(result)
-  result["fastest_torch"] = name
-  result["chunked_speedup_vs_fastest_torch"] = ms / result["chunked_step_ms"] if ms else None
-  result["full_speedup_vs_fastest_torch"] = ms / result["step_ms"] if ms else None
-  result["chunked_ynn_speedup_vs_fastest_torch"] = ms / result["chunked_ynn_step_ms"] if ms else None
-  fastest = result["fastest_ms"]
-  best_torch = min((fastest[name] for name in TORCH_STEPS if name in fastest), default=None)
-  result["chunked_speedup_vs_fastest_torch_by_fastest_call"] = (
-      best_torch / fastest["chunked_step"] if best_torch else None
-  )
+  result.update(speedups(result))
   return result
+
+
+JAX_STEPS = ("step", "chunked_step", "chunked_zipf_step", "plain_step", "plain_chunked_step")
+# The JAX rows compared with the fastest PyTorch step: `<name>_speedup_vs_fastest_torch` = PyTorch ms / JAX ms.
+COMPARED = {"chunked": "chunked_step", "chunked_zipf": "chunked_zipf_step", "full": "step",
+            "plain_chunked": "plain_chunked_step"}
+
+
+def speedups(result: dict) -> dict:
+  """The fastest PyTorch step and each COMPARED JAX row's speedup over it, by medians and by fastest calls."""
+  name, ms = fastest_torch(result)
+  out = {"fastest_torch": name}
+  fastest = result["fastest_ms"]
+  best_torch = min((fastest[torch] for torch in TORCH_STEPS if torch in fastest), default=None)
+  for label, jax_name in COMPARED.items():
+    if f"{jax_name}_ms" not in result:
+      continue
+    out[f"{label}_speedup_vs_fastest_torch"] = ms / result[f"{jax_name}_ms"] if ms else None
+    out[f"{label}_speedup_vs_fastest_torch_by_fastest_call"] = best_torch / fastest[jax_name] if best_torch else None
+  return out
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Timings on a shared machine are noisy, so things that are compared are timed in 
 from __future__ import annotations
 
 import os
+import pathlib
 import statistics
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ import numpy as np
 from flax import nnx
 
 from configs import default
-from tied_embed import optim
+from tied_embed import host_memory, optim
 from tied_embed import train_step as step_lib
 
 
@@ -44,10 +45,33 @@ def train_state(config: ml_collections.ConfigDict) -> tuple[nnx.GraphDef, nnx.St
 
 
 def random_batch(vocab_size: int, num_tokens: int, seed: int = 0) -> tuple[jax.Array, jax.Array]:
-  """Uniform (ids, next_ids), each (T,) int32 on the device; the step's cost doesn't depend on the values."""
+  """Uniform (ids, next_ids), each (T,) int32 on the device: the most distinct ids a batch can have."""
   rng = np.random.default_rng(seed)
   ids, next_ids = rng.integers(0, vocab_size, (2, num_tokens), dtype=np.int32)
   return jnp.asarray(ids), jnp.asarray(next_ids)
+
+
+ZIPF_EXPONENT = 1.0  # a text-like batch; a 4096-token batch of real subword text has fewer distinct ids still
+
+
+def zipf_batch(
+    vocab_size: int, num_tokens: int, exponent: float = ZIPF_EXPONENT, seed: int = 0
+) -> tuple[jax.Array, jax.Array]:
+  """Text-like (ids, next_ids), (T,) int32: id frequencies fall as 1 / rank**exponent, ranks shuffled over ids.
+
+  The trainer's step forms each distinct id's logits once, so its cost depends on how many there are; PyTorch's
+  steps don't look.
+  """
+  rng = np.random.default_rng(seed)
+  weights = 1.0 / np.arange(1, vocab_size + 1) ** exponent
+  ids_by_rank = rng.permutation(vocab_size).astype(np.int32)
+  ids, next_ids = ids_by_rank[rng.choice(vocab_size, (2, num_tokens), p=weights / weights.sum())]
+  return jnp.asarray(ids), jnp.asarray(next_ids)
+
+
+def distinct_fraction(ids: jax.Array) -> float:
+  """Distinct ids / tokens of a batch (T,)."""
+  return len(np.unique(np.asarray(ids))) / ids.shape[0]
 
 
 def make_plain_step(graphdef: nnx.GraphDef, chunk_size: int):
@@ -63,12 +87,7 @@ def make_plain_step(graphdef: nnx.GraphDef, chunk_size: int):
     train_state.optimizer.update(train_state.model, grads)
     return nnx.state(train_state), {"loss": loss}
 
-  return jax.jit(step, donate_argnums=0)
-
-
-# XLA:CPU options that let YNNPACK take each dot together with its elementwise neighbours, e.g. the chunked
-# loss's `d_table + exp @ x`, so the add no longer rereads and rewrites a (V, D) buffer per chunk.
-YNN_DOT_FUSION = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_DOT"}
+  return jax.jit(step, donate_argnums=0, compiler_options=step_lib.compiler_options())
 
 
 def repeated_steps(step, state, batch, steps: int):
@@ -87,21 +106,44 @@ class Stepper:
   """A jitted train step with its own state, callable repeatedly; blocks on each step's loss.
 
   By default the real one (`tied_embed.train_step.make_train_step`: provenance, totals, non-finite guard);
-  `plain=True` gives `make_plain_step` instead. `compiler_options` compiles it with those XLA options.
+  `plain=True` gives `make_plain_step` instead. `batch` (ids, next_ids) defaults to `random_batch`. The step is
+  compiled when the Stepper is made, and then the compiler's freed memory is handed back to the OS, as the trainer
+  does: `compile_peak_mib` is this process's peak up to then.
   """
 
-  def __init__(self, config: ml_collections.ConfigDict, *, plain: bool = False, compiler_options=None):
+  def __init__(self, config: ml_collections.ConfigDict, *, plain: bool = False, batch=None):
     graphdef, self.state = train_state(config)
-    self.batch = random_batch(int(config.model.vocab_size), int(config.train.batch_size))
+    self.batch = batch or random_batch(int(config.model.vocab_size), int(config.train.batch_size))
     chunk_size = int(config.loss.chunk_size)
-    make = make_plain_step if plain else step_lib.make_train_step
-    self._step = make(graphdef, chunk_size)
-    if compiler_options:
-      self._step = self._step.lower(self.state, *self.batch).compile(compiler_options)
+    if plain:
+      self._step = make_plain_step(graphdef, chunk_size)
+      self._step.lower(self.state, *self.batch).compile()
+    else:
+      self._step = step_lib.make_train_step(graphdef, chunk_size)
+      step_lib.compile_ahead(self._step, self.state, *self.batch)
+    host_memory.release_freed()
+    self.compile_peak_mib = peak_mib()
+
+  def temp_bytes(self) -> int:
+    """XLA's count of the compiled step's temporary buffers (the plain variant's, not the log step's)."""
+    return self._step.lower(self.state, *self.batch).compile().memory_analysis().temp_size_in_bytes
 
   def __call__(self) -> jax.Array:
     self.state, metrics = self._step(self.state, *self.batch)
     return jax.block_until_ready(metrics["loss"])
+
+
+def peak_mib() -> float:
+  """This process's peak resident set size so far, in MiB (Linux VmHWM)."""
+  for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+    if line.startswith("VmHWM:"):
+      return int(line.split()[1]) / 1024
+  raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def reset_peak() -> None:
+  """Starts VmHWM afresh from the current resident set (Linux: `5` into /proc/self/clear_refs)."""
+  pathlib.Path("/proc/self/clear_refs").write_text("5")
 
 
 def interleaved_times(

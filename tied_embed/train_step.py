@@ -196,11 +196,16 @@ def make_train_step(
     metrics = {"loss": loss}
     if with_stats:
       metrics.update(split_diagnostics(model, ids, next_ids, chunk_size, paths.lookup_dense(), paths.projection))
-    train_state.lookup_total[...] += paths.lookup_row_norms()
-    train_state.projection_total[...] += provenance.row_norms(paths.projection)
     tracked = train_state.tracked_rows[...]
+    projection_stats = (provenance.row_norms(paths.projection), paths.projection[tracked])
+    # Everything that reads the projection gradient happens before the lookup rows are added into it, so the tied
+    # gradient can take its buffer in place instead of a (V, D) copy.
+    metrics, projection_stats, projection = jax.lax.optimization_barrier((metrics, projection_stats, paths.projection))
+    paths = paths._replace(projection=projection)
+    train_state.lookup_total[...] += paths.lookup_row_norms()
+    train_state.projection_total[...] += projection_stats[0]
     train_state.tracked_lookup[...] += paths.lookup_at(tracked)
-    train_state.tracked_projection[...] += paths.projection[tracked]
+    train_state.tracked_projection[...] += projection_stats[1]
     grads = update_gradients(model, paths, lookup_grad_scale, projection_grad_scale)
     if with_stats:
       metrics["applied_norm"] = optax.tree.norm(grads)
@@ -229,12 +234,22 @@ def make_train_step(
 # XLA:CPU lets YNNPACK take each dot together with its elementwise neighbours: the chunked loss's
 # `d_table + exp @ x` then accumulates inside the dot instead of writing a (V, D) product and adding it in a second
 # pass. The same results (the loss tests hold), 10-15% faster and one (V, D) buffer fewer (benchmarks/README.md).
-CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_DOT"}
+CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_REDUCE"}
 
 
 def compiler_options() -> dict[str, str] | None:
   """The XLA options the train step is compiled with on this backend: CPU_COMPILER_OPTIONS on CPU, else none."""
   return dict(CPU_COMPILER_OPTIONS) if jax.default_backend() == "cpu" else None
+
+
+def compile_ahead(train_step: TrainStep, state: nnx.State, ids: jax.Array, next_ids: jax.Array) -> None:
+  """Compiles both variants of `train_step` (plain and log step) for these arguments; jit reuses them when called.
+
+  Compiling before the first step lets the caller hand the compiler's freed memory back to the OS
+  (`host_memory.release_freed`) before any step's temporaries are allocated.
+  """
+  for with_stats in (False, True):
+    train_step.lower(state, ids, next_ids, with_stats=with_stats).compile()
 
 
 def check_finite(state: nnx.State, last_saved: int | None) -> None:

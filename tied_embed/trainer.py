@@ -31,7 +31,7 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
-from tied_embed import asymmetry, checkpoint, config_schema, optim, parallel, preemption, run_log
+from tied_embed import asymmetry, checkpoint, config_schema, host_memory, optim, parallel, preemption, run_log
 from tied_embed import data as data_lib
 from tied_embed import train_step as step_lib
 from tied_embed import workdir as workdir_lib
@@ -73,6 +73,12 @@ class _Evaluator:
       # A short last batch that `data` doesn't divide is scored whole on every device instead.
       sharding = parallel.batch_sharding(mesh) if len(ids) % data_size == 0 else parallel.replicated(mesh)
       self._batches.append(jax.device_put((ids, next_ids), sharding))
+
+  def compile_ahead(self, state: nnx.State) -> None:
+    """Compiles the batch program for every batch shape and layout the split has (jit reuses them)."""
+    layouts = {(ids.shape, ids.sharding): (ids, next_ids) for ids, next_ids in self._batches}
+    for ids, next_ids in layouts.values():
+      self._add_batch.lower(state, self._total, ids, next_ids).compile()
 
   def __call__(self, state: nnx.State) -> float:
     """Mean loss over the validation split at `state`'s parameters."""
@@ -253,6 +259,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
     if complete:
       logging.info("The run is already complete at step %d: nothing to train, nothing written.", num_steps)
       eval_loss = evaluate(state)
+    if start < num_steps:  # compile everything first, then hand the compiler's freed memory back to the OS
+      first_batch = parallel.global_batch(data_lib.train_batch(data, seed, start, batch_size), batch_sharding)
+      step_lib.compile_ahead(train_step, state, *first_batch)
+      evaluate.compile_ahead(state)
+      host_memory.release_freed()
     in_flight = None
     for step in range(start, num_steps):
       pairs = data_lib.train_batch(data, seed, step, batch_size)  # the same global batch on every process
