@@ -13,6 +13,7 @@ BAD_VALUES = [
     ("model.vocab_size", 0),
     ("model.vocab_size", -3),
     ("model.d_model", 0),
+    ("model.dtype", "float16"),
     ("train.batch_size", 0),
     ("train.num_steps", -1),
     ("train.learning_rate", 0.0),
@@ -105,3 +106,25 @@ def hand_path_gradients(table_in, table_out, ids, next_ids) -> tuple[np.ndarray,
   lookup = np.zeros_like(table_in)
   np.add.at(lookup, ids, dlogits @ table_out)
   return lookup, dlogits.T @ x
+
+
+def random_problem(num_tokens: int, vocab_size: int, d_model: int, seed: int = 0, scale: float = 1.0):
+  """Standard-normal hidden rows (times `scale`) x (T, D) and table (V, D), float32, and targets (T,) int32."""
+  rng = np.random.default_rng(seed)
+  x = (scale * rng.standard_normal((num_tokens, d_model))).astype(np.float32)
+  table = rng.standard_normal((vocab_size, d_model)).astype(np.float32)
+  targets = rng.integers(0, vocab_size, num_tokens).astype(np.int32)
+  return x, table, targets
+
+
+def numpy_loss_and_grads(x: np.ndarray, table: np.ndarray, targets: np.ndarray):
+  """Float64 reference from the closed form: p = softmax(x Eᵀ), dx = (pE − E[y])/T, dE = (pᵀx − Yᵀx)/T."""
+  x, table = x.astype(np.float64), table.astype(np.float64)
+  num_tokens = x.shape[0]
+  logits = x @ table.T
+  top = logits.max(axis=1, keepdims=True)
+  lse = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+  loss = np.mean(lse - logits[np.arange(num_tokens), targets])
+  probs = np.exp(logits - lse[:, None])
+  one_hot = np.eye(table.shape[0])[targets]
+  return loss, (probs - one_hot) @ table / num_tokens, (probs - one_hot).T @ x / num_tokens

@@ -61,3 +61,10 @@ def test_make_optimizer_called_directly_with_an_unknown_name_raises_value_error(
   config = smoke_with("train.optimizer", "adagrad")
   with pytest.raises(ValueError, match="'adagrad'"):
     make_optimizer(config.train)
+
+
+def test_unknown_compute_dtype_is_refused_naming_the_allowed_ones():
+  with pytest.raises(UsageError) as raised:
+    validate_config(smoke_with("model.dtype", "float16"), num_devices=1)
+  assert str(raised.value).startswith("model.dtype='float16' is not allowed: expected float32 | bfloat16")
+  assert UsageError.exit_status == 2

@@ -6,32 +6,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import numpy_loss_and_grads, random_problem
 
 from tied_embed.losses import chunked_cross_entropy, cross_entropy, full_cross_entropy
 from tied_embed.provenance import loss_and_path_gradients
 
 RTOL = 1e-5
-
-
-def _problem(num_tokens: int, vocab_size: int, d_model: int, seed: int = 0, scale: float = 1.0):
-  rng = np.random.default_rng(seed)
-  x = (scale * rng.standard_normal((num_tokens, d_model))).astype(np.float32)
-  table = rng.standard_normal((vocab_size, d_model)).astype(np.float32)
-  targets = rng.integers(0, vocab_size, num_tokens).astype(np.int32)
-  return x, table, targets
-
-
-def _numpy_loss_and_grads(x: np.ndarray, table: np.ndarray, targets: np.ndarray):
-  """Float64 reference from the closed form: p = softmax(x Eᵀ), dx = (pE − E[y])/T, dE = (pᵀx − Yᵀx)/T."""
-  x, table = x.astype(np.float64), table.astype(np.float64)
-  num_tokens = x.shape[0]
-  logits = x @ table.T
-  top = logits.max(axis=1, keepdims=True)
-  lse = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
-  loss = np.mean(lse - logits[np.arange(num_tokens), targets])
-  probs = np.exp(logits - lse[:, None])
-  one_hot = np.eye(table.shape[0])[targets]
-  return loss, (probs - one_hot) @ table / num_tokens, (probs - one_hot).T @ x / num_tokens
 
 
 def _assert_close(actual, expected):
@@ -53,11 +33,11 @@ SHAPES = [  # (T, V, D, chunk of tokens)
 
 @pytest.mark.parametrize("num_tokens, vocab_size, d_model, chunk", SHAPES)
 def test_loss_and_both_gradients_equal_full_logits_and_closed_form(num_tokens, vocab_size, d_model, chunk):
-  x, table, targets = _problem(num_tokens, vocab_size, d_model)
+  x, table, targets = random_problem(num_tokens, vocab_size, d_model)
   grad_fn = jax.value_and_grad(chunked_cross_entropy, argnums=(0, 1))
   loss, (dx, d_table) = grad_fn(x, table, targets, chunk)
   full_loss, (full_dx, full_d_table) = jax.value_and_grad(full_cross_entropy, argnums=(0, 1))(x, table, targets)
-  ref_loss, ref_dx, ref_d_table = _numpy_loss_and_grads(x, table, targets)
+  ref_loss, ref_dx, ref_d_table = numpy_loss_and_grads(x, table, targets)
   triples = [(loss, full_loss, ref_loss), (dx, full_dx, ref_dx), (d_table, full_d_table, ref_d_table)]
   for actual, full, reference in triples:
     _assert_close(actual, full)
@@ -65,9 +45,9 @@ def test_loss_and_both_gradients_equal_full_logits_and_closed_form(num_tokens, v
 
 
 def test_large_logits_do_not_overflow_the_chunked_logsumexp():
-  x, table, targets = _problem(6, 19, 4, seed=1, scale=60.0)  # logits in the hundreds: exp overflows float32
+  x, table, targets = random_problem(6, 19, 4, seed=1, scale=60.0)  # logits in the hundreds: exp overflows float32
   loss, (dx, d_table) = jax.value_and_grad(chunked_cross_entropy, argnums=(0, 1))(x, table, targets, 5)
-  ref_loss, ref_dx, ref_d_table = _numpy_loss_and_grads(x, table, targets)
+  ref_loss, ref_dx, ref_d_table = numpy_loss_and_grads(x, table, targets)
   assert np.isfinite(float(loss))
   _assert_close(loss, ref_loss)
   _assert_close(dx, ref_dx)
@@ -75,7 +55,7 @@ def test_large_logits_do_not_overflow_the_chunked_logsumexp():
 
 
 def test_jitted_and_undifferentiated_calls_match_the_full_loss():
-  x, table, targets = _problem(10, 37, 6, seed=2)
+  x, table, targets = random_problem(10, 37, 6, seed=2)
   expected = full_cross_entropy(x, table, targets)
   _assert_close(jax.jit(chunked_cross_entropy, static_argnums=3)(x, table, targets, 8), expected)
   _assert_close(cross_entropy(x, table, targets, chunk_size=8), expected)
@@ -84,7 +64,7 @@ def test_jitted_and_undifferentiated_calls_match_the_full_loss():
 
 
 def test_per_token_losses_under_vmap_match_the_full_loss():
-  x, table, targets = _problem(5, 13, 4, seed=4)  # evaluation vmaps the loss over single tokens
+  x, table, targets = random_problem(5, 13, 4, seed=4)  # evaluation vmaps the loss over single tokens
 
   def per_token(loss_fn):
     return jax.vmap(lambda xt, yt: loss_fn(xt[None], table, yt[None]))(x, targets)
@@ -94,7 +74,7 @@ def test_per_token_losses_under_vmap_match_the_full_loss():
 
 def test_provenance_split_is_the_same_with_chunked_and_full_loss():
   vocab_size = 29
-  _, table, _ = _problem(1, vocab_size, 6, seed=3)
+  _, table, _ = random_problem(1, vocab_size, 6, seed=3)
   ids = np.array([0, 3, 3, 7, 12, 3, 20], np.int32)
   next_ids = np.array([3, 7, 12, 3, 20, 28, 0], np.int32)
 
@@ -147,7 +127,7 @@ def test_compiled_gradient_holds_one_table_sized_temporary_the_accumulator():
 
 @pytest.mark.parametrize("chunk_size", [0, -3, 2.5])
 def test_chunk_size_must_be_a_positive_int(chunk_size):
-  x, table, targets = _problem(2, 5, 3)
+  x, table, targets = random_problem(2, 5, 3)
   with pytest.raises(ValueError, match="chunk_size"):
     chunked_cross_entropy(x, table, targets, chunk_size)
 
@@ -165,7 +145,7 @@ DISTINCT_CASES = [  # (ids looked up, chunk of rows, groups)
 @pytest.mark.parametrize("ids, chunk, groups", DISTINCT_CASES)
 def test_each_distinct_row_once_gives_the_closed_form_loss_and_gradients(ids, chunk, groups):
   ids = np.asarray(ids, np.int32)
-  _, table, _ = _problem(1, 23, 5, seed=5)
+  _, table, _ = random_problem(1, 23, 5, seed=5)
   targets = np.random.default_rng(6).integers(0, 23, ids.size).astype(np.int32)
   x = table[ids]  # looked-up rows: equal wherever the ids are
 
@@ -173,7 +153,7 @@ def test_each_distinct_row_once_gives_the_closed_form_loss_and_gradients(ids, ch
     return chunked_cross_entropy(a, e, targets, chunk, row_keys=ids, groups=groups)
 
   loss, (dx, d_table) = jax.value_and_grad(loss_fn, argnums=(0, 1))(x, table)
-  ref_loss, ref_dx, ref_d_table = _numpy_loss_and_grads(x, table, targets)
+  ref_loss, ref_dx, ref_d_table = numpy_loss_and_grads(x, table, targets)
   _assert_close(loss, ref_loss)
   _assert_close(dx, ref_dx)  # per token, as if every row had been scored on its own
   _assert_close(d_table, ref_d_table)
@@ -182,7 +162,7 @@ def test_each_distinct_row_once_gives_the_closed_form_loss_and_gradients(ids, ch
 def test_rows_sharing_a_key_are_scored_once_from_the_first_of_them():
   # The contract made visible: the logsumexp part is computed once per key, from the key's first row, and counted
   # for every token holding the key. Rows that differ under one key (a broken contract) show it.
-  x, table, targets = _problem(6, 11, 4, seed=7)
+  x, table, targets = random_problem(6, 11, 4, seed=7)
   keys = np.array([2, 2, 2, 5, 5, 2], np.int32)
   firsts = x[[0, 0, 0, 3, 3, 0]]
   lse = np.log(np.exp(firsts.astype(np.float64) @ table.T.astype(np.float64)).sum(axis=1))
@@ -193,7 +173,7 @@ def test_rows_sharing_a_key_are_scored_once_from_the_first_of_them():
 def test_distinct_rows_in_the_train_step_match_autodiff_of_the_full_loss_under_jit():
   ids = jnp.asarray(np.random.default_rng(8).integers(0, 40, 96), jnp.int32)  # 96 draws of 40: many repeats
   next_ids = jnp.roll(ids, -1)
-  _, table, _ = _problem(1, 40, 8, seed=9)
+  _, table, _ = random_problem(1, 40, 8, seed=9)
 
   def split(loss_fn):
     return jax.jit(lambda e: loss_and_path_gradients(e, e, ids, loss_fn))(jnp.asarray(table))
@@ -205,6 +185,6 @@ def test_distinct_rows_in_the_train_step_match_autodiff_of_the_full_loss_under_j
 
 
 def test_groups_must_divide_the_tokens():
-  x, table, targets = _problem(6, 5, 3)
+  x, table, targets = random_problem(6, 5, 3)
   with pytest.raises(ValueError, match="groups=4"):
     chunked_cross_entropy(x, table, targets, 2, row_keys=np.arange(6), groups=4)

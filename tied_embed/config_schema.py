@@ -20,7 +20,7 @@ from tied_embed.errors import UsageError, require
 
 REQUIRED_FIELDS = frozenset({
     "seed",
-    "model.vocab_size", "model.d_model", "model.tied",
+    "model.vocab_size", "model.d_model", "model.tied", "model.dtype",
     "data.source", "data.data_dir",
     "train.num_steps", "train.batch_size", "train.eval_batch_size", "train.learning_rate", "train.warmup_steps",
     "train.optimizer", "train.weight_decay", "train.grad_clip_norm", "train.lookup_grad_scale",

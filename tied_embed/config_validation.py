@@ -18,6 +18,7 @@ import ml_collections
 from tied_embed import config_schema, data_config, parallel, sources
 from tied_embed.data_config import is_int, is_number
 from tied_embed.errors import UsageError, require
+from tied_embed.losses import COMPUTE_DTYPES
 from tied_embed.optim import OPTIMIZERS
 
 INT32_MAX = 2**31 - 1
@@ -66,6 +67,7 @@ def _check_values(config: ml_collections.ConfigDict) -> None:
   for path in ("model.vocab_size", "model.d_model", "train.batch_size", "train.eval_batch_size"):
     check(path, int_in(1), "an integer in [1, 2**31 - 1]")
   check("model.tied", lambda v: isinstance(v, bool), "True or False")
+  check("model.dtype", lambda v: v in COMPUTE_DTYPES, " | ".join(COMPUTE_DTYPES) + " (the matmuls' compute dtype)")
   for path in ("train.num_steps", "train.warmup_steps"):
     check(path, int_in(0), "an integer in [0, 2**31 - 1] (optax counts steps in int32)")
   check("train.learning_rate", lambda v: is_number(v) and math.isfinite(v) and v > 0, "a finite number > 0")

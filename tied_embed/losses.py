@@ -21,6 +21,15 @@ transposed copy of the table (benchmarks/README.md has the timings).
 The gradients are computed in the forward pass of a `jax.custom_vjp` and scaled by the cotangent in the backward
 pass, so the chunked loss supports first derivatives only. Called without differentiation (evaluation), it runs the
 loss-only scan.
+
+`compute_dtype` (`model.dtype`, Flax's name for it) is the dtype of the matmul operands. bfloat16 casts the table
+and the hidden rows (and, for the chunked gradients, the (V, C) exponentials and the scaled rows) to bfloat16 and
+accumulates every dot in float32 (`preferred_element_type`); the logsumexp (max, exp, sum, log), the gradient
+accumulators, the inputs and the outputs stay float32. The full loss is differentiated by autodiff, which rounds the
+gradient of each cast operand to bfloat16 once before handing it back as float32. float32 (the default) inserts no
+casts: the same program as without the option. bfloat16 has an 8-bit mantissa (u = 2^-9), so the gradients move by
+a few 1e-3 relative in norm on random problems (tests/test_precision.py bounds them by 2e-2). XLA:CPU widens bfloat16
+operands to float32 before each dot, so there it costs time (the converts) and saves none.
 """
 
 from __future__ import annotations
@@ -29,25 +38,59 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+COMPUTE_DTYPES = ("float32", "bfloat16")  # the values `model.dtype` and `compute_dtype` may take
 
 
-def full_cross_entropy(x: jax.Array, projection_table: jax.Array, targets: jax.Array) -> jax.Array:
-  """Mean softmax cross-entropy with full logits: x (T, D), table (V, D), targets (T,) int → scalar."""
-  logits = x @ projection_table.T
+def _operand(array: jax.Array, compute_dtype: np.dtype) -> jax.Array:
+  """`array` as a matmul operand: cast to `compute_dtype`, or itself (no cast at all) for float32."""
+  return array if compute_dtype == jnp.float32 else array.astype(compute_dtype)
+
+
+def _dot(lhs: jax.Array, rhs: jax.Array, compute_dtype: np.dtype, dims=None) -> jax.Array:
+  """`lhs @ rhs`, or `lax.dot_general(lhs, rhs, dims)`, with operands in `compute_dtype` and a float32 result.
+
+  bfloat16 operands are multiplied with float32 accumulation; float32 is the plain dot, as written without this.
+  """
+  preferred = None if compute_dtype == jnp.float32 else jnp.float32
+  lhs, rhs = _operand(lhs, compute_dtype), _operand(rhs, compute_dtype)
+  if dims is None:
+    return jnp.matmul(lhs, rhs, preferred_element_type=preferred)
+  return jax.lax.dot_general(lhs, rhs, dims, preferred_element_type=preferred)
+
+
+def _as_dtype(compute_dtype) -> np.dtype:
+  """'float32' | 'bfloat16' | a dtype → np.dtype; ValueError for anything else."""
+  dtype = jnp.dtype(compute_dtype)
+  if dtype.name not in COMPUTE_DTYPES:
+    raise ValueError(f"compute_dtype={compute_dtype!r} is not allowed: expected one of {COMPUTE_DTYPES}")
+  return dtype
+
+
+def full_cross_entropy(
+    x: jax.Array, projection_table: jax.Array, targets: jax.Array, compute_dtype=jnp.float32
+) -> jax.Array:
+  """Mean softmax cross-entropy with full logits: x (T, D), table (V, D), targets (T,) int → scalar float32.
+
+  The (T, V) logits are float32, from operands in `compute_dtype`.
+  """
+  logits = _dot(x, projection_table.T, _as_dtype(compute_dtype))
   target_logits = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
   return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - target_logits)
 
 
 def cross_entropy(
-    x: jax.Array, projection_table: jax.Array, targets: jax.Array, chunk_size: int = 0
+    x: jax.Array, projection_table: jax.Array, targets: jax.Array, chunk_size: int = 0, compute_dtype=jnp.float32
 ) -> jax.Array:
   """Mean cross-entropy of `x @ table.T` against `targets`; (T, D), (V, D), (T,) → scalar.
 
   `chunk_size=0` materialises the (T, V) logits; a positive value never holds more than (chunk_size, V).
+  `compute_dtype` is the matmuls' operand dtype (float32 | bfloat16, see the module docstring).
   """
   if chunk_size == 0:
-    return full_cross_entropy(x, projection_table, targets)
-  return chunked_cross_entropy(x, projection_table, targets, chunk_size)
+    return full_cross_entropy(x, projection_table, targets, compute_dtype)
+  return chunked_cross_entropy(x, projection_table, targets, chunk_size, compute_dtype=compute_dtype)
 
 
 def bigram_loss(
@@ -56,17 +99,18 @@ def bigram_loss(
     ids: jax.Array,
     next_ids: jax.Array,
     chunk_size: int = 0,
+    compute_dtype=jnp.float32,
 ) -> jax.Array:
   """Bigram loss: look `ids` (T,) up in one table, score against the other, predict `next_ids` (T,).
 
   For a tied model both tables are the same array.
   """
-  return cross_entropy(lookup_table[ids], projection_table, next_ids, chunk_size)
+  return cross_entropy(lookup_table[ids], projection_table, next_ids, chunk_size, compute_dtype)
 
 
 def chunked_cross_entropy(
     x: jax.Array, projection_table: jax.Array, targets: jax.Array, chunk_size: int,
-    row_keys: jax.Array | None = None, groups: int = 1,
+    row_keys: jax.Array | None = None, groups: int = 1, compute_dtype=jnp.float32,
 ) -> jax.Array:
   """Mean softmax cross-entropy of `x @ table.T`, never holding more than (V, chunk_size) logits.
 
@@ -81,6 +125,7 @@ def chunked_cross_entropy(
       differ give wrong results; the caller guarantees they don't.
     groups: with `row_keys`, rows are made distinct within each of `groups` contiguous blocks of T
       (a static int dividing T): on a mesh, one block per data shard, so each device scans its own rows.
+    compute_dtype: the matmuls' operand dtype, float32 or bfloat16 (float32 accumulation either way).
 
   Returns:
     Scalar mean loss; equal to `full_cross_entropy` up to float rounding, and so are its gradients
@@ -89,13 +134,13 @@ def chunked_cross_entropy(
   if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0:
     raise ValueError(f"chunk_size={chunk_size!r} is not allowed: expected an int > 0")
   x, projection_table, targets = jnp.asarray(x), jnp.asarray(projection_table), jnp.asarray(targets)
-  chunk = min(chunk_size, max(x.shape[0], 1))
+  chunk, compute_dtype = min(chunk_size, max(x.shape[0], 1)), _as_dtype(compute_dtype)
   if row_keys is None:
-    return _chunked_ce(x, projection_table, targets, chunk)
+    return _chunked_ce(x, projection_table, targets, chunk, compute_dtype)
   if x.shape[0] % groups:
     raise ValueError(f"groups={groups} is not allowed: expected a divisor of the {x.shape[0]} tokens")
   per_block = max(chunk // groups, 1)  # rows of each block per iteration: about `chunk` rows in all
-  return _distinct_ce(x, projection_table, targets, jnp.asarray(row_keys), per_block, groups)
+  return _distinct_ce(x, projection_table, targets, jnp.asarray(row_keys), per_block, groups, compute_dtype)
 
 
 def _token_chunks(x: jax.Array, chunk: int) -> jax.Array:
@@ -120,13 +165,14 @@ def _target_logits(x: jax.Array, table: jax.Array, targets: jax.Array) -> jax.Ar
   return jnp.sum(x * table[targets], axis=-1)
 
 
-def _chunk_step(table, d_table, x_chunk, weights, num_tokens):
+def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype):
   """One chunk's logsumexp and its share of both gradients (the p part of p − Y).
 
-  table (V, D), d_table (V, D) accumulator, x_chunk (C, D), weights (C,) or None (how many tokens each row
-  stands for), num_tokens T of the mean → (d_table + the chunk's d table, lse (C,), dx (C, D) per token).
+  table (V, D) already in `compute_dtype` (the caller casts it once), d_table (V, D) float32 accumulator,
+  x_chunk (C, D), weights (C,) or None (how many tokens each row stands for), num_tokens T of the mean
+  → (d_table + the chunk's d table, lse (C,), dx (C, D) per token), all float32.
   """
-  logits = table @ x_chunk.T  # (V, C)
+  logits = _dot(table, x_chunk.T, compute_dtype)  # (V, C)
   top = jnp.max(logits, axis=0)
   exp = jnp.exp(logits - top)
   total = jnp.sum(exp, axis=0)
@@ -134,8 +180,8 @@ def _chunk_step(table, d_table, x_chunk, weights, num_tokens):
   # than to the (V, C) exponentials, which saves a pass over them and a (V, C) buffer.
   scale = (1.0 / (num_tokens * total))[:, None]  # (C, 1)
   row_scale = scale if weights is None else scale * weights[:, None]
-  d_table = d_table + exp @ (x_chunk * row_scale)
-  dx = jax.lax.dot_general(exp, table, (((0,), (0,)), ((), ()))) * scale  # pᵀ E, (C, D)
+  d_table = d_table + _dot(exp, x_chunk * row_scale, compute_dtype)
+  dx = _dot(exp, table, compute_dtype, (((0,), (0,)), ((), ()))) * scale  # pᵀ E, (C, D)
   return d_table, top + jnp.log(total), dx
 
 
@@ -147,31 +193,32 @@ def _finish(x, table, targets, lse, dx, d_table, num_tokens):
   return loss, (dx, d_table)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _chunked_ce(x: jax.Array, table: jax.Array, targets: jax.Array, chunk: int) -> jax.Array:
-  """Mean loss, forward only; (T, D), (V, D), (T,) int, static chunk ≤ T → scalar."""
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _chunked_ce(x: jax.Array, table: jax.Array, targets: jax.Array, chunk: int, compute_dtype) -> jax.Array:
+  """Mean loss, forward only; (T, D), (V, D), (T,) int, static chunk ≤ T, static dtype → scalar."""
+  operand_table = _operand(table, compute_dtype)
 
   def chunk_lse(carry, x_chunk):
-    return carry, jax.nn.logsumexp(table @ x_chunk.T, axis=0)
+    return carry, jax.nn.logsumexp(_dot(operand_table, x_chunk.T, compute_dtype), axis=0)
 
   _, lse = jax.lax.scan(chunk_lse, None, _token_chunks(x, chunk))
   return jnp.mean(_unchunk(lse, x.shape[0]) - _target_logits(x, table, targets))
 
 
-def _forward(x, table, targets, chunk):
+def _forward(x, table, targets, chunk, compute_dtype):
   """Loss, plus the gradients for cotangent 1 as residuals: dx (T, D), d table (V, D)."""
-  num_tokens = x.shape[0]
+  num_tokens, operand_table = x.shape[0], _operand(table, compute_dtype)
 
   def step(d_table, x_chunk):
-    d_table, lse, dx = _chunk_step(table, d_table, x_chunk, None, num_tokens)
+    d_table, lse, dx = _chunk_step(operand_table, d_table, x_chunk, None, num_tokens, compute_dtype)
     return d_table, (lse, dx)
 
   d_table, (lse, dx) = jax.lax.scan(step, jnp.zeros_like(table), _token_chunks(x, chunk))
   return _finish(x, table, targets, _unchunk(lse, num_tokens), _unchunk(dx, num_tokens), d_table, num_tokens)
 
 
-def _backward(chunk, residuals, cotangent):
-  del chunk
+def _backward(chunk, compute_dtype, residuals, cotangent):
+  del chunk, compute_dtype
   dx, d_table = residuals
   return cotangent * dx, cotangent * d_table, None
 
@@ -179,7 +226,7 @@ def _backward(chunk, residuals, cotangent):
 _chunked_ce.defvjp(_forward, _backward)
 
 
-def _distinct_p_part(x, table, keys, chunk, num_tokens):
+def _distinct_p_part(x, table, keys, chunk, num_tokens, compute_dtype):
   """The lse and the p part of both gradients, each distinct row of each block computed once.
 
   x (G, B, D) and keys (G, B): G blocks of B tokens → (d table (V, D), lse (G, B), dx (G, B, D)). In each block
@@ -196,13 +243,14 @@ def _distinct_p_part(x, table, keys, chunk, num_tokens):
   first = jnp.pad(first, ((0, 0), (0, padded - size)))
   weights = jnp.pad(counts, ((0, 0), (0, padded - size))).astype(x.dtype)
   num_chunks = (jnp.max(jnp.sum(counts > 0, axis=1)) + chunk - 1) // chunk
+  operand_table = _operand(table, compute_dtype)
 
   def body(i, carry):
     d_table, lse, dx = carry
     rows = jax.lax.dynamic_slice_in_dim(first, i * chunk, chunk, axis=1)  # (G, C)
     row_weights = jax.lax.dynamic_slice_in_dim(weights, i * chunk, chunk, axis=1).reshape(-1)
     x_chunk = jnp.take_along_axis(x, rows[..., None], axis=1).reshape(-1, d_model)  # (G·C, D)
-    d_table, chunk_lse, chunk_dx = _chunk_step(table, d_table, x_chunk, row_weights, num_tokens)
+    d_table, chunk_lse, chunk_dx = _chunk_step(operand_table, d_table, x_chunk, row_weights, num_tokens, compute_dtype)
     lse = jax.lax.dynamic_update_slice_in_dim(lse, chunk_lse.reshape(groups, chunk), i * chunk, axis=1)
     dx = jax.lax.dynamic_update_slice_in_dim(dx, chunk_dx.reshape(groups, chunk, d_model), i * chunk, axis=1)
     return d_table, lse, dx
@@ -214,23 +262,23 @@ def _distinct_p_part(x, table, keys, chunk, num_tokens):
   return d_table, lse, dx
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _distinct_ce(x, table, targets, keys, chunk: int, groups: int) -> jax.Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _distinct_ce(x, table, targets, keys, chunk: int, groups: int, compute_dtype) -> jax.Array:
   """`_chunked_ce` computing each distinct row of `x` once; (T, D), (V, D), (T,), (T,) int → scalar."""
-  return _distinct_forward(x, table, targets, keys, chunk, groups)[0]
+  return _distinct_forward(x, table, targets, keys, chunk, groups, compute_dtype)[0]
 
 
-def _distinct_forward(x, table, targets, keys, chunk, groups):
+def _distinct_forward(x, table, targets, keys, chunk, groups, compute_dtype):
   """Loss and both gradients for cotangent 1 (residuals), `chunk` rows per block and loop iteration."""
   num_tokens = x.shape[0]
   d_table, lse, dx = _distinct_p_part(
-      x.reshape(groups, -1, x.shape[1]), table, keys.reshape(groups, -1), chunk, num_tokens
+      x.reshape(groups, -1, x.shape[1]), table, keys.reshape(groups, -1), chunk, num_tokens, compute_dtype
   )
   return _finish(x, table, targets, lse.reshape(-1), dx.reshape(x.shape), d_table, num_tokens)
 
 
-def _distinct_backward(chunk, groups, residuals, cotangent):
-  del chunk, groups
+def _distinct_backward(chunk, groups, compute_dtype, residuals, cotangent):
+  del chunk, groups, compute_dtype
   dx, d_table = residuals
   return cotangent * dx, cotangent * d_table, None, None
 

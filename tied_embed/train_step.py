@@ -97,19 +97,23 @@ def build_model(config: ml_collections.ConfigDict) -> Model:
 
 
 def path_gradients(
-    model: Model, ids: jax.Array, next_ids: jax.Array, chunk_size: int, data_shards: int = 1
+    model: Model, ids: jax.Array, next_ids: jax.Array, chunk_size: int, data_shards: int = 1,
+    compute_dtype: str = "float32",
 ) -> provenance.PathGradients:
   """The batch's loss and its gradient through each use of the tables: ids, next_ids (B,) → PathGradients.
 
   The hidden vectors are looked-up rows, equal wherever the ids are, so the chunked loss forms the logits of each
   distinct id once (per data shard, `data_shards` dividing B): exact, and cheaper by the repeats in the batch.
+  `compute_dtype` (`model.dtype`) is the loss's matmul operand dtype; the gradients are float32 either way.
   """
   lookup_table, projection_table = io_tables(model)
 
   def loss_fn(x: jax.Array, table: jax.Array) -> jax.Array:
     if chunk_size == 0:
-      return losses.full_cross_entropy(x, table, next_ids)
-    return losses.chunked_cross_entropy(x, table, next_ids, chunk_size, row_keys=ids, groups=data_shards)
+      return losses.full_cross_entropy(x, table, next_ids, compute_dtype)
+    return losses.chunked_cross_entropy(
+        x, table, next_ids, chunk_size, row_keys=ids, groups=data_shards, compute_dtype=compute_dtype
+    )
 
   return provenance.path_gradients(lookup_table, projection_table, ids, loss_fn)
 
@@ -134,9 +138,11 @@ def update_gradients(
   return grads
 
 
-def direct_loss(model: Model, ids: jax.Array, next_ids: jax.Array, chunk_size: int) -> jax.Array:
+def direct_loss(
+    model: Model, ids: jax.Array, next_ids: jax.Array, chunk_size: int, compute_dtype: str = "float32"
+) -> jax.Array:
   """The bigram loss as a function of the model itself, for `nnx.grad` without any split: (B,), (B,) → scalar."""
-  return losses.bigram_loss(*io_tables(model), ids, next_ids, chunk_size)
+  return losses.bigram_loss(*io_tables(model), ids, next_ids, chunk_size, compute_dtype)
 
 
 def _split_error(model: Model, direct: nnx.State, lookup_grad: jax.Array, projection_grad: jax.Array) -> jax.Array:
@@ -156,10 +162,14 @@ def _split_error(model: Model, direct: nnx.State, lookup_grad: jax.Array, projec
 
 def split_diagnostics(
     model: Model, ids: jax.Array, next_ids: jax.Array, chunk_size: int, lookup_grad: jax.Array,
-    projection_grad: jax.Array,
+    projection_grad: jax.Array, compute_dtype: str = "float32",
 ) -> Metrics:
-  """The split statistics of one batch's path gradients, plus `split_error` against `nnx.grad` of the model."""
-  direct = nnx.grad(direct_loss)(model, ids, next_ids, chunk_size)
+  """The split statistics of one batch's path gradients, plus `split_error` against `nnx.grad` of the model.
+
+  The direct gradient uses the same `compute_dtype` as the paths. In float32 the error is rounding (~1e-7); in
+  bfloat16 it also holds the different roundings of the per-token and distinct-rows losses (~1e-2).
+  """
+  direct = nnx.grad(direct_loss)(model, ids, next_ids, chunk_size, compute_dtype)
   stats = provenance.split_stats(lookup_grad, projection_grad, ids)
   stats["split_error"] = _split_error(model, direct, lookup_grad, projection_grad)
   return stats
@@ -173,7 +183,7 @@ def all_finite(loss: jax.Array, state: nnx.State) -> jax.Array:
 
 def make_train_step(
     graphdef: nnx.GraphDef, chunk_size: int, state_shardings=None, lookup_grad_scale: float = 1.0,
-    projection_grad_scale: float = 1.0,
+    projection_grad_scale: float = 1.0, compute_dtype: str = "float32",
 ) -> TrainStep:
   """jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics). Donates `state`.
 
@@ -184,6 +194,7 @@ def make_train_step(
   optimizer (before clipping), and 'train_loss', the mean loss of the steps since the previous log step, whose
   window it then empties. A non-finite loss or new state is recorded in
   `first_nonfinite_step` (the loop checks it where it syncs anyway), so a state that passes is safe to save.
+  `compute_dtype` (`model.dtype`) is the loss's matmul operand dtype.
   """
 
   data_shards = parallel.data_shards(state_shardings)
@@ -191,21 +202,18 @@ def make_train_step(
   def step(state: nnx.State, ids: jax.Array, next_ids: jax.Array, with_stats: bool = False):
     train_state = nnx.merge(graphdef, state)
     model = train_state.model
-    paths = path_gradients(model, ids, next_ids, chunk_size, data_shards)
+    paths = path_gradients(model, ids, next_ids, chunk_size, data_shards, compute_dtype)
     loss = paths.loss
     metrics = {"loss": loss}
     if with_stats:
-      metrics.update(split_diagnostics(model, ids, next_ids, chunk_size, paths.lookup_dense(), paths.projection))
+      metrics.update(split_diagnostics(
+          model, ids, next_ids, chunk_size, paths.lookup_dense(), paths.projection, compute_dtype
+      ))
     tracked = train_state.tracked_rows[...]
-    projection_stats = (provenance.row_norms(paths.projection), paths.projection[tracked])
-    # Everything that reads the projection gradient happens before the lookup rows are added into it, so the tied
-    # gradient can take its buffer in place instead of a (V, D) copy.
-    metrics, projection_stats, projection = jax.lax.optimization_barrier((metrics, projection_stats, paths.projection))
-    paths = paths._replace(projection=projection)
+    train_state.projection_total[...] += provenance.row_norms(paths.projection)
+    train_state.tracked_projection[...] += paths.projection[tracked]
     train_state.lookup_total[...] += paths.lookup_row_norms()
-    train_state.projection_total[...] += projection_stats[0]
     train_state.tracked_lookup[...] += paths.lookup_at(tracked)
-    train_state.tracked_projection[...] += projection_stats[1]
     grads = update_gradients(model, paths, lookup_grad_scale, projection_grad_scale)
     if with_stats:
       metrics["applied_norm"] = optax.tree.norm(grads)
@@ -259,32 +267,40 @@ def check_finite(state: nnx.State, last_saved: int | None) -> None:
     raise NonFinite(first_bad, int(state["optimizer"]["step"][...]), last_saved)
 
 
-def _eval_losses(graphdef: nnx.GraphDef, chunk_size: int, state: nnx.State, ids: jax.Array, next_ids: jax.Array):
+def _eval_losses(
+    graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str, state: nnx.State, ids: jax.Array,
+    next_ids: jax.Array,
+):
   lookup_table, projection_table = io_tables(nnx.merge(graphdef, state).model)
 
   def one(pair: tuple[jax.Array, jax.Array]) -> jax.Array:
     token, next_token = pair
-    return losses.bigram_loss(lookup_table, projection_table, token[None], next_token[None])
+    return losses.bigram_loss(lookup_table, projection_table, token[None], next_token[None], 0, compute_dtype)
 
   if chunk_size <= 0:
     return jax.vmap(one)((ids, next_ids))
   return jax.lax.map(one, (ids, next_ids), batch_size=chunk_size)
 
 
-def make_eval_losses(graphdef: nnx.GraphDef, chunk_size: int) -> Callable[..., jax.Array]:
-  """jit(state, ids (E,), next_ids (E,)) → per-token losses (E,) float32.
+def make_eval_losses(
+    graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str = "float32"
+) -> Callable[..., jax.Array]:
+  """jit(state, ids (E,), next_ids (E,)) → per-token losses (E,) float32, matmuls in `compute_dtype`.
 
   Tokens are scored `chunk_size` at a time (all at once if 0), so no more than (chunk_size, V) logits are live.
   """
-  return jax.jit(lambda state, ids, next_ids: _eval_losses(graphdef, chunk_size, state, ids, next_ids))
+  return jax.jit(lambda state, ids, next_ids: _eval_losses(graphdef, chunk_size, compute_dtype, state, ids, next_ids))
 
 
-def make_eval_total(graphdef: nnx.GraphDef, chunk_size: int) -> Callable[..., jax.Array]:
+def make_eval_total(
+    graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str = "float32"
+) -> Callable[..., jax.Array]:
   """jit(state, total () float32, ids (E,), next_ids (E,)) → total + the batch's summed per-token losses.
 
   Each call consumes the previous call's total, so the batches of an evaluation run one after the other on
   every device, never as independent programs in flight together.
   """
   return jax.jit(
-      lambda state, total, ids, next_ids: total + _eval_losses(graphdef, chunk_size, state, ids, next_ids).sum()
+      lambda state, total, ids, next_ids: total
+      + _eval_losses(graphdef, chunk_size, compute_dtype, state, ids, next_ids).sum()
   )

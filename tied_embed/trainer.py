@@ -63,7 +63,7 @@ class _Evaluator:
   """The whole validation split, placed on the mesh once, scored batch after batch into one running total."""
 
   def __init__(self, graphdef: nnx.GraphDef, data: data_lib.BigramData, config: ml_collections.ConfigDict, mesh):
-    self._add_batch = step_lib.make_eval_total(graphdef, int(config.loss.chunk_size))
+    self._add_batch = step_lib.make_eval_total(graphdef, int(config.loss.chunk_size), str(config.model.dtype))
     self._total = jax.device_put(jnp.float32(0), parallel.replicated(mesh))
     size, data_size = int(config.train.eval_batch_size), mesh.shape["data"]
     self._count = len(data.eval_ids)
@@ -247,6 +247,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
     train_step = step_lib.make_train_step(
         graphdef, int(config.loss.chunk_size), shardings,
         lookup_grad_scale=float(train.lookup_grad_scale), projection_grad_scale=float(train.projection_grad_scale),
+        compute_dtype=str(config.model.dtype),
     )
     evaluate = _Evaluator(graphdef, data, config, mesh)
     schedule = optim.learning_rate_schedule(train)
