@@ -1,16 +1,16 @@
 """Peak resident memory of one train step at V=32768, D=256, T=8192: full logits, the chunked loss, PyTorch's.
 
   python benchmarks/memory.py              # one process per configuration, then the step times; prints JSON
-  python benchmarks/memory.py baseline|full|chunked|torch_baseline|torch_chunked   # one configuration
+  python benchmarks/memory.py baseline|full|chunked|chunked_bf16|torch_baseline|torch_chunked   # one of them
 
 Each configuration runs in a fresh process, so its peak (the kernel's VmHWM) is its own: `baseline` builds the
-parameters and optimizer state and stops; `full` and `chunked` also compile the real train step the way the
-trainer does (compile first, then hand the compiler's freed memory back to the OS: tied_embed/host_memory.py),
-start the peak afresh and run it: the step's peak. The compile's own peak is reported beside it, as is XLA's count
-of the step's temporary buffers. `torch_baseline` and `torch_chunked` do the same for PyTorch with its chunked
-`F.linear_cross_entropy` (nothing to compile), so each framework's step is measured against its own baseline (the
-runtimes' own footprints differ). The step times, JAX's and every PyTorch variant's, are then measured in turns in
-one process, so the machine's noise hits them alike.
+parameters and optimizer state and stops; `full`, `chunked` and `chunked_bf16` (model.dtype bfloat16) also
+compile the real train step the way the trainer does (compile first, then hand the compiler's freed memory back to
+the OS: tied_embed/host_memory.py), start the peak afresh and run it: the step's peak. The compile's own peak is
+reported beside it, as is XLA's count of the step's temporary buffers. `torch_baseline` and `torch_chunked` do the
+same for PyTorch with its chunked `F.linear_cross_entropy` (nothing to compile), so each framework's step is
+measured against its own baseline (the runtimes' own footprints differ). The step times, JAX's and every PyTorch
+variant's, are then measured in turns in one process, so the machine's noise hits them alike.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from benchmarks import throughput, torch_step, workload  # noqa: E402
 
 VOCAB_SIZE, D_MODEL, NUM_TOKENS = 32768, 256, 8192
 CHUNK_SIZE = 256  # tokens per chunk: (V, C) float32 logits are 32 MiB, the full (T, V) ones 1 GiB
-CONFIGS = {"baseline": 0, "full": 0, "chunked": CHUNK_SIZE, "torch_baseline": 0, "torch_chunked": 0}
+CONFIGS = {"baseline": 0, "full": 0, "chunked": CHUNK_SIZE, "chunked_bf16": CHUNK_SIZE, "torch_baseline": 0,
+           "torch_chunked": 0}
 STEPS_PER_PROCESS = 2
 
 
@@ -46,6 +47,8 @@ def run_one(name: str) -> dict:
     for _ in range(STEPS_PER_PROCESS):
       step()
     return {"peak_mib": workload.peak_mib()}
+  if name == "chunked_bf16":
+    config = workload.with_dtype(config, "bfloat16")
   stepper = workload.Stepper(config)
   workload.reset_peak()
   for _ in range(STEPS_PER_PROCESS):
@@ -82,7 +85,7 @@ def measure(rounds: int = 3) -> dict:
   for name in CONFIGS:
     peak = runs.get(name, {}).get("peak_mib")
     result[f"{name}_mib" if name.endswith("baseline") else f"{name}_peak_mib"] = peak
-  for name in ("full", "chunked"):
+  for name in ("full", "chunked", "chunked_bf16"):
     result[f"{name}_extra_mib"] = result[f"{name}_peak_mib"] - result["baseline_mib"]
     result[f"{name}_compile_extra_mib"] = runs[name]["compile_peak_mib"] - result["baseline_mib"]
     result[f"{name}_xla_temp_mib"] = runs[name]["xla_temp_mib"]

@@ -80,6 +80,7 @@ def _print_train_step(r: dict) -> None:
   rows = [("JAX step (full logits)", r["step_ms"]),
           (f"JAX step (chunk {r['chunk_size']})", r["chunked_step_ms"]),
           (f"JAX step (chunk {r['chunk_size']}), Zipf batch", r["chunked_zipf_step_ms"]),
+          (f"JAX step (chunk {r['chunk_size']}), bfloat16 matmuls", r["chunked_bf16_step_ms"]),
           ("JAX step, no provenance", r["plain_step_ms"]),
           (f"JAX step, no provenance, chunk {r['chunk_size']}", r["plain_chunked_step_ms"]),
           ("PyTorch eager", r["torch_step_ms"]),
@@ -92,6 +93,7 @@ def _print_train_step(r: dict) -> None:
   print(f"  one (T,D)x(D,V) matmul                   {r['matmul_ms']:8.1f} ms (PyTorch: {torch_matmul} ms)")
   print(f"  roofline fraction (3 matmuls / full step)  {r['roofline_fraction']:.2f}")
   print(f"  JAX full / PyTorch eager      {_fmt(r['speedup_vs_torch'], '.2f')}x")
+  print(f"  JAX chunked, bfloat16 / float32 time  {r['bf16_over_f32_time']:.2f}")
   _print_speedups(r)
 
 
@@ -101,6 +103,7 @@ def _print_memory(r: dict) -> None:
           ("JAX full logits step", r["full_peak_mib"], r["full_step_ms"]),
           (f"JAX chunked step (chunk {r['chunk_size']})", r["chunked_peak_mib"], r["chunked_step_ms"]),
           ("JAX chunked step, Zipf batch (time only)", None, r["chunked_zipf_step_ms"]),
+          ("JAX chunked step, bfloat16 matmuls", r["chunked_bf16_peak_mib"], None),
           ("PyTorch baseline", r["torch_baseline_mib"], None),
           ("PyTorch linear_cross_entropy", r["torch_chunked_peak_mib"], r["torch_chunked_step_ms"]),
           ("PyTorch eager (time only)", None, r["torch_step_ms"]),

@@ -4,7 +4,8 @@ Run: `python benchmarks/throughput.py` (prints the numbers). `measure()` returns
 The step is `tied_embed.train_step.make_train_step` on configs/default.py at this size: gradient provenance
 (two path gradients, per-row totals), clipping and AdamW, with full logits and with the chunked loss, which forms
 each distinct id's logits once. It runs on uniform ids (the most distinct ids a batch can have: the issue's
-workload) and on a text-like Zipf batch (`workload.zipf_batch`). Against it: the plain step (no provenance, every
+workload) and on a text-like Zipf batch (`workload.zipf_batch`), and with `model.dtype` bfloat16 (bf16 matmul
+operands, float32 accumulation). Against it: the plain step (no provenance, every
 token's logits: the same work as PyTorch's steps), PyTorch eager, under `torch.compile` and with its own chunked
 `linear_cross_entropy` (benchmarks/torch_step.py), and one matmul of each. All are timed in turns in one process.
 """
@@ -64,6 +65,7 @@ def measure(rounds: int = 7) -> dict:
       "step": workload.Stepper(default),
       "chunked_step": workload.Stepper(chunked, batch=uniform),
       "chunked_zipf_step": workload.Stepper(chunked, batch=zipf),
+      "chunked_bf16_step": workload.Stepper(workload.with_dtype(chunked, "bfloat16"), batch=uniform),
       "plain_step": workload.Stepper(default, plain=True),
       "plain_chunked_step": workload.Stepper(chunked, plain=True),
       "matmul": matmul_fn(NUM_TOKENS, D_MODEL, VOCAB_SIZE),
@@ -88,10 +90,11 @@ def measure(rounds: int = 7) -> dict:
   result["torch_tokens_per_s"] = NUM_TOKENS / seconds["torch_step"] if torch else None
   result["speedup_vs_torch"] = result["torch_step_ms"] / result["step_ms"] if torch else None
   result.update(speedups(result))
+  result["bf16_over_f32_time"] = result["chunked_bf16_step_ms"] / result["chunked_step_ms"]
   return result
 
 
-JAX_STEPS = ("step", "chunked_step", "chunked_zipf_step", "plain_step", "plain_chunked_step")
+JAX_STEPS = ("step", "chunked_step", "chunked_zipf_step", "chunked_bf16_step", "plain_step", "plain_chunked_step")
 # The JAX rows compared with the fastest PyTorch step: `<name>_speedup_vs_fastest_torch` = PyTorch ms / JAX ms.
 COMPARED = {"chunked": "chunked_step", "chunked_zipf": "chunked_zipf_step", "full": "step",
             "plain_chunked": "plain_chunked_step"}

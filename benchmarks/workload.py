@@ -37,6 +37,13 @@ def bench_config(vocab_size: int, d_model: int, num_tokens: int, chunk_size: int
   return config
 
 
+def with_dtype(config: ml_collections.ConfigDict, dtype: str) -> ml_collections.ConfigDict:
+  """A copy of `config` with `model.dtype` (the loss's matmul operand dtype) set to `dtype`."""
+  config = config.copy_and_resolve_references()
+  config.model.dtype = dtype
+  return config
+
+
 def train_state(config: ml_collections.ConfigDict) -> tuple[nnx.GraphDef, nnx.State]:
   """A fresh TrainState (tied table, optimizer moments, provenance totals), split for the jitted step."""
   state = step_lib.TrainState(step_lib.build_model(config), optim.make_optimizer(config.train))
