@@ -21,11 +21,12 @@ from tied_embed.errors import UsageError
 
 SUBDIRECTORIES = ("checkpoints", "damaged_checkpoints", "data", "report")
 
-# Config fields that may change between the checkpoint and the resuming run: lengths, intervals, evaluation and
-# loss chunking, the device mesh (checkpoints restore onto any mesh) and where the dataset is cached.
+# Config fields that may change between the checkpoint and the resuming run: lengths, intervals, evaluation, loss
+# chunking and the matmuls' compute dtype (the state is float32 either way), the device mesh (checkpoints restore
+# onto any mesh) and where the dataset is cached.
 RESUMABLE_CHANGES = (
     "train.num_steps", "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
-    "train.eval_batch_size", "loss.chunk_size", "mesh.data", "mesh.model", "data.data_dir",
+    "train.eval_batch_size", "loss.chunk_size", "model.dtype", "mesh.data", "mesh.model", "data.data_dir",
 )
 
 
