@@ -122,6 +122,7 @@ class Stepper:
     graphdef, self.state = train_state(config)
     self.batch = batch or random_batch(int(config.model.vocab_size), int(config.train.batch_size))
     chunk_size = int(config.loss.chunk_size)
+    self._plain = plain
     if plain:
       self._step = make_plain_step(graphdef, chunk_size)
       self._step.lower(self.state, *self.batch).compile()
@@ -133,10 +134,12 @@ class Stepper:
 
   def temp_bytes(self) -> int:
     """XLA's count of the compiled step's temporary buffers (the plain variant's, not the log step's)."""
-    return self._step.lower(self.state, *self.batch).compile().memory_analysis().temp_size_in_bytes
+    stats = {} if self._plain else {"with_stats": False}
+    return self._step.lower(self.state, *self.batch, **stats).compile().memory_analysis().temp_size_in_bytes
 
   def __call__(self) -> jax.Array:
-    self.state, metrics = self._step(self.state, *self.batch)
+    stats = {} if self._plain else {"with_stats": False}  # as compiled: jit keys an absent argument apart
+    self.state, metrics = self._step(self.state, *self.batch, **stats)
     return jax.block_until_ready(metrics["loss"])
 
 

@@ -254,7 +254,8 @@ def compile_ahead(train_step: TrainStep, state: nnx.State, ids: jax.Array, next_
   """Compiles both variants of `train_step` (plain and log step) for these arguments; jit reuses them when called.
 
   Compiling before the first step lets the caller hand the compiler's freed memory back to the OS
-  (`host_memory.release_freed`) before any step's temporaries are allocated.
+  (`host_memory.release_freed`) before any step's temporaries are allocated. Call the step with `with_stats`
+  given, as the trainer does: jit keys a call that leaves it out apart, and would compile again.
   """
   for with_stats in (False, True):
     train_step.lower(state, ids, next_ids, with_stats=with_stats).compile()
