@@ -144,3 +144,27 @@ def test_a_run_tracks_the_path_directions_of_its_most_frequent_rows(smoke_run):
   assert len(tracked) == 16 and len(set(tracked)) == 16
   assert counts[tracked].min() >= np.delete(counts, tracked).max()  # no untracked row is more frequent
   assert np.all(np.linalg.norm(smoke_run.summary.state["tracked_lookup"][...], axis=1) > 0)
+
+
+def test_a_step_compiled_ahead_runs_without_compiling_again():
+  # The trainer compiles first and then hands the compiler's freed heap back to the OS; a step that compiled again
+  # at its first call would put the compiler's memory back under every step.
+  import jax  # noqa: PLC0415
+
+  from configs import smoke  # noqa: PLC0415
+  from tied_embed import host_memory  # noqa: PLC0415
+
+  config = smoke.get_config()
+  graphdef, state = nnx.split(step_lib.TrainState(step_lib.build_model(config), optim.make_optimizer(config.train)))
+  step = step_lib.make_train_step(graphdef, int(config.loss.chunk_size))
+  ids = jnp.arange(64, dtype=jnp.int32) % 32
+  step_lib.compile_ahead(step, state, ids, ids[::-1])
+  host_memory.release_freed()  # True on glibc; either way harmless
+  compiles = []
+  jax.monitoring.register_event_duration_secs_listener(
+      lambda event, _duration, **_: compiles.append(event) if event.endswith("backend_compile_duration") else None
+  )
+  for with_stats in (False, True, False):
+    state, metrics = step(state, ids, ids[::-1], with_stats=with_stats)
+  assert np.isfinite(float(metrics["loss"]))
+  assert compiles == []
