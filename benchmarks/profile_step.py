@@ -2,10 +2,11 @@
 
   python benchmarks/profile_step.py [V D T C]      (default 8192 256 4096 256)
 
-From the inside out: one lone (T, D)×(D, V) matmul (the unit), the chunked loss's forward pass alone (one matmul
-and the logsumexp), the loss with both gradients, the two path gradients (provenance), the plain step (one
-gradient + clip + AdamW, benchmarks/workload.py), and the trainer's step (provenance, totals, guard). The
-differences between neighbours are the cost of each layer. Rounds alternate; the fastest call of each is printed
+From the inside out: one lone (T, D)×(D, V) matmul (the unit), the chunked loss's forward pass alone (the
+logsumexp of each distinct id of a uniform batch, as the step computes it), the loss with both gradients, the two
+path gradients (provenance), the plain step (one gradient of every token's logits + clip + AdamW,
+benchmarks/workload.py), and the trainer's step (provenance, totals, guard). The differences between neighbours
+are the cost of each layer. Rounds alternate; the fastest call of each is printed
 (on a shared machine the least disturbed one; medians there mix in other people's load).
 """
 
@@ -20,6 +21,7 @@ import jax  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
 from tied_embed import losses, provenance  # noqa: E402
+from tied_embed import train_step as step_lib  # noqa: E402
 
 
 def measure(vocab_size: int, d_model: int, num_tokens: int, chunk: int, rounds: int = 9) -> dict[str, float]:
@@ -28,18 +30,18 @@ def measure(vocab_size: int, d_model: int, num_tokens: int, chunk: int, rounds: 
   table = jax.random.normal(keys[0], (vocab_size, d_model)) / d_model**0.5
   x = jax.random.normal(keys[1], (num_tokens, d_model)) / d_model**0.5
   ids, targets = workload.random_batch(vocab_size, num_tokens)
+
+  def loss(a, e):  # as the step computes it: each distinct id's logits once
+    return losses.chunked_cross_entropy(a, e, targets, chunk, row_keys=ids)
+
+  def jit(f):
+    return jax.jit(f, compiler_options=step_lib.compiler_options())
+
   layers = {
-      "matmul": (jax.jit(lambda a, e: a @ e.T), (x, table)),
-      "loss forward": (jax.jit(lambda a, e: losses.cross_entropy(a, e, targets, chunk)), (x, table)),
-      "loss + both gradients": (
-          jax.jit(jax.value_and_grad(lambda a, e: losses.cross_entropy(a, e, targets, chunk), argnums=(0, 1))),
-          (x, table),
-      ),
-      "path gradients": (
-          jax.jit(lambda e: provenance.loss_and_path_gradients(
-              e, e, ids, lambda a, p: losses.cross_entropy(a, p, targets, chunk))),
-          (table,),
-      ),
+      "matmul": (jit(lambda a, e: a @ e.T), (x, table)),
+      "loss forward": (jit(lambda e: loss(e[ids], e)), (table,)),
+      "loss + both gradients": (jit(jax.value_and_grad(lambda e: loss(e[ids], e))), (table,)),
+      "path gradients": (jit(lambda e: provenance.loss_and_path_gradients(e, e, ids, loss)), (table,)),
   }
   fns = {name: (lambda f=f, a=a: jax.block_until_ready(f(*a))) for name, (f, a) in layers.items()}
   config = workload.bench_config(vocab_size, d_model, num_tokens, chunk)
