@@ -185,12 +185,21 @@ def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype):
   return d_table, top + jnp.log(total), dx
 
 
-def _finish(x, table, targets, lse, dx, d_table, num_tokens):
-  """Adds the −Y part of (p − Y): one row per token, cheaper as a gather and a scatter than inside the scan."""
+def _target_part(x, table, targets, num_tokens):
+  """The −Y part of d table, and the mean target logit read off it: (V, D) and a scalar.
+
+  The part is −x_t / T added into row targets_t; the scans accumulate onto it, so it is formed before them and
+  its (T, D) rows are not held through them. The mean of x_t · E[targets_t] is −Σ (part ⊙ E): no (T, D) gather
+  of E[targets] has to wait for the loss either.
+  """
+  part = jnp.zeros_like(table).at[targets].add(-x / num_tokens)
+  return part, -jnp.vdot(part, table)
+
+
+def _finish(table, targets, lse, dx, d_table, mean_target, num_tokens):
+  """The loss, and dx's −Y part: −E[targets_t] / T, one row per token (d table already holds its own)."""
   dx = dx - table[targets] / num_tokens
-  d_table = d_table.at[targets].add(-x / num_tokens)
-  loss = jnp.mean(lse - _target_logits(x, table, targets))
-  return loss, (dx, d_table)
+  return jnp.mean(lse) - mean_target, (dx, d_table)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
@@ -213,8 +222,10 @@ def _forward(x, table, targets, chunk, compute_dtype):
     d_table, lse, dx = _chunk_step(operand_table, d_table, x_chunk, None, num_tokens, compute_dtype)
     return d_table, (lse, dx)
 
-  d_table, (lse, dx) = jax.lax.scan(step, jnp.zeros_like(table), _token_chunks(x, chunk))
-  return _finish(x, table, targets, _unchunk(lse, num_tokens), _unchunk(dx, num_tokens), d_table, num_tokens)
+  target_part, mean_target = _target_part(x, table, targets, num_tokens)
+  d_table, (lse, dx) = jax.lax.scan(step, target_part, _token_chunks(x, chunk))
+  lse, dx = _unchunk(lse, num_tokens), _unchunk(dx, num_tokens)
+  return _finish(table, targets, lse, dx, d_table, mean_target, num_tokens)
 
 
 def _backward(chunk, compute_dtype, residuals, cotangent):
@@ -226,10 +237,11 @@ def _backward(chunk, compute_dtype, residuals, cotangent):
 _chunked_ce.defvjp(_forward, _backward)
 
 
-def _distinct_p_part(x, table, keys, chunk, num_tokens, compute_dtype):
+def _distinct_p_part(x, table, keys, chunk, num_tokens, compute_dtype, d_table):
   """The lse and the p part of both gradients, each distinct row of each block computed once.
 
-  x (G, B, D) and keys (G, B): G blocks of B tokens → (d table (V, D), lse (G, B), dx (G, B, D)). In each block
+  x (G, B, D) and keys (G, B): G blocks of B tokens, d_table (V, D) to accumulate onto → (d table (V, D),
+  lse (G, B), dx (G, B, D)). In each block
   the distinct keys are sorted to the front (padded to whole chunks with weight-0 rows); a loop, whose length
   ceil(max distinct / C) is known only at run time, takes chunk i of every block at once, G·C rows, each
   weighted by how many of its block's tokens share its key.
@@ -255,7 +267,7 @@ def _distinct_p_part(x, table, keys, chunk, num_tokens, compute_dtype):
     dx = jax.lax.dynamic_update_slice_in_dim(dx, chunk_dx.reshape(groups, chunk, d_model), i * chunk, axis=1)
     return d_table, lse, dx
 
-  init = (jnp.zeros_like(table), jnp.zeros((groups, padded), x.dtype), jnp.zeros((groups, padded, d_model), x.dtype))
+  init = (d_table, jnp.zeros((groups, padded), x.dtype), jnp.zeros((groups, padded, d_model), x.dtype))
   d_table, lse, dx = jax.lax.fori_loop(0, num_chunks, body, init)
   lse = jnp.take_along_axis(lse, inverse.reshape(groups, size), axis=1)
   dx = jnp.take_along_axis(dx, inverse.reshape(groups, size)[..., None], axis=1)
@@ -271,10 +283,12 @@ def _distinct_ce(x, table, targets, keys, chunk: int, groups: int, compute_dtype
 def _distinct_forward(x, table, targets, keys, chunk, groups, compute_dtype):
   """Loss and both gradients for cotangent 1 (residuals), `chunk` rows per block and loop iteration."""
   num_tokens = x.shape[0]
+  target_part, mean_target = _target_part(x, table, targets, num_tokens)
   d_table, lse, dx = _distinct_p_part(
-      x.reshape(groups, -1, x.shape[1]), table, keys.reshape(groups, -1), chunk, num_tokens, compute_dtype
+      x.reshape(groups, -1, x.shape[1]), table, keys.reshape(groups, -1), chunk, num_tokens, compute_dtype,
+      target_part,
   )
-  return _finish(x, table, targets, lse.reshape(-1), dx.reshape(x.shape), d_table, num_tokens)
+  return _finish(table, targets, lse.reshape(-1), dx.reshape(x.shape), d_table, mean_target, num_tokens)
 
 
 def _distinct_backward(chunk, groups, compute_dtype, residuals, cotangent):
