@@ -3,12 +3,13 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 from helpers import hand_path_gradients
 
 from tied_embed import TiedEmbed
 from tied_embed.losses import bigram_loss
-from tied_embed.provenance import path_gradients, split_error, split_gradient, split_stats
+from tied_embed.provenance import path_gradients, split_gradient
 
 
 def _case(vocab_size=12, d_model=5, ids=(0, 3, 3, 7, 1), seed=0):
@@ -42,7 +43,7 @@ def test_total_equals_nnx_grad_of_the_tied_module():
   direct = nnx.grad(loss)(model)["embedding"][...]
   split = split_gradient(model.embedding[...], jnp.asarray(ids), lambda logits: _logits_ce(logits, targets))
   np.testing.assert_allclose(split.lookup + split.projection, direct, rtol=1e-5, atol=1e-7)
-  assert float(split_error(direct, split.lookup, split.projection)) < 1e-6
+  assert float(_paths(model.embedding[...], ids, targets).split_error(direct)) < 1e-6
 
 
 def test_unselected_row_gets_projection_gradient_only():
@@ -74,14 +75,19 @@ def test_bigram_loss_equals_numpy_cross_entropy():
   np.testing.assert_allclose(bigram_loss(table, table, jnp.asarray(ids), jnp.asarray(targets)), expected, rtol=1e-5)
 
 
-def test_split_stats_count_rows_and_measure_paths():
-  table, ids, targets = _case()
-  split = split_gradient(table, jnp.asarray(ids), lambda logits: _logits_ce(logits, targets))
-  stats = split_stats(split.lookup, split.projection, jnp.asarray(ids))
+def _paths(table, ids, targets):
+  return path_gradients(table, table, jnp.asarray(ids), lambda x, e: _logits_ce(x @ e.T, targets))
+
+
+@pytest.mark.parametrize("ids", [(0, 3, 3, 7, 1), (5, 5, 5, 5), tuple(range(12))])
+def test_split_stats_count_rows_and_measure_paths(ids):
+  table, ids, targets = _case(ids=ids)  # repeats, one id only, every row looked up
+  stats = _paths(table, ids, targets).split_stats()
   lookup, projection = hand_path_gradients(table, table, ids, targets)
   assert int(stats["rows_looked_up"]) == len(set(ids.tolist()))
   assert int(stats["rows_projection_only"]) == 12 - len(set(ids.tolist()))  # softmax touches every row
   np.testing.assert_allclose(stats["lookup_norm"], np.linalg.norm(lookup), rtol=1e-5)
+  np.testing.assert_allclose(stats["projection_norm"], np.linalg.norm(projection), rtol=1e-5)
   np.testing.assert_allclose(stats["total_norm"], np.linalg.norm(lookup + projection), rtol=1e-5)
   cosine = np.sum(lookup * projection) / (np.linalg.norm(lookup) * np.linalg.norm(projection))
   np.testing.assert_allclose(stats["cosine"], cosine, rtol=1e-4, atol=1e-6)
@@ -89,10 +95,14 @@ def test_split_stats_count_rows_and_measure_paths():
 
 def test_split_error_detects_a_wrong_split():
   table, ids, targets = _case()
-  split = split_gradient(table, jnp.asarray(ids), lambda logits: _logits_ce(logits, targets))
-  error = split_error(split.total, split.lookup, 0.5 * split.projection)
-  expected = np.linalg.norm(0.5 * np.asarray(split.projection)) / np.linalg.norm(split.total)
-  np.testing.assert_allclose(error, expected, rtol=1e-5)
+  paths = _paths(table, ids, targets)
+  lookup, projection = hand_path_gradients(table, table, ids, targets)
+  total = lookup + projection
+  error = paths._replace(projection=0.5 * paths.projection).split_error(jnp.asarray(total, jnp.float32))
+  np.testing.assert_allclose(error, np.linalg.norm(0.5 * projection) / np.linalg.norm(total), rtol=1e-4)
+  untied = paths.split_error(jnp.asarray(lookup, jnp.float32), jnp.asarray(2 * projection, jnp.float32))
+  expected = np.linalg.norm(projection) / np.sqrt(np.sum(lookup**2) + np.sum((2 * projection) ** 2))
+  np.testing.assert_allclose(untied, expected, rtol=1e-4)
 
 
 def test_the_sparse_lookup_path_gives_the_hand_derived_rows_norms_and_sums():

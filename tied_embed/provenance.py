@@ -47,13 +47,62 @@ class PathGradients(NamedTuple):
     rows = self.lookup_rows if scale == 1.0 else scale * self.lookup_rows
     return grad.at[self.ids].add(rows)
 
-  def lookup_row_norms(self) -> jax.Array:
-    """‖lookup-path gradient row‖ for every row, (V,): repeats summed per id first, without a (V, D) array."""
+  def lookup_sums(self) -> tuple[jax.Array, jax.Array]:
+    """The lookup-path gradient's non-zero rows: (rows (T,) int, their gradient (T, D)), repeats summed.
+
+    Each distinct id once, then padding rows with id V (out of range) and gradient 0.
+    """
     vocab_size, num_tokens = self.projection.shape[0], self.ids.shape[0]
     rows, inverse = jnp.unique(self.ids, size=num_tokens, fill_value=vocab_size, return_inverse=True)
-    per_row = jnp.zeros_like(self.lookup_rows).at[inverse.reshape(-1)].add(self.lookup_rows)
-    norms = jnp.zeros((vocab_size,), self.lookup_rows.dtype)
-    return norms.at[rows].add(row_norms(per_row), mode="drop")  # the padding rows (id V) are dropped
+    return rows, jnp.zeros_like(self.lookup_rows).at[inverse.reshape(-1)].add(self.lookup_rows)
+
+  def lookup_row_norms(self) -> jax.Array:
+    """‖lookup-path gradient row‖ for every row, (V,): repeats summed per id first, without a (V, D) array."""
+    rows, sums = self.lookup_sums()
+    norms = jnp.zeros((self.projection.shape[0],), self.lookup_rows.dtype)
+    return norms.at[rows].add(row_norms(sums), mode="drop")  # the padding rows (id V) are dropped
+
+  def split_stats(self) -> dict[str, jax.Array]:
+    """Scalar summaries of the split, for logging, from the sparse lookup path: no (V, D) array beyond P's.
+
+    lookup_norm ‖L‖, projection_norm ‖P‖, total_norm ‖L + P‖, cosine of L and P, rows_looked_up, and
+    rows_projection_only: rows the batch did not look up that still got a non-zero gradient. ‖L + P‖ is summed
+    over the rows L misses and, separately, the looked-up rows, so nothing cancels.
+    """
+    rows, sums = self.lookup_sums()
+    vocab_size = self.projection.shape[0]
+    projection_rows = self.projection.at[rows].get(mode="fill", fill_value=0)  # (T, D); 0 for padding
+    looked_up = looked_up_rows(self.ids, vocab_size)
+    projection_sq = jnp.sum(jnp.square(self.projection), axis=-1)  # (V,)
+    lookup_sq = jnp.sum(jnp.square(sums))
+    projection_norm = jnp.sqrt(jnp.sum(projection_sq))
+    lookup_norm = jnp.sqrt(lookup_sq)
+    total_sq = jnp.sum(jnp.where(looked_up, 0.0, projection_sq)) + jnp.sum(jnp.square(projection_rows + sums))
+    tiny = jnp.finfo(jnp.float32).tiny
+    return {
+        "lookup_norm": lookup_norm,
+        "projection_norm": projection_norm,
+        "total_norm": jnp.sqrt(total_sq),
+        "cosine": jnp.vdot(sums, projection_rows) / jnp.maximum(lookup_norm * projection_norm, tiny),
+        "rows_looked_up": jnp.sum(looked_up),
+        "rows_projection_only": jnp.sum((projection_sq > 0) & ~looked_up),
+    }
+
+  def split_error(self, direct_lookup: jax.Array, direct_projection: jax.Array | None = None) -> jax.Array:
+    """|g − (g_lookup + g_projection)| / |g|, with g the gradient autodiff gives the model directly: scalar.
+
+    Tied: `direct_lookup` is the table's (V, D) gradient. Untied: the input and output tables' gradients, which
+    should be g_lookup and g_projection alone. The lookup rows are subtracted in place, so no (V, D) sum is formed.
+    """
+    rows, sums = self.lookup_sums()
+    if direct_projection is None:
+      residuals = [(direct_lookup - self.projection).at[rows].add(-sums, mode="drop")]
+      directs = [direct_lookup]
+    else:
+      residuals = [direct_lookup.at[rows].add(-sums, mode="drop"), direct_projection - self.projection]
+      directs = [direct_lookup, direct_projection]
+    norm = lambda arrays: jnp.sqrt(sum(jnp.sum(jnp.square(a)) for a in arrays))  # noqa: E731
+    return norm(residuals) / jnp.maximum(norm(directs), jnp.finfo(jnp.float32).tiny)
 
   def lookup_at(self, rows: jax.Array) -> jax.Array:
     """The lookup-path gradient's rows `rows` (K,) int → (K, D)."""
@@ -97,33 +146,3 @@ def row_norms(grad: jax.Array) -> jax.Array:
 def looked_up_rows(ids: jax.Array, vocab_size: int) -> jax.Array:
   """Mask of the rows a batch looks up: ids (...,) int → (V,) bool."""
   return jnp.zeros((vocab_size,), jnp.bool_).at[ids.reshape(-1)].set(True)
-
-
-def split_stats(lookup_grad: jax.Array, projection_grad: jax.Array, ids: jax.Array) -> dict[str, jax.Array]:
-  """Scalar summaries of one step's split, for logging: (V, D), (V, D), ids (T,) → dict of scalars.
-
-  `rows_projection_only` counts rows the batch did not look up that still got a non-zero gradient.
-  """
-  total = lookup_grad + projection_grad
-  lookup_norm = jnp.linalg.norm(lookup_grad)
-  projection_norm = jnp.linalg.norm(projection_grad)
-  tiny = jnp.finfo(jnp.float32).tiny
-  looked_up = looked_up_rows(ids, lookup_grad.shape[0])
-  projected = row_norms(projection_grad) > 0
-  return {
-      "lookup_norm": lookup_norm,
-      "projection_norm": projection_norm,
-      "total_norm": jnp.linalg.norm(total),
-      "cosine": jnp.vdot(lookup_grad, projection_grad) / jnp.maximum(lookup_norm * projection_norm, tiny),
-      "rows_looked_up": jnp.sum(looked_up),
-      "rows_projection_only": jnp.sum(projected & ~looked_up),
-  }
-
-
-def split_error(direct_total: jax.Array, lookup_grad: jax.Array, projection_grad: jax.Array) -> jax.Array:
-  """|g − (g_lookup + g_proj)| / |g|, with g the gradient autodiff gives the tied table directly.
-
-  (V, D), (V, D), (V, D) → scalar float32.
-  """
-  residual = direct_total - (lookup_grad + projection_grad)
-  return jnp.linalg.norm(residual) / jnp.maximum(jnp.linalg.norm(direct_total), jnp.finfo(jnp.float32).tiny)

@@ -145,33 +145,21 @@ def direct_loss(
   return losses.bigram_loss(*io_tables(model), ids, next_ids, chunk_size, compute_dtype)
 
 
-def _split_error(model: Model, direct: nnx.State, lookup_grad: jax.Array, projection_grad: jax.Array) -> jax.Array:
-  """|g − (g_lookup + g_proj)| / |g| with g from nnx.grad on the model.
-
-  Untied, g is the pair (g_input, g_output) and the paths should reassemble it as (g_lookup, 0) + (0, g_proj).
-  """
-  if isinstance(model, TiedEmbed):
-    return provenance.split_error(direct["embedding"][...], lookup_grad, projection_grad)
-  zeros = jnp.zeros_like(lookup_grad)
-  return provenance.split_error(
-      jnp.stack([direct["input_embedding"][...], direct["output_embedding"][...]]),
-      jnp.stack([lookup_grad, zeros]),
-      jnp.stack([zeros, projection_grad]),
-  )
-
-
 def split_diagnostics(
-    model: Model, ids: jax.Array, next_ids: jax.Array, chunk_size: int, lookup_grad: jax.Array,
-    projection_grad: jax.Array, compute_dtype: str = "float32",
+    model: Model, paths: provenance.PathGradients, next_ids: jax.Array, chunk_size: int,
+    compute_dtype: str = "float32",
 ) -> Metrics:
   """The split statistics of one batch's path gradients, plus `split_error` against `nnx.grad` of the model.
 
   The direct gradient uses the same `compute_dtype` as the paths. In float32 the error is rounding (~1e-7); in
   bfloat16 it also holds the different roundings of the per-token and distinct-rows losses (~1e-2).
   """
-  direct = nnx.grad(direct_loss)(model, ids, next_ids, chunk_size, compute_dtype)
-  stats = provenance.split_stats(lookup_grad, projection_grad, ids)
-  stats["split_error"] = _split_error(model, direct, lookup_grad, projection_grad)
+  direct = nnx.grad(direct_loss)(model, paths.ids, next_ids, chunk_size, compute_dtype)
+  stats = paths.split_stats()
+  if isinstance(model, TiedEmbed):
+    stats["split_error"] = paths.split_error(direct["embedding"][...])
+  else:
+    stats["split_error"] = paths.split_error(direct["input_embedding"][...], direct["output_embedding"][...])
   return stats
 
 
@@ -206,9 +194,7 @@ def make_train_step(
     loss = paths.loss
     metrics = {"loss": loss}
     if with_stats:
-      metrics.update(split_diagnostics(
-          model, ids, next_ids, chunk_size, paths.lookup_dense(), paths.projection, compute_dtype
-      ))
+      metrics.update(split_diagnostics(model, paths, next_ids, chunk_size, compute_dtype))
     tracked = train_state.tracked_rows[...]
     train_state.projection_total[...] += provenance.row_norms(paths.projection)
     train_state.tracked_projection[...] += paths.projection[tracked]
