@@ -17,8 +17,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import jax  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
-from tied_embed import losses  # noqa: E402
-from tied_embed import train_step as step_lib  # noqa: E402
+from tied_embed import (
+  compilation,  # noqa: E402
+  losses,  # noqa: E402
+)
 
 CHUNKS = (0, 128, 256, 512, 1024, 2048)  # 0 = full logits
 
@@ -35,7 +37,7 @@ def sweep(vocab_size: int, d_model: int, num_tokens: int, rounds: int = 5) -> di
         return losses.full_cross_entropy(e[ids], e, targets)
       return losses.chunked_cross_entropy(e[ids], e, targets, c, row_keys=ids)
 
-    grad = jax.jit(jax.value_and_grad(loss), compiler_options=step_lib.compiler_options())
+    grad = jax.jit(jax.value_and_grad(loss), compiler_options=compilation.compiler_options())
     temps[chunk] = grad.lower(table).compile().memory_analysis().temp_size_in_bytes / 2**20
     fns[chunk] = lambda g=grad: jax.block_until_ready(g(table))
   seconds = workload.interleaved_medians(fns, rounds, stat=min)

@@ -20,6 +20,7 @@ import jax.numpy as jnp  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
+from tied_embed import evaluation  # noqa: E402
 from tied_embed import train_step as step_lib  # noqa: E402
 from tied_embed.config_schema import load_config_file  # noqa: E402
 
@@ -38,7 +39,7 @@ def _train_run(config, chunk: int):
 
 def _eval_run(config, chunk: int):
   graphdef, state = workload.train_state(config)
-  add_batch = step_lib.make_eval_total(graphdef, chunk)
+  add_batch = evaluation.make_eval_total(graphdef, chunk)
   size, count = int(config.train.eval_batch_size), int(config.data.num_eval_pairs)
   ids, next_ids = workload.random_batch(int(config.model.vocab_size), count)
   batches = [(ids[s : s + size], next_ids[s : s + size]) for s in range(0, count, size)]

@@ -20,8 +20,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import jax  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
-from tied_embed import losses, provenance  # noqa: E402
-from tied_embed import train_step as step_lib  # noqa: E402
+from tied_embed import (  # noqa: E402
+  compilation,  # noqa: E402
+  losses,
+  provenance,
+)
 
 
 def measure(vocab_size: int, d_model: int, num_tokens: int, chunk: int, rounds: int = 9) -> dict[str, float]:
@@ -35,7 +38,7 @@ def measure(vocab_size: int, d_model: int, num_tokens: int, chunk: int, rounds: 
     return losses.chunked_cross_entropy(a, e, targets, chunk, row_keys=ids)
 
   def jit(f):
-    return jax.jit(f, compiler_options=step_lib.compiler_options())
+    return jax.jit(f, compiler_options=compilation.compiler_options())
 
   layers = {
       "matmul": (jit(lambda a, e: a @ e.T), (x, table)),

@@ -19,7 +19,7 @@ import numpy as np
 from flax import nnx
 
 from configs import default
-from tied_embed import host_memory, optim
+from tied_embed import compilation, host_memory, optim
 from tied_embed import train_step as step_lib
 
 
@@ -94,7 +94,7 @@ def make_plain_step(graphdef: nnx.GraphDef, chunk_size: int):
     train_state.optimizer.update(train_state.model, grads)
     return nnx.state(train_state), {"loss": loss}
 
-  return jax.jit(step, donate_argnums=0, compiler_options=step_lib.compiler_options())
+  return jax.jit(step, donate_argnums=0, compiler_options=compilation.compiler_options())
 
 
 def repeated_steps(step, state, batch, steps: int):
@@ -128,7 +128,7 @@ class Stepper:
       self._step.lower(self.state, *self.batch).compile()
     else:
       self._step = step_lib.make_train_step(graphdef, chunk_size)
-      step_lib.compile_ahead(self._step, self.state, *self.batch)
+      compilation.compile_ahead(self._step, self.state, *self.batch)
     host_memory.release_freed()
     self.compile_peak_mib = peak_mib()
 

@@ -28,8 +28,9 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from configs import smoke  # noqa: E402
-from tied_embed import (
-  checkpoint,  # noqa: E402
+from tied_embed import (  # noqa: E402
+  checkpoint,
+  evaluation,
   parallel,
 )
 from tied_embed import train_step as step_lib
@@ -86,7 +87,7 @@ def compiled_programs(config) -> dict:
   return {
       "step": train_step.lower(target, *batch).compile(),
       "log step": train_step.lower(target, *batch, with_stats=True).compile(),
-      "eval": step_lib.make_eval_losses(graphdef, chunk_size).lower(target, *batch).compile(),
+      "eval": evaluation.make_eval_losses(graphdef, chunk_size).lower(target, *batch).compile(),
   }
 
 

@@ -13,7 +13,7 @@ from conftest import ROOT
 from flax import nnx
 from helpers import all_series, event_series, hand_path_gradients
 
-from tied_embed import optim
+from tied_embed import compilation, evaluation, optim
 from tied_embed import train_step as step_lib
 
 SCALAR_TAGS = (
@@ -122,7 +122,7 @@ def test_eval_scores_each_token_like_numpy(chunk_size):
   logits = table[ids] @ table.T
   expected = np.log(np.exp(logits).sum(axis=1)) - logits[np.arange(len(ids)), next_ids]
 
-  got = step_lib.make_eval_losses(graphdef, chunk_size)(state, jnp.asarray(ids), jnp.asarray(next_ids))
+  got = evaluation.make_eval_losses(graphdef, chunk_size)(state, jnp.asarray(ids), jnp.asarray(next_ids))
   np.testing.assert_allclose(got, expected, rtol=1e-5)
 
 
@@ -158,7 +158,7 @@ def test_a_step_compiled_ahead_runs_without_compiling_again():
   graphdef, state = nnx.split(step_lib.TrainState(step_lib.build_model(config), optim.make_optimizer(config.train)))
   step = step_lib.make_train_step(graphdef, int(config.loss.chunk_size))
   ids = jnp.arange(64, dtype=jnp.int32) % 32
-  step_lib.compile_ahead(step, state, ids, ids[::-1])
+  compilation.compile_ahead(step, state, ids, ids[::-1])
   host_memory.release_freed()  # True on glibc; either way harmless
   compiles = []
   jax.monitoring.register_event_duration_secs_listener(

@@ -18,8 +18,8 @@ import ml_collections
 from tied_embed import config_schema, data_config, parallel, sources
 from tied_embed.data_config import is_int, is_number
 from tied_embed.errors import UsageError, require
-from tied_embed.losses import COMPUTE_DTYPES
 from tied_embed.optim import OPTIMIZERS
+from tied_embed.precision import COMPUTE_DTYPES
 
 INT32_MAX = 2**31 - 1
 # Python, JAX, TensorFlow and the compiled programs: configs/smoke.py, whose arrays are ~1 MB, peaks at 0.9 GiB.

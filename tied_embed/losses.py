@@ -22,14 +22,10 @@ The gradients are computed in the forward pass of a `jax.custom_vjp` and scaled 
 pass, so the chunked loss supports first derivatives only. Called without differentiation (evaluation), it runs the
 loss-only scan.
 
-`compute_dtype` (`model.dtype`, Flax's name for it) is the dtype of the matmul operands. bfloat16 casts the table
-and the hidden rows (and, for the chunked gradients, the (V, C) exponentials and the scaled rows) to bfloat16 and
-accumulates every dot in float32 (`preferred_element_type`); the logsumexp (max, exp, sum, log), the gradient
-accumulators, the inputs and the outputs stay float32. The full loss is differentiated by autodiff, which rounds the
-gradient of each cast operand to bfloat16 once before handing it back as float32. float32 (the default) inserts no
-casts: the same program as without the option. bfloat16 has an 8-bit mantissa (u = 2^-9), so the gradients move by
-a few 1e-3 relative in norm on random problems (tests/test_precision.py bounds them by 2e-2). XLA:CPU widens bfloat16
-operands to float32 before each dot, so there it costs time (the converts) and saves none.
+Each distinct row once: with `row_keys` (for a bigram, the looked-up ids), rows of `x` that share a key are equal,
+so each distinct row's logits are formed once and weighted by how many tokens share it, in a loop of
+ceil(distinct / C) chunks whose length is known only at run time: the same loss and gradients for a fraction of
+the work (a batch of text repeats most ids). `compute_dtype` is the matmuls' operand dtype (tied_embed/precision.py).
 """
 
 from __future__ import annotations
@@ -38,34 +34,8 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-COMPUTE_DTYPES = ("float32", "bfloat16")  # the values `model.dtype` and `compute_dtype` may take
-
-
-def _operand(array: jax.Array, compute_dtype: np.dtype) -> jax.Array:
-  """`array` as a matmul operand: cast to `compute_dtype`, or itself (no cast at all) for float32."""
-  return array if compute_dtype == jnp.float32 else array.astype(compute_dtype)
-
-
-def _dot(lhs: jax.Array, rhs: jax.Array, compute_dtype: np.dtype, dims=None) -> jax.Array:
-  """`lhs @ rhs`, or `lax.dot_general(lhs, rhs, dims)`, with operands in `compute_dtype` and a float32 result.
-
-  bfloat16 operands are multiplied with float32 accumulation; float32 is the plain dot, as written without this.
-  """
-  preferred = None if compute_dtype == jnp.float32 else jnp.float32
-  lhs, rhs = _operand(lhs, compute_dtype), _operand(rhs, compute_dtype)
-  if dims is None:
-    return jnp.matmul(lhs, rhs, preferred_element_type=preferred)
-  return jax.lax.dot_general(lhs, rhs, dims, preferred_element_type=preferred)
-
-
-def _as_dtype(compute_dtype) -> np.dtype:
-  """'float32' | 'bfloat16' | a dtype → np.dtype; ValueError for anything else."""
-  dtype = jnp.dtype(compute_dtype)
-  if dtype.name not in COMPUTE_DTYPES:
-    raise ValueError(f"compute_dtype={compute_dtype!r} is not allowed: expected one of {COMPUTE_DTYPES}")
-  return dtype
+from tied_embed.precision import as_dtype, dot, operand
 
 
 def full_cross_entropy(
@@ -75,7 +45,7 @@ def full_cross_entropy(
 
   The (T, V) logits are float32, from operands in `compute_dtype`.
   """
-  logits = _dot(x, projection_table.T, _as_dtype(compute_dtype))
+  logits = dot(x, projection_table.T, as_dtype(compute_dtype))
   target_logits = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
   return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - target_logits)
 
@@ -134,7 +104,7 @@ def chunked_cross_entropy(
   if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0:
     raise ValueError(f"chunk_size={chunk_size!r} is not allowed: expected an int > 0")
   x, projection_table, targets = jnp.asarray(x), jnp.asarray(projection_table), jnp.asarray(targets)
-  chunk, compute_dtype = min(chunk_size, max(x.shape[0], 1)), _as_dtype(compute_dtype)
+  chunk, compute_dtype = min(chunk_size, max(x.shape[0], 1)), as_dtype(compute_dtype)
   if row_keys is None:
     return _chunked_ce(x, projection_table, targets, chunk, compute_dtype)
   if x.shape[0] % groups:
@@ -172,7 +142,7 @@ def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype):
   x_chunk (C, D), weights (C,) or None (how many tokens each row stands for), num_tokens T of the mean
   → (d_table + the chunk's d table, lse (C,), dx (C, D) per token), all float32.
   """
-  logits = _dot(table, x_chunk.T, compute_dtype)  # (V, C)
+  logits = dot(table, x_chunk.T, compute_dtype)  # (V, C)
   top = jnp.max(logits, axis=0)
   exp = jnp.exp(logits - top)
   total = jnp.sum(exp, axis=0)
@@ -180,8 +150,8 @@ def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype):
   # than to the (V, C) exponentials, which saves a pass over them and a (V, C) buffer.
   scale = (1.0 / (num_tokens * total))[:, None]  # (C, 1)
   row_scale = scale if weights is None else scale * weights[:, None]
-  d_table = d_table + _dot(exp, x_chunk * row_scale, compute_dtype)
-  dx = _dot(exp, table, compute_dtype, (((0,), (0,)), ((), ()))) * scale  # pᵀ E, (C, D)
+  d_table = d_table + dot(exp, x_chunk * row_scale, compute_dtype)
+  dx = dot(exp, table, compute_dtype, (((0,), (0,)), ((), ()))) * scale  # pᵀ E, (C, D)
   return d_table, top + jnp.log(total), dx
 
 
@@ -205,10 +175,10 @@ def _finish(table, targets, lse, dx, d_table, mean_target, num_tokens):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
 def _chunked_ce(x: jax.Array, table: jax.Array, targets: jax.Array, chunk: int, compute_dtype) -> jax.Array:
   """Mean loss, forward only; (T, D), (V, D), (T,) int, static chunk ≤ T, static dtype → scalar."""
-  operand_table = _operand(table, compute_dtype)
+  operand_table = operand(table, compute_dtype)
 
   def chunk_lse(carry, x_chunk):
-    return carry, jax.nn.logsumexp(_dot(operand_table, x_chunk.T, compute_dtype), axis=0)
+    return carry, jax.nn.logsumexp(dot(operand_table, x_chunk.T, compute_dtype), axis=0)
 
   _, lse = jax.lax.scan(chunk_lse, None, _token_chunks(x, chunk))
   return jnp.mean(_unchunk(lse, x.shape[0]) - _target_logits(x, table, targets))
@@ -216,7 +186,7 @@ def _chunked_ce(x: jax.Array, table: jax.Array, targets: jax.Array, chunk: int, 
 
 def _forward(x, table, targets, chunk, compute_dtype):
   """Loss, plus the gradients for cotangent 1 as residuals: dx (T, D), d table (V, D)."""
-  num_tokens, operand_table = x.shape[0], _operand(table, compute_dtype)
+  num_tokens, operand_table = x.shape[0], operand(table, compute_dtype)
 
   def step(d_table, x_chunk):
     d_table, lse, dx = _chunk_step(operand_table, d_table, x_chunk, None, num_tokens, compute_dtype)
@@ -255,7 +225,7 @@ def _distinct_p_part(x, table, keys, chunk, num_tokens, compute_dtype, d_table):
   first = jnp.pad(first, ((0, 0), (0, padded - size)))
   weights = jnp.pad(counts, ((0, 0), (0, padded - size))).astype(x.dtype)
   num_chunks = (jnp.max(jnp.sum(counts > 0, axis=1)) + chunk - 1) // chunk
-  operand_table = _operand(table, compute_dtype)
+  operand_table = operand(table, compute_dtype)
 
   def body(i, carry):
     d_table, lse, dx = carry

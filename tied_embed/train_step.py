@@ -1,5 +1,6 @@
-"""The train state and the one jitted train step (gradient provenance, running metrics, non-finite guard), and
-the jitted evaluation.
+"""The train state and the one jitted train step (gradient provenance, running metrics, non-finite guard).
+
+How the step is compiled is tied_embed/compilation.py; the jitted evaluation is tied_embed/evaluation.py.
 
 Everything a step reads and writes lives in one `TrainState` module: the model, its optimizer, the provenance
 totals and the running metrics. The jitted functions take and return its `nnx.State`, so the Python loop only
@@ -21,7 +22,7 @@ import ml_collections
 import optax
 from flax import nnx
 
-from tied_embed import host_memory, losses, parallel, provenance
+from tied_embed import compilation, losses, parallel, provenance
 from tied_embed.errors import RunStopped
 from tied_embed.model import TiedEmbed, UntiedEmbed, io_tables
 
@@ -221,37 +222,8 @@ def make_train_step(
   out_shardings = (state_shardings, None) if state_shardings is not None else None
   return jax.jit(
       step, donate_argnums=0, static_argnames="with_stats", out_shardings=out_shardings,
-      compiler_options=compiler_options(),
+      compiler_options=compilation.compiler_options(),
   )
-
-
-# XLA:CPU options for the step (benchmarks/README.md has the measurements):
-# - YNNPACK takes each dot together with its elementwise neighbours, so the chunked loss's `d_table + exp @ x`
-#   accumulates inside the dot instead of writing a (V, D) product and adding it in a second pass (10-15% faster,
-#   one (V, D) buffer fewer); with the dot fusion alone, reductions stop fusing their inputs (every sum of squares
-#   wrote a (V, D) temporary), so YNNPACK takes the reductions too.
-# - Copy insertion by region analysis: without it XLA:CPU copied the (V, D) table before updating it in place.
-CPU_COMPILER_OPTIONS = {
-    "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_REDUCE",
-    "xla_cpu_copy_insertion_use_region_analysis": True,
-}
-
-
-def compiler_options() -> dict[str, str | bool] | None:
-  """The XLA options the train step is compiled with on this backend: CPU_COMPILER_OPTIONS on CPU, else none."""
-  return dict(CPU_COMPILER_OPTIONS) if jax.default_backend() == "cpu" else None
-
-
-def compile_ahead(train_step: TrainStep, state: nnx.State, ids: jax.Array, next_ids: jax.Array) -> None:
-  """Compiles both variants of `train_step` (plain and log step) for these arguments; jit reuses them when called.
-
-  Each compile's freed memory is handed back to the OS (`host_memory.release_freed`) before the next compile and
-  before any step's temporaries are allocated. Call the step with `with_stats`
-  given, as the trainer does: jit keys a call that leaves it out apart, and would compile again.
-  """
-  for with_stats in (False, True):
-    train_step.lower(state, ids, next_ids, with_stats=with_stats).compile()
-    host_memory.release_freed()  # before the next compile, so the two compilers' heaps never add up
 
 
 def check_finite(state: nnx.State, last_saved: int | None) -> None:
@@ -259,42 +231,3 @@ def check_finite(state: nnx.State, last_saved: int | None) -> None:
   first_bad = int(state["first_nonfinite_step"][...])
   if first_bad:
     raise NonFinite(first_bad, int(state["optimizer"]["step"][...]), last_saved)
-
-
-def _eval_losses(
-    graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str, state: nnx.State, ids: jax.Array,
-    next_ids: jax.Array,
-):
-  lookup_table, projection_table = io_tables(nnx.merge(graphdef, state).model)
-
-  def one(pair: tuple[jax.Array, jax.Array]) -> jax.Array:
-    token, next_token = pair
-    return losses.bigram_loss(lookup_table, projection_table, token[None], next_token[None], 0, compute_dtype)
-
-  if chunk_size <= 0:
-    return jax.vmap(one)((ids, next_ids))
-  return jax.lax.map(one, (ids, next_ids), batch_size=chunk_size)
-
-
-def make_eval_losses(
-    graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str = "float32"
-) -> Callable[..., jax.Array]:
-  """jit(state, ids (E,), next_ids (E,)) → per-token losses (E,) float32, matmuls in `compute_dtype`.
-
-  Tokens are scored `chunk_size` at a time (all at once if 0), so no more than (chunk_size, V) logits are live.
-  """
-  return jax.jit(lambda state, ids, next_ids: _eval_losses(graphdef, chunk_size, compute_dtype, state, ids, next_ids))
-
-
-def make_eval_total(
-    graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str = "float32"
-) -> Callable[..., jax.Array]:
-  """jit(state, total () float32, ids (E,), next_ids (E,)) → total + the batch's summed per-token losses.
-
-  Each call consumes the previous call's total, so the batches of an evaluation run one after the other on
-  every device, never as independent programs in flight together.
-  """
-  return jax.jit(
-      lambda state, total, ids, next_ids: total
-      + _eval_losses(graphdef, chunk_size, compute_dtype, state, ids, next_ids).sum()
-  )

@@ -31,7 +31,18 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
-from tied_embed import asymmetry, checkpoint, config_schema, host_memory, optim, parallel, preemption, run_log
+from tied_embed import (
+  asymmetry,
+  checkpoint,
+  compilation,
+  config_schema,
+  evaluation,
+  host_memory,
+  optim,
+  parallel,
+  preemption,
+  run_log,
+)
 from tied_embed import data as data_lib
 from tied_embed import train_step as step_lib
 from tied_embed import workdir as workdir_lib
@@ -63,7 +74,7 @@ class _Evaluator:
   """The whole validation split, placed on the mesh once, scored batch after batch into one running total."""
 
   def __init__(self, graphdef: nnx.GraphDef, data: data_lib.BigramData, config: ml_collections.ConfigDict, mesh):
-    self._add_batch = step_lib.make_eval_total(graphdef, int(config.loss.chunk_size), str(config.model.dtype))
+    self._add_batch = evaluation.make_eval_total(graphdef, int(config.loss.chunk_size), str(config.model.dtype))
     self._total = jax.device_put(jnp.float32(0), parallel.replicated(mesh))
     size, data_size = int(config.train.eval_batch_size), mesh.shape["data"]
     self._count = len(data.eval_ids)
@@ -262,7 +273,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
       eval_loss = evaluate(state)
     if start < num_steps:  # compile everything first, then hand the compiler's freed memory back to the OS
       first_batch = parallel.global_batch(data_lib.train_batch(data, seed, start, batch_size), batch_sharding)
-      step_lib.compile_ahead(train_step, state, *first_batch)
+      compilation.compile_ahead(train_step, state, *first_batch)
       evaluate.compile_ahead(state)
       host_memory.release_freed()
     in_flight = None

@@ -1,0 +1,50 @@
+"""The jitted evaluation: per-token losses of a batch, and a running total chained batch after batch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+from flax import nnx
+
+from tied_embed import losses
+from tied_embed.model import io_tables
+
+
+def _eval_losses(
+    graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str, state: nnx.State, ids: jax.Array,
+    next_ids: jax.Array,
+):
+  lookup_table, projection_table = io_tables(nnx.merge(graphdef, state).model)
+
+  def one(pair: tuple[jax.Array, jax.Array]) -> jax.Array:
+    token, next_token = pair
+    return losses.bigram_loss(lookup_table, projection_table, token[None], next_token[None], 0, compute_dtype)
+
+  if chunk_size <= 0:
+    return jax.vmap(one)((ids, next_ids))
+  return jax.lax.map(one, (ids, next_ids), batch_size=chunk_size)
+
+
+def make_eval_losses(
+    graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str = "float32"
+) -> Callable[..., jax.Array]:
+  """jit(state, ids (E,), next_ids (E,)) → per-token losses (E,) float32, matmuls in `compute_dtype`.
+
+  Tokens are scored `chunk_size` at a time (all at once if 0), so no more than (chunk_size, V) logits are live.
+  """
+  return jax.jit(lambda state, ids, next_ids: _eval_losses(graphdef, chunk_size, compute_dtype, state, ids, next_ids))
+
+
+def make_eval_total(
+    graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str = "float32"
+) -> Callable[..., jax.Array]:
+  """jit(state, total () float32, ids (E,), next_ids (E,)) → total + the batch's summed per-token losses.
+
+  Each call consumes the previous call's total, so the batches of an evaluation run one after the other on
+  every device, never as independent programs in flight together.
+  """
+  return jax.jit(
+      lambda state, total, ids, next_ids: total
+      + _eval_losses(graphdef, chunk_size, compute_dtype, state, ids, next_ids).sum()
+  )
