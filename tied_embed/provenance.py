@@ -3,7 +3,8 @@
 For a tied table E, `loss(E[ids] @ E.T)` depends on E twice. Differentiating with respect to the two uses
 separately gives the lookup-path gradient (non-zero only in looked-up rows, accumulated over repeats) and the
 projection-path gradient (any row the loss scores). By the chain rule, their sum is the gradient of the tied
-model.
+model. `PathGradients` keeps the lookup path as it comes, one (D,) row per token, and derives from it what the
+step needs (row norms, tracked rows, the tied gradient, the logged statistics) without a (V, D) array.
 """
 
 from __future__ import annotations
