@@ -263,19 +263,19 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
     evaluate = _Evaluator(graphdef, data, config, mesh)
     schedule = optim.learning_rate_schedule(train)
     batch_sharding = parallel.batch_sharding(mesh)
-    progress = run_log.ProgressLine(start, num_steps)
     seed, batch_size = int(config.seed), int(train.batch_size)
     log_every, eval_every, save_every = int(train.log_every), int(train.eval_every), int(train.checkpoint_every)
-
-    eval_loss, saved_step, started = None, checkpointer.latest_step(), time.perf_counter()
-    if complete:
-      logging.info("The run is already complete at step %d: nothing to train, nothing written.", num_steps)
-      eval_loss = evaluate(state)
     if start < num_steps:  # compile everything first, then hand the compiler's freed memory back to the OS
       first_batch = parallel.global_batch(data_lib.train_batch(data, seed, start, batch_size), batch_sharding)
       compilation.compile_ahead(train_step, state, *first_batch)
       evaluate.compile_ahead(state)
       host_memory.release_freed()
+
+    progress = run_log.ProgressLine(start, num_steps)  # steps/s and the time left count from here, compiled
+    eval_loss, saved_step, started = None, checkpointer.latest_step(), time.perf_counter()
+    if complete:
+      logging.info("The run is already complete at step %d: nothing to train, nothing written.", num_steps)
+      eval_loss = evaluate(state)
     in_flight = None
     for step in range(start, num_steps):
       pairs = data_lib.train_batch(data, seed, step, batch_size)  # the same global batch on every process
