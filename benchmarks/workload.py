@@ -126,10 +126,10 @@ class Stepper:
     if plain:
       self._step = make_plain_step(graphdef, chunk_size)
       self._step.lower(self.state, *self.batch).compile()
+      host_memory.release_freed()
     else:
       self._step = step_lib.make_train_step(graphdef, chunk_size)
-      compilation.compile_ahead(self._step, self.state, *self.batch)
-    host_memory.release_freed()
+      compilation.compile_ahead(self._step, self.state, *self.batch)  # releases the compiler's memory itself
     self.compile_peak_mib = peak_mib()
 
   def temp_bytes(self) -> int:

@@ -211,10 +211,9 @@ def _distinct_p_part(x, table, keys, chunk, num_tokens, compute_dtype, d_table):
   """The lse and the p part of both gradients, each distinct row of each block computed once.
 
   x (G, B, D) and keys (G, B): G blocks of B tokens, d_table (V, D) to accumulate onto → (d table (V, D),
-  lse (G, B), dx (G, B, D)). In each block
-  the distinct keys are sorted to the front (padded to whole chunks with weight-0 rows); a loop, whose length
-  ceil(max distinct / C) is known only at run time, takes chunk i of every block at once, G·C rows, each
-  weighted by how many of its block's tokens share its key.
+  lse (G, B), dx (G, B, D)). In each block the distinct keys are sorted to the front (padded to whole chunks with
+  weight-0 rows); a loop, whose length ceil(max distinct / C) is known only at run time, takes chunk i of every
+  block at once, G·C rows, each weighted by how many of its block's tokens share its key.
   """
   groups, size, d_model = x.shape
   padded = -(-size // chunk) * chunk
@@ -262,9 +261,8 @@ def _distinct_forward(x, table, targets, keys, chunk, groups, compute_dtype):
 
 
 def _distinct_backward(chunk, groups, compute_dtype, residuals, cotangent):
-  del chunk, groups, compute_dtype
-  dx, d_table = residuals
-  return cotangent * dx, cotangent * d_table, None, None
+  del groups
+  return (*_backward(chunk, compute_dtype, residuals, cotangent), None)  # and None for the keys
 
 
 _distinct_ce.defvjp(_distinct_forward, _distinct_backward)
