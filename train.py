@@ -66,8 +66,8 @@ def _parse_flags(argv: list[str]) -> list[str]:
   """
   config_path = _config_file_arg(argv)
   if config_path is not None:
-    from tied_embed.config_schema import load_config_file  # noqa: PLC0415
-    from tied_embed.errors import UsageError  # noqa: PLC0415
+    from tied_embed.run.config_schema import load_config_file  # noqa: PLC0415
+    from tied_embed.run.errors import UsageError  # noqa: PLC0415
 
     try:
       load_config_file(config_path)
@@ -112,9 +112,9 @@ def main(argv: list[str]) -> None:
     _usage_error(f"unexpected arguments {argv[1:]}: use --config and --workdir")
   # Imported after the flags, so --help stays fast; the trainer (TensorFlow, CLU, Orbax) only once the config is
   # known to be good, so a bad value is reported in well under a second.
-  from tied_embed.config_validation import validate_config  # noqa: PLC0415
-  from tied_embed.errors import RunStopped, UsageError, first_line, require  # noqa: PLC0415
-  from tied_embed.parallel import initialize_from_environment  # noqa: PLC0415
+  from tied_embed.run.config_validation import validate_config  # noqa: PLC0415
+  from tied_embed.run.errors import RunStopped, UsageError, first_line, require  # noqa: PLC0415
+  from tied_embed.run.parallel import initialize_from_environment  # noqa: PLC0415
 
   try:
     require(bool(FLAGS.workdir.strip()), "--workdir", FLAGS.workdir, "a directory path")

@@ -17,10 +17,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import jax  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
-from tied_embed import (
-  compilation,  # noqa: E402
-  losses,  # noqa: E402
-)
+from tied_embed.fast import chunked_loss as losses  # noqa: E402
+from tied_embed.fast import compilation
 
 CHUNKS = (0, 128, 256, 512, 1024, 2048)  # 0 = full logits
 

@@ -21,8 +21,8 @@ from absl import app, flags  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
 from tied_embed import evaluation  # noqa: E402
-from tied_embed import train_step as step_lib  # noqa: E402
-from tied_embed.config_schema import load_config_file  # noqa: E402
+from tied_embed.core import step as step_lib  # noqa: E402
+from tied_embed.run.config_schema import load_config_file  # noqa: E402
 
 flags.DEFINE_list("chunks", ["0", "128", "256", "512", "1024"], "loss.chunk_size values (0 = full logits)")
 flags.DEFINE_integer("steps", 20, "train steps per timed run")

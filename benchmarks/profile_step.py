@@ -20,11 +20,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import jax  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
-from tied_embed import (  # noqa: E402
-  compilation,  # noqa: E402
-  losses,
-  provenance,
-)
+from tied_embed.fast import chunked_loss as losses  # noqa: E402
+from tied_embed.fast import compilation  # noqa: E402
+from tied_embed.fast import sparse_paths as provenance
 
 
 def measure(vocab_size: int, d_model: int, num_tokens: int, chunk: int, rounds: int = 9) -> dict[str, float]:

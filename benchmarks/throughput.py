@@ -1,7 +1,7 @@
 """Throughput of the real train step at V=8192, D=256, 4096 tokens per step, beside PyTorch and one matmul.
 
 Run: `python benchmarks/throughput.py` (prints the numbers). `measure()` returns them for benchmarks/run.py.
-The step is `tied_embed.train_step.make_train_step` on configs/default.py at this size: gradient provenance
+The step is `tied_embed.core.step.make_train_step` on configs/default.py at this size: gradient provenance
 (two path gradients, per-row totals), clipping and AdamW, with full logits and with the chunked loss, which forms
 each distinct id's logits once. It runs on uniform ids (the most distinct ids a batch can have: the issue's
 workload) and on a text-like Zipf batch (`workload.zipf_batch`), and with `model.dtype` bfloat16 (bf16 matmul

@@ -6,7 +6,7 @@ for a PyTorch user:
   eager:   `F.cross_entropy(F.linear(emb(ids), emb.weight), next_ids)`, full (T, V) logits;
   compile: the same loss function under `torch.compile` (Inductor fuses the softmax and its gradient);
   chunked: PyTorch's own `F.linear_cross_entropy(..., options=LinearCrossEntropyOptions())`, which chunks the
-           tokens and computes the gradients in the forward pass, as tied_embed.losses' chunked loss does.
+           tokens and computes the gradients in the forward pass, as tied_embed.fast.chunked_loss' chunked loss does.
 PyTorch is optional (requirements-bench.txt); the factories return None when it is not installed.
 """
 
@@ -55,7 +55,7 @@ class TorchState:
     vocab_size, d_model = int(config.model.vocab_size), int(config.model.d_model)
     self.train = config.train
     self.embedding = torch.nn.Embedding(vocab_size, d_model)
-    with torch.no_grad():  # the same scale as tied_embed.model.init_table
+    with torch.no_grad():  # the same scale as tied_embed.core.model.init_table
       self.embedding.weight.normal_(0.0, 1.0 / math.sqrt(d_model))
     weight = self.embedding.weight
     self.optimizer = torch.optim.AdamW(

@@ -21,7 +21,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # for `con
 from absl import app, flags  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
-from tied_embed import train_step as step_lib  # noqa: E402
+from tied_embed.core import step as step_lib  # noqa: E402
 
 flags.DEFINE_integer("vocab_size", 1024, "V")
 flags.DEFINE_integer("d_model", 32, "D")

@@ -19,8 +19,9 @@ import numpy as np
 from flax import nnx
 
 from configs import default
-from tied_embed import compilation, host_memory, optim
-from tied_embed import train_step as step_lib
+from tied_embed.core import optim
+from tied_embed.core import step as step_lib
+from tied_embed.fast import compilation, host_memory
 
 
 def cpu_threads() -> int:
@@ -112,7 +113,7 @@ def repeated_steps(step, state, batch, steps: int):
 class Stepper:
   """A jitted train step with its own state, callable repeatedly; blocks on each step's loss.
 
-  By default the real one (`tied_embed.train_step.make_train_step`: provenance, totals, non-finite guard);
+  By default the real one (`tied_embed.core.step.make_train_step`: provenance, totals, non-finite guard);
   `plain=True` gives `make_plain_step` instead. `batch` (ids, next_ids) defaults to `random_batch`. The step is
   compiled when the Stepper is made, and then the compiler's freed memory is handed back to the OS, as the trainer
   does: `compile_peak_mib` is this process's peak up to then.

@@ -9,7 +9,7 @@ warmup and cosine schedule, clipping at 1.0), with AdamW (configs/default.py's) 
 size, so the whole sweep takes a few minutes on 2 cores: V = 256, D = 16, batch 512, 1000 steps. The gap is
 measured exactly, not on samples: the expected loss over the task's joint distribution (synthetic: the true
 one; text: the validation split's pair counts) minus its floor. Each task's asymmetry budget
-(`tied_embed.asymmetry`) goes beside its tied-minus-untied gap.
+(`tied_embed.inspection.asymmetry`) goes beside its tied-minus-untied gap.
 """
 
 from __future__ import annotations
@@ -34,12 +34,13 @@ from flax import nnx  # noqa: E402
 
 from configs import default  # noqa: E402
 from science import report  # noqa: E402
-from tied_embed import asymmetry, optim  # noqa: E402
-from tied_embed import train_step as step_lib  # noqa: E402
-from tied_embed.model import TiedEmbed, UntiedEmbed, io_tables  # noqa: E402
-from tied_embed.sources import text  # noqa: E402
-from tied_embed.sources.directed import Directed  # noqa: E402
-from tied_embed.sources.planted import Planted  # noqa: E402
+from tied_embed.core import optim  # noqa: E402
+from tied_embed.core import step as step_lib  # noqa: E402
+from tied_embed.core.model import TiedEmbed, UntiedEmbed, io_tables  # noqa: E402
+from tied_embed.data.sources import text  # noqa: E402
+from tied_embed.data.sources.directed import Directed  # noqa: E402
+from tied_embed.data.sources.planted import Planted  # noqa: E402
+from tied_embed.inspection import asymmetry  # noqa: E402
 
 VOCAB_SIZE, D_MODEL, BATCH_SIZE = 256, 16, 512
 SYNTHETIC_PAIRS = 300_000

@@ -48,7 +48,7 @@ def main() -> None:
   parser.add_argument("--wait-at", type=int)
   args, train_args = parser.parse_known_args()
   sys.path.insert(0, str(ROOT))
-  from tied_embed import data  # noqa: PLC0415
+  from tied_embed.data import bigram as data  # noqa: PLC0415
 
   train_batch = data.train_batch
 

@@ -50,7 +50,7 @@ def smoke_with(path: str, value):
 def event_series(path: str | pathlib.Path) -> dict[str, dict[int, float]]:
   """{tag: {step: value}} from one event file, scalars and histograms (their sum), in the order written.
 
-  Reads with TensorBoard's own loader, independently of `tied_embed.events`, which it also checks.
+  Reads with TensorBoard's own loader, independently of `tied_embed.run.events`, which it also checks.
   """
   from tensorboard.backend.event_processing.event_file_loader import EventFileLoader  # noqa: PLC0415
   from tensorboard.util.tensor_util import make_ndarray  # noqa: PLC0415

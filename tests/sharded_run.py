@@ -28,12 +28,12 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from configs import smoke  # noqa: E402
-from tied_embed import (  # noqa: E402
-  checkpoint,
-  evaluation,
+from tied_embed import evaluation  # noqa: E402
+from tied_embed.core import step as step_lib
+from tied_embed.run import (
+  checkpoint,  # noqa: E402
   parallel,
 )
-from tied_embed import train_step as step_lib
 from tied_embed.trainer import train_and_evaluate  # noqa: E402
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")

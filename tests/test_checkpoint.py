@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tied_embed import checkpoint, optim
-from tied_embed import train_step as step_lib
-from tied_embed.errors import UsageError
-from tied_embed.model import TiedEmbed, UntiedEmbed
+from tied_embed.core import optim
+from tied_embed.core import step as step_lib
+from tied_embed.core.model import TiedEmbed, UntiedEmbed
+from tied_embed.run import checkpoint
+from tied_embed.run.errors import UsageError
 
 
 def test_latest_checkpoint_restores_the_final_table_and_totals(smoke_run):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers import BAD_VALUES, smoke_with
 
-from tied_embed.config_validation import validate_config
-from tied_embed.errors import UsageError
+from tied_embed.run.config_validation import validate_config
+from tied_embed.run.errors import UsageError
 
 
 def test_smoke_config_is_valid():
@@ -56,7 +56,7 @@ def test_mesh_minus_one_takes_the_remaining_devices():
 
 
 def test_make_optimizer_called_directly_with_an_unknown_name_raises_value_error():
-  from tied_embed.optim import make_optimizer  # noqa: PLC0415
+  from tied_embed.core.optim import make_optimizer  # noqa: PLC0415
 
   config = smoke_with("train.optimizer", "adagrad")
   with pytest.raises(ValueError, match="'adagrad'"):

@@ -7,8 +7,11 @@ import ml_collections
 import numpy as np
 import pytest
 
-from tied_embed import data, data_config, parallel, sources
-from tied_embed.errors import UsageError
+from tied_embed.data import bigram as data
+from tied_embed.data import config as data_config
+from tied_embed.data import sources
+from tied_embed.run import parallel
+from tied_embed.run.errors import UsageError
 
 # A 3-token table small enough to push through softmax by hand.
 HAND_TABLE = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])

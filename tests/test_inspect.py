@@ -13,9 +13,9 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from tied_embed.errors import UsageError
 from tied_embed.inspect import main
 from tied_embed.inspection import report
+from tied_embed.run.errors import UsageError
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -97,7 +97,7 @@ def test_text_tokens_are_shown_as_printable_characters():
 def test_event_reader_keeps_the_later_write_of_a_repeated_step(tmp_path):
   from clu.metric_writers import SummaryWriter
 
-  from tied_embed.events import read_scalars, value_at
+  from tied_embed.run.events import read_scalars, value_at
 
   first = SummaryWriter(str(tmp_path))
   first.write_scalars(1, {"train/loss": 3.0})
@@ -146,8 +146,9 @@ TOP_K = 3
 @pytest.fixture(scope="module")
 def inspected(smoke_workdir, tmp_path_factory):
   """(workdir copy, report dict, Restored, BigramData) for the latest smoke checkpoint."""
-  from tied_embed import checkpoint, data
+  from tied_embed.data import bigram as data
   from tied_embed.inspect import inspect_run
+  from tied_embed.run import checkpoint
 
   workdir = tmp_path_factory.mktemp("inspect") / "run"
   shutil.copytree(smoke_workdir, workdir)
@@ -184,7 +185,7 @@ def centred_fit(scores, true_log_probs):
 def test_fit_matches_numpy_on_the_restored_table(inspected):
   import jax
 
-  from tied_embed.model import init_table
+  from tied_embed.core.model import init_table
 
   _, built, restored, bigrams = inspected
   table = np.asarray(restored.model.embedding[...], np.float64)
@@ -253,7 +254,7 @@ def test_bad_input_is_one_line_and_exit_status_2(inspected, capsys, flags, messa
   err = capsys.readouterr().err.strip()
   assert err.startswith("error: ") and message in err and "\n" not in err
   if flags[0] == "--step":
-    from tied_embed.checkpoint import available_steps
+    from tied_embed.run.checkpoint import available_steps
 
     assert err.endswith(", ".join(map(str, available_steps(workdir))))
   assert (workdir / "report" / "report.md").stat().st_mtime_ns == before  # nothing rewritten
@@ -287,9 +288,10 @@ def _tables_part(built):
 
 
 def test_recorded_data_makes_inspection_need_nothing_outside_the_workdir(inspected, run_copy, monkeypatch):
-  from tied_embed import checkpoint, data
+  from tied_embed.data import bigram as data
+  from tied_embed.data.sources import record
   from tied_embed.inspect import inspect_run
-  from tied_embed.sources import record
+  from tied_embed.run import checkpoint
 
   config = checkpoint.saved_config(run_copy)
   path = data.record_for_inspection(data.load_bigram_data(config, run_copy), config, run_copy)
@@ -317,8 +319,8 @@ def test_recorded_data_makes_inspection_need_nothing_outside_the_workdir(inspect
 
 def test_text_record_round_trips_the_empirical_table_without_the_file(tmp_path):
   from tests.test_data import make_config
-  from tied_embed import data
-  from tied_embed.sources import record
+  from tied_embed.data import bigram as data
+  from tied_embed.data.sources import record
 
   path = tmp_path / "corpus.txt"
   path.write_bytes(("the cat sat on the mat; ünïcödé bytes too. " * 7).encode())
@@ -435,7 +437,7 @@ def test_no_pictures_writes_nothing(run_copy, capsys):
 def test_report_memory_grows_with_the_rows_shown_not_v_squared():
   import tracemalloc
 
-  from tied_embed.sources.synthetic import table_rows
+  from tied_embed.data.sources.synthetic import table_rows
 
   vocab_size, d_model = 4096, 8
   rng = np.random.default_rng(0)
@@ -471,8 +473,8 @@ def test_path_cosines_match_hand_values():
 
 
 def test_report_gives_each_tracked_rows_path_cosine(smoke_run):
-  from tied_embed import checkpoint  # noqa: PLC0415
   from tied_embed.inspect import inspect_run  # noqa: PLC0415
+  from tied_embed.run import checkpoint  # noqa: PLC0415
 
   report = inspect_run(smoke_run.workdir, pictures=False)
   restored = checkpoint.restore(smoke_run.workdir)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from helpers import numpy_loss_and_grads, random_problem
 
-from tied_embed.losses import chunked_cross_entropy, cross_entropy, full_cross_entropy
-from tied_embed.provenance import loss_and_path_gradients
+from tied_embed.fast.chunked_loss import chunked_cross_entropy, cross_entropy, full_cross_entropy
+from tied_embed.fast.sparse_paths import loss_and_path_gradients
 
 RTOL = 1e-5
 

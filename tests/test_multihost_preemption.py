@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from conftest import ROOT
 from helpers import METRICS, assert_close, free_port, subprocess_env
 
-from tied_embed import checkpoint
-from tied_embed.events import read_scalars
+from tied_embed.run import checkpoint
+from tied_embed.run.events import read_scalars
 
 DEADLINE_S = 120  # a deadlock ends here, with both processes killed (the healthy run takes a few seconds)
 TRAIN = ("--config", "configs/smoke.py", "--config.mesh.data=4", "--config.mesh.model=2")  # 4 devices a host

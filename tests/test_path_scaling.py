@@ -9,10 +9,10 @@ import pytest
 from flax import nnx
 from helpers import all_series, hand_path_gradients, smoke_with
 
-from tied_embed import optim
-from tied_embed import train_step as step_lib
-from tied_embed.config_validation import validate_config
-from tied_embed.errors import UsageError
+from tied_embed.core import optim
+from tied_embed.core import step as step_lib
+from tied_embed.run.config_validation import validate_config
+from tied_embed.run.errors import UsageError
 
 IDS = np.array([0, 3, 3, 7, 31, 2], np.int32)
 NEXT_IDS = np.array([1, 4, 4, 0, 5, 2], np.int32)

@@ -8,8 +8,8 @@ from flax import nnx
 from helpers import hand_path_gradients
 
 from tied_embed import TiedEmbed
-from tied_embed.losses import bigram_loss
-from tied_embed.provenance import path_gradients, split_gradient
+from tied_embed.fast.chunked_loss import bigram_loss
+from tied_embed.fast.sparse_paths import path_gradients, split_gradient
 
 
 def _case(vocab_size=12, d_model=5, ids=(0, 3, 3, 7, 1), seed=0):

@@ -22,10 +22,11 @@ import pytest
 from conftest import ROOT
 from helpers import BAD_VALUES, all_series, event_series, smoke_with
 
-from tied_embed import checkpoint, optim, parallel, preemption
-from tied_embed import data as data_lib
-from tied_embed import train_step as step_lib
-from tied_embed.errors import UsageError
+from tied_embed.core import optim
+from tied_embed.core import step as step_lib
+from tied_embed.data import bigram as data_lib
+from tied_embed.run import checkpoint, parallel, preemption
+from tied_embed.run.errors import UsageError
 from tied_embed.trainer import train_and_evaluate
 
 SMOKE = ("--config", "configs/smoke.py")

@@ -14,8 +14,11 @@ import numpy as np
 import pytest
 
 from tests.test_data import make_config
-from tied_embed import data, data_config, locking, sources
-from tied_embed.errors import UsageError
+from tied_embed.data import bigram as data
+from tied_embed.data import config as data_config
+from tied_embed.data import sources
+from tied_embed.run import locking
+from tied_embed.run.errors import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -94,8 +97,8 @@ def test_generating_into_a_locked_data_dir_is_one_line_naming_the_holder(tmp_pat
 _LOAD = textwrap.dedent("""
     import sys
     from tests.test_data import make_config
-    from tied_embed import data
-    from tied_embed.errors import UsageError
+    from tied_embed.data import bigram as data
+    from tied_embed.run.errors import UsageError
     try:
       data.load_bigram_data(make_config(num_train_pairs=1_000_000), sys.argv[1])
     except UsageError as error:
@@ -154,8 +157,8 @@ def test_validation_imports_no_tensorflow():
   code = textwrap.dedent("""
       import sys
       from configs import smoke
-      from tied_embed import data_config
-      from tied_embed.errors import UsageError
+      from tied_embed.data import config as data_config
+      from tied_embed.run.errors import UsageError
       config = smoke.get_config()
       data_config.validate_data_config(config)
       config.data.logit_scale = float("inf")

@@ -15,16 +15,17 @@ import pytest
 from conftest import ROOT
 from helpers import smoke_with
 
-from tied_embed import config_schema, sources
-from tied_embed.config_schema import load_config_file
-from tied_embed.config_validation import (
+from tied_embed.data import sources
+from tied_embed.run import config_schema
+from tied_embed.run.config_schema import load_config_file
+from tied_embed.run.config_validation import (
   RUNTIME_BYTES,
   available_memory,
   check_memory,
   memory_estimate,
   validate_config,
 )
-from tied_embed.errors import UsageError
+from tied_embed.run.errors import UsageError
 
 GIB = 2**30
 
@@ -224,6 +225,6 @@ def test_train_py_refuses_an_empty_workdir_and_creates_nothing(tmp_path):
 
 def test_validation_imports_no_tensorflow():
   heavy = ("tensorflow", "tensorflow_datasets", "clu", "orbax")
-  code = f"import sys, tied_embed.config_validation; print([m for m in {heavy!r} if m in sys.modules])"
+  code = f"import sys, tied_embed.run.config_validation; print([m for m in {heavy!r} if m in sys.modules])"
   result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
   assert result.stdout.strip() == "[]"

@@ -19,10 +19,10 @@ from conftest import ROOT
 from helpers import COUNTS, METRICS, assert_close, free_port, subprocess_env
 from sharded_run import PROBE_BATCH
 
-from tied_embed import checkpoint, parallel
-from tied_embed.config_validation import validate_config
-from tied_embed.errors import UsageError
-from tied_embed.events import read_scalars
+from tied_embed.run import checkpoint, parallel
+from tied_embed.run.config_validation import validate_config
+from tied_embed.run.errors import UsageError
+from tied_embed.run.events import read_scalars
 
 TABLE = "['model']['embedding'].value"
 def _leaves(state) -> dict[str, np.ndarray]:

@@ -10,10 +10,11 @@ import ml_collections
 import numpy as np
 import pytest
 
-from tied_embed import data, data_config
-from tied_embed.errors import UsageError
-from tied_embed.sources import corpus, count_bigram, tokenized
-from tied_embed.sources import tokenizer as tokenizer_lib
+from tied_embed.data import bigram as data
+from tied_embed.data import config as data_config
+from tied_embed.data.sources import corpus, count_bigram, tokenized
+from tied_embed.data.sources import tokenizer as tokenizer_lib
+from tied_embed.run.errors import UsageError
 
 WORDS = ("the king queen cat dog sat ran on under a mat house river stone bright dark old young and but then "
          "when where why who spoke sang walked slept quickly slowly green red blue over into from with of to "
@@ -252,7 +253,7 @@ def test_a_tfds_dataset_without_a_prepared_copy_names_the_command_and_writes_not
 def test_tiny_shakespeare_offline_through_tfds_mock_data(tmp_path):
   import tensorflow_datasets as tfds
 
-  from tied_embed import sources
+  from tied_embed.data import sources
 
   config = tfds_config(tmp_path, tfds_name="tiny_shakespeare", tfds_data_dir="")
   source = sources.get("tfds")
@@ -297,7 +298,7 @@ def subword_run(tmp_path_factory, corpus_file):
 def test_the_workdir_carries_the_tokenizer(subword_run):
   workdir, model = subword_run
   assert (workdir / "tokenizer.model").read_bytes() == model
-  from tied_embed.sources import record
+  from tied_embed.data.sources import record
 
   facts = record.read(workdir)
   assert facts.tokenizer.vocab_size == SUBWORD_V and facts.tokenizer.label(facts.tokenizer.lookup("the")) == "▁the"
@@ -321,9 +322,9 @@ def test_the_report_shows_pieces_and_takes_token_strings(subword_run):
 
 
 def test_next_tokens_are_the_softmax_of_the_prompts_last_row(subword_run):
-  from tied_embed import checkpoint
+  from tied_embed.core.model import io_tables
   from tied_embed.inspect import continue_prompt
-  from tied_embed.model import io_tables
+  from tied_embed.run import checkpoint
 
   workdir, _ = subword_run
   result = continue_prompt(workdir, "the old king", top_k=4)

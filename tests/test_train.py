@@ -13,8 +13,10 @@ from conftest import ROOT
 from flax import nnx
 from helpers import all_series, event_series, hand_path_gradients
 
-from tied_embed import compilation, evaluation, optim
-from tied_embed import train_step as step_lib
+from tied_embed import evaluation
+from tied_embed.core import optim
+from tied_embed.core import step as step_lib
+from tied_embed.fast import compilation
 
 SCALAR_TAGS = (
     "train/loss", "eval/loss", "eval/loss_floor", "eval/gap", "grad/lookup_norm", "grad/projection_norm",
@@ -127,7 +129,7 @@ def test_eval_scores_each_token_like_numpy(chunk_size):
 
 
 def test_num_steps_below_the_latest_checkpoint_is_refused(smoke_run):
-  from tied_embed.errors import UsageError  # noqa: PLC0415
+  from tied_embed.run.errors import UsageError  # noqa: PLC0415
   from tied_embed.trainer import train_and_evaluate  # noqa: PLC0415
 
   config = smoke_run.config.copy_and_resolve_references()
@@ -137,7 +139,7 @@ def test_num_steps_below_the_latest_checkpoint_is_refused(smoke_run):
 
 
 def test_a_run_tracks_the_path_directions_of_its_most_frequent_rows(smoke_run):
-  from tied_embed import data  # noqa: PLC0415
+  from tied_embed.data import bigram as data  # noqa: PLC0415
 
   counts = data.load_bigram_data(smoke_run.config, smoke_run.workdir).input_counts
   tracked = np.asarray(smoke_run.summary.state["tracked_rows"][...])
@@ -152,7 +154,7 @@ def test_a_step_compiled_ahead_runs_without_compiling_again():
   import jax  # noqa: PLC0415
 
   from configs import smoke  # noqa: PLC0415
-  from tied_embed import host_memory  # noqa: PLC0415
+  from tied_embed.fast import host_memory  # noqa: PLC0415
 
   config = smoke.get_config()
   graphdef, state = nnx.split(step_lib.TrainState(step_lib.build_model(config), optim.make_optimizer(config.train)))

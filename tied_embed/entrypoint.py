@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from tied_embed.model import TiedEmbed
+from tied_embed.core.model import TiedEmbed
 
 
 def _at_least_one(name: str, value) -> int:

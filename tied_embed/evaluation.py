@@ -7,8 +7,8 @@ from collections.abc import Callable
 import jax
 from flax import nnx
 
-from tied_embed import losses
-from tied_embed.model import io_tables
+from tied_embed.core.model import io_tables
+from tied_embed.fast import chunked_loss as losses
 
 
 def _eval_losses(

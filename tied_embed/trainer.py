@@ -31,24 +31,17 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
-from tied_embed import (
-  asymmetry,
-  checkpoint,
-  compilation,
-  config_schema,
-  evaluation,
-  host_memory,
-  optim,
-  parallel,
-  preemption,
-  run_log,
-)
-from tied_embed import data as data_lib
-from tied_embed import train_step as step_lib
-from tied_embed import workdir as workdir_lib
-from tied_embed.config_validation import validate_config
-from tied_embed.errors import RunStopped, UsageError, first_line
-from tied_embed.model import param_counts
+from tied_embed import evaluation
+from tied_embed.core import optim
+from tied_embed.core import step as step_lib
+from tied_embed.core.model import param_counts
+from tied_embed.data import bigram as data_lib
+from tied_embed.fast import compilation, host_memory
+from tied_embed.inspection import asymmetry
+from tied_embed.run import checkpoint, config_schema, parallel, preemption, run_log
+from tied_embed.run import workdir as workdir_lib
+from tied_embed.run.config_validation import validate_config
+from tied_embed.run.errors import RunStopped, UsageError, first_line
 
 
 @dataclasses.dataclass

@@ -19,10 +19,10 @@ import sys
 
 from absl import logging
 
-from tied_embed.errors import UsageError
 from tied_embed.inspection.continuation import continue_prompt, format_continuation
 from tied_embed.inspection.run import inspect_run
 from tied_embed.inspection.text import format_text
+from tied_embed.run.errors import UsageError
 
 _TOKEN = re.compile(r"-?[0-9]+")  # ASCII digits only: int() would also take '1_0' and other scripts' digits
 

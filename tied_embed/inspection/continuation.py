@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from tied_embed.errors import UsageError
-from tied_embed.model import io_tables
-from tied_embed.sources.base import log_softmax
+from tied_embed.core.model import io_tables
+from tied_embed.data.sources.base import log_softmax
+from tied_embed.run.errors import UsageError
 
 
 def next_token_probs(lookup_table: np.ndarray, projection_table: np.ndarray, token: int) -> np.ndarray:

@@ -13,15 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from tied_embed import asymmetry, sources
-from tied_embed.errors import UsageError, first_line
-from tied_embed.inspection import files
+from tied_embed.core.model import io_tables
+from tied_embed.data import sources
+from tied_embed.data.sources import record as record_lib
+from tied_embed.inspection import asymmetry, files
 from tied_embed.inspection import report as report_lib
 from tied_embed.inspection.path_directions import path_direction_summary
 from tied_embed.inspection.text import format_markdown
 from tied_embed.inspection.undertrained import undertrained_summary
-from tied_embed.model import io_tables
-from tied_embed.sources import record as record_lib
+from tied_embed.run.errors import UsageError, first_line
 
 _LOSS_TAGS = ("train/loss", "eval/loss")
 _DEFAULT_TOKENS = 3  # without --tokens: the most frequent input tokens
@@ -45,7 +45,7 @@ def inspect_run(
   '\\n'). Raises UsageError, before anything is restored or written where it can, for: no checkpoints,
   unreadable ones, a missing step, a token outside [0, V) or not in the vocabulary, top_k outside [1, V].
   """
-  from tied_embed.events import read_scalars, value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
+  from tied_embed.run.events import read_scalars, value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
 
   workdir = pathlib.Path(workdir)
   if top_k < 1:
@@ -142,7 +142,7 @@ def open_run(workdir: str | pathlib.Path, step: int | None, warnings: list[str])
 
 def _steps(workdir: pathlib.Path) -> list[int]:
   """The saved steps; UsageError (one line) if there are none or checkpoints/ is not a checkpoint directory."""
-  from tied_embed import checkpoint  # noqa: PLC0415 (Orbax stays out of `import tied_embed`)
+  from tied_embed.run import checkpoint  # noqa: PLC0415 (Orbax stays out of `import tied_embed`)
 
   try:
     steps = checkpoint.available_steps(workdir)
@@ -156,7 +156,7 @@ def _steps(workdir: pathlib.Path) -> list[int]:
 
 def _restore(workdir: pathlib.Path, step: int | None, steps: list[int], warnings: list[str]) -> Any:
   """Checkpoint `step`, or the newest one that reads back (a warning for each newer one that does not)."""
-  from tied_embed import checkpoint  # noqa: PLC0415
+  from tied_embed.run import checkpoint  # noqa: PLC0415
 
   for candidate in [step] if step is not None else sorted(steps, reverse=True):
     try:
@@ -182,7 +182,7 @@ def _data_facts(config: Any, workdir: pathlib.Path, vocab_size: int, warnings: l
     facts = None
   if facts is not None:
     return facts
-  from tied_embed import data  # noqa: PLC0415 (TFDS only for workdirs that have no report_data.npz)
+  from tied_embed.data import bigram as data  # noqa: PLC0415 (TFDS only for workdirs that have no report_data.npz)
 
   try:
     bigrams = data.load_bigram_data(config, str(workdir))

@@ -22,9 +22,12 @@ import ml_collections
 import optax
 from flax import nnx
 
-from tied_embed import compilation, losses, parallel, provenance
-from tied_embed.errors import RunStopped
-from tied_embed.model import TiedEmbed, UntiedEmbed, io_tables
+from tied_embed.core.model import TiedEmbed, UntiedEmbed, io_tables
+from tied_embed.fast import chunked_loss as losses
+from tied_embed.fast import compilation
+from tied_embed.fast import sparse_paths as provenance
+from tied_embed.run import parallel
+from tied_embed.run.errors import RunStopped
 
 Model = TiedEmbed | UntiedEmbed
 Metrics = dict[str, jax.Array]

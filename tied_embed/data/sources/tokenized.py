@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from tied_embed import locking
-from tied_embed.errors import require
-from tied_embed.sources import base, count_bigram
-from tied_embed.sources import tokenizer as tokenizer_lib
+from tied_embed.data.sources import base, count_bigram
+from tied_embed.data.sources import tokenizer as tokenizer_lib
+from tied_embed.run import locking
+from tied_embed.run.errors import require
 
 MIN_SUBWORD_VOCAB = 8  # SentencePiece needs room for <unk> and a few characters
 _MAX_SUBWORD_VOCAB = 1 << 20

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from tied_embed.sources import text
-from tied_embed.sources.base import REGISTRY, LogProbRows, Reference, Source, log_softmax, zipf_probs
-from tied_embed.sources.synthetic import (
+from tied_embed.data.sources import text
+from tied_embed.data.sources.base import REGISTRY, LogProbRows, Reference, Source, log_softmax, zipf_probs
+from tied_embed.data.sources.synthetic import (
   SyntheticSource,
   conditional_entropy,
   hidden_table,
@@ -34,7 +34,7 @@ from tied_embed.sources.synthetic import (
   synthetic_splits,
   table_rows,
 )
-from tied_embed.sources.text import empirical_conditional_entropy, empirical_log_probs, text_pairs
+from tied_embed.data.sources.text import empirical_conditional_entropy, empirical_log_probs, text_pairs
 
 for _module in pkgutil.iter_modules(__path__):  # each source module registers itself
   importlib.import_module(f"{__name__}.{_module.name}")

@@ -16,7 +16,7 @@ import pathlib
 import socket
 from collections.abc import Iterator
 
-from tied_embed.errors import UsageError
+from tied_embed.run.errors import UsageError
 
 LOCK_NAME = ".lock"
 

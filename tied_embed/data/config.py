@@ -1,7 +1,7 @@
 """Checks of the data.* config fields, without TensorFlow: a typo fails at once, before any import of TFDS.
 
 Data config fields:
-  data.source           which task (`tied_embed.sources`); the source checks the fields it reads itself
+  data.source           which task (`tied_embed.data.sources`); the source checks the fields it reads itself
   data.data_dir         where the dataset is generated and cached ('' = <workdir>/data): a writable directory
   data.text_path        text: the corpus, a file, a directory (read recursively) or a glob
   data.tokenizer        text, tfds: 'bytes' (V = 256), 'sentencepiece' (trained, V pieces) or a .model file
@@ -19,9 +19,9 @@ import os
 import pathlib
 from typing import Any
 
-from tied_embed import sources
-from tied_embed.errors import require
-from tied_embed.sources.base import is_int, is_number
+from tied_embed.data import sources
+from tied_embed.data.sources.base import is_int, is_number
+from tied_embed.run.errors import require
 
 __all__ = ["is_int", "is_number", "validate_data_config", "validate_data_dir"]
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import jax
 import ml_collections
 
-from tied_embed import config_schema, locking
-from tied_embed.errors import UsageError
+from tied_embed.run import config_schema, locking
+from tied_embed.run.errors import UsageError
 
 SUBDIRECTORIES = ("checkpoints", "damaged_checkpoints", "data", "report")
 

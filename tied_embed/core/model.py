@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-# Logical axis names of a table's dimensions. `tied_embed.parallel.LOGICAL_AXIS_RULES` maps them to mesh axes; the
+# Logical axis names of a table's dimensions. `tied_embed.run.parallel.LOGICAL_AXIS_RULES` maps them to mesh axes; the
 # optimizer's moments inherit them from the Param, so the whole train state is laid out from these annotations.
 TABLE_AXES = ("vocab", "embed")
 

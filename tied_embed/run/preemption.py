@@ -17,7 +17,7 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from tied_embed.errors import RunStopped
+from tied_embed.run.errors import RunStopped
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 

@@ -1,6 +1,6 @@
 """What inspection needs of a run's data, kept in its workdir: WORKDIR/report_data.npz.
 
-Written at training time (`tied_embed.data.record_for_inspection`), so that inspecting a workdir needs nothing
+Written at training time (`tied_embed.data.bigram.record_for_inspection`), so that inspecting a workdir needs nothing
 outside it: not the dataset, not the text file. It holds the reference's small record (a synthetic task's hidden
 table (V, D), or a text's sparse validation pair counts and its SentencePiece model), the input counts (V,) and
 the floor. A SentencePiece model is also kept as WORKDIR/tokenizer.model for people and other tools.
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from tied_embed import sources
-from tied_embed.sources.base import LogProbRows
+from tied_embed.data import sources
+from tied_embed.data.sources.base import LogProbRows
 
 FILE_NAME = "report_data.npz"
 TOKENIZER_FILE = "tokenizer.model"

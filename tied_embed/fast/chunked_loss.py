@@ -35,7 +35,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from tied_embed.precision import as_dtype, dot, operand
+from tied_embed.fast.precision import as_dtype, dot, operand
 
 
 def full_cross_entropy(

@@ -30,10 +30,11 @@ from flax import nnx
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
-from tied_embed import optim, parallel
-from tied_embed.errors import RunStopped, UsageError, first_line
-from tied_embed.integrity import config_checksum, fingerprint
-from tied_embed.train_step import Model, TrainState, build_model
+from tied_embed.core import optim
+from tied_embed.core.step import Model, TrainState, build_model
+from tied_embed.run import parallel
+from tied_embed.run.errors import RunStopped, UsageError, first_line
+from tied_embed.run.integrity import config_checksum, fingerprint
 
 ITEMS = ("state", "config", "manifest")
 _OLD_LAYOUT_ITEM = "progress"  # checkpoints that kept the train-loss window beside the state, not in it
@@ -152,7 +153,7 @@ class Checkpointer:
   def save(self, step: int, state: nnx.State, config: ml_collections.ConfigDict, dataset: str = "") -> None:
     """Starts writing checkpoint `step`; the arrays are copied off the device before this returns.
 
-    `dataset` is the identity of the data the run trains on (`tied_embed.data.dataset_identity`), recorded so
+    `dataset` is the identity of the data the run trains on (`tied_embed.data.bigram.dataset_identity`), recorded so
     that a resume on different data can be refused.
     """
     with self._errors_as_write_failed():

@@ -17,7 +17,7 @@ import pathlib
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from tied_embed.errors import UsageError
+from tied_embed.run.errors import UsageError
 
 VALIDATION_FRACTION = 0.1
 READ_BYTES = 1 << 20  # bytes read at a time: memory stays bounded however large the corpus

@@ -28,7 +28,7 @@ from flax import nnx
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from tied_embed.errors import UsageError
+from tied_embed.run.errors import UsageError
 
 T = TypeVar("T")
 

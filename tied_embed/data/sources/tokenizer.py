@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 from absl import logging
 
-from tied_embed.errors import UsageError
+from tied_embed.run.errors import UsageError
 
 BYTES = "bytes"
 SENTENCEPIECE = "sentencepiece"

@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from tied_embed.errors import require
-from tied_embed.sources import base, corpus
-from tied_embed.sources import tokenizer as tokenizer_lib
-from tied_embed.sources.count_bigram import PairCounts, empirical_rows
-from tied_embed.sources.tokenized import TextSource
+from tied_embed.data.sources import base, corpus
+from tied_embed.data.sources import tokenizer as tokenizer_lib
+from tied_embed.data.sources.count_bigram import PairCounts, empirical_rows
+from tied_embed.data.sources.tokenized import TextSource
+from tied_embed.run.errors import require
 
 VOCAB_SIZE = 256  # one token per byte value
 VALIDATION_FRACTION = corpus.VALIDATION_FRACTION

@@ -15,8 +15,8 @@ from typing import Any
 
 import ml_collections
 
-from tied_embed import sources
-from tied_embed.errors import UsageError, require
+from tied_embed.data import sources
+from tied_embed.run.errors import UsageError, require
 
 REQUIRED_FIELDS = frozenset({
     "seed",

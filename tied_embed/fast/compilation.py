@@ -11,7 +11,7 @@ from collections.abc import Callable
 import jax
 from flax import nnx
 
-from tied_embed import host_memory
+from tied_embed.fast import host_memory
 
 # XLA:CPU options for the step (benchmarks/README.md has the measurements):
 # - YNNPACK takes each dot together with its elementwise neighbours, so the chunked loss's `d_table + exp @ x`

@@ -15,11 +15,13 @@ from typing import Any, NamedTuple
 import jax
 import ml_collections
 
-from tied_embed import config_schema, data_config, parallel, sources
-from tied_embed.data_config import is_int, is_number
-from tied_embed.errors import UsageError, require
-from tied_embed.optim import OPTIMIZERS
-from tied_embed.precision import COMPUTE_DTYPES
+from tied_embed.core.optim import OPTIMIZERS
+from tied_embed.data import config as data_config
+from tied_embed.data import sources
+from tied_embed.data.config import is_int, is_number
+from tied_embed.fast.precision import COMPUTE_DTYPES
+from tied_embed.run import config_schema, parallel
+from tied_embed.run.errors import UsageError, require
 
 INT32_MAX = 2**31 - 1
 # Python, JAX, TensorFlow and the compiled programs: configs/smoke.py, whose arrays are ~1 MB, peaks at 0.9 GiB.

@@ -2,13 +2,13 @@
 
 `load_bigram_data(config, workdir)` builds (or reuses) the `bigram_pairs` dataset for the task the config
 describes and returns a `BigramData` holding both splits, the loss floor and the reference table. The source
-(`tied_embed.sources`) says what the pairs are and first makes what it needs under the data dir (a text source's
+(`tied_embed.data.sources`) says what the pairs are and first makes what it needs under the data dir (a text source's
 trained tokenizer); this module stores, verifies and loads them. A cached dataset is
 checked on every load (pair counts, shapes, ids below V); one that fails is deleted and generated again, with a
 warning. Generation holds an exclusive lock on the data dir, so a second run that needs the same dataset at the
 same moment is refused with one line naming the first. `train_batch(data, seed, step, batch_size)` picks the
 pairs of one step; it depends on (seed, step) alone, so a resumed run sees the same batches as an uninterrupted
-one. The data.* config fields are described and checked in `tied_embed.data_config`.
+one. The data.* config fields are described and checked in `tied_embed.data.config`.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ import tensorflow_datasets as tfds
 from absl import logging
 from etils import epath
 
-from tied_embed import locking, sources
-from tied_embed.data_config import validate_data_config
-from tied_embed.errors import UsageError
-from tied_embed.sources import record as record_lib
+from tied_embed.data import sources
+from tied_embed.data.config import validate_data_config
+from tied_embed.data.sources import record as record_lib
+from tied_embed.run import locking
+from tied_embed.run.errors import UsageError
 
 BLOCK_SIZE = 1 << 16  # pairs per stored example: whole blocks, since per-pair Python generators are slow
 SPLITS = ("train", "validation")
@@ -204,7 +205,7 @@ def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
 
 
 def record_for_inspection(data: BigramData, config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
-  """Writes WORKDIR/report_data.npz, what inspection needs of the data (see `tied_embed.sources.record`).
+  """Writes WORKDIR/report_data.npz, what inspection needs of the data (see `tied_embed.data.sources.record`).
 
   Its size is that of the source's record (a hidden (V, D) table, or the validation pairs' sparse counts and a
   text source's tokenizer model) plus (V,) counts. A SentencePiece model is also written as

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tied_embed.sources import base
-from tied_embed.sources.synthetic import SyntheticSource
+from tied_embed.data.sources import base
+from tied_embed.data.sources.synthetic import SyntheticSource
 
 
 class Directed(SyntheticSource):

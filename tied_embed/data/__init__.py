@@ -1,0 +1,1 @@
+"""Data: the bigram dataset a run trains and evaluates on, and its sources."""
