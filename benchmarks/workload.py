@@ -22,7 +22,7 @@ from configs import default
 from tied_embed.core import optim
 from tied_embed.core import step as step_lib
 from tied_embed.core.model import build_model
-from tied_embed.fast import compilation, host_memory, select
+from tied_embed.fast import chunked_loss, compilation, host_memory, select
 
 
 def cpu_threads() -> int:
@@ -83,6 +83,12 @@ def distinct_fraction(ids: jax.Array) -> float:
   return len(np.unique(np.asarray(ids))) / ids.shape[0]
 
 
+def direct_loss(model, ids: jax.Array, next_ids: jax.Array, chunk_size: int) -> jax.Array:
+  """The bigram loss of the model as a whole, chunked as the step's is: no split into paths."""
+  lookup_table, projection_table = model.tables()
+  return chunked_loss.cross_entropy(lookup_table[ids], projection_table, next_ids, chunk_size)
+
+
 def make_plain_step(graphdef: nnx.GraphDef, chunk_size: int):
   """jit(state, ids (B,), next_ids (B,)) → (new state, {'loss'}): one nnx.value_and_grad of the tied model.
 
@@ -92,7 +98,7 @@ def make_plain_step(graphdef: nnx.GraphDef, chunk_size: int):
 
   def step(state: nnx.State, ids: jax.Array, next_ids: jax.Array):
     train_state = nnx.merge(graphdef, state)
-    loss, grads = nnx.value_and_grad(step_lib.direct_loss)(train_state.model, ids, next_ids, chunk_size)
+    loss, grads = nnx.value_and_grad(direct_loss)(train_state.model, ids, next_ids, chunk_size)
     train_state.optimizer.update(train_state.model, grads)
     return nnx.state(train_state), {"loss": loss}
 

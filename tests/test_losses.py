@@ -6,10 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import numpy_loss_and_grads, random_problem
+from helpers import loss_and_path_gradients, numpy_loss_and_grads, random_problem
 
 from tied_embed.fast.chunked_loss import chunked_cross_entropy, cross_entropy, full_cross_entropy
-from tied_embed.fast.sparse_paths import loss_and_path_gradients
 
 RTOL = 1e-5
 

@@ -94,14 +94,11 @@ def test_a_run_logs_the_applied_norm_at_each_log_step(smoke_run):
     assert series["grad/applied_norm"][step] == pytest.approx(total, rel=1e-5)
 
 
-def _unscaled_update_gradients(model, paths, *scales):
-  """The update as it is with no scaling: the path gradients summed (tied) or each to its own table."""
+def _unscaled_param_gradients(model, paths, *scales):
+  """The update as it is with no scaling: each model's own assembly of its path gradients."""
   del scales
   grads = nnx.state(model, nnx.Param)
-  if isinstance(model, step_lib.TiedEmbed):
-    nnx.replace_by_pure_dict(grads, {"embedding": paths.add_lookup(paths.projection)})
-  else:
-    nnx.replace_by_pure_dict(grads, {"input_embedding": paths.lookup_dense(), "output_embedding": paths.projection})
+  nnx.replace_by_pure_dict(grads, model.param_gradients(paths.add_lookup, paths.projection, paths.hidden))
   return grads
 
 
@@ -112,7 +109,7 @@ def test_unit_scales_are_bitwise_the_unscaled_step(tied, monkeypatch):
   reference = jax.tree.map(jnp.copy, state)
   step = select.make_train_step(graphdef, chunk_size=0, lookup_grad_scale=1.0, projection_grad_scale=1.0)
   with monkeypatch.context() as patch:  # the same step with the identity hard-wired; it traces at its first call
-    patch.setattr(step_lib, "update_gradients", _unscaled_update_gradients)
+    patch.setattr(step_lib, "param_gradients", _unscaled_param_gradients)
     unscaled = select.make_train_step(graphdef, chunk_size=0)
     rng = np.random.default_rng(0)
     batches = [tuple(jnp.asarray(rng.integers(0, 32, size=64, dtype=np.int32)) for _ in range(2)) for _ in range(6)]

@@ -13,10 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import hand_path_gradients, numpy_loss_and_grads, random_problem, smoke_with
+from helpers import hand_path_gradients, loss_and_path_gradients, numpy_loss_and_grads, random_problem, smoke_with
 
 from tied_embed.fast.chunked_loss import chunked_cross_entropy, cross_entropy, full_cross_entropy
-from tied_embed.fast.sparse_paths import loss_and_path_gradients
 
 BF16_BOUND = 2e-2  # ≈ 10 u, u = 2^-9 (see the module docstring)
 CAST_VISIBLE = 5e-4  # bfloat16's gradients must be at least this far from float64; float32's are ~2e-7

@@ -52,6 +52,10 @@ def init_table(key: jax.Array, vocab_size: int, d_model: int) -> jax.Array:
 class _Embedder(nnx.Module):
   """What tied and untied tables share: no hidden map between the two uses."""
 
+  def scoring_tables(self) -> tuple[jax.Array, jax.Array]:
+    """(A, B), each (V, D), with logits(ids) = A[ids] · Bᵀ: the tables themselves, for inspection."""
+    return self.tables()
+
   def hidden_params(self) -> dict[str, jax.Array]:
     """The hidden map's arrays: none."""
     return {}
@@ -190,6 +194,11 @@ class WithHiddenMap(nnx.Module):
   def tables(self) -> tuple[jax.Array, jax.Array]:
     """The embedder's (lookup table, projection table)."""
     return self.embedder.tables()
+
+  def scoring_tables(self) -> tuple[jax.Array, jax.Array]:
+    """(E_in · W, E_out), each (V, D): logits(ids) = (E_in · W)[ids] · E_outᵀ, for inspection."""
+    lookup_table, projection_table = self.tables()
+    return lookup_table @ self.hidden_map.kernel[...], projection_table
 
   def hidden_params(self) -> dict[str, jax.Array]:
     """{'kernel': W (D, D)}."""

@@ -78,7 +78,7 @@ def continue_prompt(
   ids = tokenizer.encode(prompt)
   if not ids:
     raise UsageError.bad_value("--next", prompt, "a prompt with at least one token")
-  lookup, projection = (np.asarray(table) for table in restored.model.tables())
+  lookup, projection = (np.asarray(table) for table in restored.model.scoring_tables())  # logits = A[ids] · Bᵀ
   probs = next_token_probs(lookup, projection, ids[-1])
   order = np.argsort(-probs, kind="stable")[:top_k]
   result = {

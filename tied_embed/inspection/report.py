@@ -153,9 +153,9 @@ def provenance_summary(lookup_total: np.ndarray, projection_total: np.ndarray, k
   }
 
 
-def parameter_summary(vocab_size: int, d_model: int, tied: bool) -> dict[str, Any]:
-  """Table shape and the tied (V·D) vs untied (2·V·D) parameter counts, from `model.param_counts`."""
-  counts = param_counts(vocab_size, d_model)
+def parameter_summary(vocab_size: int, d_model: int, tied: bool, hidden: str = "none") -> dict[str, Any]:
+  """Table shape and the tied (V·D) vs untied (2·V·D) parameter counts (+ D² with a hidden map)."""
+  counts = param_counts(vocab_size, d_model, hidden)
   return {
       "table_shape": [vocab_size, d_model],
       "tied": counts.tied,
@@ -187,8 +187,11 @@ def build_report(
     tokens: list[int],
     top_k: int,
     label: Callable[[int], str] | None = None,
+    hidden: str = "none",
 ) -> dict[str, Any]:
   """The table-dependent part of the report: tables (V, D), true_log_probs (V, V), totals (V,) → dict.
+
+  The scores are `lookup_table[ids] · projection_tableᵀ`: with a hidden map W, pass E_in · W as the lookup table.
 
   Keys: scores (what S is), parameters, tokens (one entry per requested token), fit, provenance. Token ids
   must already be validated to lie in [0, V). Only the requested rows of S and of the true table are formed
@@ -213,12 +216,20 @@ def build_report(
     for entry in provenance[key]:
       entry["label"] = label(entry["id"])
   return {
-      "scores": "E·Eᵀ (tied table)" if tied else "input·outputᵀ (untied model: input and output tables differ)",
-      "parameters": parameter_summary(vocab_size, d_model, tied),
+      "scores": _scores_name(tied, hidden),
+      "parameters": parameter_summary(vocab_size, d_model, tied, hidden),
       "tokens": token_entries,
       "fit": fit_of_tables(lookup, projection, true_rows),
       "provenance": provenance,
   }
+
+
+def _scores_name(tied: bool, hidden: str) -> str:
+  if hidden == "linear":
+    if tied:
+      return "E·W·Eᵀ (tied table with a hidden map W: W's antisymmetric part lets S differ from Sᵀ)"
+    return "input·W·outputᵀ (untied model with a hidden map W)"
+  return "E·Eᵀ (tied table)" if tied else "input·outputᵀ (untied model: input and output tables differ)"
 
 
 def learned_log_probs(lookup_table: np.ndarray, projection_table: np.ndarray, ids: np.ndarray) -> np.ndarray:

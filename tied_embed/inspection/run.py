@@ -79,7 +79,7 @@ def inspect_run(
     newest = "none" if eval_loss is None else f"step {eval_loss['step']}"
     warnings.append(f"the newest eval/loss in the events at or before step {restored.step} is {newest}, older"
                     f" than the checkpoint shown: its eval loss and gap are not this checkpoint's")
-  lookup_table, projection_table = (np.asarray(table) for table in restored.model.tables())
+  lookup_table, projection_table = (np.asarray(table) for table in restored.model.scoring_tables())
   report = {
       "workdir": str(workdir),
       "step": restored.step,
@@ -96,10 +96,11 @@ def inspect_run(
           lookup_table, projection_table, tied=bool(config.model.tied), source=facts.source,
           true_log_probs=facts.true_log_probs, lookup_total=restored.provenance["lookup_total"],
           projection_total=restored.provenance["projection_total"], tokens=tokens, top_k=top_k,
-          label=report_lib.token_label_of(facts.source, facts.tokenizer),
+          label=report_lib.token_label_of(facts.source, facts.tokenizer), hidden=config.model.get("hidden", "none"),
       ),
       "undertrained": undertrained_summary(
-          lookup_table, restored.provenance["lookup_total"], restored.provenance["projection_total"],
+          np.asarray(restored.model.tables()[0]), restored.provenance["lookup_total"],
+          restored.provenance["projection_total"],
           facts.input_counts, top_k, label=report_lib.token_label_of(facts.source, facts.tokenizer)),
       "warnings": warnings,
   }
