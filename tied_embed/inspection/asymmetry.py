@@ -176,3 +176,22 @@ def summary(data: Any, d_model: int | None = None, max_rank_fit: int = MAX_RANK_
     result["psd_rank_residual_share"] = fit.residual_share
     result["psd_rank_excess_loss"] = excess_loss(original, fit.table @ fit.table.T, weights)
   return result
+
+
+def hidden_map_summary(kernel: np.ndarray, lookup_table: np.ndarray, projection_table: np.ndarray) -> dict[str, float]:
+  """What a hidden map W adds: W (D, D), the scoring tables (E·W (V, D), E (V, D)) → {name: float}.
+
+  identity_distance ‖W − I‖_F; kernel_antisymmetric_share ‖(W − Wᵀ)/2‖_F / ‖W‖_F; and, for V ≤ MAX_DENSE,
+  learned_antisymmetric_share, the antisymmetric share of the learned row-centred log-probabilities (as
+  `antisymmetric_share` measures the task's): 0 for a tied table without W, whose logits E·Eᵀ are symmetric.
+  """
+  kernel = np.asarray(kernel, np.float64)
+  result = {
+      "identity_distance": float(np.linalg.norm(kernel - np.eye(len(kernel)))),
+      "kernel_antisymmetric_share": float(np.linalg.norm((kernel - kernel.T) / 2) / np.linalg.norm(kernel)),
+  }
+  if len(lookup_table) <= MAX_DENSE:
+    logits = np.asarray(lookup_table, np.float64) @ np.asarray(projection_table, np.float64).T
+    log_probs = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
+    result["learned_antisymmetric_share"] = antisymmetric_share(prepared_table(log_probs)[0])
+  return result

@@ -107,6 +107,9 @@ def inspect_run(
   label = report_lib.token_label_of(facts.source, facts.tokenizer)
   report["path_directions"] = path_direction_summary(restored.path_directions, label=label)
   report["asymmetry"] = asymmetry.summary(facts, d_model=int(config.model.d_model))
+  if config.model.get("hidden", "none") == "linear":
+    report["asymmetry"]["hidden_map"] = asymmetry.hidden_map_summary(
+        np.asarray(restored.model.hidden_map.kernel[...]), lookup_table, projection_table)
   if pictures:
     try:
       _draw(report, files.report_dir(workdir), lookup_table, projection_table, facts, restored.provenance, series)

@@ -61,6 +61,12 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
     sampled = f", estimated on {int(budget['tokens'])} sampled tokens" if budget["sampled"] else ""
     lines += ["", f"asymmetry {budget['antisymmetric_share']:.3f} of the task's row-centred log-probabilities is "
               f"antisymmetric{sampled}: what no tied table (symmetric E·Eᵀ) can fit"]
+    if "hidden_map" in budget:
+      hidden = budget["hidden_map"]
+      learned = hidden.get("learned_antisymmetric_share")
+      fitted = "" if learned is None else f"; the learned log-probabilities' antisymmetric share is {learned:.3f}"
+      lines += [f"hidden map ‖W − I‖ = {hidden['identity_distance']:.3f}, W's antisymmetric share "
+                f"{hidden['kernel_antisymmetric_share']:.3f}: what lets E·W·Eᵀ fit that part{fitted}"]
   if pictures_line and report.get("pictures"):
     lines += ["", f"pictures {report['report_md']}"]
   return "\n".join(lines)
