@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 from flax import nnx
+
+if TYPE_CHECKING:  # only for the annotations: the story imports no config machinery
+  import ml_collections
 
 # Logical axis names of a table's dimensions. `tied_embed.run.parallel.LOGICAL_AXIS_RULES` maps them to mesh axes;
 # the optimizer's moments inherit them from the Param, so the whole train state is laid out from these annotations.

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import ml_collections
+from typing import TYPE_CHECKING
+
 import optax
+
+if TYPE_CHECKING:  # only for the annotations: the story imports no config machinery
+  import ml_collections
 
 OPTIMIZERS = ("adamw", "adam", "sgd")
 

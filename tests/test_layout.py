@@ -1,0 +1,44 @@
+"""The layers on disk: the story in tied_embed/core imports none of the speed paths or the run machinery."""
+
+import ast
+import subprocess
+import sys
+
+from conftest import ROOT
+
+CORE_FILES = sorted((ROOT / "tied_embed" / "core").glob("*.py"))
+ALLOWED = {"__future__", "math", "collections", "typing", "jax", "flax", "optax", "tied_embed"}
+LOADED_NEVER = ("tied_embed.fast", "tied_embed.run", "tied_embed.data", "tied_embed.inspection", "tied_embed.trainer",
+                "tensorflow", "tensorflow_datasets", "orbax", "clu", "ml_collections")
+
+
+def _runtime_imports(path) -> set[str]:
+  """Modules a file imports, leaving out those imported only for annotations (under `if TYPE_CHECKING:`)."""
+  tree = ast.parse(path.read_text())
+  guarded = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+             for n in ast.walk(node)}
+  names = set()
+  for node in ast.walk(tree):
+    if id(node) in guarded:
+      continue
+    if isinstance(node, ast.Import):
+      names |= {alias.name for alias in node.names}
+    elif isinstance(node, ast.ImportFrom):
+      names.add(node.module)
+  return names
+
+
+def test_the_core_modules_import_only_jax_flax_optax_and_each_other():
+  assert {path.stem for path in CORE_FILES} >= {"model", "loss", "paths", "step", "optim"}
+  for path in CORE_FILES:
+    for name in _runtime_imports(path):
+      assert name.split(".")[0] in ALLOWED, f"{path.name} imports {name}"
+      if name.startswith("tied_embed."):
+        assert name.startswith("tied_embed.core"), f"{path.name} imports {name}"
+
+
+def test_importing_the_core_loads_no_run_machinery():
+  probe = "import sys, tied_embed.core.step, tied_embed.core.optim; print(sorted(sys.modules))"
+  loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+  found = [name for name in LOADED_NEVER if f"'{name}'" in loaded or f"'{name}." in loaded]
+  assert not found, f"importing tied_embed.core loads {found}"
