@@ -5,11 +5,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import subprocess
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import ml_collections  # noqa: E402
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from helpers import subprocess_env  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -37,3 +41,21 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
 def smoke_workdir(smoke_run: SmokeRun) -> pathlib.Path:
   """The workdir of the finished smoke run: TensorBoard events in it, checkpoints in its checkpoints/."""
   return smoke_run.workdir
+
+
+@pytest.fixture(scope="session")
+def sharded(tmp_path_factory):
+  """OUT of tests/sharded_run.py: the smoke run on a 4x2 mesh of 8 CPU devices and its restores."""
+  out = tmp_path_factory.mktemp("sharded")
+  result = subprocess.run(
+      [sys.executable, "tests/sharded_run.py", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
+      env=subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=8"),
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  return out
+
+
+@pytest.fixture(scope="session")
+def sharded_hidden(sharded):
+  """The final state of tests/test_hidden_map.py's config trained on the 4x2 mesh, by name."""
+  return np.load(sharded / "final_hidden.npz")

@@ -48,6 +48,15 @@ def config_on(data: int, model: int):
   return config
 
 
+def hidden_config_on(data: int, model: int):
+  """tests/test_hidden_map.py's config (a hidden map W with its penalty) on a data x model mesh."""
+  from test_hidden_map import hidden_smoke_config  # noqa: PLC0415
+
+  config = hidden_smoke_config()
+  config.mesh.data, config.mesh.model = data, model
+  return config
+
+
 def leaves(state: nnx.State) -> dict[str, np.ndarray]:
   return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(state)}
 
@@ -119,6 +128,12 @@ def main(out: pathlib.Path) -> None:
     table = restored.model.embedding[...]
     np.savez(out / f"restored_{data}x{model}.npz", embedding=np.asarray(table), shards=json.dumps(shards(table)),
              **restored.provenance)
+
+  hidden = hidden_config_on(4, 2)
+  np.savez(out / "final_hidden.npz", **leaves(train_and_evaluate(hidden, out / "hidden").state))
+  for name, program in compiled_programs(hidden).items():
+    layout["collectives"][f"hidden {name}"] = collectives(program)
+  (out / "layout.json").write_text(json.dumps(layout))
 
   resumed = out / "resumed"
   shutil.copytree(out / "run", resumed)

@@ -29,18 +29,6 @@ def _leaves(state) -> dict[str, np.ndarray]:
   return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(state)}
 
 
-@pytest.fixture(scope="module")
-def sharded(tmp_path_factory):
-  """OUT of tests/sharded_run.py: the smoke run on a 4x2 mesh of 8 CPU devices and its restores."""
-  out = tmp_path_factory.mktemp("sharded")
-  result = subprocess.run(
-      [sys.executable, "tests/sharded_run.py", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
-      env=subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=8"),
-  )
-  assert result.returncode == 0, result.stderr[-3000:]
-  return out
-
-
 def test_4x2_run_ends_with_the_1_device_parameters_and_optimizer_state(sharded, smoke_run):
   final, reference = np.load(sharded / "final.npz"), _leaves(smoke_run.summary.state)
   assert set(final.files) == set(reference)

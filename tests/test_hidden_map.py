@@ -1,0 +1,77 @@
+"""model.hidden = "linear": a (D, D) map W between the lookup and the projection, trained by the project's loop.
+
+A 1-device smoke run with W resumes bit for bit; the 4x2 mesh run (tests/sharded_run.py) ends where it does.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from helpers import all_series, assert_close, smoke_with
+
+from tied_embed.run import checkpoint
+from tied_embed.trainer import train_and_evaluate
+
+HIDDEN_STEPS = 20  # as tests/sharded_run.py trains it
+
+
+def hidden_smoke_config():
+  """configs/smoke.py with a hidden map W and its penalty, for HIDDEN_STEPS steps."""
+  config = smoke_with("model.hidden", "linear")
+  config.model.hidden_l2 = 0.01
+  config.train.num_steps = HIDDEN_STEPS
+  config.train.checkpoint_every = 10
+  config.train.log_every = 10
+  config.train.eval_every = 10
+  return config
+
+
+def _leaves(state) -> dict[str, np.ndarray]:
+  return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(state)}
+
+
+@pytest.fixture(scope="session")
+def hidden_run(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("hidden")
+  return workdir, train_and_evaluate(hidden_smoke_config(), workdir)
+
+
+def test_a_hidden_map_run_trains_w_and_logs_it(hidden_run):
+  workdir, summary = hidden_run
+  leaves = _leaves(summary.state)
+  kernel = leaves["['model']['hidden_map']['kernel'].value"]
+  assert kernel.shape == (8, 8) and not np.allclose(kernel, np.eye(8))  # W moved away from the identity
+  assert "['model']['embedder']['embedding'].value" in leaves  # still one tied table
+  assert summary.param_count == 32 * 8 + 8 * 8  # V·D + D²
+  series = all_series(workdir)
+  for tag in ("grad/hidden_norm", "train/hidden_identity_distance", "train/hidden_antisymmetric_share"):
+    assert sorted(series[tag]) == [10, 20], tag
+  assert series["grad/split_error"][20] < 1e-5  # the chunked step's paths against nnx.grad of the plain loss
+  assert 0 < series["train/hidden_identity_distance"][20] and 0 <= series["train/hidden_antisymmetric_share"][20] < 1
+
+
+def test_a_hidden_map_run_resumes_bit_for_bit(hidden_run, tmp_path):
+  _, straight = hidden_run
+  config = hidden_smoke_config()
+  config.train.num_steps = 10
+  train_and_evaluate(config, tmp_path)
+  resumed = train_and_evaluate(hidden_smoke_config(), tmp_path)  # from the checkpoint at step 10
+  got, want = _leaves(resumed.state), _leaves(straight.state)
+  assert set(got) == set(want)
+  for name in want:
+    np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def test_the_checkpoint_of_a_hidden_map_run_restores_w(hidden_run):
+  workdir, summary = hidden_run
+  restored = checkpoint.restore(workdir)
+  np.testing.assert_array_equal(restored.model.hidden_map.kernel[...],
+                                _leaves(summary.state)["['model']['hidden_map']['kernel'].value"])
+
+
+def test_the_4x2_hidden_map_run_ends_with_the_1_device_state(hidden_run, sharded_hidden):
+  final, reference = sharded_hidden, _leaves(hidden_run[1].state)
+  assert set(final.files) == set(reference)
+  for name in reference:
+    assert_close(final[name], reference[name])
