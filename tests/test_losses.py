@@ -187,3 +187,22 @@ def test_groups_must_divide_the_tokens():
   x, table, targets = random_problem(6, 5, 3)
   with pytest.raises(ValueError, match="groups=4"):
     chunked_cross_entropy(x, table, targets, 2, row_keys=np.arange(6), groups=4)
+
+
+@pytest.mark.parametrize("chunk", [0, 1, 4, 64])
+def test_the_speed_paths_loss_and_gradients_equal_the_plain_loss_of_tied_embed_core(chunk):
+  from tied_embed.core.loss import hidden_cross_entropy  # noqa: PLC0415
+
+  x, table, targets = random_problem(24, 17, 6, seed=21)
+  keys = np.arange(24) % 5  # rows sharing a key must be equal: make them so
+  x = x[keys]
+
+  def fast(a, e):
+    if chunk == 0:
+      return full_cross_entropy(a, e, targets)
+    return chunked_cross_entropy(a, e, targets, chunk, row_keys=keys)
+
+  plain = jax.value_and_grad(lambda a, e: hidden_cross_entropy(a, e, targets), argnums=(0, 1))(x, table)
+  got = jax.value_and_grad(fast, argnums=(0, 1))(x, table)
+  for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(plain), strict=True):
+    np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-7)
