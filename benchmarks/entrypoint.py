@@ -1,6 +1,6 @@
-"""Per-call cost of `tied_io_embed`: warm, cold, and against the bare compiled computation and the seed's eager code.
+"""Per-call cost of `tied_io_embed`: warm, cold, against the bare compiled computation and the contract run eagerly.
 
-Run: `python benchmarks/entrypoint.py` (prints a table). `measure()` returns the numbers for benchmarks/run.py.
+Run: `.venv/bin/python benchmarks/entrypoint.py` (prints a table); `measure()` returns the numbers for run.py.
 All timings in one process, side by side, as medians of repeated calls.
 """
 
@@ -35,7 +35,7 @@ class LiteralTiedTable(nnx.Module):
 
 
 def literal_seed_code(seed: float, token_ids: np.ndarray, vocab_size: float, d_model: float) -> jax.Array:
-  """The README's NNX contract transcribed literally (eager, no jit)."""
+  """docs/entrypoint.md's NNX contract transcribed literally (eager, no jit)."""
   model = LiteralTiedTable(int(vocab_size), int(d_model), nnx.Rngs(int(seed)))
   return model(jnp.asarray(token_ids).astype(jnp.int32)).reshape(-1)
 

@@ -1,6 +1,7 @@
-"""Sweep the path gradient scales (a, b) on the planted, directed and text tasks; write docs/path_scaling.*.
+"""Sweep the path gradient scales (a, b) on the planted, directed and text tasks; write the tables and the plot.
 
-  .venv/bin/python science/path_scaling.py [--steps 1000] [--seeds 3] [--out docs/path_scaling] [--report_only]
+`.venv/bin/python science/path_scaling.py` writes runs/path_scaling/path_scaling.{json,md,png} (`--out` names
+another stem); `--write-docs` writes docs/path_scaling.* instead, the tracked page the README links to.
 
 The tied model trains with the update a·g_lookup + b·g_projection for a ∈ {0.5, 1, 2, 4} at b = 1 and
 b ∈ {0.5, 2, 4} at a = 1; the untied model at a = b = 1 is the reference each tied gap is compared with. Every
@@ -172,18 +173,34 @@ def summarise(task: Task, result: dict) -> dict:
   }
 
 
-def main() -> None:
+DEFAULT_OUT = pathlib.Path("runs/path_scaling/path_scaling")
+DOCS_OUT = pathlib.Path(__file__).resolve().parents[1] / "docs" / "path_scaling"  # the tracked page
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+  """The flags, with `out` the stem of the files to write: runs/ unless --out or --write-docs says otherwise."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--steps", type=int, default=1000)
   parser.add_argument("--seeds", type=int, default=3)
   parser.add_argument("--eval_every", type=int, default=20)
-  parser.add_argument("--out", default="docs/path_scaling", help="writes <out>.json, <out>.md and <out>.png")
+  parser.add_argument("--out", type=pathlib.Path,
+                      help=f"writes <out>.json, <out>.md and <out>.png (default {DEFAULT_OUT})")
+  parser.add_argument("--write-docs", action="store_true", help="write the tracked docs/path_scaling.*, not with --out")
   parser.add_argument("--report_only", action="store_true", help="rewrite <out>.md and .png from <out>.json")
-  args = parser.parse_args()
-  out = pathlib.Path(args.out)
+  args = parser.parse_args(argv)
+  if args.write_docs and args.out is not None:
+    parser.error("--write-docs writes docs/path_scaling.*; it takes no --out")
+  args.out = DOCS_OUT if args.write_docs else (args.out or DEFAULT_OUT)
+  return args
+
+
+def main() -> None:
+  args = parse_args()
+  out = args.out
   if args.report_only:
     report.write(json.loads(out.with_suffix(".json").read_text()), out)
     return
+  out.parent.mkdir(parents=True, exist_ok=True)
   started = time.perf_counter()
   tasks = [synthetic_task(Planted()), synthetic_task(Directed()), text_task(TEXT_FILE)]
   results = {"sizes": dict(vocab_size=VOCAB_SIZE, d_model=D_MODEL, batch_size=BATCH_SIZE, steps=args.steps,

@@ -1,10 +1,10 @@
-"""Reruns the README's results table and rewrites it: `make results` (= python scripts/results.py).
+"""Reruns the README's results table: `make results` (= .venv/bin/python scripts/results.py).
 
-Each run is the README's own command (`python train.py ...`) in a fresh workdir under runs/results/, timed as a
+Each run is `.venv/bin/python train.py` with the row's flags in a fresh workdir under runs/results/, timed as a
 whole command (imports, dataset generation, compilation, training, evaluation, checkpoints). The final losses are
 read back from each run's event files, so the table says what the runs logged. The table, with the machine it
-was measured on, replaces the text between the RESULTS markers in README.md and is also written to
-docs/results.md.
+was measured on, is printed and written to runs/results/results.md; with --write-docs it also replaces the text
+between the RESULTS markers in README.md and rewrites docs/results.md, the tracked copies.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -63,29 +64,41 @@ def run(name: str, flags: list[str], workdir: pathlib.Path) -> dict:
   tags = ("eval/loss", "eval/loss_floor", "eval/count_bigram_loss")
   scalars = read_scalars(workdir, tags)
   final = {tag: float(values[-1]) for tag, (_, values) in scalars.items()}
-  shown = " ".join(["python train.py", *flags, "--workdir", f"runs/{workdir.name}"])
-  return {"name": name, "command": shown, "wall": wall, **final}
+  return {"name": name, "flags": " ".join(flags), "wall": wall, **final}
 
 
 def table(rows: list[dict]) -> str:
   lines = [
-      "| run | command | final eval loss | floor | gap / floor | count-bigram loss | wall |",
+      "| run | flags of `train.py` | final eval loss | floor | gap / floor | count-bigram loss | wall |",
       "|---|---|---|---|---|---|---|",
   ]
   for row in rows:
     loss, floor = row["eval/loss"], row["eval/loss_floor"]
     count = f"{row['eval/count_bigram_loss']:.4f}" if "eval/count_bigram_loss" in row else "—"
     lines.append(
-        f"| {row['name']} | `{row['command']}` | {loss:.4f} | {floor:.4f} | {100 * (loss - floor) / floor:.2f}% "
+        f"| {row['name']} | `{row['flags']}` | {loss:.4f} | {floor:.4f} | {100 * (loss - floor) / floor:.2f}% "
         f"| {count} | {row['wall']:.0f} s |"
     )
   return "\n".join(lines)
 
 
+def section(rows: list[dict], measured_on: str, date: str) -> str:
+  """The table under a note of the machine and the date, wrapped at 120 characters."""
+  note = (
+      f"Measured by `make results` on: {measured_on}; {date}. Each row trained into runs/results/; wall time is the "
+      "whole command and depends on the machine and its load; the losses are deterministic on a given machine and "
+      "JAX version."
+  )
+  return textwrap.fill(note, width=120, break_on_hyphens=False) + "\n\n" + table(rows)
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--only", help="run only the rows whose name contains this text (no README rewrite)")
+  parser.add_argument("--only", help="run only the rows whose name contains this text (nothing is written)")
+  parser.add_argument("--write-docs", action="store_true", help="also rewrite README.md's table and docs/results.md")
   args = parser.parse_args()
+  if args.only and args.write_docs:
+    parser.error("--write-docs rewrites the whole table; it takes no --only")
   rows = []
   for name, flags in RUNS:
     if args.only and args.only not in name:
@@ -93,20 +106,21 @@ def main() -> None:
     workdir = ROOT / "runs" / "results" / re.sub(r"[^a-z]+", "_", name).strip("_")
     rows.append(run(name, flags, workdir))
     print(f"{name}: {rows[-1]['eval/loss']:.4f} in {rows[-1]['wall']:.0f} s", flush=True)
-  section = (
-      f"Measured by `make results` on: {machine()}; {time.strftime('%Y-%m-%d')}. Wall time is the whole command "
-      "and depends on the machine and its load; the losses are deterministic on a given machine and JAX version.\n\n"
-      + table(rows)
-  )
-  print(section)
+  text = section(rows, machine(), time.strftime("%Y-%m-%d"))
+  print(text)
   if args.only:
     return
-  (ROOT / "docs" / "results.md").write_text("# Results\n\n" + section + "\n")
+  (ROOT / "runs" / "results" / "results.md").write_text("# Results\n\n" + text + "\n")
+  print("wrote runs/results/results.md")
+  if not args.write_docs:
+    return
+  (ROOT / "docs" / "results.md").write_text("# Results\n\n" + text + "\n")
   readme = (ROOT / "README.md").read_text()
   if START in readme and END in readme:
     before, rest = readme.split(START, 1)
     _, after = rest.split(END, 1)
-    (ROOT / "README.md").write_text(f"{before}{START}\n{section}\n{END}{after}")
+    (ROOT / "README.md").write_text(f"{before}{START}\n{text}\n{END}{after}")
+  print("wrote docs/results.md and README.md's results table")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Plain transcriptions of the NNX and Linen contracts in the README, used as independent expected values in tests."""
+"""Plain transcriptions of the NNX and Linen contracts (docs/entrypoint.md): independent expected values for tests."""
 
 from __future__ import annotations
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pathlib
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -145,3 +148,28 @@ def test_the_trainer_applies_the_configured_scales(tmp_path):
   train_and_evaluate(config, tmp_path / "run")
   series = all_series(tmp_path / "run")
   np.testing.assert_allclose(series["grad/applied_norm"][10], 3.0 * series["grad/lookup_norm"][10], rtol=1e-5)
+
+
+def test_the_sweep_writes_under_runs_and_touches_docs_only_when_asked(tmp_path, monkeypatch):
+  """Its default stem is runs/path_scaling/path_scaling; --write-docs alone names the tracked docs/path_scaling."""
+  from science import path_scaling  # noqa: PLC0415
+
+  repo = pathlib.Path(__file__).resolve().parents[1]
+  assert path_scaling.parse_args([]).out == pathlib.Path("runs/path_scaling/path_scaling")
+  assert path_scaling.parse_args(["--out", "elsewhere/sweep"]).out == pathlib.Path("elsewhere/sweep")
+  assert path_scaling.parse_args(["--write-docs"]).out == repo / "docs" / "path_scaling"
+  with pytest.raises(SystemExit) as refused:
+    path_scaling.parse_args(["--write-docs", "--out", "elsewhere/sweep"])
+  assert refused.value.code == 2
+
+  # Redraw the report from the tracked sweep's JSON with the default flags: the files land under runs/, docs/ stays.
+  docs_before = {path.name: path.read_bytes() for path in (repo / "docs").glob("path_scaling.*")}
+  stem = tmp_path / "runs" / "path_scaling" / "path_scaling"
+  stem.parent.mkdir(parents=True)
+  stem.with_suffix(".json").write_bytes(docs_before["path_scaling.json"])
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.setattr(sys, "argv", ["path_scaling.py", "--report_only"])
+  path_scaling.main()
+  assert stem.with_suffix(".md").read_text().startswith("# Path gradient scaling")
+  assert stem.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+  assert {path.name: path.read_bytes() for path in (repo / "docs").glob("path_scaling.*")} == docs_before

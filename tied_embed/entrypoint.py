@@ -1,6 +1,6 @@
-"""The graded entrypoint: `tied_io_embed(seed, token_ids, vocab_size, d_model)`.
+"""The entrypoint: `tied_io_embed(seed, token_ids, vocab_size, d_model)`.
 
-The NNX contract in the README: a fresh `TiedEmbed` per call from `nnx.Rngs(int(seed))`, ids cast to int32, and
+The NNX contract in docs/entrypoint.md: a fresh `TiedEmbed` per call from `nnx.Rngs(int(seed))`, ids cast to int32, and
 the float32 logits `E[ids] @ E.T` flattened to (T * V,) in token-position order.
 
 Speed: a call runs two compiled programs, the initialisation (compiled once per (V, D)) and the forward pass

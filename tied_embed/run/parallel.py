@@ -117,7 +117,7 @@ def data_shards(shardings: Any) -> int:
   return int(leaves[0].mesh.shape["data"]) if leaves else 1
 
 
-# The environment variables that describe a run of several processes started by hand (see the README).
+# The environment variables that describe a run of several processes started by hand (docs/scale-out.md).
 COORDINATOR, NUM_PROCESSES, PROCESS_ID = "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"
 # The task counts of launchers whose environment jax.distributed.initialize() reads by itself (Slurm, Open MPI).
 _LAUNCHER_SIZES = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
