@@ -38,7 +38,7 @@ from tied_embed.core.model import param_counts
 from tied_embed.data import bigram as data_lib
 from tied_embed.fast import compilation, host_memory
 from tied_embed.inspection import asymmetry
-from tied_embed.run import checkpoint, config_schema, parallel, preemption, run_log
+from tied_embed.run import checkpoint, config_fields, parallel, preemption, run_log
 from tied_embed.run import workdir as workdir_lib
 from tied_embed.run.config_validation import validate_config
 from tied_embed.run.errors import RunStopped, UsageError, first_line
@@ -198,7 +198,7 @@ def train_and_evaluate(
 
   Raises, before loading data or compiling anything, UsageError if the config is invalid (nothing written), if
   the workdir cannot be written or another run holds it, if its checkpoints were made by a different run
-  (workdir.RESUMABLE_CHANGES) or on other data, or if none of them reads back. Stops with
+  (config_fields.RESUMABLE) or on other data, or if none of them reads back. Stops with
   preemption.Preempted on SIGTERM/SIGINT (after saving, once the loop has started), with
   train_step.NonFinite at a non-finite loss or gradient (saving nothing after it), with
   checkpoint.WriteFailed. Whatever the outcome, the saves already started finish and the logs are flushed
@@ -242,7 +242,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
     signals.interrupting = False  # from here on a signal stops the loop at the next step, after saving it
 
     if start == 0:
-      writer.write_hparams(config_schema.leaf_paths(config))
+      writer.write_hparams(config_fields.hparams(config))
     counts = param_counts(int(config.model.vocab_size), int(config.model.d_model))
     param_count = counts.tied if config.model.tied else counts.untied
     logging.info("%s, %d parameters, loss floor %.4f nats.", data.source, param_count, data.loss_floor)

@@ -107,9 +107,12 @@ def builder_config(config: Any) -> BigramConfig:
 
 
 def dataset_identity(config: Any) -> str:
-  """The dataset a config trains on, as the builder config name (it includes the text file's content hash)."""
+  """The dataset a config trains on: the builder config name (it includes the text file's content hash and, for
+  the synthetic tasks, the hidden width data.task_d_model), then data.train_fraction where it is not 1."""
   source = sources.get(config.data.source)
-  return source.identity(source.settings(config))
+  identity = source.identity(source.settings(config))
+  fraction = float(config.data.train_fraction)
+  return identity if fraction == 1 else f"{identity}-train_fraction{fraction:g}"
 
 
 def data_dir(config: Any, workdir: str | pathlib.Path) -> pathlib.Path:

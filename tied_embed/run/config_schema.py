@@ -1,10 +1,9 @@
 """What a training config is: the fields it has, and how a `--config` file becomes one.
 
-`REQUIRED_FIELDS` are the dotted paths every config has (configs/default.py's comments say what each means).
-The data.* fields beyond `data.source` and `data.data_dir` belong to the data sources: each source lists the
-ones it reads (`Source.fields`) and checks them itself, so a new source brings its fields with it. Any other
-field is a misspelling, refused rather than ignored. This lives in the package, not in configs/, because the
-package must not import the configs; a test keeps the two in step.
+`REQUIRED_FIELDS` are the dotted paths every config has: those of `config_fields.FIELDS`. The data.* fields
+only some sources read belong to those sources: each lists the ones it reads (`Source.fields`) and checks them
+itself, so a new source brings its fields with it. Any other field is a misspelling, refused rather than
+ignored.
 """
 
 from __future__ import annotations
@@ -16,19 +15,10 @@ from typing import Any
 import ml_collections
 
 from tied_embed.data import sources
+from tied_embed.run import config_fields
 from tied_embed.run.errors import UsageError, require
 
-REQUIRED_FIELDS = frozenset({
-    "seed",
-    "model.vocab_size", "model.d_model", "model.tied", "model.dtype",
-    "data.source", "data.data_dir",
-    "train.num_steps", "train.batch_size", "train.eval_batch_size", "train.learning_rate", "train.warmup_steps",
-    "train.optimizer", "train.weight_decay", "train.grad_clip_norm", "train.lookup_grad_scale",
-    "train.projection_grad_scale", "train.log_every", "train.eval_every",
-    "train.checkpoint_every", "train.keep_checkpoints",
-    "loss.chunk_size",
-    "mesh.data", "mesh.model",
-})
+REQUIRED_FIELDS = frozenset(field.path for field in config_fields.FIELDS)
 
 
 def known_fields() -> frozenset[str]:
