@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import pathlib
 import shutil
 from collections.abc import Callable
@@ -28,7 +29,6 @@ import jax
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
-from absl import logging
 from flax import nnx
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
@@ -38,6 +38,8 @@ from tied_embed.core.step import Model, TrainState, build_model
 from tied_embed.run import parallel
 from tied_embed.run.errors import RunStopped, UsageError, first_line
 from tied_embed.run.integrity import config_checksum, fingerprint
+
+log = logging.getLogger(__name__)
 
 ITEMS = ("state", "config", "manifest")
 T = TypeVar("T")
@@ -226,7 +228,7 @@ class Checkpointer:
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices(f"tied_embed: damaged checkpoint {step} moved")
     self._manager.reload()
-    logging.warning(
+    log.warning(
         "Checkpoint %d is damaged (%s): moved it to %s; resuming from step %d.",
         step, first_line(error), destination, resume_step,
     )

@@ -49,8 +49,8 @@ def unknown_and_missing(config: ml_collections.ConfigDict) -> tuple[dict[str, An
 def load_config_file(path: str) -> ml_collections.ConfigDict:
   """Runs a `--config` file (`file.py` or `file.py:argument`) and returns its `get_config()`, a ConfigDict.
 
-  Any failure (no such file, an exception or syntax error in it, no `get_config`, something other than a
-  ConfigDict) is one UsageError on `--config`.
+  Any failure (no such file, an exception, `sys.exit` or syntax error in it, no `get_config`, something other
+  than a ConfigDict) is one UsageError on `--config`.
   """
   file_path, colon, argument = path.partition(":")
   expected = "a Python file whose get_config() returns a ConfigDict, e.g. configs/default.py"
@@ -63,13 +63,13 @@ def load_config_file(path: str) -> ml_collections.ConfigDict:
     raise UsageError.bad_value("--config", path, f"{expected} ({e.strerror or e})") from None
   except SyntaxError as e:
     raise UsageError.bad_value("--config", path, f"{expected} (syntax error at line {e.lineno}: {e.msg})") from None
-  except Exception as e:  # whatever a config file raises is the file's fault
+  except (Exception, SystemExit) as e:  # whatever a config file raises (or exits with) is the file's fault
     raise UsageError.bad_value("--config", path, f"{expected} (loading it raised {_one_line(e)})") from None
   get_config = getattr(module, "get_config", None)
   require(callable(get_config), "--config", path, f"{expected} (it defines no get_config)")
   try:
     config = get_config(argument) if colon else get_config()
-  except Exception as e:
+  except (Exception, SystemExit) as e:
     raise UsageError.bad_value("--config", path, f"{expected} (get_config() raised {_one_line(e)})") from None
   require(isinstance(config, ml_collections.ConfigDict), "--config", path,
           f"{expected} (get_config() returned type {type(config).__name__})")
