@@ -21,7 +21,8 @@ from flax import nnx
 from configs import default
 from tied_embed.core import optim
 from tied_embed.core import step as step_lib
-from tied_embed.fast import compilation, host_memory
+from tied_embed.core.model import build_model
+from tied_embed.fast import compilation, host_memory, select
 
 
 def cpu_threads() -> int:
@@ -47,7 +48,7 @@ def with_dtype(config: ml_collections.ConfigDict, dtype: str) -> ml_collections.
 
 def train_state(config: ml_collections.ConfigDict) -> tuple[nnx.GraphDef, nnx.State]:
   """A fresh TrainState (tied table, optimizer moments, provenance totals), split for the jitted step."""
-  state = step_lib.TrainState(step_lib.build_model(config), optim.make_optimizer(config.train))
+  state = step_lib.TrainState(build_model(config), optim.make_optimizer(config.train))
   graphdef, arrays = nnx.split(state)
   return graphdef, jax.block_until_ready(arrays)
 
@@ -129,7 +130,7 @@ class Stepper:
       self._step.lower(self.state, *self.batch).compile()
       host_memory.release_freed()
     else:
-      self._step = step_lib.make_train_step(graphdef, chunk_size)
+      self._step = select.make_train_step(graphdef, chunk_size)
       compilation.compile_ahead(self._step, self.state, *self.batch)  # releases the compiler's memory itself
     self.compile_peak_mib = peak_mib()
 

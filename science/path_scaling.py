@@ -36,11 +36,13 @@ from configs import default  # noqa: E402
 from science import report  # noqa: E402
 from tied_embed.core import optim  # noqa: E402
 from tied_embed.core import step as step_lib  # noqa: E402
-from tied_embed.core.model import TiedEmbed, UntiedEmbed, io_tables  # noqa: E402
+from tied_embed.core.model import TiedEmbed, UntiedEmbed  # noqa: E402
 from tied_embed.data.sources import text  # noqa: E402
 from tied_embed.data.sources.directed import Directed  # noqa: E402
 from tied_embed.data.sources.planted import Planted  # noqa: E402
+from tied_embed.fast import select
 from tied_embed.inspection import asymmetry  # noqa: E402
+from tied_embed.run import nonfinite
 
 VOCAB_SIZE, D_MODEL, BATCH_SIZE = 256, 16, 512
 SYNTHETIC_PAIRS = 300_000
@@ -104,7 +106,7 @@ def make_config(steps: int, optimizer: str):
 
 
 def model_log_probs(state: nnx.State, graphdef: nnx.GraphDef) -> jax.Array:
-  lookup, projection = io_tables(nnx.merge(graphdef, state).model)
+  lookup, projection = nnx.merge(graphdef, state).model.tables()
   return jax.nn.log_softmax(lookup @ projection.T, axis=-1)
 
 
@@ -115,7 +117,7 @@ def run(task: Task, config, tied: bool, scales: tuple[float, float], seed: int, 
   graphdef, state = nnx.split(step_lib.TrainState(model, optim.make_optimizer(config.train)))
   key = (config.train.optimizer, tied, scales)
   if key not in steps_cache:  # one compiled step per (optimizer, tied, scales), shared by every task and seed
-    steps_cache[key] = (step_lib.make_train_step(graphdef, 0, lookup_grad_scale=scales[0],
+    steps_cache[key] = (select.make_train_step(graphdef, 0, lookup_grad_scale=scales[0],
                                                  projection_grad_scale=scales[1]),
                         jax.jit(lambda s, g=graphdef: model_log_probs(s, g)))
   step, log_probs_of = steps_cache[key]
@@ -127,13 +129,13 @@ def run(task: Task, config, tied: bool, scales: tuple[float, float], seed: int, 
     state, _ = step(state, jnp.asarray(task.train_ids[rows]), jnp.asarray(task.train_next[rows]))
     if done % eval_every == 0 or done == config.train.num_steps:
       curve.append((done, float(-jnp.sum(joint * log_probs_of(state))) - task.floor))
-  step_lib.check_finite(state, None)
+  nonfinite.check_finite(state, None)
   log_q = np.asarray(log_probs_of(state), np.float64)
   marginal = task.joint.sum(axis=1)
   with np.errstate(divide="ignore", invalid="ignore"):
     conditional = np.where(task.joint > 0, task.joint / marginal[:, None], 0.0)
     row_kl = np.sum(np.where(conditional > 0, conditional * (np.log(conditional) - log_q), 0.0), axis=1)
-  table = np.asarray(io_tables(nnx.merge(graphdef, state).model)[0])
+  table = np.asarray(nnx.merge(graphdef, state).model.tables()[0])
   return {"curve": curve, "final_gap": curve[-1][1], "row_kl": row_kl, "row_norms": np.linalg.norm(table, axis=1),
           "lookup_total": np.asarray(state["lookup_total"][...]),
           "projection_total": np.asarray(state["projection_total"][...])}

@@ -128,3 +128,58 @@ def numpy_loss_and_grads(x: np.ndarray, table: np.ndarray, targets: np.ndarray):
   probs = np.exp(logits - lse[:, None])
   one_hot = np.eye(table.shape[0])[targets]
   return loss, (probs - one_hot) @ table / num_tokens, (probs - one_hot).T @ x / num_tokens
+
+
+def model_with_tables(lookup_table, projection_table=None):
+  """A TiedEmbed whose table is `lookup_table`, or, with `projection_table`, an UntiedEmbed holding both."""
+  import jax.numpy as jnp  # noqa: PLC0415
+  from flax import nnx  # noqa: PLC0415
+
+  from tied_embed import TiedEmbed, UntiedEmbed  # noqa: PLC0415
+
+  vocab_size, d_model = lookup_table.shape
+  if projection_table is None:
+    model = TiedEmbed(vocab_size, d_model, rngs=nnx.Rngs(0))
+    model.embedding[...] = jnp.asarray(lookup_table, jnp.float32)
+    return model
+  model = UntiedEmbed(vocab_size, d_model, rngs=nnx.Rngs(0))
+  model.input_embedding[...] = jnp.asarray(lookup_table, jnp.float32)
+  model.output_embedding[...] = jnp.asarray(projection_table, jnp.float32)
+  return model
+
+
+def loss_and_path_gradients(table_in, table_out, ids, loss_fn):
+  """The sparse path split of `loss_fn(x (T, D), table (V, D))` over tables read as E_in[ids] and E_out: dense.
+
+  The same object twice is a tied table. → (loss, lookup-path gradient (V, D), projection-path gradient (V, D)).
+  """
+  import jax.numpy as jnp  # noqa: PLC0415
+
+  from tied_embed.fast import sparse_paths  # noqa: PLC0415
+
+  model = model_with_tables(table_in, None if table_out is table_in else table_out)
+  paths = sparse_paths.path_gradients(model, jnp.asarray(ids), None, lambda x, table, _: loss_fn(x, table))
+  return paths.loss, paths.lookup_dense(), paths.projection
+
+
+def hand_hidden_gradients(table_in, table_out, kernel, ids, next_ids, l2=0.0):
+  """softmax(E_in[ids] · W · E_outᵀ) cross-entropy (+ l2·‖W − I‖²) differentiated by hand in float64.
+
+  → (loss, lookup-path gradient (V, D), projection-path gradient (V, D), dW (D, D)).
+  """
+  table_in, table_out = np.asarray(table_in, np.float64), np.asarray(table_out, np.float64)
+  kernel = np.asarray(kernel, np.float64)
+  rows = table_in[ids]
+  hidden = rows @ kernel
+  logits = hidden @ table_out.T
+  logits = logits - logits.max(axis=1, keepdims=True)
+  log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+  eye = np.eye(kernel.shape[0])
+  loss = -np.mean(log_probs[np.arange(len(ids)), next_ids]) + l2 * np.sum((kernel - eye) ** 2)
+  dlogits = np.exp(log_probs)
+  dlogits[np.arange(len(ids)), next_ids] -= 1.0
+  dlogits /= len(ids)
+  dhidden = dlogits @ table_out
+  lookup = np.zeros_like(table_in)
+  np.add.at(lookup, ids, dhidden @ kernel.T)
+  return loss, lookup, dlogits.T @ hidden, rows.T @ dhidden + 2 * l2 * (kernel - eye)

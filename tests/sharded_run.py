@@ -29,7 +29,7 @@ from flax import nnx  # noqa: E402
 
 from configs import smoke  # noqa: E402
 from tied_embed import evaluation  # noqa: E402
-from tied_embed.core import step as step_lib
+from tied_embed.fast import select
 from tied_embed.run import (
   checkpoint,  # noqa: E402
   parallel,
@@ -83,7 +83,7 @@ def compiled_programs(config) -> dict:
   shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
   batch = [jax.ShapeDtypeStruct((PROBE_BATCH,), np.int32, sharding=parallel.batch_sharding(mesh))] * 2
   chunk_size = int(config.loss.chunk_size)
-  train_step = step_lib.make_train_step(graphdef, chunk_size, shardings)
+  train_step = select.make_train_step(graphdef, chunk_size, shardings)
   return {
       "step": train_step.lower(target, *batch).compile(),
       "log step": train_step.lower(target, *batch, with_stats=True).compile(),

@@ -9,7 +9,7 @@ from flax import nnx
 
 from tied_embed.core import optim
 from tied_embed.core import step as step_lib
-from tied_embed.core.model import TiedEmbed, UntiedEmbed
+from tied_embed.core.model import TiedEmbed, UntiedEmbed, build_model
 from tied_embed.run import checkpoint
 from tied_embed.run.errors import UsageError
 
@@ -45,7 +45,7 @@ def test_untied_state_round_trips_with_optimizer_and_totals(tmp_path):
 
   config = smoke.get_config()
   config.model.tied = False
-  _, state = nnx.split(step_lib.TrainState(step_lib.build_model(config), optim.make_optimizer(config.train)))
+  _, state = nnx.split(step_lib.TrainState(build_model(config), optim.make_optimizer(config.train)))
   state["lookup_total"][...] = np.arange(config.model.vocab_size, dtype=np.float32)
   saver = checkpoint.Checkpointer(tmp_path, keep=1)
   saver.save(7, state, config)

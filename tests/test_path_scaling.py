@@ -11,6 +11,8 @@ from helpers import all_series, hand_path_gradients, smoke_with
 
 from tied_embed.core import optim
 from tied_embed.core import step as step_lib
+from tied_embed.core.model import build_model
+from tied_embed.fast import select
 from tied_embed.run.config_validation import validate_config
 from tied_embed.run.errors import UsageError
 
@@ -26,7 +28,7 @@ def _sgd_setup(tied: bool, grad_clip_norm: float = 0.0):
   config = smoke_with("model.tied", tied)
   config.train.update(optimizer="sgd", learning_rate=0.1, warmup_steps=0, grad_clip_norm=grad_clip_norm,
                       weight_decay=0.0)
-  graphdef, state = nnx.split(step_lib.TrainState(step_lib.build_model(config), optim.make_optimizer(config.train)))
+  graphdef, state = nnx.split(step_lib.TrainState(build_model(config), optim.make_optimizer(config.train)))
   before = [np.asarray(state["model"][name][...], np.float64) for name in _names(tied)]
   return graphdef, state, before
 
@@ -37,7 +39,7 @@ def test_one_sgd_step_applies_the_weighted_path_gradients(tied, a, b):
   graphdef, state, before = _sgd_setup(tied)
   lookup, projection = hand_path_gradients(*before, IDS, NEXT_IDS)
 
-  step = step_lib.make_train_step(graphdef, chunk_size=0, lookup_grad_scale=a, projection_grad_scale=b)
+  step = select.make_train_step(graphdef, chunk_size=0, lookup_grad_scale=a, projection_grad_scale=b)
   state, _ = step(state, jnp.asarray(IDS), jnp.asarray(NEXT_IDS))
 
   if tied:
@@ -58,7 +60,7 @@ def test_clipping_sees_the_weighted_sum():
   weighted = a * lookup + b * projection
   assert np.linalg.norm(weighted) > 10 * clip  # so the clip is active
 
-  step = step_lib.make_train_step(graphdef, chunk_size=0, lookup_grad_scale=a, projection_grad_scale=b)
+  step = select.make_train_step(graphdef, chunk_size=0, lookup_grad_scale=a, projection_grad_scale=b)
   state, metrics = step(state, jnp.asarray(IDS), jnp.asarray(NEXT_IDS), with_stats=True)
 
   want = before[0] - 0.1 * weighted * clip / np.linalg.norm(weighted)
@@ -72,7 +74,7 @@ def test_log_step_reports_the_unweighted_paths_and_the_applied_norm(tied):
   graphdef, state, before = _sgd_setup(tied)
   lookup, projection = hand_path_gradients(*before, IDS, NEXT_IDS)
 
-  step = step_lib.make_train_step(graphdef, chunk_size=0, lookup_grad_scale=a, projection_grad_scale=b)
+  step = select.make_train_step(graphdef, chunk_size=0, lookup_grad_scale=a, projection_grad_scale=b)
   _, metrics = step(state, jnp.asarray(IDS), jnp.asarray(NEXT_IDS), with_stats=True)
 
   np.testing.assert_allclose(metrics["lookup_norm"], np.linalg.norm(lookup), rtol=1e-5)
@@ -106,12 +108,12 @@ def _unscaled_update_gradients(model, paths, *scales):
 @pytest.mark.parametrize("tied", [True, False])
 def test_unit_scales_are_bitwise_the_unscaled_step(tied, monkeypatch):
   config = smoke_with("model.tied", tied)  # adamw with clipping, as the shipped configs train
-  graphdef, state = nnx.split(step_lib.TrainState(step_lib.build_model(config), optim.make_optimizer(config.train)))
+  graphdef, state = nnx.split(step_lib.TrainState(build_model(config), optim.make_optimizer(config.train)))
   reference = jax.tree.map(jnp.copy, state)
-  step = step_lib.make_train_step(graphdef, chunk_size=0, lookup_grad_scale=1.0, projection_grad_scale=1.0)
+  step = select.make_train_step(graphdef, chunk_size=0, lookup_grad_scale=1.0, projection_grad_scale=1.0)
   with monkeypatch.context() as patch:  # the same step with the identity hard-wired; it traces at its first call
     patch.setattr(step_lib, "update_gradients", _unscaled_update_gradients)
-    unscaled = step_lib.make_train_step(graphdef, chunk_size=0)
+    unscaled = select.make_train_step(graphdef, chunk_size=0)
     rng = np.random.default_rng(0)
     batches = [tuple(jnp.asarray(rng.integers(0, 32, size=64, dtype=np.int32)) for _ in range(2)) for _ in range(6)]
     for i, (ids, next_ids) in enumerate(batches):

@@ -23,9 +23,8 @@ from conftest import ROOT
 from helpers import BAD_VALUES, all_series, event_series, smoke_with
 
 from tied_embed.core import optim
-from tied_embed.core import step as step_lib
 from tied_embed.data import bigram as data_lib
-from tied_embed.run import checkpoint, parallel, preemption
+from tied_embed.run import checkpoint, nonfinite, parallel, preemption
 from tied_embed.run.errors import UsageError
 from tied_embed.trainer import train_and_evaluate
 
@@ -181,7 +180,7 @@ def test_first_non_finite_step_stops_the_run_without_saving(smoke_run, tmp_path,
 
   workdir = tmp_path / "run"
   monkeypatch.setattr(optim, "make_optimizer", poisoned_at_33)
-  with pytest.raises(step_lib.NonFinite) as stopped:
+  with pytest.raises(nonfinite.NonFinite) as stopped:
     train_and_evaluate(smoke_run.config, workdir)
   message = str(stopped.value)
   assert message.startswith("step 33: ") and "\n" not in message and stopped.value.exit_status == 1

@@ -27,8 +27,9 @@ from flax import nnx
 
 from tied_embed.core import optim
 from tied_embed.core import step as step_lib
+from tied_embed.core.model import build_model
 from tied_embed.data import bigram as data_lib
-from tied_embed.run import checkpoint, integrity, locking, preemption
+from tied_embed.run import checkpoint, integrity, locking, nonfinite, preemption
 from tied_embed.run.errors import UsageError
 from tied_embed.trainer import train_and_evaluate
 
@@ -78,7 +79,7 @@ def test_a_finished_run_leaves_its_workdir_unlocked(smoke_run):
 
 def _two_checkpoints_with_swapped_manifests(config, directory):
   """Checkpoints 7 and 8 of two different states, then 8's manifest replaced by 7's: 8 reads back, but wrong."""
-  _, state = nnx.split(step_lib.TrainState(step_lib.build_model(config), optim.make_optimizer(config.train)))
+  _, state = nnx.split(step_lib.TrainState(build_model(config), optim.make_optimizer(config.train)))
   saver = checkpoint.Checkpointer(directory, keep=2)
   saver.save(7, state, config)
   changed = jax.tree.map(lambda leaf: leaf, state)
@@ -215,7 +216,7 @@ def test_rerunning_a_finished_run_changes_nothing(smoke_run, tmp_path):
 
 def test_library_callers_can_catch_a_stopped_run_as_an_exception():
   assert issubclass(preemption.Preempted, Exception) and not issubclass(preemption.Preempted, SystemExit)
-  assert issubclass(step_lib.NonFinite, Exception) and issubclass(checkpoint.WriteFailed, Exception)
+  assert issubclass(nonfinite.NonFinite, Exception) and issubclass(checkpoint.WriteFailed, Exception)
   assert preemption.Preempted(signal.SIGINT, 3).exit_status == 130
 
 

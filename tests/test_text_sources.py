@@ -322,14 +322,13 @@ def test_the_report_shows_pieces_and_takes_token_strings(subword_run):
 
 
 def test_next_tokens_are_the_softmax_of_the_prompts_last_row(subword_run):
-  from tied_embed.core.model import io_tables
   from tied_embed.inspect import continue_prompt
   from tied_embed.run import checkpoint
 
   workdir, _ = subword_run
   result = continue_prompt(workdir, "the old king", top_k=4)
   assert [token["label"] for token in result["prompt_tokens"]][-1] == "▁king"
-  lookup, projection = (np.asarray(t, np.float64) for t in io_tables(checkpoint.restore(workdir).model))
+  lookup, projection = (np.asarray(t, np.float64) for t in checkpoint.restore(workdir).model.tables())
   row = lookup[result["prompt_tokens"][-1]["id"]] @ projection.T
   probs = np.exp(row - row.max()) / np.exp(row - row.max()).sum()
   assert [entry["id"] for entry in result["next"]] == list(np.argsort(-probs, kind="stable")[:4])

@@ -4,7 +4,7 @@ Importing this package stays light (jax and flax only); training, data, checkpoi
 submodules that import TensorFlow, TFDS, CLU and Orbax when they are used.
 """
 
-from tied_embed.core.model import ParamCounts, TiedEmbed, UntiedEmbed, io_tables, param_counts
+from tied_embed.core.model import ParamCounts, TiedEmbed, UntiedEmbed, param_counts
 from tied_embed.entrypoint import tied_io_embed
 
-__all__ = ["ParamCounts", "TiedEmbed", "UntiedEmbed", "io_tables", "param_counts", "tied_io_embed"]
+__all__ = ["ParamCounts", "TiedEmbed", "UntiedEmbed", "param_counts", "tied_io_embed"]

@@ -1,4 +1,8 @@
-"""The jitted evaluation: per-token losses of a batch, and a running total chained batch after batch."""
+"""The jitted evaluation: per-token losses of a batch, and a running total chained batch after batch.
+
+Each pair is scored by the model itself (`model(ids)`, tied_embed/core/loss.py); with `model.dtype = bfloat16`
+the projection's matmul takes bfloat16 operands, as the step's does (tied_embed/fast/precision.py).
+"""
 
 from __future__ import annotations
 
@@ -7,19 +11,22 @@ from collections.abc import Callable
 import jax
 from flax import nnx
 
-from tied_embed.core.model import io_tables
-from tied_embed.fast import chunked_loss as losses
+from tied_embed.core import loss as loss_lib
+from tied_embed.fast import chunked_loss
 
 
 def _eval_losses(
     graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str, state: nnx.State, ids: jax.Array,
     next_ids: jax.Array,
 ):
-  lookup_table, projection_table = io_tables(nnx.merge(graphdef, state).model)
+  model = nnx.merge(graphdef, state).model
 
   def one(pair: tuple[jax.Array, jax.Array]) -> jax.Array:
     token, next_token = pair
-    return losses.bigram_loss(lookup_table, projection_table, token[None], next_token[None], 0, compute_dtype)
+    if compute_dtype == "float32":
+      return loss_lib.per_token_losses(model, token[None], next_token[None])[0]
+    hidden = model.hidden(model.embed(token[None]), model.hidden_params())
+    return chunked_loss.full_cross_entropy(hidden, model.tables()[1], next_token[None], compute_dtype)
 
   if chunk_size <= 0:
     return jax.vmap(one)((ids, next_ids))

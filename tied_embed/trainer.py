@@ -34,12 +34,12 @@ from flax import nnx
 from tied_embed import evaluation
 from tied_embed.core import optim
 from tied_embed.core import step as step_lib
-from tied_embed.core.model import param_counts
+from tied_embed.core.model import build_model, param_counts
 from tied_embed.data import bigram as data_lib
 from tied_embed.data import sources
-from tied_embed.fast import compilation, host_memory
+from tied_embed.fast import compilation, host_memory, select
 from tied_embed.inspection import asymmetry
-from tied_embed.run import checkpoint, config_fields, parallel, preemption, run_log
+from tied_embed.run import checkpoint, config_fields, nonfinite, parallel, preemption, run_log
 from tied_embed.run import workdir as workdir_lib
 from tied_embed.run.config_validation import validate_config
 from tied_embed.run.errors import RunStopped, UsageError, first_line
@@ -99,7 +99,7 @@ def _initial_state(config: ml_collections.ConfigDict, target: nnx.State) -> nnx.
   """A fresh TrainState's state, created directly in the shardings of `target`."""
   shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
   tx = optim.make_optimizer(config.train)
-  return jax.jit(lambda: nnx.state(step_lib.TrainState(step_lib.build_model(config), tx)), out_shardings=shardings)()
+  return jax.jit(lambda: nnx.state(step_lib.TrainState(build_model(config), tx)), out_shardings=shardings)()
 
 
 def _resume(
@@ -129,7 +129,7 @@ def _write_log_step(writer, step: int, learning_rate: float, metrics: dict, stat
   metrics = jax.device_get(metrics)
   scalars = {"train/loss": float(metrics.pop("train_loss")), "train/learning_rate": learning_rate}
   metrics.pop("loss")
-  scalars.update({f"grad/{name}": float(value) for name, value in metrics.items()})
+  scalars.update({name if "/" in name else f"grad/{name}": float(value) for name, value in metrics.items()})
   writer.write_scalars(step, scalars)
   writer.write_histograms(
       step,
@@ -203,7 +203,7 @@ def train_and_evaluate(
   the workdir cannot be written or another run holds it, if its checkpoints were made by a different run
   (config_fields.RESUMABLE) or on other data, or if none of them reads back. Stops with
   preemption.Preempted on SIGTERM/SIGINT (after saving, once the loop has started), with
-  train_step.NonFinite at a non-finite loss or gradient (saving nothing after it), with
+  nonfinite.NonFinite at a non-finite loss or gradient (saving nothing after it), with
   checkpoint.WriteFailed. Whatever the outcome, the saves already started finish and the logs are flushed
   before it returns or raises.
   """
@@ -246,7 +246,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
 
     if start == 0:
       writer.write_hparams(config_fields.hparams(config))
-    counts = param_counts(int(config.model.vocab_size), int(config.model.d_model))
+    model_config = config.model
+    counts = param_counts(int(model_config.vocab_size), int(model_config.d_model), model_config.get("hidden", "none"))
     param_count = counts.tied if config.model.tied else counts.untied
     log.info("%s, %d parameters, loss floor %.4f nats.", data.source, param_count, data.loss_floor)
     if data.source in sources.SYNTHETIC_SOURCES:
@@ -254,10 +255,12 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
                int(config.data.task_d_model), int(config.model.d_model))
     _log_asymmetry(data, int(config.model.d_model))
     shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
-    train_step = step_lib.make_train_step(
+    shards = select.data_shards(shardings)
+    train_step = select.make_train_step(
         graphdef, int(config.loss.chunk_size), shardings,
         lookup_grad_scale=float(train.lookup_grad_scale), projection_grad_scale=float(train.projection_grad_scale),
         compute_dtype=str(config.model.dtype),
+        split_check=select.split_check_tokens(int(train.batch_size), int(config.model.vocab_size), shards),
     )
     evaluate = _Evaluator(graphdef, data, config, mesh)
     schedule = optim.learning_rate_schedule(train)
@@ -292,7 +295,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
         jax.block_until_ready(state)  # nothing else runs on the devices while a step's collectives are in flight
       stop = signals.agreed(sync_now) if done < num_steps else None  # at the last step, finish normally
       if sync_now or stop:
-        step_lib.check_finite(state, saved_step)
+        nonfinite.check_finite(state, saved_step)
       scalars = {}
       if log_now:
         scalars.update(_write_log_step(writer, done, float(schedule(step)), metrics, state))

@@ -1,4 +1,4 @@
-"""Next-token cross-entropy through the projection table: with the full logits, or a chunk of tokens at a time.
+"""The chunked and distinct-row cross-entropy: tied_embed/core/loss.py's loss, never holding the (T, V) logits.
 
 The loss is written as a function of hidden vectors `x` and the projection table, so the (T, V) logits can be
 formed whole (`chunk_size=0`, `full_cross_entropy`) or for a chunk of tokens at a time (`chunked_cross_entropy`).
@@ -61,21 +61,6 @@ def cross_entropy(
   if chunk_size == 0:
     return full_cross_entropy(x, projection_table, targets, compute_dtype)
   return chunked_cross_entropy(x, projection_table, targets, chunk_size, compute_dtype=compute_dtype)
-
-
-def bigram_loss(
-    lookup_table: jax.Array,
-    projection_table: jax.Array,
-    ids: jax.Array,
-    next_ids: jax.Array,
-    chunk_size: int = 0,
-    compute_dtype=jnp.float32,
-) -> jax.Array:
-  """Bigram loss: look `ids` (T,) up in one table, score against the other, predict `next_ids` (T,).
-
-  For a tied model both tables are the same array.
-  """
-  return cross_entropy(lookup_table[ids], projection_table, next_ids, chunk_size, compute_dtype)
 
 
 def chunked_cross_entropy(

@@ -1,29 +1,21 @@
-"""Gradient provenance: how the lookup path and the projection path add up in one shared table.
+"""The sparse lookup path: tied_embed/core/paths.py's path gradients without a dense (V, D) lookup gradient.
 
-For a tied table E, `loss(E[ids] @ E.T)` depends on E twice. Differentiating with respect to the two uses
-separately gives the lookup-path gradient (non-zero only in looked-up rows, accumulated over repeats) and the
-projection-path gradient (any row the loss scores). By the chain rule, their sum is the gradient of the tied
-model. `PathGradients` keeps the lookup path as it comes, one (D,) row per token, and derives from it what the
-step needs (row norms, tracked rows, the tied gradient, the logged statistics) without a (V, D) array.
+The lookup path reaches only the rows a batch looks up, so `PathGradients` here keeps it as it comes, one (D,) row
+per token, and derives from it what the step needs (row norms, tracked rows, the tied gradient, the logged
+statistics) without a (V, D) array: the same answers as the dense form (tests/test_provenance.py), with one
+(V, D) gradient in the step instead of two. On a mesh the lookup path then crosses the data axis as the batch's
+rows and ids, never as a table shard.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-HiddenLoss = Callable[[jax.Array, jax.Array], jax.Array]  # (x (T, D), projection table (V, D)) → scalar
-
-
-class GradientSplit(NamedTuple):
-  """Gradients of a loss with respect to a (V, D) table, split by the path they came through."""
-
-  lookup: jax.Array  # (V, D), through `E[ids]`
-  projection: jax.Array  # (V, D), through `x @ E.T`
-  total: jax.Array  # (V, D), lookup + projection
+from tied_embed.core import paths
+from tied_embed.core.paths import looked_up_rows, row_norms
 
 
 class PathGradients(NamedTuple):
@@ -34,10 +26,11 @@ class PathGradients(NamedTuple):
   path reaches every row and is dense.
   """
 
-  loss: jax.Array  # () float32
+  loss: jax.Array  # () float32, the training loss (cross-entropy plus any regulariser)
   ids: jax.Array  # (T,) int, the looked-up rows
   lookup_rows: jax.Array  # (T, D), d loss / d E[ids[t]] for each token t
   projection: jax.Array  # (V, D), through `x @ E.T`
+  hidden: dict  # the hidden map's gradients ({} without one)
 
   def lookup_dense(self) -> jax.Array:
     """The lookup-path gradient as a (V, D) array."""
@@ -89,61 +82,19 @@ class PathGradients(NamedTuple):
         "rows_projection_only": jnp.sum((projection_sq > 0) & ~looked_up),
     }
 
-  def split_error(self, direct_lookup: jax.Array, direct_projection: jax.Array | None = None) -> jax.Array:
-    """|g − (g_lookup + g_projection)| / |g|, with g the gradient autodiff gives the model directly: scalar.
-
-    Tied: `direct_lookup` is the table's (V, D) gradient. Untied: the input and output tables' gradients, which
-    should be g_lookup and g_projection alone. The lookup rows are subtracted in place, so no (V, D) sum is formed.
-    """
-    rows, sums = self.lookup_sums()
-    if direct_projection is None:
-      residuals = [(direct_lookup - self.projection).at[rows].add(-sums, mode="drop")]
-      directs = [direct_lookup]
-    else:
-      residuals = [direct_lookup.at[rows].add(-sums, mode="drop"), direct_projection - self.projection]
-      directs = [direct_lookup, direct_projection]
-    norm = lambda arrays: jnp.sqrt(sum(jnp.sum(jnp.square(a)) for a in arrays))  # noqa: E731
-    return norm(residuals) / jnp.maximum(norm(directs), jnp.finfo(jnp.float32).tiny)
-
   def lookup_at(self, rows: jax.Array) -> jax.Array:
     """The lookup-path gradient's rows `rows` (K,) int → (K, D)."""
     hits = (rows[:, None] == self.ids[None, :]).astype(self.lookup_rows.dtype)  # (K, T)
     return hits @ self.lookup_rows
 
 
-def path_gradients(
-    lookup_table: jax.Array, projection_table: jax.Array, ids: jax.Array, loss_fn: HiddenLoss
-) -> PathGradients:
-  """Loss and its gradients through each use: tables (V, D), ids (T,) → PathGradients.
+def path_gradients(model, ids: jax.Array, next_ids: jax.Array, loss_fn: paths.HiddenLoss) -> PathGradients:
+  """The batch's loss and its gradient through each use: ids, next_ids (T,) int → PathGradients (sparse lookup).
 
-  Pass the same array twice for a tied model; for an untied one the two paths are simply the two tables'
-  gradients. By the chain rule, `lookup_dense() + projection` is the tied table's gradient.
+  The same differentiation as `tied_embed.core.paths.path_gradients`, without scattering the lookup rows.
   """
-  loss, (lookup_rows, projection) = jax.value_and_grad(loss_fn, argnums=(0, 1))(lookup_table[ids], projection_table)
-  return PathGradients(loss=loss, ids=ids, lookup_rows=lookup_rows, projection=projection)
-
-
-def loss_and_path_gradients(
-    lookup_table: jax.Array, projection_table: jax.Array, ids: jax.Array, loss_fn: HiddenLoss
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """Loss and its gradients through each use, both dense: tables (V, D), ids (T,) → (scalar, (V, D), (V, D))."""
-  paths = path_gradients(lookup_table, projection_table, ids, loss_fn)
-  return paths.loss, paths.lookup_dense(), paths.projection
-
-
-def split_gradient(
-    table: jax.Array, ids: jax.Array, logits_loss: Callable[[jax.Array], jax.Array]
-) -> GradientSplit:
-  """Split d loss(E[ids] @ E.T) / dE by path: table (V, D), ids (T,), loss on (T, V) logits → GradientSplit."""
-  _, lookup, projection = loss_and_path_gradients(table, table, ids, lambda x, e: logits_loss(x @ e.T))
-  return GradientSplit(lookup=lookup, projection=projection, total=lookup + projection)
-
-
-def row_norms(grad: jax.Array) -> jax.Array:
-  """Euclidean norm of each row: (V, D) → (V,)."""
-  return jnp.sqrt(jnp.sum(jnp.square(grad), axis=-1))
-
-
-def looked_up_rows(ids: jax.Array, vocab_size: int) -> jax.Array:
-  """Mask of the rows a batch looks up: ids (...,) int → (V,) bool."""
-  return jnp.zeros((vocab_size,), jnp.bool_).at[ids.reshape(-1)].set(True)
+  lookup_table, projection_table = model.tables()
+  loss, (lookup_rows, projection, hidden) = jax.value_and_grad(
+      paths.loss_of_uses(model, next_ids, loss_fn), argnums=(0, 1, 2)
+  )(lookup_table[ids], projection_table, model.hidden_params())
+  return PathGradients(loss=loss, ids=ids, lookup_rows=lookup_rows, projection=projection, hidden=hidden)

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from tied_embed.core.model import io_tables
 from tied_embed.data.sources.base import log_softmax
 from tied_embed.run.errors import UsageError
 
@@ -79,7 +78,7 @@ def continue_prompt(
   ids = tokenizer.encode(prompt)
   if not ids:
     raise UsageError.bad_value("--next", prompt, "a prompt with at least one token")
-  lookup, projection = (np.asarray(table) for table in io_tables(restored.model))
+  lookup, projection = (np.asarray(table) for table in restored.model.tables())
   probs = next_token_probs(lookup, projection, ids[-1])
   order = np.argsort(-probs, kind="stable")[:top_k]
   result = {

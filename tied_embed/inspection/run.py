@@ -14,7 +14,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tied_embed.core.model import io_tables
 from tied_embed.data import sources
 from tied_embed.data.sources import record as record_lib
 from tied_embed.inspection import asymmetry, files
@@ -79,7 +78,7 @@ def inspect_run(
     newest = "none" if eval_loss is None else f"step {eval_loss['step']}"
     warnings.append(f"the newest eval/loss in the events at or before step {restored.step} is {newest}, older"
                     f" than the checkpoint shown: its eval loss and gap are not this checkpoint's")
-  lookup_table, projection_table = (np.asarray(table) for table in io_tables(restored.model))
+  lookup_table, projection_table = (np.asarray(table) for table in restored.model.tables())
   report = {
       "workdir": str(workdir),
       "step": restored.step,

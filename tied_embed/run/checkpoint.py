@@ -34,7 +34,8 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
 from tied_embed.core import optim
-from tied_embed.core.step import Model, TrainState, build_model
+from tied_embed.core.model import Model, build_model
+from tied_embed.core.step import TrainState
 from tied_embed.run import parallel
 from tied_embed.run.errors import RunStopped, UsageError, first_line
 from tied_embed.run.integrity import config_checksum, fingerprint

@@ -1,0 +1,81 @@
+"""The step and evaluation a config asks for: the story's plain paths, or the speed paths that give the same answers.
+
+`loss.chunk_size = 0` with `model.dtype = float32` trains on exactly tied_embed/core: the full (B, V) logits and
+dense path gradients. Any other setting picks the speed paths: the chunked, distinct-row loss (each distinct id's
+logits once, at most (chunk, V) at a time, in `model.dtype`) and the sparse lookup path. Either way the step is
+compiled with the XLA options of tied_embed/fast/compilation.py.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+from flax import nnx
+
+from tied_embed.core import paths as plain_paths
+from tied_embed.core import step as step_lib
+from tied_embed.fast import chunked_loss, compilation, sparse_paths
+
+
+def data_shards(state_shardings) -> int:
+  """How many ways the batch is split: the `data` axis of the mesh a pytree of NamedShardings lives on (1 if None)."""
+  leaves = jax.tree.leaves(state_shardings)
+  return int(leaves[0].mesh.shape["data"]) if leaves else 1
+
+
+def uses_plain_paths(chunk_size: int, compute_dtype: str) -> bool:
+  """Whether the config trains on the story's code alone (full logits, float32, dense paths)."""
+  return chunk_size == 0 and compute_dtype == "float32"
+
+
+def paths_function(chunk_size: int, compute_dtype: str = "float32", shards: int = 1) -> step_lib.PathsFn:
+  """paths_fn(model, ids (B,), next_ids (B,)) for these loss settings; `shards` divides B (data shards)."""
+  if uses_plain_paths(chunk_size, compute_dtype):
+    return plain_paths.path_gradients
+
+  def fast_paths(model, ids: jax.Array, next_ids: jax.Array) -> sparse_paths.PathGradients:
+    # The hidden vectors are looked-up rows (times W), equal wherever the ids are, so the chunked loss forms the
+    # logits of each distinct id once per data shard: exact, and cheaper by the repeats in the batch.
+    if chunk_size == 0:
+      loss_fn = functools.partial(chunked_loss.full_cross_entropy, compute_dtype=compute_dtype)
+    else:
+      def loss_fn(hidden, table, targets):
+        return chunked_loss.chunked_cross_entropy(
+            hidden, table, targets, chunk_size, row_keys=ids, groups=shards, compute_dtype=compute_dtype
+        )
+    return sparse_paths.path_gradients(model, ids, next_ids, loss_fn)
+
+  return fast_paths
+
+
+SPLIT_CHECK_LOGITS_BYTES = 64 * 2**20  # the plain check's (S, V) float32 logits: at most this (its grad doubles it)
+
+
+def split_check_tokens(batch_size: int, vocab_size: int, shards: int = 1) -> int | None:
+  """None (check the whole batch) if its (B, V) logits fit SPLIT_CHECK_LOGITS_BYTES, else S < B pairs (S % shards 0)."""
+  fits = SPLIT_CHECK_LOGITS_BYTES // (4 * vocab_size)
+  if batch_size <= fits:
+    return None
+  return max(fits // shards, 1) * shards
+
+
+def make_train_step(
+    graphdef: nnx.GraphDef,
+    chunk_size: int,
+    state_shardings=None,
+    lookup_grad_scale: float = 1.0,
+    projection_grad_scale: float = 1.0,
+    compute_dtype: str = "float32",
+    split_check: int | None = None,
+) -> step_lib.TrainStep:
+  """tied_embed.core.step.make_train_step with the paths these settings pick and the XLA options.
+
+  `split_check`: how many pairs the log step's split check uses (`split_check_tokens`); None: the whole batch.
+  """
+  return step_lib.make_train_step(
+      graphdef, paths_function(chunk_size, compute_dtype, data_shards(state_shardings)),
+      lookup_grad_scale=lookup_grad_scale, projection_grad_scale=projection_grad_scale,
+      split_check_tokens=split_check, state_shardings=state_shardings,
+      compiler_options=compilation.compiler_options(),
+  )
