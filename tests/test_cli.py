@@ -110,3 +110,19 @@ def test_the_console_scripts_name_the_command_line_functions():
     module, function = target.split(":")
     assert callable(getattr(importlib.import_module(module), function))
   assert scripts["tied-embed-train"] == "tied_embed.run.cli:main"
+
+
+def test_a_config_file_imports_its_neighbours_when_started_as_an_installed_script(tmp_path):
+  """As `tied-embed-train` runs: sys.path[0] is the script's folder, not the repository nor the current directory."""
+  package = tmp_path / "site"
+  package.mkdir()
+  (package / "tied_embed").symlink_to(ROOT / "tied_embed")
+  script = tmp_path / "bin" / "script.py"
+  script.parent.mkdir()
+  script.write_text(f"import sys\nsys.path.insert(1, {str(package)!r})\n"
+                    "from tied_embed.run.config_schema import load_config_file\n"
+                    "print(load_config_file('configs/smoke.py').model.vocab_size)\n")
+  env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+  result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert result.stdout.strip() == "32"

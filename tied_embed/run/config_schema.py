@@ -9,6 +9,7 @@ ignored.
 from __future__ import annotations
 
 import pathlib
+import sys
 import types
 from typing import Any
 
@@ -49,12 +50,26 @@ def unknown_and_missing(config: ml_collections.ConfigDict) -> tuple[dict[str, An
 def load_config_file(path: str) -> ml_collections.ConfigDict:
   """Runs a `--config` file (`file.py` or `file.py:argument`) and returns its `get_config()`, a ConfigDict.
 
-  Any failure (no such file, an exception, `sys.exit` or syntax error in it, no `get_config`, something other
-  than a ConfigDict) is one UsageError on `--config`.
+  The folder holding the file's folder is importable while it runs, so `configs/smoke.py` can
+  `from configs import default` however the command was started (`python train.py` or the installed
+  `tied-embed-train`). Any failure (no such file, an exception, `sys.exit` or syntax error in it, no
+  `get_config`, something other than a ConfigDict) is one UsageError on `--config`.
   """
   file_path, colon, argument = path.partition(":")
   expected = "a Python file whose get_config() returns a ConfigDict, e.g. configs/default.py"
   require(bool(file_path), "--config", path, expected)
+  importable = str(pathlib.Path(file_path).absolute().parent.parent)
+  added = importable not in sys.path
+  if added:
+    sys.path.insert(0, importable)
+  try:
+    return _run_config_file(path, file_path, colon, argument, expected)
+  finally:
+    if added:
+      sys.path.remove(importable)
+
+
+def _run_config_file(path: str, file_path: str, colon: str, argument: str, expected: str) -> ml_collections.ConfigDict:
   try:
     module = types.ModuleType("config_file")
     module.__file__ = file_path
