@@ -3,7 +3,8 @@ it, and what it means.
 
 `FIELDS` is read by the schema check (`config_schema`: the required and known fields), the value checks
 (`config_validation`), the resume check (`workdir.config_differences`), the hparams written at the start of a
-run (`hparams`) and the field list of the docs (`markdown_table`). configs/default.py spells the same defaults
+run (`hparams`) and the field list of the docs (`markdown_table`; `python -m tied_embed.run.config_fields`
+prints it). configs/default.py spells the same defaults
 out as a readable config; a test keeps the two equal.
 
 The data.* fields only one kind of source reads (data.text_path, data.num_train_pairs, ...) are declared by
@@ -175,3 +176,7 @@ def markdown_table() -> str:
   rows.append("The data sources check their own fields (none may change on resume): "
               + ", ".join(f"`{path}`" for path in source_fields) + ".")
   return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+  print(markdown_table(), end="")
