@@ -127,4 +127,6 @@ def test_the_markdown_table_has_one_row_per_field():
   assert [row.split("`")[1] for row in rows] == [field.path for field in config_fields.FIELDS]
   resumable = {row.split("`")[1] for row in rows if row.split(" | ")[3] == "yes"}
   assert resumable == config_fields.RESUMABLE
+  assert {row.split("`")[1] for row in rows if row.split(" | ")[4] == "yes"} == {"data.train_fraction",
+                                                                               "data.task_d_model"}
   assert "`data.text_path`" in lines[-1]  # the sources' own fields, named after the table

@@ -166,11 +166,11 @@ def hparams(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 def markdown_table() -> str:
   """The field list of docs/configs.md: one row per field of `FIELDS`, then the sources' own data.* fields."""
-  rows = ["| field | default | allowed | may change on resume | meaning |", "|---|---|---|---|---|"]
+  rows = ["| field | default | allowed | may change on resume | names the dataset | meaning |", "|---" * 6 + "|"]
   for field in FIELDS:
-    resumable = "yes" if field.resumable else "no"
+    resumable, dataset = ("yes" if flag else "no" for flag in (field.resumable, field.dataset))
     allowed = field.allowed.replace("|", "\\|")
-    rows.append(f"| `{field.path}` | `{field.default!r}` | {allowed} | {resumable} | {field.doc} |")
+    rows.append(f"| `{field.path}` | `{field.default!r}` | {allowed} | {resumable} | {dataset} | {field.doc} |")
   source_fields = sorted({f"data.{name}" for source in sources.REGISTRY.values() for name in source.fields})
   rows.append("")
   rows.append("The data sources check their own fields (none may change on resume): "
