@@ -8,7 +8,13 @@ resumes from the latest one. A bad flag or config value is one line `error: ...`
 before anything is computed or written. The flags, the console and the error lines are `tied_embed.run.cli`.
 """
 
-from tied_embed.run import cli
+import signal
+
+# Ctrl-C or SIGTERM while the libraries load waits until the command line's own handler is in place (it ends the
+# command at once, in one line); landing inside an import, it would print a traceback instead.
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+from tied_embed.run import cli  # noqa: E402
 
 if __name__ == "__main__":
   cli.main()

@@ -154,6 +154,7 @@ def main() -> None:
   """`tied-embed-train` and `python train.py`: trains the config in the workdir (resuming), see the module doc."""
   for signum in (signal.SIGINT, signal.SIGTERM):
     signal.signal(signum, _stop_during_start_up)
+  signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # train.py holds them while importing
   # A checkpoint write that failed leaves Orbax's pending coroutines unawaited; Python would list each at exit,
   # after the one-line error that already says what happened.
   warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
