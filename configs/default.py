@@ -21,6 +21,8 @@ def get_config() -> ml_collections.ConfigDict:
   # optimizer state stay float32). On XLA:CPU bfloat16 is ~10% slower, not faster: it widens the operands to float32
   # before each dot (measured at V=8192, D=256, T=4096)
   config.model.dtype = "float32"
+  config.model.hidden = "none"  # between lookup and projection: none | linear (one (D, D) layer)
+  config.model.hidden_l2 = 0.0  # L2 penalty on the hidden layer's weights (model.hidden=linear); 0 = off
 
   config.data = ml_collections.ConfigDict()
   config.data.source = "planted"  # planted | directed | text | tfds (see tied_embed/sources/)
@@ -33,6 +35,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.text_feature = "text"  # tfds: the dataset's text feature
   config.data.tfds_data_dir = ""  # tfds: TFDS's own data_dir holding the prepared copy ('' = TFDS's default)
   config.data.data_dir = ""  # where the TFDS dataset is generated and cached ('' = <workdir>/data)
+  config.data.train_fraction = 1.0  # the share of the train split trained on, in (0, 1]
+  config.data.task_d_model = 32  # planted/directed: width of the hidden table e* (model.d_model is the model's)
   config.data.task_seed = 0  # hidden table e* and sampled pairs of the synthetic tasks (model init uses seed)
   config.data.num_train_pairs = 2_000_000  # synthetic train split size; smaller lets the untied model overfit
   config.data.num_eval_pairs = 50_000  # synthetic validation split size (evaluated whole at every eval)

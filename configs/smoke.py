@@ -12,6 +12,7 @@ def get_config() -> ml_collections.ConfigDict:
   config = default.get_config()
   config.model.vocab_size = 32  # small V: fast steps, and every row still gets looked up or projected
   config.model.d_model = 8  # narrow table
+  config.data.task_d_model = 8  # the planted task's hidden width, as narrow
   config.data.num_train_pairs = 20_000  # small split: generated in well under a second
   config.data.num_eval_pairs = 2_000  # four eval batches of 512, the last one short
   config.train.num_steps = 60  # enough for the loss to fall clearly

@@ -24,6 +24,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.tokenizer = "sentencepiece"  # a unigram vocabulary of model.vocab_size pieces trained on train text
   config.model.vocab_size = 8192  # pieces: here the table is most of the parameters and most rows are rare
   config.model.d_model = 64  # width of each row
+  config.data.task_d_model = 64  # read by the synthetic tasks only; kept equal to the model's width
   config.loss.chunk_size = 256  # at most (256, V) logits at once; faster than 1024 here (benchmarks/README.md)
   config.train.num_steps = 2000  # a few minutes on 2 CPU cores
   config.train.batch_size = 1024  # (current, next) token pairs per step

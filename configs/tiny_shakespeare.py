@@ -25,5 +25,6 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.tokenizer = "bytes"  # one token per byte; 'sentencepiece' trains a vocabulary of model.vocab_size
   config.model.vocab_size = 256  # one row per byte value
   config.model.d_model = 32  # width of each row
+  config.data.task_d_model = 32  # read by the synthetic tasks only; kept equal to the model's width
   config.train.num_steps = 2000  # about a million training bytes, sampled with replacement
   return config

@@ -100,6 +100,7 @@ def text_task(path: pathlib.Path) -> Task:
 def make_config(steps: int, optimizer: str):
   config = default.get_config()
   config.model.update(vocab_size=VOCAB_SIZE, d_model=D_MODEL)
+  config.data.task_d_model = D_MODEL
   config.train.update(num_steps=steps, batch_size=BATCH_SIZE, warmup_steps=steps // 20, optimizer=optimizer,
                       learning_rate=LEARNING_RATES[optimizer])
   return config

@@ -19,8 +19,8 @@ HAND_ZIPF = [6 / 11, 3 / 11, 2 / 11]  # (1, 1/2, 1/3) / (11/6)
 
 
 def make_config(**data_fields) -> ml_collections.ConfigDict:
-  fields = dict(source="planted", text_path="", data_dir="", task_seed=3, num_train_pairs=5000,
-                num_eval_pairs=3000, logit_scale=6.0, zipf_exponent=1.0)
+  fields = dict(source="planted", text_path="", data_dir="", task_seed=3, task_d_model=4, train_fraction=1.0,
+                num_train_pairs=5000, num_eval_pairs=3000, logit_scale=6.0, zipf_exponent=1.0)
   fields.update(data_fields)
   vocab_size = 256 if fields["source"] == "text" else 16
   return ml_collections.ConfigDict(

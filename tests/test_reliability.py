@@ -277,7 +277,7 @@ def test_damaged_latest_checkpoint_is_moved_aside_and_the_run_resumes_bitwise(sm
     f.truncate(os.path.getsize(data_file) // 2)
   old_events = _events(workdir)
   warnings = []  # absl's handlers vary with what ran before in this process, so caplog can't be relied on
-  monkeypatch.setattr(checkpoint.logging, "warning", lambda message, *args: warnings.append(message % args))
+  monkeypatch.setattr(checkpoint.log, "warning", lambda message, *args: warnings.append(message % args))
 
   summary = train_and_evaluate(smoke_run.config, workdir)
 

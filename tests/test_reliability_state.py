@@ -52,7 +52,7 @@ def test_second_run_on_a_busy_workdir_is_refused_naming_the_holder(smoke_run, tm
   workdir.mkdir()
   holder = subprocess.Popen(
       [sys.executable, "-c",
-       "import sys; from tied_embed import locking\n"
+       "import sys; from tied_embed.run import locking\n"
        "with locking.exclusive(sys.argv[1], 'w'):\n  print('held', flush=True); sys.stdin.read()", str(workdir)],
       cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
   )
@@ -142,17 +142,18 @@ def test_a_garbled_config_makes_the_checkpoint_damaged_everywhere(smoke_run, tmp
   _assert_bitwise_equal(summary.state, smoke_run.summary.state)
 
 
-def test_checkpoints_of_the_older_layout_are_refused_with_a_clear_message(smoke_run, tmp_path):
+def test_checkpoints_without_a_manifest_count_as_damaged(smoke_run, tmp_path):
   workdir = tmp_path / "run"
   shutil.copytree(smoke_run.workdir, workdir)
   for step in ("40", "60"):
     step_dir = checkpoint.checkpoint_dir(workdir) / step
     shutil.rmtree(step_dir / "manifest")
-    (step_dir / "progress").mkdir()
-  with pytest.raises(UsageError, match=r"older layout .*'progress' item.* new --workdir"):
+    (step_dir / "progress").mkdir()  # the item an older layout kept the train-loss window in
+  with pytest.raises(UsageError, match=r"no checkpoint in .* reads back \(step 60: .*step 40: .*not starting again"):
     train_and_evaluate(smoke_run.config, workdir)
-  with pytest.raises(UsageError, match="older layout"):
+  with pytest.raises(UsageError, match=r"no checkpoint in .* reads back whole \(checkpoint 60 at .*/60 is damaged"):
     checkpoint.restore(workdir)
+  assert checkpoint.newest_saved_config(workdir) is None
 
 
 # The data a run trained on.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import logging
 import pathlib
 import time
 
@@ -28,7 +29,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from absl import logging
 from flax import nnx
 
 from tied_embed import evaluation
@@ -36,12 +36,15 @@ from tied_embed.core import optim
 from tied_embed.core import step as step_lib
 from tied_embed.core.model import build_model, param_counts
 from tied_embed.data import bigram as data_lib
+from tied_embed.data import sources
 from tied_embed.fast import compilation, host_memory, select
 from tied_embed.inspection import asymmetry
-from tied_embed.run import checkpoint, config_schema, nonfinite, parallel, preemption, run_log
+from tied_embed.run import checkpoint, config_fields, nonfinite, parallel, preemption, run_log
 from tied_embed.run import workdir as workdir_lib
 from tied_embed.run.config_validation import validate_config
 from tied_embed.run.errors import RunStopped, UsageError, first_line
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -117,7 +120,7 @@ def _resume(
         f"the data changed since checkpoint {start} was written (it trained on {manifest.get('dataset')!r}, the "
         f"config now gives {dataset!r}): resuming would train on other data; start fresh with another --workdir"
     )
-  logging.info("Resuming from the checkpoint at step %d.", start)
+  log.info("Resuming from the checkpoint at step %d.", start)
   return start, state
 
 
@@ -167,7 +170,7 @@ def _log_asymmetry(data: data_lib.BigramData, d_model: int) -> None:
   if data.vocab_size > asymmetry.MAX_DENSE:
     return
   budget = asymmetry.summary(data, d_model=d_model)
-  logging.info(
+  log.info(
       "Asymmetry budget: %.3f of the task's row-centred log-probabilities is antisymmetric, which a tied table "
       "(symmetric logits E·Eᵀ) cannot fit; an untied one can.", budget["antisymmetric_share"],
   )
@@ -198,7 +201,7 @@ def train_and_evaluate(
 
   Raises, before loading data or compiling anything, UsageError if the config is invalid (nothing written), if
   the workdir cannot be written or another run holds it, if its checkpoints were made by a different run
-  (workdir.RESUMABLE_CHANGES) or on other data, or if none of them reads back. Stops with
+  (config_fields.RESUMABLE) or on other data, or if none of them reads back. Stops with
   preemption.Preempted on SIGTERM/SIGINT (after saving, once the loop has started), with
   nonfinite.NonFinite at a non-finite loss or gradient (saving nothing after it), with
   checkpoint.WriteFailed. Whatever the outcome, the saves already started finish and the logs are flushed
@@ -242,11 +245,14 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
     signals.interrupting = False  # from here on a signal stops the loop at the next step, after saving it
 
     if start == 0:
-      writer.write_hparams(config_schema.leaf_paths(config))
+      writer.write_hparams(config_fields.hparams(config))
     model_config = config.model
     counts = param_counts(int(model_config.vocab_size), int(model_config.d_model), model_config.get("hidden", "none"))
     param_count = counts.tied if config.model.tied else counts.untied
-    logging.info("%s, %d parameters, loss floor %.4f nats.", data.source, param_count, data.loss_floor)
+    log.info("%s, %d parameters, loss floor %.4f nats.", data.source, param_count, data.loss_floor)
+    if data.source in sources.SYNTHETIC_SOURCES:
+      log.info("The task's hidden table e* is %d wide (data.task_d_model); the model's rows are %d (model.d_model).",
+               int(config.data.task_d_model), int(config.model.d_model))
     _log_asymmetry(data, int(config.model.d_model))
     shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
     shards = select.data_shards(shardings)
@@ -270,7 +276,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
     progress = run_log.ProgressLine(start, num_steps)  # steps/s and the time left count from here, compiled
     eval_loss, saved_step, started = None, checkpointer.latest_step(), time.perf_counter()
     if complete:
-      logging.info("The run is already complete at step %d: nothing to train, nothing written.", num_steps)
+      log.info("The run is already complete at step %d: nothing to train, nothing written.", num_steps)
       eval_loss = evaluate(state)
     in_flight = None
     for step in range(start, num_steps):
@@ -299,12 +305,12 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
       if scalars:
         rate = progress.steps_per_second(done)
         writer.write_scalars(done, {"train/steps_per_sec": rate})
-        logging.info("%s", progress.format(done, scalars, rate))
+        log.info("%s", progress.format(done, scalars, rate))
       if save_now or stop:
         checkpointer.save(done, state, config, dataset)
         saved_step = done
       if stop:
-        logging.warning("Stopped at step %d after saving its checkpoint: rerun the same command to resume.", done)
+        log.warning("Stopped at step %d after saving its checkpoint: rerun the same command to resume.", done)
         raise preemption.Preempted(stop, done)
     if saved_step != num_steps:  # a fresh run of num_steps=0
       eval_loss = evaluate(state)
@@ -323,9 +329,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
       train_seconds=train_seconds,
       state=state,
   )
-  logging.info(
-      "Step %d: eval loss %.4f, floor %.4f, gap %.4f (%.2f%% of the floor), %d parameters, %.1f s of training.",
-      num_steps, eval_loss, data.loss_floor, gap, 100 * summary.relative_gap, param_count, train_seconds,
+  trained = "" if complete else f", {train_seconds:.1f} s of training"  # a rerun of a finished run trains nothing
+  log.info(
+      "Step %d: eval loss %.4f, floor %.4f, gap %.4f (%.2f%% of the floor), %d parameters%s.",
+      num_steps, eval_loss, data.loss_floor, gap, 100 * summary.relative_gap, param_count, trained,
   )
   run_log.closing_lines(pathlib.Path(workdir).absolute(), num_steps)
   return summary

@@ -14,13 +14,13 @@ one. The data.* config fields are described and checked in `tied_embed.data.conf
 from __future__ import annotations
 
 import dataclasses
+import logging
 import pathlib
 import shutil
 from typing import Any
 
 import numpy as np
 import tensorflow_datasets as tfds
-from absl import logging
 from etils import epath
 
 from tied_embed.data import sources
@@ -28,6 +28,8 @@ from tied_embed.data.config import validate_data_config
 from tied_embed.data.sources import record as record_lib
 from tied_embed.run import locking
 from tied_embed.run.errors import UsageError
+
+log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 1 << 16  # pairs per stored example: whole blocks, since per-pair Python generators are slow
 SPLITS = ("train", "validation")
@@ -107,9 +109,12 @@ def builder_config(config: Any) -> BigramConfig:
 
 
 def dataset_identity(config: Any) -> str:
-  """The dataset a config trains on, as the builder config name (it includes the text file's content hash)."""
+  """The dataset a config trains on: the builder config name (it includes the text file's content hash and, for
+  the synthetic tasks, the hidden width data.task_d_model), then data.train_fraction where it is not 1."""
   source = sources.get(config.data.source)
-  return source.identity(source.settings(config))
+  identity = source.identity(source.settings(config))
+  fraction = float(config.data.train_fraction)
+  return identity if fraction == 1 else f"{identity}-train_fraction{fraction:g}"
 
 
 def data_dir(config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
@@ -175,7 +180,7 @@ def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, tuple[np.nd
       return splits
     version_dir = _version_dir(bc, directory)
     if why != "missing":
-      logging.warning("The cached dataset %s is unusable (%s): deleting it and generating it again.", version_dir, why)
+      log.warning("The cached dataset %s is unusable (%s): deleting it and generating it again.", version_dir, why)
       shutil.rmtree(version_dir)
     tfds.disable_progress_bar()  # generation takes about a second; bars would only clutter the training log
     _builder(bc, directory).download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))

@@ -1,6 +1,7 @@
 """Checks of the data.* config fields, without TensorFlow: a typo fails at once, before any import of TFDS.
 
-Data config fields:
+Data config fields (data.source, data.data_dir, data.train_fraction and data.task_d_model are declared with the
+other run fields in `tied_embed.run.config_fields`; the others by the sources that read them):
   data.source           which task (`tied_embed.data.sources`); the source checks the fields it reads itself
   data.data_dir         where the dataset is generated and cached ('' = <workdir>/data): a writable directory
   data.text_path        text: the corpus, a file, a directory (read recursively) or a glob

@@ -69,7 +69,7 @@ def continue_prompt(
   if not np.isfinite(temperature) or temperature < 0:
     raise UsageError.bad_value("--temperature", temperature, "a finite number >= 0 (0 = always the likeliest)")
   warnings: list[str] = []
-  restored, facts = open_run(workdir, step, warnings)
+  restored, facts, _ = open_run(workdir, step, warnings)
   tokenizer = facts.tokenizer
   if tokenizer is None:
     raise UsageError.bad_value("--next", prompt, f"a run on text (this one's source, {facts.source!r}, has no text)")

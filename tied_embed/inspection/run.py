@@ -9,7 +9,8 @@ computes the report (`report`) and draws its pictures into WORKDIR/report/ (`plo
 from __future__ import annotations
 
 import pathlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -53,19 +54,17 @@ def inspect_run(
     if not isinstance(token, str) and token < 0:
       raise UsageError.bad_value("--tokens", token, "token ids >= 0")
   warnings: list[str] = []
-  steps = _steps(workdir)
-  if step is not None and step not in steps:
-    raise UsageError.bad_value("--step", step, f"one of the saved steps {', '.join(map(str, steps))}")
-  restored = _restore(workdir, step, steps, warnings)
-  vocab_size = restored.model.vocab_size
-  for token in tokens or []:
-    if not isinstance(token, str) and not 0 <= token < vocab_size:
-      raise UsageError.bad_value("--tokens", token, f"token ids in [0, {vocab_size})")
-  if not 1 <= top_k <= vocab_size:
-    raise UsageError.bad_value("--top-k", top_k, f"an integer in [1, {vocab_size}]")
 
+  def check_tokens(restored: Any) -> None:  # before the data is read
+    vocab_size = restored.model.vocab_size
+    for token in tokens or []:
+      if not isinstance(token, str) and not 0 <= token < vocab_size:
+        raise UsageError.bad_value("--tokens", token, f"token ids in [0, {vocab_size})")
+    if not 1 <= top_k <= vocab_size:
+      raise UsageError.bad_value("--top-k", top_k, f"an integer in [1, {vocab_size}]")
+
+  restored, facts, steps = open_run(workdir, step, warnings, check=check_tokens)
   config = restored.config
-  facts = _data_facts(config, workdir, vocab_size, warnings)
   tokens = None if tokens is None else [resolve_token(token, facts.tokenizer) for token in tokens]
   if tokens is None:
     tokens = [int(i) for i in np.argsort(-facts.input_counts, kind="stable")[:_DEFAULT_TOKENS]]
@@ -133,14 +132,28 @@ def resolve_token(token: int | str, tokenizer: Any) -> int:
   return found
 
 
-def open_run(workdir: str | pathlib.Path, step: int | None, warnings: list[str]) -> tuple[Any, Any]:
-  """The restored checkpoint `step` (default: newest readable) and the run's data facts: → (restored, facts)."""
+class OpenedRun(NamedTuple):
+  restored: Any  # checkpoint.Restored
+  facts: record_lib.InspectionData
+  steps: list[int]  # every saved step
+
+
+def open_run(
+    workdir: str | pathlib.Path, step: int | None, warnings: list[str], check: Callable[[Any], None] | None = None
+) -> OpenedRun:
+  """The restored checkpoint `step` (default: the newest readable one, with a warning for each newer one that is
+  damaged), the run's data facts and the saved steps. `check(restored)` runs before the data is read."""
+  from tied_embed.run import checkpoint  # noqa: PLC0415 (Orbax stays out of `import tied_embed`)
+
   workdir = pathlib.Path(workdir)
   steps = _steps(workdir)
   if step is not None and step not in steps:
     raise UsageError.bad_value("--step", step, f"one of the saved steps {', '.join(map(str, steps))}")
-  restored = _restore(workdir, step, steps, warnings)
-  return restored, _data_facts(restored.config, workdir, restored.model.vocab_size, warnings)
+  restored = checkpoint.restore(workdir, step)
+  warnings.extend(f"{skipped}: showing an older one" for skipped in restored.skipped)
+  if check is not None:
+    check(restored)
+  return OpenedRun(restored, _data_facts(restored.config, workdir, restored.model.vocab_size, warnings), steps)
 
 
 def _steps(workdir: pathlib.Path) -> list[int]:
@@ -155,21 +168,6 @@ def _steps(workdir: pathlib.Path) -> list[int]:
   if not steps:
     raise UsageError(f"--workdir={str(workdir)!r} has no checkpoints (expected {workdir / 'checkpoints'}/<step>/)")
   return steps
-
-
-def _restore(workdir: pathlib.Path, step: int | None, steps: list[int], warnings: list[str]) -> Any:
-  """Checkpoint `step`, or the newest one that reads back (a warning for each newer one that does not)."""
-  from tied_embed.run import checkpoint  # noqa: PLC0415
-
-  for candidate in [step] if step is not None else sorted(steps, reverse=True):
-    try:
-      return checkpoint.restore(workdir, candidate)
-    except Exception as error:  # noqa: BLE001 (a damaged checkpoint fails in Orbax, TensorStore or JSON)
-      problem = f"checkpoint {candidate} in {workdir / 'checkpoints'} cannot be read ({first_line(error)})"
-      if step is not None:
-        raise UsageError(problem) from None
-      warnings.append(f"{problem}: showing an older one")
-  raise UsageError(f"--workdir={str(workdir)!r}: none of the checkpoints {steps} can be read")
 
 
 def _data_facts(config: Any, workdir: pathlib.Path, vocab_size: int, warnings: list[str]) -> record_lib.InspectionData:

@@ -11,21 +11,24 @@ mid-save leaves only a temporary directory, which is never listed as a step and 
 opens the directory. A finalized checkpoint that cannot be read back whole (a file truncated or deleted, a
 flipped byte that changes an array's fingerprint, a garbled config or manifest) is damaged: a resuming run moves
 it to WORKDIR/damaged_checkpoints/, so it neither blocks a later save of that step nor is taken for a good one;
-`restore` (read-only) skips it with a warning.
+`restore` (read-only) skips it and says so in `Restored.skipped`. A checkpoint of another layout (one without a
+manifest) is damaged like any other. `newest_readable` is the one scan every reader goes through.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import pathlib
 import shutil
+from collections.abc import Callable
+from typing import TypeVar
 
 import jax
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
-from absl import logging
 from flax import nnx
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
@@ -37,8 +40,10 @@ from tied_embed.run import parallel
 from tied_embed.run.errors import RunStopped, UsageError, first_line
 from tied_embed.run.integrity import config_checksum, fingerprint
 
+log = logging.getLogger(__name__)
+
 ITEMS = ("state", "config", "manifest")
-_OLD_LAYOUT_ITEM = "progress"  # checkpoints that kept the train-loss window beside the state, not in it
+T = TypeVar("T")
 
 
 class WriteFailed(RunStopped):
@@ -99,16 +104,6 @@ def _read_state(manager: ocp.CheckpointManager, step: int, target: nnx.State) ->
   return state
 
 
-def _refuse_old_layout(workdir: str | pathlib.Path, step: int) -> None:
-  """UsageError for a checkpoint in the older layout (a `progress` item, no manifest): it is not migrated."""
-  directory = checkpoint_dir(workdir) / str(step)
-  if (directory / _OLD_LAYOUT_ITEM).is_dir() and not (directory / "manifest").exists():
-    raise UsageError(
-        f"checkpoint {directory} has the older layout (its train-loss window in a separate 'progress' item, no "
-        f"manifest), which this version does not read: train into a new --workdir"
-    )
-
-
 def _read_verified(
     manager: ocp.CheckpointManager, step: int, target: nnx.State
 ) -> tuple[nnx.State, ml_collections.ConfigDict, dict]:
@@ -134,6 +129,30 @@ def _read_config_and_manifest(manager: ocp.CheckpointManager, step: int) -> tupl
   if config_checksum(config) != manifest.get("config_sha256"):
     raise Damaged("its config does not match the checksum in its manifest")
   return ml_collections.ConfigDict(config), manifest
+
+
+def newest_readable(
+    manager: ocp.CheckpointManager, read: Callable[[int], T], step: int | None = None
+) -> tuple[int | None, T | None, list[tuple[int, Exception]]]:
+  """The newest checkpoint that `read(step)` reads back whole (or checkpoint `step` alone): → (step, what `read`
+  returned, failures), failures being [(step, error)] of the newer checkpoints it could not read, newest first.
+
+  (None, None, failures) if none reads back, (None, None, []) if there are no checkpoints; UsageError if `step`
+  is given and not a checkpointed step. Every reader of checkpoints (training's resume, its compatibility
+  check, `restore`, inspection) finds its checkpoint here.
+  """
+  steps = sorted(manager.all_steps(), reverse=True)
+  if step is not None:
+    if step not in steps:
+      raise UsageError.bad_value("step", step, f"one of the checkpointed steps {sorted(steps)}")
+    steps = [step]
+  failures = []
+  for candidate in steps:
+    try:
+      return candidate, read(candidate), failures
+    except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
+      failures.append((candidate, error))
+  return None, None, failures
 
 
 class Checkpointer:
@@ -183,16 +202,11 @@ class Checkpointer:
     If none reads back, nothing is moved and UsageError says so: the run must not start again from step 0 over
     them.
     """
-    damaged = []
-    for step in sorted(self._manager.all_steps(), reverse=True):
-      _refuse_old_layout(self._workdir, step)
-      try:
-        state, _, manifest = _read_verified(self._manager, step, target)
-      except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
-        damaged.append((step, error))
-        continue
+    step, read, damaged = newest_readable(self._manager, lambda step: _read_verified(self._manager, step, target))
+    if step is not None:
       for bad_step, error in damaged:
         self._move_aside(bad_step, error, step)
+      state, _, manifest = read
       return step, state, manifest
     if damaged:
       listed = "; ".join(f"step {step}: {first_line(error, 120)}" for step, error in damaged)
@@ -215,7 +229,7 @@ class Checkpointer:
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices(f"tied_embed: damaged checkpoint {step} moved")
     self._manager.reload()
-    logging.warning(
+    log.warning(
         "Checkpoint %d is damaged (%s): moved it to %s; resuming from step %d.",
         step, first_line(error), destination, resume_step,
     )
@@ -244,99 +258,79 @@ class Restored:
   provenance: dict[str, np.ndarray]  # 'lookup_total', 'projection_total': (V,) float32
   # 'rows': (K,) int32 tracked rows; 'lookup', 'projection': (K, D) float32, each path's summed gradient rows
   path_directions: dict[str, np.ndarray]
+  skipped: list[str] = dataclasses.field(default_factory=list)  # why each newer checkpoint was not read, one line
 
 
-def _resolve_step(workdir: str | pathlib.Path, step: int | None) -> int:
-  """`step`, or the latest one if None; UsageError if the workdir has no checkpoints or none at `step`."""
-  steps = available_steps(workdir)
-  if not steps:
+def _unreadable(workdir: str | pathlib.Path, step: int, error: BaseException) -> str:
+  return f"checkpoint {step} at {checkpoint_dir(workdir) / str(step)} is damaged: {first_line(error, 200)}"
+
+
+def _newest_readable_in(
+    workdir: str | pathlib.Path, read: Callable[[ocp.CheckpointManager, int], T], step: int | None
+) -> tuple[int, T, list[str]]:
+  """`newest_readable` on a read-only manager of `workdir`: → (step, what `read` returned, the skipped ones' lines).
+
+  UsageError if there are no checkpoints, none at `step`, or the one asked for (or every one) does not read back.
+  """
+  if not checkpoint_dir(workdir).is_dir():
     raise UsageError(f"no checkpoints in {checkpoint_dir(workdir)}")
-  if step is None:
-    return steps[-1]
-  if step not in steps:
-    raise UsageError.bad_value("step", step, f"one of the checkpointed steps {steps}")
-  return step
-
-
-def _read_config(manager: ocp.CheckpointManager, step: int) -> ml_collections.ConfigDict:
-  """The config of checkpoint `step`, checked against its manifest's checksum (raises if either is unreadable)."""
-  return _read_config_and_manifest(manager, step)[0]
-
-
-def _unreadable(workdir: str | pathlib.Path, step: int, error: BaseException) -> UsageError:
-  return UsageError(f"checkpoint {checkpoint_dir(workdir) / str(step)} is damaged: {first_line(error, 200)}")
+  with _manager(workdir) as manager:
+    found, value, failures = newest_readable(manager, lambda candidate: read(manager, candidate), step)
+  if found is None and not failures:
+    raise UsageError(f"no checkpoints in {checkpoint_dir(workdir)}")
+  problems = [_unreadable(workdir, failed, error) for failed, error in failures]
+  if found is None:
+    raise UsageError(problems[0] if len(problems) == 1 else
+                     f"no checkpoint in {checkpoint_dir(workdir)} reads back whole ({problems[0]}; and "
+                     f"{len(problems) - 1} more)")
+  return found, value, problems
 
 
 def saved_config(workdir: str | pathlib.Path, step: int | None = None) -> ml_collections.ConfigDict:
-  """The config checkpoint `step` (default: the latest) was trained with, without reading any array.
+  """The config checkpoint `step` (default: the newest readable one) was trained with, without reading any array.
 
   UsageError if there is no such checkpoint or its config does not read back whole.
   """
-  step = _resolve_step(workdir, step)
-  _refuse_old_layout(workdir, step)
-  with _manager(workdir) as manager:
-    try:
-      return _read_config(manager, step)
-    except Exception as error:  # noqa: BLE001 (a garbled or missing item: the checkpoint is damaged)
-      raise _unreadable(workdir, step, error) from None
+  return _newest_readable_in(workdir, lambda manager, step: _read_config_and_manifest(manager, step)[0], step)[1]
 
 
 def newest_saved_config(workdir: str | pathlib.Path) -> ml_collections.ConfigDict | None:
   """The config of the newest checkpoint whose config reads back whole; None if there is none."""
-  if not checkpoint_dir(workdir).is_dir():
+  try:
+    return saved_config(workdir)
+  except UsageError:
     return None
-  with _manager(workdir) as manager:
-    for step in sorted(manager.all_steps(), reverse=True):
-      _refuse_old_layout(workdir, step)
-      try:
-        return _read_config(manager, step)
-      except Exception:  # noqa: BLE001, S112 (a damaged one: restore_newest_intact deals with it)
-        continue
-  return None
 
 
 def restore(workdir: str | pathlib.Path, step: int | None = None, mesh: Mesh | None = None) -> Restored:
-  """The checkpoint at `step` (default: the newest intact one) in `workdir`, on `mesh` (default: one device).
+  """The checkpoint at `step` (default: the newest one that reads back whole) in `workdir`, on `mesh` (default:
+  one device).
 
   Read-only: every item is checked against the checkpoint's manifest. Without `step`, newer damaged checkpoints
-  are skipped with a warning. Raises UsageError if the workdir has no checkpoints, none at `step`, or the one
-  asked for (or every one) is damaged.
+  are skipped, each named in `Restored.skipped`. Raises UsageError if the workdir has no checkpoints, none at
+  `step`, or the one asked for (or every one) is damaged.
   """
-  steps = [_resolve_step(workdir, step)] if step is not None else sorted(available_steps(workdir), reverse=True)
-  if not steps:
-    _resolve_step(workdir, None)  # raises: no checkpoints
   if mesh is None:
     mesh = parallel.make_mesh(ml_collections.ConfigDict({"data": 1, "model": 1}), jax.devices()[:1])
-  failures = []
-  with _manager(workdir) as manager:
-    for candidate in steps:
-      _refuse_old_layout(workdir, candidate)
-      try:
-        config, manifest = _read_config_and_manifest(manager, candidate)
-        graphdef, target = abstract_state(config, mesh)
-        state = _read_state_matching(manager, candidate, target, manifest)
-      except Exception as error:  # noqa: BLE001 (a garbled or missing item: the checkpoint is damaged)
-        failures.append(_unreadable(workdir, candidate, error))
-        continue
-      for failure in failures:
-        logging.warning("%s; using the checkpoint at step %d instead.", failure, candidate)
-      train_state = nnx.merge(graphdef, state)
-      return Restored(
-          model=train_state.model,
-          config=config,
-          step=candidate,
-          provenance={
-              "lookup_total": np.asarray(train_state.lookup_total[...]),
-              "projection_total": np.asarray(train_state.projection_total[...]),
-          },
-          path_directions={
-              "rows": np.asarray(train_state.tracked_rows[...]),
-              "lookup": np.asarray(train_state.tracked_lookup[...]),
-              "projection": np.asarray(train_state.tracked_projection[...]),
-          },
-      )
-  if len(failures) == 1:
-    raise failures[0]
-  raise UsageError(
-      f"no checkpoint in {checkpoint_dir(workdir)} reads back whole ({failures[0]}; and {len(failures) - 1} more)"
+
+  def read(manager: ocp.CheckpointManager, candidate: int) -> tuple[ml_collections.ConfigDict, TrainState]:
+    config, manifest = _read_config_and_manifest(manager, candidate)
+    graphdef, target = abstract_state(config, mesh)
+    return config, nnx.merge(graphdef, _read_state_matching(manager, candidate, target, manifest))
+
+  found, (config, train_state), skipped = _newest_readable_in(workdir, read, step)
+  return Restored(
+      model=train_state.model,
+      config=config,
+      step=found,
+      provenance={
+          "lookup_total": np.asarray(train_state.lookup_total[...]),
+          "projection_total": np.asarray(train_state.projection_total[...]),
+      },
+      path_directions={
+          "rows": np.asarray(train_state.tracked_rows[...]),
+          "lookup": np.asarray(train_state.tracked_lookup[...]),
+          "projection": np.asarray(train_state.tracked_projection[...]),
+      },
+      skipped=skipped,
   )

@@ -1,34 +1,25 @@
 """What a training config is: the fields it has, and how a `--config` file becomes one.
 
-`REQUIRED_FIELDS` are the dotted paths every config has (configs/default.py's comments say what each means).
-The data.* fields beyond `data.source` and `data.data_dir` belong to the data sources: each source lists the
-ones it reads (`Source.fields`) and checks them itself, so a new source brings its fields with it. Any other
-field is a misspelling, refused rather than ignored. This lives in the package, not in configs/, because the
-package must not import the configs; a test keeps the two in step.
+`REQUIRED_FIELDS` are the dotted paths every config has: those of `config_fields.FIELDS`. The data.* fields
+only some sources read belong to those sources: each lists the ones it reads (`Source.fields`) and checks them
+itself, so a new source brings its fields with it. Any other field is a misspelling, refused rather than
+ignored.
 """
 
 from __future__ import annotations
 
 import pathlib
+import sys
 import types
 from typing import Any
 
 import ml_collections
 
 from tied_embed.data import sources
+from tied_embed.run import config_fields
 from tied_embed.run.errors import UsageError, require
 
-REQUIRED_FIELDS = frozenset({
-    "seed",
-    "model.vocab_size", "model.d_model", "model.tied", "model.dtype",
-    "data.source", "data.data_dir",
-    "train.num_steps", "train.batch_size", "train.eval_batch_size", "train.learning_rate", "train.warmup_steps",
-    "train.optimizer", "train.weight_decay", "train.grad_clip_norm", "train.lookup_grad_scale",
-    "train.projection_grad_scale", "train.log_every", "train.eval_every",
-    "train.checkpoint_every", "train.keep_checkpoints",
-    "loss.chunk_size",
-    "mesh.data", "mesh.model",
-})
+REQUIRED_FIELDS = frozenset(field.path for field in config_fields.FIELDS)
 
 
 def known_fields() -> frozenset[str]:
@@ -59,12 +50,26 @@ def unknown_and_missing(config: ml_collections.ConfigDict) -> tuple[dict[str, An
 def load_config_file(path: str) -> ml_collections.ConfigDict:
   """Runs a `--config` file (`file.py` or `file.py:argument`) and returns its `get_config()`, a ConfigDict.
 
-  Any failure (no such file, an exception or syntax error in it, no `get_config`, something other than a
-  ConfigDict) is one UsageError on `--config`.
+  The folder holding the file's folder is importable while it runs, so `configs/smoke.py` can
+  `from configs import default` however the command was started (`python train.py` or the installed
+  `tied-embed-train`). Any failure (no such file, an exception, `sys.exit` or syntax error in it, no
+  `get_config`, something other than a ConfigDict) is one UsageError on `--config`.
   """
   file_path, colon, argument = path.partition(":")
   expected = "a Python file whose get_config() returns a ConfigDict, e.g. configs/default.py"
   require(bool(file_path), "--config", path, expected)
+  importable = str(pathlib.Path(file_path).absolute().parent.parent)
+  added = importable not in sys.path
+  if added:
+    sys.path.insert(0, importable)
+  try:
+    return _run_config_file(path, file_path, colon, argument, expected)
+  finally:
+    if added:
+      sys.path.remove(importable)
+
+
+def _run_config_file(path: str, file_path: str, colon: str, argument: str, expected: str) -> ml_collections.ConfigDict:
   try:
     module = types.ModuleType("config_file")
     module.__file__ = file_path
@@ -73,13 +78,13 @@ def load_config_file(path: str) -> ml_collections.ConfigDict:
     raise UsageError.bad_value("--config", path, f"{expected} ({e.strerror or e})") from None
   except SyntaxError as e:
     raise UsageError.bad_value("--config", path, f"{expected} (syntax error at line {e.lineno}: {e.msg})") from None
-  except Exception as e:  # whatever a config file raises is the file's fault
+  except (Exception, SystemExit) as e:  # whatever a config file raises (or exits with) is the file's fault
     raise UsageError.bad_value("--config", path, f"{expected} (loading it raised {_one_line(e)})") from None
   get_config = getattr(module, "get_config", None)
   require(callable(get_config), "--config", path, f"{expected} (it defines no get_config)")
   try:
     config = get_config(argument) if colon else get_config()
-  except Exception as e:
+  except (Exception, SystemExit) as e:
     raise UsageError.bad_value("--config", path, f"{expected} (get_config() raised {_one_line(e)})") from None
   require(isinstance(config, ml_collections.ConfigDict), "--config", path,
           f"{expected} (get_config() returned type {type(config).__name__})")

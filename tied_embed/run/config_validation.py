@@ -1,29 +1,25 @@
 """Checks a training config before any work: every bad value is one UsageError naming its field path.
 
 Cheap and without TensorFlow: the command line runs it before importing the trainer, and nothing is written
-until it has passed. It checks the field names (`config_schema`), each value's type and range,
+until it has passed. It checks the field names (`config_schema`), each value's type and range (`config_fields`),
 the data fields (`data_config`), the mesh, and whether the run fits in memory (`memory_estimate`).
 """
 
 from __future__ import annotations
 
 import difflib
-import math
 import os
 from typing import Any, NamedTuple
 
 import jax
 import ml_collections
 
-from tied_embed.core.optim import OPTIMIZERS
 from tied_embed.data import config as data_config
 from tied_embed.data import sources
-from tied_embed.data.config import is_int, is_number
-from tied_embed.fast.precision import COMPUTE_DTYPES
-from tied_embed.run import config_schema, parallel
+from tied_embed.data.config import is_number
+from tied_embed.run import config_fields, config_schema, parallel
 from tied_embed.run.errors import UsageError, require
 
-INT32_MAX = 2**31 - 1
 # Python, JAX, TensorFlow and the compiled programs: configs/smoke.py, whose arrays are ~1 MB, peaks at 0.9 GiB.
 RUNTIME_BYTES = 2**30
 
@@ -33,13 +29,16 @@ def validate_config(
 ) -> None:
   """Raises UsageError for the first bad field; returns None if the config can be trained as given.
 
+  NumPy scalars in `config` are replaced by the Python numbers they equal (`config_fields.as_python_values`).
+
   `num_devices` defaults to jax.device_count(), which the mesh must fit; `memory_bytes` to `available_memory()`,
   which `memory_estimate(config)` must not exceed.
   """
   require(isinstance(config, ml_collections.ConfigDict), "config", f"<{type(config).__name__}>",
           "an ml_collections.ConfigDict")
+  config_fields.as_python_values(config)
   _check_field_names(config)
-  _check_values(config)
+  config_fields.check_values(config)
   data_config.validate_data_config(config)
   _check_mesh(config, jax.device_count() if num_devices is None else num_devices)
   check_memory(config, available_memory() if memory_bytes is None else memory_bytes)
@@ -54,33 +53,6 @@ def _check_field_names(config: ml_collections.ConfigDict) -> None:
     raise UsageError.bad_value(path, value, f"a known config field (see configs/default.py){hint}")
   if missing:
     raise UsageError(f"{missing[0]} is missing from the config: expected every field of configs/default.py")
-
-
-def _check_values(config: ml_collections.ConfigDict) -> None:
-  def check(path: str, ok, allowed: str) -> None:
-    value = _get(config, path)
-    require(ok(value), path, value, allowed)
-
-  def int_in(low: int, high: int = INT32_MAX):
-    return lambda v: is_int(v) and low <= v <= high
-
-  check("seed", int_in(0), "an integer in [0, 2**31 - 1] (NumPy's batch order refuses negative seeds; larger "
-        "ones would give other initial tables with jax_enable_x64 on)")
-  for path in ("model.vocab_size", "model.d_model", "train.batch_size", "train.eval_batch_size"):
-    check(path, int_in(1), "an integer in [1, 2**31 - 1]")
-  check("model.tied", lambda v: isinstance(v, bool), "True or False")
-  check("model.dtype", lambda v: v in COMPUTE_DTYPES, " | ".join(COMPUTE_DTYPES) + " (the matmuls' compute dtype)")
-  for path in ("train.num_steps", "train.warmup_steps"):
-    check(path, int_in(0), "an integer in [0, 2**31 - 1] (optax counts steps in int32)")
-  check("train.learning_rate", lambda v: is_number(v) and math.isfinite(v) and v > 0, "a finite number > 0")
-  for path in ("train.weight_decay", "train.grad_clip_norm"):
-    check(path, lambda v: is_number(v) and math.isfinite(v) and v >= 0, "a finite number >= 0 (0 = off)")
-  for path in ("train.lookup_grad_scale", "train.projection_grad_scale"):
-    check(path, lambda v: is_number(v) and math.isfinite(v) and v >= 0, "a finite number >= 0 (1 = the exact gradient)")
-  check("train.optimizer", lambda v: v in OPTIMIZERS, " | ".join(OPTIMIZERS))
-  for path in ("train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints"):
-    check(path, int_in(1), "an integer in [1, 2**31 - 1]")
-  check("loss.chunk_size", int_in(0), "an integer in [0, 2**31 - 1] (0 = full logits)")
 
 
 def _check_mesh(config: ml_collections.ConfigDict, num_devices: int) -> None:
@@ -105,7 +77,7 @@ def memory_estimate(config: ml_collections.ConfigDict) -> list[MemoryTerm]:
   """The memory a run of a valid config needs on one host, as a sum of the terms below (bytes, float32 = 4).
 
   - tables: V·D·4 per table (1 tied, 2 untied), 6 times: the parameter, two Adam moments, the gradient and its
-    lookup and projection parts; plus V·D·8 for a synthetic task's float64 hidden table;
+    lookup and projection parts; plus V·data.task_d_model·8 for a synthetic task's float64 hidden table;
   - train logits: (B or loss.chunk_size, V) float32, 3 times: the logits, their exponentials and gradient;
   - hidden vectors: (B, D) float32, twice: the looked-up rows and their gradient;
   - eval logits: (eval_batch_size or loss.chunk_size, V) float32, twice: the logits and their exponentials;
@@ -126,7 +98,8 @@ def memory_estimate(config: ml_collections.ConfigDict) -> list[MemoryTerm]:
   pair_fields = tuple(counts or [f"data.{field}" for field in source.fields] or ["data.source"])
   train_rows, eval_rows = (min(chunk_size or rows, rows) for rows in (batch_size, eval_batch_size))
   return [
-      MemoryTerm("the (V, D) tables and their optimizer state", vocab_size * d_model * (num_tables * 4 * 6 + 8),
+      MemoryTerm("the (V, D) tables and their optimizer state",
+                 vocab_size * (d_model * num_tables * 4 * 6 + int(config.data.task_d_model) * 8),
                  ("model.vocab_size", "model.d_model")),
       MemoryTerm("the train logits (loss.chunk_size > 0 bounds them)", train_rows * vocab_size * 4 * 3,
                  ("train.batch_size" if train_rows == batch_size else "loss.chunk_size", "model.vocab_size")),
@@ -159,18 +132,12 @@ def check_memory(config: ml_collections.ConfigDict, memory_bytes: int) -> None:
   if total <= memory_bytes:
     return
   largest = max(terms, key=lambda term: term.bytes)
-  field = max(largest.fields, key=lambda path: _as_number(_get(config, path)))
+  field = max(largest.fields, key=lambda path: _as_number(config_fields.get(config, path)))
   raise UsageError.bad_value(
-      field, _get(config, field),
+      field, config_fields.get(config, field),
       f"a config that fits in this machine's {_gib(memory_bytes)} of memory: it needs about {_gib(total)}, "
       f"{_gib(largest.bytes)} of it for {largest.what}",
   )
-
-
-def _get(config: ml_collections.ConfigDict, path: str) -> Any:
-  for key in path.split("."):
-    config = config[key]
-  return config
 
 
 def _as_number(value: Any) -> float:

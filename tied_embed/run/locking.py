@@ -44,6 +44,21 @@ def is_locked(directory: str | pathlib.Path) -> bool:
   return False
 
 
+def refuse_if_held(directory: str | pathlib.Path, what: str) -> None:
+  """The UsageError `exclusive` would raise if another process holds the lock of `directory` now; creates nothing.
+
+  A cheap early check (the command line makes it before its slow imports); `exclusive` still takes the lock.
+  """
+  if is_locked(directory):
+    raise _in_use(directory, what)
+
+
+def _in_use(directory: str | pathlib.Path, what: str) -> UsageError:
+  return UsageError(
+      f"{what} is in use by another run ({holder(directory)}): wait for it to finish, or use another directory"
+  )
+
+
 @contextlib.contextmanager
 def exclusive(directory: str | pathlib.Path, what: str) -> Iterator[None]:
   """Holds the lock of `directory` (created if needed) while inside; UsageError naming the holder if it is taken.
@@ -58,10 +73,7 @@ def exclusive(directory: str | pathlib.Path, what: str) -> Iterator[None]:
     try:
       fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-      raise UsageError(
-          f"{what} is in use by another run ({holder(directory)}): wait for it to finish, or use another "
-          f"directory"
-      ) from None
+      raise _in_use(directory, what) from None
     since = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     f.seek(0)
     f.truncate()

@@ -8,16 +8,18 @@ checkpoint being written then is left unfinalized, which a restart ignores).
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import types
 
 import jax
 import numpy as np
-from absl import logging
 from jax.experimental import multihost_utils
 
 from tied_embed.run.errors import RunStopped
+
+log = logging.getLogger(__name__)
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -92,5 +94,5 @@ class StopSignals:
     self.received = signum
     if self.interrupting:
       raise Interrupted(signum)
-    logging.warning("Received %s: saving a checkpoint after the current step, then stopping.",
+    log.warning("Received %s: saving a checkpoint after the current step, then stopping.",
                     signal.Signals(signum).name)

@@ -9,11 +9,13 @@ as CLU's default writer does.
 
 from __future__ import annotations
 
+import logging
 import pathlib
 import time
 
-from absl import logging
 from clu import metric_writers
+
+log = logging.getLogger(__name__)
 
 
 def make_writer(workdir: pathlib.Path, *, events: bool, verbose: bool) -> metric_writers.MetricWriter:
@@ -59,9 +61,19 @@ class ProgressLine:
     return " | ".join(parts)
 
 
+def shown_path(path: pathlib.Path) -> str:
+  """`path` relative to the current directory when it is inside it ('runs/default'), else absolute."""
+  path = pathlib.Path(path).absolute()
+  try:
+    return str(path.relative_to(pathlib.Path.cwd())) or "."
+  except ValueError:
+    return str(path)
+
+
 def closing_lines(workdir: pathlib.Path, step: int) -> None:
-  """Where the run left its checkpoints, and the commands that look at them."""
-  logging.info(
+  """Where the run left its checkpoints, and the commands that look at them (paths as `shown_path` gives them)."""
+  shown = shown_path(workdir)
+  log.info(
       "Checkpoints in %s (latest: step %d). Inspect: python -m tied_embed.inspect --workdir %s | "
-      "Watch: tensorboard --logdir %s", workdir / "checkpoints", step, workdir, workdir,
+      "Watch: tensorboard --logdir %s", shown_path(pathlib.Path(workdir) / "checkpoints"), step, shown, shown,
   )

@@ -2,8 +2,9 @@
 that its layout is sound, and that it is this run's.
 
 A workdir belongs to one run. Its checkpoints may be resumed by a config that differs only in how the run is
-carried out or watched (`RESUMABLE_CHANGES`); any other difference (V, D, tied/untied, the data, the seed, the
-optimizer and its hyperparameters) would mix two runs in one directory, so it is refused instead.
+carried out or watched (`config_fields.RESUMABLE`: lengths, intervals, evaluation, loss chunking, the matmuls'
+compute dtype, the device mesh, where the dataset is cached); any other difference (V, D, tied/untied, the data,
+the seed, the optimizer and its hyperparameters) would mix two runs in one directory, so it is refused instead.
 """
 
 from __future__ import annotations
@@ -16,18 +17,10 @@ from collections.abc import Iterator
 import jax
 import ml_collections
 
-from tied_embed.run import config_schema, locking
+from tied_embed.run import config_fields, config_schema, locking
 from tied_embed.run.errors import UsageError
 
 SUBDIRECTORIES = ("checkpoints", "damaged_checkpoints", "data", "report")
-
-# Config fields that may change between the checkpoint and the resuming run: lengths, intervals, evaluation, loss
-# chunking and the matmuls' compute dtype (the state is float32 either way), the device mesh (checkpoints restore
-# onto any mesh) and where the dataset is cached.
-RESUMABLE_CHANGES = (
-    "train.num_steps", "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
-    "train.eval_batch_size", "loss.chunk_size", "model.dtype", "mesh.data", "mesh.model", "data.data_dir",
-)
 
 
 def ensure_writable(workdir: str | pathlib.Path) -> pathlib.Path:
@@ -73,12 +66,12 @@ def check_layout(workdir: pathlib.Path) -> None:
 
 
 def config_differences(saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> list[str]:
-  """The fields outside RESUMABLE_CHANGES where `config` differs from `saved`, as 'path: saved → new'."""
+  """The fields outside config_fields.RESUMABLE where `config` differs from `saved`, as 'path: saved → new'."""
   old, new = config_schema.leaf_paths(saved), config_schema.leaf_paths(config)
   return [
       f"{path}: {old.get(path, '<absent>')!r} in the checkpoints, {new.get(path, '<absent>')!r} now"
       for path in sorted(set(old) | set(new))
-      if path not in RESUMABLE_CHANGES and old.get(path, "<absent>") != new.get(path, "<absent>")
+      if path not in config_fields.RESUMABLE and old.get(path, "<absent>") != new.get(path, "<absent>")
   ]
 
 

@@ -81,10 +81,9 @@ class SyntheticSource(base.Source):
     """The table the logits score against: e* (V, D) → (V, D)."""
 
   def validate(self, config: Any) -> None:
-    vocab_size, d_model, data = config.model.get("vocab_size"), config.model.get("d_model"), config.data
+    vocab_size, data = config.model.get("vocab_size"), config.data
     require(base.is_int(vocab_size) and vocab_size >= 2, "model.vocab_size", vocab_size,
             f"an integer >= 2 for data.source={self.name!r}")
-    require(base.is_int(d_model) and d_model >= 1, "model.d_model", d_model, "an integer >= 1")
     require(base.is_int(data.get("task_seed")) and data.task_seed >= 0, "data.task_seed", data.get("task_seed"),
             "an integer >= 0")
     for field in ("num_train_pairs", "num_eval_pairs"):
@@ -93,9 +92,10 @@ class SyntheticSource(base.Source):
       base.require_finite(data, field)
 
   def settings(self, config: Any) -> dict[str, Any]:
+    """The task's parameters; 'd_model' is the hidden table's width, data.task_d_model (not the model's width)."""
     data = config.data
     return dict(
-        vocab_size=int(config.model.vocab_size), d_model=int(config.model.d_model), task_seed=int(data.task_seed),
+        vocab_size=int(config.model.vocab_size), d_model=int(data.task_d_model), task_seed=int(data.task_seed),
         num_train_pairs=int(data.num_train_pairs), num_eval_pairs=int(data.num_eval_pairs),
         logit_scale=float(data.logit_scale), zipf_exponent=float(data.zipf_exponent),
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import logging
 import os
 import pathlib
 import tempfile
@@ -22,12 +23,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-from absl import logging
 
 from tied_embed.data.sources import base, count_bigram
 from tied_embed.data.sources import tokenizer as tokenizer_lib
 from tied_embed.run import locking
 from tied_embed.run.errors import require
+
+log = logging.getLogger(__name__)
 
 MIN_SUBWORD_VOCAB = 8  # SentencePiece needs room for <unk> and a few characters
 _MAX_SUBWORD_VOCAB = 1 << 20
@@ -113,12 +115,12 @@ class TextSource(base.Source):
       data_dir.mkdir(parents=True, exist_ok=True)
       with locking.exclusive(data_dir, f"data.data_dir={str(data_dir)!r}"):
         if not _usable(path, settings["vocab_size"]):
-          logging.info("Training a SentencePiece vocabulary of %d pieces on a sample of the train text.",
+          log.info("Training a SentencePiece vocabulary of %d pieces on a sample of the train text.",
                        settings["vocab_size"])
           model = tokenizer_lib.train_sentencepiece(self.sample_lines(settings), settings["vocab_size"])
           path.parent.mkdir(exist_ok=True)
           _write_atomically(path, model)
-          logging.info("SentencePiece model cached at %s.", path)
+          log.info("SentencePiece model cached at %s.", path)
     return {**settings, "tokenizer_file": str(path)}
 
   def tokenizer(self, settings: dict[str, Any]) -> tokenizer_lib.Tokenizer:
@@ -158,7 +160,7 @@ class TextSource(base.Source):
       self, settings: dict[str, Any], train: tuple[np.ndarray, np.ndarray], validation: tuple[np.ndarray, np.ndarray]
   ) -> dict[str, float]:
     loss, k = count_bigram.count_bigram_loss(*train, *validation, settings["vocab_size"])
-    logging.info("Count bigram model (add-k, k=%g chosen on held-out train): %.4f nats on validation.", k, loss)
+    log.info("Count bigram model (add-k, k=%g chosen on held-out train): %.4f nats on validation.", k, loss)
     return {"count_bigram_loss": loss}
 
   def tokenizer_from_record(self, record: dict[str, np.ndarray]) -> tokenizer_lib.Tokenizer:

@@ -12,13 +12,15 @@ from __future__ import annotations
 import ast
 import hashlib
 import io
+import logging
 import re
 from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
-from absl import logging
 
 from tied_embed.run.errors import UsageError
+
+log = logging.getLogger(__name__)
 
 BYTES = "bytes"
 SENTENCEPIECE = "sentencepiece"
@@ -178,11 +180,11 @@ def encode_stream(tokenizer: Tokenizer, lines: Iterator[str], what: str, batch: 
     if len(pending) == batch:
       done += _flush(encode, pending, parts)
       if done >= next_log:
-        logging.info("Tokenized %.0f MB of %s (%d tokens so far).", done / 2**20, what, sum(map(len, parts)))
+        log.info("Tokenized %.0f MB of %s (%d tokens so far).", done / 2**20, what, sum(map(len, parts)))
         next_log += PROGRESS_BYTES
   done += _flush(encode, pending, parts)
   ids = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-  logging.info("Tokenized %s: %.1f MB of text, %d tokens.", what, done / 2**20, len(ids))
+  log.info("Tokenized %s: %.1f MB of text, %d tokens.", what, done / 2**20, len(ids))
   return ids
 
 
