@@ -5,6 +5,8 @@ A 1-device smoke run with W resumes bit for bit; the 4x2 mesh run (tests/sharded
 
 from __future__ import annotations
 
+import shutil
+
 import jax
 import numpy as np
 import pytest
@@ -52,11 +54,10 @@ def test_a_hidden_map_run_trains_w_and_logs_it(hidden_run):
 
 
 def test_a_hidden_map_run_resumes_bit_for_bit(hidden_run, tmp_path):
-  _, straight = hidden_run
-  config = hidden_smoke_config()
-  config.train.num_steps = 10
-  train_and_evaluate(config, tmp_path)
-  resumed = train_and_evaluate(hidden_smoke_config(), tmp_path)  # from the checkpoint at step 10
+  workdir, straight = hidden_run
+  shutil.copytree(workdir, tmp_path / "run")
+  shutil.rmtree(tmp_path / "run" / "checkpoints" / str(HIDDEN_STEPS))  # so it resumes from step 10
+  resumed = train_and_evaluate(hidden_smoke_config(), tmp_path / "run")
   got, want = _leaves(resumed.state), _leaves(straight.state)
   assert set(got) == set(want)
   for name in want:
