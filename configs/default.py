@@ -21,8 +21,8 @@ def get_config() -> ml_collections.ConfigDict:
   # optimizer state stay float32). On XLA:CPU bfloat16 is ~10% slower, not faster: it widens the operands to float32
   # before each dot (measured at V=8192, D=256, T=4096)
   config.model.dtype = "float32"
-  config.model.hidden = "none"  # between lookup and projection: none | linear (one (D, D) layer)
-  config.model.hidden_l2 = 0.0  # L2 penalty on the hidden layer's weights (model.hidden=linear); 0 = off
+  config.model.hidden = "none"  # none | linear: h = E[ids]·W, a (D, D) W between lookup and projection, from I
+  config.model.hidden_l2 = 0.0  # λ: the training loss adds λ·‖W − I‖²_F (model.hidden=linear); 0 = off
 
   config.data = ml_collections.ConfigDict()
   config.data.source = "planted"  # planted | directed | text | tfds (see tied_embed/sources/)

@@ -21,6 +21,7 @@ from typing import Any
 import ml_collections
 import numpy as np
 
+from tied_embed.core.model import HIDDEN_MAPS
 from tied_embed.core.optim import OPTIMIZERS
 from tied_embed.data import sources
 from tied_embed.data.sources.base import is_int, is_number
@@ -28,7 +29,6 @@ from tied_embed.fast.precision import COMPUTE_DTYPES
 from tied_embed.run.errors import require
 
 INT32_MAX = 2**31 - 1
-HIDDEN_LAYERS = ("none", "linear")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,11 +72,11 @@ FIELDS: tuple[Field, ...] = (
     Field("model.dtype", "float32", " | ".join(COMPUTE_DTYPES) + " (the matmuls' compute dtype)",
           lambda v: v in COMPUTE_DTYPES, True,
           "compute dtype of the loss's matmuls (float32 accumulation; parameters and optimizer state stay float32)"),
-    Field("model.hidden", "none", " | ".join(f'"{name}"' for name in HIDDEN_LAYERS),
-          lambda v: v in HIDDEN_LAYERS, False,
-          "between lookup and projection: none, or one linear (D, D) layer"),
+    Field("model.hidden", "none", " | ".join(f'"{name}"' for name in HIDDEN_MAPS),
+          lambda v: v in HIDDEN_MAPS, False,
+          "between lookup and projection: none, or linear: h = E[ids]·W, W (D, D) starting at the identity"),
     Field("model.hidden_l2", 0.0, "a finite number >= 0 (0 = off)", _finite_at_least(0), False,
-          "L2 penalty on the hidden layer's weights (model.hidden=linear)"),
+          "λ: the training loss adds λ·‖W − I‖²_F (model.hidden=linear; the eval loss is the cross-entropy alone)"),
     Field("data.source", "planted", f"one of {tuple(sorted(sources.REGISTRY))}", None, False,
           "the task (tied_embed/data/sources/); the source checks the data.* fields it reads"),
     Field("data.data_dir", "", "a path ('' = <workdir>/data), a writable directory", None, True,
