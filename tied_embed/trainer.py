@@ -189,6 +189,15 @@ def _load_data(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> data
     ) from error
 
 
+def _record_for_inspection(data: data_lib.BigramData, config: ml_collections.ConfigDict, workdir: pathlib.Path) -> None:
+  """WORKDIR/report_data.npz, so inspection needs nothing outside the workdir; DataFailed naming the file if the
+  write fails (a full disk, a file size limit)."""
+  try:
+    data_lib.record_for_inspection(data, config, workdir)
+  except OSError as error:
+    raise DataFailed(f"writing {error.filename or workdir} failed: {error.strerror or first_line(error)}") from error
+
+
 def train_and_evaluate(
     config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, verbose: bool = False
 ) -> RunSummary:
@@ -213,6 +222,7 @@ def train_and_evaluate(
 def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, verbose: bool) -> RunSummary:
   """`train_and_evaluate`'s body; a signal during its set-up raises preemption.Interrupted."""
   validate_config(config)
+  data_lib.check_preparable(config, workdir)  # a vocabulary the corpus cannot support is refused before any write
   workdir = workdir_lib.ensure_writable(workdir)
   train, num_steps = config.train, int(config.train.num_steps)
   with contextlib.ExitStack() as stack:
@@ -233,7 +243,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
       state = _track_most_frequent_rows(state, data.input_counts)
     complete = start == num_steps and checkpointer.latest_step() == num_steps  # a rerun writes nothing
     if jax.process_index() == 0 and not complete:
-      data_lib.record_for_inspection(data, config, workdir)  # so inspection needs nothing outside the workdir
+      _record_for_inspection(data, config, workdir)
     events = jax.process_index() == 0 and not complete
     writer = stack.enter_context(contextlib.closing(run_log.make_writer(workdir, events=events, verbose=verbose)))
     stop = signals.agreed(sync_point=True)
