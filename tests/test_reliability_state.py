@@ -289,3 +289,23 @@ def test_a_signal_inside_checkpoint_code_is_a_stop_not_a_write_failure_or_damage
     train_and_evaluate(smoke_run.config, workdir)
   assert stopped.value.exit_status == 143 and stopped.value.step is None
   assert checkpoint.available_steps(workdir) == [40, 60] and not checkpoint.damaged_dir(workdir).exists()
+
+
+def test_a_failed_write_of_report_data_names_the_file_and_leaves_no_temporary_file(smoke_run, tmp_path):
+  """Files capped at 2 KiB: report_data.npz (about 3.6 KB for the smoke run) cannot be written whole."""
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / ".report_data.npz.killed.tmp").write_bytes(b"what a killed run left")
+
+  def cap_file_size():
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+
+  result = subprocess.run(
+      [sys.executable, "train.py", "--config", "configs/smoke.py", "--workdir", str(workdir),
+       f"--config.data.data_dir={smoke_run.workdir / 'data'}"],  # already made: nothing to write there
+      cwd=ROOT, capture_output=True, text=True, timeout=300, preexec_fn=cap_file_size,
+  )
+  assert result.returncode == 1, result.stderr[-2000:]
+  assert result.stderr.strip().splitlines()[-1] == f"error: writing {workdir / 'report_data.npz'} failed: File too large"
+  assert "Traceback" not in result.stderr
+  assert sorted(p.name for p in workdir.glob(".report_data.npz*")) == [] and not (workdir / "report_data.npz").exists()
