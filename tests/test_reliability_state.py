@@ -306,6 +306,7 @@ def test_a_failed_write_of_report_data_names_the_file_and_leaves_no_temporary_fi
       cwd=ROOT, capture_output=True, text=True, timeout=300, preexec_fn=cap_file_size,
   )
   assert result.returncode == 1, result.stderr[-2000:]
-  assert result.stderr.strip().splitlines()[-1] == f"error: writing {workdir / 'report_data.npz'} failed: File too large"
+  last = result.stderr.strip().splitlines()[-1]
+  assert last == f"error: writing {workdir / 'report_data.npz'} failed: File too large"
   assert "Traceback" not in result.stderr
   assert sorted(p.name for p in workdir.glob(".report_data.npz*")) == [] and not (workdir / "report_data.npz").exists()
