@@ -5,8 +5,8 @@ sample of the train split), with what a bigram stream needs: no BOS/EOS/padding 
 is a piece of text. Training is deterministic: one thread, the sample taken at fixed positions, and the model
 written from memory (no file names inside), so the same corpus and settings give the same model file byte for byte.
 Lines are encoded one at a time and their tokens concatenated: newlines leave no token of their own. SentencePiece's
-trainer drops a sentence longer than its `max_sentence_length` without a word, so a line longer than
-SENTENCE_BYTES is cut into pieces at spaces before it trains (a corpus of one long line trains like any other).
+trainer drops a sentence longer than its `max_sentence_length` without a word, so a line longer than that is
+cut into pieces at spaces before it trains (a corpus of one long line trains like any other).
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ TRAINER_SETTINGS = dict(  # spelled out in the cache key: changing one makes a n
     model_type="unigram", character_coverage=1.0, unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1,
     max_sentence_length=1 << 16, num_threads=1,
 )
-SENTENCE_BYTES = 1 << 15  # a longer line trains as pieces of at most this many bytes: half the trainer's
-# max_sentence_length, so that normalization, which can lengthen a sentence, never takes a piece past it
+# A longer line trains as pieces of at most this many bytes: the trainer's max_sentence_length, which it checks
+# on the raw text (before normalization), so a corpus whose lines all fit trains on exactly its lines.
+SENTENCE_BYTES = TRAINER_SETTINGS["max_sentence_length"]
 PROGRESS_BYTES = 64 << 20  # one log line per this much text tokenized
 WORD_START = "\u2581"  # SentencePiece's '▁': the piece begins a word
 
