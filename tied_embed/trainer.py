@@ -205,9 +205,10 @@ def train_and_evaluate(
 
   Logs one line per log step (`verbose`: also every scalar and histogram, as CLU's default writer does).
 
-  Raises, before loading data or compiling anything, UsageError if the config is invalid (nothing written), if
-  the workdir cannot be written or another run holds it, if its checkpoints were made by a different run
-  (workdir.RESUMABLE_CHANGES) or on other data, or if none of them reads back. Stops with
+  Raises, before loading data or compiling anything, UsageError if the config is invalid or its corpus cannot
+  support its SentencePiece vocabulary (nothing written), if the workdir cannot be written or another run holds
+  it, if its checkpoints were made by a different run (workdir.RESUMABLE_CHANGES) or on other data, or if none
+  of them reads back. Stops with
   preemption.Preempted on SIGTERM/SIGINT (after saving, once the loop has started), with
   train_step.NonFinite at a non-finite loss or gradient (saving nothing after it), with
   checkpoint.WriteFailed. Whatever the outcome, the saves already started finish and the logs are flushed
