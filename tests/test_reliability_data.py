@@ -188,3 +188,101 @@ def test_large_vocabulary_generation_needs_no_dense_table():
   assert peak < 4096**2 * 8 / 4  # a (V, V) float64 table would be 128 MB
   assert row.shape == (4096,) and np.exp(row).sum() == pytest.approx(1.0)
   assert reference.loss_floor > 0
+
+
+# --- Text corpora: long lines, a vocabulary the corpus cannot support, links that reach one file twice. ---
+
+
+def _subword_smoke(text_path, vocab_size):
+  from configs import smoke  # noqa: PLC0415
+
+  config = smoke.get_config()
+  config.data.source, config.data.text_path, config.data.tokenizer = "text", str(text_path), "sentencepiece"
+  config.model.vocab_size = vocab_size
+  return config
+
+
+def test_a_corpus_of_lines_longer_than_sentencepiece_takes_trains_like_any_other(tmp_path):
+  from tied_embed.data.sources import tokenizer as tokenizer_lib  # noqa: PLC0415
+
+  rng = np.random.default_rng(0)
+  words = ["".join(rng.choice(list("abcdefghij"), size=rng.integers(2, 7))) for _ in range(300)]
+  line = " ".join(rng.choice(words, size=40_000))  # one line of about 190 KB: SentencePiece drops lines > 64 KiB
+  corpus = tmp_path / "one_line.txt"
+  corpus.write_text(line)
+  loaded = data.load_bigram_data(text_config_for(corpus, tmp_path, vocab_size=64), tmp_path / "work")
+  assert loaded.vocab_size == 64 and len(loaded.train_ids) > 10_000
+  pieces = list(tokenizer_lib.bounded_sentences([line, "short"]))
+  assert "".join(pieces[:-1]) == line and pieces[-1] == "short"
+  assert all(piece.startswith(" ") for piece in pieces[1:-1])  # cut before a space: every word stays whole
+  assert all(len(piece.encode()) <= tokenizer_lib.SENTENCE_BYTES for piece in pieces) and len(pieces) > 2
+
+
+def test_cuts_in_a_line_without_spaces_fall_on_character_boundaries():
+  from tied_embed.data.sources import tokenizer as tokenizer_lib  # noqa: PLC0415
+
+  line = "é" * 50_001 + "x" + "ü" * 20_000  # two-byte characters, no space to cut at
+  pieces = list(tokenizer_lib.bounded_sentences([line], limit=1001))
+  assert "".join(pieces) == line and all(len(piece.encode()) <= 1001 for piece in pieces)
+
+
+def test_a_corpus_sentencepiece_cannot_train_on_is_named_with_the_reason(tmp_path):
+  corpus = tmp_path / "blank.txt"
+  corpus.write_text(" \t " * 4000)  # passes the size bound, but holds nothing but whitespace
+  with pytest.raises(UsageError) as refused:
+    data.load_bigram_data(text_config_for(corpus, tmp_path, vocab_size=16), tmp_path / "work")
+  message = str(refused.value)
+  assert message.startswith("model.vocab_size=16 is not allowed") and f"data.text_path={str(corpus)!r}" in message
+  assert "whitespace" in message and "\n" not in message
+
+
+def text_config_for(text_path, tmp_path, vocab_size):
+  import ml_collections  # noqa: PLC0415
+
+  return ml_collections.ConfigDict({
+      "seed": 0, "model": {"vocab_size": vocab_size, "d_model": 4, "tied": True},
+      "data": {"source": "text", "text_path": str(text_path), "tokenizer": "sentencepiece",
+               "data_dir": str(tmp_path / "data")}})
+
+
+def test_a_refused_sentencepiece_vocabulary_creates_no_workdir(tmp_path):
+  from tied_embed.trainer import train_and_evaluate  # noqa: PLC0415
+
+  corpus = tmp_path / "abab.txt"
+  corpus.write_text("ab ab ab ab\n" * 20000)  # 240 KB pass the size bound; its text has a handful of pieces
+  workdir = tmp_path / "run"
+  with pytest.raises(UsageError, match=r"model.vocab_size=8192 is not allowed: .*abab.txt.*too high"):
+    train_and_evaluate(_subword_smoke(corpus, 8192), workdir)
+  assert not workdir.exists()
+
+
+def test_a_vocabulary_trained_before_the_workdir_exists_is_trained_once(tmp_path, monkeypatch):
+  from tied_embed.data.sources import tokenizer as tokenizer_lib  # noqa: PLC0415
+
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("the cat sat on the mat and the dog sat on the log\n" * 400)
+  config = _subword_smoke(corpus, 16)
+  trainings = []
+  real = tokenizer_lib.train_sentencepiece
+  monkeypatch.setattr(tokenizer_lib, "train_sentencepiece", lambda *a, **k: trainings.append(1) or real(*a, **k))
+  data.check_preparable(config, tmp_path / "run")
+  assert not (tmp_path / "run").exists() and len(trainings) == 1
+  loaded = data.load_bigram_data(config, tmp_path / "run")
+  assert loaded.vocab_size == 16 and len(trainings) == 1
+  assert len(list((tmp_path / "run" / "data" / "tokenizers").glob("*.model"))) == 1
+
+
+def test_a_glob_through_a_symlink_loop_reads_each_file_once(tmp_path):
+  from tied_embed.data.sources import corpus  # noqa: PLC0415
+
+  root = tmp_path / "texts"
+  (root / "sub").mkdir(parents=True)
+  (root / "a.txt").write_text("alpha beta gamma\n" * 20)
+  (root / "sub" / "b.txt").write_text("delta epsilon\n" * 20)
+  (root / "self").symlink_to(".")  # a loop: texts/self/self/.../a.txt
+  (root / "also_a.txt").symlink_to("a.txt")  # one file by two names
+  expected = [root / "a.txt", root / "sub" / "b.txt"]
+  assert corpus.resolve(f"{root}/**/*.txt", root) == expected
+  assert corpus.resolve(str(root), root) == expected
+  config = make_config(source="text", text_path=f"{root}/**/*.txt")
+  assert data.builder_config(config).settings["files"] == [str(p) for p in expected]

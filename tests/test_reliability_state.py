@@ -220,6 +220,20 @@ def test_library_callers_can_catch_a_stopped_run_as_an_exception():
   assert preemption.Preempted(signal.SIGINT, 3).exit_status == 130
 
 
+def _wait_until_it_handles(process: subprocess.Popen, signum: int, timeout_s: float = 120) -> None:
+  """Waits until `process` has installed a handler for `signum`: its SigCgt mask in /proc (Linux) has the bit.
+
+  train.py installs its start-up handlers for SIGINT and SIGTERM in its first lines, before the slow imports;
+  Python itself catches only SIGINT. Where there is no /proc, returns at once.
+  """
+  status, deadline = pathlib.Path(f"/proc/{process.pid}/status"), time.monotonic() + timeout_s
+  while status.exists() and time.monotonic() < deadline and process.poll() is None:
+    caught = next((line.split()[1] for line in status.read_text().splitlines() if line.startswith("SigCgt:")), "0")
+    if int(caught, 16) & (1 << (signum - 1)):
+      return
+    time.sleep(0.005)
+
+
 @pytest.mark.parametrize("after_seconds", [0.5, 2.0, 3.5])
 def test_ctrl_c_soon_after_start_ends_the_command_with_130(tmp_path, after_seconds):
   """Whether it lands in the imports, the set-up or the first steps, the command ends with one line and 130."""
@@ -229,9 +243,10 @@ def test_ctrl_c_soon_after_start_ends_the_command_with_130(tmp_path, after_secon
        "--config.train.num_steps=100000"],
       cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
   )
+  _wait_until_it_handles(process, signal.SIGTERM)  # train.py's first lines have run, however loaded the machine
   time.sleep(after_seconds)
   process.send_signal(signal.SIGINT)
-  _, stderr = process.communicate(timeout=120)
+  _, stderr = process.communicate(timeout=300)
   assert process.returncode == 130, stderr[-2000:]
   assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("error: stopped by SIGINT")
   assert not list(workdir.glob("checkpoints/*.orbax-checkpoint-tmp*"))  # nothing half-written
@@ -291,3 +306,24 @@ def test_a_signal_inside_checkpoint_code_is_a_stop_not_a_write_failure_or_damage
     train_and_evaluate(smoke_run.config, workdir)
   assert stopped.value.exit_status == 143 and stopped.value.step is None
   assert checkpoint.available_steps(workdir) == [40, 60] and not checkpoint.damaged_dir(workdir).exists()
+
+
+def test_a_failed_write_of_report_data_names_the_file_and_leaves_no_temporary_file(smoke_run, tmp_path):
+  """Files capped at 2 KiB: report_data.npz (about 3.6 KB for the smoke run) cannot be written whole."""
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / ".report_data.npz.killed.tmp").write_bytes(b"what a killed run left")
+
+  def cap_file_size():
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+
+  result = subprocess.run(
+      [sys.executable, "train.py", "--config", "configs/smoke.py", "--workdir", str(workdir),
+       f"--config.data.data_dir={smoke_run.workdir / 'data'}"],  # already made: nothing to write there
+      cwd=ROOT, capture_output=True, text=True, timeout=300, preexec_fn=cap_file_size,
+  )
+  assert result.returncode == 1, result.stderr[-2000:]
+  last = result.stderr.strip().splitlines()[-1]
+  assert last == f"error: writing {workdir / 'report_data.npz'} failed: File too large"
+  assert "Traceback" not in result.stderr
+  assert sorted(p.name for p in workdir.glob(".report_data.npz*")) == [] and not (workdir / "report_data.npz").exists()

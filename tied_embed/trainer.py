@@ -192,6 +192,15 @@ def _load_data(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> data
     ) from error
 
 
+def _record_for_inspection(data: data_lib.BigramData, config: ml_collections.ConfigDict, workdir: pathlib.Path) -> None:
+  """WORKDIR/report_data.npz, so inspection needs nothing outside the workdir; DataFailed naming the file if the
+  write fails (a full disk, a file size limit)."""
+  try:
+    data_lib.record_for_inspection(data, config, workdir)
+  except OSError as error:
+    raise DataFailed(f"writing {error.filename or workdir} failed: {error.strerror or first_line(error)}") from error
+
+
 def train_and_evaluate(
     config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, verbose: bool = False
 ) -> RunSummary:
@@ -199,9 +208,10 @@ def train_and_evaluate(
 
   Logs one line per log step (`verbose`: also every scalar and histogram, as CLU's default writer does).
 
-  Raises, before loading data or compiling anything, UsageError if the config is invalid (nothing written), if
-  the workdir cannot be written or another run holds it, if its checkpoints were made by a different run
-  (config_fields.RESUMABLE) or on other data, or if none of them reads back. Stops with
+  Raises, before loading data or compiling anything, UsageError if the config is invalid or its corpus cannot
+  support its SentencePiece vocabulary (nothing written), if the workdir cannot be written or another run holds
+  it, if its checkpoints were made by a different run (config_fields.RESUMABLE) or on other data, or if none
+  of them reads back. Stops with
   preemption.Preempted on SIGTERM/SIGINT (after saving, once the loop has started), with
   nonfinite.NonFinite at a non-finite loss or gradient (saving nothing after it), with
   checkpoint.WriteFailed. Whatever the outcome, the saves already started finish and the logs are flushed
@@ -216,6 +226,7 @@ def train_and_evaluate(
 def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, verbose: bool) -> RunSummary:
   """`train_and_evaluate`'s body; a signal during its set-up raises preemption.Interrupted."""
   validate_config(config)
+  data_lib.check_preparable(config, workdir)  # a vocabulary the corpus cannot support is refused before any write
   workdir = workdir_lib.ensure_writable(workdir)
   train, num_steps = config.train, int(config.train.num_steps)
   with contextlib.ExitStack() as stack:
@@ -236,7 +247,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
       state = _track_most_frequent_rows(state, data.input_counts)
     complete = start == num_steps and checkpointer.latest_step() == num_steps  # a rerun writes nothing
     if jax.process_index() == 0 and not complete:
-      data_lib.record_for_inspection(data, config, workdir)  # so inspection needs nothing outside the workdir
+      _record_for_inspection(data, config, workdir)
     events = jax.process_index() == 0 and not complete
     writer = stack.enter_context(contextlib.closing(run_log.make_writer(workdir, events=events, verbose=verbose)))
     stop = signals.agreed(sync_point=True)

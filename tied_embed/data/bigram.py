@@ -190,6 +190,14 @@ def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, tuple[np.nd
   return splits
 
 
+def check_preparable(config: Any, workdir: str | pathlib.Path) -> None:
+  """UsageError if the source refuses the config in what it makes before the pairs (a SentencePiece vocabulary
+  the corpus cannot support), found in memory and before anything is written; `load_bigram_data` reuses it."""
+  validate_data_config(config)
+  bc = builder_config(config)
+  sources.get(bc.source).check_preparable(bc.settings, data_dir(config, workdir))
+
+
 def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
   """Generates the dataset unless cached, then loads both splits into memory: config → BigramData."""
   validate_data_config(config)
@@ -197,7 +205,32 @@ def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
   directory = data_dir(config, workdir)
   source = sources.get(bc.source)
   bc = BigramConfig(name=bc.name, source=bc.source, settings=source.prepare(bc.settings, directory))
-  splits = _prepare(bc, directory)
+  return _bigram_data(bc, _prepare(bc, directory))
+
+
+def load_existing_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
+  """The dataset as it is cached under the data dir, for a reader that must write nothing: config → BigramData.
+
+  Nothing is trained, generated or deleted. UsageError saying what is missing (the corpus, the tokenizer, the
+  dataset) or what is wrong with the cache.
+  """
+  validate_data_config(config)
+  bc = builder_config(config)
+  directory = data_dir(config, workdir)
+  settings = sources.get(bc.source).prepared(bc.settings, directory)
+  if settings is None:
+    raise UsageError(f"the tokenizer of dataset {bc.name} is not in {directory}")
+  bc = BigramConfig(name=bc.name, source=bc.source, settings=settings)
+  splits, why = _read_verified(bc, directory)
+  if splits is None:
+    where = _version_dir(bc, directory)
+    raise UsageError(f"{where} is missing" if why == "missing" else f"the dataset in {where} is unusable ({why})")
+  return _bigram_data(bc, splits)
+
+
+def _bigram_data(bc: BigramConfig, splits: dict[str, tuple[np.ndarray, np.ndarray]]) -> BigramData:
+  """BigramData of prepared settings and their loaded splits: the reference and the count references computed."""
+  source = sources.get(bc.source)
   (train_ids, train_next), (eval_ids, eval_next) = splits["train"], splits["validation"]
   vocab_size = bc.settings["vocab_size"]
   reference = source.reference(bc.settings, eval_ids, eval_next)

@@ -17,6 +17,9 @@ import numpy as np
 from tied_embed.data.sources.base import log_softmax
 from tied_embed.run.errors import UsageError
 
+MAX_GENERATE = 10_000  # sampled tokens at most: a few seconds at V = 8192, a continuation a person still reads
+MAX_SEED = 2**31 - 1  # as for the config's seed
+
 
 def next_token_probs(lookup_table: np.ndarray, projection_table: np.ndarray, token: int) -> np.ndarray:
   """P(next | current = token) of a table pair: (V, D), (V, D), id → (V,) float64 summing to 1."""
@@ -59,13 +62,15 @@ def continue_prompt(
 
   Keys: workdir, step, prompt, prompt_tokens ([{id, label}]), next ([{id, label, prob}]), warnings, and with
   `generate` also generated ([{id, label}]), text (prompt and continuation, decoded), temperature and seed.
-  UsageError for a run without text tokens, a prompt with no tokens, top_k outside [1, V], generate < 0, or a
-  temperature < 0.
+  UsageError for a run without text tokens, a prompt with no tokens, top_k outside [1, V], generate outside
+  [0, MAX_GENERATE], a seed outside [0, MAX_SEED], or a temperature < 0.
   """
   from tied_embed.inspection.run import open_run  # noqa: PLC0415 (Orbax only when a run is opened)
 
-  if generate < 0:
-    raise UsageError.bad_value("--generate", generate, "an integer >= 0 (tokens to sample)")
+  if not 0 <= generate <= MAX_GENERATE:
+    raise UsageError.bad_value("--generate", generate, f"an integer in [0, {MAX_GENERATE:_}] (tokens to sample)")
+  if not 0 <= seed <= MAX_SEED:
+    raise UsageError.bad_value("--seed", seed, "an integer in [0, 2**31 - 1]")
   if not np.isfinite(temperature) or temperature < 0:
     raise UsageError.bad_value("--temperature", temperature, "a finite number >= 0 (0 = always the likeliest)")
   warnings: list[str] = []

@@ -2,8 +2,9 @@
 
 It restores a checkpoint with nothing but the workdir (the newest readable one, with a warning when newer ones
 are damaged), reads what the report needs of the data from WORKDIR/report_data.npz (written at training time;
-older workdirs regenerate the dataset as their config says), reads the loss curves back from the event files,
-computes the report (`report`) and draws its pictures into WORKDIR/report/ (`plots`), the only place it writes.
+without it, from the dataset cached under the data dir, never trained or generated here), reads the loss curves
+back from the event files, computes the report (`report`) and draws its pictures into WORKDIR/report/ (`plots`),
+the only place it writes.
 """
 
 from __future__ import annotations
@@ -171,25 +172,28 @@ def _steps(workdir: pathlib.Path) -> list[int]:
 
 
 def _data_facts(config: Any, workdir: pathlib.Path, vocab_size: int, warnings: list[str]) -> record_lib.InspectionData:
-  """What the report needs of the data: WORKDIR/report_data.npz, or (older workdirs) the regenerated dataset."""
+  """What the report needs of the data: WORKDIR/report_data.npz, or else the dataset cached under the data dir.
+
+  Reads only: UsageError (one line) naming what is missing when neither is there.
+  """
+  path = workdir / record_lib.FILE_NAME
   try:
     facts = record_lib.read(workdir)
   except Exception as error:  # noqa: BLE001 (a damaged file: fall back as for an old workdir)
-    warnings.append(f"{workdir / record_lib.FILE_NAME} cannot be read ({first_line(error)}): using the dataset")
+    warnings.append(f"{path} cannot be read ({first_line(error)}): using the dataset")
     facts = None
   if facts is not None and facts.vocab_size != vocab_size:
-    warnings.append(f"{workdir / record_lib.FILE_NAME} is for V={facts.vocab_size}, the checkpoint has"
-                    f" V={vocab_size}: using the dataset")
+    warnings.append(f"{path} is for V={facts.vocab_size}, the checkpoint has V={vocab_size}: using the dataset")
     facts = None
   if facts is not None:
     return facts
   from tied_embed.data import bigram as data  # noqa: PLC0415 (TFDS only for workdirs that have no report_data.npz)
 
   try:
-    bigrams = data.load_bigram_data(config, str(workdir))
-  except OSError as error:
-    raise UsageError(f"--workdir={str(workdir)!r} has no {record_lib.FILE_NAME} and its dataset cannot be made"
-                     f" in {data.data_dir(config, workdir)} ({first_line(error)})") from None
+    bigrams = data.load_existing_bigram_data(config, str(workdir))
+  except (UsageError, OSError) as error:
+    raise UsageError(f"--workdir={str(workdir)!r} has no usable {record_lib.FILE_NAME}, and the dataset its config"
+                     f" names cannot be read instead (inspection makes none): {error}") from None
   return record_lib.InspectionData(
       source=bigrams.source, identity=bigrams.identity, vocab_size=bigrams.vocab_size,
       loss_floor=float(bigrams.loss_floor), reference_name=sources.get(bigrams.source).reference_name,

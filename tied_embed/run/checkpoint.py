@@ -17,11 +17,13 @@ manifest) is damaged like any other. `newest_readable` is the one scan every rea
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
 import pathlib
 import shutil
+import sys
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -164,6 +166,7 @@ class Checkpointer:
   def __init__(self, workdir: str | pathlib.Path, keep: int):
     self._workdir = pathlib.Path(workdir)
     self._writing: int | None = None
+    _drop_calls_into_closed_loops()  # a failed save's cut-off writes call back in the background, at any moment
     with self._errors_as_write_failed():
       self._manager = _manager(workdir, keep, read_only=False)
 
@@ -246,6 +249,41 @@ class Checkpointer:
       yield
     except Exception as error:  # noqa: BLE001 (Orbax and TensorStore report write failures in many types)
       raise WriteFailed(checkpoint_dir(self._workdir), self._writing, error) from error
+
+
+def _drop_calls_into_closed_loops() -> None:
+  """Stops Python printing a traceback for each write that a failed save left in flight.
+
+  Orbax runs a save's writes in an asyncio event loop of its own and closes that loop as soon as one write fails.
+  TensorStore finishes the other writes anyway and then calls back into the closed loop, in the background and
+  often before the failure reaches the run; each callback fails with `RuntimeError: Event loop is closed`, which
+  Python hands to `sys.unraisablehook` and which would print as a traceback beside the run's one-line error.
+  Exactly those are dropped (a RuntimeError raised inside a method of an event loop that is closed); every other
+  unraisable exception still reaches the hook that was there before. Installed once per process.
+  """
+  previous = sys.unraisablehook
+  if getattr(previous, "drops_calls_into_closed_loops", False):
+    return
+
+  def hook(unraisable) -> None:
+    if not _is_call_into_closed_loop(unraisable):
+      previous(unraisable)
+
+  hook.drops_calls_into_closed_loops = True
+  sys.unraisablehook = hook
+
+
+def _is_call_into_closed_loop(unraisable) -> bool:
+  """Whether an unraisable exception is a RuntimeError raised in a method of an asyncio loop that is closed."""
+  if not isinstance(unraisable.exc_value, RuntimeError):
+    return False
+  frame = unraisable.exc_traceback
+  while frame is not None:
+    owner = frame.tb_frame.f_locals.get("self")
+    if isinstance(owner, asyncio.AbstractEventLoop) and owner.is_closed():
+      return True
+    frame = frame.tb_next
+  return False
 
 
 @dataclasses.dataclass

@@ -185,6 +185,19 @@ class Source(abc.ABC):
     del data_dir  # nothing to make
     return settings
 
+  def check_preparable(self, settings: dict[str, Any], data_dir: pathlib.Path) -> None:
+    """Does in memory whatever in `prepare` can refuse the config (training a tokenizer), writing nothing.
+
+    Raises UsageError if it refuses; called before a run creates its workdir, so a refused value leaves nothing
+    behind, and `prepare` then reuses the result instead of doing the work twice.
+    """
+    del settings, data_dir  # nothing that can refuse
+
+  def prepared(self, settings: dict[str, Any], data_dir: pathlib.Path) -> dict[str, Any] | None:
+    """`prepare`'s settings if what it makes is already under `data_dir`, else None; reads only, never writes."""
+    del data_dir  # nothing to make
+    return settings
+
   def eval_references(
       self, settings: dict[str, Any], train: tuple[np.ndarray, np.ndarray], validation: tuple[np.ndarray, np.ndarray]
   ) -> dict[str, float]:

@@ -36,7 +36,8 @@ class Scan(NamedTuple):
 def resolve(text_path: str, default: pathlib.Path) -> list[pathlib.Path]:
   """The corpus files of `data.text_path` ('' = `default`), sorted; UsageError if there are none.
 
-  A file is itself; a directory is every non-hidden regular file below it; anything with * ? [ is a glob.
+  A file is itself; a directory is every non-hidden regular file below it; anything with * ? [ is a glob. A file
+  reached by several paths (links) counts once.
   """
   field, shown = "data.text_path", text_path
   path = pathlib.Path(text_path).expanduser() if text_path else default
@@ -51,11 +52,22 @@ def resolve(text_path: str, default: pathlib.Path) -> list[pathlib.Path]:
     files = [path]
   else:
     raise UsageError.bad_value(field, shown, f"a readable file, directory or glob ({path}: no such file)")
-  readable = [p for p in files if _size(p) > 0]
+  readable = [p for p in _distinct(files) if _size(p) > 0]
   if not readable:
     where = f"{path} (a directory)" if path.is_dir() else f"{len(files)} file(s)"
     raise UsageError.bad_value(field, shown, f"a corpus with readable text ({where} holds no non-empty file)")
   return readable
+
+
+def _distinct(files: list[pathlib.Path]) -> list[pathlib.Path]:
+  """Each file once, sorted: a file reached by several paths (a link, or a glob through a loop such as
+  `self -> .`) is named by the shortest of them."""
+  shortest: dict[pathlib.Path, pathlib.Path] = {}
+  for path in files:
+    known = shortest.setdefault(path.resolve(), path)
+    if (len(path.parts), str(path)) < (len(known.parts), str(known)):
+      shortest[path.resolve()] = path
+  return sorted(shortest.values())
 
 
 def _hidden(relative: pathlib.Path) -> bool:

@@ -12,7 +12,8 @@ import dataclasses
 import os
 import pathlib
 import tempfile
-from typing import Any
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -39,34 +40,46 @@ class InspectionData:
 
 
 def write(workdir: str | pathlib.Path, data: InspectionData, record: dict[str, np.ndarray]) -> pathlib.Path:
-  """Writes WORKDIR/report_data.npz whole or not at all (a temporary file renamed into place)."""
-  path = pathlib.Path(workdir) / FILE_NAME
+  """Writes WORKDIR/report_data.npz whole or not at all; OSError naming it if it cannot be written."""
   arrays = {
       "source": np.array(data.source), "identity": np.array(data.identity), "vocab_size": np.array(data.vocab_size),
       "loss_floor": np.array(data.loss_floor), "reference_name": np.array(data.reference_name),
       "input_counts": np.asarray(data.input_counts, np.int64),
       **{_RECORD_PREFIX + key: value for key, value in record.items()},
   }
-  with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{FILE_NAME}.", suffix=".tmp", delete=False) as f:
-    np.savez_compressed(f, **arrays)
-  _publish(f.name, path)
-  return path
+  return _write_whole(pathlib.Path(workdir) / FILE_NAME, lambda f: np.savez_compressed(f, **arrays))
 
 
 def write_file(workdir: str | pathlib.Path, name: str, payload: bytes) -> pathlib.Path:
-  """Writes WORKDIR/name whole or not at all."""
-  path = pathlib.Path(workdir) / name
-  with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{name}.", suffix=".tmp", delete=False) as f:
-    f.write(payload)
-  _publish(f.name, path)
+  """Writes WORKDIR/name whole or not at all; OSError naming it if it cannot be written."""
+  return _write_whole(pathlib.Path(workdir) / name, lambda f: f.write(payload))
+
+
+def _write_whole(path: pathlib.Path, fill: Callable[[BinaryIO], Any]) -> pathlib.Path:
+  """`fill(f)` writes a temporary file beside `path`, which is then renamed into place.
+
+  On failure the temporary file is removed and the OSError raised names `path` (errno and reason kept). Temporary
+  files of `path` that a killed writer left are removed first: only the run holding the workdir writes here.
+  """
+  for stale in path.parent.glob(f".{path.name}.*.tmp"):
+    stale.unlink(missing_ok=True)
+  try:
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  except OSError as error:
+    raise OSError(error.errno, error.strerror or str(error), str(path)) from error
+  try:
+    with os.fdopen(fd, "wb") as f:
+      fill(f)
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(temporary, 0o666 & ~mask)  # as open() would have made it; mkstemp makes it owner-only
+    os.replace(temporary, path)
+  except BaseException as error:
+    pathlib.Path(temporary).unlink(missing_ok=True)
+    if isinstance(error, OSError):
+      raise OSError(error.errno, error.strerror or str(error), str(path)) from error
+    raise
   return path
-
-
-def _publish(temporary: str, path: pathlib.Path) -> None:
-  mask = os.umask(0)
-  os.umask(mask)
-  os.chmod(temporary, 0o666 & ~mask)  # as open() would have made it; a temporary file is owner-only
-  os.replace(temporary, path)
 
 
 def read(workdir: str | pathlib.Path) -> InspectionData | None:

@@ -96,6 +96,9 @@ class Text(TextSource):
     return {"text_path": text_path, "files": [str(p) for p in files], "content": f"sha{scan.sha256}",
             "split_at": split_at, "num_bytes": {"train": split_at, "validation": scan.num_bytes - split_at}}
 
+  def corpus_name(self, settings: dict[str, Any]) -> str:
+    return f"data.text_path={settings['text_path']!r}"
+
   def _range(self, settings: dict[str, Any], split: str) -> tuple[list[pathlib.Path], int, int | None]:
     files = [pathlib.Path(p) for p in settings["files"]]
     self._check_unchanged(settings, files)

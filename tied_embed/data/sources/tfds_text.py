@@ -95,6 +95,9 @@ class Tfds(TextSource):
             "num_bytes": {split: _num_bytes(builder, name) for split, name in
                           (("train", data.tfds_train_split), ("validation", data.tfds_eval_split))}}
 
+  def corpus_name(self, settings: dict[str, Any]) -> str:
+    return f"data.tfds_name={settings['tfds_name']!r}"
+
   def _texts(self, settings: dict[str, Any], split: str) -> Iterator[str]:
     builder = _builder(settings["tfds_name"], settings["tfds_data_dir"])
     return _texts(builder, settings["splits"][split], settings["text_feature"])

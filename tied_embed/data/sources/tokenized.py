@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 MIN_SUBWORD_VOCAB = 8  # SentencePiece needs room for <unk> and a few characters
 _MAX_SUBWORD_VOCAB = 1 << 20
+# SentencePiece models trained by `check_preparable` before the data dir may be written, by tokenizer_key,
+# until `prepare` caches them there: a process trains a corpus's vocabulary once.
+_trained_models: dict[str, bytes] = {}
 
 
 def tokenizer_setting(config: Any) -> str:
@@ -107,21 +110,45 @@ class TextSource(base.Source):
   def num_pairs_exact(self, settings: dict[str, Any]) -> bool:
     return settings["tokenizer"] == tokenizer_lib.BYTES and self.sizes_exact
 
+  def corpus_name(self, settings: dict[str, Any]) -> str:
+    """The corpus as the config names it, for messages: the source's own fields."""
+    del settings
+    return f"data.source={self.name!r}"
+
+  def check_preparable(self, settings: dict[str, Any], data_dir: pathlib.Path) -> None:
+    if settings["tokenizer"] == tokenizer_lib.SENTENCEPIECE and settings["tokenizer_key"] not in _trained_models:
+      if not _usable(self._model_path(settings, data_dir), settings["vocab_size"]):
+        _trained_models[settings["tokenizer_key"]] = self._train(settings)
+
   def prepare(self, settings: dict[str, Any], data_dir: pathlib.Path) -> dict[str, Any]:
     if settings["tokenizer"] != tokenizer_lib.SENTENCEPIECE:
       return settings
-    path = data_dir / "tokenizers" / f"{settings['tokenizer_key']}.model"
+    path = self._model_path(settings, data_dir)
     if not _usable(path, settings["vocab_size"]):
       data_dir.mkdir(parents=True, exist_ok=True)
       with locking.exclusive(data_dir, f"data.data_dir={str(data_dir)!r}"):
         if not _usable(path, settings["vocab_size"]):
-          log.info("Training a SentencePiece vocabulary of %d pieces on a sample of the train text.",
-                       settings["vocab_size"])
-          model = tokenizer_lib.train_sentencepiece(self.sample_lines(settings), settings["vocab_size"])
+          model = _trained_models.get(settings["tokenizer_key"]) or self._train(settings)
           path.parent.mkdir(exist_ok=True)
           _write_atomically(path, model)
           log.info("SentencePiece model cached at %s.", path)
+    _trained_models.pop(settings["tokenizer_key"], None)
     return {**settings, "tokenizer_file": str(path)}
+
+  def prepared(self, settings: dict[str, Any], data_dir: pathlib.Path) -> dict[str, Any] | None:
+    if settings["tokenizer"] != tokenizer_lib.SENTENCEPIECE:
+      return settings
+    path = self._model_path(settings, data_dir)
+    return {**settings, "tokenizer_file": str(path)} if _usable(path, settings["vocab_size"]) else None
+
+  def _model_path(self, settings: dict[str, Any], data_dir: pathlib.Path) -> pathlib.Path:
+    return data_dir / "tokenizers" / f"{settings['tokenizer_key']}.model"
+
+  def _train(self, settings: dict[str, Any]) -> bytes:
+    log.info("Training a SentencePiece vocabulary of %d pieces on a sample of the train text.",
+                 settings["vocab_size"])
+    return tokenizer_lib.train_sentencepiece(self.sample_lines(settings), settings["vocab_size"],
+                                             self.corpus_name(settings))
 
   def tokenizer(self, settings: dict[str, Any]) -> tokenizer_lib.Tokenizer:
     """The tokenizer of prepared settings."""
@@ -183,9 +210,15 @@ def _usable(path: pathlib.Path, vocab_size: int) -> bool:
 
 
 def _write_atomically(path: pathlib.Path, payload: bytes) -> None:
-  with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False) as f:
-    f.write(payload)
-  mask = os.umask(0)
-  os.umask(mask)
-  os.chmod(f.name, 0o666 & ~mask)
-  os.replace(f.name, path)
+  """Writes `path` whole or not at all; a failed write leaves no temporary file behind."""
+  fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(payload)
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(temporary, 0o666 & ~mask)  # as open() would have made it; mkstemp makes it owner-only
+    os.replace(temporary, path)
+  except BaseException:
+    pathlib.Path(temporary).unlink(missing_ok=True)
+    raise

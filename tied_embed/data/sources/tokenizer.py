@@ -4,7 +4,9 @@ SentencePiece is trained the way the Flax lm1b example does it (unigram, `model.
 sample of the train split), with what a bigram stream needs: no BOS/EOS/padding ids, so every id but `<unk>` (0)
 is a piece of text. Training is deterministic: one thread, the sample taken at fixed positions, and the model
 written from memory (no file names inside), so the same corpus and settings give the same model file byte for byte.
-Lines are encoded one at a time and their tokens concatenated: newlines leave no token of their own.
+Lines are encoded one at a time and their tokens concatenated: newlines leave no token of their own. SentencePiece's
+trainer drops a sentence longer than its `max_sentence_length` without a word, so a line longer than that is
+cut into pieces at spaces before it trains (a corpus of one long line trains like any other).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ TRAINER_SETTINGS = dict(  # spelled out in the cache key: changing one makes a n
     model_type="unigram", character_coverage=1.0, unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1,
     max_sentence_length=1 << 16, num_threads=1,
 )
+# A longer line trains as pieces of at most this many bytes: the trainer's max_sentence_length, which it checks
+# on the raw text (before normalization), so a corpus whose lines all fit trains on exactly its lines.
+SENTENCE_BYTES = TRAINER_SETTINGS["max_sentence_length"]
 PROGRESS_BYTES = 64 << 20  # one log line per this much text tokenized
 WORD_START = "\u2581"  # SentencePiece's '▁': the piece begins a word
 
@@ -138,25 +143,57 @@ def cache_key(content_key: str, vocab_size: int) -> str:
   return f"spm-v{vocab_size}-{content_key}-{hashlib.sha256(settings.encode()).hexdigest()[:12]}"
 
 
-def train_sentencepiece(lines: Iterable[str], vocab_size: int) -> bytes:
+def train_sentencepiece(lines: Iterable[str], vocab_size: int, corpus: str = "the corpus") -> bytes:
   """Trains a unigram SentencePiece model of exactly `vocab_size` pieces on `lines`: → the model file's bytes.
 
-  Raises UsageError on model.vocab_size when the text cannot support that many pieces (too few distinct
-  substrings) or needs more (more distinct characters than pieces).
+  Raises UsageError on model.vocab_size, naming `corpus` (e.g. "data.text_path='notes.txt'") and the reason,
+  when the text cannot support that many pieces (too few distinct substrings, no text but whitespace) or needs
+  more (more distinct characters than pieces).
   """
   import sentencepiece as spm  # noqa: PLC0415
 
   writer = io.BytesIO()
   try:
-    spm.SentencePieceTrainer.Train(sentence_iterator=iter(lines), model_writer=writer, vocab_size=vocab_size,
-                                   minloglevel=2, **TRAINER_SETTINGS)
+    spm.SentencePieceTrainer.Train(sentence_iterator=bounded_sentences(lines), model_writer=writer,
+                                   vocab_size=vocab_size, minloglevel=2, **TRAINER_SETTINGS)
   except RuntimeError as e:
-    message = str(e).splitlines()[0]
-    reason = message.split("] ", 1)[-1]
     raise UsageError.bad_value(
         "model.vocab_size", vocab_size,
-        f"a vocabulary size this corpus's train text supports (SentencePiece: {reason})") from None
+        f"a vocabulary size the train text of {corpus} supports ({_refusal_reason(str(e))})") from None
   return writer.getvalue()
+
+
+def _refusal_reason(message: str) -> str:
+  """SentencePiece's refusal in words: its message after the failed check, or what the check means."""
+  first = (message.splitlines() or [""])[0]
+  reason = first.split("] ", 1)[-1].strip() if "] " in first else ""
+  if reason:
+    return f"SentencePiece: {reason}"
+  if "sentences_.empty()" in first:
+    return "SentencePiece found no sentence in the sample of it"
+  if "all_chars_count" in first:
+    return "its sample holds no characters but whitespace"
+  return f"SentencePiece: {first}"
+
+
+def bounded_sentences(lines: Iterable[str], limit: int = SENTENCE_BYTES) -> Iterator[str]:
+  """`lines`, each one longer than `limit` UTF-8 bytes cut into consecutive pieces of at most `limit` bytes.
+
+  A cut falls before the last space within the limit, so words stay whole; a stretch of `limit` bytes without a
+  space is cut at a character boundary instead. The pieces joined give the line back.
+  """
+  for line in lines:
+    encoded = line.encode()
+    start = 0
+    while len(encoded) - start > limit:
+      cut = encoded.rfind(b" ", start + 1, start + limit + 1)
+      if cut < 0:
+        cut = start + limit
+        while encoded[cut] & 0xC0 == 0x80:  # a UTF-8 continuation byte (10xxxxxx): the character began earlier
+          cut -= 1
+      yield encoded[start:cut].decode()
+      start = cut
+    yield encoded[start:].decode() if start else line
 
 
 def sample_windows(total: int, budget: int = SAMPLE_BYTES, windows: int = SAMPLE_WINDOWS) -> list[tuple[int, int]]:
