@@ -33,6 +33,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.text_feature = "text"  # tfds: the dataset's text feature
   config.data.tfds_data_dir = ""  # tfds: TFDS's own data_dir holding the prepared copy ('' = TFDS's default)
   config.data.data_dir = ""  # where the TFDS dataset is generated and cached ('' = <workdir>/data)
+  # the share of the train split trained on (its first pairs); eval, floor and references stay the whole dataset's
+  config.data.train_fraction = 1.0
   config.data.task_seed = 0  # hidden table e* and sampled pairs of the synthetic tasks (model init uses seed)
   config.data.num_train_pairs = 2_000_000  # synthetic train split size; smaller lets the untied model overfit
   config.data.num_eval_pairs = 50_000  # synthetic validation split size (evaluated whole at every eval)

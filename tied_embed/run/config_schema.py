@@ -1,10 +1,10 @@
 """What a training config is: the fields it has, and how a `--config` file becomes one.
 
 `REQUIRED_FIELDS` are the dotted paths every config has (configs/default.py's comments say what each means).
-The data.* fields beyond `data.source` and `data.data_dir` belong to the data sources: each source lists the
-ones it reads (`Source.fields`) and checks them itself, so a new source brings its fields with it. Any other
-field is a misspelling, refused rather than ignored. This lives in the package, not in configs/, because the
-package must not import the configs; a test keeps the two in step.
+The data.* fields beyond `data.source`, `data.data_dir` and `data.train_fraction` belong to the data sources: each
+source lists the ones it reads (`Source.fields`) and checks them itself, so a new source brings its fields with
+it. Any other field is a misspelling, refused rather than ignored. This lives in the package, not in configs/,
+because the package must not import the configs; a test keeps the two in step.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tied_embed.run.errors import UsageError, require
 REQUIRED_FIELDS = frozenset({
     "seed",
     "model.vocab_size", "model.d_model", "model.tied", "model.dtype",
-    "data.source", "data.data_dir",
+    "data.source", "data.data_dir", "data.train_fraction",
     "train.num_steps", "train.batch_size", "train.eval_batch_size", "train.learning_rate", "train.warmup_steps",
     "train.optimizer", "train.weight_decay", "train.grad_clip_norm", "train.lookup_grad_scale",
     "train.projection_grad_scale", "train.log_every", "train.eval_every",
