@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 BUCKETS = ("rare", "middle", "frequent")  # bucket index 0, 1, 2
-FREQUENT_SHARE = 0.5  # the frequent tokens make up the first half of train occurrences
-RARE_SHARE = 0.1  # the rare tokens make up the last tenth (and the never-seen ones)
+FREQUENT_PERCENT = 50  # the frequent tokens make up the first half of train occurrences
+RARE_PERCENT = 10  # the rare tokens make up the last tenth (and the never-seen ones)
 
 
 def scalar_name(bucket: str) -> str:
@@ -40,8 +40,9 @@ def input_buckets(input_counts: np.ndarray) -> np.ndarray:
   first_occurrence[order] = np.cumsum(counts[order]) - counts[order]
   total = int(counts.sum())
   buckets = np.full(len(counts), BUCKETS.index("middle"), np.int32)
-  buckets[first_occurrence < FREQUENT_SHARE * total] = BUCKETS.index("frequent")
-  buckets[(first_occurrence >= (1 - RARE_SHARE) * total) | (counts == 0)] = BUCKETS.index("rare")
+  # In integers, so that a boundary that falls exactly on an occurrence is decided the same on every machine.
+  buckets[100 * first_occurrence < FREQUENT_PERCENT * total] = BUCKETS.index("frequent")
+  buckets[(100 * (total - first_occurrence) <= RARE_PERCENT * total) | (counts == 0)] = BUCKETS.index("rare")
   return buckets
 
 
