@@ -27,8 +27,10 @@ copies them to docs/when_to_tie.*.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import glob
+import io
 import json
 import os
 import pathlib
@@ -56,7 +58,11 @@ SEEDS = (0, 1)
 L2_GRID = (0.001, 0.01, 0.1)
 HOLDOUT_SHARE = 0.1  # the train split's last tenth scores the λ grid
 HOLDOUT_PAIRS = 65_536  # at most this many of its pairs (a fixed sample), so scoring costs about one eval
-STEPS = {"bytes": 1000, "subword": 1000}  # optimizer updates per run, sized so the sweep fits ~25 min on 2 cores
+# Optimizer updates per run, sized so the sweep fits ~25 min on 2 cores: 51 runs per corpus (4 models × 5 sizes ×
+# 2 seeds, 15 λ trials, 4 of them reused). Measured per run on 2 shared cores, with the programs compiled: bytes
+# ~5 s + 3 ms a step; subword (V = 8192, D = 64) ~5 s (most of it the eval of ~0.3 M validation pairs) + ~28 ms a
+# step, so 1000 steps leave byte bigrams converged and 500 are what subword pieces can afford.
+STEPS = {"bytes": 1000, "subword": 500}
 QUICK_STEPS = 20
 VIM_DOCS = "/usr/share/vim/vim*/doc"
 
@@ -161,7 +167,8 @@ class Sweep:
     self.runs_dir = out / "runs" / corpus.key
     shutil.rmtree(self.runs_dir, ignore_errors=True)  # a rerun trains afresh, whatever the steps were
     probe = run_config(corpus, MODELS[0], 1.0, 0, 0.0, steps, self.data_dir)
-    data = data_lib.load_bigram_data(probe, self.runs_dir / "probe")  # builds the shared dataset once
+    with contextlib.redirect_stdout(io.StringIO()):  # TFDS's 'downloading' chatter, as the trainer drops it
+      data = data_lib.load_bigram_data(probe, self.runs_dir / "probe")  # builds the shared dataset once
     self.floor, self.train_pairs, self.eval_pairs = data.loss_floor, len(data.train_ids), len(data.eval_ids)
     tail = np.arange(len(data.train_ids) - round(HOLDOUT_SHARE * len(data.train_ids)), len(data.train_ids))
     rows = np.sort(np.random.default_rng(0).choice(tail, size=min(HOLDOUT_PAIRS, len(tail)), replace=False))
@@ -176,7 +183,8 @@ class Sweep:
     started = time.perf_counter()
     summary = trainer.train_and_evaluate(config, workdir)
     numbers = summarise(summary, time.perf_counter() - started)
-    print(f"  {self.corpus.key:7s} {model.key:9s} λ={l2:<6g} f={fraction:<5g} seed {seed}: gap "
+    penalty = f"λ={l2:g}" if model.hidden != "none" else ""
+    print(f"  {self.corpus.key:7s} {model.key:9s} {penalty:8s} f={fraction:<5g} seed {seed}: gap "
           f"{numbers['gap_percent']:6.2f}%  rare {numbers['loss_rare_inputs']:.4f}  [{numbers['seconds']:.1f} s]",
           flush=True)
     return numbers, (config, summary)
@@ -248,9 +256,11 @@ def markdown(results: dict[str, Any], png_name: str) -> str:
       "# When does tying help?",
       "",
       f"Written by `science/when_to_tie.py` in {results['seconds'] / 60:.1f} min on {results['cpus']} CPU cores. "
-      f"Models: {', '.join(labels.values())}; λ from {{{', '.join(f'{v:g}' for v in results['l2_grid'])}}} chosen "
-      f"per data size on a held-out sample of the train split's last {100 * HOLDOUT_SHARE:g}% (never on eval). "
-      f"Seeds {', '.join(map(str, results['seeds']))}: mean ± standard deviation. Gap: eval loss above the "
+      f"Models: {', '.join(labels.values())}"
+      + (f"; λ from {{{', '.join(f'{v:g}' for v in results['l2_grid'])}}} chosen per data size on a held-out "
+         f"sample of the train split's last {100 * HOLDOUT_SHARE:g}% (never on eval)"
+         if any(model["selects_l2"] for model in results["models"]) else "")
+      + f". Seeds {', '.join(map(str, results['seeds']))}: mean ± standard deviation. Gap: eval loss above the "
       "validation split's empirical bigram entropy, in % of it; every data size is scored on the same whole "
       "validation split. Rare inputs: validation pairs whose current token is among the least frequent making up "
       "the last 10% of the train occurrences used, or never current in them (`tied_embed/data/frequency.py`).",
@@ -286,6 +296,7 @@ def figure(results: dict[str, Any]):
   """Per corpus: the final gap (% of floor) and the rare-input loss against train pairs, one line per model."""
   from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
   from matplotlib.figure import Figure  # noqa: PLC0415
+  from matplotlib.ticker import FuncFormatter  # noqa: PLC0415
 
   labels = {model["key"]: model["label"] for model in results["models"]}
   names = list(results["corpora"])
@@ -308,6 +319,9 @@ def figure(results: dict[str, Any]):
       ax.set_title(f"{corpus}: {ylabel.split(' (')[0]}")
       ax.grid(alpha=0.3)
     axes[row][0].set_yscale("log")
+    for axis in (axes[row][0].yaxis, axes[row][0].xaxis, axes[row][1].xaxis):  # 20, not 2×10¹
+      axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+      axis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
   axes[0][0].legend(fontsize=8)
   fig.tight_layout()
   return fig
@@ -331,6 +345,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                       help=f"a tiny sweep for tests: {QUICK_STEPS} steps, 2 sizes, 1 seed, 2 λ, small corpora")
   parser.add_argument("--corpora", default="bytes,subword", help="comma-separated: bytes, subword")
   parser.add_argument("--subword-corpus", default="", help="the subword corpus (default: Vim's help files)")
+  for name, steps in STEPS.items():
+    parser.add_argument(f"--{name}-steps", type=int, default=steps, help=f"steps per {name} run (default {steps})")
   parser.add_argument("--no-compile-cache", action="store_true",
                       help="leave JAX's persistent compilation cache alone (tests: it is one per process)")
   args = parser.parse_args(argv)
@@ -360,9 +376,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
       "corpora": {},
   }
   for name in chosen:
-    steps = QUICK_STEPS if args.quick else STEPS[name]
+    steps = QUICK_STEPS if args.quick else getattr(args, f"{name}_steps")
     print(f"{name}: {available[name].note}, {steps} steps per run", flush=True)
     results["corpora"][name] = sweep_corpus(available[name], models, fractions, seeds, grid, steps, out)
+    print(f"{name}: {results['corpora'][name]['seconds'] / 60:.1f} min", flush=True)
   results["seconds"] = time.perf_counter() - started
   paths = write(results, out)
   if args.write_docs:
