@@ -20,8 +20,10 @@ chosen λ is that model's seed-0 run itself (the same config), so it is not trai
 
 Compiled programs are cached on disk (JAX's persistent compilation cache, under <out>/jax_cache): runs that differ
 only in seed or data size share their step and eval programs. The whole sweep was sized to take about 25 minutes
-on 2 CPU cores (`STEPS`); it prints its wall time. It writes <out>/when_to_tie.{md,json,png}; --write-docs also
-copies them to docs/when_to_tie.*.
+on 2 CPU cores (`STEPS`; --bytes-steps and --subword-steps change them); it prints each run's time and its own
+wall time. It writes <out>/when_to_tie.{md,json,png}; --write-docs also copies them to docs/when_to_tie.*. The
+datasets are built once per corpus under <out>/data/; each run's workdir under <out>/runs/ is deleted once its
+numbers are taken, unless --keep-runs.
 """
 
 from __future__ import annotations
@@ -161,8 +163,8 @@ def summarise(summary: trainer.RunSummary, seconds: float) -> dict[str, float]:
 class Sweep:
   """Runs and remembers the runs of one corpus; `holdout_loss` scores a run on the held-out tail."""
 
-  def __init__(self, corpus: Corpus, steps: int, out: pathlib.Path):
-    self.corpus, self.steps = corpus, steps
+  def __init__(self, corpus: Corpus, steps: int, out: pathlib.Path, keep_runs: bool):
+    self.corpus, self.steps, self.keep_runs = corpus, steps, keep_runs
     self.data_dir = out / "data" / corpus.key
     self.runs_dir = out / "runs" / corpus.key
     shutil.rmtree(self.runs_dir, ignore_errors=True)  # a rerun trains afresh, whatever the steps were
@@ -183,6 +185,8 @@ class Sweep:
     started = time.perf_counter()
     summary = trainer.train_and_evaluate(config, workdir)
     numbers = summarise(summary, time.perf_counter() - started)
+    if not self.keep_runs:  # the numbers and the in-memory state are all the sweep needs of it
+      shutil.rmtree(workdir)
     penalty = f"λ={l2:g}" if model.hidden != "none" else ""
     print(f"  {self.corpus.key:7s} {model.key:9s} {penalty:8s} f={fraction:<5g} seed {seed}: gap "
           f"{numbers['gap_percent']:6.2f}%  rare {numbers['loss_rare_inputs']:.4f}  [{numbers['seconds']:.1f} s]",
@@ -202,10 +206,10 @@ class Sweep:
 
 
 def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, grid, steps: int,
-                 out: pathlib.Path) -> dict[str, Any]:
+                 out: pathlib.Path, keep_runs: bool = False) -> dict[str, Any]:
   """Every model × fraction × seed on one corpus, with the λ selection: → the corpus's JSON entry."""
   started = time.perf_counter()
-  sweep = Sweep(corpus, steps, out)
+  sweep = Sweep(corpus, steps, out, keep_runs)
   entry: dict[str, Any] = {
       "note": corpus.note, "dataset": sweep.identity, "vocab_size": corpus.vocab_size,
       "d_model": int(corpus.base.get_config().model.d_model), "steps": steps, "floor": sweep.floor,
@@ -347,6 +351,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
   parser.add_argument("--subword-corpus", default="", help="the subword corpus (default: Vim's help files)")
   for name, steps in STEPS.items():
     parser.add_argument(f"--{name}-steps", type=int, default=steps, help=f"steps per {name} run (default {steps})")
+  parser.add_argument("--keep-runs", action="store_true",
+                      help="keep every run's workdir under <out>/runs/ (~12 MB a subword run) for inspection")
   parser.add_argument("--no-compile-cache", action="store_true",
                       help="leave JAX's persistent compilation cache alone (tests: it is one per process)")
   args = parser.parse_args(argv)
@@ -378,7 +384,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
   for name in chosen:
     steps = QUICK_STEPS if args.quick else getattr(args, f"{name}_steps")
     print(f"{name}: {available[name].note}, {steps} steps per run", flush=True)
-    results["corpora"][name] = sweep_corpus(available[name], models, fractions, seeds, grid, steps, out)
+    results["corpora"][name] = sweep_corpus(available[name], models, fractions, seeds, grid, steps, out,
+                                            args.keep_runs)
     print(f"{name}: {results['corpora'][name]['seconds'] / 60:.1f} min", flush=True)
   results["seconds"] = time.perf_counter() - started
   paths = write(results, out)

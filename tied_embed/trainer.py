@@ -267,6 +267,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
     counts = param_counts(int(config.model.vocab_size), int(config.model.d_model))
     param_count = counts.tied if config.model.tied else counts.untied
     logging.info("%s, %d parameters, loss floor %.4f nats.", data.source, param_count, data.loss_floor)
+    if data_lib.train_fraction(config) < 1:
+      logging.info("Training on the first %d pairs of the train split (data.train_fraction=%g); the eval, the floor "
+                   "and the references are the whole dataset's.", len(data.train_ids), data_lib.train_fraction(config))
     _log_asymmetry(data, int(config.model.d_model))
     shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
     train_step = step_lib.make_train_step(

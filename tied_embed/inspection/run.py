@@ -208,6 +208,7 @@ def _data_facts(config: Any, workdir: pathlib.Path, vocab_size: int, warnings: l
       loss_floor=float(bigrams.loss_floor), reference_name=sources.get(bigrams.source).reference_name,
       true_log_probs=bigrams.true_log_probs, input_counts=bigrams.input_counts,
       tokenizer=sources.get(bigrams.source).tokenizer_from_record(bigrams.reference.record),
+      eval_input_counts=np.bincount(bigrams.eval_ids, minlength=bigrams.vocab_size).astype(np.int64),
   )
 
 

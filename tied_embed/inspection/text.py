@@ -81,7 +81,7 @@ def format_markdown(report: dict[str, Any]) -> str:
 
 
 def _by_input_frequency(buckets: dict[str, dict[str, Any]] | None) -> list[str]:
-  """'by input  rare 2.1 (200 tokens, 9% of train, 1,024 eval pairs) | middle ... | frequent ...', or no line."""
+  """'by input rare 2.1 (200 tokens, 9% of train, 1,024 eval pairs) | middle ... | frequent ...', or no line."""
   if not buckets:
     return []
   train_pairs = sum(bucket["train_pairs"] for bucket in buckets.values())
