@@ -61,9 +61,9 @@ L2_GRID = (0.001, 0.01, 0.1)
 HOLDOUT_SHARE = 0.1  # the train split's last tenth scores the λ grid
 HOLDOUT_PAIRS = 65_536  # at most this many of its pairs (a fixed sample), so scoring costs about one eval
 # Optimizer updates per run, sized so the sweep fits ~25 min on 2 cores: 51 runs per corpus (4 models × 5 sizes ×
-# 2 seeds, 15 λ trials, 4 of them reused). Measured per run on 2 shared cores, with the programs compiled: bytes
-# ~5 s + 3 ms a step; subword (V = 8192, D = 64) ~5 s (most of it the eval of ~0.3 M validation pairs) + ~28 ms a
-# step, so 1000 steps leave byte bigrams converged and 500 are what subword pieces can afford.
+# 2 seeds, 15 λ trials, 4 of them reused). Measured per run with the programs compiled, in CPU seconds (2 cores
+# give about half that in wall time): bytes ~5 s at 1000 steps; subword (V = 8192, D = 64) ~8 s (most of it the
+# eval of the ~0.3 M validation pairs) + ~48 ms a step, so ~16 s of wall time at 500 steps and ~14 min in all.
 STEPS = {"bytes": 1000, "subword": 500}
 QUICK_STEPS = 20
 VIM_DOCS = "/usr/share/vim/vim*/doc"
