@@ -29,7 +29,8 @@ BAD_VALUES = [
 ]
 
 # Scalars a sharded run must log like the 1-device run: to float32 rounding, and the counts exactly.
-METRICS = ("train/loss", "eval/loss", "grad/lookup_norm", "grad/projection_norm", "grad/total_norm", "grad/cosine")
+METRICS = ("train/loss", "eval/loss", "grad/lookup_norm", "grad/projection_norm", "grad/total_norm", "grad/cosine",
+           "eval/loss_rare_inputs", "eval/loss_middle_inputs", "eval/loss_frequent_inputs")
 COUNTS = ("grad/rows_looked_up", "grad/rows_projection_only")
 
 

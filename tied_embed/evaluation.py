@@ -55,3 +55,20 @@ def make_eval_total(
       lambda state, total, ids, next_ids: total
       + _eval_losses(graphdef, chunk_size, compute_dtype, state, ids, next_ids).sum()
   )
+
+
+def make_bucket_totals(
+    graphdef: nnx.GraphDef, chunk_size: int, num_buckets: int, compute_dtype: str = "float32"
+) -> Callable[..., tuple[jax.Array, jax.Array]]:
+  """jit(state, total (), bucket_totals (K,), ids (E,), next_ids (E,), buckets (E,) int32) → (total, bucket_totals).
+
+  `make_eval_total`'s running total, and beside it the batch's per-token losses summed by the bucket index each
+  pair carries (K = `num_buckets`, e.g. the current token's input-frequency bucket), from one pass over the batch.
+  """
+
+  def add(state, total, bucket_totals, ids, next_ids, buckets):
+    batch_losses = _eval_losses(graphdef, chunk_size, compute_dtype, state, ids, next_ids)
+    by_bucket = jax.ops.segment_sum(batch_losses, buckets, num_segments=num_buckets)
+    return total + batch_losses.sum(), bucket_totals + by_bucket
+
+  return jax.jit(add)

@@ -36,7 +36,7 @@ from tied_embed.core import optim
 from tied_embed.core import step as step_lib
 from tied_embed.core.model import build_model, param_counts
 from tied_embed.data import bigram as data_lib
-from tied_embed.data import sources
+from tied_embed.data import frequency, sources
 from tied_embed.fast import compilation, host_memory, select
 from tied_embed.inspection import asymmetry
 from tied_embed.run import checkpoint, config_fields, nonfinite, parallel, preemption, run_log
@@ -57,6 +57,9 @@ class RunSummary:
   gap: float  # eval_loss - loss_floor
   relative_gap: float  # gap / loss_floor
   param_count: int
+  # eval loss over the pairs whose current token is in each input-frequency bucket (`tied_embed.data.frequency`),
+  # {'rare': nats, ...}, for the buckets that hold eval pairs
+  loss_by_input_frequency: dict[str, float]
   train_seconds: float  # the training loop of this invocation (after data loading), including evals
   state: nnx.State  # the final TrainState's state (model, optimizer, provenance totals, metrics), on the mesh
 
@@ -67,32 +70,43 @@ def _on_schedule(step: int, every: int, num_steps: int) -> bool:
 
 
 class _Evaluator:
-  """The whole validation split, placed on the mesh once, scored batch after batch into one running total."""
+  """The whole validation split, placed on the mesh once, scored batch after batch into one running total.
+
+  Beside the total it sums the losses by the input-frequency bucket of each pair's current token.
+  """
 
   def __init__(self, graphdef: nnx.GraphDef, data: data_lib.BigramData, config: ml_collections.ConfigDict, mesh):
-    self._add_batch = evaluation.make_eval_total(graphdef, int(config.loss.chunk_size), str(config.model.dtype))
-    self._total = jax.device_put(jnp.float32(0), parallel.replicated(mesh))
+    num_buckets = len(frequency.BUCKETS)
+    self._add_batch = evaluation.make_bucket_totals(
+        graphdef, int(config.loss.chunk_size), num_buckets, str(config.model.dtype))
+    self._totals = jax.device_put((jnp.float32(0), jnp.zeros(num_buckets, jnp.float32)), parallel.replicated(mesh))
     size, data_size = int(config.train.eval_batch_size), mesh.shape["data"]
     self._count = len(data.eval_ids)
+    eval_buckets = frequency.input_buckets(data.input_counts)[data.eval_ids]
+    self._bucket_counts = np.bincount(eval_buckets, minlength=num_buckets)
     self._batches = []
     for start in range(0, len(data.eval_ids), size):
-      ids, next_ids = data.eval_ids[start : start + size], data.eval_next[start : start + size]
+      batch = (data.eval_ids[start : start + size], data.eval_next[start : start + size],
+               eval_buckets[start : start + size])
       # A short last batch that `data` doesn't divide is scored whole on every device instead.
-      sharding = parallel.batch_sharding(mesh) if len(ids) % data_size == 0 else parallel.replicated(mesh)
-      self._batches.append(jax.device_put((ids, next_ids), sharding))
+      sharding = parallel.batch_sharding(mesh) if len(batch[0]) % data_size == 0 else parallel.replicated(mesh)
+      self._batches.append(jax.device_put(batch, sharding))
 
   def compile_ahead(self, state: nnx.State) -> None:
     """Compiles the batch program for every batch shape and layout the split has (jit reuses them)."""
-    layouts = {(ids.shape, ids.sharding): (ids, next_ids) for ids, next_ids in self._batches}
-    for ids, next_ids in layouts.values():
-      self._add_batch.lower(state, self._total, ids, next_ids).compile()
+    layouts = {(batch[0].shape, batch[0].sharding): batch for batch in self._batches}
+    for batch in layouts.values():
+      self._add_batch.lower(state, *self._totals, *batch).compile()
 
-  def __call__(self, state: nnx.State) -> float:
-    """Mean loss over the validation split at `state`'s parameters."""
-    total = self._total
-    for ids, next_ids in self._batches:
-      total = self._add_batch(state, total, ids, next_ids)
-    return float(total) / self._count
+  def __call__(self, state: nnx.State) -> tuple[float, dict[str, float]]:
+    """Mean loss over the validation split at `state`'s parameters, and per input-frequency bucket with pairs."""
+    totals = self._totals
+    for batch in self._batches:
+      totals = self._add_batch(state, *totals, *batch)
+    total, bucket_totals = jax.device_get(totals)
+    by_bucket = {name: float(bucket_totals[k]) / int(self._bucket_counts[k])
+                 for k, name in enumerate(frequency.BUCKETS) if self._bucket_counts[k]}
+    return float(total) / self._count, by_bucket
 
 
 def _initial_state(config: ml_collections.ConfigDict, target: nnx.State) -> nnx.State:
@@ -141,9 +155,15 @@ def _write_log_step(writer, step: int, learning_rate: float, metrics: dict, stat
   return scalars
 
 
-def _write_eval(writer, step: int, eval_loss: float, data: data_lib.BigramData) -> dict[str, float]:
-  """eval/loss, the floor, the gap to it, and any further reference losses the data brings; returns them."""
+def _write_eval(
+    writer, step: int, eval_loss: float, by_bucket: dict[str, float], data: data_lib.BigramData
+) -> dict[str, float]:
+  """eval/loss, the floor, the gap to it, the bucket losses and the data's further references; returns them.
+
+  A bucket's loss (eval/loss_<bucket>_inputs) is written only where the bucket holds eval pairs.
+  """
   scalars = {"eval/loss": eval_loss, "eval/loss_floor": data.loss_floor, "eval/gap": eval_loss - data.loss_floor}
+  scalars.update({frequency.scalar_name(bucket): loss for bucket, loss in by_bucket.items()})
   scalars.update({f"eval/{name}": value for name, value in data.eval_references.items()})
   writer.write_scalars(step, scalars)
   return scalars
@@ -264,6 +284,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
     if data.source in sources.SYNTHETIC_SOURCES:
       log.info("The task's hidden table e* is %d wide (data.task_d_model); the model's rows are %d (model.d_model).",
                int(config.data.task_d_model), int(config.model.d_model))
+    if data_lib.train_fraction(config) < 1:
+      log.info("Training on the first %d pairs of the train split (data.train_fraction=%g); the eval, the floor "
+                   "and the references are the whole dataset's.", len(data.train_ids), data_lib.train_fraction(config))
     _log_asymmetry(data, int(config.model.d_model))
     shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
     shards = select.data_shards(shardings)
@@ -285,10 +308,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
       host_memory.release_freed()
 
     progress = run_log.ProgressLine(start, num_steps)  # steps/s and the time left count from here, compiled
-    eval_loss, saved_step, started = None, checkpointer.latest_step(), time.perf_counter()
+    eval_loss, by_bucket, saved_step, started = None, {}, checkpointer.latest_step(), time.perf_counter()
     if complete:
       log.info("The run is already complete at step %d: nothing to train, nothing written.", num_steps)
-      eval_loss = evaluate(state)
+      eval_loss, by_bucket = evaluate(state)
     in_flight = None
     for step in range(start, num_steps):
       pairs = data_lib.train_batch(data, seed, step, batch_size)  # the same global batch on every process
@@ -311,8 +334,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
       if log_now:
         scalars.update(_write_log_step(writer, done, float(schedule(step)), metrics, state))
       if eval_now:
-        eval_loss = evaluate(state)
-        scalars.update(_write_eval(writer, done, eval_loss, data))
+        eval_loss, by_bucket = evaluate(state)
+        scalars.update(_write_eval(writer, done, eval_loss, by_bucket, data))
       if scalars:
         rate = progress.steps_per_second(done)
         writer.write_scalars(done, {"train/steps_per_sec": rate})
@@ -324,8 +347,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
         log.warning("Stopped at step %d after saving its checkpoint: rerun the same command to resume.", done)
         raise preemption.Preempted(stop, done)
     if saved_step != num_steps:  # a fresh run of num_steps=0
-      eval_loss = evaluate(state)
-      _write_eval(writer, num_steps, eval_loss, data)
+      eval_loss, by_bucket = evaluate(state)
+      _write_eval(writer, num_steps, eval_loss, by_bucket, data)
       checkpointer.save(num_steps, state, config, dataset)
     train_seconds = time.perf_counter() - started
 
@@ -337,6 +360,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
       gap=gap,
       relative_gap=gap / data.loss_floor if data.loss_floor > 0 else float("inf"),
       param_count=param_count,
+      loss_by_input_frequency=by_bucket,
       train_seconds=train_seconds,
       state=state,
   )

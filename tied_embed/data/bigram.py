@@ -8,7 +8,10 @@ checked on every load (pair counts, shapes, ids below V); one that fails is dele
 warning. Generation holds an exclusive lock on the data dir, so a second run that needs the same dataset at the
 same moment is refused with one line naming the first. `train_batch(data, seed, step, batch_size)` picks the
 pairs of one step; it depends on (seed, step) alone, so a resumed run sees the same batches as an uninterrupted
-one. The data.* config fields are described and checked in `tied_embed.data.config`.
+one. With data.train_fraction < 1 a run trains on the first part of the train split only (`train_pairs_used`);
+the stored dataset, the validation split, the floor and the references stay those of the whole dataset, so runs on
+different amounts of data share one cache and are scored on one eval. The data.* config fields are described and
+checked in `tied_embed.data.config`.
 """
 
 from __future__ import annotations
@@ -39,13 +42,16 @@ SPLITS = ("train", "validation")
 class BigramData:
   """Both splits in memory, with what the best possible model would score.
 
-  train_ids, train_next: (N,) int32; eval_ids, eval_next: (M,) int32.
+  train_ids, train_next: (N,) int32, the train pairs used (the first `train_pairs_used` of the train split);
+  eval_ids, eval_next: (M,) int32, the whole validation split.
   loss_floor: H(next | current) in nats (exact for synthetic sources, empirical on the eval split for text).
   true_log_probs: (V, V) log P(next=j | current=i), computed row by row when indexed (`sources.LogProbRows`);
     for text from eval counts (-inf for unseen pairs, nan rows for tokens never current).
-  input_counts: (V,) int64, how often each token is current in train.
-  identity: the dataset's name (its builder config name). reference: the source's `Reference`.
-  eval_references: further losses to compare against, logged beside eval/loss as eval/<name> at every eval.
+  input_counts: (V,) int64, how often each token is current in the train pairs used.
+  identity: `dataset_identity` (the builder config name, and the train fraction under 1).
+  reference: the source's `Reference`, of the whole dataset.
+  eval_references: further losses to compare against, logged beside eval/loss as eval/<name> at every eval (fitted
+    on the whole train split, like the floor independent of data.train_fraction).
   """
 
   source: str
@@ -108,13 +114,30 @@ def builder_config(config: Any) -> BigramConfig:
   return BigramConfig(name=source.identity(settings), source=source.name, settings=settings)
 
 
+def train_fraction(config: Any) -> float:
+  """data.train_fraction, in (0, 1]: the share of the train split a run trains on (1 where the config has none)."""
+  return float(config.data.get("train_fraction", 1.0))
+
+
+def train_pairs_used(num_train_pairs: int, fraction: float) -> int:
+  """How many of the train split's first pairs a run trains on: round(fraction · N), at least 1 and at most N.
+
+  Rounding rather than truncating, so that e.g. 0.29 · 100 (28.999999999999996 in floats) uses 29 pairs.
+  """
+  return min(num_train_pairs, max(1, round(fraction * num_train_pairs)))
+
+
 def dataset_identity(config: Any) -> str:
-  """The dataset a config trains on: the builder config name (it includes the text file's content hash and, for
-  the synthetic tasks, the hidden width data.task_d_model), then data.train_fraction where it is not 1."""
+  """The data a config trains on: the builder config name (it includes the text file's content hash and, for the
+  synthetic tasks, the hidden width data.task_d_model), with
+  '-train<fraction>' appended when data.train_fraction is under 1, so a run cannot resume on another amount of data.
+  """
   source = sources.get(config.data.source)
-  identity = source.identity(source.settings(config))
-  fraction = float(config.data.train_fraction)
-  return identity if fraction == 1 else f"{identity}-train_fraction{fraction:g}"
+  return _identity(source.identity(source.settings(config)), train_fraction(config))
+
+
+def _identity(builder_name: str, fraction: float) -> str:
+  return builder_name if fraction == 1 else f"{builder_name}-train{fraction!r}"
 
 
 def data_dir(config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
@@ -205,7 +228,7 @@ def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
   directory = data_dir(config, workdir)
   source = sources.get(bc.source)
   bc = BigramConfig(name=bc.name, source=bc.source, settings=source.prepare(bc.settings, directory))
-  return _bigram_data(bc, _prepare(bc, directory))
+  return _bigram_data(bc, _prepare(bc, directory), train_fraction(config))
 
 
 def load_existing_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
@@ -225,20 +248,24 @@ def load_existing_bigram_data(config: Any, workdir: str | pathlib.Path) -> Bigra
   if splits is None:
     where = _version_dir(bc, directory)
     raise UsageError(f"{where} is missing" if why == "missing" else f"the dataset in {where} is unusable ({why})")
-  return _bigram_data(bc, splits)
+  return _bigram_data(bc, splits, train_fraction(config))
 
 
-def _bigram_data(bc: BigramConfig, splits: dict[str, tuple[np.ndarray, np.ndarray]]) -> BigramData:
-  """BigramData of prepared settings and their loaded splits: the reference and the count references computed."""
+def _bigram_data(bc: BigramConfig, splits: dict[str, tuple[np.ndarray, np.ndarray]], fraction: float) -> BigramData:
+  """BigramData of prepared settings and their loaded splits, trained on the first `fraction` of the train split:
+  the reference and the count references computed (on the whole splits)."""
   source = sources.get(bc.source)
   (train_ids, train_next), (eval_ids, eval_next) = splits["train"], splits["validation"]
+  used = train_pairs_used(len(train_ids), fraction)
+  train_ids, train_next = train_ids[:used], train_next[:used]
   vocab_size = bc.settings["vocab_size"]
   reference = source.reference(bc.settings, eval_ids, eval_next)
   return BigramData(
       source=bc.source, vocab_size=vocab_size, train_ids=train_ids, train_next=train_next,
       eval_ids=eval_ids, eval_next=eval_next, loss_floor=reference.loss_floor, true_log_probs=reference.log_probs,
-      input_counts=np.bincount(train_ids, minlength=vocab_size).astype(np.int64), identity=bc.name,
-      reference=reference, eval_references=source.eval_references(bc.settings, splits["train"], splits["validation"]),
+      input_counts=np.bincount(train_ids, minlength=vocab_size).astype(np.int64),
+      identity=_identity(bc.name, fraction), reference=reference,
+      eval_references=source.eval_references(bc.settings, splits["train"], splits["validation"]),
   )
 
 
@@ -255,6 +282,7 @@ def record_for_inspection(data: BigramData, config: Any, workdir: str | pathlib.
       source=data.source, identity=data.identity or dataset_identity(config), vocab_size=data.vocab_size,
       loss_floor=float(data.loss_floor), reference_name=reference.name, true_log_probs=reference.log_probs,
       input_counts=data.input_counts,
+      eval_input_counts=np.bincount(data.eval_ids, minlength=data.vocab_size).astype(np.int64),
   )
   if "tokenizer_model" in reference.record:
     record_lib.write_file(workdir, record_lib.TOKENIZER_FILE, np.asarray(reference.record["tokenizer_model"]).tobytes())

@@ -4,6 +4,7 @@ Data config fields (data.source, data.data_dir, data.train_fraction and data.tas
 other run fields in `tied_embed.run.config_fields`; the others by the sources that read them):
   data.source           which task (`tied_embed.data.sources`); the source checks the fields it reads itself
   data.data_dir         where the dataset is generated and cached ('' = <workdir>/data): a writable directory
+  data.train_fraction   the share of the train split trained on, its first pairs: a number in (0, 1]
   data.text_path        text: the corpus, a file, a directory (read recursively) or a glob
   data.tokenizer        text, tfds: 'bytes' (V = 256), 'sentencepiece' (trained, V pieces) or a .model file
   data.tfds_name        tfds: the TFDS dataset; data.tfds_train_split, data.tfds_eval_split: its splits
@@ -16,6 +17,7 @@ other run fields in `tied_embed.run.config_fields`; the others by the sources th
 
 from __future__ import annotations
 
+import math
 import os
 import pathlib
 from typing import Any
@@ -44,7 +46,8 @@ def validate_data_dir(data_dir: str) -> None:
 def validate_data_config(config: Any) -> None:
   """Raises UsageError (field, value, what is allowed) for a data config that cannot work. Cheap; writes nothing.
 
-  Checks data.source, then asks that source to check the model.* and data.* fields it reads, then data.data_dir.
+  Checks data.source, then asks that source to check the model.* and data.* fields it reads, then data.data_dir
+  and data.train_fraction.
   """
   data = config.data
   names = tuple(sorted(sources.REGISTRY))
@@ -53,3 +56,6 @@ def validate_data_config(config: Any) -> None:
   data_dir = data.get("data_dir", "")
   require(isinstance(data_dir, str), "data.data_dir", data_dir, "a path ('' = <workdir>/data)")
   validate_data_dir(data_dir)
+  fraction = data.get("train_fraction", 1.0)
+  require(is_number(fraction) and math.isfinite(fraction) and 0 < fraction <= 1, "data.train_fraction", fraction,
+          "a number in (0, 1]: the share of the train split trained on (1 = all of it)")

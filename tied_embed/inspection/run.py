@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tied_embed.data import sources
+from tied_embed.data import frequency, sources
 from tied_embed.data.sources import record as record_lib
 from tied_embed.inspection import asymmetry, files
 from tied_embed.inspection import report as report_lib
@@ -24,7 +24,7 @@ from tied_embed.inspection.text import format_markdown
 from tied_embed.inspection.undertrained import undertrained_summary
 from tied_embed.run.errors import UsageError, first_line
 
-_LOSS_TAGS = ("train/loss", "eval/loss")
+_LOSS_TAGS = ("train/loss", "eval/loss", *map(frequency.scalar_name, frequency.BUCKETS))
 _DEFAULT_TOKENS = 3  # without --tokens: the most frequent input tokens
 _HEATMAP_MAX_TOKENS = 256  # a bigger vocabulary is drawn as the block of its most frequent current tokens,
 _HEATMAP_ZOOM_TOKENS = 128  # this many, as a V x V picture would be a uniform haze at screen resolution
@@ -39,8 +39,8 @@ def inspect_run(
 ) -> dict[str, Any]:
   """The JSON-ready report of checkpoint `step` (default: the newest readable one) in `workdir`.
 
-  Keys: workdir, step, available_steps, run, scores, parameters, tokens, fit, provenance, undertrained,
-  path_directions, asymmetry, warnings, and when
+  Keys: workdir, step, available_steps, run, loss_by_input_frequency, scores, parameters, tokens, fit, provenance,
+  undertrained, path_directions, asymmetry, warnings, and when
   the pictures were written also pictures ({name: PNG path relative to WORKDIR/report}) and report_md. A token
   is an id or, for a text run, a string of its vocabulary (a piece such as '▁the', or a byte's label such as
   '\\n'). Raises UsageError, before anything is restored or written where it can, for: no checkpoints,
@@ -92,6 +92,8 @@ def inspect_run(
           "loss_floor": facts.loss_floor,
           "gap": None if eval_loss is None else eval_loss["value"] - facts.loss_floor,
       },
+      "loss_by_input_frequency": _loss_by_input_frequency(facts, {
+          bucket: value_at(series.get(frequency.scalar_name(bucket)), restored.step) for bucket in frequency.BUCKETS}),
       **report_lib.build_report(
           lookup_table, projection_table, tied=bool(config.model.tied), source=facts.source,
           true_log_probs=facts.true_log_probs, lookup_total=restored.provenance["lookup_total"],
@@ -116,6 +118,18 @@ def inspect_run(
     except OSError as error:
       warnings.append(f"pictures not written: {error}")
   return report
+
+
+def _loss_by_input_frequency(
+    facts: record_lib.InspectionData, losses: dict[str, dict[str, float] | None]
+) -> dict[str, dict[str, Any]]:
+  """Each input-frequency bucket (`tied_embed.data.frequency`): {bucket: {loss, tokens, train_pairs, eval_pairs}}.
+
+  loss: the bucket's logged eval loss at the inspected step, {step, value} (None where none was logged), from
+  `losses`; eval_pairs is None for a workdir whose report_data.npz has no validation counts.
+  """
+  sizes = frequency.bucket_sizes(facts.input_counts, facts.eval_input_counts)
+  return {bucket: {"loss": losses[bucket], **size} for bucket, size in sizes.items()}
 
 
 def resolve_token(token: int | str, tokenizer: Any) -> int:
@@ -199,6 +213,7 @@ def _data_facts(config: Any, workdir: pathlib.Path, vocab_size: int, warnings: l
       loss_floor=float(bigrams.loss_floor), reference_name=sources.get(bigrams.source).reference_name,
       true_log_probs=bigrams.true_log_probs, input_counts=bigrams.input_counts,
       tokenizer=sources.get(bigrams.source).tokenizer_from_record(bigrams.reference.record),
+      eval_input_counts=np.bincount(bigrams.eval_ids, minlength=bigrams.vocab_size).astype(np.int64),
   )
 
 
@@ -247,6 +262,7 @@ def _config_summary(config: Any) -> dict[str, Any]:
       "vocab_size": int(config.model.vocab_size),
       "d_model": int(config.model.d_model),
       "tied": bool(config.model.tied),
+      "train_fraction": float(config.data.get("train_fraction", 1.0)),
       "optimizer": str(config.train.optimizer),
       "learning_rate": float(config.train.learning_rate),
       "batch_size": int(config.train.batch_size),

@@ -35,8 +35,9 @@ class InspectionData:
   loss_floor: float
   reference_name: str  # 'true' or 'empirical'
   true_log_probs: LogProbRows  # (V, V) log P(next | current), computed per row
-  input_counts: np.ndarray  # (V,) int64: how often each token is current in train
+  input_counts: np.ndarray  # (V,) int64: how often each token is current in the train pairs used
   tokenizer: Any = None  # text sources: `sources.tokenizer.Tokenizer` (labels, encode/decode); else None
+  eval_input_counts: np.ndarray | None = None  # (V,) int64: how often each token is current in validation
 
 
 def write(workdir: str | pathlib.Path, data: InspectionData, record: dict[str, np.ndarray]) -> pathlib.Path:
@@ -45,6 +46,7 @@ def write(workdir: str | pathlib.Path, data: InspectionData, record: dict[str, n
       "source": np.array(data.source), "identity": np.array(data.identity), "vocab_size": np.array(data.vocab_size),
       "loss_floor": np.array(data.loss_floor), "reference_name": np.array(data.reference_name),
       "input_counts": np.asarray(data.input_counts, np.int64),
+      **({} if data.eval_input_counts is None else {"eval_input_counts": np.asarray(data.eval_input_counts, np.int64)}),
       **{_RECORD_PREFIX + key: value for key, value in record.items()},
   }
   return _write_whole(pathlib.Path(workdir) / FILE_NAME, lambda f: np.savez_compressed(f, **arrays))
@@ -96,11 +98,13 @@ def read(workdir: str | pathlib.Path) -> InspectionData | None:
   vocab_size = int(arrays["vocab_size"])
   record = {key[len(_RECORD_PREFIX):]: value for key, value in arrays.items() if key.startswith(_RECORD_PREFIX)}
   input_counts = np.asarray(arrays["input_counts"], np.int64)
-  if input_counts.shape != (vocab_size,):
-    raise ValueError(f"{path}: input_counts has shape {input_counts.shape}, expected ({vocab_size},)")
+  eval_input_counts = np.asarray(arrays["eval_input_counts"], np.int64) if "eval_input_counts" in arrays else None
+  for name, counts in (("input_counts", input_counts), ("eval_input_counts", eval_input_counts)):
+    if counts is not None and counts.shape != (vocab_size,):
+      raise ValueError(f"{path}: {name} has shape {counts.shape}, expected ({vocab_size},)")
   return InspectionData(
       source=source.name, identity=str(arrays["identity"]), vocab_size=vocab_size,
       loss_floor=float(arrays["loss_floor"]), reference_name=str(arrays["reference_name"]),
       true_log_probs=source.log_probs_from_record(vocab_size, record), input_counts=input_counts,
-      tokenizer=source.tokenizer_from_record(record),
+      tokenizer=source.tokenizer_from_record(record), eval_input_counts=eval_input_counts,
   )
