@@ -110,7 +110,7 @@ def test_the_dataset_identity_names_the_task_width_and_the_train_fraction():
   assert "-d8-" in base
   assert dataset_identity(smoke_with("model.d_model", 16)) == base
   assert dataset_identity(smoke_with("data.task_d_model", 5)) != base
-  assert dataset_identity(smoke_with("data.train_fraction", 0.5)) == f"{base}-train_fraction0.5"
+  assert dataset_identity(smoke_with("data.train_fraction", 0.5)) == f"{base}-train0.5"
 
 
 def test_hparams_are_the_table_and_the_fields_of_the_run_source():

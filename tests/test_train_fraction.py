@@ -54,7 +54,7 @@ def test_a_fraction_trains_on_the_first_pairs_and_keeps_the_eval(tmp_path):
 
 @pytest.mark.parametrize("value", [0.0, -0.1, 1.5, math.nan, math.inf, "half"])
 def test_a_fraction_outside_0_1_is_refused(value):
-  with pytest.raises(UsageError, match=r"^data.train_fraction=.*a number in \(0, 1\]"):
+  with pytest.raises(UsageError, match=r"^data.train_fraction=.*a finite number in \(0, 1\]"):
     validate_config(smoke_with("data.train_fraction", value))
 
 

@@ -17,7 +17,6 @@ other run fields in `tied_embed.run.config_fields`; the others by the sources th
 
 from __future__ import annotations
 
-import math
 import os
 import pathlib
 from typing import Any
@@ -47,7 +46,7 @@ def validate_data_config(config: Any) -> None:
   """Raises UsageError (field, value, what is allowed) for a data config that cannot work. Cheap; writes nothing.
 
   Checks data.source, then asks that source to check the model.* and data.* fields it reads, then data.data_dir
-  and data.train_fraction.
+  (`tied_embed.run.config_fields` checks data.train_fraction with the other fields it declares).
   """
   data = config.data
   names = tuple(sorted(sources.REGISTRY))
@@ -56,6 +55,3 @@ def validate_data_config(config: Any) -> None:
   data_dir = data.get("data_dir", "")
   require(isinstance(data_dir, str), "data.data_dir", data_dir, "a path ('' = <workdir>/data)")
   validate_data_dir(data_dir)
-  fraction = data.get("train_fraction", 1.0)
-  require(is_number(fraction) and math.isfinite(fraction) and 0 < fraction <= 1, "data.train_fraction", fraction,
-          "a number in (0, 1]: the share of the train split trained on (1 = all of it)")
