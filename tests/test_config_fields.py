@@ -130,3 +130,12 @@ def test_the_markdown_table_has_one_row_per_field():
   assert {row.split("`")[1] for row in rows if row.split(" | ")[4] == "yes"} == {"data.train_fraction",
                                                                                "data.task_d_model"}
   assert "`data.text_path`" in lines[-1]  # the sources' own fields, named after the table
+
+
+def test_the_docs_field_list_is_the_tables():
+  from conftest import ROOT  # noqa: PLC0415
+
+  page = (ROOT / "docs" / "configs.md").read_text()
+  start = page.index("<!-- fields (python -m tied_embed.run.config_fields) -->\n")
+  listed = page[start:page.index("<!-- /fields -->")].split("\n", 1)[1]
+  assert listed.strip() == config_fields.markdown_table().strip()
