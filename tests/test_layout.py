@@ -42,3 +42,13 @@ def test_importing_the_core_loads_no_run_machinery():
   loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True).stdout
   found = [name for name in LOADED_NEVER if f"'{name}'" in loaded or f"'{name}." in loaded]
   assert not found, f"importing tied_embed.core loads {found}"
+
+
+def test_the_readmes_reading_order_gives_each_files_line_count():
+  readme = (ROOT / "README.md").read_text()
+  table = readme.split("<!-- reading-order -->")[1]
+  rows = [line.split("|") for line in table.splitlines() if line.startswith("| `")]
+  assert len(rows) >= 8
+  for row in rows:
+    path, count = row[1].strip().strip("`"), int(row[2])
+    assert count == len((ROOT / path).read_text().splitlines()), path
