@@ -76,3 +76,23 @@ def test_the_4x2_hidden_map_run_ends_with_the_1_device_state(hidden_run, sharded
   assert set(final.files) == set(reference)
   for name in reference:
     assert_close(final[name], reference[name])
+
+
+def test_inspection_scores_through_w_and_reports_what_it_adds(hidden_run):
+  from tied_embed.inspection.run import inspect_run  # noqa: PLC0415
+
+  workdir, summary = hidden_run
+  leaves = _leaves(summary.state)
+  table = leaves["['model']['embedder']['embedding'].value"].astype(np.float64)
+  kernel = leaves["['model']['hidden_map']['kernel'].value"].astype(np.float64)
+  report = inspect_run(workdir, tokens=[0, 5], pictures=False)
+  scores = table @ kernel @ table.T  # S = E·W·Eᵀ, independently of the package
+  for entry in report["tokens"]:
+    np.testing.assert_allclose(entry["own_score"], scores[entry["id"], entry["id"]], rtol=1e-5, atol=1e-6)
+  assert report["parameters"]["this_model"] == 32 * 8 + 8 * 8
+  assert "E·W·Eᵀ" in report["scores"]
+  hidden = report["asymmetry"]["hidden_map"]
+  np.testing.assert_allclose(hidden["identity_distance"], np.linalg.norm(kernel - np.eye(8)), rtol=1e-6)
+  share = np.linalg.norm((kernel - kernel.T) / 2) / np.linalg.norm(kernel)
+  np.testing.assert_allclose(hidden["kernel_antisymmetric_share"], share, rtol=1e-6)
+  assert 0 < hidden["learned_antisymmetric_share"] < 1  # E·W·Eᵀ is not symmetric: W has an antisymmetric part
