@@ -111,12 +111,6 @@ def state_shardings(state: nnx.State, mesh: Mesh) -> Any:
   return jax.tree.map(sharding, state, is_leaf=lambda leaf: isinstance(leaf, nnx.Variable))
 
 
-def data_shards(shardings: Any) -> int:
-  """How many ways the batch is split: the `data` axis of the mesh a pytree of NamedShardings lives on (1 if None)."""
-  leaves = jax.tree.leaves(shardings)
-  return int(leaves[0].mesh.shape["data"]) if leaves else 1
-
-
 # The environment variables that describe a run of several processes started by hand (docs/scale-out.md).
 COORDINATOR, NUM_PROCESSES, PROCESS_ID = "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"
 # The task counts of launchers whose environment jax.distributed.initialize() reads by itself (Slurm, Open MPI).
