@@ -38,7 +38,8 @@ results: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -r requirements-bench.txt
-	$(PY) benchmarks/run.py --json benchmarks/results.json
+	mkdir -p runs/bench
+	$(PY) benchmarks/run.py --json runs/bench/results.json
 
 lint: $(STAMP)
 	$(PY) -m pip install --quiet -r requirements-dev.txt

@@ -1,10 +1,13 @@
 """All benchmarks: the train step against PyTorch, the chunked loss's memory, and the entrypoint.
 
-  python benchmarks/run.py --json benchmarks/results.json [--only train_step,memory,entrypoint]
+  python benchmarks/run.py                                  # writes runs/bench/results.json
+  python benchmarks/run.py --json=runs/bench/memory.json --only=memory
+  python benchmarks/run.py --json benchmarks/results.json   # rewrites the tracked results, only when asked
 
-Prints a table and writes JSON with the sections `train_step`, `memory`, `entrypoint` and `machine` (the CPU's
-name and vector extensions: the ratios depend on them, since each framework's matmul kernels do). The targets are
-printed beside the measured ratios; they are results, not assertions. Expect about 10 minutes on 2 cores.
+Prints a table and writes JSON to --json (by default under runs/) with the sections `train_step`, `memory`,
+`entrypoint` and `machine` (the CPU's name and vector extensions: the ratios depend on them, since each framework's
+matmul kernels do). The targets are printed beside the measured ratios; they are results, not assertions. Expect
+about 10 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import jax  # noqa: E402
 
 from benchmarks import entrypoint, memory, throughput, workload  # noqa: E402
 
+DEFAULT_JSON = pathlib.Path("runs/bench/results.json")
 SECTIONS = {"train_step": throughput.measure, "memory": memory.measure, "entrypoint": entrypoint.measure}
 
 
@@ -138,7 +142,8 @@ def print_table(results: dict) -> None:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--json", required=True, type=pathlib.Path, help="where to write the results")
+  parser.add_argument("--json", default=DEFAULT_JSON, type=pathlib.Path,
+                      help=f"where to write the results (default {DEFAULT_JSON})")
   parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections to run")
   args = parser.parse_args()
   names = [name for name in args.only.split(",") if name]
