@@ -34,7 +34,7 @@ from flax import nnx
 from tied_embed import evaluation
 from tied_embed.core import optim
 from tied_embed.core import step as step_lib
-from tied_embed.core.model import build_model, param_counts
+from tied_embed.core.model import build_model
 from tied_embed.data import bigram as data_lib
 from tied_embed.data import frequency, sources
 from tied_embed.fast import compilation, host_memory, select
@@ -277,9 +277,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
 
     if start == 0:
       writer.write_hparams(config_fields.hparams(config))
-    model_config = config.model
-    counts = param_counts(int(model_config.vocab_size), int(model_config.d_model), model_config.get("hidden", "none"))
-    param_count = counts.tied if config.model.tied else counts.untied
+    param_count = sum(leaf.size for leaf in jax.tree.leaves(target["model"]))  # the model's Params, whatever it is
     log.info("%s, %d parameters, loss floor %.4f nats.", data.source, param_count, data.loss_floor)
     if data.source in sources.SYNTHETIC_SOURCES:
       log.info("The task's hidden table e* is %d wide (data.task_d_model); the model's rows are %d (model.d_model).",
