@@ -52,7 +52,7 @@ from configs import subword, text  # noqa: E402
 from tied_embed import evaluation, trainer  # noqa: E402
 from tied_embed.data import bigram as data_lib  # noqa: E402
 from tied_embed.data import frequency  # noqa: E402
-from tied_embed.run import checkpoint, config_schema, parallel  # noqa: E402
+from tied_embed.run import checkpoint, parallel  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 FRACTIONS = (0.01, 0.03, 0.1, 0.3, 1.0)
@@ -99,11 +99,6 @@ class Corpus:
   note: str
 
 
-def hidden_models_available() -> bool:
-  """Whether this checkout's configs have model.hidden (the tied + W models need it)."""
-  return "model.hidden" in config_schema.known_fields()
-
-
 def vim_docs() -> str:
   """A glob of Vim's help files on this machine; SystemExit (one line) if there are none."""
   found = sorted(glob.glob(os.path.join(VIM_DOCS, "*.txt")))
@@ -142,9 +137,8 @@ def run_config(corpus: Corpus, model: Model, fraction: float, seed: int, l2: flo
   config.data.train_fraction = fraction
   config.model.vocab_size = corpus.vocab_size
   config.model.tied = model.tied
-  if model.hidden != "none":  # configs without model.hidden (before it exists) keep their fields as they are
-    config.model.hidden = model.hidden
-    config.model.hidden_l2 = l2
+  config.model.hidden = model.hidden
+  config.model.hidden_l2 = l2 if model.hidden != "none" else 0.0
   config.train.update(num_steps=steps, warmup_steps=max(1, steps // 10), log_every=steps, eval_every=steps,
                       checkpoint_every=steps, keep_checkpoints=1)
   return config
@@ -363,9 +357,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
   unknown = [name for name in chosen if name not in available]
   if unknown:
     parser.error(f"--corpora={args.corpora!r}: {unknown[0]!r} is not one of {', '.join(available)}")
-  models = MODELS if hidden_models_available() else tuple(m for m in MODELS if m.hidden == "none")
-  if len(models) < len(MODELS):
-    print("model.hidden is not a config field in this checkout: running only the tied and untied models")
+  models = MODELS
   if args.quick:
     fractions, seeds, grid = (0.1, 1.0), SEEDS[:1], L2_GRID[1:]
   else:

@@ -11,20 +11,18 @@ from tied_embed.run.config_validation import validate_config
 
 def test_run_configs_are_valid_and_differ_only_where_they_should(tmp_path):
   corpus = when_to_tie.corpora(quick=True, subword_corpus="")["bytes"]
-  models = when_to_tie.MODELS if when_to_tie.hidden_models_available() else when_to_tie.MODELS[:2]
-  for model in models:
+  for model in when_to_tie.MODELS:
     config = when_to_tie.run_config(corpus, model, 0.03, 1, 0.01, 40, tmp_path)
     validate_config(config)
     assert (config.model.tied, config.seed, config.data.train_fraction) == (model.tied, 1, 0.03)
     assert config.train.num_steps == config.train.eval_every == config.train.checkpoint_every == 40
-    assert config.model.get("hidden", "none") == model.hidden
+    assert config.model.hidden == model.hidden
 
 
 def test_quick_sweep_writes_tables_and_plot(tmp_path, capsys):
   results = when_to_tie.main(["--quick", "--corpora", "bytes", "--out", str(tmp_path), "--no-compile-cache"])
   entry = results["corpora"]["bytes"]
-  hidden = when_to_tie.hidden_models_available()
-  assert list(entry["runs"]) == ["tied", "untied", *(["tied_w", "tied_w_l2"] if hidden else [])]
+  assert list(entry["runs"]) == ["tied", "untied", "tied_w", "tied_w_l2"]
   vocab_size, d_model = 256, entry["d_model"]
   params = {"tied": vocab_size * d_model, "untied": 2 * vocab_size * d_model,
             "tied_w": vocab_size * d_model + d_model**2, "tied_w_l2": vocab_size * d_model + d_model**2}
@@ -36,12 +34,10 @@ def test_quick_sweep_writes_tables_and_plot(tmp_path, capsys):
       assert np.isfinite(run["loss_rare_inputs"]) and run["loss_rare_inputs"] > 0
       assert run["param_count"] == params[key]
   assert entry["eval_pairs"] > 0 and entry["train_pairs"] > entry["holdout_pairs"] > 0
-  if hidden:
-    for fraction, trained_on in (("0.1", 0.1), ("1", 0.9)):
-      selection = entry["l2_selection"][fraction]
-      assert selection["trained_on_fraction"] == trained_on
-      assert selection["chosen"] == min(when_to_tie.L2_GRID[1:],
-                                        key=lambda l2: selection["holdout_loss"][f"{l2:g}"])
+  for fraction, trained_on in (("0.1", 0.1), ("1", 0.9)):
+    selection = entry["l2_selection"][fraction]
+    assert selection["trained_on_fraction"] == trained_on
+    assert selection["chosen"] == min(when_to_tie.L2_GRID[1:], key=lambda l2: selection["holdout_loss"][f"{l2:g}"])
   written = json.loads((tmp_path / "when_to_tie.json").read_text())
   assert written["corpora"]["bytes"]["runs"] == json.loads(json.dumps(entry["runs"]))
   markdown = (tmp_path / "when_to_tie.md").read_text()
