@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
 import types
 
@@ -66,12 +67,22 @@ class StopSignals:
   def __enter__(self) -> StopSignals:
     if threading.current_thread() is threading.main_thread():
       self._previous = {signum: signal.signal(signum, self._handle) for signum in SIGNALS}
+      self._previous_unraisable_hook = sys.unraisablehook
+      sys.unraisablehook = self._unraisable
     return self
 
   def __exit__(self, *exc_info) -> None:
     for signum, handler in self._previous.items():
       signal.signal(signum, handler)
+    if self._previous:
+      sys.unraisablehook = self._previous_unraisable_hook
     self._previous = {}
+
+  def _unraisable(self, unraisable) -> None:
+    """Drops an `Interrupted` that a callback swallowed (Python would print it as a traceback): `received` holds
+    the signal, and the loop stops on it. Every other unraisable exception goes to the hook that was there."""
+    if not isinstance(unraisable.exc_value, Interrupted):
+      self._previous_unraisable_hook(unraisable)
 
   def agreed(self, sync_point: bool) -> int | None:
     """The signal to stop on after this step, the same on every process; None to go on.
