@@ -50,6 +50,26 @@ class Interrupted(BaseException):
     self.signum = signum
 
 
+def _drop_swallowed_interrupts() -> None:
+  """Stops Python printing a traceback for an `Interrupted` that a callback swallowed (JAX's gc callback, say).
+
+  Such a callback cannot pass the exception on, so Python hands it to `sys.unraisablehook`; `StopSignals.received`
+  holds the signal all the same, and the loop stops on it. Exactly those are dropped; every other unraisable
+  exception still reaches the hook that was there before. Installed once per process and never removed, so hooks
+  installed after it (tied_embed/run/checkpoint.py's) stay in place.
+  """
+  previous = sys.unraisablehook
+  if getattr(previous, "drops_swallowed_interrupts", False):
+    return
+
+  def hook(unraisable) -> None:
+    if not isinstance(unraisable.exc_value, Interrupted):
+      previous(unraisable)
+
+  hook.drops_swallowed_interrupts = True
+  sys.unraisablehook = hook
+
+
 class StopSignals:
   """Context manager: while inside, SIGTERM and SIGINT set `received` instead of ending the process.
 
@@ -67,22 +87,13 @@ class StopSignals:
   def __enter__(self) -> StopSignals:
     if threading.current_thread() is threading.main_thread():
       self._previous = {signum: signal.signal(signum, self._handle) for signum in SIGNALS}
-      self._previous_unraisable_hook = sys.unraisablehook
-      sys.unraisablehook = self._unraisable
+      _drop_swallowed_interrupts()
     return self
 
   def __exit__(self, *exc_info) -> None:
     for signum, handler in self._previous.items():
       signal.signal(signum, handler)
-    if self._previous:
-      sys.unraisablehook = self._previous_unraisable_hook
     self._previous = {}
-
-  def _unraisable(self, unraisable) -> None:
-    """Drops an `Interrupted` that a callback swallowed (Python would print it as a traceback): `received` holds
-    the signal, and the loop stops on it. Every other unraisable exception goes to the hook that was there."""
-    if not isinstance(unraisable.exc_value, Interrupted):
-      self._previous_unraisable_hook(unraisable)
 
   def agreed(self, sync_point: bool) -> int | None:
     """The signal to stop on after this step, the same on every process; None to go on.
