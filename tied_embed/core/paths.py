@@ -83,11 +83,14 @@ class PathGradients(NamedTuple):
     return split_stats_from(self.lookup, self.projection, self.ids)
 
 
-def loss_of_uses(model, next_ids: jax.Array, loss_fn: HiddenLoss) -> Callable:
-  """The training loss as a function of (looked-up rows (T, D), projection table (V, D), hidden map's arrays).
+def differentiate_uses(
+    model, ids: jax.Array, next_ids: jax.Array, loss_fn: HiddenLoss
+) -> tuple[jax.Array, jax.Array, jax.Array, dict]:
+  """The training loss and its gradient with respect to each use of the tables, and to the hidden map.
 
-  Differentiating it with respect to each argument separates the paths: the rows carry the lookup path, the
-  table the projection path.
+  The loss is written as a function of (looked-up rows (T, D), projection table (V, D), the hidden map's arrays), so
+  differentiating it with respect to each argument separates the paths: the rows carry the lookup path, the table
+  the projection path. → (loss (), d rows (T, D), d projection table (V, D), {name: d hidden array}).
   """
 
   def loss(rows: jax.Array, projection_table: jax.Array, hidden: dict) -> jax.Array:
@@ -95,7 +98,11 @@ def loss_of_uses(model, next_ids: jax.Array, loss_fn: HiddenLoss) -> Callable:
     penalty = model.penalty(hidden)
     return value if penalty is None else value + penalty
 
-  return loss
+  lookup_table, projection_table = model.tables()
+  value, (rows, projection, hidden) = jax.value_and_grad(loss, argnums=(0, 1, 2))(
+      lookup_table[ids], projection_table, model.hidden_params()
+  )
+  return value, rows, projection, hidden
 
 
 def path_gradients(
@@ -106,9 +113,6 @@ def path_gradients(
   `lookup` is d loss / d rows scattered into the rows `ids` read: for an untied model that is the input
   table's gradient, for a tied one the lookup's share of the one table's.
   """
-  lookup_table, projection_table = model.tables()
-  loss, (rows_grad, projection, hidden) = jax.value_and_grad(loss_of_uses(model, next_ids, loss_fn), argnums=(0, 1, 2))(
-      lookup_table[ids], projection_table, model.hidden_params()
-  )
-  lookup = jnp.zeros_like(lookup_table).at[ids].add(rows_grad)
+  loss, rows_grad, projection, hidden = differentiate_uses(model, ids, next_ids, loss_fn)
+  lookup = jnp.zeros_like(projection).at[ids].add(rows_grad)
   return PathGradients(loss=loss, ids=ids, lookup=lookup, projection=projection, hidden=hidden)

@@ -93,8 +93,5 @@ def path_gradients(model, ids: jax.Array, next_ids: jax.Array, loss_fn: paths.Hi
 
   The same differentiation as `tied_embed.core.paths.path_gradients`, without scattering the lookup rows.
   """
-  lookup_table, projection_table = model.tables()
-  loss, (lookup_rows, projection, hidden) = jax.value_and_grad(
-      paths.loss_of_uses(model, next_ids, loss_fn), argnums=(0, 1, 2)
-  )(lookup_table[ids], projection_table, model.hidden_params())
+  loss, lookup_rows, projection, hidden = paths.differentiate_uses(model, ids, next_ids, loss_fn)
   return PathGradients(loss=loss, ids=ids, lookup_rows=lookup_rows, projection=projection, hidden=hidden)
