@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import shlex
 import signal
 import sys
 import warnings
@@ -91,10 +92,47 @@ def unknown_override(config, argv: list[str]) -> str:
   return "a --config.<field> override names no config field"
 
 
+HELP_FLAGS = ("-h", "-?", "--help", "--helpshort")  # absl's own --helpfull still lists every library's flags
+
+
+def _command(argv0: str) -> str:
+  """How to start this command again as pasted: '.venv/bin/python train.py' for a script, else the path given."""
+  def shown(path: str) -> str:
+    relative = os.path.relpath(path)
+    return relative if not relative.startswith("..") else os.path.abspath(path)
+
+  if argv0.endswith(".py"):
+    return shlex.join([shown(sys.executable), argv0])
+  return shlex.quote(shown(argv0) if os.sep in argv0 else argv0)
+
+
+def usage(program: str) -> str:
+  """The command line's own help: each of its flags in one line (their absl help strings) and an example."""
+  rows = [
+      ("--config FILE", FLAGS["config"].help + " FILE:ARG passes ARG to its get_config()."),
+      ("--config.<field>=VALUE", "Sets one config field, e.g. --config.train.learning_rate=0.1 (docs/configs.md)."),
+      ("--workdir DIR", FLAGS["workdir"].help),
+      ("--verbose", FLAGS["verbose"].help),
+  ]
+  width = max(len(name) for name, _ in rows)
+  return "\n".join([
+      f"usage: {program} --config FILE --workdir DIR [--config.<field>=VALUE ...] [--verbose]", "",
+      "Trains the config in the workdir; rerunning the same command resumes from its newest checkpoint.", "",
+      *(f"  {name:<{width}}  {text}" for name, text in rows), "",
+      f"example: {program} --config configs/smoke.py --workdir runs/smoke --config.train.num_steps=20",
+  ])
+
+
 def parse_flags(argv: list[str]) -> list[str]:
-  """absl's parser, with every error (unknown flag or config field, bad value, broken config file) one line."""
+  """absl's parser, with every error (unknown flag or config field, bad value, broken config file) one line.
+
+  --help (-h, --helpshort) prints `usage` and exits 0, before the config file is read.
+  """
   from tied_embed.run.errors import UsageError  # noqa: PLC0415
 
+  if any(arg in HELP_FLAGS for arg in argv[1:]):
+    print(usage(_command(argv[0])))
+    sys.exit(0)
   try:
     return FLAGS(argv)
   except UsageError as error:
