@@ -66,8 +66,9 @@ def test_the_console_is_the_projects_own_and_a_rerun_prints_no_training_time(tmp
     lines = result.stderr.strip().splitlines()
     assert not [line for line in lines if ABSL_PREFIX.match(line)], result.stderr
     assert not [line for line in lines if "read only" in line], result.stderr  # Orbax opening the checkpoints
-    assert lines[-1] == ("Checkpoints in runs/smoke/checkpoints (latest: step 20). Inspect: python -m "
-                         "tied_embed.inspect --workdir runs/smoke | Watch: tensorboard --logdir runs/smoke")
+    venv_bin = pathlib.Path(sys.executable).parent  # tmp_path is outside the checkout: shown absolute
+    assert lines[-1] == (f"Checkpoints in runs/smoke/checkpoints (latest: step 20). Inspect: {venv_bin}/"
+                         f"tied-embed-inspect --workdir runs/smoke | Watch: {venv_bin}/tensorboard --logdir runs/smoke")
   first_lines = first.stderr.splitlines()
   assert any(line.startswith("step 20/20 | loss ") for line in first_lines), first.stderr
   assert re.fullmatch(r"Step 20: eval loss .*, 256 parameters, \d+\.\d s of training\.", first_lines[-2])

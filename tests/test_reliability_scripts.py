@@ -45,3 +45,49 @@ def test_the_installed_command_help_lists_its_own_flags(tmp_path):
   result = _python("-c", f"import sys; sys.argv = [{str(script)!r}, '--help']; "
                          "from tied_embed.run.cli import main; main()", cwd=tmp_path)
   _assert_lists_the_flags(result, "bin/tied-embed-train")
+
+
+def test_shell_quote_pastes_back_as_the_same_text_on_one_line():
+  from tied_embed.run.errors import shell_quote  # noqa: PLC0415
+
+  for text in ("runs/a b", "runs/it's", "a\nb", "tab\there", "back\\slash $HOME `x`", "ctrl\x01", "plain", "é"):
+    quoted = shell_quote(text)
+    assert "\n" not in quoted
+    echoed = subprocess.run(["bash", "-c", f"printf %s {quoted}"], capture_output=True, timeout=30).stdout
+    assert echoed == text.encode(), (text, quoted)
+
+
+def test_the_closing_commands_paste_into_a_shell_as_they_are(tmp_path, monkeypatch, caplog):
+  """The commands of the closing line run from the checkout without the venv active, and the workdir they name
+  (a space and a newline in it) is the run's."""
+  import logging  # noqa: PLC0415
+
+  from tied_embed.run import run_log  # noqa: PLC0415
+
+  monkeypatch.chdir(ROOT)
+  workdir = tmp_path / "my run\nsecond"
+  with caplog.at_level(logging.INFO, logger="tied_embed"):
+    run_log.closing_lines(workdir, 20)
+  (line,) = [record.getMessage() for record in caplog.records]
+  assert "\n" not in line
+  inspect_part, watch_part = line.split(" Inspect: ", 1)[1].split(" | Watch: ")
+  command, quoted_workdir = inspect_part.split(" --workdir ")
+  assert not command.startswith("python ")  # `python` may not be on PATH, or not this venv's
+  assert subprocess.run(["bash", "-c", f"printf %s {quoted_workdir}"], capture_output=True).stdout == \
+      str(workdir).encode()
+  assert watch_part.endswith(f" --logdir {quoted_workdir}")
+  env = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHONPATH")}
+  env["PATH"] = "/usr/bin:/bin"
+  pasted = subprocess.run(["bash", "-c", f"{command} --help"], cwd=ROOT, capture_output=True, text=True, env=env,
+                          timeout=300)
+  assert pasted.returncode == 0 and "--workdir" in pasted.stdout, pasted.stderr[-2000:]
+
+
+def test_an_error_naming_a_path_with_a_newline_stays_one_line(tmp_path):
+  workdir = tmp_path / "a\nb"
+  workdir.mkdir()
+  (workdir / "checkpoints").write_text("a file where the checkpoints go")
+  result = _python("train.py", "--config", "configs/smoke.py", "--workdir", str(workdir))
+  assert result.returncode == 2
+  assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: "), result.stderr
+  assert "checkpoints is not a directory" in result.stderr

@@ -22,7 +22,7 @@ from absl import logging
 from tied_embed.inspection.continuation import continue_prompt, format_continuation
 from tied_embed.inspection.run import inspect_run
 from tied_embed.inspection.text import format_text
-from tied_embed.run.errors import UsageError
+from tied_embed.run.errors import UsageError, one_line
 
 _TOKEN = re.compile(r"-?[0-9]+")  # ASCII digits only: int() would also take '1_0' and other scripts' digits
 
@@ -106,10 +106,10 @@ def _main(argv: list[str] | None) -> int:
       tokens = None if args.tokens is None else parse_token_items(args.tokens)
       output = inspect_run(args.workdir, args.step, tokens, args.top_k, pictures=not args.no_pictures)
   except UsageError as error:
-    print(f"error: {error}", file=sys.stderr)
+    print(f"error: {one_line(str(error))}", file=sys.stderr)
     return 2
   for warning in output["warnings"]:
-    print(f"warning: {warning}", file=sys.stderr)
+    print(f"warning: {one_line(warning)}", file=sys.stderr)
   if args.json:
     print(json.dumps(output, indent=2, allow_nan=False, ensure_ascii=False))
   else:

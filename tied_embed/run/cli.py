@@ -144,7 +144,9 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def _usage_error(message: str) -> None:
-  print(f"error: {message}", file=sys.stderr)
+  from tied_embed.run.errors import one_line  # noqa: PLC0415
+
+  print(f"error: {one_line(message)}", file=sys.stderr)
   sys.exit(2)
 
 
@@ -165,7 +167,7 @@ def _main(argv: list[str]) -> None:
 
   from tied_embed.run import locking, parallel  # noqa: PLC0415
   from tied_embed.run.config_validation import validate_config  # noqa: PLC0415
-  from tied_embed.run.errors import RunStopped, UsageError, first_line, require  # noqa: PLC0415
+  from tied_embed.run.errors import RunStopped, UsageError, first_line, one_line, require  # noqa: PLC0415
 
   try:
     require(bool(FLAGS.workdir.strip()), "--workdir", FLAGS.workdir, "a directory path")
@@ -179,7 +181,7 @@ def _main(argv: list[str]) -> None:
   except UsageError as error:
     _usage_error(str(error))
   except RunStopped as stop:  # a signal, a non-finite step, a failed write: one line and the run's exit status
-    print(f"error: {stop}", file=sys.stderr)
+    print(f"error: {one_line(str(stop))}", file=sys.stderr)
     sys.exit(stop.exit_status)
   except Exception as error:  # noqa: BLE001 (anything else, e.g. a full disk under TensorFlow: still one line)
     if FLAGS.verbose:

@@ -7,6 +7,7 @@ All are plain exceptions, so a notebook or library calling `train_and_evaluate` 
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 
@@ -35,6 +36,31 @@ def first_line(error: BaseException, limit: int = 300) -> str:
   """'TypeName: first line of the message', cut to `limit` characters: how a caught error is named in one line."""
   text = (f"{type(error).__name__}: {error}".strip().splitlines() or [""])[0]
   return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def one_line(text: str) -> str:
+  """`text` with its line breaks written as \\n and \\r, so that an error naming a path that holds one stays one
+  line."""
+  return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+_ANSI_C_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def shell_quote(text: str) -> str:
+  """`text` as a shell word that pastes back as itself, on one line: shlex.quote, or bash's $'...' (as `printf %q`
+  writes it) for text holding a control character such as a newline."""
+  if text.isprintable():
+    return shlex.quote(text)
+
+  def escape(character: str) -> str:
+    if character in _ANSI_C_ESCAPES:
+      return _ANSI_C_ESCAPES[character]
+    if character.isprintable():
+      return character
+    return "".join(f"\\x{byte:02x}" for byte in character.encode("utf-8", "surrogateescape"))
+
+  return "$'" + "".join(map(escape, text)) + "'"
 
 
 class RunStopped(Exception):

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import logging
 import pathlib
+import sys
 import time
 
 from clu import metric_writers
+
+from tied_embed.run.errors import shell_quote
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +73,23 @@ def shown_path(path: pathlib.Path) -> str:
     return str(path)
 
 
+def venv_command(name: str, *module: str) -> str:
+  """How to start the console script `name` as pasted into a shell without this venv activated: the script beside
+  this Python (.venv/bin/tied-embed-inspect), else `python -m module` with this Python; quoted, as `shown_path`."""
+  beside = pathlib.Path(sys.executable).parent / name
+  if beside.is_file():
+    return shell_quote(shown_path(beside))
+  if module:
+    return " ".join([shell_quote(shown_path(pathlib.Path(sys.executable))), "-m", *module])
+  return name
+
+
 def closing_lines(workdir: pathlib.Path, step: int) -> None:
-  """Where the run left its checkpoints, and the commands that look at them (paths as `shown_path` gives them)."""
-  shown = shown_path(workdir)
+  """Where the run left its checkpoints, and the commands that look at them, to paste as they are (paths as
+  `shown_path` gives them, quoted for the shell)."""
+  shown = shell_quote(shown_path(workdir))
   log.info(
-      "Checkpoints in %s (latest: step %d). Inspect: python -m tied_embed.inspect --workdir %s | "
-      "Watch: tensorboard --logdir %s", shown_path(pathlib.Path(workdir) / "checkpoints"), step, shown, shown,
+      "Checkpoints in %s (latest: step %d). Inspect: %s --workdir %s | Watch: %s --logdir %s",
+      shell_quote(shown_path(pathlib.Path(workdir) / "checkpoints")), step,
+      venv_command("tied-embed-inspect", "tied_embed.inspect"), shown, venv_command("tensorboard"), shown,
   )
