@@ -33,7 +33,9 @@ def sample_tokens(
 ) -> list[int]:
   """`num_tokens` ids drawn one after another from softmax(S[current] / temperature), starting after `start`.
 
-  temperature 0 takes the likeliest token each time. The draws depend only on (tables, start, seed).
+  temperature 0 takes the likeliest token each time. The draws depend only on (tables, start, seed). The scores
+  are shifted by their maximum before the division, so any temperature > 0 samples: one so small that the other
+  scores fall to -inf draws among the likeliest tokens, as the limit T → 0 does.
   """
   lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
   rng = np.random.default_rng(seed)
@@ -43,7 +45,8 @@ def sample_tokens(
     if temperature == 0:
       token = int(np.argmax(scores))
     else:
-      probs = np.exp(log_softmax((scores / temperature)[None]))[0]
+      with np.errstate(over="ignore"):  # scores far below the maximum become -inf: probability 0
+        probs = np.exp(log_softmax(((scores - scores.max()) / temperature)[None]))[0]
       token = int(rng.choice(len(probs), p=probs / probs.sum()))
     drawn.append(token)
   return drawn

@@ -168,7 +168,8 @@ def open_run(
   warnings.extend(f"{skipped}: showing an older one" for skipped in restored.skipped)
   if check is not None:
     check(restored)
-  return OpenedRun(restored, _data_facts(restored.config, workdir, restored.model.vocab_size, warnings), steps)
+  facts = _data_facts(restored.config, workdir, restored.model.vocab_size, restored.dataset, warnings)
+  return OpenedRun(restored, facts, steps)
 
 
 def _steps(workdir: pathlib.Path) -> list[int]:
@@ -185,9 +186,14 @@ def _steps(workdir: pathlib.Path) -> list[int]:
   return steps
 
 
-def _data_facts(config: Any, workdir: pathlib.Path, vocab_size: int, warnings: list[str]) -> record_lib.InspectionData:
+def _data_facts(
+    config: Any, workdir: pathlib.Path, vocab_size: int, dataset: str, warnings: list[str]
+) -> record_lib.InspectionData:
   """What the report needs of the data: WORKDIR/report_data.npz, or else the dataset cached under the data dir.
 
+  The file is used only if it is this checkpoint's: its V, and its dataset identity, which the checkpoint's
+  manifest records as `dataset` (source, task settings, corpus hash, train fraction), must be the checkpoint's.
+  One that was copied from another run, like a damaged one, is named in a warning and the dataset is read instead.
   Reads only: UsageError (one line) naming what is missing when neither is there.
   """
   path = workdir / record_lib.FILE_NAME
@@ -198,6 +204,10 @@ def _data_facts(config: Any, workdir: pathlib.Path, vocab_size: int, warnings: l
     facts = None
   if facts is not None and facts.vocab_size != vocab_size:
     warnings.append(f"{path} is for V={facts.vocab_size}, the checkpoint has V={vocab_size}: using the dataset")
+    facts = None
+  if facts is not None and dataset and facts.identity != dataset:
+    warnings.append(f"{path} is another run's (its data is {facts.identity!r}, the checkpoint trained on "
+                    f"{dataset!r}): using the dataset")
     facts = None
   if facts is not None:
     return facts
@@ -262,6 +272,8 @@ def _config_summary(config: Any) -> dict[str, Any]:
       "vocab_size": int(config.model.vocab_size),
       "d_model": int(config.model.d_model),
       "tied": bool(config.model.tied),
+      "hidden": str(config.model.get("hidden", "none")),
+      "hidden_l2": float(config.model.get("hidden_l2", 0.0)),
       "train_fraction": float(config.data.get("train_fraction", 1.0)),
       "optimizer": str(config.train.optimizer),
       "learning_rate": float(config.train.learning_rate),

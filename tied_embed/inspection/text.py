@@ -15,15 +15,19 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
   run, params, fit, prov = report["run"], report["parameters"], report["fit"], report["provenance"]
   cfg = run["config"]
   vocab_size, d_model = params["table_shape"]
+  hidden = cfg.get("hidden", "none")
+  hidden_map = f" hidden={hidden} λ={cfg.get('hidden_l2', 0.0):g}" if hidden != "none" else ""
+  extra = " + D²" if hidden == "linear" else ""  # the (D, D) map W beside the table(s)
   lines = [
       f"run      {report['workdir']}  step {report['step']} (checkpoints: {_ids(report['available_steps'])})",
-      f"config   source={cfg['source']} V={vocab_size} D={d_model} {'tied' if cfg['tied'] else 'untied'}"
+      f"config   source={cfg['source']} V={vocab_size} D={d_model} {'tied' if cfg['tied'] else 'untied'}{hidden_map}"
       f"  {cfg['optimizer']} lr={cfg['learning_rate']} batch={cfg['batch_size']}"
       f" steps={cfg['num_steps']} seed={cfg['seed']}",
       f"loss     train {_logged(run['train_loss'])}  eval {_logged(run['eval_loss'])}"
       f"  floor {run['loss_floor']:.4f}  gap {_gap(run)}",
       *_by_input_frequency(report.get("loss_by_input_frequency")),
-      f"params   table {vocab_size}x{d_model}: tied V·D = {params['tied']:,} vs untied 2·V·D = {params['untied']:,}"
+      f"params   table {vocab_size}x{d_model}: tied V·D{extra} = {params['tied']:,} vs untied 2·V·D{extra} ="
+      f" {params['untied']:,}"
       f" (tying saves {params['saved']:,}; this model has {params['this_model']:,})",
       f"scores   S = {report['scores']}",
   ]

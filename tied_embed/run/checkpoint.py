@@ -297,6 +297,7 @@ class Restored:
   # 'rows': (K,) int32 tracked rows; 'lookup', 'projection': (K, D) float32, each path's summed gradient rows
   path_directions: dict[str, np.ndarray]
   skipped: list[str] = dataclasses.field(default_factory=list)  # why each newer checkpoint was not read, one line
+  dataset: str = ""  # the identity of the data it trained on, as its manifest records it ('' if none was given)
 
 
 def _unreadable(workdir: str | pathlib.Path, step: int, error: BaseException) -> str:
@@ -351,12 +352,12 @@ def restore(workdir: str | pathlib.Path, step: int | None = None, mesh: Mesh | N
   if mesh is None:
     mesh = parallel.make_mesh(ml_collections.ConfigDict({"data": 1, "model": 1}), jax.devices()[:1])
 
-  def read(manager: ocp.CheckpointManager, candidate: int) -> tuple[ml_collections.ConfigDict, TrainState]:
+  def read(manager: ocp.CheckpointManager, candidate: int) -> tuple[ml_collections.ConfigDict, TrainState, dict]:
     config, manifest = _read_config_and_manifest(manager, candidate)
     graphdef, target = abstract_state(config, mesh)
-    return config, nnx.merge(graphdef, _read_state_matching(manager, candidate, target, manifest))
+    return config, nnx.merge(graphdef, _read_state_matching(manager, candidate, target, manifest)), manifest
 
-  found, (config, train_state), skipped = _newest_readable_in(workdir, read, step)
+  found, (config, train_state, manifest), skipped = _newest_readable_in(workdir, read, step)
   return Restored(
       model=train_state.model,
       config=config,
@@ -371,4 +372,5 @@ def restore(workdir: str | pathlib.Path, step: int | None = None, mesh: Mesh | N
           "projection": np.asarray(train_state.tracked_projection[...]),
       },
       skipped=skipped,
+      dataset=str(manifest.get("dataset", "")),
   )

@@ -87,13 +87,19 @@ def _write_whole(path: pathlib.Path, fill: Callable[[BinaryIO], Any]) -> pathlib
 def read(workdir: str | pathlib.Path) -> InspectionData | None:
   """WORKDIR/report_data.npz as InspectionData; None if the workdir has none.
 
-  Raises ValueError (or OSError) if the file is there but cannot be read back.
+  Raises ValueError (or OSError) if the file is there but cannot be read back, or holds what no run writes: a
+  number that is not finite (NaN, Inf), a negative floor or count. Such a file is damaged, not shown.
   """
   path = pathlib.Path(workdir) / FILE_NAME
   if not path.is_file() or path.is_symlink():
     return None
   with np.load(path, allow_pickle=False) as saved:
     arrays = {key: saved[key] for key in saved.files}
+  for key, value in arrays.items():
+    if np.issubdtype(value.dtype, np.number) and not np.all(np.isfinite(value)):
+      raise ValueError(f"{path}: {key} holds a number that is not finite")
+  if not float(arrays["loss_floor"]) >= 0:
+    raise ValueError(f"{path}: loss_floor is {float(arrays['loss_floor'])!r}, expected a number >= 0")
   source = sources.get(str(arrays["source"]))
   vocab_size = int(arrays["vocab_size"])
   record = {key[len(_RECORD_PREFIX):]: value for key, value in arrays.items() if key.startswith(_RECORD_PREFIX)}
@@ -102,6 +108,8 @@ def read(workdir: str | pathlib.Path) -> InspectionData | None:
   for name, counts in (("input_counts", input_counts), ("eval_input_counts", eval_input_counts)):
     if counts is not None and counts.shape != (vocab_size,):
       raise ValueError(f"{path}: {name} has shape {counts.shape}, expected ({vocab_size},)")
+    if counts is not None and counts.min(initial=0) < 0:
+      raise ValueError(f"{path}: {name} holds a negative count")
   return InspectionData(
       source=source.name, identity=str(arrays["identity"]), vocab_size=vocab_size,
       loss_floor=float(arrays["loss_floor"]), reference_name=str(arrays["reference_name"]),
