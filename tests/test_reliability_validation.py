@@ -119,7 +119,8 @@ def test_memory_estimate_is_the_documented_sum():
   config = smoke_with("model.vocab_size", 32)  # smoke: D=8, B=128, eval 512, 20,000 + 2,000 pairs, tied
   config.loss.chunk_size = 0  # full logits
   assert [term.bytes for term in memory_estimate(config)] == [
-      32 * 8 * (4 * 6 + 8),  # one float32 table six times, the float64 hidden table once
+      32 * 8 * 4 * 6,  # one float32 table six times
+      32 * 8 * 8,  # the planted task's float64 hidden table (V, data.task_d_model)
       128 * 32 * 4 * 3,  # train logits
       128 * 8 * 4 * 2,  # hidden vectors
       512 * 32 * 4 * 2,  # eval logits
@@ -128,7 +129,7 @@ def test_memory_estimate_is_the_documented_sum():
   config.model.tied = False
   config.loss.chunk_size = 16
   assert [term.bytes for term in memory_estimate(config)] == [
-      32 * 8 * (2 * 4 * 6 + 8), 16 * 32 * 4 * 3, 128 * 8 * 4 * 2, 16 * 32 * 4 * 2, 22_000 * 32,
+      32 * 8 * 2 * 4 * 6, 32 * 8 * 8, 16 * 32 * 4 * 3, 128 * 8 * 4 * 2, 16 * 32 * 4 * 2, 22_000 * 32,
   ]
 
 

@@ -285,6 +285,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
     if data_lib.train_fraction(config) < 1:
       log.info("Training on the first %d pairs of the train split (data.train_fraction=%g); the eval, the floor "
                    "and the references are the whole dataset's.", len(data.train_ids), data_lib.train_fraction(config))
+    if len(data.train_ids) < int(train.batch_size):
+      log.warning("data.train_fraction=%g leaves %d train pairs, fewer than one batch (train.batch_size=%d): every "
+                  "batch draws the same few pairs again.", data_lib.train_fraction(config), len(data.train_ids),
+                  int(train.batch_size))
     _log_asymmetry(data, int(config.model.d_model))
     shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
     shards = select.data_shards(shardings)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import re
 import shlex
 import signal
 import sys
@@ -123,6 +124,10 @@ def usage(program: str) -> str:
   ])
 
 
+# absl's words for a --config.<field>=<value> it could not convert to the field's type
+_UNPARSED_OVERRIDE = re.compile(r"flag --config\.([A-Za-z0-9_.]+)=(.*?): ")
+
+
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's parser, with every error (unknown flag or config field, bad value, broken config file) one line.
 
@@ -138,6 +143,13 @@ def parse_flags(argv: list[str]) -> list[str]:
   except UsageError as error:
     _usage_error(str(error))
   except flags.Error as error:
+    unparsed = _UNPARSED_OVERRIDE.match(str(error))
+    if unparsed and _CONFIG_PARSER.loaded is not None:  # 'abc' for a number: the field's own message
+      from tied_embed.run.config_validation import unparsed_override  # noqa: PLC0415
+
+      path = unparsed.group(1)
+      given = [arg.split("=", 1)[1] for arg in argv[1:] if arg.startswith(f"--config.{path}=")]
+      _usage_error(str(unparsed_override(_CONFIG_PARSER.loaded, path, given[-1] if given else unparsed.group(2))))
     _usage_error(str(error).replace("\n", " "))
   except (AttributeError, KeyError):  # config_flags' way of saying a --config.<path> doesn't exist
     _usage_error(unknown_override(_CONFIG_PARSER.loaded, argv))

@@ -44,12 +44,25 @@ class Field:
   dataset: bool = False  # part of the dataset's identity (the cache name and the checkpoints' manifest)
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # 3.4e38
+FLOAT32_SMALLEST = float(np.finfo(np.float32).smallest_subnormal)  # 1.4e-45: half of it rounds to 0
+# The float fields the step reads reach it as float32: a value beyond float32 would become inf or 0 there.
+# (data.train_fraction is only ever a Python float: round(fraction · pairs).)
+IN_FLOAT32 = "within float32 (at most 3.4e38; 0 or at least 1.4e-45)"
+
+
 def _int_in(low: int, high: int = INT32_MAX) -> Callable[[Any], bool]:
   return lambda v: is_int(v) and low <= v <= high
 
 
-def _finite_at_least(low: float) -> Callable[[Any], bool]:
-  return lambda v: is_number(v) and math.isfinite(v) and v >= low
+def in_float32(value: Any) -> bool:
+  """A number float32 holds as itself, near enough: finite, at most FLOAT32_MAX, and 0 or not rounded to 0."""
+  return (is_number(value) and math.isfinite(value) and abs(value) <= FLOAT32_MAX
+          and (value == 0 or abs(value) >= FLOAT32_SMALLEST))
+
+
+def _float32_at_least(low: float) -> Callable[[Any], bool]:
+  return lambda v: in_float32(v) and v >= low
 
 
 _POSITIVE = "an integer in [1, 2**31 - 1]"
@@ -75,7 +88,7 @@ FIELDS: tuple[Field, ...] = (
     Field("model.hidden", "none", " | ".join(f'"{name}"' for name in HIDDEN_MAPS),
           lambda v: v in HIDDEN_MAPS, False,
           "between lookup and projection: none, or linear: h = E[ids]·W, W (D, D) starting at the identity"),
-    Field("model.hidden_l2", 0.0, "a finite number >= 0 (0 = off)", _finite_at_least(0), False,
+    Field("model.hidden_l2", 0.0, f"a finite number >= 0 (0 = off), {IN_FLOAT32}", _float32_at_least(0), False,
           "λ: the training loss adds λ·‖W − I‖²_F (model.hidden=linear; the eval loss is the cross-entropy alone)"),
     Field("data.source", "planted", f"one of {tuple(sorted(sources.REGISTRY))}", None, False,
           "the task (tied_embed/data/sources/); the source checks the data.* fields it reads"),
@@ -92,20 +105,20 @@ FIELDS: tuple[Field, ...] = (
     Field("train.batch_size", 1024, _POSITIVE, _int_in(1), False, "(current, next) token pairs per step"),
     Field("train.eval_batch_size", 8192, _POSITIVE, _int_in(1), True,
           "pairs per evaluation batch; evaluation covers the whole validation split"),
-    Field("train.learning_rate", 0.05, "a finite number > 0", lambda v: is_number(v) and math.isfinite(v) and v > 0,
+    Field("train.learning_rate", 0.05, f"a finite number > 0, {IN_FLOAT32}", lambda v: in_float32(v) and v > 0,
           False, "peak learning rate, reached after the warmup"),
     Field("train.warmup_steps", 100, "an integer in [0, 2**31 - 1] (optax counts steps in int32)", _int_in(0), False,
           "linear warmup from 0, then cosine decay to 0 at num_steps"),
     Field("train.optimizer", "adamw", " | ".join(OPTIMIZERS), lambda v: v in OPTIMIZERS, False,
           "the optimizer"),
-    Field("train.weight_decay", 0.0, "a finite number >= 0 (0 = off)", _finite_at_least(0), False,
+    Field("train.weight_decay", 0.0, f"a finite number >= 0 (0 = off), {IN_FLOAT32}", _float32_at_least(0), False,
           "adamw: decoupled decay; adam/sgd: L2 term added to the gradient"),
-    Field("train.grad_clip_norm", 1.0, "a finite number >= 0 (0 = off)", _finite_at_least(0), False,
-          "clip the gradient's global norm to this; 0 = no clipping"),
-    Field("train.lookup_grad_scale", 1.0, "a finite number >= 0 (1 = the exact gradient)", _finite_at_least(0), False,
-          "a: the update uses a·g_lookup + b·g_projection"),
-    Field("train.projection_grad_scale", 1.0, "a finite number >= 0 (1 = the exact gradient)", _finite_at_least(0),
-          False, "b: weights the output-projection path (clipping sees the weighted sum)"),
+    Field("train.grad_clip_norm", 1.0, f"a finite number >= 0 (0 = off), {IN_FLOAT32}", _float32_at_least(0),
+          False, "clip the gradient's global norm to this; 0 = no clipping"),
+    Field("train.lookup_grad_scale", 1.0, f"a finite number >= 0 (1 = the exact gradient), {IN_FLOAT32}",
+          _float32_at_least(0), False, "a: the update uses a·g_lookup + b·g_projection"),
+    Field("train.projection_grad_scale", 1.0, f"a finite number >= 0 (1 = the exact gradient), {IN_FLOAT32}",
+          _float32_at_least(0), False, "b: weights the output-projection path (clipping sees the weighted sum)"),
     Field("train.log_every", 100, _POSITIVE, _int_in(1), True,
           "steps between train/* and grad/* scalars and provenance histograms"),
     Field("train.eval_every", 500, _POSITIVE, _int_in(1), True,
@@ -123,6 +136,42 @@ FIELDS: tuple[Field, ...] = (
 
 BY_PATH: dict[str, Field] = {field.path: field for field in FIELDS}
 RESUMABLE: frozenset[str] = frozenset(field.path for field in FIELDS if field.resumable)
+
+
+@dataclasses.dataclass(frozen=True)
+class Dependent:
+  """A field that does something only where `active(config)`, e.g. model.hidden_l2 only with the hidden map.
+
+  `off`: the value that says 'nothing', which the field must have where it does nothing (model.hidden_l2 = 0);
+  None for a field that only some tasks read and has no such value (data.task_d_model): elsewhere it is ignored.
+  """
+
+  path: str
+  needs: str  # completes 'unless ...' in the refusal
+  active: Callable[[Any], bool]
+  off: Any = None
+
+
+# A value given where it does nothing would train as if unset: one with an `off` value is refused there (a λ set
+# without the hidden map is a mistake to say, not to train through). Where a field does nothing in a checkpoint's
+# config and in the new one, the resume check skips it, so a dead value never blocks a resume (`inactive_paths`).
+DEPENDENT: tuple[Dependent, ...] = (
+    Dependent("model.hidden_l2", "model.hidden='linear' (λ weights ‖W − I‖²; without the hidden map there is no W)",
+              lambda config: config.model.get("hidden", "none") == "linear", off=0),
+    Dependent("data.task_d_model", f"data.source is one of {sources.SYNTHETIC_SOURCES}",
+              lambda config: config.data.get("source") in sources.SYNTHETIC_SOURCES),
+)
+
+
+def inactive_paths(config: ml_collections.ConfigDict) -> frozenset[str]:
+  """The fields that do nothing in `config`: the `DEPENDENT` ones where inactive, and the data.* fields that only
+  other sources read."""
+  paths = {dependent.path for dependent in DEPENDENT if not dependent.active(config)}
+  source = sources.REGISTRY.get(config.data.get("source"))
+  if source is not None:
+    read = set(source.fields)
+    paths |= {f"data.{name}" for other in sources.REGISTRY.values() for name in other.fields if name not in read}
+  return frozenset(paths)
 
 
 def get(config: ml_collections.ConfigDict, path: str) -> Any:
@@ -149,11 +198,16 @@ def as_python_values(config: ml_collections.ConfigDict) -> None:
 
 
 def check_values(config: ml_collections.ConfigDict) -> None:
-  """UsageError (field, value, what is allowed) for the first field of `FIELDS` whose value its check refuses."""
+  """UsageError (field, value, what is allowed) for the first field of `FIELDS` whose value its check refuses, or
+  a `DEPENDENT` field not off where it does nothing."""
   for field in FIELDS:
     if field.check is not None:
       value = get(config, field.path)
       require(field.check(value), field.path, value, field.allowed)
+  for dependent in DEPENDENT:
+    value = get(config, dependent.path)
+    require(dependent.off is None or dependent.active(config) or value == dependent.off, dependent.path, value,
+            f"{dependent.off!r} (off) unless {dependent.needs}")
 
 
 def hparams(config: ml_collections.ConfigDict) -> dict[str, Any]:

@@ -8,12 +8,15 @@ ignored.
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import sys
 import types
+from collections.abc import Iterator
 from typing import Any
 
 import ml_collections
+from ml_collections.config_dict import config_dict
 
 from tied_embed.data import sources
 from tied_embed.run import config_fields
@@ -63,10 +66,32 @@ def load_config_file(path: str) -> ml_collections.ConfigDict:
   if added:
     sys.path.insert(0, importable)
   try:
-    return _run_config_file(path, file_path, colon, argument, expected)
+    with _bools_stay_bools():
+      return _run_config_file(path, file_path, colon, argument, expected)
   finally:
     if added:
       sys.path.remove(importable)
+
+
+@contextlib.contextmanager
+def _bools_stay_bools() -> Iterator[None]:
+  """While a config file runs, True assigned to a float field stays True, for the field's check to refuse by name.
+
+  ml_collections casts an int assigned to a float field to float, and a bool is an int to Python: without this,
+  `config.data.train_fraction = True` would silently be 1.0. (An int field keeps a bool as it is already.)
+  """
+  cast = config_dict._safe_cast
+
+  def keep_bools(value: Any, field_type: type, type_safe: bool = False) -> Any:
+    if isinstance(value, bool) and field_type is float:
+      return value
+    return cast(value, field_type, type_safe)
+
+  config_dict._safe_cast = keep_bools
+  try:
+    yield
+  finally:
+    config_dict._safe_cast = cast
 
 
 def _run_config_file(path: str, file_path: str, colon: str, argument: str, expected: str) -> ml_collections.ConfigDict:

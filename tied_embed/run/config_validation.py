@@ -77,7 +77,8 @@ def memory_estimate(config: ml_collections.ConfigDict) -> list[MemoryTerm]:
   """The memory a run of a valid config needs on one host, as a sum of the terms below (bytes, float32 = 4).
 
   - tables: V·D·4 per table (1 tied, 2 untied), 6 times: the parameter, two Adam moments, the gradient and its
-    lookup and projection parts; plus V·data.task_d_model·8 for a synthetic task's float64 hidden table;
+    lookup and projection parts;
+  - a synthetic task's hidden table: V·data.task_d_model·8 (float64; other sources have none);
   - train logits: (B or loss.chunk_size, V) float32, 3 times: the logits, their exponentials and gradient;
   - hidden vectors: (B, D) float32, twice: the looked-up rows and their gradient;
   - eval logits: (eval_batch_size or loss.chunk_size, V) float32, twice: the logits and their exponentials;
@@ -97,10 +98,11 @@ def memory_estimate(config: ml_collections.ConfigDict) -> list[MemoryTerm]:
   counts = [f"data.{field}" for field in source.fields if field.startswith("num_")]
   pair_fields = tuple(counts or [f"data.{field}" for field in source.fields] or ["data.source"])
   train_rows, eval_rows = (min(chunk_size or rows, rows) for rows in (batch_size, eval_batch_size))
+  task_d_model = int(config.data.task_d_model) if config.data.source in sources.SYNTHETIC_SOURCES else 0
   return [
-      MemoryTerm("the (V, D) tables and their optimizer state",
-                 vocab_size * (d_model * num_tables * 4 * 6 + int(config.data.task_d_model) * 8),
+      MemoryTerm("the (V, D) tables and their optimizer state", vocab_size * d_model * num_tables * 4 * 6,
                  ("model.vocab_size", "model.d_model")),
+      MemoryTerm("the task's hidden table e*", vocab_size * task_d_model * 8, ("data.task_d_model", "model.vocab_size")),
       MemoryTerm("the train logits (loss.chunk_size > 0 bounds them)", train_rows * vocab_size * 4 * 3,
                  ("train.batch_size" if train_rows == batch_size else "loss.chunk_size", "model.vocab_size")),
       MemoryTerm("the hidden vectors of a batch", batch_size * d_model * 4 * 2, ("train.batch_size", "model.d_model")),
@@ -146,3 +148,32 @@ def _as_number(value: Any) -> float:
 
 def _gib(num_bytes: int) -> str:
   return f"{num_bytes / 2**30:,.1f} GiB"
+
+
+def unparsed_override(config: ml_collections.ConfigDict, path: str, text: str) -> UsageError:
+  """The refusal of `--config.<path>=<text>` where the flag parser could not read `text` as the field's type
+  ('abc' for a number, '8.5' for an integer): the field's own one-line message, naming what it allows.
+
+  The field's check says what is allowed; a data.* field of a source is checked by that source, given `text`.
+  """
+  field = config_fields.BY_PATH.get(path)
+  if field is not None:
+    return UsageError.bad_value(path, text, field.allowed)
+  trial = config.copy_and_resolve_references()
+  node = trial
+  *parents, leaf = path.split(".")
+  for key in parents:
+    node = node[key]
+  with node.ignore_type():
+    node[leaf] = text
+  owners = [source for source in sources.REGISTRY.values() if leaf in source.fields and parents == ["data"]]
+  for source in owners:
+    with trial.ignore_type():
+      trial.data.source = source.name
+    try:
+      source.validate(trial)
+    except UsageError as error:
+      if str(error).startswith(f"{path}="):
+        return error
+  default = config_fields.get(config, path)
+  return UsageError.bad_value(path, text, f"a {type(default).__name__} like its default {default!r}")

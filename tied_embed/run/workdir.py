@@ -66,12 +66,17 @@ def check_layout(workdir: pathlib.Path) -> None:
 
 
 def config_differences(saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> list[str]:
-  """The fields outside config_fields.RESUMABLE where `config` differs from `saved`, as 'path: saved → new'."""
+  """The fields outside config_fields.RESUMABLE where `config` differs from `saved`, as 'path: saved → new'.
+
+  A field that does nothing in both (config_fields.DEPENDENT, e.g. model.hidden_l2 without the hidden map) is
+  not a difference.
+  """
   old, new = config_schema.leaf_paths(saved), config_schema.leaf_paths(config)
+  ignored = config_fields.RESUMABLE | (config_fields.inactive_paths(saved) & config_fields.inactive_paths(config))
   return [
       f"{path}: {old.get(path, '<absent>')!r} in the checkpoints, {new.get(path, '<absent>')!r} now"
       for path in sorted(set(old) | set(new))
-      if path not in config_fields.RESUMABLE and old.get(path, "<absent>") != new.get(path, "<absent>")
+      if path not in ignored and old.get(path, "<absent>") != new.get(path, "<absent>")
   ]
 
 
