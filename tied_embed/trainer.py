@@ -127,15 +127,20 @@ def _resume(
   if restored is None:
     return 0, _initial_state(config, target)
   start, state, manifest = restored
-  if start > int(config.train.num_steps):
-    raise UsageError.bad_value("train.num_steps", config.train.num_steps, f"at least {start}, the latest checkpoint")
-  if manifest.get("dataset") != dataset:
-    raise UsageError(
-        f"the data changed since checkpoint {start} was written (it trained on {manifest.get('dataset')!r}, the "
-        f"config now gives {dataset!r}): resuming would train on other data; start fresh with another --workdir"
-    )
+  _check_resumable(start, manifest, config, dataset)
   log.info("Resuming from the checkpoint at step %d.", start)
   return start, state
+
+
+def _check_resumable(step: int, manifest: dict, config: ml_collections.ConfigDict, dataset: str) -> None:
+  """UsageError if checkpoint `step` (its `manifest`) is past train.num_steps, or was trained on other data."""
+  if step > int(config.train.num_steps):
+    raise UsageError.bad_value("train.num_steps", config.train.num_steps, f"at least {step}, the latest checkpoint")
+  if manifest.get("dataset") != dataset:
+    raise UsageError(
+        f"the data changed since checkpoint {step} was written (it trained on {manifest.get('dataset')!r}, the "
+        f"config now gives {dataset!r}): resuming would train on other data; start fresh with another --workdir"
+    )
 
 
 def _write_log_step(writer, step: int, learning_rate: float, metrics: dict, state: nnx.State) -> dict[str, float]:
@@ -251,12 +256,15 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
   train, num_steps = config.train, int(config.train.num_steps)
   with contextlib.ExitStack() as stack:
     signals = stack.enter_context(preemption.StopSignals(interrupting=True))  # set-up ends at once on a signal
-    stack.enter_context(workdir_lib.exclusive(workdir))
+    record_holder = stack.enter_context(workdir_lib.exclusive(workdir))
     workdir_lib.check_layout(workdir)
-    saved_config = checkpoint.newest_saved_config(workdir)
-    if saved_config is not None:
-      workdir_lib.check_compatible(saved_config, config, str(checkpoint.checkpoint_dir(workdir)))
     dataset = data_lib.dataset_identity(config)
+    saved = checkpoint.newest_saved(workdir)  # its config and manifest: the refusals of a rerun, read cheaply
+    if saved is not None:
+      newest_step, newest_config, newest_manifest = saved
+      workdir_lib.check_compatible(newest_config, config, str(checkpoint.checkpoint_dir(workdir)))
+      _check_resumable(newest_step, newest_manifest, config, dataset)
+    record_holder()  # a run refused above leaves the workdir as it found it, its .lock included
     mesh = parallel.make_mesh(config.mesh)
     graphdef, target = checkpoint.abstract_state(config, mesh)
     checkpointer = checkpoint.Checkpointer(workdir, int(train.keep_checkpoints))

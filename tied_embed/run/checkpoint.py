@@ -341,6 +341,16 @@ def newest_saved_config(workdir: str | pathlib.Path) -> ml_collections.ConfigDic
     return None
 
 
+def newest_saved(workdir: str | pathlib.Path) -> tuple[int, ml_collections.ConfigDict, dict] | None:
+  """(step, config, manifest) of the newest checkpoint whose config and manifest read back whole, without reading
+  any array; None if there is none."""
+  try:
+    step, (config, manifest), _ = _newest_readable_in(workdir, _read_config_and_manifest, None)
+  except UsageError:
+    return None
+  return step, config, manifest
+
+
 def restore(workdir: str | pathlib.Path, step: int | None = None, mesh: Mesh | None = None) -> Restored:
   """The checkpoint at `step` (default: the newest one that reads back whole) in `workdir`, on `mesh` (default:
   one device).

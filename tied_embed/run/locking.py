@@ -14,7 +14,7 @@ import json
 import os
 import pathlib
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from tied_embed.run.errors import UsageError
 
@@ -60,25 +60,46 @@ def _in_use(directory: str | pathlib.Path, what: str) -> UsageError:
 
 
 @contextlib.contextmanager
-def exclusive(directory: str | pathlib.Path, what: str) -> Iterator[None]:
+def exclusive(
+    directory: str | pathlib.Path, what: str, *, record_now: bool = True
+) -> Iterator[Callable[[], None]]:
   """Holds the lock of `directory` (created if needed) while inside; UsageError naming the holder if it is taken.
 
   `what` names the directory in the error, e.g. '--workdir=runs/default'. Waits for nothing: a second run is
-  refused at once rather than queued behind the first.
+  refused at once rather than queued behind the first. Yields `record()`, which writes who holds the lock into
+  the file. With `record_now=False` the caller calls it once its own checks have passed: if the body raises
+  before that, the lock file is left as it was found, or removed (the directory's times put back) if this call
+  created it, so that a refused run changes nothing.
   """
   directory = pathlib.Path(directory)
   path = directory / LOCK_NAME
+  existed = path.exists()
+  times = None if existed else directory.stat()
   f = path.open("a+")
-  try:
-    try:
-      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      raise _in_use(directory, what) from None
+  locked = recorded = False
+
+  def record() -> None:
+    nonlocal recorded
     since = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     f.seek(0)
     f.truncate()
     f.write(json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": since}))
     f.flush()
-    yield
+    recorded = True
+
+  try:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      raise _in_use(directory, what) from None
+    locked = True
+    if record_now:
+      record()
+    yield record
+  except BaseException:
+    if locked and not recorded and times is not None:  # still held: no one else can have opened it since
+      path.unlink(missing_ok=True)
+      os.utime(directory, ns=(times.st_atime_ns, times.st_mtime_ns))
+    raise
   finally:
     f.close()  # releases the lock

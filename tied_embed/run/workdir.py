@@ -10,9 +10,10 @@ the seed, the optimizer and its hyperparameters) would mix two runs in one direc
 from __future__ import annotations
 
 import contextlib
+import os
 import pathlib
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import jax
 import ml_collections
@@ -28,26 +29,36 @@ def ensure_writable(workdir: str | pathlib.Path) -> pathlib.Path:
   path = pathlib.Path(workdir)
   try:
     path.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
-      pass
+    probe_writable(path)
   except OSError as error:
     reason = error.strerror or type(error).__name__
     raise UsageError(f"--workdir={str(workdir)!r} cannot be written: {reason} ({error.filename or path})") from None
   return path
 
 
+def probe_writable(directory: pathlib.Path) -> None:
+  """OSError unless a file can be created in `directory`: one is, and deleted at once. The directory's times are
+  put back, so that a run refused after this check leaves the workdir as it found it."""
+  times = directory.stat()
+  with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-"):
+    pass
+  os.utime(directory, ns=(times.st_atime_ns, times.st_mtime_ns))
+
+
 @contextlib.contextmanager
-def exclusive(workdir: pathlib.Path) -> Iterator[None]:
+def exclusive(workdir: pathlib.Path) -> Iterator[Callable[[], None]]:
   """One run per workdir: holds WORKDIR/.lock while inside (process 0 of a multi-host run holds it for all).
 
   UsageError naming the holder (host, pid, since when) if another run holds it. The OS releases the lock when
-  the process ends in any way, so a killed run never leaves a stale one.
+  the process ends in any way, so a killed run never leaves a stale one. Yields `record()`, to call once the
+  run's checks have passed: it writes the holder into the lock file; a run refused before that leaves the
+  lock file as it found it (`locking.exclusive`).
   """
   if jax.process_index() != 0:
-    yield
+    yield lambda: None
     return
-  with locking.exclusive(workdir, f"--workdir={str(workdir)!r}"):
-    yield
+  with locking.exclusive(workdir, f"--workdir={str(workdir)!r}", record_now=False) as record:
+    yield record
 
 
 def check_layout(workdir: pathlib.Path) -> None:
@@ -59,8 +70,7 @@ def check_layout(workdir: pathlib.Path) -> None:
       raise UsageError(f"{path} is not a directory; the run keeps its {name} there: move it away")
     if path.is_dir():
       try:
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
-          pass
+        probe_writable(path)
       except OSError as error:
         raise UsageError(f"{path} cannot be written: {error.strerror or type(error).__name__}") from None
 
