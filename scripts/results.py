@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from tied_embed.run.events import read_scalars  # noqa: E402
 
 START, END = "<!-- RESULTS:START (written by scripts/results.py) -->", "<!-- RESULTS:END -->"
+RESULTS_DIR = ROOT / "runs" / "results"
 
 # (row name, the command's flags besides --workdir)
 RUNS = [
@@ -55,12 +56,25 @@ def machine() -> str:
   )
 
 
+class RowFailed(Exception):
+  """A row's train.py ended with an error: its exit status, and its message naming the row and train.py's line."""
+
+  def __init__(self, name: str, status: int, stderr: str):
+    lines = stderr.strip().splitlines()
+    said = next((line for line in reversed(lines) if line.startswith("error: ")), lines[-1] if lines else "")
+    super().__init__(f"row {name!r} failed (train.py exit status {status}): {said.removeprefix('error: ')}")
+    self.status = status
+
+
 def run(name: str, flags: list[str], workdir: pathlib.Path) -> dict:
+  """Trains one row into `workdir` (a fresh one) and reads its final losses; RowFailed if train.py fails."""
   shutil.rmtree(workdir, ignore_errors=True)
   command = [sys.executable, "train.py", *flags, "--workdir", str(workdir)]
   started = time.perf_counter()
-  subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
+  result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
   wall = time.perf_counter() - started
+  if result.returncode != 0:
+    raise RowFailed(name, result.returncode, result.stderr)
   tags = ("eval/loss", "eval/loss_floor", "eval/count_bigram_loss")
   scalars = read_scalars(workdir, tags)
   final = {tag: float(values[-1]) for tag, (_, values) in scalars.items()}
@@ -92,25 +106,59 @@ def section(rows: list[dict], measured_on: str, date: str) -> str:
   return textwrap.fill(note, width=120, break_on_hyphens=False) + "\n\n" + table(rows)
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+class _Parser(argparse.ArgumentParser):
+  """argparse whose errors are one line `error: ...` and exit status 2, like the project's other commands."""
+
+  def error(self, message: str):
+    _refuse(message)
+
+
+def _refuse(message: str) -> None:
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(2)
+
+
+def row_workdir(name: str) -> pathlib.Path:
+  return RESULTS_DIR / re.sub(r"[^a-z]+", "_", name).strip("_")
+
+
+def selected_rows(only: str | None) -> list[tuple[str, list[str]]]:
+  """The rows `--only` picks (all without it), their workdirs checked; one `error:` line and exit 2 if none
+  matches or a workdir cannot be one (it, or a folder above it, is a file)."""
+  rows = [(name, flags) for name, flags in RUNS if not only or only in name]
+  if not rows:
+    _refuse(f"--only={only!r} matches no row: expected part of a row name, one of "
+            + ", ".join(repr(name) for name, _ in RUNS))
+  for name, _ in rows:
+    workdir = row_workdir(name)
+    blocker = next((path for path in (workdir, *workdir.parents) if path.exists() and not path.is_dir()), None)
+    if blocker == workdir:
+      _refuse(f"{workdir} is a file: row {name!r} trains there; move it away")
+    if blocker is not None:
+      _refuse(f"{blocker} is a file: row {name!r} trains in {workdir}; move it away")
+  return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+  parser = _Parser(description=__doc__.splitlines()[0])
   parser.add_argument("--only", help="run only the rows whose name contains this text (nothing is written)")
   parser.add_argument("--write-docs", action="store_true", help="also rewrite README.md's table and docs/results.md")
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
   if args.only and args.write_docs:
     parser.error("--write-docs rewrites the whole table; it takes no --only")
   rows = []
-  for name, flags in RUNS:
-    if args.only and args.only not in name:
-      continue
-    workdir = ROOT / "runs" / "results" / re.sub(r"[^a-z]+", "_", name).strip("_")
-    rows.append(run(name, flags, workdir))
+  for name, flags in selected_rows(args.only):
+    try:
+      rows.append(run(name, flags, row_workdir(name)))
+    except RowFailed as failed:
+      print(f"error: {failed}", file=sys.stderr)
+      sys.exit(failed.status)
     print(f"{name}: {rows[-1]['eval/loss']:.4f} in {rows[-1]['wall']:.0f} s", flush=True)
   text = section(rows, machine(), time.strftime("%Y-%m-%d"))
   print(text)
   if args.only:
     return
-  (ROOT / "runs" / "results" / "results.md").write_text("# Results\n\n" + text + "\n")
+  (RESULTS_DIR / "results.md").write_text("# Results\n\n" + text + "\n")
   print("wrote runs/results/results.md")
   if not args.write_docs:
     return

@@ -91,3 +91,56 @@ def test_an_error_naming_a_path_with_a_newline_stays_one_line(tmp_path):
   assert result.returncode == 2
   assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: "), result.stderr
   assert "checkpoints is not a directory" in result.stderr
+
+
+# scripts/results.py
+
+
+def _results_script(monkeypatch, tmp_path, runs=None):
+  import importlib.util  # noqa: PLC0415
+
+  spec = importlib.util.spec_from_file_location("results_script", ROOT / "scripts" / "results.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  monkeypatch.setattr(module, "RESULTS_DIR", tmp_path / "results")
+  if runs is not None:
+    monkeypatch.setattr(module, "RUNS", runs)
+  return module
+
+
+def _refusal(module, capsys, *argv: str) -> tuple[int, str]:
+  import pytest  # noqa: PLC0415
+
+  with pytest.raises(SystemExit) as exited:
+    module.main(list(argv))
+  captured = capsys.readouterr()
+  assert captured.out == "" and captured.err.count("\n") == 1 and captured.err.startswith("error: "), captured
+  return exited.value.code, captured.err
+
+
+def test_results_only_matching_no_row_is_refused(monkeypatch, tmp_path, capsys):
+  module = _results_script(monkeypatch, tmp_path)
+  status, message = _refusal(module, capsys, "--only", "no such row")
+  assert status == 2 and message.startswith("error: --only='no such row' matches no row")
+  assert "'text, tied'" in message
+
+
+def test_results_checks_every_rows_workdir_before_training_any(monkeypatch, tmp_path, capsys):
+  module = _results_script(monkeypatch, tmp_path)
+  (tmp_path / "results").mkdir()
+  (tmp_path / "results" / "text_tied").write_text("a file where the row's run directory goes")
+  status, message = _refusal(module, capsys, "--only", "text, tied")
+  assert status == 2
+  assert message == f"error: {tmp_path / 'results' / 'text_tied'} is a file: row 'text, tied' trains there; " \
+                    "move it away\n"
+  assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["text_tied"]  # nothing trained
+  assert _refusal(module, capsys, "--bogus")[0] == 2
+
+
+def test_a_failed_row_is_named_with_the_trainers_own_line(monkeypatch, tmp_path, capsys):
+  runs = [("smoke, refused", ["--config", "configs/smoke.py", "--config.model.vocab_size=0"])]
+  module = _results_script(monkeypatch, tmp_path, runs)
+  status, message = _refusal(module, capsys, "--only", "smoke")
+  assert status == 2  # train.py's own status
+  assert message == ("error: row 'smoke, refused' failed (train.py exit status 2): model.vocab_size=0 is not "
+                     "allowed: expected an integer in [1, 2**31 - 1]\n")
