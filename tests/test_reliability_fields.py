@@ -174,6 +174,7 @@ def test_a_train_fraction_leaving_fewer_pairs_than_a_batch_warns_in_one_line(tmp
   config.train.num_steps = 0
   with caplog.at_level(logging.INFO, logger="tied_embed"):
     train_and_evaluate(config, tmp_path / "run")
-  warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name.startswith("tied_embed")]
+  ours = [record for record in caplog.records if record.name.startswith("tied_embed")]
+  warnings = [record.getMessage() for record in ours if record.levelno == logging.WARNING]
   assert warnings == ["data.train_fraction=1e-09 leaves 1 train pairs, fewer than one batch (train.batch_size=128): "
                       "every batch draws the same few pairs again."]

@@ -102,7 +102,8 @@ def memory_estimate(config: ml_collections.ConfigDict) -> list[MemoryTerm]:
   return [
       MemoryTerm("the (V, D) tables and their optimizer state", vocab_size * d_model * num_tables * 4 * 6,
                  ("model.vocab_size", "model.d_model")),
-      MemoryTerm("the task's hidden table e*", vocab_size * task_d_model * 8, ("data.task_d_model", "model.vocab_size")),
+      MemoryTerm("the task's hidden table e*", vocab_size * task_d_model * 8,
+                 ("data.task_d_model", "model.vocab_size")),
       MemoryTerm("the train logits (loss.chunk_size > 0 bounds them)", train_rows * vocab_size * 4 * 3,
                  ("train.batch_size" if train_rows == batch_size else "loss.chunk_size", "model.vocab_size")),
       MemoryTerm("the hidden vectors of a batch", batch_size * d_model * 4 * 2, ("train.batch_size", "model.d_model")),
