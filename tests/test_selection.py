@@ -174,8 +174,25 @@ def test_a_best_checkpoint_whose_metrics_disagree_with_its_manifest_is_refused(s
   metrics = workdir / "checkpoints" / str(newest) / "metrics" / "metrics"
   saved = json.loads(metrics.read_text())
   metrics.write_text(json.dumps({**saved, "select_loss": 0.0}))  # now ranks best, but its manifest says otherwise
-  with pytest.raises(UsageError, match=rf"^checkpoint {newest} at .* is damaged: .*select_loss 0.0"):
+  with pytest.raises(UsageError, match=rf"^checkpoint {newest} at .* is damaged: .*'select_loss': 0.0"):
     checkpoint.best_step(workdir)
+
+
+def test_a_garbled_metrics_file_is_a_damaged_checkpoint_and_the_run_comes_through(selected, tmp_path, caplog):
+  workdir = tmp_path / "run"
+  shutil.copytree(selected.workdir, workdir)
+  newest, best = selected.summary.step, selected.summary.best_step
+  (workdir / "checkpoints" / str(newest) / "metrics" / "metrics").write_text('{"step": 6')
+  with pytest.raises(UsageError, match=rf"^checkpoint {newest} at .* is damaged: JSONDecodeError"):
+    checkpoint.best_step(workdir)
+  with caplog.at_level(logging.WARNING, logger="tied_embed"):
+    resumed = train_and_evaluate(selected.config, workdir)  # moves it aside, resumes from the best, stops again
+  assert any(record.getMessage().startswith(f"Checkpoint {newest} is damaged (JSONDecodeError")
+             for record in caplog.records)
+  assert (workdir / "damaged_checkpoints" / str(newest)).is_dir()
+  assert (resumed.step, resumed.best_step) == (newest, best)
+  for got, want in zip(_leaves(resumed.state), _leaves(selected.summary.state), strict=True):
+    np.testing.assert_array_equal(got, want)
 
 
 def test_inspect_step_best_without_a_selection_split_is_one_line(tmp_path, capsys):

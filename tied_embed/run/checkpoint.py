@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import math
 import pathlib
@@ -38,10 +39,11 @@ import jax
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
-from orbax.checkpoint.checkpoint_managers import preservation_policy
 from flax import nnx
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
+from orbax.checkpoint.checkpoint_manager import METRIC_ITEM_NAME
+from orbax.checkpoint.checkpoint_managers import preservation_policy
 
 from tied_embed.core import optim
 from tied_embed.core.model import Model, build_model
@@ -100,12 +102,39 @@ def _manager(
       ])
   options = ocp.CheckpointManagerOptions(
       **retention, create=not read_only, read_only=read_only, enable_async_checkpointing=not read_only,
+      # A reader that doesn't rank reads no metrics, so one that doesn't parse can't stop it (`_metrics_problems`).
+      lightweight_initialize=read_only and not select,
       cleanup_tmp_directories=not read_only,  # leftovers of a save that was killed before it was finalized
       # Writing the root metadata ends in a barrier of all processes; a reader must not wait there, or processes
       # that looked at the workdir at different moments (one before another created it) would disagree.
       save_root_metadata=not read_only,
   )
   return ocp.CheckpointManager(checkpoint_dir(workdir), options=options, item_names=ITEMS)
+
+
+def _metrics_problems(workdir: str | pathlib.Path) -> list[tuple[int, Exception]]:
+  """[(step, error)] of the checkpoints whose Orbax metrics do not read back or disagree with their manifest.
+
+  Orbax ranks checkpoints by their metrics when it decides which to keep and which is best, and reads them (and
+  fails on one that doesn't parse) as soon as a manager that ranks opens the directory: so they are checked
+  first, against the select_loss the manifest recorded, through a manager that does not rank.
+  """
+  if not checkpoint_dir(workdir).is_dir():
+    return []
+  problems = []
+  with _manager(workdir) as manager:
+    for step in sorted(manager.all_steps()):
+      try:
+        metrics = json.loads((checkpoint_dir(workdir) / str(step) / METRIC_ITEM_NAME / METRIC_ITEM_NAME).read_text())
+        _, manifest = _read_config_and_manifest(manager, step)
+        expected = {"step": step}
+        if manifest.get("select_loss") is not None:
+          expected["select_loss"] = manifest["select_loss"]
+        if metrics != expected:
+          raise Damaged(f"its metrics {metrics} are not its manifest's {expected}")
+      except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
+        problems.append((step, error))
+  return problems
 
 
 def available_steps(workdir: str | pathlib.Path) -> list[int]:
@@ -197,6 +226,8 @@ class Checkpointer:
     self._writing: int | None = None
     self._select = select
     _drop_calls_into_closed_loops()  # a failed save's cut-off writes call back in the background, at any moment
+    for step, error in _metrics_problems(workdir) if select else []:
+      self._move_aside(step, error, "its select/loss can't be trusted to rank it")
     with self._errors_as_write_failed():
       self._manager = _manager(workdir, keep, read_only=False, select=select)
 
@@ -248,7 +279,7 @@ class Checkpointer:
     step, read, damaged = newest_readable(self._manager, lambda step: _read_verified(self._manager, step, target))
     if step is not None:
       for bad_step, error in damaged:
-        self._move_aside(bad_step, error, step)
+        self._move_aside(bad_step, error, f"resuming from step {step}")
       state, _, manifest = read
       return step, state, manifest
     if damaged:
@@ -259,8 +290,9 @@ class Checkpointer:
       )
     return None
 
-  def _move_aside(self, step: int, error: Exception, resume_step: int) -> None:
-    """Moves damaged checkpoint `step` out of the manager's directory, so a later save of `step` can't collide."""
+  def _move_aside(self, step: int, error: Exception, consequence: str) -> None:
+    """Moves damaged checkpoint `step` out of the manager's directory, so a later save of `step` can't collide;
+    the warning ends with `consequence`."""
     source = checkpoint_dir(self._workdir) / str(step)
     destination, n = damaged_dir(self._workdir) / str(step), 1
     while destination.exists():
@@ -271,11 +303,9 @@ class Checkpointer:
       shutil.move(source, destination)
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices(f"tied_embed: damaged checkpoint {step} moved")
-    self._manager.reload()
-    log.warning(
-        "Checkpoint %d is damaged (%s): moved it to %s; resuming from step %d.",
-        step, first_line(error), destination, resume_step,
-    )
+    if hasattr(self, "_manager"):  # damage found before the manager opened the directory needs no reload
+      self._manager.reload()
+    log.warning("Checkpoint %d is damaged (%s): moved it to %s; %s.", step, first_line(error), destination, consequence)
 
   def close(self) -> None:
     """Waits for any save still being written, then releases the manager."""
@@ -379,20 +409,23 @@ def best_step(workdir: str | pathlib.Path) -> int:
   """
   if not checkpoint_dir(workdir).is_dir():
     raise UsageError(f"no checkpoints in {checkpoint_dir(workdir)}")
+  no_selection = (f"no checkpoint in {checkpoint_dir(workdir)} has a select/loss: the run has no selection split "
+                  f"(data.selection_fraction = 0) or stopped before its first eval")
+  with _manager(workdir) as manager:
+    if not any(_has_metrics(workdir, step) for step in manager.all_steps()):
+      raise UsageError(no_selection)
+  problems = _metrics_problems(workdir)
+  if problems:  # any of them could be the best one
+    raise UsageError(_unreadable(workdir, *problems[0]))
   with _manager(workdir, select=True) as manager:
     step = manager.best_step()
-    metrics = manager.metrics(step) if step is not None else None
-    if not metrics or "select_loss" not in metrics:
-      raise UsageError(f"no checkpoint in {checkpoint_dir(workdir)} has a select/loss: the run has no selection "
-                       f"split (data.selection_fraction = 0) or stopped before its first eval")
-    try:
-      _, manifest = _read_config_and_manifest(manager, step)
-    except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
-      raise UsageError(_unreadable(workdir, step, error)) from None
-  if manifest.get("select_loss") != metrics["select_loss"]:
-    raise UsageError(_unreadable(workdir, step, Damaged(
-        f"its metrics give select_loss {metrics['select_loss']!r}, its manifest {manifest.get('select_loss')!r}")))
+    if step is None or "select_loss" not in manager.metrics(step):
+      raise UsageError(no_selection)
   return step
+
+
+def _has_metrics(workdir: str | pathlib.Path, step: int) -> bool:
+  return (checkpoint_dir(workdir) / str(step) / METRIC_ITEM_NAME).exists()
 
 
 def newest_saved_config(workdir: str | pathlib.Path) -> ml_collections.ConfigDict | None:
