@@ -18,7 +18,8 @@ With a selection split (`tied_embed.run.selection`) each checkpoint also carries
 eval 'select_loss'}, and Orbax's retention keeps the newest train.keep_checkpoints checkpoints and, beside them,
 the best one by `selection_rank`; `best_step` finds it the same way. Its manifest records the same select_loss
 and the run's `Selection`, so the best checkpoint is checked like any other and a resume continues early
-stopping's count.
+stopping's count; metrics that don't parse or disagree with the manifest make a checkpoint damaged
+(`_metrics_problems`).
 """
 
 from __future__ import annotations
