@@ -164,7 +164,8 @@ def test_the_best_checkpoint_has_the_lowest_logged_select_loss_and_outlives_rete
 
 def test_inspect_step_best_opens_the_best_checkpoint(selected, capsys):
   assert inspect_main(["--workdir", str(selected.workdir), "--step", "best", "--json", "--no-pictures"]) == 0
-  assert json.loads(capsys.readouterr().out)["step"] == selected.summary.best_step
+  report = json.loads(capsys.readouterr().out)
+  assert report["step"] == selected.summary.best_step and report["run"]["config"]["selection_fraction"] == 0.25
 
 
 def test_a_best_checkpoint_whose_metrics_disagree_with_its_manifest_is_refused(selected, tmp_path):
