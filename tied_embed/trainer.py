@@ -46,10 +46,10 @@ from tied_embed.data import frequency, sources
 from tied_embed.fast import compilation, host_memory, select
 from tied_embed.inspection import asymmetry
 from tied_embed.run import checkpoint, config_fields, nonfinite, parallel, preemption, run_log
-from tied_embed.run.selection import Selection
 from tied_embed.run import workdir as workdir_lib
 from tied_embed.run.config_validation import validate_config
 from tied_embed.run.errors import RunStopped, UsageError, first_line
+from tied_embed.run.selection import Selection
 
 log = logging.getLogger(__name__)
 

@@ -227,8 +227,8 @@ class Checkpointer:
     self._writing: int | None = None
     self._select = select
     _drop_calls_into_closed_loops()  # a failed save's cut-off writes call back in the background, at any moment
-    for step, error in _metrics_problems(workdir) if select else []:
-      self._move_aside(step, error, "its select/loss can't be trusted to rank it")
+    for step, error in _metrics_problems(workdir) if select else []:  # before a ranking manager reads them
+      _move_to_damaged(self._workdir, step, error, "its select/loss can't be trusted to rank it")
     with self._errors_as_write_failed():
       self._manager = _manager(workdir, keep, read_only=False, select=select)
 
@@ -292,21 +292,9 @@ class Checkpointer:
     return None
 
   def _move_aside(self, step: int, error: Exception, consequence: str) -> None:
-    """Moves damaged checkpoint `step` out of the manager's directory, so a later save of `step` can't collide;
-    the warning ends with `consequence`."""
-    source = checkpoint_dir(self._workdir) / str(step)
-    destination, n = damaged_dir(self._workdir) / str(step), 1
-    while destination.exists():
-      n += 1
-      destination = damaged_dir(self._workdir) / f"{step}-{n}"
-    if jax.process_index() == 0:
-      destination.parent.mkdir(parents=True, exist_ok=True)
-      shutil.move(source, destination)
-    if jax.process_count() > 1:
-      multihost_utils.sync_global_devices(f"tied_embed: damaged checkpoint {step} moved")
-    if hasattr(self, "_manager"):  # damage found before the manager opened the directory needs no reload
-      self._manager.reload()
-    log.warning("Checkpoint %d is damaged (%s): moved it to %s; %s.", step, first_line(error), destination, consequence)
+    """`_move_to_damaged` for the open manager, which then lists the checkpoints again."""
+    _move_to_damaged(self._workdir, step, error, consequence)
+    self._manager.reload()
 
   def close(self) -> None:
     """Waits for any save still being written, then releases the manager."""
@@ -320,6 +308,22 @@ class Checkpointer:
       yield
     except Exception as error:  # noqa: BLE001 (Orbax and TensorStore report write failures in many types)
       raise WriteFailed(checkpoint_dir(self._workdir), self._writing, error) from error
+
+
+def _move_to_damaged(workdir: pathlib.Path, step: int, error: Exception, consequence: str) -> None:
+  """Moves damaged checkpoint `step` out of the manager's directory, so a later save of `step` can't collide, and
+  warns, naming the step, the error and (last) `consequence`."""
+  source = checkpoint_dir(workdir) / str(step)
+  destination, n = damaged_dir(workdir) / str(step), 1
+  while destination.exists():
+    n += 1
+    destination = damaged_dir(workdir) / f"{step}-{n}"
+  if jax.process_index() == 0:
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(source, destination)
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(f"tied_embed: damaged checkpoint {step} moved")
+  log.warning("Checkpoint %d is damaged (%s): moved it to %s; %s.", step, first_line(error), destination, consequence)
 
 
 def _drop_calls_into_closed_loops() -> None:
