@@ -13,6 +13,13 @@ flipped byte that changes an array's fingerprint, a garbled config or manifest) 
 it to WORKDIR/damaged_checkpoints/, so it neither blocks a later save of that step nor is taken for a good one;
 `restore` (read-only) skips it and says so in `Restored.skipped`. A checkpoint of another layout (one without a
 manifest) is damaged like any other. `newest_readable` is the one scan every reader goes through.
+
+With a selection split (`tied_embed.run.selection`) each checkpoint also carries Orbax metrics, {'step', and at an
+eval 'select_loss'}, and Orbax's retention keeps the newest train.keep_checkpoints checkpoints and, beside them,
+the best one by `selection_rank`; `best_step` finds it the same way. Its manifest records the same select_loss
+and the run's `Selection`, so the best checkpoint is checked like any other and a resume continues early
+stopping's count; metrics that don't parse or disagree with the manifest make a checkpoint damaged
+(`_metrics_problems`).
 """
 
 from __future__ import annotations
@@ -20,12 +27,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
+import math
 import pathlib
 import shutil
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import jax
 import ml_collections
@@ -34,6 +43,8 @@ import orbax.checkpoint as ocp
 from flax import nnx
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
+from orbax.checkpoint.checkpoint_manager import METRIC_ITEM_NAME
+from orbax.checkpoint.checkpoint_managers import preservation_policy
 
 from tied_embed.core import optim
 from tied_embed.core.model import Model, build_model
@@ -41,6 +52,7 @@ from tied_embed.core.step import TrainState
 from tied_embed.run import parallel
 from tied_embed.run.errors import RunStopped, UsageError, first_line
 from tied_embed.run.integrity import config_checksum, fingerprint
+from tied_embed.run.selection import Selection
 
 log = logging.getLogger(__name__)
 
@@ -69,15 +81,61 @@ def damaged_dir(workdir: str | pathlib.Path) -> pathlib.Path:
   return pathlib.Path(workdir).absolute() / "damaged_checkpoints"
 
 
-def _manager(workdir: str | pathlib.Path, keep: int | None = None, *, read_only: bool = True) -> ocp.CheckpointManager:
+def selection_rank(metrics: dict[str, Any]) -> tuple[float, int]:
+  """How checkpoints rank by selection, best last in Orbax's 'min' mode: the lowest select_loss, on a tie the
+  earlier step (the one `Selection.record` keeps); a checkpoint saved between evals has none and ranks worst."""
+  return metrics.get("select_loss", math.inf), metrics["step"]
+
+
+def _manager(
+    workdir: str | pathlib.Path, keep: int | None = None, *, read_only: bool = True, select: bool = False
+) -> ocp.CheckpointManager:
+  """Orbax's manager of WORKDIR/checkpoints; `select`: it ranks by `selection_rank` (and writes metrics), and with
+  `keep` it keeps the `keep` newest checkpoints and the best one."""
+  retention: dict[str, Any] = {"max_to_keep": keep}
+  if select:
+    retention = {"best_fn": selection_rank, "best_mode": "min"}
+    if keep is not None:
+      retention["preservation_policy"] = preservation_policy.AnyPreservationPolicy([
+          preservation_policy.LatestN(n=keep),
+          preservation_policy.BestN(get_metric_fn=selection_rank, reverse=True, n=1,
+                                    keep_checkpoints_without_metrics=False),
+      ])
   options = ocp.CheckpointManagerOptions(
-      max_to_keep=keep, create=not read_only, read_only=read_only, enable_async_checkpointing=not read_only,
+      **retention, create=not read_only, read_only=read_only, enable_async_checkpointing=not read_only,
+      # A reader that doesn't rank reads no metrics, so one that doesn't parse can't stop it (`_metrics_problems`).
+      lightweight_initialize=read_only and not select,
       cleanup_tmp_directories=not read_only,  # leftovers of a save that was killed before it was finalized
       # Writing the root metadata ends in a barrier of all processes; a reader must not wait there, or processes
       # that looked at the workdir at different moments (one before another created it) would disagree.
       save_root_metadata=not read_only,
   )
   return ocp.CheckpointManager(checkpoint_dir(workdir), options=options, item_names=ITEMS)
+
+
+def _metrics_problems(workdir: str | pathlib.Path) -> list[tuple[int, Exception]]:
+  """[(step, error)] of the checkpoints whose Orbax metrics do not read back or disagree with their manifest.
+
+  Orbax ranks checkpoints by their metrics when it decides which to keep and which is best, and reads them (and
+  fails on one that doesn't parse) as soon as a manager that ranks opens the directory: so they are checked
+  first, against the select_loss the manifest recorded, through a manager that does not rank.
+  """
+  if not checkpoint_dir(workdir).is_dir():
+    return []
+  problems = []
+  with _manager(workdir) as manager:
+    for step in sorted(manager.all_steps()):
+      try:
+        metrics = json.loads((checkpoint_dir(workdir) / str(step) / METRIC_ITEM_NAME / METRIC_ITEM_NAME).read_text())
+        _, manifest = _read_config_and_manifest(manager, step)
+        expected = {"step": step}
+        if manifest.get("select_loss") is not None:
+          expected["select_loss"] = manifest["select_loss"]
+        if metrics != expected:
+          raise Damaged(f"its metrics {metrics} are not its manifest's {expected}")
+      except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
+        problems.append((step, error))
+  return problems
 
 
 def available_steps(workdir: str | pathlib.Path) -> list[int]:
@@ -163,26 +221,39 @@ class Checkpointer:
   A failure to write surfaces (from the background writer) at the next save or at `close`, as WriteFailed.
   """
 
-  def __init__(self, workdir: str | pathlib.Path, keep: int):
+  def __init__(self, workdir: str | pathlib.Path, keep: int, *, select: bool = False):
+    """`select`: the run has a selection split; its saves carry a `Selection` and the best checkpoint is kept."""
     self._workdir = pathlib.Path(workdir)
     self._writing: int | None = None
+    self._select = select
     _drop_calls_into_closed_loops()  # a failed save's cut-off writes call back in the background, at any moment
+    for step, error in _metrics_problems(workdir) if select else []:  # before a ranking manager reads them
+      _move_to_damaged(self._workdir, step, error, "its select/loss can't be trusted to rank it")
     with self._errors_as_write_failed():
-      self._manager = _manager(workdir, keep, read_only=False)
+      self._manager = _manager(workdir, keep, read_only=False, select=select)
 
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
 
-  def save(self, step: int, state: nnx.State, config: ml_collections.ConfigDict, dataset: str = "") -> None:
+  def save(
+      self, step: int, state: nnx.State, config: ml_collections.ConfigDict, dataset: str = "",
+      selection: Selection | None = None, select_loss: float | None = None,
+  ) -> None:
     """Starts writing checkpoint `step`; the arrays are copied off the device before this returns.
 
     `dataset` is the identity of the data the run trains on (`tied_embed.data.bigram.dataset_identity`), recorded so
-    that a resume on different data can be refused.
+    that a resume on different data can be refused. With a selection split, `selection` is the run's `Selection`
+    as of `step` and `select_loss` the selection split's loss at `step` (None between evals); both go into the
+    manifest, and select_loss into the Orbax metrics that retention ranks by.
     """
     with self._errors_as_write_failed():
       self._manager.wait_until_finished()  # a failure of the previous save is reported as that save's
     config_dict = config.to_dict()
     manifest = {"arrays": fingerprint(state), "config_sha256": config_checksum(config_dict), "dataset": dataset}
+    metrics = None
+    if self._select:
+      manifest.update(select_loss=select_loss, selection=(selection or Selection()).to_json())
+      metrics = {"step": step} if select_loss is None else {"step": step, "select_loss": select_loss}
     with self._errors_as_write_failed():
       self._writing = step
       self._manager.save(
@@ -192,6 +263,7 @@ class Checkpointer:
               config=ocp.args.JsonSave(config_dict),
               manifest=ocp.args.JsonSave(manifest),
           ),
+          metrics=metrics,
       )
 
   def restore(self, step: int, target: nnx.State) -> nnx.State:
@@ -208,7 +280,7 @@ class Checkpointer:
     step, read, damaged = newest_readable(self._manager, lambda step: _read_verified(self._manager, step, target))
     if step is not None:
       for bad_step, error in damaged:
-        self._move_aside(bad_step, error, step)
+        self._move_aside(bad_step, error, f"resuming from step {step}")
       state, _, manifest = read
       return step, state, manifest
     if damaged:
@@ -219,23 +291,10 @@ class Checkpointer:
       )
     return None
 
-  def _move_aside(self, step: int, error: Exception, resume_step: int) -> None:
-    """Moves damaged checkpoint `step` out of the manager's directory, so a later save of `step` can't collide."""
-    source = checkpoint_dir(self._workdir) / str(step)
-    destination, n = damaged_dir(self._workdir) / str(step), 1
-    while destination.exists():
-      n += 1
-      destination = damaged_dir(self._workdir) / f"{step}-{n}"
-    if jax.process_index() == 0:
-      destination.parent.mkdir(parents=True, exist_ok=True)
-      shutil.move(source, destination)
-    if jax.process_count() > 1:
-      multihost_utils.sync_global_devices(f"tied_embed: damaged checkpoint {step} moved")
+  def _move_aside(self, step: int, error: Exception, consequence: str) -> None:
+    """`_move_to_damaged` for the open manager, which then lists the checkpoints again."""
+    _move_to_damaged(self._workdir, step, error, consequence)
     self._manager.reload()
-    log.warning(
-        "Checkpoint %d is damaged (%s): moved it to %s; resuming from step %d.",
-        step, first_line(error), destination, resume_step,
-    )
 
   def close(self) -> None:
     """Waits for any save still being written, then releases the manager."""
@@ -249,6 +308,22 @@ class Checkpointer:
       yield
     except Exception as error:  # noqa: BLE001 (Orbax and TensorStore report write failures in many types)
       raise WriteFailed(checkpoint_dir(self._workdir), self._writing, error) from error
+
+
+def _move_to_damaged(workdir: pathlib.Path, step: int, error: Exception, consequence: str) -> None:
+  """Moves damaged checkpoint `step` out of the manager's directory, so a later save of `step` can't collide, and
+  warns, naming the step, the error and (last) `consequence`."""
+  source = checkpoint_dir(workdir) / str(step)
+  destination, n = damaged_dir(workdir) / str(step), 1
+  while destination.exists():
+    n += 1
+    destination = damaged_dir(workdir) / f"{step}-{n}"
+  if jax.process_index() == 0:
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(source, destination)
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(f"tied_embed: damaged checkpoint {step} moved")
+  log.warning("Checkpoint %d is damaged (%s): moved it to %s; %s.", step, first_line(error), destination, consequence)
 
 
 def _drop_calls_into_closed_loops() -> None:
@@ -331,6 +406,32 @@ def saved_config(workdir: str | pathlib.Path, step: int | None = None) -> ml_col
   UsageError if there is no such checkpoint or its config does not read back whole.
   """
   return _newest_readable_in(workdir, lambda manager, step: _read_config_and_manifest(manager, step)[0], step)[1]
+
+
+def best_step(workdir: str | pathlib.Path) -> int:
+  """The step of the best checkpoint by select/loss (Orbax's ranking by `selection_rank`), checked against its
+  manifest. UsageError if there are no checkpoints, none with a select/loss (a run without a selection split, or
+  one stopped before its first eval), or the best one's manifest does not read back or disagrees with its metrics.
+  """
+  if not checkpoint_dir(workdir).is_dir():
+    raise UsageError(f"no checkpoints in {checkpoint_dir(workdir)}")
+  no_selection = (f"no checkpoint in {checkpoint_dir(workdir)} has a select/loss: the run has no selection split "
+                  f"(data.selection_fraction = 0) or stopped before its first eval")
+  with _manager(workdir) as manager:
+    if not any(_has_metrics(workdir, step) for step in manager.all_steps()):
+      raise UsageError(no_selection)
+  problems = _metrics_problems(workdir)
+  if problems:  # any of them could be the best one
+    raise UsageError(_unreadable(workdir, *problems[0]))
+  with _manager(workdir, select=True) as manager:
+    step = manager.best_step()
+    if step is None or "select_loss" not in manager.metrics(step):
+      raise UsageError(no_selection)
+  return step
+
+
+def _has_metrics(workdir: str | pathlib.Path, step: int) -> bool:
+  return (checkpoint_dir(workdir) / str(step) / METRIC_ITEM_NAME).exists()
 
 
 def newest_saved_config(workdir: str | pathlib.Path) -> ml_collections.ConfigDict | None:

@@ -54,6 +54,8 @@ class ProgressLine:
       floor = scalars["eval/loss_floor"]
       gap = f"{100 * scalars['eval/gap'] / floor:.1f}%" if floor > 0 else f"{scalars['eval/gap']:.4f}"
       parts.append(f"eval {scalars['eval/loss']:.4f} gap {gap}")
+    if "select/loss" in scalars:
+      parts.append(f"select {scalars['select/loss']:.4f} best@{int(scalars['select/best_step'])}")
     if "grad/cosine" in scalars:
       parts.append(
           f"grad lookup {scalars['grad/lookup_norm']:.3g} proj {scalars['grad/projection_norm']:.3g} "
@@ -84,12 +86,13 @@ def venv_command(name: str, *module: str) -> str:
   return name
 
 
-def closing_lines(workdir: pathlib.Path, step: int) -> None:
-  """Where the run left its checkpoints, and the commands that look at them, to paste as they are (paths as
-  `shown_path` gives them, quoted for the shell)."""
+def closing_lines(workdir: pathlib.Path, step: int, best_step: int | None = None) -> None:
+  """Where the run left its checkpoints (the best one by select/loss too, when there is one), and the commands that
+  look at them, to paste as they are (paths as `shown_path` gives them, quoted for the shell)."""
   shown = shell_quote(shown_path(workdir))
+  best = "" if best_step is None else f", best: step {best_step}, inspect it with --step best"
   log.info(
-      "Checkpoints in %s (latest: step %d). Inspect: %s --workdir %s | Watch: %s --logdir %s",
-      shell_quote(shown_path(pathlib.Path(workdir) / "checkpoints")), step,
+      "Checkpoints in %s (latest: step %d%s). Inspect: %s --workdir %s | Watch: %s --logdir %s",
+      shell_quote(shown_path(pathlib.Path(workdir) / "checkpoints")), step, best,
       venv_command("tied-embed-inspect", "tied_embed.inspect"), shown, venv_command("tensorboard"), shown,
   )
