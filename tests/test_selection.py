@@ -266,8 +266,8 @@ def _leaves(state) -> list[np.ndarray]:
     ("data.selection_fraction", float("nan"), "a finite number in [0, 0.5) (0 = no selection split)"),
     ("train.early_stopping_patience", -1, "an integer in [0, 2**31 - 1] (0 = off)"),
     ("train.early_stopping_patience", 2.5, "an integer in [0, 2**31 - 1] (0 = off)"),
-    ("train.early_stopping_patience", 3, "0 without a selection split (early stopping watches select/loss: set "
-                                         "data.selection_fraction > 0)"),
+    ("train.early_stopping_patience", 3, "0 (off) unless data.selection_fraction > 0 (early stopping watches "
+                                         "select/loss)"),
 ])
 def test_bad_values_are_one_line_before_anything_is_written(tmp_path, path, value, allowed):
   config = smoke_with(path, value)
@@ -285,6 +285,6 @@ def test_train_py_refuses_a_patience_without_a_selection_split_with_exit_2(tmp_p
       cwd=tmp_path, capture_output=True, text=True, timeout=300, env=subprocess_env(PYTHONPATH=str(ROOT)),
   )
   assert result.returncode == 2, result.stderr
-  assert result.stderr == ("error: train.early_stopping_patience=2 is not allowed: expected 0 without a selection "
-                           "split (early stopping watches select/loss: set data.selection_fraction > 0)\n")
+  assert result.stderr == ("error: train.early_stopping_patience=2 is not allowed: expected 0 (off) unless "
+                           "data.selection_fraction > 0 (early stopping watches select/loss)\n")
   assert not any(tmp_path.iterdir())

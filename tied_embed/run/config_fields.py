@@ -165,6 +165,8 @@ class Dependent:
 DEPENDENT: tuple[Dependent, ...] = (
     Dependent("model.hidden_l2", "model.hidden='linear' (λ weights ‖W − I‖²; without the hidden map there is no W)",
               lambda config: config.model.get("hidden", "none") == "linear", off=0),
+    Dependent("train.early_stopping_patience", "data.selection_fraction > 0 (early stopping watches select/loss)",
+              lambda config: config.data.selection_fraction > 0, off=0),
     Dependent("data.task_d_model", f"data.source is one of {sources.SYNTHETIC_SOURCES}",
               lambda config: config.data.get("source") in sources.SYNTHETIC_SOURCES),
 )
