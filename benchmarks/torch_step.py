@@ -1,4 +1,4 @@
-"""What a user would otherwise write: the same tied bigram step in PyTorch on the CPU, in three variants.
+"""What a user would otherwise write: the same tied bigram step in PyTorch on the CPU, in six variants.
 
 `nn.Embedding` whose weight is also the output projection, gradient-norm clipping and AdamW, configured like the
 JAX step (configs/default.py's optimizer settings). The variants differ only in the loss, each one line away
@@ -7,6 +7,9 @@ for a PyTorch user:
   compile: the same loss function under `torch.compile` (Inductor fuses the softmax and its gradient);
   chunked: PyTorch's own `F.linear_cross_entropy(..., options=LinearCrossEntropyOptions())`, which chunks the
            tokens and computes the gradients in the forward pass, as tied_embed.fast.chunked_loss' chunked loss does.
+Each also runs under `torch.autocast("cpu", dtype=torch.bfloat16)` (`eager_bf16`, `compile_bf16`, `chunked_bf16`):
+the matmuls take bfloat16 operands (oneDNN's AMX kernels on CPUs that have them), the parameters, AdamW's moments
+and the softmax stay float32, the counterpart of `model.dtype = "bfloat16"`.
 PyTorch is optional (requirements-bench.txt); the factories return None when it is not installed.
 """
 
@@ -18,7 +21,7 @@ from collections.abc import Callable
 import ml_collections
 import numpy as np
 
-VARIANTS = ("eager", "compile", "chunked")
+VARIANTS = ("eager", "compile", "chunked", "eager_bf16", "compile_bf16", "chunked_bf16")
 
 
 def _torch():
@@ -34,15 +37,22 @@ def _loss_fn(variant: str):
   import torch  # noqa: PLC0415
   import torch.nn.functional as F  # noqa: N812, PLC0415
 
-  if variant == "chunked":
+  if variant not in VARIANTS:
+    raise ValueError(f"variant {variant!r} is not one of {VARIANTS}")
+  base, _, precision = variant.partition("_")
+  if base == "chunked":
     options = torch.nn.LinearCrossEntropyOptions()
-    return lambda x, table, targets: F.linear_cross_entropy(x, table, targets, options=options)
-  loss = lambda x, table, targets: F.cross_entropy(F.linear(x, table), targets)  # noqa: E731
-  if variant == "compile":
-    return torch.compile(loss)
-  if variant == "eager":
-    return loss
-  raise ValueError(f"variant {variant!r} is not one of {VARIANTS}")
+    loss = lambda x, table, targets: F.linear_cross_entropy(x, table, targets, options=options)  # noqa: E731
+  else:
+    loss = lambda x, table, targets: F.cross_entropy(F.linear(x, table), targets)  # noqa: E731
+  if precision == "bf16":
+    full_precision_loss = loss
+
+    def loss(x, table, targets):
+      with torch.autocast("cpu", dtype=torch.bfloat16):
+        return full_precision_loss(x, table, targets)
+
+  return torch.compile(loss) if base == "compile" else loss
 
 
 class TorchState:
