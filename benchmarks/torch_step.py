@@ -105,10 +105,12 @@ def make_torch_step(
   return step
 
 
-def make_torch_matmul(num_tokens: int, d_model: int, vocab_size: int) -> Callable[[], object] | None:
-  """One (T, D)×(D, V) float32 matmul in PyTorch, to tell its BLAS apart from the rest of its step."""
+def make_torch_matmul(
+    num_tokens: int, d_model: int, vocab_size: int, dtype: str = "float32"
+) -> Callable[[], object] | None:
+  """One (T, D)×(D, V) matmul in PyTorch (`dtype` operands and result), to tell its BLAS apart from its step."""
   torch = _torch()
   if torch is None:
     return None
-  x, table = torch.randn(num_tokens, d_model), torch.randn(vocab_size, d_model)
+  x, table = (torch.randn(n, d_model).to(getattr(torch, dtype)) for n in (num_tokens, vocab_size))
   return lambda: x @ table.T
