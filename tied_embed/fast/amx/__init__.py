@@ -82,8 +82,10 @@ def gemm(a: jax.Array, b: jax.Array, *, trans_a: bool = False, trans_b: bool = F
   """op(a) @ op(b) (+ add_to), float32, from bfloat16 operands: (M, K)·(K, N) → (M, N); op transposes if asked.
 
   a: (M, K), or (K, M) with trans_a; b: (K, N), or (N, K) with trans_b; both cast to bfloat16. add_to: an
-  optional (M, N) float32 addend, updated in place (the output aliases it). Call only where `available()`.
+  optional (M, N) float32 addend, updated in place (the output aliases it). RuntimeError where not `available()`.
   """
+  if not available():  # also registers the kernel's targets on first use
+    raise RuntimeError(f"the AMX bfloat16 kernel cannot run here: {unavailable_reason()}")
   a, b = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
   rows = a.shape[1] if trans_a else a.shape[0]
   cols = b.shape[0] if trans_b else b.shape[1]
