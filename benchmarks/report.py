@@ -79,12 +79,51 @@ def table(title: str, sections: list[dict], rows, names: list[str]) -> str:
   return "\n".join(lines)
 
 
+SUMMARY = [  # (what, section key → value) lines of the summary, each as the range over the runs
+    ("float32 step / fastest float32 PyTorch step, uniform ids", "chunked_speedup_vs_fastest_torch"),
+    ("float32 step / fastest float32 PyTorch step, Zipf ids", "chunked_zipf_speedup_vs_fastest_torch"),
+    ("bfloat16 step / fastest bf16-autocast PyTorch step, uniform ids", "chunked_bf16_speedup_vs_fastest_torch_bf16"),
+    ("bfloat16 step / float32 step (speedup)", "bf16_speedup"),
+]
+
+
+def _ratio(section: dict, key: str) -> float | None:
+  if key == "bf16_speedup":
+    return section["chunked_step_ms"] / section["chunked_bf16_step_ms"]
+  return section.get(key)
+
+
+def summary(results: list[dict]) -> str:
+  """One line per SUMMARY entry and shape: 'lo-hi x' over the runs (medians), goal beside it."""
+  lines = []
+  for section in ("train_step", "gpt2", "memory"):
+    if not all(section in r for r in results):
+      continue
+    first = results[0][section]
+    for what, key in SUMMARY:
+      values = [_ratio(r[section], key) for r in results]
+      if any(v is None for v in values):
+        continue
+      lo, hi = min(values), max(values)
+      span = f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}x"
+      lines.append(f"- V={first['V']}, D={first['D']}, T={first['T']}: {what}: **{span}**")
+    if section == "memory":
+      jax_extra = [max(r[section]["chunked_extra_mib"], r[section]["chunked_compile_extra_mib"]) for r in results]
+      torch_extra = [r[section]["torch_chunked_extra_mib"] for r in results]
+      if None not in torch_extra:
+        lines.append(f"- V={first['V']}, D={first['D']}, T={first['T']}: peak above baseline, compile included, JAX "
+                     f"chunked / PyTorch `linear_cross_entropy`: "
+                     + ", ".join(f"{j:.0f} / {t:.0f} MiB" for j, t in zip(jax_extra, torch_extra, strict=True)))
+  return "\n".join(lines)
+
+
 def block(results: list[dict]) -> str:
   names = [chr(ord("A") + i) for i in range(len(results))]
   info = results[0]["machine"]
   parts = [f"Runs {', '.join(names)} of `benchmarks/run.py`: {info['cpu']}, {info['threads']} cores "
            f"(matrix units: {info.get('matrix_units', 'not recorded')}); jax {info['jax']}, torch {info['torch']}; "
            "medians of calls taken in turns. Written by `benchmarks/report.py` from the runs' JSON."]
+  parts.append(summary(results))
   for section, what in (("train_step", "ms per step"), ("gpt2", "ms per step, GPT-2's shape")):
     if all(section in r for r in results):
       first = results[0][section]

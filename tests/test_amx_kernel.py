@@ -122,3 +122,36 @@ def test_the_switch_turns_the_kernel_off(monkeypatch: pytest.MonkeyPatch):
   finally:
     monkeypatch.delenv(amx.SWITCH)
     amx.unavailable_reason.cache_clear()
+
+
+def _train_step_program(state_shardings=None) -> str:
+  """The lowered bfloat16 train step of configs/smoke.py with the chunked loss, as select.make_train_step makes it."""
+  from flax import nnx  # noqa: PLC0415
+  from helpers import smoke_with  # noqa: PLC0415
+
+  from tied_embed.core import optim  # noqa: PLC0415
+  from tied_embed.core import step as step_lib  # noqa: PLC0415
+  from tied_embed.core.model import build_model  # noqa: PLC0415
+  from tied_embed.fast import select  # noqa: PLC0415
+
+  config = smoke_with("model.dtype", "bfloat16")
+  graphdef, state = nnx.split(step_lib.TrainState(build_model(config), optim.make_optimizer(config.train)))
+  ids = jnp.zeros((int(config.train.batch_size),), jnp.int32)
+  step = select.make_train_step(graphdef, 8, state_shardings, compute_dtype="bfloat16")
+  return step.lower(state, ids, ids, with_stats=False).as_text()
+
+
+@needs_kernel
+def test_the_bfloat16_train_step_on_one_device_runs_the_kernel():
+  assert "tied_embed_bf16_gemm" in _train_step_program()
+
+
+def test_a_mesh_of_several_devices_keeps_xlas_dots(monkeypatch: pytest.MonkeyPatch):
+  """XLA cannot partition the kernel's custom call: a step whose state spans several devices must not contain it."""
+  from tied_embed.fast import select  # noqa: PLC0415
+
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
+  one_device = {"table": jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())}
+  assert select.mesh_devices(one_device) == 1 and select.mesh_devices(None) == 1
+  monkeypatch.setattr(select, "mesh_devices", lambda shardings: 8)  # as if the state spanned a 4x2 mesh
+  assert "custom_call" not in _train_step_program()

@@ -9,6 +9,7 @@ compiled with the XLA options of tied_embed/fast/compilation.py.
 from __future__ import annotations
 
 import functools
+import logging
 
 import jax
 from flax import nnx
@@ -16,6 +17,8 @@ from flax import nnx
 from tied_embed.core import paths as plain_paths
 from tied_embed.core import step as step_lib
 from tied_embed.fast import chunked_loss, compilation, sparse_paths
+
+log = logging.getLogger(__name__)
 
 
 def data_shards(state_shardings) -> int:
@@ -45,6 +48,8 @@ def paths_function(
   """
   if uses_plain_paths(chunk_size, compute_dtype):
     return plain_paths.path_gradients
+  if compute_dtype == "bfloat16" and not bf16_kernel:
+    log.info("bfloat16 matmuls run as XLA's dots (widened to float32): the AMX kernel runs on one device only.")
 
   def fast_paths(model, ids: jax.Array, next_ids: jax.Array) -> sparse_paths.PathGradients:
     # The hidden vectors are looked-up rows (times W), equal wherever the ids are, so the chunked loss forms the

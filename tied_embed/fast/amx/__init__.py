@@ -67,7 +67,9 @@ def unavailable_reason() -> str | None:
     reason = "this CPU has no AMX bfloat16 unit (amx_bf16)"
   else:
     reason = _register()
-  if reason is not None:
+  if reason is None:
+    log.info("bfloat16 matmuls run on AMX (oneMKL's cblas_gemm_bf16bf16f32, tied_embed/fast/amx).")
+  else:
     log.info("bfloat16 matmuls run as XLA's dots (widened to float32): %s.", reason)
   return reason
 
