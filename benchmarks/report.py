@@ -55,9 +55,7 @@ MEMORY_ROWS = [
 
 
 def _value(section: dict, key: str) -> str:
-  if key == "bf16_speedup":
-    return f"{section['chunked_step_ms'] / section['chunked_bf16_step_ms']:.2f}x"
-  value = section.get(key)
+  value = _ratio(section, key) if key == "bf16_speedup" else section.get(key)
   if value is None:
     return "n/a"
   if isinstance(value, str):
@@ -89,7 +87,8 @@ SUMMARY = [  # (what, section key → value) lines of the summary, each as the r
 
 def _ratio(section: dict, key: str) -> float | None:
   if key == "bf16_speedup":
-    return section["chunked_step_ms"] / section["chunked_bf16_step_ms"]
+    bf16 = section.get("chunked_bf16_step_ms")
+    return section["chunked_step_ms"] / bf16 if bf16 else None
   return section.get(key)
 
 
