@@ -24,8 +24,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
-from tied_embed.fast import amx  # noqa: E402
 from benchmarks.torch_step import make_torch_matmul, make_torch_step  # noqa: E402
+from tied_embed.fast import amx  # noqa: E402
 
 SHAPES = {"train_step": (8192, 256, 4096), "gpt2": (50257, 768, 1024)}  # section → (V, D, T)
 VOCAB_SIZE, D_MODEL, NUM_TOKENS = SHAPES["train_step"]
