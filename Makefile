@@ -3,6 +3,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+KERNEL := tied_embed/fast/amx/_bf16_gemm.so
 export TF_CPP_MIN_LOG_LEVEL := 3
 
 # `make train CONFIG=configs/untied.py WORKDIR=runs/untied`, then `make inspect WORKDIR=runs/untied`.
@@ -11,7 +12,7 @@ WORKDIR ?= runs/default
 
 .PHONY: install train test inspect tensorboard results bench lint clean
 
-install: $(STAMP)
+install: $(STAMP) $(KERNEL)
 
 # The venv is rebuilt when the pins or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
@@ -21,10 +22,15 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-train: $(STAMP)
+# model.dtype=bfloat16's AMX kernel (tied_embed/fast/amx). A failed build prints an `info:` line and exits 0: the loss
+# then runs XLA's dots, so train and test work without it (and retry the build next time).
+$(KERNEL): $(STAMP) tied_embed/fast/amx/bf16_gemm.cc
+	$(PY) -m tied_embed.fast.amx.build
+
+train: $(STAMP) $(KERNEL)
 	$(PY) train.py --config $(CONFIG) --workdir $(WORKDIR)
 
-test: $(STAMP)
+test: $(STAMP) $(KERNEL)
 	$(PY) -m pytest -q
 
 inspect: $(STAMP)
@@ -36,7 +42,7 @@ tensorboard: $(STAMP)
 results: $(STAMP)
 	$(PY) scripts/results.py
 
-bench: $(STAMP)
+bench: $(STAMP) $(KERNEL)
 	$(PY) -m pip install --quiet -r requirements-bench.txt
 	mkdir -p runs/bench
 	$(PY) benchmarks/run.py --json runs/bench/results.json

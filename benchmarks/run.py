@@ -4,10 +4,11 @@
   python benchmarks/run.py --json=runs/bench/memory.json --only=memory
   python benchmarks/run.py --json benchmarks/results.json   # rewrites the tracked results, only when asked
 
-Prints a table and writes JSON to --json (by default under runs/) with the sections `train_step`, `memory`,
-`entrypoint` and `machine` (the CPU's name and vector extensions: the ratios depend on them, since each framework's
-matmul kernels do). The targets are printed beside the measured ratios; they are results, not assertions. Expect
-about 10 minutes on 2 cores.
+Prints a table and writes JSON to --json (by default under runs/) with the sections `train_step` (V=8192, D=256,
+T=4096), `gpt2` (the same at GPT-2's V=50257, D=768, T=1024), `memory`, `entrypoint` and `machine` (the CPU's
+name, vector extensions and matrix units: the ratios depend on them, since each framework's matmul kernels do). The
+targets are printed beside the measured ratios; they are results, not assertions. Expect about 20 minutes on 2
+quiet cores (`--only` picks sections).
 """
 
 from __future__ import annotations
@@ -27,7 +28,12 @@ import jax  # noqa: E402
 from benchmarks import entrypoint, memory, throughput, workload  # noqa: E402
 
 DEFAULT_JSON = pathlib.Path("runs/bench/results.json")
-SECTIONS = {"train_step": throughput.measure, "memory": memory.measure, "entrypoint": entrypoint.measure}
+SECTIONS = {
+    "train_step": throughput.measure,  # V=8192, D=256, T=4096
+    "gpt2": lambda: throughput.measure("gpt2", rounds=3),  # GPT-2's V=50257, D=768, T=1024: seconds per round
+    "memory": memory.measure,
+    "entrypoint": entrypoint.measure,
+}
 
 
 # The CPU flags the matmul kernels of XLA, MKL and oneDNN choose by: vector width, bf16 and AMX support.
@@ -49,6 +55,14 @@ def _cpuinfo() -> tuple[str, list[str]]:
   return fields.get("model name", platform.processor()), [flag for flag in VECTOR_FLAGS if flag in flags]
 
 
+def matrix_units(flags: list[str]) -> str:
+  """The CPU's bfloat16 matrix hardware in words, from its flags: what PyTorch's and the AMX kernel's bf16 use."""
+  amx = [flag for flag in flags if flag.startswith("amx_")]
+  units = [f"AMX ({' '.join(amx)})"] if amx else ["no AMX"]
+  units.append("avx512_bf16" if "avx512_bf16" in flags else "no avx512_bf16")
+  return ", ".join(units)
+
+
 def machine() -> dict:
   """What the numbers ran on."""
   cpu, flags = _cpuinfo()
@@ -58,7 +72,8 @@ def machine() -> dict:
     torch_version = torch.__version__
   except ImportError:
     torch_version = None
-  return {"cpu": cpu, "cpu_flags": flags, "threads": workload.cpu_threads(), "jax": jax.__version__,
+  return {"cpu": cpu, "cpu_flags": flags, "matrix_units": matrix_units(flags), "threads": workload.cpu_threads(),
+          "jax": jax.__version__,
           "torch": torch_version, "python": platform.python_version()}
 
 
@@ -66,15 +81,23 @@ def _fmt(value, spec: str = ".1f") -> str:
   return "n/a" if value is None else format(value, spec)
 
 
+SPEEDUP_LABELS = {
+    "": {"chunked": "chunked, uniform ids (the trainer's step)", "chunked_zipf": "chunked, Zipf ids (text-like)",
+         "full": "full logits, uniform ids", "plain_chunked": "chunked, no provenance, every token's logits"},
+    "_bf16": {"chunked_bf16": "bfloat16 chunked, uniform ids", "chunked_bf16_zipf": "bfloat16 chunked, Zipf ids"},
+}
+
+
 def _print_speedups(r: dict) -> None:
-  fastest = r["fastest_torch"] or "n/a"
-  print(f"  JAX / fastest PyTorch ({fastest}), medians (fastest calls):   target >= 1.3x")
-  labels = {"chunked": "chunked, uniform ids (the trainer's step)", "chunked_zipf": "chunked, Zipf ids (text-like)",
-            "full": "full logits, uniform ids", "plain_chunked": "chunked, no provenance, every token's logits"}
-  for key, label in labels.items():
-    if f"{key}_speedup_vs_fastest_torch" in r:
-      print(f"    {label:<46} {_fmt(r[f'{key}_speedup_vs_fastest_torch'], '.2f')}x "
-            f"({_fmt(r[f'{key}_speedup_vs_fastest_torch_by_fastest_call'], '.2f')}x)")
+  for suffix, labels in SPEEDUP_LABELS.items():
+    if f"fastest_torch{suffix}" not in r or not any(f"{key}_speedup_vs_fastest_torch{suffix}" in r for key in labels):
+      continue
+    fastest = r[f"fastest_torch{suffix}"] or "n/a"
+    print(f"  JAX / fastest PyTorch{' bf16' if suffix else ''} ({fastest}), medians (fastest calls):   target >= 1.3x")
+    for key, label in labels.items():
+      if f"{key}_speedup_vs_fastest_torch{suffix}" in r:
+        print(f"    {label:<46} {_fmt(r[f'{key}_speedup_vs_fastest_torch{suffix}'], '.2f')}x "
+              f"({_fmt(r[f'{key}_speedup_vs_fastest_torch{suffix}_by_fastest_call'], '.2f')}x)")
 
 
 def _print_train_step(r: dict) -> None:
@@ -85,16 +108,21 @@ def _print_train_step(r: dict) -> None:
           (f"JAX step (chunk {r['chunk_size']})", r["chunked_step_ms"]),
           (f"JAX step (chunk {r['chunk_size']}), Zipf batch", r["chunked_zipf_step_ms"]),
           (f"JAX step (chunk {r['chunk_size']}), bfloat16 matmuls", r["chunked_bf16_step_ms"]),
+          (f"JAX step (chunk {r['chunk_size']}), bfloat16, Zipf batch", r["chunked_bf16_zipf_step_ms"]),
           ("JAX step, no provenance", r["plain_step_ms"]),
           (f"JAX step, no provenance, chunk {r['chunk_size']}", r["plain_chunked_step_ms"]),
           ("PyTorch eager", r["torch_step_ms"]),
           ("PyTorch torch.compile", r["torch_compile_step_ms"]),
-          ("PyTorch linear_cross_entropy", r["torch_chunked_step_ms"])]
+          ("PyTorch linear_cross_entropy", r["torch_chunked_step_ms"]),
+          ("PyTorch eager, bf16 autocast", r["torch_step_bf16_ms"]),
+          ("PyTorch torch.compile, bf16 autocast", r["torch_compile_step_bf16_ms"]),
+          ("PyTorch linear_cross_entropy, bf16 autocast", r["torch_chunked_step_bf16_ms"])]
+  print(f"  bfloat16 matmuls: {r['bf16_kernel']}")
   for label, ms in rows:
     rate = _fmt(None if ms is None else r["T"] / ms * 1e3, ".0f")
-    print(f"  {label:<40} {_fmt(ms):>8} ms  {rate:>9} tokens/s")
-  torch_matmul = _fmt(r["torch_matmul_ms"])
-  print(f"  one (T,D)x(D,V) matmul                   {r['matmul_ms']:8.1f} ms (PyTorch: {torch_matmul} ms)")
+    print(f"  {label:<44} {_fmt(ms):>8} ms  {rate:>9} tokens/s")
+  print(f"  one (T,D)x(D,V) matmul, float32 / bf16: JAX {r['matmul_ms']:.1f} / {r['bf16_matmul_ms']:.1f} ms, "
+        f"PyTorch {_fmt(r['torch_matmul_ms'])} / {_fmt(r['torch_bf16_matmul_ms'])} ms")
   print(f"  roofline fraction (3 matmuls / full step)  {r['roofline_fraction']:.2f}")
   print(f"  JAX full / PyTorch eager      {_fmt(r['speedup_vs_torch'], '.2f')}x")
   print(f"  JAX chunked, bfloat16 / float32 time  {r['bf16_over_f32_time']:.2f}")
@@ -134,7 +162,9 @@ def print_table(results: dict) -> None:
   info = results["machine"]
   print(f"\n{info['cpu']}, {info['threads']} threads, jax {info['jax']}, torch {info['torch'] or 'not installed'}")
   print(f"vector extensions: {' '.join(info['cpu_flags']) or 'unknown'}")
-  printers = {"train_step": _print_train_step, "memory": _print_memory, "entrypoint": _print_entrypoint}
+  print(f"matrix units: {info['matrix_units']}")
+  printers = {"train_step": _print_train_step, "gpt2": _print_train_step, "memory": _print_memory,
+              "entrypoint": _print_entrypoint}
   for name, printer in printers.items():
     if name in results:
       printer(results[name])

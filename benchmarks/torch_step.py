@@ -1,4 +1,4 @@
-"""What a user would otherwise write: the same tied bigram step in PyTorch on the CPU, in three variants.
+"""What a user would otherwise write: the same tied bigram step in PyTorch on the CPU, in six variants.
 
 `nn.Embedding` whose weight is also the output projection, gradient-norm clipping and AdamW, configured like the
 JAX step (configs/default.py's optimizer settings). The variants differ only in the loss, each one line away
@@ -7,6 +7,9 @@ for a PyTorch user:
   compile: the same loss function under `torch.compile` (Inductor fuses the softmax and its gradient);
   chunked: PyTorch's own `F.linear_cross_entropy(..., options=LinearCrossEntropyOptions())`, which chunks the
            tokens and computes the gradients in the forward pass, as tied_embed.fast.chunked_loss' chunked loss does.
+Each also runs under `torch.autocast("cpu", dtype=torch.bfloat16)` (`eager_bf16`, `compile_bf16`, `chunked_bf16`):
+the matmuls take bfloat16 operands (oneDNN's AMX kernels on CPUs that have them), the parameters, AdamW's moments
+and the softmax stay float32, the counterpart of `model.dtype = "bfloat16"`.
 PyTorch is optional (requirements-bench.txt); the factories return None when it is not installed.
 """
 
@@ -18,7 +21,7 @@ from collections.abc import Callable
 import ml_collections
 import numpy as np
 
-VARIANTS = ("eager", "compile", "chunked")
+VARIANTS = ("eager", "compile", "chunked", "eager_bf16", "compile_bf16", "chunked_bf16")
 
 
 def _torch():
@@ -34,15 +37,22 @@ def _loss_fn(variant: str):
   import torch  # noqa: PLC0415
   import torch.nn.functional as F  # noqa: N812, PLC0415
 
-  if variant == "chunked":
+  if variant not in VARIANTS:
+    raise ValueError(f"variant {variant!r} is not one of {VARIANTS}")
+  base, _, precision = variant.partition("_")
+  if base == "chunked":
     options = torch.nn.LinearCrossEntropyOptions()
-    return lambda x, table, targets: F.linear_cross_entropy(x, table, targets, options=options)
-  loss = lambda x, table, targets: F.cross_entropy(F.linear(x, table), targets)  # noqa: E731
-  if variant == "compile":
-    return torch.compile(loss)
-  if variant == "eager":
-    return loss
-  raise ValueError(f"variant {variant!r} is not one of {VARIANTS}")
+    loss = lambda x, table, targets: F.linear_cross_entropy(x, table, targets, options=options)  # noqa: E731
+  else:
+    loss = lambda x, table, targets: F.cross_entropy(F.linear(x, table), targets)  # noqa: E731
+  if precision == "bf16":
+    full_precision_loss = loss
+
+    def loss(x, table, targets):
+      with torch.autocast("cpu", dtype=torch.bfloat16):
+        return full_precision_loss(x, table, targets)
+
+  return torch.compile(loss) if base == "compile" else loss
 
 
 class TorchState:
@@ -95,10 +105,12 @@ def make_torch_step(
   return step
 
 
-def make_torch_matmul(num_tokens: int, d_model: int, vocab_size: int) -> Callable[[], object] | None:
-  """One (T, D)×(D, V) float32 matmul in PyTorch, to tell its BLAS apart from the rest of its step."""
+def make_torch_matmul(
+    num_tokens: int, d_model: int, vocab_size: int, dtype: str = "float32"
+) -> Callable[[], object] | None:
+  """One (T, D)×(D, V) matmul in PyTorch (`dtype` operands and result), to tell its BLAS apart from its step."""
   torch = _torch()
   if torch is None:
     return None
-  x, table = torch.randn(num_tokens, d_model), torch.randn(vocab_size, d_model)
+  x, table = (torch.randn(n, d_model).to(getattr(torch, dtype)) for n in (num_tokens, vocab_size))
   return lambda: x @ table.T

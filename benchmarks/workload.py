@@ -136,7 +136,7 @@ class Stepper:
       self._step.lower(self.state, *self.batch).compile()
       host_memory.release_freed()
     else:
-      self._step = select.make_train_step(graphdef, chunk_size)
+      self._step = select.make_train_step(graphdef, chunk_size, compute_dtype=str(config.model.dtype))
       compilation.compile_ahead(self._step, self.state, *self.batch)  # releases the compiler's memory itself
     self.compile_peak_mib = peak_mib()
 

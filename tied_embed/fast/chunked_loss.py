@@ -26,6 +26,11 @@ Each distinct row once: with `row_keys` (for a bigram, the looked-up ids), rows 
 so each distinct row's logits are formed once and weighted by how many tokens share it, in a loop of
 ceil(distinct / C) chunks whose length is known only at run time: the same loss and gradients for a fraction of
 the work (a batch of text repeats most ids). `compute_dtype` is the matmuls' operand dtype (tied_embed/precision.py).
+
+bfloat16 on the CPU's matrix units: XLA:CPU widens bfloat16 dots to float32, so where the CPU has AMX the chunked
+loss runs its three bfloat16 dots through tied_embed/fast/amx's kernel (oneMKL's bfloat16 GEMM) instead: the same
+rounding (bfloat16 operands, float32 sums), at bfloat16 speed. `bf16_kernel=False`, or a CPU without AMX, keeps
+XLA's dots.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from tied_embed.fast import amx
 from tied_embed.fast.precision import as_dtype, dot, operand
 
 
@@ -65,7 +71,7 @@ def cross_entropy(
 
 def chunked_cross_entropy(
     x: jax.Array, projection_table: jax.Array, targets: jax.Array, chunk_size: int,
-    row_keys: jax.Array | None = None, groups: int = 1, compute_dtype=jnp.float32,
+    row_keys: jax.Array | None = None, groups: int = 1, compute_dtype=jnp.float32, bf16_kernel: bool = True,
 ) -> jax.Array:
   """Mean softmax cross-entropy of `x @ table.T`, never holding more than (V, chunk_size) logits.
 
@@ -81,6 +87,8 @@ def chunked_cross_entropy(
     groups: with `row_keys`, rows are made distinct within each of `groups` contiguous blocks of T
       (a static int dividing T): on a mesh, one block per data shard, so each device scans its own rows.
     compute_dtype: the matmuls' operand dtype, float32 or bfloat16 (float32 accumulation either way).
+    bf16_kernel: with bfloat16, run the dots on the CPU's AMX units where `amx.available()` (the same rounding);
+      False keeps XLA's dots (on a mesh, where XLA cannot partition the kernel's custom call).
 
   Returns:
     Scalar mean loss; equal to `full_cross_entropy` up to float rounding, and so are its gradients
@@ -90,12 +98,15 @@ def chunked_cross_entropy(
     raise ValueError(f"chunk_size={chunk_size!r} is not allowed: expected an int > 0")
   x, projection_table, targets = jnp.asarray(x), jnp.asarray(projection_table), jnp.asarray(targets)
   chunk, compute_dtype = min(chunk_size, max(x.shape[0], 1)), as_dtype(compute_dtype)
+  kernel = compute_dtype == jnp.bfloat16 and bf16_kernel and amx.available()
   if row_keys is None:
-    return _chunked_ce(x, projection_table, targets, chunk, compute_dtype)
+    return _chunked_ce(x, projection_table, targets, chunk, compute_dtype, kernel)
   if x.shape[0] % groups:
     raise ValueError(f"groups={groups} is not allowed: expected a divisor of the {x.shape[0]} tokens")
   per_block = max(chunk // groups, 1)  # rows of each block per iteration: about `chunk` rows in all
-  return _distinct_ce(x, projection_table, targets, jnp.asarray(row_keys), per_block, groups, compute_dtype)
+  return _distinct_ce(
+      x, projection_table, targets, jnp.asarray(row_keys), per_block, groups, compute_dtype, kernel
+  )
 
 
 def _token_chunks(x: jax.Array, chunk: int) -> jax.Array:
@@ -120,14 +131,22 @@ def _target_logits(x: jax.Array, table: jax.Array, targets: jax.Array) -> jax.Ar
   return jnp.sum(x * table[targets], axis=-1)
 
 
-def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype):
+def _chunk_logits(table, x_chunk, compute_dtype, kernel: bool) -> jax.Array:
+  """table (V, D) · x_chunkᵀ (C, D) → (V, C) float32 logits, on the AMX kernel if `kernel`."""
+  if kernel:
+    return amx.gemm(table, x_chunk, trans_b=True)
+  return dot(table, x_chunk.T, compute_dtype)
+
+
+def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, kernel):
   """One chunk's logsumexp and its share of both gradients (the p part of p − Y).
 
   table (V, D) already in `compute_dtype` (the caller casts it once), d_table (V, D) float32 accumulator,
-  x_chunk (C, D), weights (C,) or None (how many tokens each row stands for), num_tokens T of the mean
+  x_chunk (C, D), weights (C,) or None (how many tokens each row stands for), num_tokens T of the mean,
+  kernel: the three dots on tied_embed/fast/amx's bfloat16 kernel
   → (d_table + the chunk's d table, lse (C,), dx (C, D) per token), all float32.
   """
-  logits = dot(table, x_chunk.T, compute_dtype)  # (V, C)
+  logits = _chunk_logits(table, x_chunk, compute_dtype, kernel)  # (V, C)
   top = jnp.max(logits, axis=0)
   exp = jnp.exp(logits - top)
   total = jnp.sum(exp, axis=0)
@@ -135,8 +154,12 @@ def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype):
   # than to the (V, C) exponentials, which saves a pass over them and a (V, C) buffer.
   scale = (1.0 / (num_tokens * total))[:, None]  # (C, 1)
   row_scale = scale if weights is None else scale * weights[:, None]
-  d_table = d_table + dot(exp, x_chunk * row_scale, compute_dtype)
-  dx = dot(exp, table, compute_dtype, (((0,), (0,)), ((), ()))) * scale  # pᵀ E, (C, D)
+  if kernel:  # d_table accumulates in place (the kernel's output aliases it)
+    d_table = amx.gemm(exp, x_chunk * row_scale, add_to=d_table)
+    dx = amx.gemm(exp, table, trans_a=True) * scale
+  else:
+    d_table = d_table + dot(exp, x_chunk * row_scale, compute_dtype)
+    dx = dot(exp, table, compute_dtype, (((0,), (0,)), ((), ()))) * scale  # pᵀ E, (C, D)
   return d_table, top + jnp.log(total), dx
 
 
@@ -157,24 +180,26 @@ def _finish(table, targets, lse, dx, d_table, mean_target, num_tokens):
   return jnp.mean(lse) - mean_target, (dx, d_table)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _chunked_ce(x: jax.Array, table: jax.Array, targets: jax.Array, chunk: int, compute_dtype) -> jax.Array:
-  """Mean loss, forward only; (T, D), (V, D), (T,) int, static chunk ≤ T, static dtype → scalar."""
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _chunked_ce(
+    x: jax.Array, table: jax.Array, targets: jax.Array, chunk: int, compute_dtype, kernel: bool
+) -> jax.Array:
+  """Mean loss, forward only; (T, D), (V, D), (T,) int, static chunk ≤ T, static dtype and kernel → scalar."""
   operand_table = operand(table, compute_dtype)
 
   def chunk_lse(carry, x_chunk):
-    return carry, jax.nn.logsumexp(dot(operand_table, x_chunk.T, compute_dtype), axis=0)
+    return carry, jax.nn.logsumexp(_chunk_logits(operand_table, x_chunk, compute_dtype, kernel), axis=0)
 
   _, lse = jax.lax.scan(chunk_lse, None, _token_chunks(x, chunk))
   return jnp.mean(_unchunk(lse, x.shape[0]) - _target_logits(x, table, targets))
 
 
-def _forward(x, table, targets, chunk, compute_dtype):
+def _forward(x, table, targets, chunk, compute_dtype, kernel):
   """Loss, plus the gradients for cotangent 1 as residuals: dx (T, D), d table (V, D)."""
   num_tokens, operand_table = x.shape[0], operand(table, compute_dtype)
 
   def step(d_table, x_chunk):
-    d_table, lse, dx = _chunk_step(operand_table, d_table, x_chunk, None, num_tokens, compute_dtype)
+    d_table, lse, dx = _chunk_step(operand_table, d_table, x_chunk, None, num_tokens, compute_dtype, kernel)
     return d_table, (lse, dx)
 
   target_part, mean_target = _target_part(x, table, targets, num_tokens)
@@ -183,8 +208,8 @@ def _forward(x, table, targets, chunk, compute_dtype):
   return _finish(table, targets, lse, dx, d_table, mean_target, num_tokens)
 
 
-def _backward(chunk, compute_dtype, residuals, cotangent):
-  del chunk, compute_dtype
+def _backward(chunk, compute_dtype, kernel, residuals, cotangent):
+  del chunk, compute_dtype, kernel
   dx, d_table = residuals
   return cotangent * dx, cotangent * d_table, None
 
@@ -192,7 +217,7 @@ def _backward(chunk, compute_dtype, residuals, cotangent):
 _chunked_ce.defvjp(_forward, _backward)
 
 
-def _distinct_p_part(x, table, keys, chunk, num_tokens, compute_dtype, d_table):
+def _distinct_p_part(x, table, keys, chunk, num_tokens, compute_dtype, kernel, d_table):
   """The lse and the p part of both gradients, each distinct row of each block computed once.
 
   x (G, B, D) and keys (G, B): G blocks of B tokens, d_table (V, D) to accumulate onto → (d table (V, D),
@@ -216,7 +241,9 @@ def _distinct_p_part(x, table, keys, chunk, num_tokens, compute_dtype, d_table):
     rows = jax.lax.dynamic_slice_in_dim(first, i * chunk, chunk, axis=1)  # (G, C)
     row_weights = jax.lax.dynamic_slice_in_dim(weights, i * chunk, chunk, axis=1).reshape(-1)
     x_chunk = jnp.take_along_axis(x, rows[..., None], axis=1).reshape(-1, d_model)  # (G·C, D)
-    d_table, chunk_lse, chunk_dx = _chunk_step(operand_table, d_table, x_chunk, row_weights, num_tokens, compute_dtype)
+    d_table, chunk_lse, chunk_dx = _chunk_step(
+        operand_table, d_table, x_chunk, row_weights, num_tokens, compute_dtype, kernel
+    )
     lse = jax.lax.dynamic_update_slice_in_dim(lse, chunk_lse.reshape(groups, chunk), i * chunk, axis=1)
     dx = jax.lax.dynamic_update_slice_in_dim(dx, chunk_dx.reshape(groups, chunk, d_model), i * chunk, axis=1)
     return d_table, lse, dx
@@ -228,26 +255,26 @@ def _distinct_p_part(x, table, keys, chunk, num_tokens, compute_dtype, d_table):
   return d_table, lse, dx
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
-def _distinct_ce(x, table, targets, keys, chunk: int, groups: int, compute_dtype) -> jax.Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
+def _distinct_ce(x, table, targets, keys, chunk: int, groups: int, compute_dtype, kernel: bool) -> jax.Array:
   """`_chunked_ce` computing each distinct row of `x` once; (T, D), (V, D), (T,), (T,) int → scalar."""
-  return _distinct_forward(x, table, targets, keys, chunk, groups, compute_dtype)[0]
+  return _distinct_forward(x, table, targets, keys, chunk, groups, compute_dtype, kernel)[0]
 
 
-def _distinct_forward(x, table, targets, keys, chunk, groups, compute_dtype):
+def _distinct_forward(x, table, targets, keys, chunk, groups, compute_dtype, kernel):
   """Loss and both gradients for cotangent 1 (residuals), `chunk` rows per block and loop iteration."""
   num_tokens = x.shape[0]
   target_part, mean_target = _target_part(x, table, targets, num_tokens)
   d_table, lse, dx = _distinct_p_part(
-      x.reshape(groups, -1, x.shape[1]), table, keys.reshape(groups, -1), chunk, num_tokens, compute_dtype,
+      x.reshape(groups, -1, x.shape[1]), table, keys.reshape(groups, -1), chunk, num_tokens, compute_dtype, kernel,
       target_part,
   )
   return _finish(table, targets, lse.reshape(-1), dx.reshape(x.shape), d_table, mean_target, num_tokens)
 
 
-def _distinct_backward(chunk, groups, compute_dtype, residuals, cotangent):
+def _distinct_backward(chunk, groups, compute_dtype, kernel, residuals, cotangent):
   del groups
-  return (*_backward(chunk, compute_dtype, residuals, cotangent), None)  # and None for the keys
+  return (*_backward(chunk, compute_dtype, kernel, residuals, cotangent), None)  # and None for the keys
 
 
 _distinct_ce.defvjp(_distinct_forward, _distinct_backward)

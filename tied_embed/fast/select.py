@@ -9,6 +9,7 @@ compiled with the XLA options of tied_embed/fast/compilation.py.
 from __future__ import annotations
 
 import functools
+import logging
 
 import jax
 from flax import nnx
@@ -17,6 +18,8 @@ from tied_embed.core import paths as plain_paths
 from tied_embed.core import step as step_lib
 from tied_embed.fast import chunked_loss, compilation, sparse_paths
 
+log = logging.getLogger(__name__)
+
 
 def data_shards(state_shardings) -> int:
   """How many ways the batch is split: the `data` axis of the mesh a pytree of NamedShardings lives on (1 if None)."""
@@ -24,15 +27,29 @@ def data_shards(state_shardings) -> int:
   return int(leaves[0].mesh.shape["data"]) if leaves else 1
 
 
+def mesh_devices(state_shardings) -> int:
+  """How many devices the state lives on: the size of the mesh of a pytree of NamedShardings (1 if None)."""
+  leaves = jax.tree.leaves(state_shardings)
+  return int(leaves[0].mesh.size) if leaves else 1
+
+
 def uses_plain_paths(chunk_size: int, compute_dtype: str) -> bool:
   """Whether the config trains on the story's code alone (full logits, float32, dense paths)."""
   return chunk_size == 0 and compute_dtype == "float32"
 
 
-def paths_function(chunk_size: int, compute_dtype: str = "float32", shards: int = 1) -> step_lib.PathsFn:
-  """paths_fn(model, ids (B,), next_ids (B,)) for these loss settings; `shards` divides B (data shards)."""
+def paths_function(
+    chunk_size: int, compute_dtype: str = "float32", shards: int = 1, bf16_kernel: bool = True
+) -> step_lib.PathsFn:
+  """paths_fn(model, ids (B,), next_ids (B,)) for these loss settings; `shards` divides B (data shards).
+
+  `bf16_kernel`: bfloat16 dots on the CPU's AMX kernel where it runs (tied_embed/fast/amx); False on a mesh of
+  several devices, where XLA cannot partition the kernel's custom call and the loss keeps XLA's dots.
+  """
   if uses_plain_paths(chunk_size, compute_dtype):
     return plain_paths.path_gradients
+  if compute_dtype == "bfloat16" and not bf16_kernel:
+    log.info("bfloat16 matmuls run as XLA's dots (widened to float32): the AMX kernel runs on one device only.")
 
   def fast_paths(model, ids: jax.Array, next_ids: jax.Array) -> sparse_paths.PathGradients:
     # The hidden vectors are looked-up rows (times W), equal wherever the ids are, so the chunked loss forms the
@@ -42,7 +59,8 @@ def paths_function(chunk_size: int, compute_dtype: str = "float32", shards: int 
     else:
       def loss_fn(hidden, table, targets):
         return chunked_loss.chunked_cross_entropy(
-            hidden, table, targets, chunk_size, row_keys=ids, groups=shards, compute_dtype=compute_dtype
+            hidden, table, targets, chunk_size, row_keys=ids, groups=shards, compute_dtype=compute_dtype,
+            bf16_kernel=bf16_kernel,
         )
     return sparse_paths.path_gradients(model, ids, next_ids, loss_fn)
 
@@ -74,7 +92,8 @@ def make_train_step(
   `split_check`: how many pairs the log step's split check uses (`split_check_tokens`); None: the whole batch.
   """
   return step_lib.make_train_step(
-      graphdef, paths_function(chunk_size, compute_dtype, data_shards(state_shardings)),
+      graphdef,
+      paths_function(chunk_size, compute_dtype, data_shards(state_shardings), mesh_devices(state_shardings) == 1),
       lookup_grad_scale=lookup_grad_scale, projection_grad_scale=projection_grad_scale,
       split_check_tokens=split_check, state_shardings=state_shardings,
       compiler_options=compilation.compiler_options(),

@@ -1,0 +1,157 @@
+"""docs/performance.md's tables, written from `benchmarks/run.py` results: no number in them is typed by hand.
+
+  python benchmarks/report.py runs/bench/a.json runs/bench/b.json     # one column per run, in this order
+
+Replaces what stands between the `<!-- bench:begin -->` and `<!-- bench:end -->` lines of docs/performance.md
+(`--doc` names another file; `--print` prints the block instead of writing it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+
+DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "performance.md"
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+# (label, key) rows of a train-step section; key is `<name>_ms`, or a speedup key (printed as a ratio).
+STEP_ROWS = [
+    ("JAX, full logits", "step_ms"),
+    ("JAX, chunked (`loss.chunk_size=256`, the configs'), uniform ids", "chunked_step_ms"),
+    ("the same, Zipf ids", "chunked_zipf_step_ms"),
+    ("JAX, every token's logits, no provenance (PyTorch's work), chunked", "plain_chunked_step_ms"),
+    ("**JAX, chunked, `model.dtype=bfloat16`**, uniform ids", "chunked_bf16_step_ms"),
+    ("the same, Zipf ids", "chunked_bf16_zipf_step_ms"),
+    ("PyTorch eager", "torch_step_ms"),
+    ("PyTorch, loss under `torch.compile`", "torch_compile_step_ms"),
+    ("PyTorch, `F.linear_cross_entropy`", "torch_chunked_step_ms"),
+    ("PyTorch eager, bf16 autocast", "torch_step_bf16_ms"),
+    ("PyTorch `torch.compile`, bf16 autocast", "torch_compile_step_bf16_ms"),
+    ("PyTorch `F.linear_cross_entropy`, bf16 autocast", "torch_chunked_step_bf16_ms"),
+    ("one (T, D)×(D, V) matmul: JAX float32 / bf16 (AMX kernel)", ("matmul_ms", "bf16_matmul_ms")),
+    ("one matmul: PyTorch float32 / bf16", ("torch_matmul_ms", "torch_bf16_matmul_ms")),
+    ("**float32 step / fastest float32 PyTorch**, uniform ids", "chunked_speedup_vs_fastest_torch"),
+    ("the same, Zipf ids", "chunked_zipf_speedup_vs_fastest_torch"),
+    ("**bf16 step / fastest bf16 PyTorch**, uniform ids", "chunked_bf16_speedup_vs_fastest_torch_bf16"),
+    ("the same, Zipf ids", "chunked_bf16_zipf_speedup_vs_fastest_torch_bf16"),
+    ("**bf16 step / float32 step** (speedup)", "bf16_speedup"),
+    ("fastest PyTorch, float32 / bf16", ("fastest_torch", "fastest_torch_bf16")),
+]
+TORCH_NAMES = {"torch_step": "eager", "torch_compile_step": "`torch.compile`",
+               "torch_chunked_step": "`linear_cross_entropy`"}
+MEMORY_ROWS = [
+    ("JAX baseline, params + AdamW (MiB)", "baseline_mib"),
+    ("**JAX chunked step, peak above baseline (MiB)**", "chunked_extra_mib"),
+    ("JAX: compiling the step, peak above baseline (MiB)", "chunked_compile_extra_mib"),
+    ("JAX chunked bf16 step, peak above baseline (MiB)", "chunked_bf16_extra_mib"),
+    ("JAX full-logits step, peak above baseline (MiB)", "full_extra_mib"),
+    ("PyTorch baseline (MiB)", "torch_baseline_mib"),
+    ("**PyTorch `linear_cross_entropy`, peak above baseline (MiB)**", "torch_chunked_extra_mib"),
+    ("step ms: JAX chunked, uniform / Zipf ids", ("chunked_step_ms", "chunked_zipf_step_ms")),
+    ("step ms: PyTorch eager / compile / chunked", ("torch_step_ms", "torch_compile_step_ms", "torch_chunked_step_ms")),
+    ("**float32 step / fastest float32 PyTorch**, uniform ids", "chunked_speedup_vs_fastest_torch"),
+]
+
+
+def _value(section: dict, key: str) -> str:
+  value = _ratio(section, key) if key == "bf16_speedup" else section.get(key)
+  if value is None:
+    return "n/a"
+  if isinstance(value, str):
+    return TORCH_NAMES.get(value.removesuffix("_bf16"), value)
+  if "speedup" in key:
+    return f"{value:.2f}x"
+  return f"{value:.0f}" if key.endswith("_mib") or value >= 1000 else f"{value:.1f}"
+
+
+def _cell(section: dict, key) -> str:
+  return " / ".join(_value(section, one) for one in key) if isinstance(key, tuple) else _value(section, key)
+
+
+def table(title: str, sections: list[dict], rows, names: list[str]) -> str:
+  lines = [f"| {title} | " + " | ".join(f"run {name}" for name in names) + " |",
+           "|---|" + "---|" * len(sections)]
+  for label, key in rows:
+    lines.append(f"| {label} | " + " | ".join(_cell(section, key) for section in sections) + " |")
+  return "\n".join(lines)
+
+
+SUMMARY = [  # (what, section key → value) lines of the summary, each as the range over the runs
+    ("float32 step / fastest float32 PyTorch step, uniform ids", "chunked_speedup_vs_fastest_torch"),
+    ("float32 step / fastest float32 PyTorch step, Zipf ids", "chunked_zipf_speedup_vs_fastest_torch"),
+    ("bfloat16 step / fastest bf16-autocast PyTorch step, uniform ids", "chunked_bf16_speedup_vs_fastest_torch_bf16"),
+    ("bfloat16 step / float32 step (speedup)", "bf16_speedup"),
+]
+
+
+def _ratio(section: dict, key: str) -> float | None:
+  if key == "bf16_speedup":
+    bf16 = section.get("chunked_bf16_step_ms")
+    return section["chunked_step_ms"] / bf16 if bf16 else None
+  return section.get(key)
+
+
+def summary(results: list[dict]) -> str:
+  """One line per SUMMARY entry and shape: 'lo-hi x' over the runs (medians), goal beside it."""
+  lines = []
+  for section in ("train_step", "gpt2", "memory"):
+    if not all(section in r for r in results):
+      continue
+    first = results[0][section]
+    for what, key in SUMMARY:
+      values = [_ratio(r[section], key) for r in results]
+      if any(v is None for v in values):
+        continue
+      lo, hi = min(values), max(values)
+      span = f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}x"
+      lines.append(f"- V={first['V']}, D={first['D']}, T={first['T']}: {what}: **{span}**")
+    if section == "memory":
+      jax_extra = [max(r[section]["chunked_extra_mib"], r[section]["chunked_compile_extra_mib"]) for r in results]
+      torch_extra = [r[section]["torch_chunked_extra_mib"] for r in results]
+      if None not in torch_extra:
+        lines.append(f"- V={first['V']}, D={first['D']}, T={first['T']}: peak above baseline, compile included, JAX "
+                     f"chunked / PyTorch `linear_cross_entropy`: "
+                     + ", ".join(f"{j:.0f} / {t:.0f} MiB" for j, t in zip(jax_extra, torch_extra, strict=True)))
+  return "\n".join(lines)
+
+
+def block(results: list[dict]) -> str:
+  names = [chr(ord("A") + i) for i in range(len(results))]
+  info = results[0]["machine"]
+  parts = [f"Runs {', '.join(names)} of `benchmarks/run.py`: {info['cpu']}, {info['threads']} cores "
+           f"(matrix units: {info.get('matrix_units', 'not recorded')}); jax {info['jax']}, torch {info['torch']}; "
+           "medians of calls taken in turns. Written by `benchmarks/report.py` from the runs' JSON."]
+  parts.append(summary(results))
+  for section, what in (("train_step", "ms per step"), ("gpt2", "ms per step, GPT-2's shape")):
+    if all(section in r for r in results):
+      first = results[0][section]
+      title = f"V={first['V']}, D={first['D']}, T={first['T']} ({what})"
+      parts.append(table(title, [r[section] for r in results], STEP_ROWS, names))
+  if all("memory" in r for r in results):
+    first = results[0]["memory"]
+    title = f"V={first['V']}, D={first['D']}, T={first['T']}, one process each"
+    parts.append(table(title, [r["memory"] for r in results], MEMORY_ROWS, names))
+  return "\n\n".join(parts)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("runs", nargs="+", type=pathlib.Path, help="results JSON of benchmarks/run.py, one per run")
+  parser.add_argument("--doc", type=pathlib.Path, default=DOC)
+  parser.add_argument("--print", action="store_true", help="print the block instead of writing it")
+  args = parser.parse_args()
+  text = block([json.loads(path.read_text()) for path in args.runs])
+  if args.print:
+    print(text)
+    return
+  doc = args.doc.read_text()
+  if BEGIN not in doc or END not in doc:
+    raise SystemExit(f"error: {args.doc} has no {BEGIN} ... {END} block to replace")
+  head, rest = doc.split(BEGIN, 1)
+  args.doc.write_text(f"{head}{BEGIN}\n{text}\n{END}{rest.split(END, 1)[1]}")
+  print(f"wrote {args.doc}")
+
+
+if __name__ == "__main__":
+  main()
