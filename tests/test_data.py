@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import make_config  # noqa: F401 (also imported from here by other test modules)
+from helpers import make_config
 
 from tied_embed.data import bigram as data
 from tied_embed.data import config as data_config
