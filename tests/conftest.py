@@ -1,4 +1,5 @@
-"""Shared fixtures: one smoke training run (configs/smoke.py) per test session, reused by every test that needs one."""
+"""Shared fixtures: one smoke training run (configs/smoke.py) per test session, reused by every test that needs one;
+one compilation cache per session, shared by this process and every subprocess the tests start."""
 
 from __future__ import annotations
 
@@ -7,15 +8,29 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from helpers import subprocess_env  # noqa: E402
+from helpers import compilation_cache_env, compilation_cache_options, subprocess_env  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+  """JAX's persistent compilation cache in a fresh directory of this session's temporary tree (so every session,
+  a fresh clone's included, starts it empty), before anything compiles: in os.environ for the subprocesses, through
+  jax.config for this process (JAX read the environment when it was imported)."""
+  factory = getattr(session.config, "_tmp_path_factory", None)  # pytest's tmp_path_factory, made at configure
+  directory = factory.mktemp("jax_compilation_cache") if factory else pathlib.Path(tempfile.mkdtemp())
+  os.environ.update(compilation_cache_env(directory))
+  import jax  # noqa: PLC0415
+
+  for option, value in compilation_cache_options(directory).items():
+    jax.config.update(option, value)
 
 
 @dataclasses.dataclass

@@ -1,4 +1,5 @@
-"""What several test modules share: configs with one field changed, event-file readers, subprocess environments."""
+"""What several test modules share: configs with one field changed, event-file readers, subprocess environments,
+and the session's compilation cache."""
 
 from __future__ import annotations
 
@@ -32,6 +33,18 @@ BAD_VALUES = [
 METRICS = ("train/loss", "eval/loss", "grad/lookup_norm", "grad/projection_norm", "grad/total_norm", "grad/cosine",
            "eval/loss_rare_inputs", "eval/loss_middle_inputs", "eval/loss_frequent_inputs")
 COUNTS = ("grad/rows_looked_up", "grad/rows_projection_only")
+
+
+def make_config(**data_fields):
+  """A small planted-bigram config (V=16, D=4, 5000 train pairs) with the given data.* fields changed."""
+  import ml_collections  # noqa: PLC0415
+
+  fields = dict(source="planted", text_path="", data_dir="", task_seed=3, task_d_model=4, train_fraction=1.0,
+                num_train_pairs=5000, num_eval_pairs=3000, logit_scale=6.0, zipf_exponent=1.0)
+  fields.update(data_fields)
+  vocab_size = 256 if fields["source"] == "text" else 16
+  return ml_collections.ConfigDict(
+      {"seed": 0, "model": {"vocab_size": vocab_size, "d_model": 4, "tied": True}, "data": fields})
 
 
 def smoke_with(path: str, value):
@@ -73,9 +86,33 @@ def all_series(workdir: pathlib.Path) -> dict[str, dict[int, float]]:
   return merged
 
 
+def compilation_cache_options(directory: str | pathlib.Path) -> dict[str, object]:
+  """JAX's persistent compilation cache in `directory`: {jax.config option: value}.
+
+  The suite trains the same tiny configs in dozens of processes and in-process runs, and each fresh jit compiles
+  its programs again (about 5 s of CPU per smoke run on 2 cores, against about 1 s with its programs loaded from
+  the cache). Only compiles of 0.3 s or more are written, the train steps and evals: writing every one of the
+  hundreds of tiny programs the unit tests compile once costs more than it saves. A size limit turns on the
+  cache's file lock, so a process never reads an entry another is still writing (two hosts of one run).
+  """
+  return {
+      "jax_compilation_cache_dir": str(directory),
+      "jax_persistent_cache_min_compile_time_secs": 0.3,
+      "jax_persistent_cache_min_entry_size_bytes": -1,
+      "jax_compilation_cache_max_size": 8 << 30,
+  }
+
+
+def compilation_cache_env(directory: str | pathlib.Path) -> dict[str, str]:
+  """`compilation_cache_options` as the environment variables a starting JAX reads them from."""
+  return {option.upper(): str(value) for option, value in compilation_cache_options(directory).items()}
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
-  """This environment for a subprocess, minus any JAX_* settings (e.g. a JAX_NUM_PROCESSES of the caller's)."""
-  env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+  """This environment for a subprocess, minus any JAX_* settings (e.g. a JAX_NUM_PROCESSES of the caller's) other
+  than the session's compilation cache (conftest.py puts it in os.environ)."""
+  cache = compilation_cache_env("")
+  env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_") or k in cache}
   return env | {"TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"} | extra  # simulated devices are CPU ones
 
 

@@ -3,9 +3,9 @@
 import collections
 import math
 
-import ml_collections
 import numpy as np
 import pytest
+from helpers import make_config
 
 from tied_embed.data import bigram as data
 from tied_embed.data import config as data_config
@@ -16,15 +16,6 @@ from tied_embed.run.errors import UsageError
 # A 3-token table small enough to push through softmax by hand.
 HAND_TABLE = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
 HAND_ZIPF = [6 / 11, 3 / 11, 2 / 11]  # (1, 1/2, 1/3) / (11/6)
-
-
-def make_config(**data_fields) -> ml_collections.ConfigDict:
-  fields = dict(source="planted", text_path="", data_dir="", task_seed=3, task_d_model=4, train_fraction=1.0,
-                num_train_pairs=5000, num_eval_pairs=3000, logit_scale=6.0, zipf_exponent=1.0)
-  fields.update(data_fields)
-  vocab_size = 256 if fields["source"] == "text" else 16
-  return ml_collections.ConfigDict(
-      {"seed": 0, "model": {"vocab_size": vocab_size, "d_model": 4, "tied": True}, "data": fields})
 
 
 def hand_entropy(logit_rows: list[list[float]]) -> float:

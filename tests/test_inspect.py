@@ -326,7 +326,7 @@ def test_recorded_data_makes_inspection_need_nothing_outside_the_workdir(inspect
 
 
 def test_text_record_round_trips_the_empirical_table_without_the_file(tmp_path):
-  from tests.test_data import make_config
+  from helpers import make_config
   from tied_embed.data import bigram as data
   from tied_embed.data.sources import record
 

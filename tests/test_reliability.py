@@ -150,13 +150,14 @@ def test_sigint_saves_the_current_step_and_resumes_bitwise(smoke_run, tmp_path, 
     return train_batch(data, seed, step, batch_size)
 
   workdir = tmp_path / "run"
+  handler = signal.getsignal(signal.SIGINT)  # Python's default_int_handler; SIG_IGN in a shell's background job
   with monkeypatch.context() as patch:
     patch.setattr(data_lib, "train_batch", interrupted_at_13)
     with pytest.raises(preemption.Preempted) as stopped:
       train_and_evaluate(smoke_run.config, workdir)
   assert stopped.value.exit_status == 128 + signal.SIGINT and stopped.value.step == 14
   assert checkpoint.available_steps(workdir) == [14]
-  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are put back
+  assert signal.getsignal(signal.SIGINT) is handler  # the handlers are put back
 
   summary = train_and_evaluate(smoke_run.config, workdir)
   _assert_bitwise_equal(summary.state, smoke_run.summary.state)

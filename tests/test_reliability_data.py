@@ -12,8 +12,8 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from helpers import make_config
 
-from tests.test_data import make_config
 from tied_embed.data import bigram as data
 from tied_embed.data import config as data_config
 from tied_embed.data import sources
@@ -96,7 +96,7 @@ def test_generating_into_a_locked_data_dir_is_one_line_naming_the_holder(tmp_pat
 
 _LOAD = textwrap.dedent("""
     import sys
-    from tests.test_data import make_config
+    from tests.helpers import make_config
     from tied_embed.data import bigram as data
     from tied_embed.run.errors import UsageError
     try:
