@@ -35,7 +35,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.text_feature = "text"  # tfds: the dataset's text feature
   config.data.tfds_data_dir = ""  # tfds: TFDS's own data_dir holding the prepared copy ('' = TFDS's default)
   config.data.data_dir = ""  # where the TFDS dataset is generated and cached ('' = <workdir>/data)
-  config.data.train_fraction = 1.0  # the share of the train split trained on, in (0, 1]
+  config.data.train_fraction = 1.0  # the share of the train split trained on (of what selection leaves), in (0, 1]
+  # the last share of the train split, held out for selection (select/loss, the best checkpoint), in [0, 0.5)
+  config.data.selection_fraction = 0.0
   config.data.task_d_model = 32  # planted/directed: width of the hidden table e* (model.d_model is the model's)
   config.data.task_seed = 0  # hidden table e* and sampled pairs of the synthetic tasks (model init uses seed)
   config.data.num_train_pairs = 2_000_000  # synthetic train split size; smaller lets the untied model overfit
@@ -57,7 +59,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.log_every = 100  # steps between train/* and grad/* scalars and provenance histograms
   config.train.eval_every = 500  # steps between evaluations on the validation split (and at the last step)
   config.train.checkpoint_every = 1000  # steps between checkpoints (and at the last step)
-  config.train.keep_checkpoints = 3  # newest checkpoints kept in <workdir>/checkpoints
+  config.train.keep_checkpoints = 3  # newest checkpoints kept in <workdir>/checkpoints (and the best by select/loss)
+  config.train.early_stopping_patience = 0  # evals without a new best select/loss before stopping; 0 = off
 
   config.loss = ml_collections.ConfigDict()
   config.loss.chunk_size = 256  # tokens per chunk: at most (256, V) logits at once, and faster than full logits at

@@ -31,6 +31,7 @@ def test_the_fields_that_may_change_on_resume():
   assert config_fields.RESUMABLE == {
       "train.num_steps", "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
       "train.eval_batch_size", "loss.chunk_size", "model.dtype", "mesh.data", "mesh.model", "data.data_dir",
+      "train.early_stopping_patience",  # how long the run goes on, like train.num_steps
   }
 
 
@@ -127,8 +128,8 @@ def test_the_markdown_table_has_one_row_per_field():
   assert [row.split("`")[1] for row in rows] == [field.path for field in config_fields.FIELDS]
   resumable = {row.split("`")[1] for row in rows if row.split(" | ")[3] == "yes"}
   assert resumable == config_fields.RESUMABLE
-  assert {row.split("`")[1] for row in rows if row.split(" | ")[4] == "yes"} == {"data.train_fraction",
-                                                                               "data.task_d_model"}
+  assert {row.split("`")[1] for row in rows if row.split(" | ")[4] == "yes"} == {
+      "data.train_fraction", "data.selection_fraction", "data.task_d_model"}
   assert "`data.text_path`" in lines[-1]  # the sources' own fields, named after the table
 
 

@@ -40,6 +40,7 @@ from tied_embed.data import frequency, sources
 from tied_embed.fast import compilation, host_memory, select
 from tied_embed.inspection import asymmetry
 from tied_embed.run import checkpoint, config_fields, nonfinite, parallel, preemption, run_log
+from tied_embed.run.selection import Selection
 from tied_embed.run import workdir as workdir_lib
 from tied_embed.run.config_validation import validate_config
 from tied_embed.run.errors import RunStopped, UsageError, first_line
@@ -49,9 +50,10 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class RunSummary:
-  """Where a run ended: its final eval loss against the floor, its size and time, and its final state."""
+  """Where a run ended: its final eval loss against the floor, its size and time, its final state, and with a
+  selection split its best step by select/loss."""
 
-  step: int
+  step: int  # the step the run ended at: train.num_steps, or where early stopping stopped it
   eval_loss: float
   loss_floor: float
   gap: float  # eval_loss - loss_floor
@@ -62,6 +64,16 @@ class RunSummary:
   loss_by_input_frequency: dict[str, float]
   train_seconds: float  # the training loop of this invocation (after data loading), including evals
   state: nnx.State  # the final TrainState's state (model, optimizer, provenance totals, metrics), on the mesh
+  # With a selection split (data.selection_fraction > 0; else None, None, None, {}, None): the step of the eval with
+  # the lowest select/loss (its checkpoint is kept: `tied-embed-inspect --step best`), that select/loss, the eval
+  # loss there, and every eval/* scalar logged there ({'eval/loss': ..., 'eval/loss_rare_inputs': ..., ...});
+  # and select/loss at the final step.
+  best_step: int | None = None
+  best_select_loss: float | None = None
+  best_eval_loss: float | None = None
+  best_eval: dict[str, float] = dataclasses.field(default_factory=dict)
+  select_loss: float | None = None
+  stopped_early: bool = False  # early stopping ended the run before train.num_steps
 
 
 def _on_schedule(step: int, every: int, num_steps: int) -> bool:
@@ -70,24 +82,26 @@ def _on_schedule(step: int, every: int, num_steps: int) -> bool:
 
 
 class _Evaluator:
-  """The whole validation split, placed on the mesh once, scored batch after batch into one running total.
+  """A whole held-out split (the validation split, or the selection split), placed on the mesh once, scored batch
+  after batch into one running total.
 
   Beside the total it sums the losses by the input-frequency bucket of each pair's current token.
   """
 
-  def __init__(self, graphdef: nnx.GraphDef, data: data_lib.BigramData, config: ml_collections.ConfigDict, mesh):
+  def __init__(self, graphdef: nnx.GraphDef, ids: np.ndarray, next_ids: np.ndarray, data: data_lib.BigramData,
+               config: ml_collections.ConfigDict, mesh):
+    """`ids`, `next_ids`: (M,) int32, the split's pairs; `data` gives the train counts that define the buckets."""
     num_buckets = len(frequency.BUCKETS)
     self._add_batch = evaluation.make_bucket_totals(
         graphdef, int(config.loss.chunk_size), num_buckets, str(config.model.dtype))
     self._totals = jax.device_put((jnp.float32(0), jnp.zeros(num_buckets, jnp.float32)), parallel.replicated(mesh))
     size, data_size = int(config.train.eval_batch_size), mesh.shape["data"]
-    self._count = len(data.eval_ids)
-    eval_buckets = frequency.input_buckets(data.input_counts)[data.eval_ids]
+    self._count = len(ids)
+    eval_buckets = frequency.input_buckets(data.input_counts)[ids]
     self._bucket_counts = np.bincount(eval_buckets, minlength=num_buckets)
     self._batches = []
-    for start in range(0, len(data.eval_ids), size):
-      batch = (data.eval_ids[start : start + size], data.eval_next[start : start + size],
-               eval_buckets[start : start + size])
+    for start in range(0, len(ids), size):
+      batch = (ids[start : start + size], next_ids[start : start + size], eval_buckets[start : start + size])
       # A short last batch that `data` doesn't divide is scored whole on every device instead.
       sharding = parallel.batch_sharding(mesh) if len(batch[0]) % data_size == 0 else parallel.replicated(mesh)
       self._batches.append(jax.device_put(batch, sharding))
@@ -99,7 +113,7 @@ class _Evaluator:
       self._add_batch.lower(state, *self._totals, *batch).compile()
 
   def __call__(self, state: nnx.State) -> tuple[float, dict[str, float]]:
-    """Mean loss over the validation split at `state`'s parameters, and per input-frequency bucket with pairs."""
+    """Mean loss over the split at `state`'s parameters, and per input-frequency bucket with pairs."""
     totals = self._totals
     for batch in self._batches:
       totals = self._add_batch(state, *totals, *batch)
@@ -118,14 +132,15 @@ def _initial_state(config: ml_collections.ConfigDict, target: nnx.State) -> nnx.
 
 def _resume(
     config: ml_collections.ConfigDict, target: nnx.State, checkpointer: checkpoint.Checkpointer, dataset: str
-) -> tuple[int, nnx.State]:
-  """The step and train state to start from: the newest intact checkpoint's, or a fresh state at step 0.
+) -> tuple[int, nnx.State, Selection]:
+  """The step, train state and selection record to start from: the newest intact checkpoint's, or a fresh state
+  at step 0.
 
   UsageError if the checkpoint is past train.num_steps, or was trained on other data than `dataset`.
   """
   restored = checkpointer.restore_newest_intact(target)
   if restored is None:
-    return 0, _initial_state(config, target)
+    return 0, _initial_state(config, target), Selection()
   start, state, manifest = restored
   if start > int(config.train.num_steps):
     raise UsageError.bad_value("train.num_steps", config.train.num_steps, f"at least {start}, the latest checkpoint")
@@ -135,7 +150,7 @@ def _resume(
         f"config now gives {dataset!r}): resuming would train on other data; start fresh with another --workdir"
     )
   log.info("Resuming from the checkpoint at step %d.", start)
-  return start, state
+  return start, state, Selection.from_manifest(manifest)
 
 
 def _write_log_step(writer, step: int, learning_rate: float, metrics: dict, state: nnx.State) -> dict[str, float]:
@@ -165,6 +180,14 @@ def _write_eval(
   scalars = {"eval/loss": eval_loss, "eval/loss_floor": data.loss_floor, "eval/gap": eval_loss - data.loss_floor}
   scalars.update({frequency.scalar_name(bucket): loss for bucket, loss in by_bucket.items()})
   scalars.update({f"eval/{name}": value for name, value in data.eval_references.items()})
+  writer.write_scalars(step, scalars)
+  return scalars
+
+
+def _write_selection(writer, step: int, select_loss: float, selection: Selection) -> dict[str, float]:
+  """select/loss (the mean loss over the selection split) and select/best_step (the eval with the lowest one so
+  far, this one included); returns them."""
+  scalars = {"select/loss": select_loss, "select/best_step": float(selection.best_step)}
   writer.write_scalars(step, scalars)
   return scalars
 
@@ -259,13 +282,16 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
     dataset = data_lib.dataset_identity(config)
     mesh = parallel.make_mesh(config.mesh)
     graphdef, target = checkpoint.abstract_state(config, mesh)
-    checkpointer = checkpoint.Checkpointer(workdir, int(train.keep_checkpoints))
+    selecting, patience = data_lib.selection_fraction(config) > 0, int(train.early_stopping_patience)
+    checkpointer = checkpoint.Checkpointer(workdir, int(train.keep_checkpoints), select=selecting)
     stack.enter_context(contextlib.closing(checkpointer))
-    start, state = _resume(config, target, checkpointer, dataset)
+    start, state, selection = _resume(config, target, checkpointer, dataset)
     data = _load_data(config, workdir)
     if start == 0:
       state = _track_most_frequent_rows(state, data.input_counts)
-    complete = start == num_steps and checkpointer.latest_step() == num_steps  # a rerun writes nothing
+    # The run ends at num_steps, or where early stopping's count (saved in the checkpoint) reaches the patience.
+    stopped_early = selection.exhausted(patience) and start < num_steps
+    complete = (start == num_steps or stopped_early) and checkpointer.latest_step() == start  # a rerun writes nothing
     if jax.process_index() == 0 and not complete:
       _record_for_inspection(data, config, workdir)
     events = jax.process_index() == 0 and not complete
@@ -285,6 +311,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
     if data_lib.train_fraction(config) < 1:
       log.info("Training on the first %d pairs of the train split (data.train_fraction=%g); the eval, the floor "
                    "and the references are the whole dataset's.", len(data.train_ids), data_lib.train_fraction(config))
+    if selecting:
+      log.info("Holding out the train split's last %d pairs for selection (data.selection_fraction=%g): select/loss "
+               "at every eval picks the best checkpoint%s.", len(data.select_ids), data_lib.selection_fraction(config),
+               f", and the run stops {patience} evals after it" if patience else "")
     _log_asymmetry(data, int(config.model.d_model))
     shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
     shards = select.data_shards(shardings)
@@ -294,7 +324,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
         compute_dtype=str(config.model.dtype),
         split_check=select.split_check_tokens(int(train.batch_size), int(config.model.vocab_size), shards),
     )
-    evaluate = _Evaluator(graphdef, data, config, mesh)
+    evaluate = _Evaluator(graphdef, data.eval_ids, data.eval_next, data, config, mesh)
+    select_split = _Evaluator(graphdef, data.select_ids, data.select_next, data, config, mesh) if selecting else None
     schedule = optim.learning_rate_schedule(train)
     batch_sharding = parallel.batch_sharding(mesh)
     seed, batch_size = int(config.seed), int(train.batch_size)
@@ -303,15 +334,23 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
       first_batch = parallel.global_batch(data_lib.train_batch(data, seed, start, batch_size), batch_sharding)
       compilation.compile_ahead(train_step, state, *first_batch)
       evaluate.compile_ahead(state)
+      if select_split is not None:
+        select_split.compile_ahead(state)
       host_memory.release_freed()
 
     progress = run_log.ProgressLine(start, num_steps)  # steps/s and the time left count from here, compiled
     eval_loss, by_bucket, saved_step, started = None, {}, checkpointer.latest_step(), time.perf_counter()
+    select_loss, end_step = None, start if stopped_early else num_steps
     if complete:
-      log.info("The run is already complete at step %d: nothing to train, nothing written.", num_steps)
+      if stopped_early:
+        log.info("The run stopped early at step %d (%d evals without a lower select/loss than step %d's): nothing "
+                 "to train, nothing written.", start, selection.evals_since_best, selection.best_step)
+      else:
+        log.info("The run is already complete at step %d: nothing to train, nothing written.", num_steps)
       eval_loss, by_bucket = evaluate(state)
+      select_loss = select_split(state)[0] if select_split is not None else None
     in_flight = None
-    for step in range(start, num_steps):
+    for step in range(start, end_step):
       pairs = data_lib.train_batch(data, seed, step, batch_size)  # the same global batch on every process
       ids, next_ids = parallel.global_batch(pairs, batch_sharding)
       done = step + 1
@@ -328,31 +367,46 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
       stop = signals.agreed(sync_now) if done < num_steps else None  # at the last step, finish normally
       if sync_now or stop:
         nonfinite.check_finite(state, saved_step)
-      scalars = {}
+      scalars, select_loss = {}, None
       if log_now:
         scalars.update(_write_log_step(writer, done, float(schedule(step)), metrics, state))
       if eval_now:
         eval_loss, by_bucket = evaluate(state)
-        scalars.update(_write_eval(writer, done, eval_loss, by_bucket, data))
+        eval_scalars = _write_eval(writer, done, eval_loss, by_bucket, data)
+        scalars.update(eval_scalars)
+        if select_split is not None:
+          select_loss = select_split(state)[0]
+          save_now |= selection.record(done, select_loss, eval_scalars)  # the best step always has a checkpoint
+          scalars.update(_write_selection(writer, done, select_loss, selection))
+          stopped_early = selection.exhausted(patience) and done < num_steps
       if scalars:
         rate = progress.steps_per_second(done)
         writer.write_scalars(done, {"train/steps_per_sec": rate})
         log.info("%s", progress.format(done, scalars, rate))
-      if save_now or stop:
-        checkpointer.save(done, state, config, dataset)
+      if save_now or stop or stopped_early:
+        checkpointer.save(done, state, config, dataset, selection, select_loss)
         saved_step = done
+      if stopped_early:
+        log.info("Early stopping at step %d: %d evals without a lower select/loss than step %d's.",
+                 done, selection.evals_since_best, selection.best_step)
+        end_step = done
+        break
       if stop:
         log.warning("Stopped at step %d after saving its checkpoint: rerun the same command to resume.", done)
         raise preemption.Preempted(stop, done)
-    if saved_step != num_steps:  # a fresh run of num_steps=0
+    if saved_step != end_step:  # a fresh run of num_steps=0
       eval_loss, by_bucket = evaluate(state)
-      _write_eval(writer, num_steps, eval_loss, by_bucket, data)
-      checkpointer.save(num_steps, state, config, dataset)
+      eval_scalars = _write_eval(writer, end_step, eval_loss, by_bucket, data)
+      if select_split is not None:
+        select_loss = select_split(state)[0]
+        selection.record(end_step, select_loss, eval_scalars)
+        _write_selection(writer, end_step, select_loss, selection)
+      checkpointer.save(end_step, state, config, dataset, selection, select_loss)
     train_seconds = time.perf_counter() - started
 
   gap = eval_loss - data.loss_floor
   summary = RunSummary(
-      step=num_steps,
+      step=end_step,
       eval_loss=eval_loss,
       loss_floor=data.loss_floor,
       gap=gap,
@@ -361,11 +415,20 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
       loss_by_input_frequency=by_bucket,
       train_seconds=train_seconds,
       state=state,
+      best_step=selection.best_step,
+      best_select_loss=selection.best_select_loss,
+      best_eval_loss=selection.best_eval.get("eval/loss"),
+      best_eval=dict(selection.best_eval),
+      select_loss=select_loss,
+      stopped_early=stopped_early,
   )
   trained = "" if complete else f", {train_seconds:.1f} s of training"  # a rerun of a finished run trains nothing
+  best = "" if selection.best_step is None else (
+      f"; best step {selection.best_step} by select/loss: select loss {selection.best_select_loss:.4f}, "
+      f"eval loss {summary.best_eval_loss:.4f}")
   log.info(
-      "Step %d: eval loss %.4f, floor %.4f, gap %.4f (%.2f%% of the floor), %d parameters%s.",
-      num_steps, eval_loss, data.loss_floor, gap, 100 * summary.relative_gap, param_count, trained,
+      "Step %d: eval loss %.4f, floor %.4f, gap %.4f (%.2f%% of the floor), %d parameters%s%s.",
+      end_step, eval_loss, data.loss_floor, gap, 100 * summary.relative_gap, param_count, trained, best,
   )
-  run_log.closing_lines(pathlib.Path(workdir).absolute(), num_steps)
+  run_log.closing_lines(pathlib.Path(workdir).absolute(), end_step, selection.best_step)
   return summary

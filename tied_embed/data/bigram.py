@@ -8,9 +8,11 @@ checked on every load (pair counts, shapes, ids below V); one that fails is dele
 warning. Generation holds an exclusive lock on the data dir, so a second run that needs the same dataset at the
 same moment is refused with one line naming the first. `train_batch(data, seed, step, batch_size)` picks the
 pairs of one step; it depends on (seed, step) alone, so a resumed run sees the same batches as an uninterrupted
-one. With data.train_fraction < 1 a run trains on the first part of the train split only (`train_pairs_used`);
-the stored dataset, the validation split, the floor and the references stay those of the whole dataset, so runs on
-different amounts of data share one cache and are scored on one eval. The data.* config fields are described and
+one. With data.selection_fraction > 0 the last share of the train split is held out as a selection split
+(`selection_pairs`), scored at every eval and never trained on; data.train_fraction < 1 then trains on the first
+part of what is left only (`train_pairs_used`). The stored dataset, the validation split, the floor and the
+references stay those of the whole dataset, so runs on different amounts of data share one cache and are scored
+on one eval. The data.* config fields are described and
 checked in `tied_embed.data.config`.
 """
 
@@ -42,13 +44,17 @@ SPLITS = ("train", "validation")
 class BigramData:
   """Both splits in memory, with what the best possible model would score.
 
-  train_ids, train_next: (N,) int32, the train pairs used (the first `train_pairs_used` of the train split);
+  train_ids, train_next: (N,) int32, the train pairs used (the first `train_pairs_used` of the train split, less
+    its selection share);
   eval_ids, eval_next: (M,) int32, the whole validation split.
+  select_ids, select_next: (S,) int32, the selection split: the last `selection_pairs` of the train split (S = 0
+    with data.selection_fraction = 0), never trained on.
   loss_floor: H(next | current) in nats (exact for synthetic sources, empirical on the eval split for text).
   true_log_probs: (V, V) log P(next=j | current=i), computed row by row when indexed (`sources.LogProbRows`);
     for text from eval counts (-inf for unseen pairs, nan rows for tokens never current).
   input_counts: (V,) int64, how often each token is current in the train pairs used.
-  identity: `dataset_identity` (the builder config name, and the train fraction under 1).
+  identity: `dataset_identity` (the builder config name, the selection fraction over 0, the train fraction
+    under 1).
   reference: the source's `Reference`, of the whole dataset.
   eval_references: further losses to compare against, logged beside eval/loss as eval/<name> at every eval (fitted
     on the whole train split, like the floor independent of data.train_fraction).
@@ -66,6 +72,8 @@ class BigramData:
   identity: str = ""
   reference: sources.Reference | None = None
   eval_references: dict[str, float] = dataclasses.field(default_factory=dict)
+  select_ids: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
+  select_next: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
 
 
 @dataclasses.dataclass(eq=False)
@@ -119,6 +127,20 @@ def train_fraction(config: Any) -> float:
   return float(config.data.get("train_fraction", 1.0))
 
 
+def selection_fraction(config: Any) -> float:
+  """data.selection_fraction, in [0, 0.5): the share of the train split held out for selection (0 where the config
+  has none)."""
+  return float(config.data.get("selection_fraction", 0.0))
+
+
+def selection_pairs(num_train_pairs: int, fraction: float) -> int:
+  """How many of the train split's last pairs are held out for selection: 0 for fraction 0, else round(fraction · N)
+  clipped to [1, N - 1], so that both the selection split and what is left to train on hold pairs."""
+  if fraction == 0:
+    return 0
+  return min(num_train_pairs - 1, max(1, round(fraction * num_train_pairs)))
+
+
 def train_pairs_used(num_train_pairs: int, fraction: float) -> int:
   """How many of the train split's first pairs a run trains on: round(fraction · N), at least 1 and at most N.
 
@@ -129,15 +151,17 @@ def train_pairs_used(num_train_pairs: int, fraction: float) -> int:
 
 def dataset_identity(config: Any) -> str:
   """The data a config trains on: the builder config name (it includes the text file's content hash and, for the
-  synthetic tasks, the hidden width data.task_d_model), with
-  '-train<fraction>' appended when data.train_fraction is under 1, so a run cannot resume on another amount of data.
+  synthetic tasks, the hidden width data.task_d_model), with '-select<fraction>' appended when
+  data.selection_fraction is over 0 and then '-train<fraction>' when data.train_fraction is under 1, so a run
+  cannot resume on another split of the data.
   """
   source = sources.get(config.data.source)
-  return _identity(source.identity(source.settings(config)), train_fraction(config))
+  return _identity(source.identity(source.settings(config)), train_fraction(config), selection_fraction(config))
 
 
-def _identity(builder_name: str, fraction: float) -> str:
-  return builder_name if fraction == 1 else f"{builder_name}-train{fraction!r}"
+def _identity(builder_name: str, fraction: float, held_out: float = 0.0) -> str:
+  selection = "" if held_out == 0 else f"-select{held_out!r}"
+  return builder_name + selection + ("" if fraction == 1 else f"-train{fraction!r}")
 
 
 def data_dir(config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
@@ -228,7 +252,7 @@ def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
   directory = data_dir(config, workdir)
   source = sources.get(bc.source)
   bc = BigramConfig(name=bc.name, source=bc.source, settings=source.prepare(bc.settings, directory))
-  return _bigram_data(bc, _prepare(bc, directory), train_fraction(config))
+  return _bigram_data(bc, _prepare(bc, directory), train_fraction(config), selection_fraction(config))
 
 
 def load_existing_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
@@ -248,15 +272,20 @@ def load_existing_bigram_data(config: Any, workdir: str | pathlib.Path) -> Bigra
   if splits is None:
     where = _version_dir(bc, directory)
     raise UsageError(f"{where} is missing" if why == "missing" else f"the dataset in {where} is unusable ({why})")
-  return _bigram_data(bc, splits, train_fraction(config))
+  return _bigram_data(bc, splits, train_fraction(config), selection_fraction(config))
 
 
-def _bigram_data(bc: BigramConfig, splits: dict[str, tuple[np.ndarray, np.ndarray]], fraction: float) -> BigramData:
-  """BigramData of prepared settings and their loaded splits, trained on the first `fraction` of the train split:
-  the reference and the count references computed (on the whole splits)."""
+def _bigram_data(
+    bc: BigramConfig, splits: dict[str, tuple[np.ndarray, np.ndarray]], fraction: float, held_out: float
+) -> BigramData:
+  """BigramData of prepared settings and their loaded splits: the last `held_out` share of the train split held out
+  for selection, trained on the first `fraction` of the rest; the reference and the count references computed (on
+  the whole splits)."""
   source = sources.get(bc.source)
   (train_ids, train_next), (eval_ids, eval_next) = splits["train"], splits["validation"]
-  used = train_pairs_used(len(train_ids), fraction)
+  kept = len(train_ids) - selection_pairs(len(train_ids), held_out)
+  select_ids, select_next = train_ids[kept:], train_next[kept:]
+  used = train_pairs_used(kept, fraction)
   train_ids, train_next = train_ids[:used], train_next[:used]
   vocab_size = bc.settings["vocab_size"]
   reference = source.reference(bc.settings, eval_ids, eval_next)
@@ -264,8 +293,9 @@ def _bigram_data(bc: BigramConfig, splits: dict[str, tuple[np.ndarray, np.ndarra
       source=bc.source, vocab_size=vocab_size, train_ids=train_ids, train_next=train_next,
       eval_ids=eval_ids, eval_next=eval_next, loss_floor=reference.loss_floor, true_log_probs=reference.log_probs,
       input_counts=np.bincount(train_ids, minlength=vocab_size).astype(np.int64),
-      identity=_identity(bc.name, fraction), reference=reference,
+      identity=_identity(bc.name, fraction, held_out), reference=reference,
       eval_references=source.eval_references(bc.settings, splits["train"], splits["validation"]),
+      select_ids=select_ids, select_next=select_next,
   )
 
 

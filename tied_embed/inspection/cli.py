@@ -1,6 +1,6 @@
 """Open a run from its workdir and report what the table learned.
 
-  python -m tied_embed.inspect --workdir runs/default [--step N] [--tokens 3,17,42] [--top-k 5] [--json]
+  python -m tied_embed.inspect --workdir runs/default [--step N|best] [--tokens 3,17,42] [--top-k 5] [--json]
       [--no-pictures]
   python -m tied_embed.inspect --workdir runs/subword --tokens "▁the,' ',42" (a text run: ids or tokens)
   python -m tied_embed.inspect --workdir runs/subword --next "the king" [--generate 20 --temperature 0.8 --seed 0]
@@ -53,6 +53,15 @@ def _ascii_int(text: str) -> int:
   return int(text)
 
 
+def _step(text: str) -> int | str:
+  """A checkpoint step, or 'best': the best checkpoint by select/loss of a run with a selection split."""
+  if text == "best":
+    return text
+  if not _TOKEN.fullmatch(text):
+    raise argparse.ArgumentTypeError(f"invalid step: {text!r} (a checkpointed step, or best)")
+  return int(text)
+
+
 class _Parser(argparse.ArgumentParser):
   """argparse that raises UsageError instead of printing usage and exiting, so every error is one line."""
 
@@ -63,7 +72,8 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
   parser = _Parser(prog="python -m tied_embed.inspect", description=__doc__.splitlines()[0])
   parser.add_argument("--workdir", required=True, help="the run's workdir (holds checkpoints/ and event files)")
-  parser.add_argument("--step", type=_ascii_int, default=None, help="checkpoint step (default: the latest)")
+  parser.add_argument("--step", type=_step, default=None,
+                      help="checkpoint step, or best: the lowest select/loss (default: the latest)")
   parser.add_argument("--tokens", default=None, help="comma-separated token ids (default: 3 most frequent)")
   parser.add_argument("--top-k", type=_ascii_int, default=5, help="predicted next tokens shown per token")
   parser.add_argument("--json", action="store_true", help="print the report as JSON instead of text")

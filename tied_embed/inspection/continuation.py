@@ -56,7 +56,7 @@ def continue_prompt(
     generate: int = 0,
     temperature: float = 1.0,
     seed: int = 0,
-    step: int | None = None,
+    step: int | str | None = None,
 ) -> dict[str, Any]:
   """The top-k next tokens after `prompt` and, with `generate` > 0, a sampled continuation: → JSON-ready dict.
 

@@ -32,12 +32,13 @@ _HEATMAP_ZOOM_TOKENS = 128  # this many, as a V x V picture would be a uniform h
 
 def inspect_run(
     workdir: str | pathlib.Path,
-    step: int | None = None,
+    step: int | str | None = None,
     tokens: list[int | str] | None = None,
     top_k: int = 5,
     pictures: bool = True,
 ) -> dict[str, Any]:
-  """The JSON-ready report of checkpoint `step` (default: the newest readable one) in `workdir`.
+  """The JSON-ready report of checkpoint `step` (default: the newest readable one; 'best': the best one by
+  select/loss) in `workdir`.
 
   Keys: workdir, step, available_steps, run, loss_by_input_frequency, scores, parameters, tokens, fit, provenance,
   undertrained, path_directions, asymmetry, warnings, and when
@@ -154,14 +155,18 @@ class OpenedRun(NamedTuple):
 
 
 def open_run(
-    workdir: str | pathlib.Path, step: int | None, warnings: list[str], check: Callable[[Any], None] | None = None
+    workdir: str | pathlib.Path, step: int | str | None, warnings: list[str],
+    check: Callable[[Any], None] | None = None,
 ) -> OpenedRun:
   """The restored checkpoint `step` (default: the newest readable one, with a warning for each newer one that is
-  damaged), the run's data facts and the saved steps. `check(restored)` runs before the data is read."""
+  damaged; 'best': the best one by select/loss, `checkpoint.best_step`), the run's data facts and the saved
+  steps. `check(restored)` runs before the data is read."""
   from tied_embed.run import checkpoint  # noqa: PLC0415 (Orbax stays out of `import tied_embed`)
 
   workdir = pathlib.Path(workdir)
   steps = _steps(workdir)
+  if step == "best":
+    step = checkpoint.best_step(workdir)
   if step is not None and step not in steps:
     raise UsageError.bad_value("--step", step, f"one of the saved steps {', '.join(map(str, steps))}")
   restored = checkpoint.restore(workdir, step)

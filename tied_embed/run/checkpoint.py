@@ -13,6 +13,12 @@ flipped byte that changes an array's fingerprint, a garbled config or manifest) 
 it to WORKDIR/damaged_checkpoints/, so it neither blocks a later save of that step nor is taken for a good one;
 `restore` (read-only) skips it and says so in `Restored.skipped`. A checkpoint of another layout (one without a
 manifest) is damaged like any other. `newest_readable` is the one scan every reader goes through.
+
+With a selection split (`tied_embed.run.selection`) each checkpoint also carries Orbax metrics, {'step', and at an
+eval 'select_loss'}, and Orbax's retention keeps the newest train.keep_checkpoints checkpoints and, beside them,
+the best one by `selection_rank`; `best_step` finds it the same way. Its manifest records the same select_loss
+and the run's `Selection`, so the best checkpoint is checked like any other and a resume continues early
+stopping's count.
 """
 
 from __future__ import annotations
@@ -21,16 +27,18 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import pathlib
 import shutil
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import jax
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
+from orbax.checkpoint.checkpoint_managers import preservation_policy
 from flax import nnx
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
@@ -41,6 +49,7 @@ from tied_embed.core.step import TrainState
 from tied_embed.run import parallel
 from tied_embed.run.errors import RunStopped, UsageError, first_line
 from tied_embed.run.integrity import config_checksum, fingerprint
+from tied_embed.run.selection import Selection
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +78,28 @@ def damaged_dir(workdir: str | pathlib.Path) -> pathlib.Path:
   return pathlib.Path(workdir).absolute() / "damaged_checkpoints"
 
 
-def _manager(workdir: str | pathlib.Path, keep: int | None = None, *, read_only: bool = True) -> ocp.CheckpointManager:
+def selection_rank(metrics: dict[str, Any]) -> tuple[float, int]:
+  """How checkpoints rank by selection, best last in Orbax's 'min' mode: the lowest select_loss, on a tie the
+  earlier step (the one `Selection.record` keeps); a checkpoint saved between evals has none and ranks worst."""
+  return metrics.get("select_loss", math.inf), metrics["step"]
+
+
+def _manager(
+    workdir: str | pathlib.Path, keep: int | None = None, *, read_only: bool = True, select: bool = False
+) -> ocp.CheckpointManager:
+  """Orbax's manager of WORKDIR/checkpoints; `select`: it ranks by `selection_rank` (and writes metrics), and with
+  `keep` it keeps the `keep` newest checkpoints and the best one."""
+  retention: dict[str, Any] = {"max_to_keep": keep}
+  if select:
+    retention = {"best_fn": selection_rank, "best_mode": "min"}
+    if keep is not None:
+      retention["preservation_policy"] = preservation_policy.AnyPreservationPolicy([
+          preservation_policy.LatestN(n=keep),
+          preservation_policy.BestN(get_metric_fn=selection_rank, reverse=True, n=1,
+                                    keep_checkpoints_without_metrics=False),
+      ])
   options = ocp.CheckpointManagerOptions(
-      max_to_keep=keep, create=not read_only, read_only=read_only, enable_async_checkpointing=not read_only,
+      **retention, create=not read_only, read_only=read_only, enable_async_checkpointing=not read_only,
       cleanup_tmp_directories=not read_only,  # leftovers of a save that was killed before it was finalized
       # Writing the root metadata ends in a barrier of all processes; a reader must not wait there, or processes
       # that looked at the workdir at different moments (one before another created it) would disagree.
@@ -163,26 +191,37 @@ class Checkpointer:
   A failure to write surfaces (from the background writer) at the next save or at `close`, as WriteFailed.
   """
 
-  def __init__(self, workdir: str | pathlib.Path, keep: int):
+  def __init__(self, workdir: str | pathlib.Path, keep: int, *, select: bool = False):
+    """`select`: the run has a selection split; its saves carry a `Selection` and the best checkpoint is kept."""
     self._workdir = pathlib.Path(workdir)
     self._writing: int | None = None
+    self._select = select
     _drop_calls_into_closed_loops()  # a failed save's cut-off writes call back in the background, at any moment
     with self._errors_as_write_failed():
-      self._manager = _manager(workdir, keep, read_only=False)
+      self._manager = _manager(workdir, keep, read_only=False, select=select)
 
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
 
-  def save(self, step: int, state: nnx.State, config: ml_collections.ConfigDict, dataset: str = "") -> None:
+  def save(
+      self, step: int, state: nnx.State, config: ml_collections.ConfigDict, dataset: str = "",
+      selection: Selection | None = None, select_loss: float | None = None,
+  ) -> None:
     """Starts writing checkpoint `step`; the arrays are copied off the device before this returns.
 
     `dataset` is the identity of the data the run trains on (`tied_embed.data.bigram.dataset_identity`), recorded so
-    that a resume on different data can be refused.
+    that a resume on different data can be refused. With a selection split, `selection` is the run's `Selection`
+    as of `step` and `select_loss` the selection split's loss at `step` (None between evals); both go into the
+    manifest, and select_loss into the Orbax metrics that retention ranks by.
     """
     with self._errors_as_write_failed():
       self._manager.wait_until_finished()  # a failure of the previous save is reported as that save's
     config_dict = config.to_dict()
     manifest = {"arrays": fingerprint(state), "config_sha256": config_checksum(config_dict), "dataset": dataset}
+    metrics = None
+    if self._select:
+      manifest.update(select_loss=select_loss, selection=(selection or Selection()).to_json())
+      metrics = {"step": step} if select_loss is None else {"step": step, "select_loss": select_loss}
     with self._errors_as_write_failed():
       self._writing = step
       self._manager.save(
@@ -192,6 +231,7 @@ class Checkpointer:
               config=ocp.args.JsonSave(config_dict),
               manifest=ocp.args.JsonSave(manifest),
           ),
+          metrics=metrics,
       )
 
   def restore(self, step: int, target: nnx.State) -> nnx.State:
@@ -330,6 +370,29 @@ def saved_config(workdir: str | pathlib.Path, step: int | None = None) -> ml_col
   UsageError if there is no such checkpoint or its config does not read back whole.
   """
   return _newest_readable_in(workdir, lambda manager, step: _read_config_and_manifest(manager, step)[0], step)[1]
+
+
+def best_step(workdir: str | pathlib.Path) -> int:
+  """The step of the best checkpoint by select/loss (Orbax's ranking by `selection_rank`), checked against its
+  manifest. UsageError if there are no checkpoints, none with a select/loss (a run without a selection split, or
+  one stopped before its first eval), or the best one's manifest does not read back or disagrees with its metrics.
+  """
+  if not checkpoint_dir(workdir).is_dir():
+    raise UsageError(f"no checkpoints in {checkpoint_dir(workdir)}")
+  with _manager(workdir, select=True) as manager:
+    step = manager.best_step()
+    metrics = manager.metrics(step) if step is not None else None
+    if not metrics or "select_loss" not in metrics:
+      raise UsageError(f"no checkpoint in {checkpoint_dir(workdir)} has a select/loss: the run has no selection "
+                       f"split (data.selection_fraction = 0) or stopped before its first eval")
+    try:
+      _, manifest = _read_config_and_manifest(manager, step)
+    except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
+      raise UsageError(_unreadable(workdir, step, error)) from None
+  if manifest.get("select_loss") != metrics["select_loss"]:
+    raise UsageError(_unreadable(workdir, step, Damaged(
+        f"its metrics give select_loss {metrics['select_loss']!r}, its manifest {manifest.get('select_loss')!r}")))
+  return step
 
 
 def newest_saved_config(workdir: str | pathlib.Path) -> ml_collections.ConfigDict | None:

@@ -39,6 +39,7 @@ def validate_config(
   config_fields.as_python_values(config)
   _check_field_names(config)
   config_fields.check_values(config)
+  _check_early_stopping(config)
   data_config.validate_data_config(config)
   _check_mesh(config, jax.device_count() if num_devices is None else num_devices)
   check_memory(config, available_memory() if memory_bytes is None else memory_bytes)
@@ -53,6 +54,13 @@ def _check_field_names(config: ml_collections.ConfigDict) -> None:
     raise UsageError.bad_value(path, value, f"a known config field (see configs/default.py){hint}")
   if missing:
     raise UsageError(f"{missing[0]} is missing from the config: expected every field of configs/default.py")
+
+
+def _check_early_stopping(config: ml_collections.ConfigDict) -> None:
+  """Early stopping watches select/loss, so a patience without a selection split would have no effect: refused."""
+  patience = config.train.early_stopping_patience
+  require(patience == 0 or config.data.selection_fraction > 0, "train.early_stopping_patience", patience,
+          "0 without a selection split (early stopping watches select/loss: set data.selection_fraction > 0)")
 
 
 def _check_mesh(config: ml_collections.ConfigDict, num_devices: int) -> None:

@@ -51,6 +51,8 @@ class ProgressLine:
       floor = scalars["eval/loss_floor"]
       gap = f"{100 * scalars['eval/gap'] / floor:.1f}%" if floor > 0 else f"{scalars['eval/gap']:.4f}"
       parts.append(f"eval {scalars['eval/loss']:.4f} gap {gap}")
+    if "select/loss" in scalars:
+      parts.append(f"select {scalars['select/loss']:.4f} best@{int(scalars['select/best_step'])}")
     if "grad/cosine" in scalars:
       parts.append(
           f"grad lookup {scalars['grad/lookup_norm']:.3g} proj {scalars['grad/projection_norm']:.3g} "
@@ -70,10 +72,12 @@ def shown_path(path: pathlib.Path) -> str:
     return str(path)
 
 
-def closing_lines(workdir: pathlib.Path, step: int) -> None:
-  """Where the run left its checkpoints, and the commands that look at them (paths as `shown_path` gives them)."""
+def closing_lines(workdir: pathlib.Path, step: int, best_step: int | None = None) -> None:
+  """Where the run left its checkpoints (the best one by select/loss too, when there is one), and the commands that
+  look at them (paths as `shown_path` gives them)."""
   shown = shown_path(workdir)
+  best = "" if best_step is None else f", best: step {best_step}, inspect it with --step best"
   log.info(
-      "Checkpoints in %s (latest: step %d). Inspect: python -m tied_embed.inspect --workdir %s | "
-      "Watch: tensorboard --logdir %s", shown_path(pathlib.Path(workdir) / "checkpoints"), step, shown, shown,
+      "Checkpoints in %s (latest: step %d%s). Inspect: python -m tied_embed.inspect --workdir %s | "
+      "Watch: tensorboard --logdir %s", shown_path(pathlib.Path(workdir) / "checkpoints"), step, best, shown, shown,
   )

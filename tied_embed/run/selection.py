@@ -1,0 +1,54 @@
+"""Model selection on the selection split: the best eval so far by select/loss, and early stopping's count.
+
+With data.selection_fraction > 0 every eval also scores the selection split (the last share of the train split,
+never trained on). The eval with the lowest select/loss is the run's best step (the earlier one on a tie: a later
+eval must be strictly lower to count as an improvement); its checkpoint is kept beside the newest ones. With
+train.early_stopping_patience = P > 0 the run stops at the P-th eval after the best one without a new best.
+
+`Selection` is written into every checkpoint's manifest and read back on resume, so the count of evals since the
+best continues from saved state: a run killed and resumed stops at the same step, with the same bits, as one that
+ran through.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass
+class Selection:
+  """The best eval so far by select/loss: its step, its select/loss and its eval/* scalars; and the evals since."""
+
+  best_step: int | None = None
+  best_select_loss: float | None = None
+  # the eval/* scalars logged at the best step: eval/loss, eval/gap, eval/loss_rare_inputs, ...
+  best_eval: dict[str, float] = dataclasses.field(default_factory=dict)
+  evals_since_best: int = 0  # evals after the best one, none of them strictly lower: early stopping's count
+
+  def record(self, step: int, select_loss: float, eval_scalars: dict[str, float]) -> bool:
+    """Counts the eval at `step`; → whether it is a new best (strictly lower select/loss, or the first eval)."""
+    if self.best_select_loss is None or select_loss < self.best_select_loss:
+      self.best_step, self.best_select_loss = step, select_loss
+      self.best_eval, self.evals_since_best = dict(eval_scalars), 0
+      return True
+    self.evals_since_best += 1
+    return False
+
+  def exhausted(self, patience: int) -> bool:
+    """Whether early stopping with `patience` (0 = off) ends the run here: `patience` evals without a new best."""
+    return patience > 0 and self.best_step is not None and self.evals_since_best >= patience
+
+  def to_json(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_manifest(cls, manifest: dict[str, Any] | None) -> Selection:
+    """The selection a checkpoint's manifest recorded; a fresh one for a checkpoint without (no selection split)."""
+    saved = (manifest or {}).get("selection")
+    if not saved:
+      return cls()
+    return cls(
+        best_step=saved["best_step"], best_select_loss=saved["best_select_loss"],
+        best_eval=dict(saved["best_eval"]), evals_since_best=int(saved["evals_since_best"]),
+    )
