@@ -11,7 +11,7 @@ trains on the first 1%, 3%, 10%, 30% and 100% of what the selection split leaves
 Python's pydoc topics, ~750 KB); (b) `subword`, SentencePiece bigrams with V = SUBWORD_VOCAB (configs/subword.py)
 of Vim's help files (/usr/share/vim/vim*/doc/*.txt, ~9.5 MB, the largest real English text on the build machine).
 
-Every model gets the same care. The last SELECTION_SHARE of the train split is the selection split
+Every model gets the same care. The last share of the train split (`Plan.selection_share`) is the selection split
 (data.selection_fraction), never trained on; every run scores it at every eval (select/loss), keeps the checkpoint
 with the lowest select/loss, stops PATIENCE evals after it (train.early_stopping_patience) and is scored at that
 best step: its eval loss, its loss on rare inputs, and (from the restored best checkpoint, in NumPy float64) how
@@ -61,19 +61,32 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 FRACTIONS = (0.01, 0.03, 0.1, 0.3, 1.0)
 SEEDS = (0, 1)
 THIRD_SEED = 2  # for the two best models of a size whose mean ± sd ranges overlap
-SELECTION_SHARE = 0.1  # data.selection_fraction: the train split's last tenth picks steps and regularisers
-PATIENCE = 4  # train.early_stopping_patience, in evals
-GRIDS = {"weight_decay": (0.0, 0.01, 0.1), "hidden_l2": (0.0, 0.01, 0.1)}
+PATIENCE = 3  # train.early_stopping_patience, in evals
+# AdamW's decay shrinks weights by exp(-weight_decay · Σ learning rate): Σ lr is ~1-5 where small data stops
+# early and ~20-75 at 100%, so 0.1 and 1 span mild to strong at every size. λ: the grid the penalty was tuned on
+# before, and 0 (tied + W without the penalty).
+GRIDS = {"weight_decay": (0.0, 0.1, 1.0), "hidden_l2": (0.0, 0.001, 0.01, 0.1)}
 QUICK_GRIDS = {"weight_decay": (0.0,), "hidden_l2": (0.1,)}  # one run per model (tune: its own test)
 SUBWORD_VOCAB = 2048  # 8192 pieces cost ~4× the steps and evals, and do not converge at 100% in the budget
-# Optimizer updates at most per run (early stopping ends most runs sooner). Measured on the loaded 2-core build
-# machine: bytes ~5 ms a step; subword (V = 2048, D = 64) ~15 ms a step and ~1 s an eval of each held-out split.
-STEPS = {"bytes": 2000, "subword": 2000}
-QUICK_STEPS = 20
-MAX_EVALS = 10  # evals per run at most (each scores the selection and the validation split)
-QUICK_EVALS = 4
+EPOCHS = 10  # a run's schedule: 10 passes over its train pairs, within [MIN_STEPS, Plan.max_steps]
+MIN_STEPS = 200
 MIN_EVAL_EVERY = 10
-EVALS_PER_EPOCH = 2  # evals per pass over the train pairs used: the best step is found to half an epoch
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """How one corpus's runs are scheduled. Each eval scores the selection and the whole validation split, which
+  on the subword corpus (~0.3 M validation pairs, V = 2048) costs ~1 s on the loaded 2-core build machine against
+  ~6 ms a step, so its plan evaluates less often and holds out a smaller selection share."""
+
+  selection_share: float  # data.selection_fraction
+  max_steps: int  # optimizer updates at most (the --<corpus>-steps flag)
+  evals_per_epoch: float  # evals per pass over the train pairs used
+  max_evals: int  # at least steps / max_evals between evals
+
+
+PLANS = {"bytes": Plan(0.1, 3000, 2, 20), "subword": Plan(0.05, 2000, 1, 8)}
+QUICK_PLAN = Plan(0.1, 20, 1, 4)
 VIM_DOCS = "/usr/share/vim/vim*/doc"
 NOTES_START, NOTES_END = "<!-- NOTES (kept by --write-docs) -->", "<!-- /NOTES -->"
 README_START, README_END = "<!-- when-to-tie -->", "<!-- /when-to-tie -->"
@@ -146,15 +159,18 @@ def _size(path: str) -> int:
   return sum(p.stat().st_size for p in target.rglob("*") if p.is_file()) if target.is_dir() else target.stat().st_size
 
 
-def eval_every(train_pairs: int, batch_size: int, steps: int, max_evals: int = MAX_EVALS) -> int:
-  """Steps between evals: EVALS_PER_EPOCH per pass over the train pairs, at least MIN_EVAL_EVERY, and at most
-  steps / max_evals (so a run that never stops early still has max_evals evals to choose its best step from)."""
-  per_pass = train_pairs / batch_size / EVALS_PER_EPOCH
-  return int(max(1, min(max(MIN_EVAL_EVERY, round(per_pass)), steps // max_evals)))
+def schedule(plan: Plan, train_pairs: int, batch_size: int) -> tuple[int, int]:
+  """(steps, steps between evals) of a run on `train_pairs`: EPOCHS passes within [MIN_STEPS, plan.max_steps]
+  (early stopping ends most runs sooner); plan.evals_per_epoch evals a pass, at least MIN_EVAL_EVERY steps apart
+  and at most steps / plan.max_evals (so a run that never stops early has max_evals evals to choose from)."""
+  per_epoch = train_pairs / batch_size
+  steps = int(min(plan.max_steps, max(MIN_STEPS, round(EPOCHS * per_epoch))))
+  every = max(1, min(max(MIN_EVAL_EVERY, round(per_epoch / plan.evals_per_epoch)), steps // plan.max_evals))
+  return steps, int(every)
 
 
 def run_config(corpus: Corpus, model: Model, fraction: float, seed: int, settings: dict[str, float], steps: int,
-               every: int, data_dir: pathlib.Path):
+               every: int, data_dir: pathlib.Path, selection_share: float):
   """The config of one run: the corpus's config, the model and its regulariser, the train fraction, the selection
   split, evals (and checkpoints of the best) every `every` steps and early stopping."""
   config = corpus.base.get_config()
@@ -162,7 +178,7 @@ def run_config(corpus: Corpus, model: Model, fraction: float, seed: int, setting
   config.data.text_path = corpus.text_path
   config.data.data_dir = str(data_dir)
   config.data.train_fraction = fraction
-  config.data.selection_fraction = SELECTION_SHARE
+  config.data.selection_fraction = selection_share
   config.model.vocab_size = corpus.vocab_size
   config.model.tied = model.tied
   config.model.hidden = model.hidden
@@ -243,14 +259,14 @@ def _mean(values: np.ndarray) -> float:
 class Sweep:
   """Runs and remembers the runs of one corpus."""
 
-  def __init__(self, corpus: Corpus, steps: int, out: pathlib.Path, keep_runs: bool, max_evals: int = MAX_EVALS):
+  def __init__(self, corpus: Corpus, plan: Plan, out: pathlib.Path, keep_runs: bool):
     from tied_embed.data import bigram as data_lib  # noqa: PLC0415
 
-    self.corpus, self.steps, self.keep_runs, self.max_evals = corpus, steps, keep_runs, max_evals
+    self.corpus, self.plan, self.keep_runs = corpus, plan, keep_runs
     self.data_dir = out / "data" / corpus.key
     self.runs_dir = out / "runs" / corpus.key
     shutil.rmtree(self.runs_dir, ignore_errors=True)  # a rerun trains afresh, whatever the steps were
-    probe = run_config(corpus, MODELS[0], 1.0, 0, {}, steps, steps, self.data_dir)
+    probe = run_config(corpus, MODELS[0], 1.0, 0, {}, MIN_STEPS, MIN_STEPS, self.data_dir, plan.selection_share)
     with contextlib.redirect_stdout(io.StringIO()):  # TFDS's 'downloading' chatter, as the trainer drops it
       self.data = data_lib.load_bigram_data(probe, self.runs_dir / "probe")  # builds the shared dataset once
     self.batch_size = int(probe.train.batch_size)
@@ -274,8 +290,9 @@ class Sweep:
     from tied_embed import trainer  # noqa: PLC0415
     from tied_embed.run import checkpoint  # noqa: PLC0415
 
-    every = eval_every(len(self.train_pairs(fraction)[0]), self.batch_size, self.steps, self.max_evals)
-    config = run_config(self.corpus, model, fraction, seed, settings, self.steps, every, self.data_dir)
+    steps, every = schedule(self.plan, len(self.train_pairs(fraction)[0]), self.batch_size)
+    config = run_config(self.corpus, model, fraction, seed, settings, steps, every, self.data_dir,
+                        self.plan.selection_share)
     name = "-".join(f"{key}={value:g}" for key, value in sorted(settings.items()))
     workdir = self.runs_dir / f"{model.key}-{name}-f{fraction:g}-s{seed}"
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -284,7 +301,7 @@ class Sweep:
     lookup, projection = (np.asarray(table) for table in best.scoring_tables())
     scores = best_step_scores(lookup, projection, self.data.eval_ids, self.data.eval_next, self.rare_inputs(fraction))
     run = {
-        "seed": seed, "settings": dict(settings), "eval_every": every, "num_steps": self.steps,
+        "seed": seed, "settings": dict(settings), "eval_every": every, "num_steps": steps,
         "best_step": summary.best_step, "end_step": summary.step, "stopped_early": summary.stopped_early,
         "select_loss": summary.best_select_loss, "eval_loss": summary.best_eval_loss,
         "gap_percent": 100 * (summary.best_eval_loss - summary.loss_floor) / summary.loss_floor,
@@ -330,16 +347,15 @@ def spreads_cross(runs_by_model: dict[str, list[dict[str, Any]]]) -> list[str]:
   return [first, second] if m2 - s2 <= m1 + s1 else []
 
 
-def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, grids, steps: int,
-                 out: pathlib.Path, keep_runs: bool = False, third_seed: bool = True,
-                 max_evals: int = MAX_EVALS) -> dict[str, Any]:
+def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, grids, plan: Plan,
+                 out: pathlib.Path, keep_runs: bool = False, third_seed: bool = True) -> dict[str, Any]:
   """Every model × fraction × seed on one corpus, each tuned on the selection split: → the corpus's JSON entry."""
   started, cpu_started = time.perf_counter(), time.process_time()
-  sweep = Sweep(corpus, steps, out, keep_runs, max_evals)
+  sweep = Sweep(corpus, plan, out, keep_runs)
   data = sweep.data
   entry: dict[str, Any] = {
       "note": corpus.note, "dataset": data.identity, "vocab_size": corpus.vocab_size,
-      "d_model": int(corpus.base.get_config().model.d_model), "steps": steps, "patience": PATIENCE,
+      "d_model": int(corpus.base.get_config().model.d_model), "plan": dataclasses.asdict(plan), "patience": PATIENCE,
       "floor": data.loss_floor, "uniform": math.log(corpus.vocab_size),
       "train_pairs": len(data.train_ids), "select_pairs": len(data.select_ids), "eval_pairs": len(data.eval_ids),
       "count": {}, "repeats": {}, "tuning": {model.key: {} for model in models},
@@ -412,9 +428,10 @@ def markdown(results: dict[str, Any], png_name: str, notes: str = "") -> str:
       "",
       f"Written by `science/when_to_tie.py` in {results['seconds'] / 60:.1f} min ({results['cpu_seconds'] / 60:.1f} "
       f"min of CPU time) on {results['machine']}. Models: {', '.join(labels.values())}. Every run holds out the "
-      f"train split's last {100 * results['selection_share']:g}% as a selection split (never trained on), scores it "
-      f"at every eval, stops {results['patience']} evals after its lowest selection loss and is scored at that best "
-      "step. Each model's regulariser is chosen per data size on the selection split (seed 0), never on eval: weight "
+      "train split's last share as a selection split (never trained on), scores it at every eval, stops "
+      f"{results['patience']} evals after its lowest selection loss and is scored at that best step; its schedule "
+      f"(warmup, then cosine decay to 0) is {EPOCHS} passes over its train pairs, within [{MIN_STEPS}, the corpus's "
+      "most steps]. Each model's regulariser is chosen per data size on the selection split (seed 0), never on eval: weight "
       f"decay (AdamW, decoupled) from {{{', '.join(f'{v:g}' for v in grids['weight_decay'])}}} for every model, "
       f"then for tied + W the penalty λ‖W − I‖² from {{{', '.join(f'{v:g}' for v in grids['hidden_l2'])}}}. "
       f"Seeds {', '.join(map(str, results['seeds']))} (seed {THIRD_SEED} too for the two best models where their "
@@ -437,8 +454,11 @@ def markdown(results: dict[str, Any], png_name: str, notes: str = "") -> str:
         "",
         f"## {corpus}: {entry['note']}",
         "",
-        f"V = {entry['vocab_size']}, D = {entry['d_model']}, at most {entry['steps']} steps per run; "
-        f"{entry['train_pairs']:,} train pairs at 100% (what the {entry['select_pairs']:,} selection pairs leave), "
+        f"V = {entry['vocab_size']}, D = {entry['d_model']}, at most {entry['plan']['max_steps']} steps per run, "
+        f"{entry['plan']['evals_per_epoch']:g} evals per pass over the train pairs (at most "
+        f"{entry['plan']['max_evals']} a run); {entry['train_pairs']:,} train pairs at 100% (what the "
+        f"{entry['select_pairs']:,} selection pairs, the train split's last "
+        f"{100 * entry['plan']['selection_share']:g}%, leave), "
         f"{entry['eval_pairs']:,} validation pairs, floor {entry['floor']:.4f} nats, uniform guess "
         f"log V = {entry['uniform']:.4f}; dataset `{entry['dataset']}`; {entry['seconds'] / 60:.1f} min "
         f"({entry['cpu_seconds'] / 60:.1f} min CPU).",
@@ -605,12 +625,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
   parser.add_argument("--write-docs", action="store_true",
                       help="also copy the results to docs/when_to_tie.* and rewrite README.md's when-to-tie picks")
   parser.add_argument("--quick", action="store_true",
-                      help=f"a tiny sweep for tests: {QUICK_STEPS} steps, 1 size, 1 seed, one setting per model")
+                      help=f"a tiny sweep for tests: {QUICK_PLAN.max_steps} steps, 1 size, 1 seed, one setting "
+                           "per model")
   parser.add_argument("--corpora", default="bytes,subword", help="comma-separated: bytes, subword")
   parser.add_argument("--subword-corpus", default="", help="the subword corpus (default: Vim's help files)")
-  for name, steps in STEPS.items():
-    parser.add_argument(f"--{name}-steps", type=int, default=steps,
-                        help=f"at most this many steps per {name} run (default {steps})")
+  for name, plan in PLANS.items():
+    parser.add_argument(f"--{name}-steps", type=int, default=plan.max_steps,
+                        help=f"at most this many steps per {name} run (default {plan.max_steps})")
+  parser.add_argument("--fractions", default=",".join(f"{f:g}" for f in FRACTIONS),
+                      help="comma-separated train data sizes in (0, 1] (default: all five)")
+  parser.add_argument("--from-json", default="",
+                      help="train nothing: rewrite the tables, plot (and with --write-docs the docs) from this JSON")
   parser.add_argument("--no-third-seed", action="store_true",
                       help=f"skip seed {THIRD_SEED} where the two best models' spreads overlap")
   parser.add_argument("--keep-runs", action="store_true",
@@ -618,7 +643,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
   parser.add_argument("--no-compile-cache", action="store_true",
                       help="leave JAX's persistent compilation cache alone (tests: it is one per process)")
   args = parser.parse_args(argv)
-  for name in STEPS:
+  for name in PLANS:
     steps = getattr(args, f"{name}_steps")
     if steps < 1:
       raise UsageError(f"--{name}-steps={steps}: expected a positive number of steps")
@@ -630,6 +655,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
   unknown = [name for name in chosen if name not in ("bytes", "subword")]
   if unknown:
     raise UsageError(f"--corpora={args.corpora!r}: {unknown[0]!r} is not one of bytes, subword")
+  try:
+    args.fraction_list = tuple(float(f) for f in args.fractions.split(","))
+  except ValueError:
+    raise UsageError(f"--fractions={args.fractions!r}: expected comma-separated numbers in (0, 1]") from None
+  bad = [f for f in args.fraction_list if not 0 < f <= 1]
+  if bad:
+    raise UsageError(f"--fractions={args.fractions!r}: {bad[0]:g} is not in (0, 1]")
+  if args.from_json and not pathlib.Path(args.from_json).is_file():
+    raise UsageError(f"--from-json={args.from_json}: no such file")
   args.available = corpora(args.quick, args.subword_corpus)
   args.chosen = chosen
   return args
@@ -641,7 +675,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
   except UsageError as error:
     print(f"error: {error}", file=sys.stderr)
     raise SystemExit(2) from None
+  if args.from_json:
+    results = json.loads(pathlib.Path(args.from_json).read_text())
+    publish(results, pathlib.Path(args.out), args.write_docs)
+    return results
   return sweep(args)
+
+
+def publish(results: dict[str, Any], out: pathlib.Path, write_docs: bool) -> list[pathlib.Path]:
+  """Writes <out>/when_to_tie.*; with `write_docs` also docs/when_to_tie.* (keeping its notes) and README's picks."""
+  docs = REPO / "docs"
+  paths = write(results, out, kept_notes(docs / "when_to_tie.md") if write_docs else "")
+  if write_docs:
+    for path in paths:
+      if path.resolve() != (docs / path.name).resolve():
+        shutil.copyfile(path, docs / path.name)
+    write_readme(results, REPO / "README.md")
+  return paths
 
 
 def sweep(args: argparse.Namespace) -> dict[str, Any]:
@@ -655,7 +705,7 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
   if args.quick:
     fractions, seeds, grids = (0.1,), SEEDS[:1], QUICK_GRIDS
   else:
-    fractions, seeds, grids = FRACTIONS, SEEDS, GRIDS
+    fractions, seeds, grids = args.fraction_list, SEEDS, GRIDS
   if not args.no_compile_cache:
     # Runs that differ only in seed or data size compile the same programs: compile them once, keep them on disk.
     jax.config.update("jax_compilation_cache_dir", str(out / "jax_cache"))
@@ -664,23 +714,18 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
   results: dict[str, Any] = {
       "models": [dataclasses.asdict(model) for model in models], "fractions": list(fractions),
       "seeds": list(seeds), "grids": {axis: list(values) for axis, values in grids.items()},
-      "selection_share": SELECTION_SHARE, "patience": PATIENCE, "machine": machine(), "corpora": {},
+      "patience": PATIENCE, "machine": machine(), "corpora": {},
   }
   for name in args.chosen:
-    steps = QUICK_STEPS if args.quick else getattr(args, f"{name}_steps")
-    print(f"{name}: {args.available[name].note}, at most {steps} steps per run", flush=True)
-    entry = sweep_corpus(args.available[name], models, fractions, seeds, grids, steps, out, args.keep_runs,
-                         third_seed=not args.no_third_seed, max_evals=QUICK_EVALS if args.quick else MAX_EVALS)
+    plan = QUICK_PLAN if args.quick else dataclasses.replace(PLANS[name], max_steps=getattr(args, f"{name}_steps"))
+    print(f"{name}: {args.available[name].note}, at most {plan.max_steps} steps per run", flush=True)
+    entry = sweep_corpus(args.available[name], models, fractions, seeds, grids, plan, out, args.keep_runs,
+                         third_seed=not args.no_third_seed)
     results["corpora"][name] = entry
     print(f"{name}: {entry['seconds'] / 60:.1f} min, {entry['cpu_seconds'] / 60:.1f} min CPU", flush=True)
   results["seconds"] = time.perf_counter() - started
   results["cpu_seconds"] = time.process_time() - cpu_started
-  docs = REPO / "docs"
-  paths = write(results, out, kept_notes(docs / "when_to_tie.md") if args.write_docs else "")
-  if args.write_docs:
-    for path in paths:
-      shutil.copyfile(path, docs / path.name)
-    write_readme(results, REPO / "README.md")
+  paths = publish(results, out, args.write_docs)
   print(f"wrote {', '.join(map(str, paths))}{' and docs/when_to_tie.*, README.md' if args.write_docs else ''}; "
         f"wall time {results['seconds'] / 60:.1f} min, CPU time {results['cpu_seconds'] / 60:.1f} min")
   return results

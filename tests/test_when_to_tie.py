@@ -18,10 +18,10 @@ def test_run_configs_are_valid_and_differ_only_where_they_should(tmp_path):
   corpus = when_to_tie.corpora(quick=True, subword_corpus="")["bytes"]
   for model in when_to_tie.MODELS:
     settings = {"weight_decay": 0.01, "hidden_l2": 0.1}
-    config = when_to_tie.run_config(corpus, model, 0.03, 1, settings, 40, 10, tmp_path)
+    config = when_to_tie.run_config(corpus, model, 0.03, 1, settings, 40, 10, tmp_path, 0.05)
     validate_config(config)
     assert (config.model.tied, config.seed, config.data.train_fraction) == (model.tied, 1, 0.03)
-    assert config.data.selection_fraction == when_to_tie.SELECTION_SHARE > 0
+    assert config.data.selection_fraction == 0.05
     assert config.train.num_steps == 40 and config.train.eval_every == 10
     assert config.train.early_stopping_patience == when_to_tie.PATIENCE > 0
     assert config.train.weight_decay == 0.01
@@ -29,10 +29,12 @@ def test_run_configs_are_valid_and_differ_only_where_they_should(tmp_path):
     assert config.model.hidden_l2 == (0.1 if model.hidden == "linear" else 0.0)
 
 
-def test_eval_interval_is_half_an_epoch_within_bounds():
-  assert when_to_tie.eval_every(102_400, 1024, 2000) == 50  # 100 batches an epoch, 2 evals an epoch
-  assert when_to_tie.eval_every(2_048, 1024, 2000) == when_to_tie.MIN_EVAL_EVERY
-  assert when_to_tie.eval_every(10_000_000, 1024, 2000) == 200  # at most a tenth of the steps
+def test_schedule_is_ten_epochs_and_evals_per_epoch_within_bounds():
+  plan = when_to_tie.Plan(selection_share=0.1, max_steps=3000, evals_per_epoch=2, max_evals=20)
+  assert when_to_tie.EPOCHS == 10 and when_to_tie.MIN_STEPS == 200 and when_to_tie.MIN_EVAL_EVERY == 10
+  assert when_to_tie.schedule(plan, 102_400, 1024) == (1000, 50)  # 100 batches an epoch: 10 epochs, 2 evals each
+  assert when_to_tie.schedule(plan, 2_048, 1024) == (200, 10)  # at least 200 steps, 10 steps between evals
+  assert when_to_tie.schedule(plan, 10_240_000, 1024) == (3000, 150)  # at most 3000 steps and 20 evals
 
 
 class _StubSweep:
@@ -94,7 +96,8 @@ def test_quick_sweep_writes_tables_and_plot(tmp_path):
   entry = results["corpora"]["bytes"]
   assert list(entry["runs"]) == ["tied", "untied", "tied_w"]
 
-  # The splits: the last 10% of the train split selects, 10% of the rest trains.
+  # The splits: the last 10% of the train split selects (QUICK_PLAN), 10% of the rest trains.
+  assert when_to_tie.QUICK_PLAN.selection_share == 0.1
   total = entry["train_pairs"] + entry["select_pairs"]
   assert entry["select_pairs"] == round(0.1 * total)
   used = round(0.1 * entry["train_pairs"])
@@ -102,7 +105,7 @@ def test_quick_sweep_writes_tables_and_plot(tmp_path):
   # The data, read back as the sweep's runs read it; the count model recomputed densely in float64.
   config = text.get_config()
   config.data.data_dir = str(tmp_path / "data" / "bytes")
-  config.data.selection_fraction = when_to_tie.SELECTION_SHARE
+  config.data.selection_fraction = 0.1
   data = data_lib.load_existing_bigram_data(config, tmp_path / "unused")
   assert len(data.train_ids) == entry["train_pairs"] and len(data.select_ids) == entry["select_pairs"]
   train = (data.train_ids[:used], data.train_next[:used])
@@ -120,7 +123,7 @@ def test_quick_sweep_writes_tables_and_plot(tmp_path):
   for key, by_fraction in entry["runs"].items():
     (run,) = by_fraction["0.1"]  # one seed
     assert run["param_count"] == params[key]
-    assert 0 < run["best_step"] <= run["end_step"] <= run["num_steps"] == when_to_tie.QUICK_STEPS
+    assert 0 < run["best_step"] <= run["end_step"] <= run["num_steps"] == when_to_tie.QUICK_PLAN.max_steps
     assert run["best_step"] % run["eval_every"] == 0 or run["best_step"] == run["end_step"]
     assert run["gap_percent"] == pytest.approx(100 * (run["eval_loss"] - entry["floor"]) / entry["floor"])
     # The restored best checkpoint, rescored in float64, is the step the trainer scored as best.
