@@ -13,8 +13,8 @@ of Vim's help files (/usr/share/vim/vim*/doc/*.txt, ~9.5 MB, the largest real En
 
 Every model gets the same care. The last share of the train split (`Plan.selection_share`) is the selection split
 (data.selection_fraction), never trained on; every run scores it at every eval (select/loss), keeps the checkpoint
-with the lowest select/loss, stops PATIENCE evals after it (train.early_stopping_patience) and is scored at that
-best step: its eval loss, its loss on rare inputs, and (from the restored best checkpoint, in NumPy float64) how
+with the lowest select/loss, runs its whole schedule (PATIENCE = 0: early stopping off, see there) and is scored
+at that best step: its eval loss, its loss on rare inputs, and (from the restored best checkpoint, in NumPy float64) how
 often its likeliest next token is the current token itself. Each model's regulariser is chosen on the selection
 split, never on eval: on seed 0, for each data size, by a coordinate search over its `GRIDS` (weight decay for
 all three; then λ for tied + W at the chosen weight decay); the chosen setting's seed-0 run is that model's seed-0
@@ -61,7 +61,11 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 FRACTIONS = (0.01, 0.03, 0.1, 0.3, 1.0)
 SEEDS = (0, 1)
 THIRD_SEED = 2  # for the two best models of a size whose mean ± sd ranges overlap
-PATIENCE = 3  # train.early_stopping_patience, in evals
+# train.early_stopping_patience: off. With patience 3 the untied model on all the byte data plateaued at the peak
+# learning rate and stopped at step 1,050 of 3,000 (best 600, eval 1.731), where running on through the cosine
+# decay reaches ~1.69: stopping on a plateau before the decay judges the schedule, not the model. So every run goes
+# through its whole schedule and is scored at the eval with the lowest select/loss.
+PATIENCE = 0
 # AdamW's decay shrinks weights by exp(-weight_decay · Σ learning rate): Σ lr is ~1-5 where small data stops
 # early and ~20-75 at 100%, so 0.1 and 1 span mild to strong at every size. λ: the grid the penalty was tuned on
 # before, and 0 (tied + W without the penalty).
@@ -428,8 +432,10 @@ def markdown(results: dict[str, Any], png_name: str, notes: str = "") -> str:
       "",
       f"Written by `science/when_to_tie.py` in {results['seconds'] / 60:.1f} min ({results['cpu_seconds'] / 60:.1f} "
       f"min of CPU time) on {results['machine']}. Models: {', '.join(labels.values())}. Every run holds out the "
-      "train split's last share as a selection split (never trained on), scores it at every eval, stops "
-      f"{results['patience']} evals after its lowest selection loss and is scored at that best step; its schedule "
+      "train split's last share as a selection split (never trained on), scores it at every eval, "
+      + (f"stops {results['patience']} evals after its lowest selection loss" if results["patience"]
+         else "runs its whole schedule (no early stopping)")
+      + " and is scored at the eval with the lowest selection loss, its best step; its schedule "
       f"(warmup, then cosine decay to 0) is {EPOCHS} passes over its train pairs, within [{MIN_STEPS}, the corpus's "
       "most steps]. Each model's regulariser is chosen per data size on the selection split (seed 0), never on eval: weight "
       f"decay (AdamW, decoupled) from {{{', '.join(f'{v:g}' for v in grids['weight_decay'])}}} for every model, "
@@ -508,20 +514,23 @@ def len_used(entry: dict[str, Any], fraction: str) -> int:
 
 
 def readme_block(results: dict[str, Any]) -> str:
-  """The README's first-screen answer: per corpus, the pick at each size with its lead, from the fair sweep."""
+  """The README's first-screen answer: per corpus and data size the model to pick, by how much (nats of eval loss
+  at the best step) or that the seeds cannot separate it from the next one, and where the count model is ahead."""
   labels = {model["key"]: model["label"].split("  ")[0] for model in results["models"]}
-  parts = []
+  lines = []
   for corpus, entry in results["corpora"].items():
-    by_pick: dict[str, list[str]] = {}
-    for fraction in entry["count"]:
-      first = ranking(entry, fraction)[0]
-      by_pick.setdefault(labels[first], []).append(f"{100 * float(fraction):g}%")
-    count_wins = [f"{100 * float(f):g}%" for f, c in entry["count"].items()
-                  if c["eval_loss"] < mean_sd(entry["runs"][ranking(entry, f)[0]][f], "eval_loss")[0]]
-    text = "; ".join(f"{pick} at {', '.join(sizes)}" for pick, sizes in by_pick.items())
-    parts.append(f"on {corpus} ({entry['note'].split(' (')[0]}, V = {entry['vocab_size']}): {text}"
-                 + (f" (the count model beats every model at {', '.join(count_wins)})" if count_wins else ""))
-  return "; ".join(parts)
+    sizes = []
+    for fraction, count in entry["count"].items():
+      first, second = ranking(entry, fraction)[:2]
+      (m1, s1), (m2, s2) = (mean_sd(entry["runs"][k][fraction], "eval_loss") for k in (first, second))
+      pick = (f"{labels[first]} ≈ {labels[second]}" if m2 - s2 <= m1 + s1
+              else f"{labels[first]} by {m2 - m1:.3f}")
+      behind = f", count model {m1 - count['eval_loss']:.3f} ahead" if count["eval_loss"] < m1 else ""
+      sizes.append(f"{100 * float(fraction):g}% {pick}{behind}")
+    lines.append(f"- **{corpus}** ({entry['note'].split(' (')[0]}, V = {entry['vocab_size']}): " + "; ".join(sizes))
+  lines.append(f"\nMeasured by `science/when_to_tie.py` in {results['seconds'] / 60:.0f} min "
+               f"({results['cpu_seconds'] / 60:.0f} min of CPU time) on {results['machine']}.")
+  return "\n".join(lines)
 
 
 def figure(results: dict[str, Any]):
@@ -596,7 +605,7 @@ def write_readme(results: dict[str, Any], readme: pathlib.Path) -> None:
   start, end = "<!-- picks -->", "<!-- /picks -->"
   if start in block and end in block:
     head, rest = block.split(start, 1)
-    block = f"{head}{start}{readme_block(results)}{end}{rest.split(end, 1)[1]}"
+    block = f"{head}{start}\n{readme_block(results)}\n{end}{rest.split(end, 1)[1]}"
   readme.write_text(f"{before}{README_START}{block}{README_END}{after}")
 
 

@@ -23,7 +23,7 @@ def test_run_configs_are_valid_and_differ_only_where_they_should(tmp_path):
     assert (config.model.tied, config.seed, config.data.train_fraction) == (model.tied, 1, 0.03)
     assert config.data.selection_fraction == 0.05
     assert config.train.num_steps == 40 and config.train.eval_every == 10
-    assert config.train.early_stopping_patience == when_to_tie.PATIENCE > 0
+    assert config.train.early_stopping_patience == when_to_tie.PATIENCE
     assert config.train.weight_decay == 0.01
     assert config.model.hidden == model.hidden
     assert config.model.hidden_l2 == (0.1 if model.hidden == "linear" else 0.0)
