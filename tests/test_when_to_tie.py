@@ -137,6 +137,18 @@ def test_quick_sweep_writes_tables_and_plot(tmp_path):
     surely, maybe = self_margin[data.eval_ids] > 1e-4, self_margin[data.eval_ids] > -1e-4  # float32 near-ties
     assert np.mean(surely) - 1e-12 <= run["predicts_self"] <= np.mean(maybe) + 1e-12
   assert entry["tuning"]["tied_w"]["0.1"]["chosen"] == {"weight_decay": 0.0, "hidden_l2": 0.1}
+  # The README's picks are rewritten between their markers, the text around them kept; so are the docs' notes.
+  readme = tmp_path / "README.md"
+  readme.write_text("intro\n<!-- when-to-tie -->\nhand text <!-- picks -->old<!-- /picks --> more\n"
+                    "<!-- /when-to-tie -->\nrest\n")
+  when_to_tie.write_readme(results, readme)
+  rewritten = readme.read_text()
+  assert rewritten.startswith("intro\n<!-- when-to-tie -->\nhand text <!-- picks -->\n- **bytes**")
+  assert "10% untied" in rewritten or "10% tied" in rewritten
+  assert "old" not in rewritten and rewritten.endswith("<!-- /picks --> more\n<!-- /when-to-tie -->\nrest\n")
+  page = tmp_path / "page.md"
+  page.write_text(when_to_tie.markdown(results, "x.png", notes="\nWhat the numbers show.\n"))
+  assert when_to_tie.kept_notes(page) == "\nWhat the numbers show.\n"
   markdown = (tmp_path / "when_to_tie.md").read_text()
   assert "| 10% (" in markdown and "when_to_tie.png" in markdown and "count model" in markdown
   assert (tmp_path / "when_to_tie.png").read_bytes()[:4] == b"\x89PNG"
