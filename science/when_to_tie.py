@@ -427,9 +427,10 @@ def markdown(results: dict[str, Any], png_name: str, notes: str = "") -> str:
   chosen regularisers, the best steps and the repeat shares."""
   labels = {model["key"]: model["label"] for model in results["models"]}
   grids = results["grids"]
-  lines = [
-      "# When does tying help?",
-      "",
+  lines = ["# When does tying help?", ""]
+  if notes:  # the answer first: the hand-written reading of the tables below
+    lines += [NOTES_START, notes.strip("\n"), NOTES_END, ""]
+  lines += [
       f"Written by `science/when_to_tie.py` in {results['seconds'] / 60:.1f} min ({results['cpu_seconds'] / 60:.1f} "
       f"min of CPU time) on {results['machine']}. Models: {', '.join(labels.values())}. Every run holds out the "
       "train split's last share as a selection split (never trained on), scores it at every eval, "
@@ -452,8 +453,6 @@ def markdown(results: dict[str, Any], png_name: str, notes: str = "") -> str:
   lines += ["", "Best step before the last step: " + (
       "every run." if not failing else f"all but {len(failing)} runs, whose best step is their last (still "
       f"improving when the schedule ended): {'; '.join(failing)}.")]
-  if notes:
-    lines += ["", NOTES_START, notes.strip("\n"), NOTES_END]
   for corpus, entry in results["corpora"].items():
     keys = list(entry["runs"])
     lines += [
