@@ -5,6 +5,12 @@ s + 1, the number every log line, eval and checkpoint is labelled with. A workdi
 from the newest one that reads back whole; since batches depend only on (seed, step) and a checkpoint holds the
 whole train state (running train metrics included), the resumed run repeats the uninterrupted one bit for bit.
 
+With a selection split (data.selection_fraction > 0) every eval also scores it (select/loss); an eval that lowers it
+is the best step and is saved, and Orbax keeps that checkpoint beside the newest ones. Early stopping
+(train.early_stopping_patience) ends the run at the eval where the count of evals since the best reaches the
+patience; the count is saved in each checkpoint (`tied_embed.run.selection`), so a resumed run stops at the same
+step as one that ran through.
+
 On a mesh, the loop keeps what runs on the devices ordered and bounded. XLA:CPU runs each device's part of a
 program on a shared thread pool, and a collective holds its thread until every participant arrives; with a
 hundred steps dispatched ahead (JAX's asynchronous dispatch between two log steps), the threads can all end up
@@ -40,10 +46,10 @@ from tied_embed.data import frequency, sources
 from tied_embed.fast import compilation, host_memory, select
 from tied_embed.inspection import asymmetry
 from tied_embed.run import checkpoint, config_fields, nonfinite, parallel, preemption, run_log
-from tied_embed.run.selection import Selection
 from tied_embed.run import workdir as workdir_lib
 from tied_embed.run.config_validation import validate_config
 from tied_embed.run.errors import RunStopped, UsageError, first_line
+from tied_embed.run.selection import Selection
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +255,8 @@ def train_and_evaluate(
 ) -> RunSummary:
   """Trains `config` in `workdir` (resuming from its newest intact checkpoint) and returns where it ended.
 
-  Logs one line per log step (`verbose`: also every scalar and histogram, as CLU's default writer does).
+  Logs one line per log step (`verbose`: also every scalar and histogram, as CLU's default writer does). Returns
+  at train.num_steps, or earlier where early stopping stops the run (`RunSummary.stopped_early`).
 
   Raises, before loading data or compiling anything, UsageError if the config is invalid or its corpus cannot
   support its SentencePiece vocabulary (nothing written), if the workdir cannot be written or another run holds
@@ -314,7 +321,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
     if selecting:
       log.info("Holding out the train split's last %d pairs for selection (data.selection_fraction=%g): select/loss "
                "at every eval picks the best checkpoint%s.", len(data.select_ids), data_lib.selection_fraction(config),
-               f", and the run stops {patience} evals after it" if patience else "")
+               f", and the run stops after {patience} evals without a new best" if patience else "")
     _log_asymmetry(data, int(config.model.d_model))
     shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
     shards = select.data_shards(shardings)

@@ -55,11 +55,7 @@ def _ascii_int(text: str) -> int:
 
 def _step(text: str) -> int | str:
   """A checkpoint step, or 'best': the best checkpoint by select/loss of a run with a selection split."""
-  if text == "best":
-    return text
-  if not _TOKEN.fullmatch(text):
-    raise argparse.ArgumentTypeError(f"invalid step: {text!r} (a checkpointed step, or best)")
-  return int(text)
+  return text if text == "best" else _ascii_int(text)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -268,6 +268,7 @@ def _config_summary(config: Any) -> dict[str, Any]:
       "d_model": int(config.model.d_model),
       "tied": bool(config.model.tied),
       "train_fraction": float(config.data.get("train_fraction", 1.0)),
+      "selection_fraction": float(config.data.get("selection_fraction", 0.0)),
       "optimizer": str(config.train.optimizer),
       "learning_rate": float(config.train.learning_rate),
       "batch_size": int(config.train.batch_size),

@@ -18,7 +18,8 @@ With a selection split (`tied_embed.run.selection`) each checkpoint also carries
 eval 'select_loss'}, and Orbax's retention keeps the newest train.keep_checkpoints checkpoints and, beside them,
 the best one by `selection_rank`; `best_step` finds it the same way. Its manifest records the same select_loss
 and the run's `Selection`, so the best checkpoint is checked like any other and a resume continues early
-stopping's count.
+stopping's count; metrics that don't parse or disagree with the manifest make a checkpoint damaged
+(`_metrics_problems`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import math
 import pathlib
@@ -38,10 +40,11 @@ import jax
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
-from orbax.checkpoint.checkpoint_managers import preservation_policy
 from flax import nnx
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
+from orbax.checkpoint.checkpoint_manager import METRIC_ITEM_NAME
+from orbax.checkpoint.checkpoint_managers import preservation_policy
 
 from tied_embed.core import optim
 from tied_embed.core.model import Model, build_model
@@ -100,12 +103,39 @@ def _manager(
       ])
   options = ocp.CheckpointManagerOptions(
       **retention, create=not read_only, read_only=read_only, enable_async_checkpointing=not read_only,
+      # A reader that doesn't rank reads no metrics, so one that doesn't parse can't stop it (`_metrics_problems`).
+      lightweight_initialize=read_only and not select,
       cleanup_tmp_directories=not read_only,  # leftovers of a save that was killed before it was finalized
       # Writing the root metadata ends in a barrier of all processes; a reader must not wait there, or processes
       # that looked at the workdir at different moments (one before another created it) would disagree.
       save_root_metadata=not read_only,
   )
   return ocp.CheckpointManager(checkpoint_dir(workdir), options=options, item_names=ITEMS)
+
+
+def _metrics_problems(workdir: str | pathlib.Path) -> list[tuple[int, Exception]]:
+  """[(step, error)] of the checkpoints whose Orbax metrics do not read back or disagree with their manifest.
+
+  Orbax ranks checkpoints by their metrics when it decides which to keep and which is best, and reads them (and
+  fails on one that doesn't parse) as soon as a manager that ranks opens the directory: so they are checked
+  first, against the select_loss the manifest recorded, through a manager that does not rank.
+  """
+  if not checkpoint_dir(workdir).is_dir():
+    return []
+  problems = []
+  with _manager(workdir) as manager:
+    for step in sorted(manager.all_steps()):
+      try:
+        metrics = json.loads((checkpoint_dir(workdir) / str(step) / METRIC_ITEM_NAME / METRIC_ITEM_NAME).read_text())
+        _, manifest = _read_config_and_manifest(manager, step)
+        expected = {"step": step}
+        if manifest.get("select_loss") is not None:
+          expected["select_loss"] = manifest["select_loss"]
+        if metrics != expected:
+          raise Damaged(f"its metrics {metrics} are not its manifest's {expected}")
+      except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
+        problems.append((step, error))
+  return problems
 
 
 def available_steps(workdir: str | pathlib.Path) -> list[int]:
@@ -197,6 +227,8 @@ class Checkpointer:
     self._writing: int | None = None
     self._select = select
     _drop_calls_into_closed_loops()  # a failed save's cut-off writes call back in the background, at any moment
+    for step, error in _metrics_problems(workdir) if select else []:  # before a ranking manager reads them
+      _move_to_damaged(self._workdir, step, error, "its select/loss can't be trusted to rank it")
     with self._errors_as_write_failed():
       self._manager = _manager(workdir, keep, read_only=False, select=select)
 
@@ -248,7 +280,7 @@ class Checkpointer:
     step, read, damaged = newest_readable(self._manager, lambda step: _read_verified(self._manager, step, target))
     if step is not None:
       for bad_step, error in damaged:
-        self._move_aside(bad_step, error, step)
+        self._move_aside(bad_step, error, f"resuming from step {step}")
       state, _, manifest = read
       return step, state, manifest
     if damaged:
@@ -259,23 +291,10 @@ class Checkpointer:
       )
     return None
 
-  def _move_aside(self, step: int, error: Exception, resume_step: int) -> None:
-    """Moves damaged checkpoint `step` out of the manager's directory, so a later save of `step` can't collide."""
-    source = checkpoint_dir(self._workdir) / str(step)
-    destination, n = damaged_dir(self._workdir) / str(step), 1
-    while destination.exists():
-      n += 1
-      destination = damaged_dir(self._workdir) / f"{step}-{n}"
-    if jax.process_index() == 0:
-      destination.parent.mkdir(parents=True, exist_ok=True)
-      shutil.move(source, destination)
-    if jax.process_count() > 1:
-      multihost_utils.sync_global_devices(f"tied_embed: damaged checkpoint {step} moved")
+  def _move_aside(self, step: int, error: Exception, consequence: str) -> None:
+    """`_move_to_damaged` for the open manager, which then lists the checkpoints again."""
+    _move_to_damaged(self._workdir, step, error, consequence)
     self._manager.reload()
-    log.warning(
-        "Checkpoint %d is damaged (%s): moved it to %s; resuming from step %d.",
-        step, first_line(error), destination, resume_step,
-    )
 
   def close(self) -> None:
     """Waits for any save still being written, then releases the manager."""
@@ -289,6 +308,22 @@ class Checkpointer:
       yield
     except Exception as error:  # noqa: BLE001 (Orbax and TensorStore report write failures in many types)
       raise WriteFailed(checkpoint_dir(self._workdir), self._writing, error) from error
+
+
+def _move_to_damaged(workdir: pathlib.Path, step: int, error: Exception, consequence: str) -> None:
+  """Moves damaged checkpoint `step` out of the manager's directory, so a later save of `step` can't collide, and
+  warns, naming the step, the error and (last) `consequence`."""
+  source = checkpoint_dir(workdir) / str(step)
+  destination, n = damaged_dir(workdir) / str(step), 1
+  while destination.exists():
+    n += 1
+    destination = damaged_dir(workdir) / f"{step}-{n}"
+  if jax.process_index() == 0:
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(source, destination)
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(f"tied_embed: damaged checkpoint {step} moved")
+  log.warning("Checkpoint %d is damaged (%s): moved it to %s; %s.", step, first_line(error), destination, consequence)
 
 
 def _drop_calls_into_closed_loops() -> None:
@@ -379,20 +414,23 @@ def best_step(workdir: str | pathlib.Path) -> int:
   """
   if not checkpoint_dir(workdir).is_dir():
     raise UsageError(f"no checkpoints in {checkpoint_dir(workdir)}")
+  no_selection = (f"no checkpoint in {checkpoint_dir(workdir)} has a select/loss: the run has no selection split "
+                  f"(data.selection_fraction = 0) or stopped before its first eval")
+  with _manager(workdir) as manager:
+    if not any(_has_metrics(workdir, step) for step in manager.all_steps()):
+      raise UsageError(no_selection)
+  problems = _metrics_problems(workdir)
+  if problems:  # any of them could be the best one
+    raise UsageError(_unreadable(workdir, *problems[0]))
   with _manager(workdir, select=True) as manager:
     step = manager.best_step()
-    metrics = manager.metrics(step) if step is not None else None
-    if not metrics or "select_loss" not in metrics:
-      raise UsageError(f"no checkpoint in {checkpoint_dir(workdir)} has a select/loss: the run has no selection "
-                       f"split (data.selection_fraction = 0) or stopped before its first eval")
-    try:
-      _, manifest = _read_config_and_manifest(manager, step)
-    except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
-      raise UsageError(_unreadable(workdir, step, error)) from None
-  if manifest.get("select_loss") != metrics["select_loss"]:
-    raise UsageError(_unreadable(workdir, step, Damaged(
-        f"its metrics give select_loss {metrics['select_loss']!r}, its manifest {manifest.get('select_loss')!r}")))
+    if step is None or "select_loss" not in manager.metrics(step):
+      raise UsageError(no_selection)
   return step
+
+
+def _has_metrics(workdir: str | pathlib.Path, step: int) -> bool:
+  return (checkpoint_dir(workdir) / str(step) / METRIC_ITEM_NAME).exists()
 
 
 def newest_saved_config(workdir: str | pathlib.Path) -> ml_collections.ConfigDict | None:
