@@ -563,12 +563,12 @@ def figure(results: dict[str, Any]):
     loss_ax.set_ylabel("best-step eval loss (nats)")
     self_ax.set_ylabel("predicted next = current (% of eval pairs)")
     loss_ax.set_title(f"{corpus}: best-step eval loss")
-    self_ax.set_title(f"{corpus}: how often the likeliest next token is the current one")
+    self_ax.set_title(f"{corpus}: likeliest next token = the current one")
     for ax in (loss_ax, self_ax):
       ax.set_xscale("log")
       ax.set_xlabel("train pairs used")
       ax.grid(alpha=0.3)
-      ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+      ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))  # 1,000,000, not 1e+06
       ax.xaxis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
     loss_ax.legend(fontsize=8)
     self_ax.legend(fontsize=8)
