@@ -339,8 +339,8 @@ def tune(sweep: Sweep, model: Model, fraction: float, seed: int, grids: dict[str
     best = min(grids[axis], key=lambda value: trials[tuple(sorted({**settings, axis: value}.items()))]["select_loss"])
     settings = {**settings, axis: best}
   chosen = trials[tuple(sorted(settings.items()))]
-  return settings, chosen, [{"settings": run["settings"], "select_loss": run["select_loss"],
-                             "best_step": run["best_step"]} for run in trials.values()]
+  return settings, chosen, [{key: run[key] for key in ("settings", "select_loss", "best_step", "eval_loss",
+                                                      "predicts_self") if key in run} for run in trials.values()]
 
 
 def spreads_cross(runs_by_model: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -460,7 +460,8 @@ def markdown(results: dict[str, Any], png_name: str, notes: str = "") -> str:
         f"## {corpus}: {entry['note']}",
         "",
         f"V = {entry['vocab_size']}, D = {entry['d_model']}, at most {entry['plan']['max_steps']} steps per run, "
-        f"{entry['plan']['evals_per_epoch']:g} evals per pass over the train pairs (at most "
+        f"{entry['plan']['evals_per_epoch']:g} eval{'s' if entry['plan']['evals_per_epoch'] != 1 else ''} per "
+        "pass over the train pairs (at most "
         f"{entry['plan']['max_evals']} a run); {entry['train_pairs']:,} train pairs at 100% (what the "
         f"{entry['select_pairs']:,} selection pairs, the train split's last "
         f"{100 * entry['plan']['selection_share']:g}%, leave), "
