@@ -1,92 +1,120 @@
-"""When does tying help? Tied, untied, tied + W and tied + W with ‖W − I‖² across train data sizes, on real text.
+"""When does tying help? Tied, untied and tied + W, each tuned and scored at its best step, across train data sizes.
 
-  .venv/bin/python science/when_to_tie.py                  # the whole sweep into runs/when_to_tie/ (~18 min)
-  .venv/bin/python science/when_to_tie.py --write-docs     # the same, and docs/when_to_tie.* rewritten
-  .venv/bin/python science/when_to_tie.py --quick --corpora=bytes --out=runs/when_to_tie_quick  # a minute
+  .venv/bin/python science/when_to_tie.py                  # the whole sweep into runs/when_to_tie/
+  .venv/bin/python science/when_to_tie.py --write-docs     # the same, and docs/when_to_tie.* and README's block
+  .venv/bin/python science/when_to_tie.py --quick --corpora=bytes --out=runs/when_to_tie_quick  # seconds
 
-Four models: tied (logits E[i]·Eᵀ), untied (A[i]·Bᵀ), tied + W (E[i]·W·Eᵀ, model.hidden="linear", W a D×D matrix
-that starts at the identity) and tied + W with the penalty λ·‖W − I‖² (model.hidden_l2 = λ), its λ chosen from
-`L2_GRID` on a held-out part of the train split, never on eval. Each trains on the first 1%, 3%, 10%, 30% and
-100% of the train split (data.train_fraction) with 2 seeds, on two corpora: (a) `bytes`, byte bigrams of the
-default text corpus (configs/text.py: Python's pydoc topics, ~750 KB); (b) `subword`, SentencePiece bigrams
-with V = 8192 (configs/subword.py) of Vim's help files (/usr/share/vim/vim*/doc/*.txt, ~9.5 MB, the largest real
-English text on the build machine). Every run is the project's own trainer (`trainer.train_and_evaluate`,
-in-process), and every data size is scored on the same whole validation split against the same floor, so the
-gaps compare across sizes. Beside each gap goes the loss on rare inputs (eval/loss_rare_inputs: the validation
-pairs whose current token is among the rarest tenth of the train occurrences of the data used, or never seen).
+Three models: tied (logits E[i]·Eᵀ), untied (A[i]·Bᵀ) and tied + W (E[i]·W·Eᵀ, model.hidden="linear", W a D×D
+matrix that starts at the identity, with the penalty λ·‖W − I‖², model.hidden_l2 = λ, whose grid holds 0). Each
+trains on the first 1%, 3%, 10%, 30% and 100% of what the selection split leaves of the train split
+(data.train_fraction), on two corpora: (a) `bytes`, byte bigrams of the default text corpus (configs/text.py:
+Python's pydoc topics, ~750 KB); (b) `subword`, SentencePiece bigrams with V = SUBWORD_VOCAB (configs/subword.py)
+of Vim's help files (/usr/share/vim/vim*/doc/*.txt, ~9.5 MB, the largest real English text on the build machine).
 
-Choosing λ: for each data size f, tied + W trains at each λ of the grid (seed 0) on the first min(f, 0.9) of the
-train split and is scored on a sample of the split's last 10%, which none of those runs trained on; the λ with
-the lowest held-out loss is the one every seed of "tied + W, λ" uses. For f ≤ 0.9 the selection run at the
-chosen λ is that model's seed-0 run itself (the same config), so it is not trained twice.
+Every model gets the same care. The last share of the train split (`Plan.selection_share`) is the selection split
+(data.selection_fraction), never trained on; every run scores it at every eval (select/loss), keeps the checkpoint
+with the lowest select/loss, runs its whole schedule (PATIENCE = 0: early stopping off, see there) and is scored
+at that best step: its eval loss, its loss on rare inputs, and (from the restored best checkpoint, in NumPy float64) how
+often its likeliest next token is the current token itself. Each model's regulariser is chosen on the selection
+split, never on eval: on seed 0, for each data size, by a coordinate search over its `GRIDS` (weight decay for
+all three; then λ for tied + W at the chosen weight decay); the chosen setting's seed-0 run is that model's seed-0
+run, and seed 1 reruns it. Where the two best models' spreads overlap, both get a third seed.
+
+Beside the models, at every size, the count-bigram reference: add-k counts of exactly the pairs the models train
+on, k chosen from count_bigram.K_GRID on the selection split; each model is reported as its distance from it.
+The floor (the validation split's own bigram entropy, unreachable) stays beside it.
 
 Compiled programs are cached on disk (JAX's persistent compilation cache, under <out>/jax_cache): runs that differ
-only in seed or data size share their step and eval programs. The whole sweep was sized to take about 25 minutes
-on 2 CPU cores (`STEPS`; --bytes-steps and --subword-steps change them); it prints each run's time and its own
-wall time. It writes <out>/when_to_tie.{md,json,png}; --write-docs also copies them to docs/when_to_tie.*. The
-datasets are built once per corpus under <out>/data/; each run's workdir under <out>/runs/ is deleted once its
-numbers are taken, unless --keep-runs.
+only in seed or data size share their step and eval programs. The sweep prints each run and its own wall and CPU
+time. It writes <out>/when_to_tie.{md,json,png}; --write-docs also copies them to docs/when_to_tie.* (keeping the
+hand-written notes between the NOTES markers there) and rewrites the README's block between the WHEN_TO_TIE
+markers. The datasets are built once per corpus under <out>/data/; each run's workdir under <out>/runs/ is deleted
+once its numbers are taken, unless --keep-runs.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import dataclasses
-import glob
-import io
-import json
 import os
-import pathlib
-import shutil
 import sys
-import time
-from typing import Any
 
+# Before anything imports TensorFlow (TFDS does): its oneDNN banner and C++ log lines would reach stderr.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import dataclasses  # noqa: E402
+import glob  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import pathlib  # noqa: E402
+import shutil  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import logging  # noqa: E402
-
-from configs import subword, text  # noqa: E402
-from tied_embed import evaluation, trainer  # noqa: E402
-from tied_embed.data import bigram as data_lib  # noqa: E402
-from tied_embed.data import frequency  # noqa: E402
-from tied_embed.run import checkpoint, parallel  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 FRACTIONS = (0.01, 0.03, 0.1, 0.3, 1.0)
 SEEDS = (0, 1)
-L2_GRID = (0.001, 0.01, 0.1)
-HOLDOUT_SHARE = 0.1  # the train split's last tenth scores the λ grid
-HOLDOUT_PAIRS = 65_536  # at most this many of its pairs (a fixed sample), so scoring costs about one eval
-# Optimizer updates per run, sized so the sweep fits ~25 min on 2 cores: 51 runs per corpus (4 models × 5 sizes ×
-# 2 seeds, 15 λ trials, 4 of them reused). Measured per run with the programs compiled, in CPU seconds (2 cores
-# give about half that in wall time): bytes ~5 s at 1000 steps; subword (V = 8192, D = 64) ~8 s (most of it the
-# eval of the ~0.3 M validation pairs) + ~48 ms a step, so ~16 s of wall time at 500 steps and ~14 min in all.
-STEPS = {"bytes": 1000, "subword": 500}
-QUICK_STEPS = 20
+THIRD_SEED = 2  # for the two best models of a size whose mean ± sd ranges overlap
+# train.early_stopping_patience: off. With patience 3 the untied model on all the byte data plateaued at the peak
+# learning rate and stopped at step 1,050 of 3,000 (best 600, eval 1.731), where running on through the cosine
+# decay reaches ~1.69: stopping on a plateau before the decay judges the schedule, not the model. So every run goes
+# through its whole schedule and is scored at the eval with the lowest select/loss.
+PATIENCE = 0
+# AdamW's decay shrinks weights by exp(-weight_decay · Σ learning rate): Σ lr is ~1-5 where small data stops
+# early and ~20-75 at 100%, so 0.1 and 1 span mild to strong at every size. λ: the grid the penalty was tuned on
+# before, and 0 (tied + W without the penalty).
+GRIDS = {"weight_decay": (0.0, 0.1, 1.0), "hidden_l2": (0.0, 0.001, 0.01, 0.1)}
+QUICK_GRIDS = {"weight_decay": (0.0,), "hidden_l2": (0.1,)}  # one run per model (tune: its own test)
+SUBWORD_VOCAB = 2048  # 8192 pieces cost ~4× the steps and evals, and do not converge at 100% in the budget
+EPOCHS = 10  # a run's schedule: 10 passes over its train pairs, within [MIN_STEPS, Plan.max_steps]
+MIN_STEPS = 200
+MIN_EVAL_EVERY = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """How one corpus's runs are scheduled. Each eval scores the selection and the whole validation split, which
+  on the subword corpus (~0.3 M validation pairs, V = 2048) costs ~1 s on the loaded 2-core build machine against
+  ~6 ms a step, so its plan evaluates less often and holds out a smaller selection share."""
+
+  selection_share: float  # data.selection_fraction
+  max_steps: int  # optimizer updates at most (the --<corpus>-steps flag)
+  evals_per_epoch: float  # evals per pass over the train pairs used
+  max_evals: int  # at least steps / max_evals between evals
+
+
+PLANS = {"bytes": Plan(0.1, 3000, 2, 20), "subword": Plan(0.05, 2000, 1, 8)}
+QUICK_PLAN = Plan(0.1, 20, 1, 4)
 VIM_DOCS = "/usr/share/vim/vim*/doc"
+NOTES_START, NOTES_END = "<!-- NOTES (kept by --write-docs) -->", "<!-- /NOTES -->"
+README_START, README_END = "<!-- when-to-tie -->", "<!-- /when-to-tie -->"
+
+
+class UsageError(Exception):
+  """Bad command-line input: main prints `error: <message>` and exits with status 2, before any work."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Model:
-  """One of the compared models: its key, its label in tables and plots, and its model.* settings."""
+  """One of the compared models: its key, its label in tables and plots, its model.* settings and what it tunes."""
 
   key: str
   label: str
   tied: bool
   hidden: str = "none"
-  selects_l2: bool = False  # model.hidden_l2 chosen from L2_GRID on the held-out tail
+  tuned: tuple[str, ...] = ("weight_decay",)  # the GRIDS axes searched, in this order
 
 
 MODELS = (
     Model("tied", "tied E·Eᵀ", tied=True),
     Model("untied", "untied A·Bᵀ", tied=False),
-    Model("tied_w", "tied + W  E·W·Eᵀ", tied=True, hidden="linear"),
-    Model("tied_w_l2", "tied + W, λ‖W − I‖²", tied=True, hidden="linear", selects_l2=True),
+    Model("tied_w", "tied + W  E·W·Eᵀ", tied=True, hidden="linear", tuned=("weight_decay", "hidden_l2")),
 )
 
 
@@ -102,26 +130,31 @@ class Corpus:
 
 
 def vim_docs() -> str:
-  """A glob of Vim's help files on this machine; SystemExit (one line) if there are none."""
+  """A glob of Vim's help files on this machine; UsageError if there are none."""
   found = sorted(glob.glob(os.path.join(VIM_DOCS, "*.txt")))
   if not found:
-    raise SystemExit(f"no Vim help files under {VIM_DOCS}: give another English corpus with --subword-corpus")
+    raise UsageError(f"no Vim help files under {VIM_DOCS}: give another English corpus with --subword-corpus")
   return os.path.join(os.path.dirname(found[0]), "*.txt")
 
 
 def corpora(quick: bool, subword_corpus: str) -> dict[str, Corpus]:
   """The two corpora; --quick: the subword corpus is the byte corpus with 512 pieces, so the test stays small."""
+  from configs import subword, text  # noqa: PLC0415
+
+  byte_corpus = Corpus("bytes", text, "", 256, "bytes of Python's pydoc topics (configs/text.py's default)")
   if quick:
-    return {
-        "bytes": Corpus("bytes", text, "", 256, "bytes of Python's pydoc topics (configs/text.py's default)"),
-        "subword": Corpus("subword", subword, "", 512, "SentencePiece, 512 pieces, of Python's pydoc topics"),
-    }
+    return {"bytes": byte_corpus,
+            "subword": Corpus("subword", subword, "", 512, "SentencePiece, 512 pieces, of Python's pydoc topics")}
   path = subword_corpus or vim_docs()
-  size = sum(pathlib.Path(p).stat().st_size for p in glob.glob(path)) if "*" in path else _size(path)
+  files = glob.glob(path) if "*" in path else [path]
+  if not files or not all(os.path.exists(p) for p in files):
+    raise UsageError(f"--subword-corpus={subword_corpus!r}: no such file, directory or glob")
+  size = sum(_size(p) for p in files)
   return {
-      "bytes": Corpus("bytes", text, "", 256, "bytes of Python's pydoc topics (configs/text.py's default)"),
-      "subword": Corpus("subword", subword, path, 8192,
-                        f"SentencePiece, 8192 pieces, of {path} ({size / 1e6:.1f} MB; Vim's help files by default)"),
+      "bytes": byte_corpus,
+      "subword": Corpus("subword", subword, path, SUBWORD_VOCAB,
+                        f"SentencePiece, {SUBWORD_VOCAB} pieces, of {path} ({size / 1e6:.1f} MB; Vim's help files "
+                        "by default)"),
   }
 
 
@@ -130,170 +163,379 @@ def _size(path: str) -> int:
   return sum(p.stat().st_size for p in target.rglob("*") if p.is_file()) if target.is_dir() else target.stat().st_size
 
 
-def run_config(corpus: Corpus, model: Model, fraction: float, seed: int, l2: float, steps: int, data_dir: pathlib.Path):
-  """The config of one run: the corpus's config, the model, the train fraction, one checkpoint and eval at the end."""
+def schedule(plan: Plan, train_pairs: int, batch_size: int) -> tuple[int, int]:
+  """(steps, steps between evals) of a run on `train_pairs`: EPOCHS passes within [MIN_STEPS, plan.max_steps]
+  (early stopping ends most runs sooner); plan.evals_per_epoch evals a pass, at least MIN_EVAL_EVERY steps apart
+  and at most steps / plan.max_evals (so a run that never stops early has max_evals evals to choose from)."""
+  per_epoch = train_pairs / batch_size
+  steps = int(min(plan.max_steps, max(MIN_STEPS, round(EPOCHS * per_epoch))))
+  every = max(1, min(max(MIN_EVAL_EVERY, round(per_epoch / plan.evals_per_epoch)), steps // plan.max_evals))
+  return steps, int(every)
+
+
+def run_config(corpus: Corpus, model: Model, fraction: float, seed: int, settings: dict[str, float], steps: int,
+               every: int, data_dir: pathlib.Path, selection_share: float):
+  """The config of one run: the corpus's config, the model and its regulariser, the train fraction, the selection
+  split, evals (and checkpoints of the best) every `every` steps and early stopping."""
   config = corpus.base.get_config()
   config.seed = seed
   config.data.text_path = corpus.text_path
   config.data.data_dir = str(data_dir)
   config.data.train_fraction = fraction
+  config.data.selection_fraction = selection_share
   config.model.vocab_size = corpus.vocab_size
   config.model.tied = model.tied
   config.model.hidden = model.hidden
-  config.model.hidden_l2 = l2 if model.hidden != "none" else 0.0
-  config.train.update(num_steps=steps, warmup_steps=max(1, steps // 10), log_every=steps, eval_every=steps,
-                      checkpoint_every=steps, keep_checkpoints=1)
+  config.model.hidden_l2 = float(settings.get("hidden_l2", 0.0)) if model.hidden != "none" else 0.0
+  config.train.weight_decay = float(settings.get("weight_decay", 0.0))
+  config.train.update(num_steps=steps, warmup_steps=max(1, steps // 10), log_every=steps, eval_every=every,
+                      checkpoint_every=steps, keep_checkpoints=1, early_stopping_patience=PATIENCE)
   return config
 
 
-def summarise(summary: trainer.RunSummary, seconds: float) -> dict[str, float]:
-  """The numbers one run leaves: eval loss, gap (nats and % of the floor), loss per input bucket, size, time."""
-  return {
-      "eval_loss": summary.eval_loss, "gap": summary.gap, "gap_percent": 100 * summary.relative_gap,
-      **{f"loss_{bucket}_inputs": summary.loss_by_input_frequency.get(bucket, float("nan"))
-         for bucket in frequency.BUCKETS},
-      "param_count": summary.param_count, "seconds": seconds,
-  }
+# --- the count-bigram reference and the repeat shares: plain NumPy, independent of the trainer --------------------
+
+
+def count_reference(train: tuple[np.ndarray, np.ndarray], selection: tuple[np.ndarray, np.ndarray],
+                    evaluation: tuple[np.ndarray, np.ndarray], vocab_size: int) -> dict[str, float]:
+  """The add-k count bigram model of the train pairs (N,), (N,), k chosen on the selection pairs: → {k, select_loss,
+  eval_loss} (nats)."""
+  from tied_embed.data.sources import count_bigram  # noqa: PLC0415
+
+  fit = count_bigram.PairCounts.of(*train, vocab_size)
+  k = count_bigram.best_k(fit, *selection)
+  return {"k": k, "select_loss": count_bigram.add_k_loss(fit, *selection, k),
+          "eval_loss": count_bigram.add_k_loss(fit, *evaluation, k)}
+
+
+def row_predictions(lookup: np.ndarray, projection: np.ndarray, rows: int = 512) -> tuple[np.ndarray, np.ndarray]:
+  """Each token's logsumexp and likeliest next token under logits = lookup · projectionᵀ, in float64.
+
+  lookup, projection: (V, D) → (logsumexp (V,) float64, argmax (V,) int64), `rows` rows of logits at a time.
+  """
+  lookup, projection = np.asarray(lookup, np.float64), np.asarray(projection, np.float64)
+  lse, argmax = np.empty(len(lookup)), np.empty(len(lookup), np.int64)
+  for start in range(0, len(lookup), rows):
+    logits = lookup[start : start + rows] @ projection.T
+    top = logits.max(axis=1)
+    lse[start : start + rows] = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
+    argmax[start : start + rows] = logits.argmax(axis=1)
+  return lse, argmax
+
+
+def pair_losses(lookup: np.ndarray, projection: np.ndarray, lse: np.ndarray, ids: np.ndarray,
+                next_ids: np.ndarray, chunk: int = 65_536) -> np.ndarray:
+  """-log P(next | current) of pairs (M,), (M,) from the tables (V, D) and row logsumexps (V,): → (M,) float64."""
+  lookup, projection = np.asarray(lookup, np.float64), np.asarray(projection, np.float64)
+  out = np.empty(len(ids))
+  for start in range(0, len(ids), chunk):
+    i, j = ids[start : start + chunk], next_ids[start : start + chunk]
+    out[start : start + chunk] = lse[i] - np.einsum("md,md->m", lookup[i], projection[j])
+  return out
+
+
+def best_step_scores(lookup: np.ndarray, projection: np.ndarray, eval_ids: np.ndarray, eval_next: np.ndarray,
+                     rare: np.ndarray) -> dict[str, float]:
+  """A model's scoring tables (V, D) on the eval pairs (M,): its loss, its loss on rare inputs (`rare`: (V,) bool),
+  and the share of pairs (all, rare inputs) whose likeliest next token is the current token."""
+  lse, argmax = row_predictions(lookup, projection)
+  losses = pair_losses(lookup, projection, lse, eval_ids, eval_next)
+  on_rare = rare[eval_ids]
+  predicts_self = argmax[eval_ids] == eval_ids
+  return {"eval_loss": float(losses.mean()), "loss_rare_inputs": _mean(losses[on_rare]),
+          "predicts_self": float(predicts_self.mean()), "predicts_self_rare": _mean(predicts_self[on_rare])}
+
+
+def repeat_shares(eval_ids: np.ndarray, eval_next: np.ndarray, rare: np.ndarray) -> dict[str, float]:
+  """The data's own rate of repeats: the share of eval pairs (all, rare inputs) with next == current."""
+  repeats = eval_ids == eval_next
+  return {"repeats": float(repeats.mean()), "repeats_rare": _mean(repeats[rare[eval_ids]]),
+          "rare_pair_share": float(rare[eval_ids].mean())}
+
+
+def _mean(values: np.ndarray) -> float:
+  return float(np.mean(values, dtype=np.float64)) if len(values) else float("nan")
+
+
+# --- the sweep ----------------------------------------------------------------------------------------------------
 
 
 class Sweep:
-  """Runs and remembers the runs of one corpus; `holdout_loss` scores a run on the held-out tail."""
+  """Runs and remembers the runs of one corpus."""
 
-  def __init__(self, corpus: Corpus, steps: int, out: pathlib.Path, keep_runs: bool):
-    self.corpus, self.steps, self.keep_runs = corpus, steps, keep_runs
+  def __init__(self, corpus: Corpus, plan: Plan, out: pathlib.Path, keep_runs: bool):
+    from tied_embed.data import bigram as data_lib  # noqa: PLC0415
+
+    self.corpus, self.plan, self.keep_runs = corpus, plan, keep_runs
     self.data_dir = out / "data" / corpus.key
     self.runs_dir = out / "runs" / corpus.key
     shutil.rmtree(self.runs_dir, ignore_errors=True)  # a rerun trains afresh, whatever the steps were
-    probe = run_config(corpus, MODELS[0], 1.0, 0, 0.0, steps, self.data_dir)
+    probe = run_config(corpus, MODELS[0], 1.0, 0, {}, MIN_STEPS, MIN_STEPS, self.data_dir, plan.selection_share)
     with contextlib.redirect_stdout(io.StringIO()):  # TFDS's 'downloading' chatter, as the trainer drops it
-      data = data_lib.load_bigram_data(probe, self.runs_dir / "probe")  # builds the shared dataset once
-    self.floor, self.train_pairs, self.eval_pairs = data.loss_floor, len(data.train_ids), len(data.eval_ids)
-    tail = np.arange(len(data.train_ids) - round(HOLDOUT_SHARE * len(data.train_ids)), len(data.train_ids))
-    rows = np.sort(np.random.default_rng(0).choice(tail, size=min(HOLDOUT_PAIRS, len(tail)), replace=False))
-    self.holdout = (data.train_ids[rows], data.train_next[rows])
-    self.identity = data.identity
-    self._holdout_losses: dict[Any, Any] = {}
+      self.data = data_lib.load_bigram_data(probe, self.runs_dir / "probe")  # builds the shared dataset once
+    self.batch_size = int(probe.train.batch_size)
 
-  def train(self, model: Model, fraction: float, seed: int, l2: float = 0.0) -> tuple[dict[str, float], Any]:
-    """One run: → (its numbers, its RunSummary)."""
-    config = run_config(self.corpus, model, fraction, seed, l2, self.steps, self.data_dir)
-    workdir = self.runs_dir / f"{model.key}-l2={l2:g}-f{fraction:g}-s{seed}"
-    started = time.perf_counter()
+  def train_pairs(self, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """Exactly the pairs a run at `fraction` trains on (the trainer's `train_pairs_used` of what selection leaves)."""
+    from tied_embed.data import bigram as data_lib  # noqa: PLC0415
+
+    used = data_lib.train_pairs_used(len(self.data.train_ids), fraction)
+    return self.data.train_ids[:used], self.data.train_next[:used]
+
+  def rare_inputs(self, fraction: float) -> np.ndarray:
+    """(V,) bool: the tokens in the rare bucket of the train pairs used at `fraction` (tied_embed/data/frequency)."""
+    from tied_embed.data import frequency  # noqa: PLC0415
+
+    counts = np.bincount(self.train_pairs(fraction)[0], minlength=self.corpus.vocab_size)
+    return frequency.input_buckets(counts) == frequency.BUCKETS.index("rare")
+
+  def train(self, model: Model, fraction: float, seed: int, settings: dict[str, float]) -> dict[str, Any]:
+    """One run, scored at its best step: → its numbers."""
+    from tied_embed import trainer  # noqa: PLC0415
+    from tied_embed.run import checkpoint  # noqa: PLC0415
+
+    steps, every = schedule(self.plan, len(self.train_pairs(fraction)[0]), self.batch_size)
+    config = run_config(self.corpus, model, fraction, seed, settings, steps, every, self.data_dir,
+                        self.plan.selection_share)
+    name = "-".join(f"{key}={value:g}" for key, value in sorted(settings.items()))
+    workdir = self.runs_dir / f"{model.key}-{name}-f{fraction:g}-s{seed}"
+    started, cpu_started = time.perf_counter(), time.process_time()
     summary = trainer.train_and_evaluate(config, workdir)
-    numbers = summarise(summary, time.perf_counter() - started)
-    if not self.keep_runs:  # the numbers and the in-memory state are all the sweep needs of it
+    best = checkpoint.restore(workdir, step=summary.best_step).model
+    lookup, projection = (np.asarray(table) for table in best.scoring_tables())
+    scores = best_step_scores(lookup, projection, self.data.eval_ids, self.data.eval_next, self.rare_inputs(fraction))
+    run = {
+        "seed": seed, "settings": dict(settings), "eval_every": every, "num_steps": steps,
+        "best_step": summary.best_step, "end_step": summary.step, "stopped_early": summary.stopped_early,
+        "select_loss": summary.best_select_loss, "eval_loss": summary.best_eval_loss,
+        "gap_percent": 100 * (summary.best_eval_loss - summary.loss_floor) / summary.loss_floor,
+        "loss_rare_inputs": summary.best_eval.get("eval/loss_rare_inputs", float("nan")),
+        "end_eval_loss": summary.eval_loss,
+        "float64_eval_loss": scores["eval_loss"],  # the restored best checkpoint rescored in NumPy
+        "predicts_self": scores["predicts_self"], "predicts_self_rare": scores["predicts_self_rare"],
+        "param_count": summary.param_count,
+        "seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu_started,
+    }
+    if not self.keep_runs:  # the numbers are all the sweep needs of it
       shutil.rmtree(workdir)
-    penalty = f"λ={l2:g}" if model.hidden != "none" else ""
-    print(f"  {self.corpus.key:7s} {model.key:9s} {penalty:8s} f={fraction:<5g} seed {seed}: gap "
-          f"{numbers['gap_percent']:6.2f}%  rare {numbers['loss_rare_inputs']:.4f}  [{numbers['seconds']:.1f} s]",
+    print(f"  {self.corpus.key:7s} {model.key:7s} {name:28s} f={fraction:<5g} seed {seed}: best step "
+          f"{run['best_step']:>4}/{run['end_step']:<4} select {run['select_loss']:.4f} eval {run['eval_loss']:.4f} "
+          f"self-argmax {100 * run['predicts_self']:5.1f}%  [{run['seconds']:.1f} s, {run['cpu_seconds']:.1f} s CPU]",
           flush=True)
-    return numbers, (config, summary)
-
-  def holdout_loss(self, run: Any) -> float:
-    """Mean loss of a finished run on the held-out sample of the train split's tail."""
-    config, summary = run
-    graphdef, _ = checkpoint.abstract_state(config, parallel.make_mesh(config.mesh))
-    key = (config.model.tied, config.model.get("hidden", "none"))
-    if key not in self._holdout_losses:  # one compiled program per model kind (λ changes only the training)
-      self._holdout_losses[key] = evaluation.make_eval_losses(graphdef, int(config.loss.chunk_size),
-                                                              str(config.model.dtype))
-    losses = self._holdout_losses[key](summary.state, *(jax.numpy.asarray(a) for a in self.holdout))
-    return float(np.mean(np.asarray(losses, np.float64)))
+    return run
 
 
-def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, grid, steps: int,
-                 out: pathlib.Path, keep_runs: bool = False) -> dict[str, Any]:
-  """Every model × fraction × seed on one corpus, with the λ selection: → the corpus's JSON entry."""
-  started = time.perf_counter()
-  sweep = Sweep(corpus, steps, out, keep_runs)
+def tune(sweep: Sweep, model: Model, fraction: float, seed: int, grids: dict[str, tuple[float, ...]]):
+  """Coordinate search of `model.tuned` over `grids` by select/loss at the best step, on `seed`: → (the chosen
+  settings, its run, every trial {settings: select/loss})."""
+  settings = {axis: grids[axis][0] for axis in model.tuned}
+  trials: dict[tuple, dict[str, Any]] = {}
+  for axis in model.tuned:
+    for value in grids[axis]:
+      candidate = {**settings, axis: value}
+      key = tuple(sorted(candidate.items()))
+      if key not in trials:
+        trials[key] = sweep.train(model, fraction, seed, candidate)
+    best = min(grids[axis], key=lambda value: trials[tuple(sorted({**settings, axis: value}.items()))]["select_loss"])
+    settings = {**settings, axis: best}
+  chosen = trials[tuple(sorted(settings.items()))]
+  return settings, chosen, [{key: run[key] for key in ("settings", "select_loss", "best_step", "eval_loss",
+                                                      "predicts_self") if key in run} for run in trials.values()]
+
+
+def spreads_cross(runs_by_model: dict[str, list[dict[str, Any]]]) -> list[str]:
+  """The two models with the lowest mean eval loss if their mean ± sd ranges overlap, else []."""
+  stats = {key: mean_sd(runs, "eval_loss") for key, runs in runs_by_model.items()}
+  first, second = sorted(stats, key=lambda key: stats[key][0])[:2]
+  (m1, s1), (m2, s2) = stats[first], stats[second]
+  return [first, second] if m2 - s2 <= m1 + s1 else []
+
+
+def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, grids, plan: Plan,
+                 out: pathlib.Path, keep_runs: bool = False, third_seed: bool = True) -> dict[str, Any]:
+  """Every model × fraction × seed on one corpus, each tuned on the selection split: → the corpus's JSON entry."""
+  started, cpu_started = time.perf_counter(), time.process_time()
+  sweep = Sweep(corpus, plan, out, keep_runs)
+  data = sweep.data
   entry: dict[str, Any] = {
-      "note": corpus.note, "dataset": sweep.identity, "vocab_size": corpus.vocab_size,
-      "d_model": int(corpus.base.get_config().model.d_model), "steps": steps, "floor": sweep.floor,
-      "train_pairs": sweep.train_pairs, "eval_pairs": sweep.eval_pairs, "holdout_pairs": len(sweep.holdout[0]),
-      "l2_selection": {}, "runs": {model.key: {} for model in models},
+      "note": corpus.note, "dataset": data.identity, "vocab_size": corpus.vocab_size,
+      "d_model": int(corpus.base.get_config().model.d_model), "plan": dataclasses.asdict(plan), "patience": PATIENCE,
+      "floor": data.loss_floor, "uniform": math.log(corpus.vocab_size),
+      "train_pairs": len(data.train_ids), "select_pairs": len(data.select_ids), "eval_pairs": len(data.eval_ids),
+      "count": {}, "repeats": {}, "tuning": {model.key: {} for model in models},
+      "runs": {model.key: {} for model in models},
   }
   for fraction in fractions:
     key = f"{fraction:g}"
+    entry["count"][key] = count_reference(sweep.train_pairs(fraction), (data.select_ids, data.select_next),
+                                          (data.eval_ids, data.eval_next), corpus.vocab_size)
+    entry["repeats"][key] = repeat_shares(data.eval_ids, data.eval_next, sweep.rare_inputs(fraction))
+    print(f"  {corpus.key:7s} count model f={fraction:g}: k = {entry['count'][key]['k']:g}, eval "
+          f"{entry['count'][key]['eval_loss']:.4f}", flush=True)
     for model in models:
-      if model.selects_l2:
-        select_fraction = min(fraction, 1 - HOLDOUT_SHARE)
-        trials = {l2: sweep.train(model, select_fraction, seeds[0], l2) for l2 in grid}
-        scores = {l2: sweep.holdout_loss(run) for l2, (_, run) in trials.items()}
-        chosen = min(scores, key=scores.get)
-        entry["l2_selection"][key] = {"trained_on_fraction": select_fraction,
-                                      "holdout_loss": {f"{l2:g}": loss for l2, loss in scores.items()},
-                                      "chosen": chosen}
-        print(f"  {corpus.key:7s} f={fraction:g}: held-out loss by λ "
-              + ", ".join(f"{l2:g}: {loss:.4f}" for l2, loss in scores.items()) + f" → λ = {chosen:g}", flush=True)
-        runs = [trials[chosen][0] if select_fraction == fraction and seed == seeds[0]
-                else sweep.train(model, fraction, seed, chosen)[0] for seed in seeds]
-      else:
-        runs = [sweep.train(model, fraction, seed)[0] for seed in seeds]
-      entry["runs"][model.key][key] = runs
+      settings, chosen, trials = tune(sweep, model, fraction, seeds[0], grids)
+      entry["tuning"][model.key][key] = {"chosen": settings, "trials": trials}
+      entry["runs"][model.key][key] = [chosen] + [sweep.train(model, fraction, seed, settings) for seed in seeds[1:]]
+    if third_seed and len(seeds) > 1:
+      for model_key in spreads_cross({model.key: entry["runs"][model.key][key] for model in models}):
+        model = next(m for m in models if m.key == model_key)
+        entry["runs"][model_key][key].append(
+            sweep.train(model, fraction, THIRD_SEED, entry["tuning"][model_key][key]["chosen"]))
   entry["seconds"] = time.perf_counter() - started
+  entry["cpu_seconds"] = time.process_time() - cpu_started
   return entry
 
 
-def mean_sd(runs: list[dict[str, float]], key: str) -> tuple[float, float]:
+# --- the report ---------------------------------------------------------------------------------------------------
+
+
+def mean_sd(runs: list[dict[str, Any]], key: str) -> tuple[float, float]:
   values = np.array([run[key] for run in runs], np.float64)
   return float(np.mean(values)), float(np.std(values))
 
 
-def best_models(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
-  """Per data size, the model with the lowest mean gap: → ['1%: tied + W, λ‖W − I‖²', ...]."""
-  fractions = list(next(iter(entry["runs"].values())))
+def ranking(entry: dict[str, Any], fraction: str) -> list[str]:
+  """The models at one size, lowest mean best-step eval loss first."""
+  return sorted(entry["runs"], key=lambda key: mean_sd(entry["runs"][key][fraction], "eval_loss")[0])
+
+
+def picks(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
+  """Per data size, the model to pick and by how much it leads (or that the seeds cannot separate the two best)."""
   lines = []
-  for fraction in fractions:
-    gaps = {key: mean_sd(runs[fraction], "gap")[0] for key, runs in entry["runs"].items()}
-    lines.append(f"{100 * float(fraction):g}%: {labels[min(gaps, key=gaps.get)]}")
+  for fraction in entry["count"]:
+    first, second = ranking(entry, fraction)[:2]
+    (m1, s1), (m2, s2) = (mean_sd(entry["runs"][k][fraction], "eval_loss") for k in (first, second))
+    tie = " (within the seeds' spread of " + labels[second] + ")" if m2 - s2 <= m1 + s1 else ""
+    lines.append(f"{100 * float(fraction):g}%: {labels[first]}, {m2 - m1:.3f} nats ahead{tie}")
   return lines
 
 
-def markdown(results: dict[str, Any], png_name: str) -> str:
-  """The sweep's tables: per corpus, gap (% of the floor) and rare-input loss per model and data size."""
+def unconverged(results: dict[str, Any]) -> list[str]:
+  """Every run whose best step is its last (it may still have been improving when the schedule ended)."""
+  return [f"{corpus} {key} {100 * float(fraction):g}% seed {run['seed']}"
+          for corpus, entry in results["corpora"].items() for key, by_fraction in entry["runs"].items()
+          for fraction, runs in by_fraction.items() for run in runs if run["best_step"] >= run["end_step"]]
+
+
+def _settings_text(settings: dict[str, float]) -> str:
+  names = {"weight_decay": "wd", "hidden_l2": "λ"}
+  return ", ".join(f"{names[axis]} {value:g}" for axis, value in settings.items())
+
+
+def markdown(results: dict[str, Any], png_name: str, notes: str = "") -> str:
+  """The sweep's tables: per corpus, best-step loss and distance from the count model per model and data size, the
+  chosen regularisers, the best steps and the repeat shares."""
   labels = {model["key"]: model["label"] for model in results["models"]}
-  lines = [
-      "# When does tying help?",
-      "",
-      f"Written by `science/when_to_tie.py` in {results['seconds'] / 60:.1f} min on {results['cpus']} CPU cores. "
-      f"Models: {', '.join(labels.values())}"
-      + (f"; λ from {{{', '.join(f'{v:g}' for v in results['l2_grid'])}}} chosen per data size on a held-out "
-         f"sample of the train split's last {100 * HOLDOUT_SHARE:g}% (never on eval)"
-         if any(model["selects_l2"] for model in results["models"]) else "")
-      + f". Seeds {', '.join(map(str, results['seeds']))}: mean ± standard deviation. Gap: eval loss above the "
-      "validation split's empirical bigram entropy, in % of it; every data size is scored on the same whole "
-      "validation split. Rare inputs: validation pairs whose current token is among the least frequent making up "
-      "the last 10% of the train occurrences used, or never current in them (`tied_embed/data/frequency.py`).",
+  grids = results["grids"]
+  lines = ["# When does tying help?", ""]
+  if notes:  # the answer first: the hand-written reading of the tables below
+    lines += [NOTES_START, notes.strip("\n"), NOTES_END, ""]
+  lines += [
+      f"Written by `science/when_to_tie.py` in {results['seconds'] / 60:.1f} min ({results['cpu_seconds'] / 60:.1f} "
+      f"min of CPU time) on {results['machine']}. Models: {', '.join(labels.values())}. Every run holds out the "
+      "train split's last share as a selection split (never trained on), scores it at every eval, "
+      + (f"stops {results['patience']} evals after its lowest selection loss" if results["patience"]
+         else "runs its whole schedule (no early stopping)")
+      + " and is scored at the eval with the lowest selection loss, its best step; its schedule "
+      f"(warmup, then cosine decay to 0) is {EPOCHS} passes over its train pairs, within [{MIN_STEPS}, the corpus's "
+      "most steps]. Each model's regulariser is chosen per data size on the selection split (seed 0), never on eval: weight "
+      f"decay (AdamW, decoupled) from {{{', '.join(f'{v:g}' for v in grids['weight_decay'])}}} for every model, "
+      f"then for tied + W the penalty λ‖W − I‖² from {{{', '.join(f'{v:g}' for v in grids['hidden_l2'])}}}. "
+      f"Seeds {', '.join(map(str, results['seeds']))} (seed {THIRD_SEED} too for the two best models where their "
+      "spreads overlap): mean ± standard deviation. The count model is add-k counts of exactly the pairs the models "
+      "train on, k chosen on the selection split; Δ count = model − count model (negative: the model beats it). "
+      "Rare inputs: validation pairs whose current token is among the least frequent making up the last 10% of the "
+      "train occurrences used, or never current in them (`tied_embed/data/frequency.py`). Self-argmax: the share of "
+      "validation pairs whose predicted likeliest next token is the current token, from the restored best "
+      "checkpoint in NumPy float64; beside it the data's own rate of repeats (next = current).",
   ]
+  failing = unconverged(results)
+  lines += ["", "Best step before the last step: " + (
+      "every run." if not failing else f"all but {len(failing)} runs, whose best step is their last (still "
+      f"improving when the schedule ended): {'; '.join(failing)}.")]
   for corpus, entry in results["corpora"].items():
     keys = list(entry["runs"])
     lines += [
         "",
         f"## {corpus}: {entry['note']}",
         "",
-        f"V = {entry['vocab_size']}, D = {entry['d_model']}, {entry['steps']} steps per run; {entry['train_pairs']:,}"
-        f" train pairs in all, {entry['eval_pairs']:,} validation pairs, floor {entry['floor']:.4f} nats; "
-        f"dataset `{entry['dataset']}`; {entry['seconds'] / 60:.1f} min.",
+        f"V = {entry['vocab_size']}, D = {entry['d_model']}, at most {entry['plan']['max_steps']} steps per run, "
+        f"{entry['plan']['evals_per_epoch']:g} eval{'s' if entry['plan']['evals_per_epoch'] != 1 else ''} per "
+        "pass over the train pairs (at most "
+        f"{entry['plan']['max_evals']} a run); {entry['train_pairs']:,} train pairs at 100% (what the "
+        f"{entry['select_pairs']:,} selection pairs, the train split's last "
+        f"{100 * entry['plan']['selection_share']:g}%, leave), "
+        f"{entry['eval_pairs']:,} validation pairs, floor {entry['floor']:.4f} nats, uniform guess "
+        f"log V = {entry['uniform']:.4f}; dataset `{entry['dataset']}`; {entry['seconds'] / 60:.1f} min "
+        f"({entry['cpu_seconds'] / 60:.1f} min CPU).",
         "",
-        "| train data | " + " | ".join(f"{labels[k]}: gap %" for k in keys) + " | "
-        + " | ".join(f"{labels[k]}: rare-input loss" for k in keys) + " | λ chosen |",
-        "|---" * (2 + 2 * len(keys)) + "|",
+        "Best-step eval loss (nats) and its distance from the count model:",
+        "",
+        "| train data | count model (k) | " + " | ".join(f"{labels[k]} (Δ count)" for k in keys) + " | pick |",
+        "|---" * (3 + len(keys)) + "|",
     ]
-    for fraction in next(iter(entry["runs"].values())):
-      pairs = data_lib.train_pairs_used(entry["train_pairs"], float(fraction))
-      gaps = [mean_sd(entry["runs"][k][fraction], "gap_percent") for k in keys]
-      rare = [mean_sd(entry["runs"][k][fraction], "loss_rare_inputs") for k in keys]
-      chosen = entry["l2_selection"].get(fraction, {}).get("chosen")
-      lines.append(
-          f"| {100 * float(fraction):g}% ({pairs:,} pairs) | " + " | ".join(f"{m:.2f} ± {s:.2f}" for m, s in gaps)
-          + " | " + " | ".join(f"{m:.4f}" for m, _ in rare) + f" | {'–' if chosen is None else f'{chosen:g}'} |")
-    lines += ["", "Lowest gap per data size: " + "; ".join(best_models(entry, labels)) + "."]
-  lines += ["", f"![final gap and rare-input loss against train data]({png_name})", ""]
+    for fraction, count in entry["count"].items():
+      pairs = len_used(entry, fraction)
+      cells = []
+      for k in keys:
+        mean, sd = mean_sd(entry["runs"][k][fraction], "eval_loss")
+        cells.append(f"{mean:.4f} ± {sd:.4f} ({mean - count['eval_loss']:+.3f})")
+      lines.append(f"| {100 * float(fraction):g}% ({pairs:,} pairs) | {count['eval_loss']:.4f} ({count['k']:g}) | "
+                   + " | ".join(cells) + f" | {labels[ranking(entry, fraction)[0]]} |")
+    lines += [
+        "",
+        "Per model: the chosen regulariser, the best step / the step it ended at (per seed), the gap to the floor, "
+        "the rare-input loss, and the self-argmax share (all pairs / rare inputs) against the data's repeats:",
+        "",
+        "| train data | model | chosen | best / end step | gap % of floor | rare-input loss | self-argmax "
+        "| data repeats |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for fraction, repeats in entry["repeats"].items():
+      for k in keys:
+        runs = entry["runs"][k][fraction]
+        steps = ", ".join(f"{run['best_step']}/{run['end_step']}" for run in runs)
+        gap, gap_sd = mean_sd(runs, "gap_percent")
+        rare = mean_sd(runs, "loss_rare_inputs")[0]
+        own, own_rare = mean_sd(runs, "predicts_self")[0], mean_sd(runs, "predicts_self_rare")[0]
+        lines.append(
+            f"| {100 * float(fraction):g}% | {labels[k]} | {_settings_text(entry['tuning'][k][fraction]['chosen'])} "
+            f"| {steps} | {gap:.2f} ± {gap_sd:.2f} | {rare:.4f} | {100 * own:.1f}% / {100 * own_rare:.1f}% | "
+            f"{100 * repeats['repeats']:.1f}% / {100 * repeats['repeats_rare']:.1f}% |")
+    lines += ["", "Pick per data size: " + "; ".join(picks(entry, labels)) + "."]
+  lines += ["", f"![best-step eval loss and self-argmax share against train data]({png_name})", ""]
+  return "\n".join(lines)
+
+
+def len_used(entry: dict[str, Any], fraction: str) -> int:
+  from tied_embed.data import bigram as data_lib  # noqa: PLC0415
+
+  return data_lib.train_pairs_used(entry["train_pairs"], float(fraction))
+
+
+def readme_block(results: dict[str, Any]) -> str:
+  """The README's first-screen answer: per corpus and data size the model to pick, by how much (nats of eval loss
+  at the best step) or that the seeds cannot separate it from the next one, and where the count model is ahead."""
+  labels = {model["key"]: model["label"].split("  ")[0] for model in results["models"]}
+  lines = []
+  for corpus, entry in results["corpora"].items():
+    sizes = []
+    for fraction, count in entry["count"].items():
+      first, second = ranking(entry, fraction)[:2]
+      (m1, s1), (m2, s2) = (mean_sd(entry["runs"][k][fraction], "eval_loss") for k in (first, second))
+      pick = (f"{labels[first]} ≈ {labels[second]}" if m2 - s2 <= m1 + s1
+              else f"{labels[first]} by {m2 - m1:.3f}")
+      behind = f", count model {m1 - count['eval_loss']:.3f} ahead" if count["eval_loss"] < m1 else ""
+      sizes.append(f"{100 * float(fraction):g}% {pick}{behind}")
+    lines.append(f"- **{corpus}** ({entry['note'].split(' (')[0]}, V = {entry['vocab_size']}): " + "; ".join(sizes))
+  lines.append(f"\nMeasured by `science/when_to_tie.py` in {results['seconds'] / 60:.0f} min "
+               f"({results['cpu_seconds'] / 60:.0f} min of CPU time) on {results['machine']}.")
   return "\n".join(lines)
 
 
 def figure(results: dict[str, Any]):
-  """Per corpus: the final gap (% of floor) and the rare-input loss against train pairs, one line per model."""
+  """Per corpus: the best-step eval loss against train pairs, one line per model, with the count model and the
+  floor; and the self-argmax share with the data's repeat rate."""
   from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
   from matplotlib.figure import Figure  # noqa: PLC0415
   from matplotlib.ticker import FuncFormatter  # noqa: PLC0415
@@ -305,65 +547,174 @@ def figure(results: dict[str, Any]):
   axes = fig.subplots(len(names), 2, squeeze=False)
   for row, corpus in enumerate(names):
     entry = results["corpora"][corpus]
+    fractions = list(entry["count"])
+    pairs = [len_used(entry, f) for f in fractions]
+    loss_ax, self_ax = axes[row]
     for key, runs in entry["runs"].items():
-      fractions = list(runs)
-      pairs = [data_lib.train_pairs_used(entry["train_pairs"], float(f)) for f in fractions]
-      for column, metric in enumerate(("gap_percent", "loss_rare_inputs")):
-        means, sds = zip(*(mean_sd(runs[f], metric) for f in fractions), strict=True)
-        axes[row][column].errorbar(pairs, means, yerr=sds, marker="o", capsize=3, label=labels[key])
-    for column, ylabel in enumerate(("final gap (% of the floor)", "eval loss on rare inputs (nats)")):
-      ax = axes[row][column]
+      means, sds = zip(*(mean_sd(runs[f], "eval_loss") for f in fractions), strict=True)
+      loss_ax.errorbar(pairs, means, yerr=sds, marker="o", capsize=3, label=labels[key])
+      means, sds = zip(*(mean_sd(runs[f], "predicts_self") for f in fractions), strict=True)
+      self_ax.errorbar(pairs, 100 * np.array(means), yerr=100 * np.array(sds), marker="o", capsize=3,
+                       label=labels[key])
+    loss_ax.plot(pairs, [entry["count"][f]["eval_loss"] for f in fractions], "k--", marker="s",
+                 label="count bigram (add-k)")
+    loss_ax.axhline(entry["floor"], color="grey", linestyle=":", label="floor (unreachable)")
+    self_ax.plot(pairs, [100 * entry["repeats"][f]["repeats"] for f in fractions], "k--",
+                 label="data: next = current")
+    loss_ax.set_ylabel("best-step eval loss (nats)")
+    self_ax.set_ylabel("predicted next = current (% of eval pairs)")
+    loss_ax.set_title(f"{corpus}: best-step eval loss")
+    self_ax.set_title(f"{corpus}: likeliest next token = the current one")
+    for ax in (loss_ax, self_ax):
       ax.set_xscale("log")
       ax.set_xlabel("train pairs used")
-      ax.set_ylabel(ylabel)
-      ax.set_title(f"{corpus}: {ylabel.split(' (')[0]}")
       ax.grid(alpha=0.3)
-    axes[row][0].set_yscale("log")
-    for axis in (axes[row][0].yaxis, axes[row][0].xaxis, axes[row][1].xaxis):  # 20, not 2×10¹
-      axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-      axis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
-  axes[0][0].legend(fontsize=8)
+      ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))  # 1,000,000, not 1e+06
+      ax.xaxis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
+    loss_ax.legend(fontsize=8)
+    self_ax.legend(fontsize=8)
   fig.tight_layout()
   return fig
 
 
-def write(results: dict[str, Any], out: pathlib.Path) -> list[pathlib.Path]:
+def write(results: dict[str, Any], out: pathlib.Path, notes: str = "") -> list[pathlib.Path]:
   """<out>/when_to_tie.{json,md,png}: → their paths."""
   out.mkdir(parents=True, exist_ok=True)
   paths = [out / f"when_to_tie.{suffix}" for suffix in ("json", "md", "png")]
   paths[0].write_text(json.dumps(results, indent=1, allow_nan=True))
-  paths[1].write_text(markdown(results, paths[2].name))
+  paths[1].write_text(markdown(results, paths[2].name, notes))
   figure(results).savefig(paths[2], dpi=100)
   return paths
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def kept_notes(path: pathlib.Path) -> str:
+  """The hand-written notes between the NOTES markers of an existing docs page ('' if none)."""
+  text = path.read_text() if path.exists() else ""
+  if NOTES_START not in text or NOTES_END not in text:
+    return ""
+  return text.split(NOTES_START, 1)[1].split(NOTES_END, 1)[0]
+
+
+def write_readme(results: dict[str, Any], readme: pathlib.Path) -> None:
+  """Rewrites the generated sentence of the README's when-to-tie block (between its markers), keeping the rest."""
+  text = readme.read_text()
+  if README_START not in text or README_END not in text:
+    return
+  before, block = text.split(README_START, 1)
+  block, after = block.split(README_END, 1)
+  start, end = "<!-- picks -->", "<!-- /picks -->"
+  if start in block and end in block:
+    head, rest = block.split(start, 1)
+    block = f"{head}{start}\n{readme_block(results)}\n{end}{rest.split(end, 1)[1]}"
+  readme.write_text(f"{before}{README_START}{block}{README_END}{after}")
+
+
+def machine() -> str:
+  """'Intel(R) Xeon(R) Processor, 2 cores (AVX-512, AMX)' from /proc/cpuinfo, and the load average at the start."""
+  cpuinfo = pathlib.Path("/proc/cpuinfo").read_text() if pathlib.Path("/proc/cpuinfo").exists() else ""
+  model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
+               "an unknown CPU")
+  flags = next((set(line.split(":", 1)[1].split()) for line in cpuinfo.splitlines() if line.startswith("flags")),
+               set())
+  extensions = [name for flag, name in (("avx512f", "AVX-512"), ("amx_tile", "AMX")) if flag in flags]
+  load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+  return (f"{model}, {len(os.sched_getaffinity(0))} cores" + (f" ({' + '.join(extensions)})" if extensions else "")
+          + f", load average {load:.1f} at the start")
+
+
+class _Parser(argparse.ArgumentParser):
+  def error(self, message: str):  # one line, exit 2: the project's answer to bad input
+    raise UsageError(message)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+  """The command line, checked before any work: UsageError (one line) for a bad value."""
+  parser = _Parser(description=__doc__.splitlines()[0])
   parser.add_argument("--out", default=str(REPO / "runs" / "when_to_tie"), help="writes <out>/when_to_tie.*")
-  parser.add_argument("--write-docs", action="store_true", help="also copy the results to docs/when_to_tie.*")
+  parser.add_argument("--write-docs", action="store_true",
+                      help="also copy the results to docs/when_to_tie.* and rewrite README.md's when-to-tie picks")
   parser.add_argument("--quick", action="store_true",
-                      help=f"a tiny sweep for tests: {QUICK_STEPS} steps, 1 size, 1 seed, 2 λ, small corpora")
+                      help=f"a tiny sweep for tests: {QUICK_PLAN.max_steps} steps, 1 size, 1 seed, one setting "
+                           "per model")
   parser.add_argument("--corpora", default="bytes,subword", help="comma-separated: bytes, subword")
   parser.add_argument("--subword-corpus", default="", help="the subword corpus (default: Vim's help files)")
-  for name, steps in STEPS.items():
-    parser.add_argument(f"--{name}-steps", type=int, default=steps, help=f"steps per {name} run (default {steps})")
+  for name, plan in PLANS.items():
+    parser.add_argument(f"--{name}-steps", type=int, default=plan.max_steps,
+                        help=f"at most this many steps per {name} run (default {plan.max_steps})")
+  parser.add_argument("--fractions", default=",".join(f"{f:g}" for f in FRACTIONS),
+                      help="comma-separated train data sizes in (0, 1] (default: all five)")
+  parser.add_argument("--from-json", default="",
+                      help="train nothing: rewrite the tables, plot (and with --write-docs the docs) from this JSON")
+  parser.add_argument("--no-third-seed", action="store_true",
+                      help=f"skip seed {THIRD_SEED} where the two best models' spreads overlap")
   parser.add_argument("--keep-runs", action="store_true",
-                      help="keep every run's workdir under <out>/runs/ (~12 MB a subword run) for inspection")
+                      help="keep every run's workdir under <out>/runs/ for inspection")
   parser.add_argument("--no-compile-cache", action="store_true",
                       help="leave JAX's persistent compilation cache alone (tests: it is one per process)")
   args = parser.parse_args(argv)
-  started = time.perf_counter()
+  for name in PLANS:
+    steps = getattr(args, f"{name}_steps")
+    if steps < 1:
+      raise UsageError(f"--{name}-steps={steps}: expected a positive number of steps")
   out = pathlib.Path(args.out)
-  available = corpora(args.quick, args.subword_corpus)
+  existing = next((p for p in (out, *out.parents) if p.exists()), None)
+  if existing is not None and not existing.is_dir():
+    raise UsageError(f"--out={args.out}: {existing} exists and is not a directory")
   chosen = args.corpora.split(",")
-  unknown = [name for name in chosen if name not in available]
+  unknown = [name for name in chosen if name not in ("bytes", "subword")]
   if unknown:
-    parser.error(f"--corpora={args.corpora!r}: {unknown[0]!r} is not one of {', '.join(available)}")
+    raise UsageError(f"--corpora={args.corpora!r}: {unknown[0]!r} is not one of bytes, subword")
+  try:
+    args.fraction_list = tuple(float(f) for f in args.fractions.split(","))
+  except ValueError:
+    raise UsageError(f"--fractions={args.fractions!r}: expected comma-separated numbers in (0, 1]") from None
+  bad = [f for f in args.fraction_list if not 0 < f <= 1]
+  if bad:
+    raise UsageError(f"--fractions={args.fractions!r}: {bad[0]:g} is not in (0, 1]")
+  if args.from_json and not pathlib.Path(args.from_json).is_file():
+    raise UsageError(f"--from-json={args.from_json}: no such file")
+  args.available = corpora(args.quick, args.subword_corpus)
+  args.chosen = chosen
+  return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+  try:
+    args = parse(argv)
+  except UsageError as error:
+    print(f"error: {error}", file=sys.stderr)
+    raise SystemExit(2) from None
+  if args.from_json:
+    results = json.loads(pathlib.Path(args.from_json).read_text())
+    publish(results, pathlib.Path(args.out), args.write_docs)
+    return results
+  return sweep(args)
+
+
+def publish(results: dict[str, Any], out: pathlib.Path, write_docs: bool) -> list[pathlib.Path]:
+  """Writes <out>/when_to_tie.*; with `write_docs` also docs/when_to_tie.* (keeping its notes) and README's picks."""
+  docs = REPO / "docs"
+  paths = write(results, out, kept_notes(docs / "when_to_tie.md") if write_docs else "")
+  if write_docs:
+    for path in paths:
+      if path.resolve() != (docs / path.name).resolve():
+        shutil.copyfile(path, docs / path.name)
+    write_readme(results, REPO / "README.md")
+  return paths
+
+
+def sweep(args: argparse.Namespace) -> dict[str, Any]:
+  """The sweep of a checked command line: → the results written."""
+  import jax  # noqa: PLC0415
+  from absl import logging  # noqa: PLC0415
+
+  started, cpu_started = time.perf_counter(), time.process_time()
+  out = pathlib.Path(args.out)
   models = MODELS
   if args.quick:
-    fractions, seeds, grid = (0.1,), SEEDS[:1], L2_GRID[1:]
+    fractions, seeds, grids = (0.1,), SEEDS[:1], QUICK_GRIDS
   else:
-    fractions, seeds, grid = FRACTIONS, SEEDS, L2_GRID
+    fractions, seeds, grids = args.fraction_list, SEEDS, GRIDS
   if not args.no_compile_cache:
     # Runs that differ only in seed or data size compile the same programs: compile them once, keep them on disk.
     jax.config.update("jax_compilation_cache_dir", str(out / "jax_cache"))
@@ -371,23 +722,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
   logging.set_verbosity(logging.ERROR)  # one line per run from here, not the trainer's log of every run
   results: dict[str, Any] = {
       "models": [dataclasses.asdict(model) for model in models], "fractions": list(fractions),
-      "seeds": list(seeds), "l2_grid": list(grid), "holdout_share": HOLDOUT_SHARE,
-      "cpus": len(os.sched_getaffinity(0)),
-      "corpora": {},
+      "seeds": list(seeds), "grids": {axis: list(values) for axis, values in grids.items()},
+      "patience": PATIENCE, "machine": machine(), "corpora": {},
   }
-  for name in chosen:
-    steps = QUICK_STEPS if args.quick else getattr(args, f"{name}_steps")
-    print(f"{name}: {available[name].note}, {steps} steps per run", flush=True)
-    results["corpora"][name] = sweep_corpus(available[name], models, fractions, seeds, grid, steps, out,
-                                            args.keep_runs)
-    print(f"{name}: {results['corpora'][name]['seconds'] / 60:.1f} min", flush=True)
+  for name in args.chosen:
+    plan = QUICK_PLAN if args.quick else dataclasses.replace(PLANS[name], max_steps=getattr(args, f"{name}_steps"))
+    print(f"{name}: {args.available[name].note}, at most {plan.max_steps} steps per run", flush=True)
+    entry = sweep_corpus(args.available[name], models, fractions, seeds, grids, plan, out, args.keep_runs,
+                         third_seed=not args.no_third_seed)
+    results["corpora"][name] = entry
+    print(f"{name}: {entry['seconds'] / 60:.1f} min, {entry['cpu_seconds'] / 60:.1f} min CPU", flush=True)
   results["seconds"] = time.perf_counter() - started
-  paths = write(results, out)
-  if args.write_docs:
-    for path in paths:
-      shutil.copyfile(path, REPO / "docs" / path.name)
-  print(f"wrote {', '.join(map(str, paths))}{' and docs/when_to_tie.*' if args.write_docs else ''}; "
-        f"wall time {results['seconds'] / 60:.1f} min")
+  results["cpu_seconds"] = time.process_time() - cpu_started
+  paths = publish(results, out, args.write_docs)
+  print(f"wrote {', '.join(map(str, paths))}{' and docs/when_to_tie.*, README.md' if args.write_docs else ''}; "
+        f"wall time {results['seconds'] / 60:.1f} min, CPU time {results['cpu_seconds'] / 60:.1f} min")
   return results
 
 

@@ -88,12 +88,16 @@ def add_k_loss(train: PairCounts, ids: np.ndarray, next_ids: np.ndarray, k: floa
   return float(-np.mean(np.log((pair + k) / (row + k * train.vocab_size))))
 
 
+def best_k(fit: PairCounts, held_ids: np.ndarray, held_next: np.ndarray) -> float:
+  """The k of K_GRID whose add-k model of `fit` has the lowest loss on the held-out pairs (M,), (M,)."""
+  return min(K_GRID, key=lambda k: add_k_loss(fit, held_ids, held_next, k))
+
+
 def choose_k(train_ids: np.ndarray, train_next: np.ndarray, vocab_size: int) -> float:
   """The k of K_GRID with the lowest loss on the last HELD_OUT_FRACTION of train, fitted on the rest."""
   cut = len(train_ids) - max(int(len(train_ids) * HELD_OUT_FRACTION), 1)
   fit = PairCounts.of(train_ids[:cut], train_next[:cut], vocab_size)
-  held_ids, held_next = train_ids[cut:], train_next[cut:]
-  return min(K_GRID, key=lambda k: add_k_loss(fit, held_ids, held_next, k))
+  return best_k(fit, train_ids[cut:], train_next[cut:])
 
 
 def count_bigram_loss(

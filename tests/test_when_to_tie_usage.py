@@ -1,0 +1,39 @@
+"""science/when_to_tie.py refuses bad command lines before any work: one line `error: ...`, exit 2, nothing written."""
+
+import subprocess
+import sys
+
+import pytest
+from helpers import subprocess_env
+
+from science import when_to_tie
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (["--bytes-steps=-5"], "--bytes-steps=-5"),
+    (["--subword-steps=0"], "--subword-steps=0"),
+    (["--corpora=bytes,words"], "'words'"),
+    (["--bytes-steps=many"], "--bytes-steps"),
+])
+def test_bad_flags_are_one_line_errors_before_any_work(tmp_path, capsys, flags, named):
+  out = tmp_path / "out"
+  with pytest.raises(SystemExit) as exited:
+    when_to_tie.main([*flags, "--out", str(out)])
+  assert exited.value.code == 2
+  captured = capsys.readouterr()
+  assert captured.out == ""
+  (line,) = captured.err.splitlines()
+  assert line.startswith("error: ") and named in line
+  assert not out.exists()
+
+
+def test_out_that_is_a_file_is_refused_by_the_script(tmp_path):
+  taken = tmp_path / "results.txt"
+  taken.write_text("not a directory\n")
+  done = subprocess.run([sys.executable, "science/when_to_tie.py", "--out", str(taken / "sub")],
+                        cwd=when_to_tie.REPO, env=subprocess_env(), capture_output=True, text=True, timeout=120,
+                        check=False)
+  assert done.returncode == 2 and done.stdout == ""
+  (line,) = done.stderr.splitlines()
+  assert line.startswith("error: --out=") and str(taken) in line and "not a directory" in line
+  assert taken.read_text() == "not a directory\n" and sorted(tmp_path.iterdir()) == [taken]
