@@ -116,6 +116,23 @@ def measure(shape: str, rounds: int, variants: list[str], chunks: list[int]) -> 
   return result
 
 
+def report(paths: list[str]) -> str:
+  """A markdown table of runs' JSON: each timed variant's median ms, and its speedup over the trainer's options."""
+  lines = ["| shape (V, D, T) | variant | step ms, median (fastest) | CPU ms, median | trainer's / variant, "
+           "wall (CPU), median of rounds |", "|---|---|---|---|---|"]
+  for path in paths:
+    for shape, result in json.loads(pathlib.Path(path).read_text()).items():
+      for name, row in result.items():
+        if isinstance(row, dict) and "median_ms" in row:
+          twins = [twin for twin, same in result["same_program_as"].items() if same == name]
+          label = name + "".join(f" = {twin}" for twin in twins)
+          speedup = (f"{row['speedup_median']:.2f}x ({row['cpu_speedup_median']:.2f}x)"
+                     if "speedup_median" in row else "")
+          lines.append(f"| {shape} ({result['V']}, {result['D']}, {result['T']}) | {label} | "
+                       f"{row['median_ms']:.4g} ({row['fastest_ms']:.4g}) | {row['cpu_median_ms']:.4g} | {speedup} |")
+  return "\n".join(lines)
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--shapes", default=",".join(SHAPES))
@@ -123,7 +140,11 @@ def main() -> None:
   parser.add_argument("--chunks", default="")
   parser.add_argument("--rounds", type=int, default=5)
   parser.add_argument("--json", default="runs/bench/dot_options.json")
+  parser.add_argument("--report", nargs="+", help="print the table of these runs' JSON files and exit")
   args = parser.parse_args()
+  if args.report:
+    print(report(args.report))
+    return
   variants = [v for v in args.variants.split(",") if v]
   chunks = [int(c) for c in args.chunks.split(",") if c]
   results = {}
