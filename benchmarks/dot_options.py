@@ -118,8 +118,8 @@ def measure(shape: str, rounds: int, variants: list[str], chunks: list[int]) -> 
 
 def report(paths: list[str]) -> str:
   """A markdown table of runs' JSON: each timed variant's median ms, and its speedup over the trainer's options."""
-  lines = ["| shape (V, D, T) | variant | step ms, median (fastest) | CPU ms, median | trainer's / variant, "
-           "wall (CPU), median of rounds |", "|---|---|---|---|---|"]
+  lines = ["| run | shape (V, D, T) | variant | step ms, median (fastest) | CPU ms, median | trainer's / variant, "
+           "wall (CPU), median of rounds |", "|---|---|---|---|---|---|"]
   for path in paths:
     for shape, result in json.loads(pathlib.Path(path).read_text()).items():
       for name, row in result.items():
@@ -128,7 +128,7 @@ def report(paths: list[str]) -> str:
           label = name + "".join(f" = {twin}" for twin in twins)
           speedup = (f"{row['speedup_median']:.2f}x ({row['cpu_speedup_median']:.2f}x)"
                      if "speedup_median" in row else "")
-          lines.append(f"| {shape} ({result['V']}, {result['D']}, {result['T']}) | {label} | "
+          lines.append(f"| {pathlib.Path(path).stem} | {shape} ({result['V']}, {result['D']}, {result['T']}) | {label} | "
                        f"{row['median_ms']:.4g} ({row['fastest_ms']:.4g}) | {row['cpu_median_ms']:.4g} | {speedup} |")
   return "\n".join(lines)
 
