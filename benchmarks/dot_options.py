@@ -1,14 +1,15 @@
 """XLA:CPU's dot-fusion options and the chunk size for the trainer's float32 step, side by side at each shape.
 
 Run: `python benchmarks/dot_options.py [--shapes=gpt2,v8192] [--rounds=5] [--chunks=128,256,512]
-[--json=runs/bench/dot_options.json]`.
+[--json=runs/bench/dot_options.json]`; `python benchmarks/dot_options.py --report A.json [B.json ...]` prints
+benchmarks/README.md's table from such runs.
 
 For each shape (V, D, T), the real step (`tied_embed.fast.select.make_train_step` on configs/default.py, uniform
 ids, as benchmarks/throughput.py builds it) is compiled once per variant of `compilation.CPU_COMPILER_OPTIONS`
 (`OPTION_VARIANTS`) and, with `--chunks`, once per chunk size under the current options; all are timed in turns in
 one process: wall and process CPU time (user + sys of all threads, steadier on a shared machine), medians and
 fastest calls; small shapes time several steps per call. Each variant's optimised program is fingerprinted
-(`same_program_as`): jaxlib 0.10.2 takes no XNNPACK or oneDNN dot fusion, so those variants compile to the very
+(`same_program_as`): jaxlib 0.10.2 takes no XNNPACK or oneDNN dot fusion, so those variants compile to the
 program of YNNPACK's reduce fusion alone, and are timed once. Prints and writes JSON.
 """
 
