@@ -18,6 +18,9 @@ from tied_embed.fast import host_memory
 #   accumulates inside the dot instead of writing a (V, D) product and adding it in a second pass (10-15% faster,
 #   one (V, D) buffer fewer); with the dot fusion alone, reductions stop fusing their inputs (every sum of squares
 #   wrote a (V, D) temporary), so YNNPACK takes the reductions too.
+#   XNNPACK's and oneDNN's dot fusions (xla_cpu_experimental_{xnn,onednn}_fusion_type) are no alternative: this
+#   jaxlib compiles them to XLA's own dot, the program without a dot fusion, which costs 5-9% more CPU time at
+#   V=8192 and V=32768 and the same at GPT-2's V=50257, D=768 (benchmarks/dot_options.py).
 # - Copy insertion by region analysis: without it XLA:CPU copied the (V, D) table before updating it in place.
 CPU_COMPILER_OPTIONS = {
     "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_REDUCE",
