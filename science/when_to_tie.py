@@ -579,15 +579,17 @@ def convergence_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str
         f"{run['change_select']:+.4f} / {run['change_eval']:+.4f} | "
         f"{'yes' if long['best_step'] < long['end_step'] else 'no'} |")
   still = [labels[key] for key, run in check["runs"].items() if run["long"]["best_step"] >= run["long"]["end_step"]]
-  moved = max(abs(run["change_eval"]) for run in check["runs"].values())
+  most = max(check["runs"], key=lambda key: abs(check["runs"][key]["change_eval"]))
+  moved = f"{abs(check['runs'][most]['change_eval']):.4f} nats ({labels[most]})"
   if not still:
     verdict = (f"Criterion met: enough steps. At {factor}× every model's best step comes before the end of its "
-               "schedule.")
+               f"schedule, and from 1× to {factor}× the eval loss moved by at most {moved}: the 1× runs are "
+               "converged to within that.")
   else:
     verdict = (f"Best step before the end: not met for {', '.join(still)}, whose best step is still the last at "
-               f"{factor}×.")
-  verdict += (f" From 1× to {factor}× the eval loss moved by at most {moved:.4f} nats (converged to within "
-              f"{moved:.3f} nats). The tables above and the ranking use the 1× runs.")
+               f"{factor}×: still improving. From 1× to {factor}× the eval loss moved by at most {moved}; the 1× "
+               "runs are at least that far from converged.")
+  verdict += " The tables above and the ranking use the 1× runs."
   lines += ["", verdict]
   change = convergence_change(entry, labels)
   if change:

@@ -75,7 +75,7 @@ def test_check_reruns_chosen_settings_on_seed_0_at_the_largest_size_with_stretch
          "| yes |" in text
   assert "| untied | 100 | 100 / 100 | 2.0010 (+0.001) | 300 | 300 / 300 | 2.0004 (+0.000) |" in text
   # tied and untied end at their last step: not met for them; the largest move is tied's 0.005 nats.
-  assert "not met for tied, untied" in text and "at most 0.0050 nats" in text and "use the 1× runs" in text
+  assert "not met for tied, untied" in text and "at most 0.0050 nats (tied)" in text and "use the 1× runs" in text
   # No move beyond a seed spread and the pick (untied) stays: no sentence.
   assert when_to_tie.convergence_change(entry, labels) == ""
 
