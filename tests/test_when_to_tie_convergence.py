@@ -88,5 +88,21 @@ def test_a_changed_pick_or_distance_beyond_the_seed_spread_is_said():
   labels = {"tied": "T", "untied": "U", "tied_w": "W"}
   assert when_to_tie.convergence_change(entry, labels) == (
       "With 3× the steps at 100% (seed 0): the pick becomes W; the distance from the count model moves by more than "
-      "the seeds' spread for W (-0.028); W ends -0.020 nats from the count model.")
+      "the seeds' spread for W (-0.028, sd 0.0020); W ends -0.020 nats from the count model.")
   assert when_to_tie.convergence_lines(entry, labels)[-1] == when_to_tie.convergence_change(entry, labels)
+
+
+def test_readme_clause_names_the_pick_and_its_distance_only_when_the_check_changes_them():
+  entry = _entry()
+  labels = {"tied": "T", "untied": "U", "tied_w": "W"}
+  # The pick (untied, 2.000 mean) moves by 0.0006 < its sd 0.001: nothing.
+  entry["convergence"] = when_to_tie.convergence_check(
+      _StretchingSweep({"tied": (2.6, 2.2, 300), "untied": (2.3, 2.0004, 300), "tied_w": (2.3, 2.008, 300)}),
+      entry, when_to_tie.MODELS, 3)
+  assert when_to_tie.convergence_readme(entry, labels) == ""
+  # untied moves by 0.0110 > 0.001 and passes the count model (2.0): 0.010 ahead of it.
+  entry["convergence"] = when_to_tie.convergence_check(
+      _StretchingSweep({"tied": (2.6, 2.3, 300), "untied": (2.3, 1.99, 300), "tied_w": (2.3, 2.008, 300)}),
+      entry, when_to_tie.MODELS, 3)
+  assert when_to_tie.convergence_readme(entry, labels) == (
+      " (with 3× the steps, seed 0: U, 0.010 ahead of the count model)")
