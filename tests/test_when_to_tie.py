@@ -87,7 +87,7 @@ def test_quick_sweep_writes_tables_and_plot(tmp_path):
     env.pop(name, None)
   done = subprocess.run(
       [sys.executable, "science/when_to_tie.py", "--quick", "--corpora", "bytes", "--out", str(tmp_path),
-       "--no-compile-cache", "--keep-runs"],
+       "--no-compile-cache", "--keep-runs", "--convergence-factor=0"],  # the check: ~20 s more; its own tests
       cwd=when_to_tie.REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "oneDNN" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
@@ -137,16 +137,6 @@ def test_quick_sweep_writes_tables_and_plot(tmp_path):
     surely, maybe = self_margin[data.eval_ids] > 1e-4, self_margin[data.eval_ids] > -1e-4  # float32 near-ties
     assert np.mean(surely) - 1e-12 <= run["predicts_self"] <= np.mean(maybe) + 1e-12
   assert entry["tuning"]["tied_w"]["0.1"]["chosen"] == {"weight_decay": 0.0, "hidden_l2": 0.1}
-  # The convergence check ran by default, at the largest size: 3× the steps and the steps between evals.
-  check = entry["convergence"]
-  assert check["fraction"] == "0.1" and check["factor"] == when_to_tie.CONVERGENCE_FACTOR == 3
-  for key, run in check["runs"].items():
-    (base,) = entry["runs"][key]["0.1"]
-    long = run["long"]
-    assert long["settings"] == base["settings"] and long["seed"] == 0
-    assert long["num_steps"] == 3 * base["num_steps"] and long["eval_every"] == 3 * base["eval_every"]
-    assert 0 < long["best_step"] <= long["end_step"] == long["num_steps"]
-    assert run["change_eval"] == pytest.approx(long["eval_loss"] - base["eval_loss"])
   # The README's picks are rewritten between their markers, the text around them kept; so are the docs' notes.
   readme = tmp_path / "README.md"
   readme.write_text("intro\n<!-- when-to-tie -->\nhand text <!-- picks -->old<!-- /picks --> more\n"
@@ -161,5 +151,5 @@ def test_quick_sweep_writes_tables_and_plot(tmp_path):
   assert when_to_tie.kept_notes(page) == "\nWhat the numbers show.\n"
   markdown = (tmp_path / "when_to_tie.md").read_text()
   assert "| 10% (" in markdown and "when_to_tie.png" in markdown and "count model" in markdown
-  assert "### Convergence at 10%" in markdown and "use the 1× runs" in markdown
+  assert "convergence" not in entry and "Convergence at" not in markdown  # --convergence-factor=0: no check
   assert (tmp_path / "when_to_tie.png").read_bytes()[:4] == b"\x89PNG"
