@@ -3,6 +3,8 @@
   .venv/bin/python science/when_to_tie.py                  # the whole sweep into runs/when_to_tie/
   .venv/bin/python science/when_to_tie.py --write-docs     # the same, and docs/when_to_tie.* and README's block
   .venv/bin/python science/when_to_tie.py --quick --corpora=bytes --out=runs/when_to_tie_quick  # seconds
+  .venv/bin/python science/when_to_tie.py --from-json docs/when_to_tie.json --add-convergence --write-docs
+                                           # only the convergence check, added to an existing sweep's JSON
 
 Three models: tied (logits E[i]·Eᵀ), untied (A[i]·Bᵀ) and tied + W (E[i]·W·Eᵀ, model.hidden="linear", W a D×D
 matrix that starts at the identity, with the penalty λ·‖W − I‖², model.hidden_l2 = λ, whose grid holds 0). Each
@@ -23,6 +25,12 @@ run, and seed 1 reruns it. Where the two best models' spreads overlap, both get 
 Beside the models, at every size, the count-bigram reference: add-k counts of exactly the pairs the models train
 on, k chosen from count_bigram.K_GRID on the selection split; each model is reported as its distance from it.
 The floor (the validation split's own bigram entropy, unreachable) stays beside it.
+
+The convergence check (--convergence-factor F, default CONVERGENCE_FACTOR; 0: off): at the largest data size (100%),
+each model at the settings chosen there reruns seed 0 with F times the steps, the same schedule shape (warmup, then
+cosine decay to 0 over the longer run) and as many evals, scored at its best step as every run is. It says whether
+the best step comes before the end once the schedule is long enough, or how far the loss still moves; the ranking
+uses the 1× runs. --from-json with --add-convergence trains only these runs and adds them to that JSON.
 
 Compiled programs are cached on disk (JAX's persistent compilation cache, under <out>/jax_cache): runs that differ
 only in seed or data size share their step and eval programs. The sweep prints each run and its own wall and CPU
@@ -75,6 +83,9 @@ SUBWORD_VOCAB = 2048  # 8192 pieces cost ~4× the steps and evals, and do not co
 EPOCHS = 10  # a run's schedule: 10 passes over its train pairs, within [MIN_STEPS, Plan.max_steps]
 MIN_STEPS = 200
 MIN_EVAL_EVERY = 10
+# The convergence check's steps at 100%, as a multiple of the sweep's: the 1× runs at 100% end still improving (best
+# step = last step), and 3× is what the budget allows on the 2-core build machine (~1.5 min CPU per subword run).
+CONVERGENCE_FACTOR = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,23 +300,28 @@ class Sweep:
     counts = np.bincount(self.train_pairs(fraction)[0], minlength=self.corpus.vocab_size)
     return frequency.input_buckets(counts) == frequency.BUCKETS.index("rare")
 
-  def train(self, model: Model, fraction: float, seed: int, settings: dict[str, float]) -> dict[str, Any]:
-    """One run, scored at its best step: → its numbers."""
+  def train(self, model: Model, fraction: float, seed: int, settings: dict[str, float],
+            steps_factor: int = 1) -> dict[str, Any]:
+    """One run, scored at its best step: → its numbers. `steps_factor` stretches its schedule: that many times the
+    steps and the steps between evals (the same warmup share, cosine decay and eval count; the convergence check)."""
     from tied_embed import trainer  # noqa: PLC0415
     from tied_embed.run import checkpoint  # noqa: PLC0415
 
     steps, every = schedule(self.plan, len(self.train_pairs(fraction)[0]), self.batch_size)
+    steps, every = steps * steps_factor, every * steps_factor
     config = run_config(self.corpus, model, fraction, seed, settings, steps, every, self.data_dir,
                         self.plan.selection_share)
     name = "-".join(f"{key}={value:g}" for key, value in sorted(settings.items()))
-    workdir = self.runs_dir / f"{model.key}-{name}-f{fraction:g}-s{seed}"
+    stretched = "" if steps_factor == 1 else f"-x{steps_factor}"
+    workdir = self.runs_dir / f"{model.key}-{name}-f{fraction:g}-s{seed}{stretched}"
     started, cpu_started = time.perf_counter(), time.process_time()
     summary = trainer.train_and_evaluate(config, workdir)
     best = checkpoint.restore(workdir, step=summary.best_step).model
     lookup, projection = (np.asarray(table) for table in best.scoring_tables())
     scores = best_step_scores(lookup, projection, self.data.eval_ids, self.data.eval_next, self.rare_inputs(fraction))
     run = {
-        "seed": seed, "settings": dict(settings), "eval_every": every, "num_steps": steps,
+        "seed": seed, "settings": dict(settings), "steps_factor": steps_factor, "eval_every": every,
+        "num_steps": steps,
         "best_step": summary.best_step, "end_step": summary.step, "stopped_early": summary.stopped_early,
         "select_loss": summary.best_select_loss, "eval_loss": summary.best_eval_loss,
         "gap_percent": 100 * (summary.best_eval_loss - summary.loss_floor) / summary.loss_floor,
@@ -318,7 +334,8 @@ class Sweep:
     }
     if not self.keep_runs:  # the numbers are all the sweep needs of it
       shutil.rmtree(workdir)
-    print(f"  {self.corpus.key:7s} {model.key:7s} {name:28s} f={fraction:<5g} seed {seed}: best step "
+    print(f"  {self.corpus.key:7s} {model.key:7s} {name:28s} f={fraction:<5g} seed {seed}"
+          f"{'' if steps_factor == 1 else f' ×{steps_factor}'}: best step "
           f"{run['best_step']:>4}/{run['end_step']:<4} select {run['select_loss']:.4f} eval {run['eval_loss']:.4f} "
           f"self-argmax {100 * run['predicts_self']:5.1f}%  [{run['seconds']:.1f} s, {run['cpu_seconds']:.1f} s CPU]",
           flush=True)
@@ -351,9 +368,34 @@ def spreads_cross(runs_by_model: dict[str, list[dict[str, Any]]]) -> list[str]:
   return [first, second] if m2 - s2 <= m1 + s1 else []
 
 
+CONVERGENCE_KEYS = ("num_steps", "eval_every", "best_step", "end_step", "select_loss", "eval_loss")
+
+
+def convergence_check(sweep: Sweep, entry: dict[str, Any], models: tuple[Model, ...], factor: int) -> dict[str, Any]:
+  """At the entry's largest data size, each model at its chosen settings rerun on seed 0 with `factor` × the steps:
+  → {fraction, factor, count_eval_loss, runs: {model: {base, long, change_select, change_eval}}, seconds, ...}."""
+  started, cpu_started = time.perf_counter(), time.process_time()
+  fraction = max(entry["count"], key=float)
+  check: dict[str, Any] = {"fraction": fraction, "factor": factor,
+                           "count_eval_loss": entry["count"][fraction]["eval_loss"], "runs": {}}
+  for model in models:
+    base = next(run for run in entry["runs"][model.key][fraction] if run["seed"] == 0)
+    long = sweep.train(model, float(fraction), 0, entry["tuning"][model.key][fraction]["chosen"], steps_factor=factor)
+    check["runs"][model.key] = {
+        "base": {key: base[key] for key in CONVERGENCE_KEYS}, "long": long,
+        "change_select": long["select_loss"] - base["select_loss"],
+        "change_eval": long["eval_loss"] - base["eval_loss"],
+    }
+  check["seconds"] = time.perf_counter() - started
+  check["cpu_seconds"] = time.process_time() - cpu_started
+  return check
+
+
 def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, grids, plan: Plan,
-                 out: pathlib.Path, keep_runs: bool = False, third_seed: bool = True) -> dict[str, Any]:
-  """Every model × fraction × seed on one corpus, each tuned on the selection split: → the corpus's JSON entry."""
+                 out: pathlib.Path, keep_runs: bool = False, third_seed: bool = True,
+                 convergence_factor: int = CONVERGENCE_FACTOR) -> dict[str, Any]:
+  """Every model × fraction × seed on one corpus, each tuned on the selection split, and the convergence check at
+  the largest fraction (`convergence_factor` 0: none): → the corpus's JSON entry."""
   started, cpu_started = time.perf_counter(), time.process_time()
   sweep = Sweep(corpus, plan, out, keep_runs)
   data = sweep.data
@@ -381,6 +423,8 @@ def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, gr
         model = next(m for m in models if m.key == model_key)
         entry["runs"][model_key][key].append(
             sweep.train(model, fraction, THIRD_SEED, entry["tuning"][model_key][key]["chosen"]))
+  if convergence_factor:
+    entry["convergence"] = convergence_check(sweep, entry, models, convergence_factor)
   entry["seconds"] = time.perf_counter() - started
   entry["cpu_seconds"] = time.process_time() - cpu_started
   return entry
@@ -503,8 +547,93 @@ def markdown(results: dict[str, Any], png_name: str, notes: str = "") -> str:
             f"| {steps} | {gap:.2f} ± {gap_sd:.2f} | {rare:.4f} | {100 * own:.1f}% / {100 * own_rare:.1f}% | "
             f"{100 * repeats['repeats']:.1f}% / {100 * repeats['repeats_rare']:.1f}% |")
     lines += ["", "Pick per data size: " + "; ".join(picks(entry, labels)) + "."]
+    if "convergence" in entry:
+      lines += convergence_lines(entry, labels)
   lines += ["", f"![best-step eval loss and self-argmax share against train data]({png_name})", ""]
   return "\n".join(lines)
+
+
+def convergence_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
+  """The convergence check's table and what it shows: the best step before the end of the longer schedule, or how
+  far the loss still moved; and whether the longer runs change the pick or the distance from the count model."""
+  check = entry["convergence"]
+  factor, fraction, count = check["factor"], check["fraction"], check["count_eval_loss"]
+  size = f"{100 * float(fraction):g}%"
+  lines = [
+      "", f"### Convergence at {size}", "",
+      f"Each model at its chosen settings, seed 0, rerun with {factor}× the steps (warmup, then cosine decay to 0 "
+      f"over the longer run, as many evals) and scored at its best step by the selection loss, as above; the count "
+      f"model's eval loss is {count:.4f}. Written in {check['seconds'] / 60:.1f} min "
+      f"({check['cpu_seconds'] / 60:.1f} min CPU).", "",
+      "| model | 1× steps | 1× best / end step | 1× eval loss (Δ count) | "
+      f"{factor}× steps | {factor}× best / end step | {factor}× eval loss (Δ count) | change select / eval | "
+      "best before the end? |",
+      "|---" * 9 + "|",
+  ]
+  for key, run in check["runs"].items():
+    base, long = run["base"], run["long"]
+    lines.append(
+        f"| {labels[key]} | {base['num_steps']} | {base['best_step']} / {base['end_step']} | "
+        f"{base['eval_loss']:.4f} ({base['eval_loss'] - count:+.3f}) | {long['num_steps']} | "
+        f"{long['best_step']} / {long['end_step']} | {long['eval_loss']:.4f} ({long['eval_loss'] - count:+.3f}) | "
+        f"{run['change_select']:+.4f} / {run['change_eval']:+.4f} | "
+        f"{'yes' if long['best_step'] < long['end_step'] else 'no'} |")
+  still = [labels[key] for key, run in check["runs"].items() if run["long"]["best_step"] >= run["long"]["end_step"]]
+  most = max(check["runs"], key=lambda key: abs(check["runs"][key]["change_eval"]))
+  moved = f"{abs(check['runs'][most]['change_eval']):.4f} nats ({labels[most]})"
+  if not still:
+    verdict = (f"Criterion met: enough steps. At {factor}× every model's best step comes before the end of its "
+               f"schedule, and from 1× to {factor}× the eval loss moved by at most {moved}: the 1× runs are "
+               "converged to within that.")
+  else:
+    verdict = (f"Best step before the end: not met for {', '.join(still)}, whose best step is still the last at "
+               f"{factor}×: still improving. From 1× to {factor}× the eval loss moved by at most {moved}; the 1× "
+               "runs are at least that far from converged.")
+  verdict += " The tables above and the ranking use the 1× runs."
+  lines += ["", verdict]
+  change = convergence_change(entry, labels)
+  if change:
+    lines += ["", change]
+  return lines
+
+
+def convergence_change(entry: dict[str, Any], labels: dict[str, str]) -> str:
+  """One sentence where the convergence check's longer runs change the pick at its size, or move a model's distance
+  from the count model by more than that model's seed spread (sd of its 1× runs); '' where they do not."""
+  check = entry["convergence"]
+  fraction, factor = check["fraction"], check["factor"]
+  first = ranking(entry, fraction)[0]
+  long_first = min(check["runs"], key=lambda key: check["runs"][key]["long"]["eval_loss"])
+  spread = {key: mean_sd(entry["runs"][key][fraction], "eval_loss")[1] for key in check["runs"]}
+  moved = [key for key, run in check["runs"].items() if abs(run["change_eval"]) > spread[key]]
+  parts = []
+  if long_first != first:
+    parts.append(f"the pick becomes {labels[long_first]}")
+  if moved:
+    parts.append("the distance from the count model moves by more than the seeds' spread for "
+                 + ", ".join(f"{labels[key]} ({check['runs'][key]['change_eval']:+.3f}, sd {spread[key]:.4f})"
+                             for key in moved))
+  if not parts:
+    return ""
+  best = check["runs"][long_first]["long"]["eval_loss"] - check["count_eval_loss"]
+  return (f"With {factor}× the steps at {100 * float(fraction):g}% (seed 0): " + "; ".join(parts)
+          + f"; {labels[long_first]} ends {best:+.3f} nats from the count model.")
+
+
+def convergence_readme(entry: dict[str, Any], labels: dict[str, str]) -> str:
+  """The README's clause on the convergence check: where the longer runs change the pick, or move the pick's
+  distance from the count model by more than its seed spread, that distance at F× ('' otherwise)."""
+  check = entry["convergence"]
+  fraction, factor = check["fraction"], check["factor"]
+  first = ranking(entry, fraction)[0]
+  long_first = min(check["runs"], key=lambda key: check["runs"][key]["long"]["eval_loss"])
+  moved = abs(check["runs"][first]["change_eval"]) > mean_sd(entry["runs"][first][fraction], "eval_loss")[1]
+  if long_first == first and not moved:
+    return ""
+  distance = check["runs"][long_first]["long"]["eval_loss"] - check["count_eval_loss"]
+  side = f"count model {distance:.3f} ahead" if distance > 0 else f"{-distance:.3f} ahead of the count model"
+  return (f" (with {factor}× the steps, seed 0: {labels[long_first]}" + (", the pick" if long_first != first else "")
+          + f", {side})")
 
 
 def len_used(entry: dict[str, Any], fraction: str) -> int:
@@ -528,6 +657,8 @@ def readme_block(results: dict[str, Any]) -> str:
       behind = f", count model {m1 - count['eval_loss']:.3f} ahead" if count["eval_loss"] < m1 else ""
       sizes.append(f"{100 * float(fraction):g}% {pick}{behind}")
     lines.append(f"- **{corpus}** ({entry['note'].split(' (')[0]}, V = {entry['vocab_size']}): " + "; ".join(sizes))
+    if "convergence" in entry:
+      lines[-1] += convergence_readme(entry, labels)
   lines.append(f"\nMeasured by `science/when_to_tie.py` in {results['seconds'] / 60:.0f} min "
                f"({results['cpu_seconds'] / 60:.0f} min of CPU time) on {results['machine']}.")
   return "\n".join(lines)
@@ -645,6 +776,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                       help="comma-separated train data sizes in (0, 1] (default: all five)")
   parser.add_argument("--from-json", default="",
                       help="train nothing: rewrite the tables, plot (and with --write-docs the docs) from this JSON")
+  parser.add_argument("--convergence-factor", type=int, default=CONVERGENCE_FACTOR,
+                      help="the convergence check at the largest size: this many times the steps, an integer ≥ 2 "
+                           f"(0: no check; default {CONVERGENCE_FACTOR})")
+  parser.add_argument("--add-convergence", action="store_true",
+                      help="with --from-json: train only the convergence check and add it to that JSON's results")
   parser.add_argument("--no-third-seed", action="store_true",
                       help=f"skip seed {THIRD_SEED} where the two best models' spreads overlap")
   parser.add_argument("--keep-runs", action="store_true",
@@ -656,6 +792,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     steps = getattr(args, f"{name}_steps")
     if steps < 1:
       raise UsageError(f"--{name}-steps={steps}: expected a positive number of steps")
+  if args.convergence_factor < 0 or args.convergence_factor == 1:
+    raise UsageError(f"--convergence-factor={args.convergence_factor}: expected 0 (no check) or an integer ≥ 2")
+  if args.add_convergence and not args.from_json:
+    raise UsageError("--add-convergence: needs --from-json, the sweep to add the check to")
+  if args.add_convergence and args.convergence_factor == 0:
+    raise UsageError("--add-convergence with --convergence-factor=0: expected a factor ≥ 2")
   out = pathlib.Path(args.out)
   existing = next((p for p in (out, *out.parents) if p.exists()), None)
   if existing is not None and not existing.is_dir():
@@ -686,6 +828,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     raise SystemExit(2) from None
   if args.from_json:
     results = json.loads(pathlib.Path(args.from_json).read_text())
+    if args.add_convergence:
+      try:
+        add_convergence(results, args)
+      except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     publish(results, pathlib.Path(args.out), args.write_docs)
     return results
   return sweep(args)
@@ -703,11 +851,41 @@ def publish(results: dict[str, Any], out: pathlib.Path, write_docs: bool) -> lis
   return paths
 
 
-def sweep(args: argparse.Namespace) -> dict[str, Any]:
-  """The sweep of a checked command line: → the results written."""
+def setup_jax(args: argparse.Namespace, out: pathlib.Path) -> None:
+  """JAX's persistent compilation cache under <out>/jax_cache (unless --no-compile-cache) and quiet run logs."""
   import jax  # noqa: PLC0415
   from absl import logging  # noqa: PLC0415
 
+  if not args.no_compile_cache:
+    # Runs that differ only in seed or data size compile the same programs: compile them once, keep them on disk.
+    jax.config.update("jax_compilation_cache_dir", str(out / "jax_cache"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+  logging.set_verbosity(logging.ERROR)  # one line per run from here, not the trainer's log of every run
+
+
+def add_convergence(results: dict[str, Any], args: argparse.Namespace) -> None:
+  """The convergence check of each chosen corpus in `results` (an existing sweep), on the same datasets (rebuilt
+  under <out>/data/ if absent; UsageError if they differ from the sweep's), added to its entries."""
+  out = pathlib.Path(args.out)
+  swept = {model["key"] for model in results["models"]}
+  models = tuple(model for model in MODELS if model.key in swept)
+  setup_jax(args, out)
+  for name in args.chosen:
+    if name not in results["corpora"]:
+      raise UsageError(f"--corpora: {name!r} is not in {args.from_json}")
+    entry = results["corpora"][name]
+    plan = Plan(**entry["plan"])
+    sweep = Sweep(args.available[name], plan, out, args.keep_runs)
+    if sweep.data.identity != entry["dataset"]:
+      raise UsageError(f"--from-json={args.from_json}: its {name} dataset is {entry['dataset']!r}, the one under "
+                       f"{sweep.data_dir} is {sweep.data.identity!r}")
+    print(f"{name}: convergence check, {args.convergence_factor}× {plan.max_steps} steps at most", flush=True)
+    entry["convergence"] = convergence_check(sweep, entry, models, args.convergence_factor)
+  results["convergence_factor"] = args.convergence_factor
+
+
+def sweep(args: argparse.Namespace) -> dict[str, Any]:
+  """The sweep of a checked command line: → the results written."""
   started, cpu_started = time.perf_counter(), time.process_time()
   out = pathlib.Path(args.out)
   models = MODELS
@@ -715,13 +893,10 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
     fractions, seeds, grids = (0.1,), SEEDS[:1], QUICK_GRIDS
   else:
     fractions, seeds, grids = args.fraction_list, SEEDS, GRIDS
-  if not args.no_compile_cache:
-    # Runs that differ only in seed or data size compile the same programs: compile them once, keep them on disk.
-    jax.config.update("jax_compilation_cache_dir", str(out / "jax_cache"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-  logging.set_verbosity(logging.ERROR)  # one line per run from here, not the trainer's log of every run
+  setup_jax(args, out)
   results: dict[str, Any] = {
       "models": [dataclasses.asdict(model) for model in models], "fractions": list(fractions),
+      "convergence_factor": args.convergence_factor,
       "seeds": list(seeds), "grids": {axis: list(values) for axis, values in grids.items()},
       "patience": PATIENCE, "machine": machine(), "corpora": {},
   }
@@ -729,7 +904,7 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
     plan = QUICK_PLAN if args.quick else dataclasses.replace(PLANS[name], max_steps=getattr(args, f"{name}_steps"))
     print(f"{name}: {args.available[name].note}, at most {plan.max_steps} steps per run", flush=True)
     entry = sweep_corpus(args.available[name], models, fractions, seeds, grids, plan, out, args.keep_runs,
-                         third_seed=not args.no_third_seed)
+                         third_seed=not args.no_third_seed, convergence_factor=args.convergence_factor)
     results["corpora"][name] = entry
     print(f"{name}: {entry['seconds'] / 60:.1f} min, {entry['cpu_seconds'] / 60:.1f} min CPU", flush=True)
   results["seconds"] = time.perf_counter() - started

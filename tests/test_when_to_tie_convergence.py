@@ -1,0 +1,108 @@
+"""science/when_to_tie.py's convergence check: its flags are checked before any work, it reruns each model's chosen
+settings on seed 0 at the largest size with the steps stretched, and its report says which criterion is met."""
+
+import pytest
+
+from science import when_to_tie
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (["--convergence-factor=1"], "--convergence-factor=1"),
+    (["--convergence-factor=-3"], "--convergence-factor=-3"),
+    (["--convergence-factor=two"], "--convergence-factor"),
+    (["--add-convergence"], "--add-convergence"),
+])
+def test_bad_convergence_flags_are_one_line_errors_before_any_work(tmp_path, capsys, flags, named):
+  out = tmp_path / "out"
+  with pytest.raises(SystemExit) as exited:
+    when_to_tie.main([*flags, "--out", str(out)])
+  assert exited.value.code == 2
+  captured = capsys.readouterr()
+  assert captured.out == ""
+  (line,) = captured.err.splitlines()
+  assert line.startswith("error: ") and named in line
+  assert not out.exists()
+
+
+def _run(seed, best, end, select, evaluation, steps=100):
+  return {"seed": seed, "num_steps": steps, "eval_every": steps // 10, "best_step": best, "end_step": end,
+          "select_loss": select, "eval_loss": evaluation}
+
+
+class _StretchingSweep:
+  """Stands in for Sweep.train: records each call; a stretched run ends at factor × 100 steps with set losses."""
+
+  def __init__(self, long_losses):
+    self.long_losses, self.calls = long_losses, []
+
+  def train(self, model, fraction, seed, settings, steps_factor=1):
+    self.calls.append((model.key, fraction, seed, dict(settings), steps_factor))
+    select, evaluation, best = self.long_losses[model.key]
+    return _run(seed, best, 100 * steps_factor, select, evaluation, steps=100 * steps_factor)
+
+
+def _entry():
+  """Two sizes; at 100% tied is behind, untied leads tied_w by 0.01 with seed spreads 0.001 and 0.002."""
+  chosen = {"tied": {"weight_decay": 0.1}, "untied": {"weight_decay": 0.0},
+            "tied_w": {"weight_decay": 0.0, "hidden_l2": 0.01}}
+  return {
+      "count": {"0.1": {"eval_loss": 2.5}, "1": {"eval_loss": 2.0}},
+      "tuning": {key: {"0.1": {"chosen": {}}, "1": {"chosen": settings}} for key, settings in chosen.items()},
+      "runs": {
+          "tied": {"0.1": [], "1": [_run(1, 100, 100, 2.6, 2.31), _run(0, 100, 100, 2.6, 2.29)]},
+          "untied": {"0.1": [], "1": [_run(0, 100, 100, 2.3, 2.001), _run(1, 90, 100, 2.3, 1.999)]},
+          "tied_w": {"0.1": [], "1": [_run(0, 100, 100, 2.3, 2.008), _run(1, 100, 100, 2.3, 2.012)]},
+      },
+  }
+
+
+def test_check_reruns_chosen_settings_on_seed_0_at_the_largest_size_with_stretched_steps():
+  entry = _entry()
+  # Each moves within its seeds' spread (sd: tied 0.01, untied 0.001, tied_w 0.002); tied_w's best is before the
+  # end at 3×.
+  stub = _StretchingSweep({"tied": (2.59, 2.285, 300), "untied": (2.29, 2.0004, 300), "tied_w": (2.29, 2.009, 270)})
+  check = when_to_tie.convergence_check(stub, entry, when_to_tie.MODELS, 3)
+  assert stub.calls == [("tied", 1.0, 0, {"weight_decay": 0.1}, 3), ("untied", 1.0, 0, {"weight_decay": 0.0}, 3),
+                        ("tied_w", 1.0, 0, {"weight_decay": 0.0, "hidden_l2": 0.01}, 3)]
+  assert check["fraction"] == "1" and check["factor"] == 3 and check["count_eval_loss"] == 2.0
+  tied = check["runs"]["tied"]
+  assert tied["base"]["eval_loss"] == 2.29  # the seed-0 run, not the first listed
+  assert tied["change_eval"] == pytest.approx(2.285 - 2.29) and tied["change_select"] == pytest.approx(2.59 - 2.6)
+  entry["convergence"] = check
+  labels = {model.key: model.key for model in when_to_tie.MODELS}
+  text = "\n".join(when_to_tie.convergence_lines(entry, labels))
+  assert "| tied_w | 100 | 100 / 100 | 2.0080 (+0.008) | 300 | 270 / 300 | 2.0090 (+0.009) | -0.0100 / +0.0010 " \
+         "| yes |" in text
+  assert "| untied | 100 | 100 / 100 | 2.0010 (+0.001) | 300 | 300 / 300 | 2.0004 (+0.000) |" in text
+  # tied and untied end at their last step: not met for them; the largest move is tied's 0.005 nats.
+  assert "not met for tied, untied" in text and "at most 0.0050 nats (tied)" in text and "use the 1× runs" in text
+  # No move beyond a seed spread and the pick (untied) stays: no sentence.
+  assert when_to_tie.convergence_change(entry, labels) == ""
+
+
+def test_a_changed_pick_or_distance_beyond_the_seed_spread_is_said():
+  entry = _entry()
+  # tied_w drops to 1.98 at 3×: ahead of untied's 1.9995, and 0.028 beyond its seed spread 0.002.
+  stub = _StretchingSweep({"tied": (2.6, 2.29, 300), "untied": (2.3, 2.0005, 300), "tied_w": (2.2, 1.98, 240)})
+  entry["convergence"] = when_to_tie.convergence_check(stub, entry, when_to_tie.MODELS, 3)
+  labels = {"tied": "T", "untied": "U", "tied_w": "W"}
+  assert when_to_tie.convergence_change(entry, labels) == (
+      "With 3× the steps at 100% (seed 0): the pick becomes W; the distance from the count model moves by more than "
+      "the seeds' spread for W (-0.028, sd 0.0020); W ends -0.020 nats from the count model.")
+  assert when_to_tie.convergence_lines(entry, labels)[-1] == when_to_tie.convergence_change(entry, labels)
+
+
+def test_readme_clause_names_the_pick_and_its_distance_only_when_the_check_changes_them():
+  entry = _entry()
+  labels = {"tied": "T", "untied": "U", "tied_w": "W"}
+  # The pick (untied, 2.000 mean) moves by 0.0006 < its sd 0.001: nothing.
+  entry["convergence"] = when_to_tie.convergence_check(
+      _StretchingSweep({"tied": (2.6, 2.2, 300), "untied": (2.3, 2.0004, 300), "tied_w": (2.3, 2.008, 300)}),
+      entry, when_to_tie.MODELS, 3)
+  assert when_to_tie.convergence_readme(entry, labels) == ""
+  # untied moves by 0.0110 > 0.001 and passes the count model (2.0): 0.010 ahead of it.
+  entry["convergence"] = when_to_tie.convergence_check(
+      _StretchingSweep({"tied": (2.6, 2.3, 300), "untied": (2.3, 1.99, 300), "tied_w": (2.3, 2.008, 300)}),
+      entry, when_to_tie.MODELS, 3)
+  assert when_to_tie.convergence_readme(entry, labels) == (
+      " (with 3× the steps, seed 0: U, 0.010 ahead of the count model)")
