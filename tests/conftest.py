@@ -24,6 +24,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
   """JAX's persistent compilation cache in a fresh directory of this session's temporary tree (so every session,
   a fresh clone's included, starts it empty), before anything compiles: in os.environ for the subprocesses, through
   jax.config for this process (JAX read the environment when it was imported)."""
+  import importlib.util  # noqa: PLC0415
+
+  if importlib.util.find_spec("filelock") is None:  # with a size limit set, JAX reads no entry without it
+    raise pytest.UsageError("the suite's compilation cache needs the filelock package: pip install -r requirements.txt")
   factory = getattr(session.config, "_tmp_path_factory", None)  # pytest's tmp_path_factory, made at configure
   directory = factory.mktemp("jax_compilation_cache") if factory else pathlib.Path(tempfile.mkdtemp())
   os.environ.update(compilation_cache_env(directory))
