@@ -1,27 +1,10 @@
-"""science/when_to_tie.py's convergence check: its flags are checked before any work, it reruns each model's chosen
-settings on seed 0 at the largest size with the steps stretched, and its report says which criterion is met."""
+"""science/when_to_tie.py's convergence check (its flags are checked with the others in test_when_to_tie_usage.py):
+it reruns each model's chosen settings on seed 0 at the largest size with the steps stretched, and its report says
+which criterion is met."""
 
 import pytest
 
 from science import when_to_tie
-
-
-@pytest.mark.parametrize(("flags", "named"), [
-    (["--convergence-factor=1"], "--convergence-factor=1"),
-    (["--convergence-factor=-3"], "--convergence-factor=-3"),
-    (["--convergence-factor=two"], "--convergence-factor"),
-    (["--add-convergence"], "--add-convergence"),
-])
-def test_bad_convergence_flags_are_one_line_errors_before_any_work(tmp_path, capsys, flags, named):
-  out = tmp_path / "out"
-  with pytest.raises(SystemExit) as exited:
-    when_to_tie.main([*flags, "--out", str(out)])
-  assert exited.value.code == 2
-  captured = capsys.readouterr()
-  assert captured.out == ""
-  (line,) = captured.err.splitlines()
-  assert line.startswith("error: ") and named in line
-  assert not out.exists()
 
 
 def _run(seed, best, end, select, evaluation, steps=100):

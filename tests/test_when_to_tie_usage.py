@@ -14,6 +14,10 @@ from science import when_to_tie
     (["--subword-steps=0"], "--subword-steps=0"),
     (["--corpora=bytes,words"], "'words'"),
     (["--bytes-steps=many"], "--bytes-steps"),
+    (["--convergence-factor=1"], "--convergence-factor=1"),
+    (["--convergence-factor=-3"], "--convergence-factor=-3"),
+    (["--convergence-factor=two"], "--convergence-factor"),
+    (["--add-convergence"], "--add-convergence"),
 ])
 def test_bad_flags_are_one_line_errors_before_any_work(tmp_path, capsys, flags, named):
   out = tmp_path / "out"
