@@ -3,7 +3,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-KERNEL := tied_embed/fast/amx/_bf16_gemm.so
+KERNEL := tied_embed/fast/mkl/_gemm.so
 export TF_CPP_MIN_LOG_LEVEL := 3
 
 # `make train CONFIG=configs/untied.py WORKDIR=runs/untied`, then `make inspect WORKDIR=runs/untied`.
@@ -22,10 +22,11 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-# model.dtype=bfloat16's AMX kernel (tied_embed/fast/amx). A failed build prints an `info:` line and exits 0: the loss
-# then runs XLA's dots, so train and test work without it (and retry the build next time).
-$(KERNEL): $(STAMP) tied_embed/fast/amx/bf16_gemm.cc
-	$(PY) -m tied_embed.fast.amx.build
+# The chunked loss's oneMKL kernel (tied_embed/fast/mkl: float32, and bfloat16 on AMX). A failed build prints an
+# `info:` line and exits 0: the loss then runs XLA's dots, so train and test work without it (and retry the build
+# next time).
+$(KERNEL): $(STAMP) tied_embed/fast/mkl/gemm.cc
+	$(PY) -m tied_embed.fast.mkl.build
 
 train: $(STAMP) $(KERNEL)
 	$(PY) train.py --config $(CONFIG) --workdir $(WORKDIR)

@@ -117,7 +117,7 @@ def _print_train_step(r: dict) -> None:
           ("PyTorch eager, bf16 autocast", r["torch_step_bf16_ms"]),
           ("PyTorch torch.compile, bf16 autocast", r["torch_compile_step_bf16_ms"]),
           ("PyTorch linear_cross_entropy, bf16 autocast", r["torch_chunked_step_bf16_ms"])]
-  print(f"  bfloat16 matmuls: {r['bf16_kernel']}")
+  print(f"  chunked loss's matmuls: float32 on {r.get('f32_kernel', 'XLA')}, bfloat16 on {r['bf16_kernel']}")
   for label, ms in rows:
     rate = _fmt(None if ms is None else r["T"] / ms * 1e3, ".0f")
     print(f"  {label:<44} {_fmt(ms):>8} ms  {rate:>9} tokens/s")

@@ -25,7 +25,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
 from benchmarks.torch_step import make_torch_matmul, make_torch_step  # noqa: E402
-from tied_embed.fast import amx  # noqa: E402
+from tied_embed.fast import mkl  # noqa: E402
 
 SHAPES = {"train_step": (8192, 256, 4096), "gpt2": (50257, 768, 1024)}  # section → (V, D, T)
 VOCAB_SIZE, D_MODEL, NUM_TOKENS = SHAPES["train_step"]
@@ -39,19 +39,24 @@ TORCH_STEPS = {**TORCH_F32_STEPS, **TORCH_BF16_STEPS}
 def matmul_fn(num_tokens: int, d_model: int, vocab_size: int, dtype=jnp.float32):
   """One jitted (T, D)×(D, V) matmul, the unit of the roofline: returns a callable that runs it.
 
-  bfloat16 operands (float32 results): on a CPU with AMX, tied_embed/fast/amx's kernel, as the bfloat16 step runs
-  its dots; else XLA's dot.
+  On the routine the chunked step runs its dots on: tied_embed/fast/mkl's kernel where it runs for `dtype`
+  (oneMKL's sgemm, or its bfloat16 GEMM on AMX), else XLA's dot (float32 results either way).
   """
   keys = jax.random.split(jax.random.key(0))
   x = jax.random.normal(keys[0], (num_tokens, d_model)).astype(dtype)
   table = jax.random.normal(keys[1], (vocab_size, d_model)).astype(dtype)
-  if dtype == jnp.float32:
-    matmul = jax.jit(lambda a, b: a @ b.T)
-  elif amx.available():
-    matmul = jax.jit(lambda a, b: amx.gemm(a, b, trans_b=True))
+  if mkl.available(dtype):
+    matmul = jax.jit(lambda a, b: mkl.gemm(a, b, trans_b=True, dtype=dtype))
   else:
     matmul = jax.jit(lambda a, b: jnp.matmul(a, b.T, preferred_element_type=jnp.float32))
   return lambda: jax.block_until_ready(matmul(x, table))
+
+
+def kernel_name(dtype: str) -> str:
+  """What the chunked step's `dtype` dots run on here, in words (tied_embed/fast/mkl, or why XLA's dot)."""
+  routine = {"float32": "oneMKL cblas_sgemm", "bfloat16": "AMX (oneMKL cblas_gemm_bf16bf16f32)"}[dtype]
+  reason = mkl.unavailable_reason(dtype)
+  return routine if reason is None else f"XLA's dot ({reason})"
 
 
 def torch_steps(config, threads: int, names=TORCH_STEPS) -> dict:
@@ -97,7 +102,7 @@ def measure(section: str = "train_step", rounds: int = 7) -> dict:
   times = workload.interleaved_times(fns, rounds)
   seconds = {name: statistics.median(values) for name, values in times.items()}
   result = {"V": vocab_size, "D": d_model, "T": num_tokens, "threads": threads, "chunk_size": CHUNK_SIZE,
-            "rounds": rounds, "bf16_kernel": amx.unavailable_reason() or "AMX (oneMKL cblas_gemm_bf16bf16f32)",
+            "rounds": rounds, "f32_kernel": kernel_name("float32"), "bf16_kernel": kernel_name("bfloat16"),
             "distinct_fraction": workload.distinct_fraction(uniform[0]),
             "zipf_exponent": workload.ZIPF_EXPONENT, "zipf_distinct_fraction": workload.distinct_fraction(zipf[0])}
   for name in (*JAX_STEPS, *MATMULS, *TORCH_STEPS):

@@ -27,10 +27,11 @@ so each distinct row's logits are formed once and weighted by how many tokens sh
 ceil(distinct / C) chunks whose length is known only at run time: the same loss and gradients for a fraction of
 the work (a batch of text repeats most ids). `compute_dtype` is the matmuls' operand dtype (tied_embed/precision.py).
 
-bfloat16 on the CPU's matrix units: XLA:CPU widens bfloat16 dots to float32, so where the CPU has AMX the chunked
-loss runs its three bfloat16 dots through tied_embed/fast/amx's kernel (oneMKL's bfloat16 GEMM) instead: the same
-rounding (bfloat16 operands, float32 sums), at bfloat16 speed. `bf16_kernel=False`, or a CPU without AMX, keeps
-XLA's dots.
+The matmuls on oneMKL: on the CPUs it was measured on, the chunked loss runs its three dots through
+tied_embed/fast/mkl's kernel instead of XLA's: float32 on oneMKL's sgemm (an Intel CPU with AVX-512; 1.4-1.5x XLA's
+dot on the chunk's shapes) and bfloat16 on oneMKL's AMX GEMM (XLA:CPU widens bfloat16 dots to float32). The
+arithmetic is the same (operands in `compute_dtype`, float32 sums); only the order of the sums differs.
+`mkl_kernel=False`, or another CPU, keeps XLA's dots.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from tied_embed.fast import amx
+from tied_embed.fast import mkl
 from tied_embed.fast.precision import as_dtype, dot, operand
 
 
@@ -71,7 +72,7 @@ def cross_entropy(
 
 def chunked_cross_entropy(
     x: jax.Array, projection_table: jax.Array, targets: jax.Array, chunk_size: int,
-    row_keys: jax.Array | None = None, groups: int = 1, compute_dtype=jnp.float32, bf16_kernel: bool = True,
+    row_keys: jax.Array | None = None, groups: int = 1, compute_dtype=jnp.float32, mkl_kernel: bool = True,
 ) -> jax.Array:
   """Mean softmax cross-entropy of `x @ table.T`, never holding more than (V, chunk_size) logits.
 
@@ -87,8 +88,8 @@ def chunked_cross_entropy(
     groups: with `row_keys`, rows are made distinct within each of `groups` contiguous blocks of T
       (a static int dividing T): on a mesh, one block per data shard, so each device scans its own rows.
     compute_dtype: the matmuls' operand dtype, float32 or bfloat16 (float32 accumulation either way).
-    bf16_kernel: with bfloat16, run the dots on the CPU's AMX units where `amx.available()` (the same rounding);
-      False keeps XLA's dots (on a mesh, where XLA cannot partition the kernel's custom call).
+    mkl_kernel: run the three dots on oneMKL where `mkl.available(compute_dtype)` (the same arithmetic); False
+      keeps XLA's dots (on a mesh, where XLA cannot partition the kernel's custom call).
 
   Returns:
     Scalar mean loss; equal to `full_cross_entropy` up to float rounding, and so are its gradients
@@ -98,7 +99,7 @@ def chunked_cross_entropy(
     raise ValueError(f"chunk_size={chunk_size!r} is not allowed: expected an int > 0")
   x, projection_table, targets = jnp.asarray(x), jnp.asarray(projection_table), jnp.asarray(targets)
   chunk, compute_dtype = min(chunk_size, max(x.shape[0], 1)), as_dtype(compute_dtype)
-  kernel = compute_dtype == jnp.bfloat16 and bf16_kernel and amx.available()
+  kernel = mkl_kernel and mkl.available(compute_dtype)
   if row_keys is None:
     return _chunked_ce(x, projection_table, targets, chunk, compute_dtype, kernel)
   if x.shape[0] % groups:
@@ -132,9 +133,9 @@ def _target_logits(x: jax.Array, table: jax.Array, targets: jax.Array) -> jax.Ar
 
 
 def _chunk_logits(table, x_chunk, compute_dtype, kernel: bool) -> jax.Array:
-  """table (V, D) · x_chunkᵀ (C, D) → (V, C) float32 logits, on the AMX kernel if `kernel`."""
+  """table (V, D) · x_chunkᵀ (C, D) → (V, C) float32 logits, on oneMKL if `kernel`."""
   if kernel:
-    return amx.gemm(table, x_chunk, trans_b=True)
+    return mkl.gemm(table, x_chunk, trans_b=True, dtype=compute_dtype)
   return dot(table, x_chunk.T, compute_dtype)
 
 
@@ -143,7 +144,7 @@ def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, ker
 
   table (V, D) already in `compute_dtype` (the caller casts it once), d_table (V, D) float32 accumulator,
   x_chunk (C, D), weights (C,) or None (how many tokens each row stands for), num_tokens T of the mean,
-  kernel: the three dots on tied_embed/fast/amx's bfloat16 kernel
+  kernel: the three dots on tied_embed/fast/mkl's kernel
   → (d_table + the chunk's d table, lse (C,), dx (C, D) per token), all float32.
   """
   logits = _chunk_logits(table, x_chunk, compute_dtype, kernel)  # (V, C)
@@ -155,8 +156,8 @@ def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, ker
   scale = (1.0 / (num_tokens * total))[:, None]  # (C, 1)
   row_scale = scale if weights is None else scale * weights[:, None]
   if kernel:  # d_table accumulates in place (the kernel's output aliases it)
-    d_table = amx.gemm(exp, x_chunk * row_scale, add_to=d_table)
-    dx = amx.gemm(exp, table, trans_a=True) * scale
+    d_table = mkl.gemm(exp, x_chunk * row_scale, add_to=d_table, dtype=compute_dtype)
+    dx = mkl.gemm(exp, table, trans_a=True, dtype=compute_dtype) * scale
   else:
     d_table = d_table + dot(exp, x_chunk * row_scale, compute_dtype)
     dx = dot(exp, table, compute_dtype, (((0,), (0,)), ((), ()))) * scale  # pᵀ E, (C, D)

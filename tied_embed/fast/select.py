@@ -39,17 +39,17 @@ def uses_plain_paths(chunk_size: int, compute_dtype: str) -> bool:
 
 
 def paths_function(
-    chunk_size: int, compute_dtype: str = "float32", shards: int = 1, bf16_kernel: bool = True
+    chunk_size: int, compute_dtype: str = "float32", shards: int = 1, mkl_kernel: bool = True
 ) -> step_lib.PathsFn:
   """paths_fn(model, ids (B,), next_ids (B,)) for these loss settings; `shards` divides B (data shards).
 
-  `bf16_kernel`: bfloat16 dots on the CPU's AMX kernel where it runs (tied_embed/fast/amx); False on a mesh of
-  several devices, where XLA cannot partition the kernel's custom call and the loss keeps XLA's dots.
+  `mkl_kernel`: the chunked loss's dots on oneMKL where it runs (tied_embed/fast/mkl); False on a mesh of several
+  devices, where XLA cannot partition the kernel's custom call and the loss keeps XLA's dots.
   """
   if uses_plain_paths(chunk_size, compute_dtype):
     return plain_paths.path_gradients
-  if compute_dtype == "bfloat16" and not bf16_kernel:
-    log.info("bfloat16 matmuls run as XLA's dots (widened to float32): the AMX kernel runs on one device only.")
+  if chunk_size and not mkl_kernel:
+    log.info("The chunked loss's matmuls run as XLA's dots: the oneMKL kernel runs on one device only.")
 
   def fast_paths(model, ids: jax.Array, next_ids: jax.Array) -> sparse_paths.PathGradients:
     # The hidden vectors are looked-up rows (times W), equal wherever the ids are, so the chunked loss forms the
@@ -60,7 +60,7 @@ def paths_function(
       def loss_fn(hidden, table, targets):
         return chunked_loss.chunked_cross_entropy(
             hidden, table, targets, chunk_size, row_keys=ids, groups=shards, compute_dtype=compute_dtype,
-            bf16_kernel=bf16_kernel,
+            mkl_kernel=mkl_kernel,
         )
     return sparse_paths.path_gradients(model, ids, next_ids, loss_fn)
 

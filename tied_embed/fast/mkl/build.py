@@ -1,10 +1,10 @@
-"""Compiles the AMX bfloat16 GEMM kernel (bf16_gemm.cc) against oneMKL and jaxlib's FFI headers: `make install`.
+"""Compiles the oneMKL GEMM kernel (gemm.cc) against oneMKL and jaxlib's FFI headers: `make install`.
 
-  python -m tied_embed.fast.amx.build
+  python -m tied_embed.fast.mkl.build
 
-Writes tied_embed/fast/amx/_bf16_gemm.so with the machine's g++. oneMKL's headers and libmkl_rt come from the
+Writes tied_embed/fast/mkl/_gemm.so with the machine's g++. oneMKL's headers and libmkl_rt come from the
 environment's own prefix (the mkl-devel wheel of requirements.txt puts them in <venv>/include and <venv>/lib). A
-failed build prints one `info:` line and exits 0: the loss then runs XLA's dots (tied_embed/fast/amx/__init__.py),
+failed build prints one `info:` line and exits 0: the loss then runs XLA's dots (tied_embed/fast/mkl/__init__.py),
 so a machine without a compiler or MKL still trains and tests.
 """
 
@@ -17,9 +17,9 @@ import sys
 
 import jax
 
-from tied_embed.fast import amx
+from tied_embed.fast import mkl
 
-SOURCE = pathlib.Path(__file__).with_name("bf16_gemm.cc")
+SOURCE = pathlib.Path(__file__).with_name("gemm.cc")
 
 
 def command(output: pathlib.Path) -> list[str] | str:
@@ -36,7 +36,7 @@ def command(output: pathlib.Path) -> list[str] | str:
           f"-Wl,-rpath,{mkl_rt.resolve().parent}"]
 
 
-def build(output: pathlib.Path = amx.LIBRARY) -> str | None:
+def build(output: pathlib.Path = mkl.LIBRARY) -> str | None:
   """Builds the kernel into `output`; None on success, else why not (one line)."""
   args = command(output)
   if isinstance(args, str):
@@ -54,9 +54,9 @@ def build(output: pathlib.Path = amx.LIBRARY) -> str | None:
 def main() -> None:
   reason = build()
   if reason is None:
-    print(f"built {amx.LIBRARY}")
+    print(f"built {mkl.LIBRARY}")
   else:
-    print(f"info: the AMX bfloat16 kernel is not built ({reason}); bfloat16 matmuls will run as XLA's dots")
+    print(f"info: the oneMKL kernel is not built ({reason}); the chunked loss will run XLA's dots")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,127 @@
+"""The chunked loss's matmuls on oneMKL: float32 on AVX-512, bfloat16 on the CPU's matrix units (AMX). A jax.ffi kernel.
+
+XLA:CPU (jaxlib 0.10.2) has two gaps on the chunk's matmul shapes ((V, D)·(D, C), (C, V)·(V, D), (V, C)·(C, D)):
+  - float32: its dot runs at 190–240 GFLOP/s on 2 cores of an AVX-512 Xeon, where oneMKL's sgemm runs at 300–360
+    (benchmarks/README.md). The product is the same float32 arithmetic; only the order of the sums differs.
+  - bfloat16: it widens the operands of every bfloat16 dot to float32 before it runs (its operand upcaster and bf16
+    float normalization), so `model.dtype = "bfloat16"` written in JAX runs at float32 speed. oneMKL's
+    `cblas_gemm_bf16bf16f32` multiplies bfloat16 operands on AMX tiles with float32 accumulation: the same
+    arithmetic as XLA's bfloat16 dot (operands rounded to bfloat16, products summed in float32), at bfloat16 speed.
+`gemm` hands its operands to one of the two (by their dtype); the chunked loss calls it for its three dots
+(tied_embed/fast/chunked_loss.py), inside its custom VJP, so nothing differentiates through it.
+
+The kernel (gemm.cc) is compiled by `make install` (`python -m tied_embed.fast.mkl.build`). `available(dtype)` is
+False, and the loss takes XLA's dots, where the build failed, on other backends, with TIED_EMBED_MKL=0 in the
+environment, and on a CPU the route was not measured on: float32 needs an Intel CPU with AVX-512 (`avx512f`,
+`GenuineIntel`; on AMD EPYC oneMKL is not measured against XLA's dot), bfloat16 needs AMX (`amx_bf16`, `amx_tile`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import os
+import pathlib
+
+import jax
+import jax.numpy as jnp
+
+LIBRARY = pathlib.Path(__file__).with_name("_gemm.so")
+SWITCH = "TIED_EMBED_MKL"  # "0" turns the kernel off (XLA's dots instead)
+_TARGETS = {  # FFI target name → the library's handler symbol
+    "tied_embed_f32_gemm": "F32Gemm", "tied_embed_f32_gemm_accumulate": "F32GemmAccumulate",
+    "tied_embed_bf16_gemm": "Bf16Gemm", "tied_embed_bf16_gemm_accumulate": "Bf16GemmAccumulate",
+}
+_PREFIX = {jnp.dtype(jnp.float32): "tied_embed_f32_gemm", jnp.dtype(jnp.bfloat16): "tied_embed_bf16_gemm"}
+
+log = logging.getLogger(__name__)
+
+
+def _cpu(cpuinfo: pathlib.Path) -> tuple[str, set[str]]:
+  """(vendor_id, flags) of the first processor in /proc/cpuinfo; ("", set()) where it cannot be read."""
+  try:
+    lines = cpuinfo.read_text().splitlines()
+  except OSError:
+    return "", set()
+  field = lambda name: next((line.partition(":")[2].strip() for line in lines if line.startswith(name)), "")
+  return field("vendor_id"), set(field("flags").split())
+
+
+def cpu_has_amx_bf16(cpuinfo: pathlib.Path = pathlib.Path("/proc/cpuinfo")) -> bool:
+  """Whether this CPU multiplies bfloat16 on AMX tiles (`amx_bf16` and `amx_tile` among its flags)."""
+  return {"amx_bf16", "amx_tile"} <= _cpu(cpuinfo)[1]
+
+
+def cpu_is_intel_avx512(cpuinfo: pathlib.Path = pathlib.Path("/proc/cpuinfo")) -> bool:
+  """Whether this CPU is an Intel one with AVX-512 (`GenuineIntel`, `avx512f`): where float32 on oneMKL was measured."""
+  vendor, flags = _cpu(cpuinfo)
+  return vendor == "GenuineIntel" and "avx512f" in flags
+
+
+@functools.cache
+def _register() -> str | None:
+  """Loads the kernel and registers its FFI targets once; None on success, else why not (one line)."""
+  if not LIBRARY.exists():
+    return f"{LIBRARY.name} is not built (make install builds it)"
+  # MKL's OpenMP threads otherwise spin 200 ms after each call, on the cores XLA's own threads need next.
+  os.environ.setdefault("KMP_BLOCKTIME", "0")
+  try:
+    library = ctypes.cdll.LoadLibrary(str(LIBRARY))
+  except OSError as error:
+    return f"{LIBRARY.name} does not load: {error}"
+  for target, symbol in _TARGETS.items():
+    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu")
+  return None
+
+
+@functools.cache
+def unavailable_reason(dtype="float32") -> str | None:
+  """None where `gemm` runs operands of `dtype` (float32 | bfloat16) here, else the reason in a line (logged once)."""
+  dtype = jnp.dtype(dtype)
+  if dtype not in _PREFIX:
+    raise ValueError(f"dtype={dtype} is not allowed: expected float32 or bfloat16")
+  if os.environ.get(SWITCH, "1") == "0":
+    reason = f"{SWITCH}=0"
+  elif jax.default_backend() != "cpu":
+    reason = f"the backend is {jax.default_backend()}, not the CPU"
+  elif dtype == jnp.bfloat16 and not cpu_has_amx_bf16():
+    reason = "this CPU has no AMX bfloat16 unit (amx_bf16)"
+  elif dtype == jnp.float32 and not cpu_is_intel_avx512():
+    reason = "this CPU is not an Intel one with AVX-512, where oneMKL's sgemm was measured faster"
+  else:
+    reason = _register()
+  routine = "cblas_sgemm" if dtype == jnp.float32 else "cblas_gemm_bf16bf16f32 on AMX"
+  if reason is None:
+    log.info("%s matmuls of the chunked loss run on oneMKL (%s, tied_embed/fast/mkl).", dtype, routine)
+  else:
+    log.info("%s matmuls of the chunked loss run as XLA's dots: %s.", dtype, reason)
+  return reason
+
+
+def available(dtype="float32") -> bool:
+  """Whether `gemm` runs operands of `dtype` here (the CPU, the kernel built and loaded, not switched off)."""
+  return unavailable_reason(jnp.dtype(dtype).name) is None
+
+
+def gemm(a: jax.Array, b: jax.Array, *, trans_a: bool = False, trans_b: bool = False,
+         add_to: jax.Array | None = None, dtype="float32") -> jax.Array:
+  """op(a) @ op(b) (+ add_to) in float32 from `dtype` operands: (M, K)·(K, N) → (M, N); op transposes if asked.
+
+  a: (M, K), or (K, M) with trans_a; b: (K, N), or (N, K) with trans_b; both cast to `dtype` (float32 | bfloat16).
+  add_to: an optional (M, N) float32 addend, updated in place (the output aliases it). RuntimeError where not
+  `available(dtype)`.
+  """
+  dtype = jnp.dtype(dtype)
+  if not available(dtype):  # also registers the kernel's targets on first use
+    raise RuntimeError(f"the oneMKL {dtype} kernel cannot run here: {unavailable_reason(dtype.name)}")
+  a, b = a.astype(dtype), b.astype(dtype)
+  rows = a.shape[1] if trans_a else a.shape[0]
+  cols = b.shape[0] if trans_b else b.shape[1]
+  result = jax.ShapeDtypeStruct((rows, cols), jnp.float32)
+  # The handler takes matrices only: under vmap (per-token losses, tests/test_losses.py) it runs once per element.
+  if add_to is None:
+    return jax.ffi.ffi_call(_PREFIX[dtype], result, vmap_method="sequential")(a, b, trans_a=trans_a, trans_b=trans_b)
+  call = jax.ffi.ffi_call(
+      f"{_PREFIX[dtype]}_accumulate", result, input_output_aliases={2: 0}, vmap_method="sequential")
+  return call(a, b, add_to.astype(jnp.float32), trans_a=trans_a, trans_b=trans_b)
