@@ -29,7 +29,7 @@ STEP_ROWS = [
     ("PyTorch eager, bf16 autocast", "torch_step_bf16_ms"),
     ("PyTorch `torch.compile`, bf16 autocast", "torch_compile_step_bf16_ms"),
     ("PyTorch `F.linear_cross_entropy`, bf16 autocast", "torch_chunked_step_bf16_ms"),
-    ("one (T, D)×(D, V) matmul: JAX float32 / bf16 (AMX kernel)", ("matmul_ms", "bf16_matmul_ms")),
+    ("one (T, D)×(D, V) matmul: JAX float32 / bf16 (the step's routes)", ("matmul_ms", "bf16_matmul_ms")),
     ("one matmul: PyTorch float32 / bf16", ("torch_matmul_ms", "torch_bf16_matmul_ms")),
     ("**float32 step / fastest float32 PyTorch**, uniform ids", "chunked_speedup_vs_fastest_torch"),
     ("the same, Zipf ids", "chunked_zipf_speedup_vs_fastest_torch"),
@@ -122,6 +122,10 @@ def block(results: list[dict]) -> str:
   parts = [f"Runs {', '.join(names)} of `benchmarks/run.py`: {info['cpu']}, {info['threads']} cores "
            f"(matrix units: {info.get('matrix_units', 'not recorded')}); jax {info['jax']}, torch {info['torch']}; "
            "medians of calls taken in turns. Written by `benchmarks/report.py` from the runs' JSON."]
+  if "train_step" in results[0]:
+    routes = results[0]["train_step"]
+    parts[0] += (f" The chunked step's float32 dots ran on {routes.get('f32_kernel', 'XLA')}, its bfloat16 dots on "
+                 f"{routes['bf16_kernel']}.")
   parts.append(summary(results))
   for section, what in (("train_step", "ms per step"), ("gpt2", "ms per step, GPT-2's shape")):
     if all(section in r for r in results):

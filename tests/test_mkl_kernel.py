@@ -118,7 +118,8 @@ def test_the_float32_gemm_is_the_float64_product(trans_a, trans_b):
 
 
 @needs_f32_kernel
-def test_the_float32_chunked_loss_runs_the_kernel_and_matches_float64():
+def test_the_float32_chunked_loss_runs_the_kernel_and_matches_float64(monkeypatch: pytest.MonkeyPatch):
+  monkeypatch.setattr(mkl, "FLOAT32_MIN_TABLE_SIZE", 0)  # the small problem's table, as if it were large
   x, table, targets = random_problem(48, 120, 16, seed=11)
   ids = np.random.default_rng(12).integers(0, 30, 48).astype(np.int32)
   x = table[ids]
@@ -132,6 +133,21 @@ def test_the_float32_chunked_loss_runs_the_kernel_and_matches_float64():
   errors = [np.linalg.norm(np.asarray(g, np.float64) - w) / np.linalg.norm(w)
             for g, w in zip((value, *grads), reference, strict=True)]
   assert max(errors) < 1e-5, errors
+
+
+@needs_f32_kernel
+def test_float32_takes_the_kernel_from_the_measured_table_size_on():
+  def program(vocab_size: int, d_model: int) -> str:
+    table = jax.ShapeDtypeStruct((vocab_size, d_model), jnp.float32)
+    x = jax.ShapeDtypeStruct((64, d_model), jnp.float32)
+    targets = jax.ShapeDtypeStruct((64,), jnp.int32)
+    return jax.jit(jax.grad(lambda x, e, t: chunked_cross_entropy(x, e, t, 16), argnums=(0, 1))).lower(
+        x, table, targets).as_text()
+
+  assert mkl.FLOAT32_MIN_TABLE_SIZE == 2**19
+  assert "tied_embed_f32_gemm" in program(8192, 64)  # 2^19 entries: the kernel
+  assert "custom_call" not in program(8192, 63)  # one column fewer: XLA's dots
+  assert not mkl.pays_off((1024, 32)) and mkl.pays_off((1024, 32), "bfloat16")  # bfloat16 at any size
 
 
 def test_the_float32_fallback_compiles_no_custom_call():
@@ -156,6 +172,7 @@ def test_no_amx_in_cpuinfo_means_no_kernel(tmp_path: pathlib.Path):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_switch_turns_the_kernel_off(monkeypatch: pytest.MonkeyPatch, dtype):
+  monkeypatch.setattr(mkl, "FLOAT32_MIN_TABLE_SIZE", 0)  # so that only the switch keeps float32 off the kernel
   monkeypatch.setenv(mkl.SWITCH, "0")
   mkl.unavailable_reason.cache_clear()
   try:
@@ -193,7 +210,8 @@ def test_the_bfloat16_train_step_on_one_device_runs_the_kernel():
 
 
 @needs_f32_kernel
-def test_the_float32_train_step_on_one_device_runs_the_kernel():
+def test_the_float32_train_step_on_one_device_runs_the_kernel(monkeypatch: pytest.MonkeyPatch):
+  monkeypatch.setattr(mkl, "FLOAT32_MIN_TABLE_SIZE", 0)  # the smoke config's table, as if it were large
   assert "tied_embed_f32_gemm" in _train_step_program("float32")
 
 
@@ -201,6 +219,8 @@ def test_the_float32_train_step_on_one_device_runs_the_kernel():
 def test_a_mesh_of_several_devices_keeps_xlas_dots(monkeypatch: pytest.MonkeyPatch, dtype):
   """XLA cannot partition the kernel's custom call: a step whose state spans several devices must not contain it."""
   from tied_embed.fast import select  # noqa: PLC0415
+
+  monkeypatch.setattr(mkl, "FLOAT32_MIN_TABLE_SIZE", 0)  # so that only the mesh keeps float32 off the kernel
 
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
   one_device = {"table": jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())}

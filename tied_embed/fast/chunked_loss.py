@@ -28,8 +28,8 @@ ceil(distinct / C) chunks whose length is known only at run time: the same loss 
 the work (a batch of text repeats most ids). `compute_dtype` is the matmuls' operand dtype (tied_embed/precision.py).
 
 The matmuls on oneMKL: on the CPUs it was measured on, the chunked loss runs its three dots through
-tied_embed/fast/mkl's kernel instead of XLA's: float32 on oneMKL's sgemm (an Intel CPU with AVX-512; 1.4-1.5x XLA's
-dot on the chunk's shapes) and bfloat16 on oneMKL's AMX GEMM (XLA:CPU widens bfloat16 dots to float32). The
+tied_embed/fast/mkl's kernel instead of XLA's: float32 on oneMKL's sgemm (an Intel CPU with AVX-512, tables of at
+least 2^19 entries; 1.1-1.7x XLA's dot on the chunk's shapes) and bfloat16 on oneMKL's AMX GEMM (XLA:CPU widens bfloat16 dots to float32). The
 arithmetic is the same (operands in `compute_dtype`, float32 sums); only the order of the sums differs.
 `mkl_kernel=False`, or another CPU, keeps XLA's dots.
 """
@@ -88,8 +88,8 @@ def chunked_cross_entropy(
     groups: with `row_keys`, rows are made distinct within each of `groups` contiguous blocks of T
       (a static int dividing T): on a mesh, one block per data shard, so each device scans its own rows.
     compute_dtype: the matmuls' operand dtype, float32 or bfloat16 (float32 accumulation either way).
-    mkl_kernel: run the three dots on oneMKL where `mkl.available(compute_dtype)` (the same arithmetic); False
-      keeps XLA's dots (on a mesh, where XLA cannot partition the kernel's custom call).
+    mkl_kernel: run the three dots on oneMKL where `mkl.available(compute_dtype)` and `mkl.pays_off` (the same
+      arithmetic); False keeps XLA's dots (on a mesh, where XLA cannot partition the kernel's custom call).
 
   Returns:
     Scalar mean loss; equal to `full_cross_entropy` up to float rounding, and so are its gradients
@@ -99,7 +99,7 @@ def chunked_cross_entropy(
     raise ValueError(f"chunk_size={chunk_size!r} is not allowed: expected an int > 0")
   x, projection_table, targets = jnp.asarray(x), jnp.asarray(projection_table), jnp.asarray(targets)
   chunk, compute_dtype = min(chunk_size, max(x.shape[0], 1)), as_dtype(compute_dtype)
-  kernel = mkl_kernel and mkl.available(compute_dtype)
+  kernel = mkl_kernel and mkl.available(compute_dtype) and mkl.pays_off(projection_table.shape, compute_dtype)
   if row_keys is None:
     return _chunked_ce(x, projection_table, targets, chunk, compute_dtype, kernel)
   if x.shape[0] % groups:

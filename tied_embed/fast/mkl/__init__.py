@@ -35,6 +35,12 @@ _TARGETS = {  # FFI target name → the library's handler symbol
 }
 _PREFIX = {jnp.dtype(jnp.float32): "tied_embed_f32_gemm", jnp.dtype(jnp.bfloat16): "tied_embed_bf16_gemm"}
 
+# float32 runs on the kernel only for tables of at least this many entries (V·D). Below it each call's overhead
+# outweighs oneMKL's faster GEMM: at V=2048, D=64 the step took 13.9 ms on the kernel against 10.6 on XLA's dots,
+# at V=8192, D=64 65.5 against 79.6 ms (2 cores, benchmarks/README.md). bfloat16 takes it at any size: XLA's
+# bfloat16 dots run at float32 speed.
+FLOAT32_MIN_TABLE_SIZE = 2**19
+
 log = logging.getLogger(__name__)
 
 
@@ -44,7 +50,9 @@ def _cpu(cpuinfo: pathlib.Path) -> tuple[str, set[str]]:
     lines = cpuinfo.read_text().splitlines()
   except OSError:
     return "", set()
-  field = lambda name: next((line.partition(":")[2].strip() for line in lines if line.startswith(name)), "")
+  def field(name: str) -> str:
+    return next((line.partition(":")[2].strip() for line in lines if line.startswith(name)), "")
+
   return field("vendor_id"), set(field("flags").split())
 
 
@@ -91,9 +99,10 @@ def unavailable_reason(dtype="float32") -> str | None:
     reason = "this CPU is not an Intel one with AVX-512, where oneMKL's sgemm was measured faster"
   else:
     reason = _register()
-  routine = "cblas_sgemm" if dtype == jnp.float32 else "cblas_gemm_bf16bf16f32 on AMX"
+  routine = (f"cblas_sgemm, for tables of at least {FLOAT32_MIN_TABLE_SIZE} entries" if dtype == jnp.float32
+             else "cblas_gemm_bf16bf16f32 on AMX")
   if reason is None:
-    log.info("%s matmuls of the chunked loss run on oneMKL (%s, tied_embed/fast/mkl).", dtype, routine)
+    log.info("%s matmuls of the chunked loss run on oneMKL (%s; tied_embed/fast/mkl).", dtype, routine)
   else:
     log.info("%s matmuls of the chunked loss run as XLA's dots: %s.", dtype, reason)
   return reason
@@ -102,6 +111,11 @@ def unavailable_reason(dtype="float32") -> str | None:
 def available(dtype="float32") -> bool:
   """Whether `gemm` runs operands of `dtype` here (the CPU, the kernel built and loaded, not switched off)."""
   return unavailable_reason(jnp.dtype(dtype).name) is None
+
+
+def pays_off(table_shape: tuple[int, ...], dtype="float32") -> bool:
+  """Whether the chunked loss's dots against a table of this (V, D) shape are faster on the kernel than on XLA's."""
+  return jnp.dtype(dtype) == jnp.bfloat16 or table_shape[0] * table_shape[1] >= FLOAT32_MIN_TABLE_SIZE
 
 
 def gemm(a: jax.Array, b: jax.Array, *, trans_a: bool = False, trans_b: bool = False,
