@@ -7,7 +7,7 @@
 Prints a table and writes JSON to --json (by default under runs/) with the sections `train_step` (V=8192, D=256,
 T=4096), `gpt2` (the same at GPT-2's V=50257, D=768, T=1024), `memory`, `entrypoint` and `machine` (the CPU's
 name, vector extensions and matrix units: the ratios depend on them, since each framework's matmul kernels do). The
-targets are printed beside the measured ratios; they are results, not assertions. Expect about 20 minutes on 2
+targets are printed beside the measured ratios; they are results, not assertions. Expect about 6 minutes on 2
 quiet cores (`--only` picks sections).
 """
 
