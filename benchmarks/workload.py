@@ -23,6 +23,7 @@ from tied_embed.core import optim
 from tied_embed.core import step as step_lib
 from tied_embed.core.model import build_model
 from tied_embed.fast import chunked_loss, compilation, host_memory, select
+from tied_embed.run import checkpoint, parallel
 
 
 def cpu_threads() -> int:
@@ -120,25 +121,37 @@ def repeated_steps(step, state, batch, steps: int):
 class Stepper:
   """A jitted train step with its own state, callable repeatedly; blocks on each step's loss.
 
-  By default the real one (`tied_embed.core.step.make_train_step`: provenance, totals, non-finite guard);
-  `plain=True` gives `make_plain_step` instead. `batch` (ids, next_ids) defaults to `random_batch`. The step is
-  compiled when the Stepper is made, and then the compiler's freed memory is handed back to the OS, as the trainer
-  does: `compile_peak_mib` is this process's peak up to then.
+  By default the real one, set up as the trainer sets it up: `tied_embed.core.step.make_train_step` (provenance,
+  totals, non-finite guard) on the config's mesh (one device here), compiled from the abstract state before the
+  state exists, the compiler's freed memory handed back to the OS, then the state created in its shardings.
+  `compile_peak_mib` is this process's peak up to the end of the compile. `plain=True` gives `make_plain_step`
+  instead, compiled on the state. `batch` (ids, next_ids) defaults to `random_batch`.
   """
 
   def __init__(self, config: ml_collections.ConfigDict, *, plain: bool = False, batch=None):
-    graphdef, self.state = train_state(config)
-    self.batch = batch or random_batch(int(config.model.vocab_size), int(config.train.batch_size))
+    batch = batch or random_batch(int(config.model.vocab_size), int(config.train.batch_size))
     chunk_size = int(config.loss.chunk_size)
     self._plain = plain
     if plain:
+      graphdef, self.state = train_state(config)
+      self.batch = batch
       self._step = make_plain_step(graphdef, chunk_size)
       self._step.lower(self.state, *self.batch).compile()
       host_memory.release_freed()
-    else:
-      self._step = select.make_train_step(graphdef, chunk_size, compute_dtype=str(config.model.dtype))
-      compilation.compile_ahead(self._step, self.state, *self.batch)  # releases the compiler's memory itself
+      self.compile_peak_mib = peak_mib()
+      return
+    mesh = parallel.make_mesh(config.mesh)
+    graphdef, abstract = checkpoint.abstract_state(config, mesh)
+    shardings = jax.tree.map(lambda leaf: leaf.sharding, abstract)
+    self._step = select.make_train_step(graphdef, chunk_size, shardings, compute_dtype=str(config.model.dtype))
+    batch_sharding = parallel.batch_sharding(mesh)
+    abstract_ids = jax.ShapeDtypeStruct(batch[0].shape, batch[0].dtype, sharding=batch_sharding)
+    compilation.compile_ahead(self._step, abstract, abstract_ids, abstract_ids)  # releases the compiler's memory
     self.compile_peak_mib = peak_mib()
+    tx = optim.make_optimizer(config.train)
+    self.state = jax.block_until_ready(jax.jit(
+        lambda: nnx.state(step_lib.TrainState(build_model(config), tx)), out_shardings=shardings)())
+    self.batch = jax.device_put(batch, batch_sharding)
 
   def temp_bytes(self) -> int:
     """XLA's count of the compiled step's temporary buffers (the plain variant's, not the log step's)."""

@@ -300,6 +300,21 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
     selecting, patience = data_lib.selection_fraction(config) > 0, int(train.early_stopping_patience)
     checkpointer = checkpoint.Checkpointer(workdir, int(train.keep_checkpoints), select=selecting)
     stack.enter_context(contextlib.closing(checkpointer))
+    shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
+    shards = select.data_shards(shardings)
+    train_step = select.make_train_step(
+        graphdef, int(config.loss.chunk_size), shardings,
+        lookup_grad_scale=float(train.lookup_grad_scale), projection_grad_scale=float(train.projection_grad_scale),
+        compute_dtype=str(config.model.dtype),
+        split_check=select.split_check_tokens(int(train.batch_size), int(config.model.vocab_size), shards),
+    )
+    batch_sharding = parallel.batch_sharding(mesh)
+    seed, batch_size = int(config.seed), int(train.batch_size)
+    if saved is None or (newest_step < num_steps and not Selection.from_manifest(newest_manifest).exhausted(patience)):
+      # Compiled from the abstract state, before the state exists: the compiler's working memory and the state never
+      # add up (then the compiler's freed memory goes back to the OS; jit reuses the programs).
+      batch = jax.ShapeDtypeStruct((batch_size,), jnp.int32, sharding=batch_sharding)
+      compilation.compile_ahead(train_step, target, batch, batch)
     start, state, selection = _resume(config, target, checkpointer, dataset)
     data = _load_data(config, workdir)
     if start == 0:
@@ -335,23 +350,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
                   "batch draws the same few pairs again.", data_lib.train_fraction(config), len(data.train_ids),
                   int(train.batch_size))
     _log_asymmetry(data, int(config.model.d_model))
-    shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
-    shards = select.data_shards(shardings)
-    train_step = select.make_train_step(
-        graphdef, int(config.loss.chunk_size), shardings,
-        lookup_grad_scale=float(train.lookup_grad_scale), projection_grad_scale=float(train.projection_grad_scale),
-        compute_dtype=str(config.model.dtype),
-        split_check=select.split_check_tokens(int(train.batch_size), int(config.model.vocab_size), shards),
-    )
     evaluate = _Evaluator(graphdef, data.eval_ids, data.eval_next, data, config, mesh)
     select_split = _Evaluator(graphdef, data.select_ids, data.select_next, data, config, mesh) if selecting else None
     schedule = optim.learning_rate_schedule(train)
-    batch_sharding = parallel.batch_sharding(mesh)
-    seed, batch_size = int(config.seed), int(train.batch_size)
     log_every, eval_every, save_every = int(train.log_every), int(train.eval_every), int(train.checkpoint_every)
-    if start < num_steps:  # compile everything first, then hand the compiler's freed memory back to the OS
-      first_batch = parallel.global_batch(data_lib.train_batch(data, seed, start, batch_size), batch_sharding)
-      compilation.compile_ahead(train_step, state, *first_batch)
+    if start < num_steps:  # the evaluations' programs too, then hand the compiler's freed memory back to the OS
       evaluate.compile_ahead(state)
       if select_split is not None:
         select_split.compile_ahead(state)
