@@ -36,6 +36,10 @@ def compiler_options() -> dict[str, str | bool] | None:
 def compile_ahead(train_step: Callable, state: nnx.State, ids: jax.Array, next_ids: jax.Array) -> None:
   """Compiles both variants of `train_step` (plain and log step) for these arguments; jit reuses them when called.
 
+  The arguments may be abstract (`jax.ShapeDtypeStruct`s with shardings), so the trainer compiles before the state
+  exists. jit reuses the programs for arrays of the same shapes, dtypes and shardings placed on the mesh (committed,
+  as the trainer's are; an abstract leaf's sharding counts as committed).
+
   Each compile's freed memory is handed back to the OS (`host_memory.release_freed`) before the next compile and
   before any step's temporaries are allocated. Call the step with `with_stats`
   given, as the trainer does: jit keys a call that leaves it out apart, and would compile again.
