@@ -9,8 +9,9 @@ chunk (tied_embed/fast/chunked_loss.py's `_chunk_step`):
   dtable  (V, C)·(C, D) + (V, D)      the exponentials against the scaled rows, added onto the accumulator
 each in float32 and with bfloat16 operands (float32 results), timed in turns, REPEATS calls back to back per timing
 (as the step's loop calls them; a lone call after a pause also times the threads' wake-up); the fastest of `rounds`
-timings per call, and its GFLOP/s. PyTorch's rows are `torch.matmul` on the same shapes (its bfloat16 matmul is oneDNN's, on AMX where the CPU
-has it): what a PyTorch step's dots cost on this CPU. Rows a CPU cannot run (the kernel without AMX) are left out.
+timings per call, and its GFLOP/s. PyTorch's rows are `torch.matmul` on the same shapes (its bfloat16 matmul is
+oneDNN's, on AMX where the CPU has it): what a PyTorch step's dots cost on this CPU. Rows a CPU cannot run (the
+kernel without AMX) are left out.
 
 The script runs itself under GLIBC_TUNABLES=UNFAULTED_MALLOC: malloc then keeps freed memory for reuse, so no call
 pays for the page faults of a fresh output buffer (at these sizes glibc otherwise maps and unmaps each one), and the
@@ -26,7 +27,7 @@ import pathlib
 import sys
 
 UNFAULTED_MALLOC = "glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
-if os.environ.get("GLIBC_TUNABLES") != UNFAULTED_MALLOC:  # tunables are read at start-up only: start again
+if __name__ == "__main__" and os.environ.get("GLIBC_TUNABLES") != UNFAULTED_MALLOC:  # read at start-up only: again
   os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "GLIBC_TUNABLES": UNFAULTED_MALLOC})
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

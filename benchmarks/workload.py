@@ -148,9 +148,7 @@ class Stepper:
     abstract_ids = jax.ShapeDtypeStruct(batch[0].shape, batch[0].dtype, sharding=batch_sharding)
     compilation.compile_ahead(self._step, abstract, abstract_ids, abstract_ids)  # releases the compiler's memory
     self.compile_peak_mib = peak_mib()
-    tx = optim.make_optimizer(config.train)
-    self.state = jax.block_until_ready(jax.jit(
-        lambda: nnx.state(step_lib.TrainState(build_model(config), tx)), out_shardings=shardings)())
+    self.state = jax.block_until_ready(checkpoint.fresh_state(config, abstract))
     self.batch = jax.device_put(batch, batch_sharding)
 
   def temp_bytes(self) -> int:

@@ -50,14 +50,10 @@ def make_config(**data_fields):
 def smoke_with(path: str, value):
   """configs/smoke.py with the field at dotted `path` set to `value` (any type)."""
   from configs import smoke  # noqa: PLC0415
+  from tied_embed.run import config_fields  # noqa: PLC0415
 
   config = smoke.get_config()
-  node = config
-  *parents, leaf = path.split(".")
-  for key in parents:
-    node = node[key]
-  with node.ignore_type():
-    node[leaf] = value
+  config_fields.set_unchecked(config, path, value)
   return config
 
 

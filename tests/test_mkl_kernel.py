@@ -3,10 +3,10 @@ operands for bfloat16), the chunked loss through it against the float64 closed f
 where it cannot run.
 
 On a CPU without AMX (bfloat16) or not an Intel one with AVX-512 (float32), or where the kernel is not built, the
-kernel's own tests for that dtype are skipped and the fallback tests still run. The GEMM's reference rounds the operands to bfloat16 exactly as the kernel receives them and sums in
-float64, so the only difference left is float32 accumulation: KERNEL_BOUND (1e-5 relative, in the max norm over the
-output) is float32's, far below bfloat16's own rounding (2^-9 ≈ 2e-3), so a kernel that rounded its sums or its
-output to bfloat16 fails.
+kernel's own tests for that dtype are skipped and the fallback tests still run. The bfloat16 GEMM's reference
+rounds the operands to bfloat16 exactly as the kernel receives them and sums in float64, so the only difference left
+is float32 accumulation: KERNEL_BOUND (1e-5 relative, in the max norm over the output) is float32's, far below
+bfloat16's own rounding (2^-9 ≈ 2e-3), so a kernel that rounded its sums or its output to bfloat16 fails.
 """
 
 from __future__ import annotations

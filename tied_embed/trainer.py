@@ -39,8 +39,6 @@ from flax import nnx
 
 from tied_embed import evaluation
 from tied_embed.core import optim
-from tied_embed.core import step as step_lib
-from tied_embed.core.model import build_model
 from tied_embed.data import bigram as data_lib
 from tied_embed.data import frequency, sources
 from tied_embed.fast import compilation, host_memory, select
@@ -129,13 +127,6 @@ class _Evaluator:
     return float(total) / self._count, by_bucket
 
 
-def _initial_state(config: ml_collections.ConfigDict, target: nnx.State) -> nnx.State:
-  """A fresh TrainState's state, created directly in the shardings of `target`."""
-  shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
-  tx = optim.make_optimizer(config.train)
-  return jax.jit(lambda: nnx.state(step_lib.TrainState(build_model(config), tx)), out_shardings=shardings)()
-
-
 def _resume(
     config: ml_collections.ConfigDict, target: nnx.State, checkpointer: checkpoint.Checkpointer, dataset: str
 ) -> tuple[int, nnx.State, Selection]:
@@ -146,7 +137,7 @@ def _resume(
   """
   restored = checkpointer.restore_newest_intact(target)
   if restored is None:
-    return 0, _initial_state(config, target), Selection()
+    return 0, checkpoint.fresh_state(config, target), Selection()
   start, state, manifest = restored
   _check_resumable(start, manifest, config, dataset)
   log.info("Resuming from the checkpoint at step %d.", start)

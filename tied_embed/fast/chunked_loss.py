@@ -29,9 +29,9 @@ the work (a batch of text repeats most ids). `compute_dtype` is the matmuls' ope
 
 The matmuls on oneMKL: on the CPUs it was measured on, the chunked loss runs its three dots through
 tied_embed/fast/mkl's kernel instead of XLA's: float32 on oneMKL's sgemm (an Intel CPU with AVX-512, tables of at
-least 2^19 entries; 1.1-1.7x XLA's dot on the chunk's shapes) and bfloat16 on oneMKL's AMX GEMM (XLA:CPU widens bfloat16 dots to float32). The
-arithmetic is the same (operands in `compute_dtype`, float32 sums); only the order of the sums differs.
-`mkl_kernel=False`, or another CPU, keeps XLA's dots.
+least 2^19 entries; 1.1-1.7x XLA's dot on the chunk's shapes) and bfloat16 on oneMKL's AMX GEMM (XLA:CPU widens
+bfloat16 dots to float32). The arithmetic is the same (operands in `compute_dtype`, float32 sums); only the order of
+the sums differs. `mkl_kernel=False`, or another CPU, keeps XLA's dots.
 """
 
 from __future__ import annotations

@@ -156,6 +156,13 @@ def abstract_state(config: ml_collections.ConfigDict, mesh: Mesh) -> tuple[nnx.G
   )
 
 
+def fresh_state(config: ml_collections.ConfigDict, target: nnx.State) -> nnx.State:
+  """A new TrainState's state for `config`, created directly in the shardings of `target` (`abstract_state`'s)."""
+  shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
+  tx = optim.make_optimizer(config.train)
+  return jax.jit(lambda: nnx.state(TrainState(build_model(config), tx)), out_shardings=shardings)()
+
+
 def _read_state(manager: ocp.CheckpointManager, step: int, target: nnx.State) -> nnx.State:
   """The saved train state of `step`, read into a copy of `target`'s structure, shapes and shardings."""
   restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(nnx.to_pure_dict(target))))

@@ -190,6 +190,16 @@ def get(config: ml_collections.ConfigDict, path: str) -> Any:
   return config
 
 
+def set_unchecked(config: ml_collections.ConfigDict, path: str, value: Any) -> None:
+  """Sets dotted `path` of `config` to `value` of any type (ml_collections' type check off): for trying a value."""
+  *parents, leaf = path.split(".")
+  node = config
+  for key in parents:
+    node = node[key]
+  with node.ignore_type():
+    node[leaf] = value
+
+
 def defaults() -> dict[str, Any]:
   """{path: default} of every field in `FIELDS`."""
   return {field.path: field.default for field in FIELDS}

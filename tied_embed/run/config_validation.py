@@ -161,12 +161,8 @@ def unparsed_override(config: ml_collections.ConfigDict, path: str, text: str) -
   if field is not None:
     return UsageError.bad_value(path, text, field.allowed)
   trial = config.copy_and_resolve_references()
-  node = trial
+  config_fields.set_unchecked(trial, path, text)
   *parents, leaf = path.split(".")
-  for key in parents:
-    node = node[key]
-  with node.ignore_type():
-    node[leaf] = text
   owners = [source for source in sources.REGISTRY.values() if leaf in source.fields and parents == ["data"]]
   for source in owners:
     with trial.ignore_type():
