@@ -30,7 +30,7 @@ from benchmarks import entrypoint, memory, throughput, workload  # noqa: E402
 DEFAULT_JSON = pathlib.Path("runs/bench/results.json")
 SECTIONS = {
     "train_step": throughput.measure,  # V=8192, D=256, T=4096
-    "gpt2": lambda: throughput.measure("gpt2", rounds=3),  # GPT-2's V=50257, D=768, T=1024: seconds per round
+    "gpt2": lambda: throughput.measure("gpt2", rounds=5),  # GPT-2's V=50257, D=768, T=1024: seconds per round
     "memory": memory.measure,
     "entrypoint": entrypoint.measure,
 }

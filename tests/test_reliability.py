@@ -23,6 +23,7 @@ from conftest import ROOT
 from helpers import BAD_VALUES, all_series, event_series, smoke_with
 
 from tied_embed.core import optim
+from tied_embed.core import step as step_lib
 from tied_embed.data import bigram as data_lib
 from tied_embed.run import checkpoint, nonfinite, parallel, preemption
 from tied_embed.run.errors import UsageError
@@ -191,6 +192,19 @@ def test_first_non_finite_step_stops_the_run_without_saving(smoke_run, tmp_path,
   assert np.isfinite(restored.model.embedding[...]).all()
   logged = all_series(workdir)
   assert max(logged["train/loss"]) == 30 and max(logged["eval/loss"]) == 20  # no NaN reached the logs
+
+
+@pytest.mark.parametrize("poison", [None, np.inf, -np.inf, np.nan, "loss"])
+@pytest.mark.parametrize("scale", [1.0, 3e38])  # 3e38: finite values whose sum overflows float32
+def test_the_finite_check_is_numpys_on_every_leaf(poison, scale):
+  table = np.full((64, 8), scale, np.float32)
+  state = {"table": table, "moments": np.ones((8,), np.float32), "step": np.int32(7)}
+  loss = np.float32(np.nan if poison == "loss" else 1.5)
+  if poison not in (None, "loss"):
+    state["table"][3, 5] = poison
+  want = bool(np.isfinite(loss) and all(np.isfinite(leaf).all() for leaf in state.values()))
+  assert jax.jit(step_lib.all_finite)(loss, jax.tree.map(jax.numpy.asarray, state)) == want
+  assert want == (poison is None)
 
 
 def test_cli_divergence_is_one_line_and_exit_1(tmp_path):

@@ -1,13 +1,15 @@
-"""The chunked loss's matmuls on oneMKL: float32 on AVX-512, bfloat16 on the CPU's matrix units (AMX). A jax.ffi kernel.
+"""The chunked loss's matmuls on Intel's libraries: float32 on oneMKL (AVX-512), bfloat16 on the CPU's matrix units
+(AMX) through oneDNN and oneMKL. A jax.ffi kernel.
 
 XLA:CPU (jaxlib 0.10.2) has two gaps on the chunk's matmul shapes ((V, D)·(D, C), (C, V)·(V, D), (V, C)·(C, D)):
   - float32: its dot runs at 190–240 GFLOP/s on 2 cores of an AVX-512 Xeon, where oneMKL's sgemm runs at 300–360
     (benchmarks/README.md). The product is the same float32 arithmetic; only the order of the sums differs.
   - bfloat16: it widens the operands of every bfloat16 dot to float32 before it runs (its operand upcaster and bf16
-    float normalization), so `model.dtype = "bfloat16"` written in JAX runs at float32 speed. oneMKL's
-    `cblas_gemm_bf16bf16f32` multiplies bfloat16 operands on AMX tiles with float32 accumulation: the same
-    arithmetic as XLA's bfloat16 dot (operands rounded to bfloat16, products summed in float32), at bfloat16 speed.
-`gemm` hands its operands to one of the two (by their dtype); the chunked loss calls it for its three dots
+    float normalization), so `model.dtype = "bfloat16"` written in JAX runs at float32 speed. oneDNN's matmul (the
+    products written afresh: logits, dx) and oneMKL's `cblas_gemm_bf16bf16f32` (the one added in place: d table)
+    multiply bfloat16 operands on AMX tiles with float32 accumulation: the same arithmetic as XLA's bfloat16 dot
+    (operands rounded to bfloat16, products summed in float32), at bfloat16 speed.
+`gemm` hands its operands to the kernel (by their dtype); the chunked loss calls it for its three dots
 (tied_embed/fast/chunked_loss.py), inside its custom VJP, so nothing differentiates through it.
 
 The kernel (gemm.cc) is compiled by `make install` (`python -m tied_embed.fast.mkl.build`). `available(dtype)` is
@@ -99,10 +101,10 @@ def unavailable_reason(dtype="float32") -> str | None:
     reason = "this CPU is not an Intel one with AVX-512, where oneMKL's sgemm was measured faster"
   else:
     reason = _register()
-  routine = (f"cblas_sgemm, for tables of at least {FLOAT32_MIN_TABLE_SIZE} entries" if dtype == jnp.float32
-             else "cblas_gemm_bf16bf16f32 on AMX")
+  routine = (f"oneMKL's cblas_sgemm, for tables of at least {FLOAT32_MIN_TABLE_SIZE} entries"
+             if dtype == jnp.float32 else "oneDNN's matmul and oneMKL's cblas_gemm_bf16bf16f32 on AMX")
   if reason is None:
-    log.info("%s matmuls of the chunked loss run on oneMKL (%s; tied_embed/fast/mkl).", dtype, routine)
+    log.info("%s matmuls of the chunked loss run on %s (tied_embed/fast/mkl).", dtype, routine)
   else:
     log.info("%s matmuls of the chunked loss run as XLA's dots: %s.", dtype, reason)
   return reason
