@@ -1,4 +1,4 @@
-"""The chunked loss's three dots on each route: XLA's dot, tied_embed/fast/mkl's oneMKL kernel, and PyTorch's matmul.
+"""The chunked loss's three dots on each route: XLA's dot, tied_embed/fast/mkl's kernel, and PyTorch's matmul.
 
   python benchmarks/gemm_routes.py [--rounds=5] [--json=runs/bench/gemm_routes.json]
 
@@ -50,7 +50,7 @@ FLAGS = flags.FLAGS
 
 
 def _jax_dots(vocab_size: int, d_model: int, dtype: str, kernel: bool) -> dict:
-  """{dot name: callable} for one chunk's three dots on XLA (kernel=False) or oneMKL."""
+  """{dot name: callable} for one chunk's three dots on XLA (kernel=False) or tied_embed/fast/mkl's kernel."""
   keys = jax.random.split(jax.random.key(0), 3)
   table = jax.random.normal(keys[0], (vocab_size, d_model)).astype(dtype)
   rows = jax.random.normal(keys[1], (CHUNK, d_model)).astype(dtype)
@@ -100,7 +100,7 @@ def measure(rounds: int = 5) -> list[dict]:
     for dtype in ("float32", "bfloat16"):
       routes = {"XLA dot": _jax_dots(vocab_size, d_model, dtype, kernel=False)}
       if mkl.available(dtype):
-        routes["oneMKL kernel"] = _jax_dots(vocab_size, d_model, dtype, kernel=True)
+        routes["the kernel"] = _jax_dots(vocab_size, d_model, dtype, kernel=True)
       try:
         routes["PyTorch matmul"] = _torch_dots(vocab_size, d_model, dtype)
       except ImportError:

@@ -165,18 +165,20 @@ def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, ker
 
 
 def _target_part(x, table, targets, num_tokens):
-  """The −Y part of d table: −x_t / T added into row targets_t, (V, D).
+  """The −Y part of d table, and the mean target logit read off it: (V, D) and a scalar.
 
-  The scans accumulate onto it, so it is formed before them and its (T, D) rows are not held through them. Nothing
-  else reads it, so the scan's carry takes its buffer over: a second use would make XLA copy it first.
+  The part is −x_t / T added into row targets_t; the scans accumulate onto it, so it is formed before them and
+  its (T, D) rows are not held through them. The mean of x_t · E[targets_t] is −Σ (part ⊙ E): no (T, D) gather
+  of E[targets] has to wait for the loss either.
   """
-  return jnp.zeros_like(table).at[targets].add(-x / num_tokens)
+  part = jnp.zeros_like(table).at[targets].add(-x / num_tokens)
+  return part, -jnp.vdot(part, table)
 
 
-def _finish(x, table, targets, lse, dx, d_table, num_tokens):
+def _finish(table, targets, lse, dx, d_table, mean_target, num_tokens):
   """The loss, and dx's −Y part: −E[targets_t] / T, one row per token (d table already holds its own)."""
-  mean_target = jnp.mean(_target_logits(x, table, targets))
-  return jnp.mean(lse) - mean_target, (dx - table[targets] / num_tokens, d_table)
+  dx = dx - table[targets] / num_tokens
+  return jnp.mean(lse) - mean_target, (dx, d_table)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
@@ -201,10 +203,10 @@ def _forward(x, table, targets, chunk, compute_dtype, kernel):
     d_table, lse, dx = _chunk_step(operand_table, d_table, x_chunk, None, num_tokens, compute_dtype, kernel)
     return d_table, (lse, dx)
 
-  target_part = _target_part(x, table, targets, num_tokens)
+  target_part, mean_target = _target_part(x, table, targets, num_tokens)
   d_table, (lse, dx) = jax.lax.scan(step, target_part, _token_chunks(x, chunk))
   lse, dx = _unchunk(lse, num_tokens), _unchunk(dx, num_tokens)
-  return _finish(x, table, targets, lse, dx, d_table, num_tokens)
+  return _finish(table, targets, lse, dx, d_table, mean_target, num_tokens)
 
 
 def _backward(chunk, compute_dtype, kernel, residuals, cotangent):
@@ -263,12 +265,12 @@ def _distinct_ce(x, table, targets, keys, chunk: int, groups: int, compute_dtype
 def _distinct_forward(x, table, targets, keys, chunk, groups, compute_dtype, kernel):
   """Loss and both gradients for cotangent 1 (residuals), `chunk` rows per block and loop iteration."""
   num_tokens = x.shape[0]
-  target_part = _target_part(x, table, targets, num_tokens)
+  target_part, mean_target = _target_part(x, table, targets, num_tokens)
   d_table, lse, dx = _distinct_p_part(
       x.reshape(groups, -1, x.shape[1]), table, keys.reshape(groups, -1), chunk, num_tokens, compute_dtype, kernel,
       target_part,
   )
-  return _finish(x, table, targets, lse.reshape(-1), dx.reshape(x.shape), d_table, num_tokens)
+  return _finish(table, targets, lse.reshape(-1), dx.reshape(x.shape), d_table, mean_target, num_tokens)
 
 
 def _distinct_backward(chunk, groups, compute_dtype, kernel, residuals, cotangent):
