@@ -22,10 +22,10 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-# The chunked loss's oneMKL kernel (tied_embed/fast/mkl: float32, and bfloat16 on AMX). A failed build prints an
-# `info:` line and exits 0: the loss then runs XLA's dots, so train and test work without it (and retry the build
-# next time).
-$(KERNEL): $(STAMP) tied_embed/fast/mkl/gemm.cc
+# The chunked loss's kernel (tied_embed/fast/mkl: float32 on oneMKL, bfloat16 on AMX via oneMKL and oneDNN). A
+# failed build prints an `info:` line and exits 0: the loss then runs XLA's dots, so train and test work without it
+# (and a build that wrote nothing is tried again next time).
+$(KERNEL): $(STAMP) tied_embed/fast/mkl/gemm.h tied_embed/fast/mkl/gemm.cc tied_embed/fast/mkl/gemm_onednn.cc
 	$(PY) -m tied_embed.fast.mkl.build
 
 train: $(STAMP) $(KERNEL)

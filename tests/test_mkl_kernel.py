@@ -12,6 +12,9 @@ bfloat16's own rounding (2^-9 ≈ 2e-3), so a kernel that rounded its sums or it
 from __future__ import annotations
 
 import pathlib
+import re
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -76,7 +79,10 @@ def test_the_bfloat16_chunked_loss_runs_the_kernel_and_stays_within_bfloat16_of_
   def loss(x, e):
     return chunked_cross_entropy(x, e, targets, 8, row_keys=ids, compute_dtype="bfloat16")
 
-  assert "tied_embed_bf16_gemm" in jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, table).as_text()
+  hlo = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, table).as_text()
+  targets_called = sorted(set(re.findall(r'custom_call @(tied_embed_[a-z0-9_]+)', hlo)))
+  # the logits on oneDNN, dx on oneMKL, d table added in place on oneMKL
+  assert targets_called == ["tied_embed_bf16_gemm", "tied_embed_bf16_gemm_accumulate", "tied_embed_bf16_gemm_onednn"]
   value, grads = jax.value_and_grad(loss, argnums=(0, 1))(x, table)
   reference = numpy_loss_and_grads(x, table, targets)
   errors = [np.linalg.norm(np.asarray(g, np.float64) - w) / np.linalg.norm(w)
@@ -227,3 +233,19 @@ def test_a_mesh_of_several_devices_keeps_xlas_dots(monkeypatch: pytest.MonkeyPat
   assert select.mesh_devices(one_device) == 1 and select.mesh_devices(None) == 1
   monkeypatch.setattr(select, "mesh_devices", lambda shardings: 8)  # as if the state spanned a 4x2 mesh
   assert "custom_call" not in _train_step_program(dtype)
+
+
+@needs_f32_kernel
+def test_a_float32_run_never_loads_onednn():
+  # oneDNN alone makes 17 MiB resident, which the float32 step's memory (at most PyTorch's) has no room for.
+  script = (
+      "import jax.numpy as jnp, pathlib\n"
+      "from tied_embed.fast import mkl\n"
+      "out = mkl.gemm(jnp.ones((4, 3)), jnp.ones((3, 2)))\n"
+      "assert float(out[0, 0]) == 3.0\n"
+      "maps = pathlib.Path('/proc/self/maps').read_text()\n"
+      "print('_gemm.so' in maps, 'libdnnl' in maps)\n"
+  )
+  done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.split() == ["True", "False"]

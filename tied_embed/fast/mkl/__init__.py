@@ -5,14 +5,15 @@ XLA:CPU (jaxlib 0.10.2) has two gaps on the chunk's matmul shapes ((V, D)·(D, C
   - float32: its dot runs at 190–240 GFLOP/s on 2 cores of an AVX-512 Xeon, where oneMKL's sgemm runs at 300–360
     (benchmarks/README.md). The product is the same float32 arithmetic; only the order of the sums differs.
   - bfloat16: it widens the operands of every bfloat16 dot to float32 before it runs (its operand upcaster and bf16
-    float normalization), so `model.dtype = "bfloat16"` written in JAX runs at float32 speed. oneDNN's matmul (the
-    products written afresh: logits, dx) and oneMKL's `cblas_gemm_bf16bf16f32` (the one added in place: d table)
-    multiply bfloat16 operands on AMX tiles with float32 accumulation: the same arithmetic as XLA's bfloat16 dot
-    (operands rounded to bfloat16, products summed in float32), at bfloat16 speed.
+    float normalization), so `model.dtype = "bfloat16"` written in JAX runs at float32 speed. oneMKL's
+    `cblas_gemm_bf16bf16f32` (dx, d table) and oneDNN's matmul (the logits, where oneMKL's is slowest) multiply
+    bfloat16 operands on AMX tiles with float32 accumulation: the same arithmetic as XLA's bfloat16 dot (operands
+    rounded to bfloat16, products summed in float32), at bfloat16 speed.
 `gemm` hands its operands to the kernel (by their dtype); the chunked loss calls it for its three dots
 (tied_embed/fast/chunked_loss.py), inside its custom VJP, so nothing differentiates through it.
 
-The kernel (gemm.cc) is compiled by `make install` (`python -m tied_embed.fast.mkl.build`). `available(dtype)` is
+The kernel (gemm.cc for oneMKL, gemm_onednn.cc for oneDNN) is compiled by `make install` (`python -m
+tied_embed.fast.mkl.build`), into two libraries: a float32 run never loads oneDNN. `available(dtype)` is
 False, and the loss takes XLA's dots, where the build failed, on other backends, with TIED_EMBED_MKL=0 in the
 environment, and on a CPU the route was not measured on: float32 needs an Intel CPU with AVX-512 (`avx512f`,
 `GenuineIntel`; on AMD EPYC oneMKL is not measured against XLA's dot), bfloat16 needs AMX (`amx_bf16`, `amx_tile`).
@@ -29,11 +30,15 @@ import pathlib
 import jax
 import jax.numpy as jnp
 
-LIBRARY = pathlib.Path(__file__).with_name("_gemm.so")
+LIBRARY = pathlib.Path(__file__).with_name("_gemm.so")  # oneMKL's GEMMs (gemm.cc)
+ONEDNN_LIBRARY = pathlib.Path(__file__).with_name("_gemm_onednn.so")  # oneDNN's bfloat16 matmul (gemm_onednn.cc)
 SWITCH = "TIED_EMBED_MKL"  # "0" turns the kernel off (XLA's dots instead)
-_TARGETS = {  # FFI target name → the library's handler symbol
-    "tied_embed_f32_gemm": "F32Gemm", "tied_embed_f32_gemm_accumulate": "F32GemmAccumulate",
-    "tied_embed_bf16_gemm": "Bf16Gemm", "tied_embed_bf16_gemm_accumulate": "Bf16GemmAccumulate",
+_TARGETS = {  # dtype → {FFI target name: (library, its handler symbol)}; each library loads only where needed
+    "float32": {"tied_embed_f32_gemm": (LIBRARY, "F32Gemm"),
+                "tied_embed_f32_gemm_accumulate": (LIBRARY, "F32GemmAccumulate")},
+    "bfloat16": {"tied_embed_bf16_gemm": (LIBRARY, "Bf16Gemm"),
+                 "tied_embed_bf16_gemm_onednn": (ONEDNN_LIBRARY, "Bf16Gemm"),
+                 "tied_embed_bf16_gemm_accumulate": (LIBRARY, "Bf16GemmAccumulate")},
 }
 _PREFIX = {jnp.dtype(jnp.float32): "tied_embed_f32_gemm", jnp.dtype(jnp.bfloat16): "tied_embed_bf16_gemm"}
 
@@ -70,18 +75,27 @@ def cpu_is_intel_avx512(cpuinfo: pathlib.Path = pathlib.Path("/proc/cpuinfo")) -
 
 
 @functools.cache
-def _register() -> str | None:
-  """Loads the kernel and registers its FFI targets once; None on success, else why not (one line)."""
-  if not LIBRARY.exists():
-    return f"{LIBRARY.name} is not built (make install builds it)"
+def _load(path: pathlib.Path) -> ctypes.CDLL | str:
+  """One of the kernel's libraries, loaded once; else why not (one line)."""
+  if not path.exists():
+    return f"{path.name} is not built (make install builds it)"
   # MKL's OpenMP threads otherwise spin 200 ms after each call, on the cores XLA's own threads need next.
   os.environ.setdefault("KMP_BLOCKTIME", "0")
   try:
-    library = ctypes.cdll.LoadLibrary(str(LIBRARY))
+    return ctypes.cdll.LoadLibrary(str(path))
   except OSError as error:
-    return f"{LIBRARY.name} does not load: {error}"
-  for target, symbol in _TARGETS.items():
-    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu")
+    return f"{path.name} does not load: {error}"
+
+
+@functools.cache
+def _register(dtype: str) -> str | None:
+  """Loads the libraries `dtype`'s targets need and registers the targets once; None on success, else why not."""
+  libraries = {path: _load(path) for path, _ in _TARGETS[dtype].values()}
+  reason = next((library for library in libraries.values() if isinstance(library, str)), None)
+  if reason is not None:
+    return reason
+  for target, (path, symbol) in _TARGETS[dtype].items():
+    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(libraries[path], symbol)), platform="cpu")
   return None
 
 
@@ -100,9 +114,9 @@ def unavailable_reason(dtype="float32") -> str | None:
   elif dtype == jnp.float32 and not cpu_is_intel_avx512():
     reason = "this CPU is not an Intel one with AVX-512, where oneMKL's sgemm was measured faster"
   else:
-    reason = _register()
+    reason = _register(dtype.name)
   routine = (f"oneMKL's cblas_sgemm, for tables of at least {FLOAT32_MIN_TABLE_SIZE} entries"
-             if dtype == jnp.float32 else "oneDNN's matmul and oneMKL's cblas_gemm_bf16bf16f32 on AMX")
+             if dtype == jnp.float32 else "oneMKL's cblas_gemm_bf16bf16f32 and (the logits) oneDNN's matmul, on AMX")
   if reason is None:
     log.info("%s matmuls of the chunked loss run on %s (tied_embed/fast/mkl).", dtype, routine)
   else:
@@ -137,7 +151,11 @@ def gemm(a: jax.Array, b: jax.Array, *, trans_a: bool = False, trans_b: bool = F
   result = jax.ShapeDtypeStruct((rows, cols), jnp.float32)
   # The handler takes matrices only: under vmap (per-token losses, tests/test_losses.py) it runs once per element.
   if add_to is None:
-    return jax.ffi.ffi_call(_PREFIX[dtype], result, vmap_method="sequential")(a, b, trans_a=trans_a, trans_b=trans_b)
+    # oneMKL's bfloat16 GEMM is slowest on a·bᵀ, the chunk's logits E·xᵀ, where oneDNN's matmul runs it 1.2-2x
+    # faster; on the chunk's other two products oneMKL is as fast or faster (benchmarks/README.md, gemm_routes.py).
+    onednn = dtype == jnp.bfloat16 and trans_b and not trans_a
+    target = f"{_PREFIX[dtype]}_onednn" if onednn else _PREFIX[dtype]
+    return jax.ffi.ffi_call(target, result, vmap_method="sequential")(a, b, trans_a=trans_a, trans_b=trans_b)
   call = jax.ffi.ffi_call(
       f"{_PREFIX[dtype]}_accumulate", result, input_output_aliases={2: 0}, vmap_method="sequential")
   return call(a, b, add_to.astype(jnp.float32), trans_a=trans_a, trans_b=trans_b)

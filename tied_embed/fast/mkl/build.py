@@ -19,27 +19,31 @@ import jax
 
 from tied_embed.fast import mkl
 
-SOURCE = pathlib.Path(__file__).with_name("gemm.cc")
+HERE = pathlib.Path(__file__).parent
+# library → (its source, the runtime it links, a header that runtime's devel wheel installs)
+LIBRARIES = {
+    mkl.ONEDNN_LIBRARY: (HERE / "gemm_onednn.cc", "libdnnl.so.3", "oneapi/dnnl/dnnl.hpp"),
+    mkl.LIBRARY: (HERE / "gemm.cc", "libmkl_rt.so.3", "mkl_cblas.h"),
+}
 
 
 def command(output: pathlib.Path) -> list[str] | str:
-  """The g++ command line building `output`, or why it cannot be built here (a str)."""
+  """The g++ command line building `output` (a key of LIBRARIES), or why it cannot be built here (a str)."""
+  source, runtime_name, header = LIBRARIES[output]
   compiler = shutil.which("g++") or shutil.which("c++")
   prefix = pathlib.Path(sys.prefix)
-  mkl_rt, dnnl = prefix / "lib" / "libmkl_rt.so.3", prefix / "lib" / "libdnnl.so.3"
+  runtime = prefix / "lib" / runtime_name
   if compiler is None:
     return "no C++ compiler (g++) on PATH"
-  if not (prefix / "include" / "mkl_cblas.h").exists() or not mkl_rt.exists():
-    return f"oneMKL (mkl-devel) is not installed in {prefix}"
-  if not (prefix / "include" / "oneapi" / "dnnl" / "dnnl.hpp").exists() or not dnnl.exists():
-    return f"oneDNN (onednn-devel-cpu-gomp) is not installed in {prefix}"
+  if not (prefix / "include" / header).exists() or not runtime.exists():
+    return f"{runtime_name} or {header} is not installed in {prefix}"
   return [compiler, "-O2", "-std=c++17", "-shared", "-fPIC", "-w", f"-I{jax.ffi.include_dir()}",
-          f"-I{prefix / 'include'}", str(SOURCE), "-o", str(output), str(mkl_rt), str(dnnl),
-          f"-Wl,-rpath,{mkl_rt.resolve().parent}"]
+          f"-I{prefix / 'include'}", str(source), "-o", str(output), str(runtime),
+          f"-Wl,-rpath,{runtime.resolve().parent}"]
 
 
-def build(output: pathlib.Path = mkl.LIBRARY) -> str | None:
-  """Builds the kernel into `output`; None on success, else why not (one line)."""
+def build(output: pathlib.Path) -> str | None:
+  """Builds one library of the kernel into `output`; None on success, else why not (one line)."""
   args = command(output)
   if isinstance(args, str):
     return args
@@ -54,11 +58,12 @@ def build(output: pathlib.Path = mkl.LIBRARY) -> str | None:
 
 
 def main() -> None:
-  reason = build()
-  if reason is None:
-    print(f"built {mkl.LIBRARY}")
-  else:
-    print(f"info: the oneMKL kernel is not built ({reason}); the chunked loss will run XLA's dots")
+  for library in LIBRARIES:  # oneMKL's last: make's target, so a failed oneDNN build does not repeat every run
+    reason = build(library)
+    if reason is None:
+      print(f"built {library}")
+    else:
+      print(f"info: {library.name} is not built ({reason}); the chunked loss will run XLA's dots instead of it")
 
 
 if __name__ == "__main__":
