@@ -151,8 +151,8 @@ def gemm(a: jax.Array, b: jax.Array, *, trans_a: bool = False, trans_b: bool = F
   result = jax.ShapeDtypeStruct((rows, cols), jnp.float32)
   # The handler takes matrices only: under vmap (per-token losses, tests/test_losses.py) it runs once per element.
   if add_to is None:
-    # oneMKL's bfloat16 GEMM is slowest on a·bᵀ, the chunk's logits E·xᵀ, where oneDNN's matmul runs it 1.2-2x
-    # faster; on the chunk's other two products oneMKL is as fast or faster (benchmarks/README.md, gemm_routes.py).
+    # oneMKL's bfloat16 GEMM is slowest on a·bᵀ, the chunk's logits E·xᵀ, where oneDNN's matmul runs it 1.4-2.3x
+    # faster; dx runs as fast or faster on oneMKL except at GPT-2's shape, d table faster (benchmarks/README.md).
     onednn = dtype == jnp.bfloat16 and trans_b and not trans_a
     target = f"{_PREFIX[dtype]}_onednn" if onednn else _PREFIX[dtype]
     return jax.ffi.ffi_call(target, result, vmap_method="sequential")(a, b, trans_a=trans_a, trans_b=trans_b)

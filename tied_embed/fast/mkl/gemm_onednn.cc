@@ -1,6 +1,6 @@
 // oneDNN's bfloat16 matmul for XLA:CPU, on the AMX tiles of CPUs that have them, with float32 accumulation: the
 // chunked loss's (V, C) logits E·xᵀ, the product oneMKL's bfloat16 GEMM runs slowest, which oneDNN's AMX kernels
-// run 1.2-2x faster (benchmarks/README.md). A library of its own, loaded only where bfloat16 runs on the kernel:
+// run 1.4-2.3x faster (benchmarks/README.md). A library of its own, loaded only where bfloat16 runs on the kernel:
 // oneDNN's relocations alone make 17 MiB resident. Shapes: gemm.h.
 #include <cstdint>
 #include <map>
