@@ -107,7 +107,7 @@ def main(out: pathlib.Path) -> None:
   np.savez(out / "final.npz", **leaves(summary.state))
 
   programs = compiled_programs(config)
-  step_out, _ = programs["step"].output_shardings
+  step_out = programs["step"].output_shardings[0]  # (state, metrics, the gradient buffer)
   layout = {
       "leaves": {
           jax.tree_util.keystr(path): {

@@ -25,6 +25,7 @@ from tied_embed.core.model import Model
 
 Metrics = dict[str, jax.Array]
 TrainStep = Callable[..., tuple[nnx.State, Metrics]]
+StepFunction = Callable[..., tuple[nnx.State, Metrics, nnx.State]]
 # paths_fn(model, ids (B,), next_ids (B,)) → path gradients with add_lookup, lookup_row_norms, lookup_at, split_stats.
 PathsFn = Callable[[Model, jax.Array, jax.Array], paths_lib.PathGradients]
 
@@ -117,24 +118,23 @@ def all_finite(loss: jax.Array, state: nnx.State) -> jax.Array:
   return jax.lax.cond(jnp.isfinite(total), lambda: jnp.bool_(True), exact)
 
 
-def make_train_step(
+def make_step_function(
     graphdef: nnx.GraphDef,
     paths_fn: PathsFn = paths_lib.path_gradients,
     *,
     lookup_grad_scale: float = 1.0,
     projection_grad_scale: float = 1.0,
     split_check_tokens: int | None = None,
-    state_shardings=None,
-    compiler_options: dict | None = None,
-) -> TrainStep:
-  """jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics). Donates `state`.
+) -> StepFunction:
+  """step(state, ids (B,), next_ids (B,), with_stats=False) → (new state, metrics, grads), to be jitted.
 
-  The optimizer receives the path gradients weighted by `lookup_grad_scale` and `projection_grad_scale`; any
-  clipping in its chain sees that weighted sum. metrics: {'loss': the batch's loss}; with `with_stats` (log steps)
-  also the split statistics of this step's unweighted path gradients (at the parameters before its update),
-  'split_error', 'hidden_norm' (‖dW‖, with a hidden map), the model's `hidden_stats` as 'train/hidden_<name>',
-  'applied_norm' (the global norm of the weighted gradient, before clipping) and 'train_loss' (the mean loss of
-  the steps since the previous log step, whose window it then empties).
+  grads: the Params' gradients the optimizer received (an nnx.State). The optimizer receives the path gradients
+  weighted by `lookup_grad_scale` and `projection_grad_scale`; any clipping in its chain sees that weighted sum.
+  metrics: {'loss': the batch's loss}; with `with_stats` (log steps) also the split statistics of this step's
+  unweighted path gradients (at the parameters before its update), 'split_error', 'hidden_norm' (‖dW‖, with a
+  hidden map), the model's `hidden_stats` as 'train/hidden_<name>', 'applied_norm' (the global norm of the
+  weighted gradient, before clipping) and 'train_loss' (the mean loss of the steps since the previous log step,
+  whose window it then empties).
 
   The split check compares the step's own gradients with `nnx.grad` of the plain loss on the whole batch, or, with
   `split_check_tokens` = S < B (where the (B, V) logits would not fit), the first S pairs' paths with the plain
@@ -183,7 +183,33 @@ def make_train_step(
     finite = all_finite(loss, nnx.state(train_state))
     done = train_state.optimizer.step[...].astype(jnp.int32)
     train_state.first_nonfinite_step[...] = jnp.where((first_bad == 0) & ~finite, done, first_bad)
-    return nnx.state(train_state), metrics
+    return nnx.state(train_state), metrics, grads
+
+  return step
+
+
+def make_train_step(
+    graphdef: nnx.GraphDef,
+    paths_fn: PathsFn = paths_lib.path_gradients,
+    *,
+    lookup_grad_scale: float = 1.0,
+    projection_grad_scale: float = 1.0,
+    split_check_tokens: int | None = None,
+    state_shardings=None,
+    compiler_options: dict | None = None,
+) -> TrainStep:
+  """jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics): `make_step_function`'s step.
+
+  Donates `state`. The arguments are `make_step_function`'s; `state_shardings` pins the new state's shardings.
+  """
+  step_fn = make_step_function(
+      graphdef, paths_fn, lookup_grad_scale=lookup_grad_scale, projection_grad_scale=projection_grad_scale,
+      split_check_tokens=split_check_tokens,
+  )
+
+  def step(state: nnx.State, ids: jax.Array, next_ids: jax.Array, with_stats: bool = False):
+    new_state, metrics, _ = step_fn(state, ids, next_ids, with_stats)
+    return new_state, metrics
 
   out_shardings = (state_shardings, None) if state_shardings is not None else None
   return jax.jit(

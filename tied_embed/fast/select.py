@@ -16,7 +16,7 @@ from flax import nnx
 
 from tied_embed.core import paths as plain_paths
 from tied_embed.core import step as step_lib
-from tied_embed.fast import chunked_loss, compilation, sparse_paths
+from tied_embed.fast import chunked_loss, compilation, gradient_buffer, sparse_paths
 
 log = logging.getLogger(__name__)
 
@@ -87,14 +87,18 @@ def make_train_step(
     compute_dtype: str = "float32",
     split_check: int | None = None,
 ) -> step_lib.TrainStep:
-  """tied_embed.core.step.make_train_step with the paths these settings pick and the XLA options.
+  """The train step these settings pick: their paths, the XLA options, and the gradient in a kept buffer.
 
+  jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics), as
+  `tied_embed.core.step.make_train_step`, whose step it runs (tied_embed/fast/gradient_buffer.py).
   `split_check`: how many pairs the log step's split check uses (`split_check_tokens`); None: the whole batch.
   """
-  return step_lib.make_train_step(
+  step_fn = step_lib.make_step_function(
       graphdef,
       paths_function(chunk_size, compute_dtype, data_shards(state_shardings), mesh_devices(state_shardings) == 1),
       lookup_grad_scale=lookup_grad_scale, projection_grad_scale=projection_grad_scale,
-      split_check_tokens=split_check, state_shardings=state_shardings,
-      compiler_options=compilation.compiler_options(),
+      split_check_tokens=split_check,
+  )
+  return gradient_buffer.StepWithGradientBuffer(
+      graphdef, step_fn, state_shardings=state_shardings, compiler_options=compilation.compiler_options()
   )
