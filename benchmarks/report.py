@@ -116,12 +116,20 @@ def summary(results: list[dict]) -> str:
   return "\n".join(lines)
 
 
+def _turns(result: dict) -> str:
+  """How the step times were taken, from the run's own record."""
+  calls = result.get("train_step", {}).get("calls_per_turn", 1)
+  if calls == 1:
+    return "medians of calls taken in turns."
+  return f"medians of calls taken in turns, each the last of {calls} back-to-back calls of its own."
+
+
 def block(results: list[dict]) -> str:
   names = [chr(ord("A") + i) for i in range(len(results))]
   info = results[0]["machine"]
   parts = [f"Runs {', '.join(names)} of `benchmarks/run.py`: {info['cpu']}, {info['threads']} cores "
            f"(matrix units: {info.get('matrix_units', 'not recorded')}); jax {info['jax']}, torch {info['torch']}; "
-           "medians of calls taken in turns. Written by `benchmarks/report.py` from the runs' JSON."]
+           f"{_turns(results[0])} Written by `benchmarks/report.py` from the runs' JSON."]
   if "train_step" in results[0]:
     routes = results[0]["train_step"]
     parts[0] += (f" The chunked step's float32 dots ran on {routes.get('f32_kernel', 'XLA')}, its bfloat16 dots on "

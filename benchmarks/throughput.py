@@ -8,7 +8,8 @@ each distinct id's logits once. It runs on uniform ids (the most distinct ids a 
 workload) and on a text-like Zipf batch (`workload.zipf_batch`), and with `model.dtype` bfloat16 (bf16 matmul
 operands, float32 accumulation). Against it: the plain step (no provenance, every
 token's logits: the same work as PyTorch's steps), PyTorch eager, under `torch.compile` and with its own chunked
-`linear_cross_entropy` (benchmarks/torch_step.py), and one matmul of each. All are timed in turns in one process.
+`linear_cross_entropy` (benchmarks/torch_step.py), and one matmul of each. All are timed in turns in one process,
+each timed call right after an untimed one of its own (`CALLS_PER_TURN`), as steps follow each other in training.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ from tied_embed.fast import mkl  # noqa: E402
 SHAPES = {"train_step": (8192, 256, 4096), "gpt2": (50257, 768, 1024)}  # section → (V, D, T)
 VOCAB_SIZE, D_MODEL, NUM_TOKENS = SHAPES["train_step"]
 CHUNK_SIZE = 256  # tokens per chunk for the chunked-loss variant (see benchmarks/README.md for the sweep)
+# Each turn times the second of two back-to-back calls. The first call after the 0.2 s settle between turns is
+# slower, by more for some steps than others (benchmarks/README.md, "Timing a step after an idle pause"): at V=8192
+# the bf16 step takes 82 ms after a pause and 55-64 ms right after a step, PyTorch's bf16 `torch.compile` step
+# 103-106 and 95-97 ms. A training loop runs its steps back to back.
+CALLS_PER_TURN = 2
 # PyTorch's steps: float32, and the same under bfloat16 autocast (benchmarks/torch_step.py).
 TORCH_F32_STEPS = {"torch_step": "eager", "torch_compile_step": "compile", "torch_chunked_step": "chunked"}
 TORCH_BF16_STEPS = {f"{name}_bf16": f"{variant}_bf16" for name, variant in TORCH_F32_STEPS.items()}
@@ -100,10 +106,10 @@ def measure(section: str = "train_step", rounds: int = 7) -> dict:
   if torch:
     fns["torch_matmul"] = make_torch_matmul(num_tokens, d_model, vocab_size)
     fns["torch_bf16_matmul"] = make_torch_matmul(num_tokens, d_model, vocab_size, "bfloat16")
-  times = workload.interleaved_times(fns, rounds)
+  times = workload.interleaved_times(fns, rounds, calls_per_turn=CALLS_PER_TURN)
   seconds = {name: statistics.median(values) for name, values in times.items()}
   result = {"V": vocab_size, "D": d_model, "T": num_tokens, "threads": threads, "chunk_size": CHUNK_SIZE,
-            "rounds": rounds, "f32_kernel": kernel_name("float32"), "bf16_kernel": kernel_name("bfloat16"),
+            "rounds": rounds, "calls_per_turn": CALLS_PER_TURN, "f32_kernel": kernel_name("float32"), "bf16_kernel": kernel_name("bfloat16"),
             "distinct_fraction": workload.distinct_fraction(uniform[0]),
             "zipf_exponent": workload.ZIPF_EXPONENT, "zipf_distinct_fraction": workload.distinct_fraction(zipf[0])}
   for name in (*JAX_STEPS, *MATMULS, *TORCH_STEPS):

@@ -176,12 +176,15 @@ def reset_peak() -> None:
 
 
 def interleaved_times(
-    fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 1, settle_s: float = 0.2
+    fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 1, settle_s: float = 0.2,
+    calls_per_turn: int = 1,
 ) -> dict[str, list[float]]:
-  """Seconds of each call of each function, timed in turns (a, b, c, a, b, c, ...) after `warmup` calls each.
+  """Seconds of each timed call of each function, in turns (a, b, c, a, b, c, ...) after `warmup` calls each.
 
-  Each call starts `settle_s` after the previous one ended: the previous framework's worker threads keep
+  Each turn starts `settle_s` after the previous one ended: the previous framework's worker threads keep
   spinning for a while after their work (OpenMP's wait policy), and on 2 cores they would slow the next call.
+  A turn makes `calls_per_turn` calls back to back and times the last: with more than one, a call as in a
+  training loop, right after the one before it, rather than the first call after an idle pause.
   """
   for fn in fns.values():
     for _ in range(warmup):
@@ -190,6 +193,8 @@ def interleaved_times(
   for _ in range(rounds):
     for name, fn in fns.items():
       time.sleep(settle_s)
+      for _ in range(calls_per_turn - 1):
+        fn()
       start = time.perf_counter()
       fn()
       times[name].append(time.perf_counter() - start)

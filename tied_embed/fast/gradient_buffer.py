@@ -66,7 +66,8 @@ class StepWithGradientBuffer:
     return self._jitted.lower(state, ids, next_ids, buffer, with_stats=with_stats)
 
   def _buffer_for(self, state) -> nnx.State:
-    if self._buffer is None:
+    # None before the first call; deleted if a call donated it and then failed before returning the new one.
+    if self._buffer is None or any(leaf.is_deleted() for leaf in jax.tree.leaves(self._buffer)):
       params = model_params(self._graphdef, state)
       # From host zeros (jnp.zeros would compile a program after the trainer compiled ahead), placed as the
       # Params are: a committed buffer beside an uncommitted state would commit the step's outputs, and jit
