@@ -60,8 +60,8 @@ class StepWithGradientBuffer:
   def lower(self, state, ids, next_ids, with_stats: bool = False):
     """The lowered step for these arguments (arrays, or `jax.ShapeDtypeStruct`s for compiling ahead)."""
     concrete = all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(state))
-    # For a state of arrays, the buffer the calls will donate: jit's cache tells an abstract buffer beside
-    # concrete arguments apart from the array, and the first call would compile again.
+    # For a state of arrays, the buffer the calls will donate: an abstract leaf counts as committed, the buffer
+    # beside an uncommitted state is not, and jit would compile again at the first call.
     buffer = self._buffer_for(state) if concrete else gradient_shapes(self._graphdef, state)
     return self._jitted.lower(state, ids, next_ids, buffer, with_stats=with_stats)
 
