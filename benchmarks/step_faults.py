@@ -32,7 +32,8 @@ def main() -> None:
   args = parser.parse_args()
   vocab_size, d_model, num_tokens = throughput.SHAPES[args.section]
   config = workload.bench_config(vocab_size, d_model, num_tokens, chunk_size=throughput.CHUNK_SIZE)
-  stepper = workload.Stepper(workload.with_dtype(config, args.dtype), batch=workload.random_batch(vocab_size, num_tokens))
+  batch = workload.random_batch(vocab_size, num_tokens)
+  stepper = workload.Stepper(workload.with_dtype(config, args.dtype), batch=batch)
   for _ in range(3):
     stepper()
   where = f"V={vocab_size} D={d_model} T={num_tokens} {args.dtype}"
@@ -46,10 +47,11 @@ def main() -> None:
       stepper()
       seconds.append(time.perf_counter() - start)
     after = resource.getrusage(resource.RUSAGE_SELF)
-    per_step = lambda field: (getattr(after, field) - getattr(before, field)) / args.steps  # noqa: E731
+    per_step = {field: (getattr(after, field) - getattr(before, field)) / args.steps
+                for field in ("ru_minflt", "ru_stime", "ru_utime")}
     print(f"{where}, pause {pause or 0:g} s: median {statistics.median(seconds) * 1e3:.1f} ms/step, "
-          f"{per_step('ru_minflt'):.0f} faults, system {per_step('ru_stime') * 1e3:.0f} ms, "
-          f"user {per_step('ru_utime') * 1e3:.0f} ms per step; XLA temporaries {stepper.temp_bytes() / 2**20:.0f} MiB")
+          f"{per_step['ru_minflt']:.0f} faults, system {per_step['ru_stime'] * 1e3:.0f} ms, "
+          f"user {per_step['ru_utime'] * 1e3:.0f} ms per step; XLA temporaries {stepper.temp_bytes() / 2**20:.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -109,7 +109,8 @@ def measure(section: str = "train_step", rounds: int = 7) -> dict:
   times = workload.interleaved_times(fns, rounds, calls_per_turn=CALLS_PER_TURN)
   seconds = {name: statistics.median(values) for name, values in times.items()}
   result = {"V": vocab_size, "D": d_model, "T": num_tokens, "threads": threads, "chunk_size": CHUNK_SIZE,
-            "rounds": rounds, "calls_per_turn": CALLS_PER_TURN, "f32_kernel": kernel_name("float32"), "bf16_kernel": kernel_name("bfloat16"),
+            "rounds": rounds, "calls_per_turn": CALLS_PER_TURN,
+            "f32_kernel": kernel_name("float32"), "bf16_kernel": kernel_name("bfloat16"),
             "distinct_fraction": workload.distinct_fraction(uniform[0]),
             "zipf_exponent": workload.ZIPF_EXPONENT, "zipf_distinct_fraction": workload.distinct_fraction(zipf[0])}
   for name in (*JAX_STEPS, *MATMULS, *TORCH_STEPS):
