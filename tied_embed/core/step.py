@@ -192,20 +192,16 @@ def make_train_step(
     graphdef: nnx.GraphDef,
     paths_fn: PathsFn = paths_lib.path_gradients,
     *,
-    lookup_grad_scale: float = 1.0,
-    projection_grad_scale: float = 1.0,
-    split_check_tokens: int | None = None,
     state_shardings=None,
     compiler_options: dict | None = None,
+    **step_options,
 ) -> TrainStep:
   """jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics): `make_step_function`'s step.
 
-  Donates `state`. The arguments are `make_step_function`'s; `state_shardings` pins the new state's shardings.
+  Donates `state`. `step_options` are `make_step_function`'s (the path scales, `split_check_tokens`);
+  `state_shardings` pins the new state's shardings.
   """
-  step_fn = make_step_function(
-      graphdef, paths_fn, lookup_grad_scale=lookup_grad_scale, projection_grad_scale=projection_grad_scale,
-      split_check_tokens=split_check_tokens,
-  )
+  step_fn = make_step_function(graphdef, paths_fn, **step_options)
 
   def step(state: nnx.State, ids: jax.Array, next_ids: jax.Array, with_stats: bool = False):
     new_state, metrics, _ = step_fn(state, ids, next_ids, with_stats)
