@@ -194,6 +194,13 @@ def _main(argv: list[str]) -> None:
     _usage_error(str(error))
   except RunStopped as stop:  # a signal, a non-finite step, a failed write: one line and the run's exit status
     print(f"error: {one_line(str(stop))}", file=sys.stderr)
+    if getattr(stop, "signum", None) is not None and stop.step is None:
+      # A signal during set-up: everything set-up opened is closed (the exception unwound it), nothing is left
+      # to save. Interpreter shutdown with a compile or a data thread still running can crash (exit -11), so
+      # end at once, as a signal during start-up does.
+      sys.stderr.flush()
+      sys.stdout.flush()
+      os._exit(stop.exit_status)
     sys.exit(stop.exit_status)
   except Exception as error:  # noqa: BLE001 (anything else, e.g. a full disk under TensorFlow: still one line)
     if FLAGS.verbose:
