@@ -194,7 +194,9 @@ def _main(argv: list[str]) -> None:
     _usage_error(str(error))
   except RunStopped as stop:  # a signal, a non-finite step, a failed write: one line and the run's exit status
     print(f"error: {one_line(str(stop))}", file=sys.stderr)
-    if getattr(stop, "signum", None) is not None and stop.step is None:
+    from tied_embed.run.preemption import Preempted  # noqa: PLC0415 (loaded by the trainer already)
+
+    if isinstance(stop, Preempted) and stop.step is None:
       # A signal during set-up: everything set-up opened is closed (the exception unwound it), nothing is left
       # to save. Interpreter shutdown with a compile or a data thread still running can crash (exit -11), so
       # end at once, as a signal during start-up does.
