@@ -22,10 +22,12 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-# The chunked loss's kernel (tied_embed/fast/mkl: float32 on oneMKL, bfloat16 on AMX via oneMKL and oneDNN). A
-# failed build prints an `info:` line and exits 0: the loss then runs XLA's dots, so train and test work without it
-# (and a build that wrote nothing is tried again next time).
-$(KERNEL): $(STAMP) tied_embed/fast/mkl/gemm.h tied_embed/fast/mkl/gemm.cc tied_embed/fast/mkl/gemm_onednn.cc
+# The step's kernels: the chunked loss's GEMMs (tied_embed/fast/mkl: float32 on oneMKL, bfloat16 on AMX via oneMKL
+# and oneDNN) and AdamW's one-pass update (tied_embed/fast/fused_adamw). A failed build prints an `info:` line and
+# exits 0: the step then runs XLA's own code, so train and test work without them (and a build that wrote nothing
+# is tried again next time).
+$(KERNEL): $(STAMP) tied_embed/fast/mkl/gemm.h tied_embed/fast/mkl/gemm.cc tied_embed/fast/mkl/gemm_onednn.cc \
+		tied_embed/fast/fused_adamw/adamw.cc
 	$(PY) -m tied_embed.fast.mkl.build
 
 train: $(STAMP) $(KERNEL)

@@ -143,7 +143,9 @@ class Stepper:
     mesh = parallel.make_mesh(config.mesh)
     graphdef, abstract = checkpoint.abstract_state(config, mesh)
     shardings = jax.tree.map(lambda leaf: leaf.sharding, abstract)
-    self._step = select.make_train_step(graphdef, chunk_size, shardings, compute_dtype=str(config.model.dtype))
+    self._step = select.make_train_step(
+        graphdef, chunk_size, shardings, compute_dtype=str(config.model.dtype), train_config=config.train
+    )
     batch_sharding = parallel.batch_sharding(mesh)
     abstract_ids = jax.ShapeDtypeStruct(batch[0].shape, batch[0].dtype, sharding=batch_sharding)
     compilation.compile_ahead(self._step, abstract, abstract_ids, abstract_ids)  # releases the compiler's memory

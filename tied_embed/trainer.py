@@ -298,6 +298,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathli
         lookup_grad_scale=float(train.lookup_grad_scale), projection_grad_scale=float(train.projection_grad_scale),
         compute_dtype=str(config.model.dtype),
         split_check=select.split_check_tokens(int(train.batch_size), int(config.model.vocab_size), shards),
+        train_config=train,
     )
     batch_sharding = parallel.batch_sharding(mesh)
     seed, batch_size = int(config.seed), int(train.batch_size)

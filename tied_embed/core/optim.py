@@ -28,6 +28,11 @@ def learning_rate_schedule(train: ml_collections.ConfigDict) -> optax.Schedule:
   )
 
 
+def clip_scale(norm: jax.Array, max_norm: float) -> jax.Array:
+  """The clip's factor for updates of global norm `norm`: min(1, max_norm / norm), exactly 1 below max_norm."""
+  return jnp.where(norm < max_norm, 1.0, max_norm / norm)
+
+
 def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
   """Scale the updates by min(1, max_norm / ‖updates‖), their global norm: optax.clip_by_global_norm as one multiply.
 
@@ -38,8 +43,7 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
 
   def update_fn(updates, state, params=None):
     del params
-    norm = optax.tree.norm(updates)
-    scale = jnp.where(norm < max_norm, 1.0, max_norm / norm)
+    scale = clip_scale(optax.tree.norm(updates), max_norm)
     return jax.tree.map(lambda g: g * scale.astype(g.dtype), updates), state
 
   return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)

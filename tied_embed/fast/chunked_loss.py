@@ -142,8 +142,8 @@ def _chunk_logits(table, x_chunk, compute_dtype, kernel: bool) -> jax.Array:
 def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, kernel):
   """One chunk's logsumexp and its share of both gradients (the p part of p − Y).
 
-  table (V, D) already in `compute_dtype` (the caller casts it once), d_table (V, D) float32 accumulator,
-  x_chunk (C, D), weights (C,) or None (how many tokens each row stands for), num_tokens T of the mean,
+  table (V, D) already in `compute_dtype` (the caller casts it once), d_table (V, D) float32 accumulator or None
+  (the first chunk: its product starts the sum, so no (V, D) zeros are written and read), x_chunk (C, D), weights (C,) or None (how many tokens each row stands for), num_tokens T of the mean,
   kernel: the three dots on tied_embed/fast/mkl's kernel
   → (d_table + the chunk's d table, lse (C,), dx (C, D) per token), all float32.
   """
@@ -159,27 +159,22 @@ def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, ker
     d_table = mkl.gemm(exp, x_chunk * row_scale, add_to=d_table, dtype=compute_dtype)
     dx = mkl.gemm(exp, table, trans_a=True, dtype=compute_dtype) * scale
   else:
-    d_table = d_table + dot(exp, x_chunk * row_scale, compute_dtype)
+    product = dot(exp, x_chunk * row_scale, compute_dtype)
+    d_table = product if d_table is None else d_table + product
     dx = dot(exp, table, compute_dtype, (((0,), (0,)), ((), ()))) * scale  # pᵀ E, (C, D)
   return d_table, top + jnp.log(total), dx
 
 
-def _target_part(x, table, targets, num_tokens):
-  """The −Y part of d table, and the mean target logit: (V, D) and a scalar.
+def _finish(x, table, targets, lse, dx, d_table, mean_target, num_tokens):
+  """The loss, and both gradients' −Y parts: −E[targets_t] / T into dx, −x_t / T into row targets_t of d table.
 
-  The part is −x_t / T added into row targets_t; the scans accumulate onto it, so it is formed before them and
-  its (T, D) rows are not held through them. The mean of x_t · E[targets_t] is taken from the rows, not from the
-  part: with a second reader XLA would copy the (V, D) part before the scans take its buffer over (at GPT-2's
-  shape in bfloat16, 73 MiB more of temporaries).
+  The scans start d table from the first chunk's product, and the −Y rows are added here, in place: a scatter
+  of T rows where a (V, D) start of zeros would be written and reread.
   """
-  return jnp.zeros_like(table).at[targets].add(-x / num_tokens), jnp.mean(_target_logits(x, table, targets))
-
-
-def _finish(table, targets, lse, dx, d_table, mean_target, num_tokens):
-  """The loss, and dx's −Y part: −E[targets_t] / T, one row per token (d table already holds its own)."""
-  # E[targets] again, not the rows `_target_part` gathered: XLA would keep those (T, D) rows through the scans.
-  # The barrier makes it a gather of its own, which XLA fuses into this subtraction.
+  # E[targets] again, not the rows the mean target logit gathered: XLA would keep those (T, D) rows through the
+  # scans. The barrier makes it a gather of its own, which XLA fuses into this subtraction.
   dx = dx - table[jax.lax.optimization_barrier(targets)] / num_tokens
+  d_table = d_table.at[targets].add(-x / num_tokens)
   return jnp.mean(lse) - mean_target, (dx, d_table)
 
 
@@ -205,10 +200,12 @@ def _forward(x, table, targets, chunk, compute_dtype, kernel):
     d_table, lse, dx = _chunk_step(operand_table, d_table, x_chunk, None, num_tokens, compute_dtype, kernel)
     return d_table, (lse, dx)
 
-  target_part, mean_target = _target_part(x, table, targets, num_tokens)
-  d_table, (lse, dx) = jax.lax.scan(step, target_part, _token_chunks(x, chunk))
-  lse, dx = _unchunk(lse, num_tokens), _unchunk(dx, num_tokens)
-  return _finish(table, targets, lse, dx, d_table, mean_target, num_tokens)
+  mean_target = jnp.mean(_target_logits(x, table, targets))
+  chunks = _token_chunks(x, chunk)
+  d_table, first = step(None, chunks[0])
+  d_table, rest = jax.lax.scan(step, d_table, chunks[1:])
+  lse, dx = (_unchunk(jnp.concatenate([a[None], b]), num_tokens) for a, b in zip(first, rest))
+  return _finish(x, table, targets, lse, dx, d_table, mean_target, num_tokens)
 
 
 def _backward(chunk, compute_dtype, kernel, residuals, cotangent):
@@ -220,10 +217,10 @@ def _backward(chunk, compute_dtype, kernel, residuals, cotangent):
 _chunked_ce.defvjp(_forward, _backward)
 
 
-def _distinct_p_part(x, table, keys, chunk, num_tokens, compute_dtype, kernel, d_table):
+def _distinct_p_part(x, table, keys, chunk, num_tokens, compute_dtype, kernel):
   """The lse and the p part of both gradients, each distinct row of each block computed once.
 
-  x (G, B, D) and keys (G, B): G blocks of B tokens, d_table (V, D) to accumulate onto → (d table (V, D),
+  x (G, B, D) and keys (G, B): G blocks of B tokens → (d table (V, D),
   lse (G, B), dx (G, B, D)). In each block the distinct keys are sorted to the front (padded to whole chunks with
   weight-0 rows); a loop, whose length ceil(max distinct / C) is known only at run time, takes chunk i of every
   block at once, G·C rows, each weighted by how many of its block's tokens share its key.
@@ -251,8 +248,9 @@ def _distinct_p_part(x, table, keys, chunk, num_tokens, compute_dtype, kernel, d
     dx = jax.lax.dynamic_update_slice_in_dim(dx, chunk_dx.reshape(groups, chunk, d_model), i * chunk, axis=1)
     return d_table, lse, dx
 
-  init = (d_table, jnp.zeros((groups, padded), x.dtype), jnp.zeros((groups, padded, d_model), x.dtype))
-  d_table, lse, dx = jax.lax.fori_loop(0, num_chunks, body, init)
+  # Chunk 0 starts d table (every block has a distinct row); the loop adds the rest.
+  after_first = body(0, (None, jnp.zeros((groups, padded), x.dtype), jnp.zeros((groups, padded, d_model), x.dtype)))
+  d_table, lse, dx = jax.lax.fori_loop(1, num_chunks, body, after_first)
   lse = jnp.take_along_axis(lse, inverse.reshape(groups, size), axis=1)
   dx = jnp.take_along_axis(dx, inverse.reshape(groups, size)[..., None], axis=1)
   return d_table, lse, dx
@@ -267,12 +265,11 @@ def _distinct_ce(x, table, targets, keys, chunk: int, groups: int, compute_dtype
 def _distinct_forward(x, table, targets, keys, chunk, groups, compute_dtype, kernel):
   """Loss and both gradients for cotangent 1 (residuals), `chunk` rows per block and loop iteration."""
   num_tokens = x.shape[0]
-  target_part, mean_target = _target_part(x, table, targets, num_tokens)
+  mean_target = jnp.mean(_target_logits(x, table, targets))
   d_table, lse, dx = _distinct_p_part(
-      x.reshape(groups, -1, x.shape[1]), table, keys.reshape(groups, -1), chunk, num_tokens, compute_dtype, kernel,
-      target_part,
+      x.reshape(groups, -1, x.shape[1]), table, keys.reshape(groups, -1), chunk, num_tokens, compute_dtype, kernel
   )
-  return _finish(table, targets, lse.reshape(-1), dx.reshape(x.shape), d_table, mean_target, num_tokens)
+  return _finish(x, table, targets, lse.reshape(-1), dx.reshape(x.shape), d_table, mean_target, num_tokens)
 
 
 def _distinct_backward(chunk, groups, compute_dtype, kernel, residuals, cotangent):

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import functools
 import logging
+from typing import TYPE_CHECKING
 
 import jax
 from flax import nnx
 
 from tied_embed.core import paths as plain_paths
 from tied_embed.core import step as step_lib
-from tied_embed.fast import chunked_loss, compilation, gradient_buffer, sparse_paths
+from tied_embed.fast import chunked_loss, compilation, fused_adamw, gradient_buffer, sparse_paths
+
+if TYPE_CHECKING:
+  import ml_collections
 
 log = logging.getLogger(__name__)
 
@@ -86,18 +90,25 @@ def make_train_step(
     projection_grad_scale: float = 1.0,
     compute_dtype: str = "float32",
     split_check: int | None = None,
+    train_config: ml_collections.ConfigDict | None = None,
 ) -> step_lib.TrainStep:
-  """The train step these settings pick: their paths, the XLA options, and the gradient in a kept buffer.
+  """The train step these settings pick: their paths and update, the XLA options, the gradient in a kept buffer.
 
   jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics), as
   `tied_embed.core.step.make_train_step`, whose step it runs (tied_embed/fast/gradient_buffer.py).
   `split_check`: how many pairs the log step's split check uses (`split_check_tokens`); None: the whole batch.
+  `train_config`: the config's `train` section, the one its optimizer was made from. With `optimizer = "adamw"`,
+  on one device, the update runs AdamW's fused kernel where it pays off (tied_embed/fast/fused_adamw); without
+  it, or otherwise, the optimizer's own update.
   """
+  one_device = mesh_devices(state_shardings) == 1
+  fused = train_config is not None and train_config.optimizer == "adamw" and one_device
   step_fn = step_lib.make_step_function(
       graphdef,
-      paths_function(chunk_size, compute_dtype, data_shards(state_shardings), mesh_devices(state_shardings) == 1),
+      paths_function(chunk_size, compute_dtype, data_shards(state_shardings), one_device),
       lookup_grad_scale=lookup_grad_scale, projection_grad_scale=projection_grad_scale,
       split_check_tokens=split_check,
+      apply_update=fused_adamw.make_update(train_config) if fused else step_lib.optimizer_update,
   )
   return gradient_buffer.StepWithGradientBuffer(
       graphdef, step_fn, state_shardings=state_shardings, compiler_options=compilation.compiler_options()

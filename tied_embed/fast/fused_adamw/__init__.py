@@ -1,0 +1,152 @@
+"""AdamW in one pass over memory: the train step's optimizer update and its finite check, as one CPU kernel.
+
+At GPT-2's shape (a V=50257, D=768 float32 table) the step's tail is memory-bound. XLA:CPU compiles optax's AdamW
+into three passes over each (V, D) array (the first moment, the second, then the parameter, each reading what the
+one before wrote), and the step's finite check (tied_embed/core/step.py `all_finite`) reads the new parameter and
+both moments once more: about 64 ms of a 780 ms step. adamw.cc does the same arithmetic in one pass, reading g, mu,
+nu and p once and writing mu, nu and p in place, and checks each value it writes for finiteness: about 25 ms
+(benchmarks/README.md).
+
+The arithmetic is optax.adamw's after the project's clip (tied_embed/core/optim.py), element by element:
+    g' = g · s,  s = min(1, max_norm / ‖g‖) (1 without clipping)
+    mu = (1 − b1)·g' + b1·mu,   nu = (1 − b2)·g'² + b2·nu
+    p  = p − lr(t)·((mu · c1) / (sqrt(nu · c2) + eps) + wd·p),   c1 = 1 / (1 − b1^(t+1)), c2 = 1 / (1 − b2^(t+1))
+with t the update count before this step and optax's b1, b2, eps. The scalars are computed here in JAX as optax
+computes them; the bias corrections multiply by their reciprocals, as XLA:CPU compiles optax's divisions by a
+scalar. The results equal optax's up to float rounding (tests/test_fused_adamw.py), and the optimizer state keeps
+optax's layout, so checkpoints are the same either way.
+
+`make_update` returns the step's update (`tied_embed.core.step.make_step_function`'s `apply_update`). It takes the
+kernel where it runs and pays off: the CPU backend, the kernel built by `make install` and loaded, not switched off
+(TIED_EMBED_FUSED_ADAMW=0), one device (XLA cannot partition a custom call), float32 Params of at least
+MIN_PARAMS entries in all; elsewhere it runs the optimizer's own update (optax), unchanged.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import os
+import pathlib
+from typing import TYPE_CHECKING
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from tied_embed.core import optim
+
+if TYPE_CHECKING:
+  import ml_collections
+
+  from tied_embed.core.step import TrainState
+
+SOURCE = pathlib.Path(__file__).with_name("adamw.cc")
+LIBRARY = pathlib.Path(__file__).with_name("_adamw.so")  # built by `make install` (tied_embed/fast/mkl/build.py)
+SWITCH = "TIED_EMBED_FUSED_ADAMW"  # "0" keeps optax's update
+TARGET = "tied_embed_fused_adamw"
+# Below this many parameter entries the model's passes fit in cache and the kernel's call costs more than it saves;
+# configs/default.py (V=1024, D=32) stays on optax's update, and on its bits.
+MIN_PARAMS = 2**19
+# optax.adamw's defaults, which tied_embed/core/optim.py's make_optimizer uses.
+B1, B2, EPS = 0.9, 0.999, 1e-8
+
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def unavailable_reason() -> str | None:
+  """None where the kernel runs here, else why not in a line (logged once); registers its FFI target once."""
+  if os.environ.get(SWITCH, "1") == "0":
+    reason = f"{SWITCH}=0"
+  elif jax.default_backend() != "cpu":
+    reason = f"the backend is {jax.default_backend()}, not the CPU"
+  elif not LIBRARY.exists():
+    reason = f"{LIBRARY.name} is not built (make install builds it)"
+  else:
+    try:
+      library = ctypes.cdll.LoadLibrary(str(LIBRARY))
+    except OSError as error:
+      reason = f"{LIBRARY.name} does not load: {error}"
+    else:
+      jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.FusedAdamW), platform="cpu")
+      reason = None
+  if reason is None:
+    log.info("AdamW updates float32 models of at least %d parameters in one pass (tied_embed/fast/fused_adamw).",
+             MIN_PARAMS)
+  else:
+    log.info("AdamW runs as optax's update: %s.", reason)
+  return reason
+
+
+def available() -> bool:
+  """Whether the kernel runs here (the CPU backend, built, loaded, not switched off)."""
+  return unavailable_reason() is None
+
+
+def pays_off(params) -> bool:
+  """Whether a pytree of Params (arrays or abstract arrays) is float32 and large enough for the kernel."""
+  leaves = jax.tree.leaves(params)
+  return all(leaf.dtype == jnp.float32 for leaf in leaves) and sum(leaf.size for leaf in leaves) >= MIN_PARAMS
+
+
+def update_arrays(grad, mu, nu, param, scalars: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """One parameter's update on the kernel: (new mu, new nu, new param, check) from four float32 arrays of a shape.
+
+  scalars: (10,) float32, `scalars_for`'s. check: () float32, 0 if every value written is finite, else NaN.
+  The new arrays alias mu, nu and param (donate them to update in place).
+  """
+  shape = jax.ShapeDtypeStruct(param.shape, jnp.float32)
+  call = jax.ffi.ffi_call(TARGET, (shape, shape, shape, jax.ShapeDtypeStruct((), jnp.float32)),
+                          input_output_aliases={1: 0, 2: 1, 3: 2})
+  return call(grad, mu, nu, param, scalars)
+
+
+def scalars_for(clip_scale, learning_rate, count, weight_decay: float) -> jax.Array:
+  """The kernel's (10,) float32 scalars: the clip's scale, b1, 1 − b1, b2, 1 − b2, c1, c2, eps, wd, −lr.
+
+  `count`: the update count after this update (optax's `count_inc`). 1 − b is taken in Python, as optax's
+  `(1 - decay) * g` is, and c = 1 / (1 − b^count) by optax's own bias correction of a 1.
+  """
+  corrections = [optax.tree.bias_correction(jnp.float32(1), decay, count) for decay in (B1, B2)]
+  values = [clip_scale, B1, 1 - B1, B2, 1 - B2, *corrections, EPS, weight_decay, -learning_rate]
+  return jnp.stack([jnp.asarray(value, jnp.float32) for value in values])
+
+
+def make_update(train: ml_collections.ConfigDict):
+  """apply_update(train_state, grads) → check or None, for `train` (the config's section), with train.optimizer adamw.
+
+  Applies the Params' gradients `grads` (an nnx.State) as the optimizer `optim.make_optimizer(train)` would, and
+  returns the kernel's finite check of everything it wrote (0 or NaN), or None where it ran optax's update instead
+  (the Params not float32 or smaller than MIN_PARAMS, or the kernel unavailable): then nothing was checked.
+  """
+  if train.optimizer != "adamw":
+    raise ValueError(f"train.optimizer={train.optimizer!r} is not allowed here: the fused update is AdamW's")
+  schedule = optim.learning_rate_schedule(train)
+  max_norm, weight_decay = float(train.grad_clip_norm), float(train.weight_decay)
+
+  def apply_update(train_state: TrainState, grads: nnx.State) -> jax.Array | None:
+    optimizer, model = train_state.optimizer, train_state.model
+    params = nnx.as_pure(nnx.state(model, nnx.Param))
+    if not (available() and pays_off(params)):
+      optimizer.update(model, grads)
+      return None
+    grads = nnx.as_pure(nnx.state(grads, nnx.Param))
+    *clip_state, (adam, decay, schedule_state) = nnx.as_pure(optimizer.opt_state)  # make_optimizer's chain
+    scale = optim.clip_scale(optax.tree.norm(grads), max_norm) if max_norm > 0 else 1.0
+    count = optax.safe_increment(adam.count)
+    scalars = scalars_for(scale, schedule(schedule_state.count), count, weight_decay)
+    leaves = [jax.tree.leaves(tree) for tree in (grads, adam.mu, adam.nu, params)]
+    new = list(zip(*(update_arrays(*arrays, scalars) for arrays in zip(*leaves))))  # (mu, nu, param, check)
+    mu, nu, new_params = (jax.tree.unflatten(jax.tree.structure(tree), arrays)
+                          for tree, arrays in zip((adam.mu, adam.nu, params), new[:3]))
+    new_state = (*clip_state, (adam._replace(count=count, mu=mu, nu=nu), decay,
+                               schedule_state._replace(count=optax.safe_increment(schedule_state.count))))
+    nnx.update(model, new_params)
+    nnx.update(optimizer.opt_state, nnx.state(new_state))
+    optimizer.step[...] += 1
+    return sum(new[3])
+
+  return apply_update
