@@ -165,16 +165,28 @@ def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, ker
   return d_table, top + jnp.log(total), dx
 
 
-def _finish(x, table, targets, lse, dx, d_table, mean_target, num_tokens):
-  """The loss, and both gradients' −Y parts: −E[targets_t] / T into dx, −x_t / T into row targets_t of d table.
+def _add_target_rows(d_table, x, targets, num_tokens, piece):
+  """d table's −Y part, added in place: −x_t / T into row targets_t. (V, D), (T, D), (T,) → (V, D).
 
-  The scans start d table from the first chunk's product, and the −Y rows are added here, in place: a scatter
-  of T rows where a (V, D) start of zeros would be written and reread.
+  The scans start d table from the first chunk's product and add these rows to it: a scatter of T rows where a
+  (V, D) start of zeros would be written and reread. It runs `piece` tokens at a time (where they divide T), so
+  the scaled rows are never a (T, D) temporary of their own.
   """
+  pieces = x.shape[0] // piece if piece and x.shape[0] % piece == 0 else 1
+
+  def add(d_table, rows):
+    x_rows, target_rows = rows
+    return d_table.at[target_rows].add(-x_rows / num_tokens), None
+
+  rows = (x.reshape(pieces, -1, x.shape[1]), targets.reshape(pieces, -1))
+  return jax.lax.scan(add, d_table, rows)[0]
+
+
+def _finish(table, targets, lse, dx, d_table, mean_target, num_tokens):
+  """The loss, and dx's −Y part: −E[targets_t] / T, one row per token (d table already holds its own)."""
   # E[targets] again, not the rows the mean target logit gathered: XLA would keep those (T, D) rows through the
   # scans. The barrier makes it a gather of its own, which XLA fuses into this subtraction.
   dx = dx - table[jax.lax.optimization_barrier(targets)] / num_tokens
-  d_table = d_table.at[targets].add(-x / num_tokens)
   return jnp.mean(lse) - mean_target, (dx, d_table)
 
 
@@ -203,9 +215,10 @@ def _forward(x, table, targets, chunk, compute_dtype, kernel):
   mean_target = jnp.mean(_target_logits(x, table, targets))
   chunks = _token_chunks(x, chunk)
   d_table, first = step(None, chunks[0])
+  d_table = _add_target_rows(d_table, x, targets, num_tokens, chunk)
   d_table, rest = jax.lax.scan(step, d_table, chunks[1:])
   lse, dx = (_unchunk(jnp.concatenate([a[None], b]), num_tokens) for a, b in zip(first, rest))
-  return _finish(x, table, targets, lse, dx, d_table, mean_target, num_tokens)
+  return _finish(table, targets, lse, dx, d_table, mean_target, num_tokens)
 
 
 def _backward(chunk, compute_dtype, kernel, residuals, cotangent):
@@ -217,10 +230,10 @@ def _backward(chunk, compute_dtype, kernel, residuals, cotangent):
 _chunked_ce.defvjp(_forward, _backward)
 
 
-def _distinct_p_part(x, table, keys, chunk, num_tokens, compute_dtype, kernel):
-  """The lse and the p part of both gradients, each distinct row of each block computed once.
+def _distinct_p_part(x, table, targets, keys, chunk, num_tokens, compute_dtype, kernel):
+  """The lse and d table (its −Y part too), and dx's p part, each distinct row of each block computed once.
 
-  x (G, B, D) and keys (G, B): G blocks of B tokens → (d table (V, D),
+  x (G, B, D) and keys (G, B): G blocks of B tokens, targets (G·B,) → (d table (V, D),
   lse (G, B), dx (G, B, D)). In each block the distinct keys are sorted to the front (padded to whole chunks with
   weight-0 rows); a loop, whose length ceil(max distinct / C) is known only at run time, takes chunk i of every
   block at once, G·C rows, each weighted by how many of its block's tokens share its key.
@@ -236,20 +249,25 @@ def _distinct_p_part(x, table, keys, chunk, num_tokens, compute_dtype, kernel):
   num_chunks = (jnp.max(jnp.sum(counts > 0, axis=1)) + chunk - 1) // chunk
   operand_table = operand(table, compute_dtype)
 
-  def body(i, carry):
-    d_table, lse, dx = carry
+  def chunk_i(i, d_table):  # → (d table, lse (G, C), dx (G, C, D)) of chunk i of every block
     rows = jax.lax.dynamic_slice_in_dim(first, i * chunk, chunk, axis=1)  # (G, C)
     row_weights = jax.lax.dynamic_slice_in_dim(weights, i * chunk, chunk, axis=1).reshape(-1)
     x_chunk = jnp.take_along_axis(x, rows[..., None], axis=1).reshape(-1, d_model)  # (G·C, D)
-    d_table, chunk_lse, chunk_dx = _chunk_step(
-        operand_table, d_table, x_chunk, row_weights, num_tokens, compute_dtype, kernel
-    )
-    lse = jax.lax.dynamic_update_slice_in_dim(lse, chunk_lse.reshape(groups, chunk), i * chunk, axis=1)
-    dx = jax.lax.dynamic_update_slice_in_dim(dx, chunk_dx.reshape(groups, chunk, d_model), i * chunk, axis=1)
+    d_table, lse, dx = _chunk_step(operand_table, d_table, x_chunk, row_weights, num_tokens, compute_dtype, kernel)
+    return d_table, lse.reshape(groups, chunk), dx.reshape(groups, chunk, d_model)
+
+  def body(i, carry):
+    d_table, lse, dx = carry
+    d_table, chunk_lse, chunk_dx = chunk_i(i, d_table)
+    lse = jax.lax.dynamic_update_slice_in_dim(lse, chunk_lse, i * chunk, axis=1)
+    dx = jax.lax.dynamic_update_slice_in_dim(dx, chunk_dx, i * chunk, axis=1)
     return d_table, lse, dx
 
-  # Chunk 0 starts d table (every block has a distinct row); the loop adds the rest.
-  after_first = body(0, (None, jnp.zeros((groups, padded), x.dtype), jnp.zeros((groups, padded, d_model), x.dtype)))
+  # Chunk 0 starts d table (every block has a distinct row), and its rows start lse and dx; the loop adds the rest.
+  d_table, lse, dx = chunk_i(0, None)
+  d_table = _add_target_rows(d_table, x.reshape(-1, d_model), targets, num_tokens, chunk)
+  rest = ((0, 0), (0, padded - chunk))
+  after_first = (d_table, jnp.pad(lse, rest), jnp.pad(dx, (*rest, (0, 0))))
   d_table, lse, dx = jax.lax.fori_loop(1, num_chunks, body, after_first)
   lse = jnp.take_along_axis(lse, inverse.reshape(groups, size), axis=1)
   dx = jnp.take_along_axis(dx, inverse.reshape(groups, size)[..., None], axis=1)
@@ -267,9 +285,10 @@ def _distinct_forward(x, table, targets, keys, chunk, groups, compute_dtype, ker
   num_tokens = x.shape[0]
   mean_target = jnp.mean(_target_logits(x, table, targets))
   d_table, lse, dx = _distinct_p_part(
-      x.reshape(groups, -1, x.shape[1]), table, keys.reshape(groups, -1), chunk, num_tokens, compute_dtype, kernel
+      x.reshape(groups, -1, x.shape[1]), table, targets, keys.reshape(groups, -1), chunk, num_tokens, compute_dtype,
+      kernel,
   )
-  return _finish(x, table, targets, lse.reshape(-1), dx.reshape(x.shape), d_table, mean_target, num_tokens)
+  return _finish(table, targets, lse.reshape(-1), dx.reshape(x.shape), d_table, mean_target, num_tokens)
 
 
 def _distinct_backward(chunk, groups, compute_dtype, kernel, residuals, cotangent):
