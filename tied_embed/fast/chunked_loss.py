@@ -143,7 +143,8 @@ def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, ker
   """One chunk's logsumexp and its share of both gradients (the p part of p − Y).
 
   table (V, D) already in `compute_dtype` (the caller casts it once), d_table (V, D) float32 accumulator or None
-  (the first chunk: its product starts the sum, so no (V, D) zeros are written and read), x_chunk (C, D), weights (C,) or None (how many tokens each row stands for), num_tokens T of the mean,
+  (the first chunk: its product starts the sum, so no (V, D) zeros are written and read), x_chunk (C, D),
+  weights (C,) or None (how many tokens each row stands for), num_tokens T of the mean,
   kernel: the three dots on tied_embed/fast/mkl's kernel
   → (d_table + the chunk's d table, lse (C,), dx (C, D) per token), all float32.
   """
@@ -217,7 +218,7 @@ def _forward(x, table, targets, chunk, compute_dtype, kernel):
   d_table, first = step(None, chunks[0])
   d_table = _add_target_rows(d_table, x, targets, num_tokens, chunk)
   d_table, rest = jax.lax.scan(step, d_table, chunks[1:])
-  lse, dx = (_unchunk(jnp.concatenate([a[None], b]), num_tokens) for a, b in zip(first, rest))
+  lse, dx = (_unchunk(jnp.concatenate([a[None], b]), num_tokens) for a, b in zip(first, rest, strict=True))
   return _finish(table, targets, lse, dx, d_table, mean_target, num_tokens)
 
 

@@ -139,14 +139,15 @@ def make_update(train: ml_collections.ConfigDict):
     count = optax.safe_increment(adam.count)
     scalars = scalars_for(scale, schedule(schedule_state.count), count, weight_decay)
     leaves = [jax.tree.leaves(tree) for tree in (grads, adam.mu, adam.nu, params)]
-    new = list(zip(*(update_arrays(*arrays, scalars) for arrays in zip(*leaves))))  # (mu, nu, param, check)
+    per_param = [update_arrays(*arrays, scalars) for arrays in zip(*leaves, strict=True)]
+    mu, nu, new_params, checks = (list(outputs) for outputs in zip(*per_param, strict=True))
     mu, nu, new_params = (jax.tree.unflatten(jax.tree.structure(tree), arrays)
-                          for tree, arrays in zip((adam.mu, adam.nu, params), new[:3]))
+                          for tree, arrays in ((adam.mu, mu), (adam.nu, nu), (params, new_params)))
     new_state = (*clip_state, (adam._replace(count=count, mu=mu, nu=nu), decay,
                                schedule_state._replace(count=optax.safe_increment(schedule_state.count))))
     nnx.update(model, new_params)
     nnx.update(optimizer.opt_state, nnx.state(new_state))
     optimizer.step[...] += 1
-    return sum(new[3])
+    return sum(checks)
 
   return apply_update
