@@ -73,12 +73,15 @@ def unavailable_reason() -> str | None:
     else:
       jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.FusedAdamW), platform="cpu")
       reason = None
-  if reason is None:
-    log.info("AdamW updates float32 models of at least %d parameters in one pass (tied_embed/fast/fused_adamw).",
-             MIN_PARAMS)
-  else:
+  if reason is not None:
     log.info("AdamW runs as optax's update: %s.", reason)
   return reason
+
+
+@functools.cache
+def _log_once(message: str) -> None:
+  """One info line per message per process (each compile of the step traces the update again)."""
+  log.info("%s", message)
 
 
 def available() -> bool:
@@ -131,8 +134,11 @@ def make_update(train: ml_collections.ConfigDict):
     optimizer, model = train_state.optimizer, train_state.model
     params = nnx.as_pure(nnx.state(model, nnx.Param))
     if not (available() and pays_off(params)):
+      if available():
+        _log_once(f"AdamW runs as optax's update: the model is not float32 with at least {MIN_PARAMS} parameters.")
       optimizer.update(model, grads)
       return None
+    _log_once("AdamW's update and its finite check run in one pass (tied_embed/fast/fused_adamw).")
     grads = nnx.as_pure(nnx.state(grads, nnx.Param))
     *clip_state, (adam, decay, schedule_state) = nnx.as_pure(optimizer.opt_state)  # make_optimizer's chain
     scale = optim.clip_scale(optax.tree.norm(grads), max_norm) if max_norm > 0 else 1.0
