@@ -266,7 +266,8 @@ def _distinct_p_part(x, table, targets, keys, chunk, num_tokens, compute_dtype, 
 
   # Chunk 0 starts d table (every block has a distinct row), and its rows start lse and dx; the loop adds the rest.
   d_table, lse, dx = chunk_i(0, None)
-  d_table = _add_target_rows(d_table, x.reshape(-1, d_model), targets, num_tokens, chunk)
+  # In pieces on one device only: split over a mesh, pieces of the batch would be gathered whole.
+  d_table = _add_target_rows(d_table, x.reshape(-1, d_model), targets, num_tokens, chunk if groups == 1 else 0)
   rest = ((0, 0), (0, padded - chunk))
   after_first = (d_table, jnp.pad(lse, rest), jnp.pad(dx, (*rest, (0, 0))))
   d_table, lse, dx = jax.lax.fori_loop(1, num_chunks, body, after_first)
