@@ -12,6 +12,7 @@ if TYPE_CHECKING:  # only for the annotations: the story imports no config machi
   import ml_collections
 
 OPTIMIZERS = ("adamw", "adam", "sgd")
+ADAM_B1, ADAM_B2, ADAM_EPS = 0.9, 0.999, 1e-8  # optax's defaults, named: the moments' decays and the denominator's eps
 
 
 def learning_rate_schedule(train: ml_collections.ConfigDict) -> optax.Schedule:
@@ -60,10 +61,11 @@ def make_optimizer(train: ml_collections.ConfigDict) -> optax.GradientTransforma
   weight_decay = float(train.weight_decay)
   name = train.optimizer
   if name == "adamw":
-    core = [optax.adamw(schedule, weight_decay=weight_decay)]
+    core = [optax.adamw(schedule, b1=ADAM_B1, b2=ADAM_B2, eps=ADAM_EPS, weight_decay=weight_decay)]
   elif name in ("adam", "sgd"):
     decay = [optax.add_decayed_weights(weight_decay)] if weight_decay > 0 else []
-    core = decay + [optax.adam(schedule) if name == "adam" else optax.sgd(schedule)]
+    adam = optax.adam(schedule, b1=ADAM_B1, b2=ADAM_B2, eps=ADAM_EPS)
+    core = decay + [adam if name == "adam" else optax.sgd(schedule)]
   else:
     raise ValueError(f"optimizer {name!r} is not one of {OPTIMIZERS}")
   clip = [clip_by_global_norm(float(train.grad_clip_norm))] if train.grad_clip_norm > 0 else []

@@ -50,8 +50,8 @@ TARGET = "tied_embed_fused_adamw"
 # Below this many parameter entries the model's passes fit in cache and the kernel's call costs more than it saves;
 # configs/default.py (V=1024, D=32) stays on optax's update, and on its bits.
 MIN_PARAMS = 2**19
-# optax.adamw's defaults, which tied_embed/core/optim.py's make_optimizer uses.
-B1, B2, EPS = 0.9, 0.999, 1e-8
+# The hyperparameters tied_embed/core/optim.py's make_optimizer gives optax.adamw.
+B1, B2, EPS = optim.ADAM_B1, optim.ADAM_B2, optim.ADAM_EPS
 
 log = logging.getLogger(__name__)
 
