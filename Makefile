@@ -37,7 +37,7 @@ test: $(STAMP) $(KERNEL)
 	$(PY) -m pytest -q
 
 inspect: $(STAMP)
-	$(PY) -m tied_embed.inspect --workdir $(WORKDIR)
+	$(PY) -m tied_embed.inspection --workdir $(WORKDIR)
 
 tensorboard: $(STAMP)
 	$(VENV)/bin/tensorboard --logdir $(dir $(WORKDIR))

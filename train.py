@@ -5,7 +5,7 @@
 
 The same as the installed command `tied-embed-train`. Rerunning the same command on a workdir with checkpoints
 resumes from the latest one. A bad flag or config value is one line `error: ...` on stderr and exit status 2,
-before anything is computed or written. The flags, the console and the error lines are `tied_embed.run.cli`.
+before anything is computed or written. The flags, the console and the error lines are `tied_embed.train.cli`.
 """
 
 import signal
@@ -14,7 +14,7 @@ import signal
 # command at once, in one line); landing inside an import, it would print a traceback instead.
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
 
-from tied_embed.run import cli  # noqa: E402
+from tied_embed.train import cli  # noqa: E402
 
 if __name__ == "__main__":
   cli.main()

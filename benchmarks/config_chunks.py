@@ -20,9 +20,9 @@ import jax.numpy as jnp  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
-from tied_embed import evaluation  # noqa: E402
-from tied_embed.fast import select
-from tied_embed.run.config_schema import load_config_file  # noqa: E402
+from tied_embed.fast import choose
+from tied_embed.train import evaluation  # noqa: E402
+from tied_embed.train.config_schema import load_config_file  # noqa: E402
 
 flags.DEFINE_list("chunks", ["0", "128", "256", "512", "1024"], "loss.chunk_size values (0 = full logits)")
 flags.DEFINE_integer("steps", 20, "train steps per timed run")
@@ -32,7 +32,7 @@ FLAGS = flags.FLAGS
 
 def _train_run(config, chunk: int):
   graphdef, state = workload.train_state(config)
-  step = select.make_train_step(graphdef, chunk)
+  step = choose.make_train_step(graphdef, chunk)
   batch = workload.random_batch(int(config.model.vocab_size), int(config.train.batch_size))
   return workload.repeated_steps(step, state, batch, FLAGS.steps)
 

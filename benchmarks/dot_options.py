@@ -4,7 +4,7 @@ Run: `python benchmarks/dot_options.py [--shapes=gpt2,v8192] [--rounds=5] [--chu
 [--json=runs/bench/dot_options.json]`; `python benchmarks/dot_options.py --report A.json [B.json ...]` prints
 benchmarks/README.md's table from such runs.
 
-For each shape (V, D, T), the real step (`tied_embed.fast.select.make_train_step` on configs/default.py, uniform
+For each shape (V, D, T), the real step (`tied_embed.fast.choose.make_train_step` on configs/default.py, uniform
 ids, as benchmarks/throughput.py builds it) is compiled once per variant of `compilation.CPU_COMPILER_OPTIONS`
 (`OPTION_VARIANTS`) and, with `--chunks`, once per chunk size under the current options; all are timed in turns in
 one process: wall and process CPU time (user + sys of all threads, steadier on a shared machine), medians and

@@ -22,8 +22,9 @@ from configs import default
 from tied_embed.core import optim
 from tied_embed.core import step as step_lib
 from tied_embed.core.model import build_model
-from tied_embed.fast import chunked_loss, compilation, host_memory, select
-from tied_embed.run import checkpoint, parallel
+from tied_embed.fast import choose, chunked_loss, compilation, host_memory
+from tied_embed.train import checkpoint
+from tied_embed.train import mesh as mesh_lib
 
 
 def cpu_threads() -> int:
@@ -140,13 +141,13 @@ class Stepper:
       host_memory.release_freed()
       self.compile_peak_mib = peak_mib()
       return
-    mesh = parallel.make_mesh(config.mesh)
+    mesh = mesh_lib.make_mesh(config.mesh)
     graphdef, abstract = checkpoint.abstract_state(config, mesh)
     shardings = jax.tree.map(lambda leaf: leaf.sharding, abstract)
-    self._step = select.make_train_step(
+    self._step = choose.make_train_step(
         graphdef, chunk_size, shardings, compute_dtype=str(config.model.dtype), train_config=config.train
     )
-    batch_sharding = parallel.batch_sharding(mesh)
+    batch_sharding = mesh_lib.batch_sharding(mesh)
     abstract_ids = jax.ShapeDtypeStruct(batch[0].shape, batch[0].dtype, sharding=batch_sharding)
     compilation.compile_ahead(self._step, abstract, abstract_ids, abstract_ids)  # releases the compiler's memory
     self.compile_peak_mib = peak_mib()

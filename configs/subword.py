@@ -3,7 +3,7 @@
   python train.py --config configs/subword.py --workdir runs/subword --config.data.text_path=/path/to/corpus/
   python train.py --config configs/subword.py --workdir runs/subword_untied --config.model.tied=False \
       --config.data.text_path=/path/to/corpus/
-  python -m tied_embed.inspect --workdir runs/subword --next "the"
+  python -m tied_embed.inspection --workdir runs/subword --next "the"
 
 The corpus is a file, a directory (read recursively) or a glob of UTF-8 text; SentencePiece is trained on a
 sample of its first 90% with exactly model.vocab_size pieces and cached under the data dir, as are the tokens.

@@ -41,9 +41,9 @@ from tied_embed.core.model import TiedEmbed, UntiedEmbed  # noqa: E402
 from tied_embed.data.sources import text  # noqa: E402
 from tied_embed.data.sources.directed import Directed  # noqa: E402
 from tied_embed.data.sources.planted import Planted  # noqa: E402
-from tied_embed.fast import select
+from tied_embed.fast import choose
 from tied_embed.inspection import asymmetry  # noqa: E402
-from tied_embed.run import nonfinite
+from tied_embed.train import nonfinite
 
 VOCAB_SIZE, D_MODEL, BATCH_SIZE = 256, 16, 512
 SYNTHETIC_PAIRS = 300_000
@@ -118,7 +118,7 @@ def run(task: Task, config, tied: bool, scales: tuple[float, float], seed: int, 
   graphdef, state = nnx.split(step_lib.TrainState(model, optim.make_optimizer(config.train)))
   key = (config.train.optimizer, tied, scales)
   if key not in steps_cache:  # one compiled step per (optimizer, tied, scales), shared by every task and seed
-    steps_cache[key] = (select.make_train_step(graphdef, 0, lookup_grad_scale=scales[0],
+    steps_cache[key] = (choose.make_train_step(graphdef, 0, lookup_grad_scale=scales[0],
                                                  projection_grad_scale=scales[1]),
                         jax.jit(lambda s, g=graphdef: model_log_probs(s, g)))
   step, log_probs_of = steps_cache[key]

@@ -211,7 +211,7 @@ def count_reference(train: tuple[np.ndarray, np.ndarray], selection: tuple[np.nd
                     evaluation: tuple[np.ndarray, np.ndarray], vocab_size: int) -> dict[str, float]:
   """The add-k count bigram model of the train pairs (N,), (N,), k chosen on the selection pairs: → {k, select_loss,
   eval_loss} (nats)."""
-  from tied_embed.data.sources import count_bigram  # noqa: PLC0415
+  from tied_embed.data.text import count_bigram  # noqa: PLC0415
 
   fit = count_bigram.PairCounts.of(*train, vocab_size)
   k = count_bigram.best_k(fit, *selection)
@@ -304,8 +304,10 @@ class Sweep:
             steps_factor: int = 1) -> dict[str, Any]:
     """One run, scored at its best step: → its numbers. `steps_factor` stretches its schedule: that many times the
     steps and the steps between evals (the same warmup share, cosine decay and eval count; the convergence check)."""
-    from tied_embed import trainer  # noqa: PLC0415
-    from tied_embed.run import checkpoint  # noqa: PLC0415
+    from tied_embed.train import (
+      checkpoint,  # noqa: PLC0415
+      trainer,  # noqa: PLC0415
+    )
 
     steps, every = schedule(self.plan, len(self.train_pairs(fraction)[0]), self.batch_size)
     steps, every = steps * steps_factor, every * steps_factor

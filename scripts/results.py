@@ -23,7 +23,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tied_embed.run.events import read_scalars  # noqa: E402
+from tied_embed.train.metrics import read_scalars  # noqa: E402
 
 START, END = "<!-- RESULTS:START (written by scripts/results.py) -->", "<!-- RESULTS:END -->"
 RESULTS_DIR = ROOT / "runs" / "results"

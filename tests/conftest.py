@@ -41,14 +41,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 class SmokeRun:
   workdir: pathlib.Path
   config: ml_collections.ConfigDict
-  summary: object  # tied_embed.trainer.RunSummary (its .state is the in-memory final state)
+  summary: object  # tied_embed.train.trainer.RunSummary (its .state is the in-memory final state)
 
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
   """configs/smoke.py trained in-process, once, into a session temporary workdir."""
   from configs import smoke  # noqa: PLC0415
-  from tied_embed.trainer import train_and_evaluate  # noqa: PLC0415
+  from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415
 
   config = smoke.get_config()
   workdir = tmp_path_factory.mktemp("smoke")

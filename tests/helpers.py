@@ -50,7 +50,7 @@ def make_config(**data_fields):
 def smoke_with(path: str, value):
   """configs/smoke.py with the field at dotted `path` set to `value` (any type)."""
   from configs import smoke  # noqa: PLC0415
-  from tied_embed.run import config_fields  # noqa: PLC0415
+  from tied_embed.train import config_fields  # noqa: PLC0415
 
   config = smoke.get_config()
   config_fields.set_unchecked(config, path, value)
@@ -60,7 +60,7 @@ def smoke_with(path: str, value):
 def event_series(path: str | pathlib.Path) -> dict[str, dict[int, float]]:
   """{tag: {step: value}} from one event file, scalars and histograms (their sum), in the order written.
 
-  Reads with TensorBoard's own loader, independently of `tied_embed.run.events`, which it also checks.
+  Reads with TensorBoard's own loader, independently of `tied_embed.train.metrics`, which it also checks.
   """
   from tensorboard.backend.event_processing.event_file_loader import EventFileLoader  # noqa: PLC0415
   from tensorboard.util.tensor_util import make_ndarray  # noqa: PLC0415

@@ -28,13 +28,10 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from configs import smoke  # noqa: E402
-from tied_embed import evaluation  # noqa: E402
-from tied_embed.fast import select
-from tied_embed.run import (
-  checkpoint,  # noqa: E402
-  parallel,
-)
-from tied_embed.trainer import train_and_evaluate  # noqa: E402
+from tied_embed.fast import choose  # noqa: E402
+from tied_embed.train import checkpoint, evaluation  # noqa: E402
+from tied_embed.train import mesh as mesh_lib  # noqa: E402
+from tied_embed.train.trainer import train_and_evaluate  # noqa: E402
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 # `%x = f32[16,8]{1,0} all-reduce(` or `%x = (f32[16,8]{1,0}, f32[]) all-reduce-start(`
@@ -87,12 +84,12 @@ def collectives(compiled) -> list[dict]:
 
 def compiled_programs(config) -> dict:
   """The step (plain and at a log step) and eval of `config`, compiled for a PROBE_BATCH batch on its mesh."""
-  mesh = parallel.make_mesh(config.mesh)
+  mesh = mesh_lib.make_mesh(config.mesh)
   graphdef, target = checkpoint.abstract_state(config, mesh)
   shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
-  batch = [jax.ShapeDtypeStruct((PROBE_BATCH,), np.int32, sharding=parallel.batch_sharding(mesh))] * 2
+  batch = [jax.ShapeDtypeStruct((PROBE_BATCH,), np.int32, sharding=mesh_lib.batch_sharding(mesh))] * 2
   chunk_size = int(config.loss.chunk_size)
-  train_step = select.make_train_step(graphdef, chunk_size, shardings)
+  train_step = choose.make_train_step(graphdef, chunk_size, shardings)
   return {
       "step": train_step.lower(target, *batch).compile(),
       "log step": train_step.lower(target, *batch, with_stats=True).compile(),
@@ -124,7 +121,7 @@ def main(out: pathlib.Path) -> None:
   (out / "layout.json").write_text(json.dumps(layout))
 
   for data, model in ((2, 4), (8, 1)):
-    restored = checkpoint.restore(out / "run", mesh=parallel.make_mesh(config_on(data, model).mesh))
+    restored = checkpoint.restore(out / "run", mesh=mesh_lib.make_mesh(config_on(data, model).mesh))
     table = restored.model.embedding[...]
     np.savez(out / f"restored_{data}x{model}.npz", embedding=np.asarray(table), shards=json.dumps(shards(table)),
              **restored.provenance)

@@ -8,7 +8,7 @@ from conftest import ROOT
 
 CORE_FILES = sorted((ROOT / "tied_embed" / "core").glob("*.py"))
 ALLOWED = {"__future__", "math", "collections", "typing", "jax", "flax", "optax", "tied_embed"}
-LOADED_NEVER = ("tied_embed.fast", "tied_embed.run", "tied_embed.data", "tied_embed.inspection", "tied_embed.trainer",
+LOADED_NEVER = ("tied_embed.fast", "tied_embed.train", "tied_embed.data", "tied_embed.inspection",
                 "tensorflow", "tensorflow_datasets", "orbax", "clu", "ml_collections")
 
 

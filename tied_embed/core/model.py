@@ -26,7 +26,7 @@ from flax import nnx
 if TYPE_CHECKING:  # only for the annotations: the story imports no config machinery
   import ml_collections
 
-# Logical axis names of a table's dimensions. `tied_embed.run.parallel.LOGICAL_AXIS_RULES` maps them to mesh axes;
+# Logical axis names of a table's dimensions. `tied_embed.train.mesh.LOGICAL_AXIS_RULES` maps them to mesh axes;
 # the optimizer's moments inherit them from the Param, so the whole train state is laid out from these annotations.
 TABLE_AXES = ("vocab", "embed")
 

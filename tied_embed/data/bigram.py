@@ -28,11 +28,11 @@ import numpy as np
 import tensorflow_datasets as tfds
 from etils import epath
 
+from tied_embed import util
+from tied_embed.data import record as record_lib
 from tied_embed.data import sources
 from tied_embed.data.config import validate_data_config
-from tied_embed.data.sources import record as record_lib
-from tied_embed.run import locking
-from tied_embed.run.errors import UsageError
+from tied_embed.util import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +221,7 @@ def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, tuple[np.nd
   if splits is not None:
     return splits
   directory.mkdir(parents=True, exist_ok=True)
-  with locking.exclusive(directory, f"data.data_dir={str(directory)!r}"):
+  with util.exclusive(directory, f"data.data_dir={str(directory)!r}"):
     splits, why = _read_verified(bc, directory)  # another run may have finished it meanwhile
     if splits is not None:
       return splits
@@ -300,7 +300,7 @@ def _bigram_data(
 
 
 def record_for_inspection(data: BigramData, config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
-  """Writes WORKDIR/report_data.npz, what inspection needs of the data (see `tied_embed.data.sources.record`).
+  """Writes WORKDIR/report_data.npz, what inspection needs of the data (see `tied_embed.data.record`).
 
   Its size is that of the source's record (a hidden (V, D) table, or the validation pairs' sparse counts and a
   text source's tokenizer model) plus (V,) counts. A SentencePiece model is also written as

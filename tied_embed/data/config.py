@@ -1,7 +1,7 @@
 """Checks of the data.* config fields, without TensorFlow: a typo fails at once, before any import of TFDS.
 
 Data config fields (data.source, data.data_dir, data.train_fraction and data.task_d_model are declared with the
-other run fields in `tied_embed.run.config_fields`; the others by the sources that read them):
+other run fields in `tied_embed.train.config_fields`; the others by the sources that read them):
   data.source           which task (`tied_embed.data.sources`); the source checks the fields it reads itself
   data.data_dir         where the dataset is generated and cached ('' = <workdir>/data): a writable directory
   data.train_fraction   the share of the train split trained on, its first pairs: a number in (0, 1]
@@ -23,7 +23,7 @@ from typing import Any
 
 from tied_embed.data import sources
 from tied_embed.data.sources.base import is_int, is_number
-from tied_embed.run.errors import require
+from tied_embed.util import require
 
 __all__ = ["is_int", "is_number", "validate_data_config", "validate_data_dir"]
 
@@ -46,7 +46,7 @@ def validate_data_config(config: Any) -> None:
   """Raises UsageError (field, value, what is allowed) for a data config that cannot work. Cheap; writes nothing.
 
   Checks data.source, then asks that source to check the model.* and data.* fields it reads, then data.data_dir
-  (`tied_embed.run.config_fields` checks data.train_fraction with the other fields it declares).
+  (`tied_embed.train.config_fields` checks data.train_fraction with the other fields it declares).
   """
   data = config.data
   names = tuple(sorted(sources.REGISTRY))

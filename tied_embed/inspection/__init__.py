@@ -5,5 +5,5 @@
 - `text`: the report as plain text and Markdown;
 - `plots`: its pictures (PNG and TensorBoard images); `files`: writing only inside WORKDIR/report/;
 - `continuation`: `continue_prompt`, what a text run says follows a string (--next, --generate);
-- `cli`: `python -m tied_embed.inspect`.
+- `cli`: `python -m tied_embed.inspection`.
 """

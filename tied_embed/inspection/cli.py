@@ -1,9 +1,9 @@
 """Open a run from its workdir and report what the table learned.
 
-  python -m tied_embed.inspect --workdir runs/default [--step N|best] [--tokens 3,17,42] [--top-k 5] [--json]
+  python -m tied_embed.inspection --workdir runs/default [--step N|best] [--tokens 3,17,42] [--top-k 5] [--json]
       [--no-pictures]
-  python -m tied_embed.inspect --workdir runs/subword --tokens "▁the,' ',42" (a text run: ids or tokens)
-  python -m tied_embed.inspect --workdir runs/subword --next "the king" [--generate 20 --temperature 0.8 --seed 0]
+  python -m tied_embed.inspection --workdir runs/subword --tokens "▁the,' ',42" (a text run: ids or tokens)
+  python -m tied_embed.inspection --workdir runs/subword --next "the king" [--generate 20 --temperature 0.8 --seed 0]
 
 `main` only parses flags, calls `inspect_run` and prints: the report on stdout, each warning as one
 `warning: ...` line on stderr, and any problem with what was asked as one `error: ...` line (exit status 2).
@@ -20,9 +20,9 @@ import sys
 from absl import logging
 
 from tied_embed.inspection.continuation import continue_prompt, format_continuation
-from tied_embed.inspection.run import inspect_run
+from tied_embed.inspection.inspector import inspect_run
 from tied_embed.inspection.text import format_text
-from tied_embed.run.errors import UsageError, one_line
+from tied_embed.util import UsageError, one_line
 
 _TOKEN = re.compile(r"-?[0-9]+")  # ASCII digits only: int() would also take '1_0' and other scripts' digits
 
@@ -66,7 +66,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-  parser = _Parser(prog="python -m tied_embed.inspect", description=__doc__.splitlines()[0])
+  parser = _Parser(prog="python -m tied_embed.inspection", description=__doc__.splitlines()[0])
   parser.add_argument("--workdir", required=True, help="the run's workdir (holds checkpoints/ and event files)")
   parser.add_argument("--step", type=_step, default=None,
                       help="checkpoint step, or best: the lowest select/loss (default: the latest)")

@@ -4,7 +4,7 @@ The model is a bigram model, so only the prompt's last token matters: P(next | p
 S = lookup · projectionᵀ as in the report. The prompt is tokenized with the run's own tokenizer, read from the
 workdir (WORKDIR/report_data.npz), so nothing outside the workdir is needed.
 
-  python -m tied_embed.inspect --workdir W --next "the king" [--top-k 5] [--generate 20 --temperature 0.8 --seed 0]
+  python -m tied_embed.inspection --workdir W --next "the king" [--top-k 5] [--generate 20 --temperature 0.8 --seed 0]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tied_embed.data.sources.base import log_softmax
-from tied_embed.run.errors import UsageError
+from tied_embed.util import UsageError
 
 MAX_GENERATE = 10_000  # sampled tokens at most: a few seconds at V = 8192, a continuation a person still reads
 MAX_SEED = 2**31 - 1  # as for the config's seed
@@ -68,7 +68,7 @@ def continue_prompt(
   UsageError for a run without text tokens, a prompt with no tokens, top_k outside [1, V], generate outside
   [0, MAX_GENERATE], a seed outside [0, MAX_SEED], or a temperature < 0.
   """
-  from tied_embed.inspection.run import open_run  # noqa: PLC0415 (Orbax only when a run is opened)
+  from tied_embed.inspection.inspector import open_run  # noqa: PLC0415 (Orbax only when a run is opened)
 
   if not 0 <= generate <= MAX_GENERATE:
     raise UsageError.bad_value("--generate", generate, f"an integer in [0, {MAX_GENERATE:_}] (tokens to sample)")

@@ -3,7 +3,7 @@
 Every function takes plain arrays so a notebook can call it on any table. The learned score matrix is
 `S = lookup @ projection.T` (V, V): `E·Eᵀ` for a tied model, `input·outputᵀ` for the untied ablation; the
 model's next-token distribution after token i is `softmax(S[i])`. `build_report` assembles the pieces into
-the JSON-ready dict that `python -m tied_embed.inspect` prints. It computes S and the reference table one block
+the JSON-ready dict that `python -m tied_embed.inspection` prints. It computes S and the reference table one block
 of rows at a time (`sources.LogProbRows`), so its memory grows with V·D and the rows shown, not with V².
 """
 

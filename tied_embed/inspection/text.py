@@ -1,4 +1,4 @@
-"""Render the inspection report dict (see `tied_embed.inspection.run.inspect_run`) as plain text and as Markdown."""
+"""Render the inspection report dict (`tied_embed.inspection.inspector.inspect_run`) as plain text and Markdown."""
 
 from __future__ import annotations
 

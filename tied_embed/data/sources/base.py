@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tied_embed.run.errors import require
+from tied_embed.util import require
 
 MAX_PAIRS = 100_000_000  # pairs are held in memory as two int32 arrays (8 bytes a pair, more while sampling)
 _BLOCK_ELEMENTS = 1 << 18  # float64 entries of one block of rows: 2 MB (a few temporaries of that while computing)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from tied_embed.data.sources import base
-from tied_embed.run.errors import require
+from tied_embed.util import require
 
 
 def hidden_table(vocab_size: int, d_model: int, logit_scale: float, seed: int) -> np.ndarray:

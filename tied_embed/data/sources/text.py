@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from tied_embed.data.sources import base, corpus
-from tied_embed.data.sources import tokenizer as tokenizer_lib
-from tied_embed.data.sources.count_bigram import PairCounts, empirical_rows
-from tied_embed.data.sources.tokenized import TextSource
-from tied_embed.run.errors import require
+from tied_embed.data.sources import base
+from tied_embed.data.text import corpus
+from tied_embed.data.text import tokenizer as tokenizer_lib
+from tied_embed.data.text.count_bigram import PairCounts, empirical_rows
+from tied_embed.data.text.tokenized import TextSource
+from tied_embed.util import require
 
 VOCAB_SIZE = 256  # one token per byte value
 VALIDATION_FRACTION = corpus.VALIDATION_FRACTION

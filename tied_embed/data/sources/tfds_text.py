@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from tied_embed.data.sources import base
-from tied_embed.data.sources import tokenizer as tokenizer_lib
-from tied_embed.data.sources.tokenized import TextSource
-from tied_embed.run.errors import UsageError, require
+from tied_embed.data.text import tokenizer as tokenizer_lib
+from tied_embed.data.text.tokenized import TextSource
+from tied_embed.util import UsageError, require
 
 _FIELDS = ("tfds_name", "tfds_train_split", "tfds_eval_split", "text_feature", "tfds_data_dir")
 

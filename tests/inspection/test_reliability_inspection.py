@@ -1,0 +1,122 @@
+"""Inspection never shows numbers that belong to another run, and every value its checks accept gives an answer.
+
+A report_data.npz copied from another run of the same V, or one holding NaN, is named in a warning and the
+dataset is read instead; a temperature however small samples; the header names the hidden map and its λ.
+All on copies of the session's smoke run (configs/smoke.py), in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from helpers import smoke_with
+
+from tied_embed.data import bigram
+from tied_embed.data import record as record_lib
+
+
+@pytest.fixture()
+def run_copy(smoke_workdir, tmp_path):
+  workdir = tmp_path / "run"
+  shutil.copytree(smoke_workdir, workdir, ignore=shutil.ignore_patterns("report"))
+  return workdir
+
+
+def _rewrite_record(workdir, **changes) -> None:
+  path = workdir / record_lib.FILE_NAME
+  with np.load(path) as saved:
+    arrays = {key: saved[key] for key in saved.files}
+  arrays.update({key: np.array(value) for key, value in changes.items()})
+  np.savez_compressed(path, **arrays)
+
+
+def test_a_report_data_file_of_another_run_with_the_same_v_is_not_shown(run_copy, smoke_run):
+  """What `cp other_run/report_data.npz` leaves: the same V, another task (data.task_d_model=100), its floor."""
+  from tied_embed.inspection.inspector import inspect_run  # noqa: PLC0415
+
+  other = bigram.dataset_identity(smoke_with("data.task_d_model", 100))
+  assert other != bigram.dataset_identity(smoke_run.config)
+  _rewrite_record(run_copy, identity=other, loss_floor=0.2086)
+  report = inspect_run(run_copy, pictures=False)
+  (warning,) = [w for w in report["warnings"] if "report_data.npz" in w]
+  assert "another run's" in warning and other in warning and warning.endswith("using the dataset")
+  assert report["run"]["loss_floor"] == pytest.approx(smoke_run.summary.loss_floor, rel=1e-6)
+  assert report["run"]["gap"] == pytest.approx(report["run"]["eval_loss"]["value"] - smoke_run.summary.loss_floor)
+
+
+def test_the_runs_own_report_data_file_is_used_without_a_warning(run_copy, smoke_run):
+  from tied_embed.inspection.inspector import inspect_run  # noqa: PLC0415
+
+  (run_copy / "data").rename(run_copy / "data_moved")  # the dataset is not there: the file alone must serve
+  report = inspect_run(run_copy, pictures=False)
+  assert not [w for w in report["warnings"] if "report_data.npz" in w]
+  assert report["run"]["loss_floor"] == pytest.approx(smoke_run.summary.loss_floor, rel=1e-6)
+
+
+@pytest.mark.parametrize("floor", [float("nan"), float("inf"), -1.0])
+def test_a_report_data_file_with_a_floor_no_run_writes_is_damaged_and_json_stays_valid(run_copy, smoke_run, floor,
+                                                                                        capsys):
+  from tied_embed.inspection.cli import main  # noqa: PLC0415
+
+  _rewrite_record(run_copy, loss_floor=floor)
+  assert main(["--workdir", str(run_copy), "--json", "--no-pictures"]) == 0
+  captured = capsys.readouterr()
+  report = json.loads(captured.out, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
+  assert report["run"]["loss_floor"] == pytest.approx(smoke_run.summary.loss_floor, rel=1e-6)
+  (warning,) = [line for line in captured.err.splitlines() if "report_data.npz" in line]
+  assert warning.startswith("warning: ") and "cannot be read" in warning and "loss_floor" in warning
+
+
+def test_nan_in_the_record_arrays_is_damage_too(run_copy):
+  path = run_copy / record_lib.FILE_NAME
+  with np.load(path) as saved:
+    table_key = next(key for key in saved.files if key.startswith("record.") and saved[key].dtype.kind == "f")
+    table = saved[table_key].copy()
+  table.flat[3] = np.nan
+  _rewrite_record(run_copy, **{table_key: table})
+  with pytest.raises(ValueError, match="not finite"):
+    record_lib.read(run_copy)
+
+
+@pytest.mark.parametrize("temperature", [1e-320, 5e-324, 1e-300])
+def test_a_temperature_however_small_samples_the_likeliest_tokens(temperature):
+  from tied_embed.inspection.continuation import sample_tokens  # noqa: PLC0415
+
+  rng = np.random.default_rng(0)
+  lookup, projection = rng.standard_normal((16, 4)), rng.standard_normal((16, 4))
+  want, token = [], 3
+  for _ in range(12):  # the T → 0 limit: the argmax of each row, computed here in float64
+    token = int(np.argmax(lookup[token] @ projection.T))
+    want.append(token)
+  assert sample_tokens(lookup, projection, 3, 12, temperature, seed=0) == want
+
+
+def test_a_huge_temperature_samples_too():
+  from tied_embed.inspection.continuation import sample_tokens  # noqa: PLC0415
+
+  rng = np.random.default_rng(1)
+  lookup, projection = rng.standard_normal((16, 4)), rng.standard_normal((16, 4))
+  drawn = sample_tokens(lookup, projection, 0, 200, 1e300, seed=0)
+  assert len(drawn) == 200 and len(set(drawn)) > 8  # as good as uniform over 16 tokens
+
+
+def test_the_header_names_the_hidden_map_its_lambda_and_counts_w(smoke_workdir):
+  from tied_embed.inspection import report as report_lib  # noqa: PLC0415
+  from tied_embed.inspection.inspector import _config_summary, inspect_run  # noqa: PLC0415
+  from tied_embed.inspection.text import format_text  # noqa: PLC0415
+
+  config = smoke_with("model.hidden", "linear")
+  config.model.hidden_l2 = 0.25
+  report = inspect_run(smoke_workdir, pictures=False)
+  report["run"]["config"] = _config_summary(config)
+  report["parameters"] = report_lib.parameter_summary(32, 8, True, "linear")
+  lines = format_text(report, pictures_line=False).splitlines()
+  (config_line,) = [line for line in lines if line.startswith("config ")]
+  assert " tied hidden=linear λ=0.25 " in config_line
+  (params,) = [line for line in lines if line.startswith("params ")]
+  assert f"tied V·D + D² = {32 * 8 + 8 * 8:,} vs untied 2·V·D + D² = {2 * 32 * 8 + 8 * 8:,}" in params
+  plain = format_text(inspect_run(smoke_workdir, pictures=False), pictures_line=False)
+  assert "hidden=" not in plain and "D²" not in plain and "tied V·D = 256 vs untied 2·V·D = 512" in plain

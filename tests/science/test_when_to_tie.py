@@ -1,0 +1,155 @@
+"""science/when_to_tie.py end to end in its --quick form: every model runs, is tuned and scored at its best step,
+and the count model, the repeat shares and the self-argmax shares agree with independent computations."""
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import subprocess_env
+
+from science import when_to_tie
+from tied_embed.train.config_validation import validate_config
+
+
+def test_run_configs_are_valid_and_differ_only_where_they_should(tmp_path):
+  corpus = when_to_tie.corpora(quick=True, subword_corpus="")["bytes"]
+  for model in when_to_tie.MODELS:
+    settings = {"weight_decay": 0.01, "hidden_l2": 0.1}
+    config = when_to_tie.run_config(corpus, model, 0.03, 1, settings, 40, 10, tmp_path, 0.05)
+    validate_config(config)
+    assert (config.model.tied, config.seed, config.data.train_fraction) == (model.tied, 1, 0.03)
+    assert config.data.selection_fraction == 0.05
+    assert config.train.num_steps == 40 and config.train.eval_every == 10
+    assert config.train.early_stopping_patience == when_to_tie.PATIENCE
+    assert config.train.weight_decay == 0.01
+    assert config.model.hidden == model.hidden
+    assert config.model.hidden_l2 == (0.1 if model.hidden == "linear" else 0.0)
+
+
+def test_schedule_is_ten_epochs_and_evals_per_epoch_within_bounds():
+  plan = when_to_tie.Plan(selection_share=0.1, max_steps=3000, evals_per_epoch=2, max_evals=20)
+  assert when_to_tie.EPOCHS == 10 and when_to_tie.MIN_STEPS == 200 and when_to_tie.MIN_EVAL_EVERY == 10
+  assert when_to_tie.schedule(plan, 102_400, 1024) == (1000, 50)  # 100 batches an epoch: 10 epochs, 2 evals each
+  assert when_to_tie.schedule(plan, 2_048, 1024) == (200, 10)  # at least 200 steps, 10 steps between evals
+  assert when_to_tie.schedule(plan, 10_240_000, 1024) == (3000, 150)  # at most 3000 steps and 20 evals
+
+
+class _StubSweep:
+  """Stands in for Sweep.train: a run's select/loss and eval/loss are looked up from its settings."""
+
+  def __init__(self, select_loss, eval_loss):
+    self.select_loss, self.eval_loss, self.trained = select_loss, eval_loss, []
+
+  def train(self, model, fraction, seed, settings):
+    self.trained.append(dict(settings))
+    key = (settings["weight_decay"], settings.get("hidden_l2"))
+    return {"settings": dict(settings), "select_loss": self.select_loss[key], "eval_loss": self.eval_loss[key],
+            "best_step": 10}
+
+
+def test_tuning_is_a_coordinate_search_on_the_selection_loss():
+  grids = {"weight_decay": (0.0, 0.01, 0.1), "hidden_l2": (0.0, 0.01, 0.1)}
+  tied_w = next(m for m in when_to_tie.MODELS if m.key == "tied_w")
+  # weight decay first (at λ = 0): 0.01 is best; then λ at weight decay 0.01: 0.1 is best. Eval prefers others.
+  select = {(0.0, 0.0): 3.0, (0.01, 0.0): 2.5, (0.1, 0.0): 2.8, (0.01, 0.01): 2.6, (0.01, 0.1): 2.4}
+  evals = {(0.0, 0.0): 1.0, (0.01, 0.0): 3.0, (0.1, 0.0): 0.5, (0.01, 0.01): 0.1, (0.01, 0.1): 3.0}
+  stub = _StubSweep(select, evals)
+  settings, chosen, trials = when_to_tie.tune(stub, tied_w, 0.1, 0, grids)
+  assert settings == {"weight_decay": 0.01, "hidden_l2": 0.1} == chosen["settings"]
+  assert chosen["select_loss"] == 2.4
+  assert len(stub.trained) == len(trials) == 5  # (0.01, 0) is shared by both axes: trained once
+  untied = next(m for m in when_to_tie.MODELS if m.key == "untied")
+  stub = _StubSweep({(v, None): loss for v, loss in zip(grids["weight_decay"], (2.0, 1.9, 2.1))},
+                    {(v, None): 0.0 for v in grids["weight_decay"]})
+  assert when_to_tie.tune(stub, untied, 0.1, 0, grids)[0] == {"weight_decay": 0.01}
+  assert [s["weight_decay"] for s in stub.trained] == [0.0, 0.01, 0.1]
+
+
+def _dense_add_k(train, pairs, vocab_size, k):
+  """-mean log((c(i, j) + k) / (c(i) + k V)) of `pairs` under train's counts, from a dense float64 table."""
+  counts = np.zeros((vocab_size, vocab_size))
+  np.add.at(counts, (train[0], train[1]), 1.0)
+  i, j = pairs
+  return float(-np.mean(np.log((counts[i, j] + k) / (counts[i].sum(axis=1) + k * vocab_size))))
+
+
+def test_quick_sweep_writes_tables_and_plot(tmp_path):
+  from configs import text  # noqa: PLC0415
+  from tied_embed.data import bigram as data_lib  # noqa: PLC0415
+  from tied_embed.data.text.count_bigram import K_GRID  # noqa: PLC0415
+  from tied_embed.train import checkpoint  # noqa: PLC0415
+
+  env = subprocess_env()
+  for name in ("TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS"):  # the script must quieten TensorFlow itself
+    env.pop(name, None)
+  done = subprocess.run(
+      [sys.executable, "science/when_to_tie.py", "--quick", "--corpora", "bytes", "--out", str(tmp_path),
+       "--no-compile-cache", "--keep-runs", "--convergence-factor=0"],  # the check: ~20 s more; its own tests
+      cwd=when_to_tie.REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert "oneDNN" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+  assert "wall time" in done.stdout and "CPU time" in done.stdout
+  results = json.loads((tmp_path / "when_to_tie.json").read_text())
+  entry = results["corpora"]["bytes"]
+  assert list(entry["runs"]) == ["tied", "untied", "tied_w"]
+
+  # The splits: the last 10% of the train split selects (QUICK_PLAN), 10% of the rest trains.
+  assert when_to_tie.QUICK_PLAN.selection_share == 0.1
+  total = entry["train_pairs"] + entry["select_pairs"]
+  assert entry["select_pairs"] == round(0.1 * total)
+  used = round(0.1 * entry["train_pairs"])
+
+  # The data, read back as the sweep's runs read it; the count model recomputed densely in float64.
+  config = text.get_config()
+  config.data.data_dir = str(tmp_path / "data" / "bytes")
+  config.data.selection_fraction = 0.1
+  data = data_lib.load_existing_bigram_data(config, tmp_path / "unused")
+  assert len(data.train_ids) == entry["train_pairs"] and len(data.select_ids) == entry["select_pairs"]
+  train = (data.train_ids[:used], data.train_next[:used])
+  select, evaluation = (data.select_ids, data.select_next), (data.eval_ids, data.eval_next)
+  by_k = {k: _dense_add_k(train, select, 256, k) for k in K_GRID}
+  k = min(by_k, key=by_k.get)
+  count = entry["count"]["0.1"]
+  assert count["k"] == k
+  assert count["select_loss"] == pytest.approx(by_k[k], rel=1e-12)
+  assert count["eval_loss"] == pytest.approx(_dense_add_k(train, evaluation, 256, k), rel=1e-12)
+  assert entry["repeats"]["0.1"]["repeats"] == pytest.approx(np.mean(data.eval_ids == data.eval_next), rel=1e-12)
+  assert entry["uniform"] == pytest.approx(math.log(256))
+
+  params = {"tied": 256 * 32, "untied": 2 * 256 * 32, "tied_w": 256 * 32 + 32**2}
+  for key, by_fraction in entry["runs"].items():
+    (run,) = by_fraction["0.1"]  # one seed
+    assert run["param_count"] == params[key]
+    assert 0 < run["best_step"] <= run["end_step"] <= run["num_steps"] == when_to_tie.QUICK_PLAN.max_steps
+    assert run["best_step"] % run["eval_every"] == 0 or run["best_step"] == run["end_step"]
+    assert run["gap_percent"] == pytest.approx(100 * (run["eval_loss"] - entry["floor"]) / entry["floor"])
+    # The restored best checkpoint, rescored in float64, is the step the trainer scored as best.
+    assert run["float64_eval_loss"] == pytest.approx(run["eval_loss"], rel=1e-5)
+    # Its likeliest next token, from the model's own forward pass over every token.
+    workdir = (tmp_path / "runs" / "bytes").glob(f"{key}-*-s0")
+    trial = next(w for w in workdir if "-".join(f"{a}={v:g}" for a, v in sorted(run["settings"].items())) in w.name)
+    model = checkpoint.restore(trial, step=run["best_step"]).model
+    logits = np.asarray(model(np.arange(256, dtype=np.int32)))
+    self_margin = logits[np.arange(256), np.arange(256)] - np.where(np.eye(256, dtype=bool), -np.inf, logits).max(1)
+    surely, maybe = self_margin[data.eval_ids] > 1e-4, self_margin[data.eval_ids] > -1e-4  # float32 near-ties
+    assert np.mean(surely) - 1e-12 <= run["predicts_self"] <= np.mean(maybe) + 1e-12
+  assert entry["tuning"]["tied_w"]["0.1"]["chosen"] == {"weight_decay": 0.0, "hidden_l2": 0.1}
+  # The README's picks are rewritten between their markers, the text around them kept; so are the docs' notes.
+  readme = tmp_path / "README.md"
+  readme.write_text("intro\n<!-- when-to-tie -->\nhand text <!-- picks -->old<!-- /picks --> more\n"
+                    "<!-- /when-to-tie -->\nrest\n")
+  when_to_tie.write_readme(results, readme)
+  rewritten = readme.read_text()
+  assert rewritten.startswith("intro\n<!-- when-to-tie -->\nhand text <!-- picks -->\n- **bytes**")
+  assert "10% untied" in rewritten or "10% tied" in rewritten
+  assert "old" not in rewritten and rewritten.endswith("<!-- /picks --> more\n<!-- /when-to-tie -->\nrest\n")
+  page = tmp_path / "page.md"
+  page.write_text(when_to_tie.markdown(results, "x.png", notes="\nWhat the numbers show.\n"))
+  assert when_to_tie.kept_notes(page) == "\nWhat the numbers show.\n"
+  markdown = (tmp_path / "when_to_tie.md").read_text()
+  assert "| 10% (" in markdown and "when_to_tie.png" in markdown and "count model" in markdown
+  assert "convergence" not in entry and "Convergence at" not in markdown  # --convergence-factor=0: no check
+  assert (tmp_path / "when_to_tie.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,66 @@
+"""Checkpoints: the smoke run's restore to its in-memory final state; errors for missing ones; untied round trip."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from tied_embed.core import optim
+from tied_embed.core import step as step_lib
+from tied_embed.core.model import TiedEmbed, UntiedEmbed, build_model
+from tied_embed.train import checkpoint
+from tied_embed.util import UsageError
+
+
+def test_latest_checkpoint_restores_the_final_table_and_totals(smoke_run):
+  final = smoke_run.summary.state
+  restored = checkpoint.restore(smoke_run.workdir)
+  assert restored.step == 60
+  assert isinstance(restored.model, TiedEmbed)
+  np.testing.assert_array_equal(restored.model.embedding[...], final["model"]["embedding"][...])
+  for name in ("lookup_total", "projection_total"):
+    np.testing.assert_array_equal(restored.provenance[name], final[name][...])
+    assert restored.provenance[name].shape == (smoke_run.config.model.vocab_size,)
+  assert restored.config.to_dict() == smoke_run.config.to_dict()
+
+
+def test_only_the_newest_checkpoints_are_kept(smoke_run):
+  assert checkpoint.available_steps(smoke_run.workdir) == [40, 60]  # every 20 steps, keep 2
+  assert checkpoint.restore(smoke_run.workdir, step=40).step == 40
+  assert checkpoint.saved_config(smoke_run.workdir, 40).train.num_steps == 60
+
+
+def test_missing_checkpoints_are_usage_errors(smoke_run, tmp_path):
+  with pytest.raises(UsageError, match="no checkpoints"):
+    checkpoint.restore(tmp_path)
+  with pytest.raises(UsageError, match=r"step=20 .*\[40, 60\]"):
+    checkpoint.restore(smoke_run.workdir, step=20)
+  assert checkpoint.available_steps(tmp_path) == []
+
+
+def test_untied_state_round_trips_with_optimizer_and_totals(tmp_path):
+  from configs import smoke  # noqa: PLC0415
+
+  config = smoke.get_config()
+  config.model.tied = False
+  _, state = nnx.split(step_lib.TrainState(build_model(config), optim.make_optimizer(config.train)))
+  state["lookup_total"][...] = np.arange(config.model.vocab_size, dtype=np.float32)
+  saver = checkpoint.Checkpointer(tmp_path, keep=1)
+  saver.save(7, state, config)
+  saver.close()
+
+  restored = checkpoint.restore(tmp_path)
+  assert isinstance(restored.model, UntiedEmbed) and restored.step == 7
+  np.testing.assert_array_equal(restored.model.input_embedding[...], state["model"]["input_embedding"][...])
+  np.testing.assert_array_equal(restored.model.output_embedding[...], state["model"]["output_embedding"][...])
+  np.testing.assert_array_equal(restored.provenance["lookup_total"], np.arange(config.model.vocab_size))
+
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
+  _, target = checkpoint.abstract_state(config, mesh)
+  reader = checkpoint.Checkpointer(tmp_path, keep=1)
+  full = reader.restore(7, target)
+  reader.close()
+  for got, want in zip(jax.tree.leaves(full), jax.tree.leaves(state), strict=True):
+    np.testing.assert_array_equal(got, want)

@@ -1,0 +1,130 @@
+"""The training command line (tied_embed.train.cli): its console lines, its one-line refusals, its entry points.
+
+Three tests run train.py in a subprocess: a config file that exits, a busy workdir, and a run with its rerun.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tomllib
+
+import pytest
+from conftest import ROOT
+
+from tied_embed import util
+from tied_embed.train import cli, metrics
+from tied_embed.train.config_schema import load_config_file
+from tied_embed.util import UsageError
+
+ABSL_PREFIX = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\]")  # I1201 07:10:30.355921 1396... x.py:306]
+EXITING_CONFIG = "import sys\n\n\ndef get_config():\n  sys.exit(0)\n"
+
+
+def _train(cwd, *args, python_flags=()) -> subprocess.CompletedProcess:
+  return subprocess.run(
+      [sys.executable, *python_flags, str(ROOT / "train.py"), *args], cwd=cwd, capture_output=True, text=True,
+      timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
+  )
+
+
+def test_a_config_file_that_exits_is_a_config_file_error(tmp_path):
+  path = tmp_path / "exits.py"
+  path.write_text(EXITING_CONFIG)
+  with pytest.raises(UsageError, match=r"^--config=.* \(get_config\(\) raised SystemExit: 0\)$"):
+    load_config_file(str(path))
+  result = _train(tmp_path, "--config", str(path), "--workdir", str(tmp_path / "run"))
+  assert result.returncode == 2, result.stderr
+  assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: --config=")
+  assert "SystemExit" in result.stderr and not (tmp_path / "run").exists()
+
+
+def test_a_busy_workdir_is_refused_before_tensorflow_is_imported(tmp_path):
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  with util.exclusive(workdir, "the test"):  # this process holds it; the run is another process
+    result = _train(tmp_path, "--config", str(ROOT / "configs" / "smoke.py"), "--workdir", str(workdir),
+                    python_flags=("-X", "importtime"))
+  imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")]
+  (error,) = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert error.startswith(f"error: --workdir={str(workdir)!r} is in use by another run (host ")
+  assert f"pid {os.getpid()}" in error
+  assert "jax" in imported and "tensorflow" not in imported and "orbax.checkpoint" not in imported
+  assert sorted(path.name for path in workdir.iterdir()) == [".lock"]  # nothing written beside the holder's lock
+
+
+def test_the_console_is_the_projects_own_and_a_rerun_prints_no_training_time(tmp_path):
+  args = ("--config", str(ROOT / "configs" / "smoke.py"), "--workdir", "runs/smoke", "--config.train.num_steps=20")
+  first, rerun = _train(tmp_path, *args), _train(tmp_path, *args)
+  assert first.returncode == 0 and rerun.returncode == 0, first.stderr[-2000:] + rerun.stderr[-2000:]
+  for result in (first, rerun):
+    lines = result.stderr.strip().splitlines()
+    assert not [line for line in lines if ABSL_PREFIX.match(line)], result.stderr
+    assert not [line for line in lines if "read only" in line], result.stderr  # Orbax opening the checkpoints
+    venv_bin = pathlib.Path(sys.executable).parent  # tmp_path is outside the checkout: shown absolute
+    assert lines[-1] == (f"Checkpoints in runs/smoke/checkpoints (latest: step 20). Inspect: {venv_bin}/"
+                         f"tied-embed-inspect --workdir runs/smoke | Watch: {venv_bin}/tensorboard --logdir runs/smoke")
+  first_lines = first.stderr.splitlines()
+  assert any(line.startswith("step 20/20 | loss ") for line in first_lines), first.stderr
+  assert re.fullmatch(r"Step 20: eval loss .*, 256 parameters, \d+\.\d s of training\.", first_lines[-2])
+  rerun_lines = rerun.stderr.splitlines()
+  assert "The run is already complete at step 20: nothing to train, nothing written." in rerun_lines
+  assert re.fullmatch(r"Step 20: eval loss .*, 256 parameters\.", rerun_lines[-2]), rerun.stderr
+  assert not any(line.startswith("step ") for line in rerun_lines)
+
+
+def test_console_lines_mark_warnings_and_errors_only():
+  def record(level: int) -> logging.LogRecord:
+    return logging.LogRecord("tied_embed.train.trainer", level, __file__, 1, "step %d done", (3,), None)
+
+  formatter = cli.ConsoleFormatter()
+  assert formatter.format(record(logging.INFO)) == "step 3 done"
+  assert formatter.format(record(logging.WARNING)) == "warning: step 3 done"
+  assert formatter.format(record(logging.ERROR)) == "error: step 3 done"
+
+
+def test_paths_inside_the_current_directory_are_shown_relative(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  assert metrics.shown_path(tmp_path / "runs" / "a") == "runs/a"
+  assert metrics.shown_path(pathlib.Path("runs/a")) == "runs/a"
+  assert metrics.shown_path(tmp_path) == "."
+  outside = tmp_path.parent / "elsewhere"
+  assert metrics.shown_path(outside) == str(outside)
+
+
+def test_an_override_of_no_field_is_named_with_a_suggestion():
+  config = load_config_file(str(ROOT / "configs" / "smoke.py"))
+  argv = ["train.py", "--config", "configs/smoke.py", "--config.train.num_steps=5", "--config.train.learnig_rate=1"]
+  assert cli.unknown_override(config, argv) == "train.learnig_rate is not a config field; did you mean " \
+                                               "train.learning_rate?"
+
+
+def test_the_console_scripts_name_the_command_line_functions():
+  scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+  assert set(scripts) == {"tied-embed-train", "tied-embed-inspect"}
+  for target in scripts.values():
+    module, function = target.split(":")
+    assert callable(getattr(importlib.import_module(module), function))
+  assert scripts["tied-embed-train"] == "tied_embed.train.cli:main"
+
+
+def test_a_config_file_imports_its_neighbours_when_started_as_an_installed_script(tmp_path):
+  """As `tied-embed-train` runs: sys.path[0] is the script's folder, not the repository nor the current directory."""
+  package = tmp_path / "site"
+  package.mkdir()
+  (package / "tied_embed").symlink_to(ROOT / "tied_embed")
+  script = tmp_path / "bin" / "script.py"
+  script.parent.mkdir()
+  script.write_text(f"import sys\nsys.path.insert(1, {str(package)!r})\n"
+                    "from tied_embed.train.config_schema import load_config_file\n"
+                    "print(load_config_file('configs/smoke.py').model.vocab_size)\n")
+  env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+  result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert result.stdout.strip() == "32"

@@ -1,0 +1,290 @@
+"""data.selection_fraction and train.early_stopping_patience: the selection split, the best checkpoint, early stopping.
+
+One run (`selected`) overfits on purpose: 300 untied train pairs of the smoke task, 100 held out for selection,
+evals every 10 steps, checkpoints every 50 keeping 1, patience 3. Its select/loss falls, then rises, so the
+best step comes early and the run stops 3 evals later; every expectation is read back from the run's own event
+files or recomputed in NumPy float64 from the restored tables, never taken from the trainer's return value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT
+from helpers import all_series, smoke_with, subprocess_env
+
+from tied_embed.data import bigram as data_lib
+from tied_embed.data.sources import text
+from tied_embed.inspection.cli import main as inspect_main
+from tied_embed.train import checkpoint, signals
+from tied_embed.train.trainer import train_and_evaluate
+from tied_embed.util import UsageError
+
+PATIENCE, EVAL_EVERY = 3, 10
+
+
+def _overfitting_config(data_dir: pathlib.Path):
+  config = smoke_with("data.selection_fraction", 0.25)
+  config.model.tied = False
+  config.data.update(num_train_pairs=400, data_dir=str(data_dir))
+  config.train.update(num_steps=200, learning_rate=0.1, eval_every=EVAL_EVERY, log_every=EVAL_EVERY,
+                      checkpoint_every=50, keep_checkpoints=1, early_stopping_patience=PATIENCE)
+  return config
+
+
+@dataclasses.dataclass
+class SelectedRun:
+  workdir: pathlib.Path
+  config: object
+  summary: object  # RunSummary
+  series: dict[str, dict[int, float]]  # the run's event files, read independently
+  log: str  # the run's log lines
+
+
+@pytest.fixture(scope="module")
+def selected(tmp_path_factory) -> SelectedRun:
+  root = tmp_path_factory.mktemp("selected")
+  config = _overfitting_config(root / "data")
+  records: list[str] = []
+  handler = logging.Handler()
+  handler.emit = lambda record: records.append(record.getMessage())
+  logger = logging.getLogger("tied_embed")
+  level = logger.level
+  logger.addHandler(handler)
+  logger.setLevel(logging.INFO)
+  try:
+    summary = train_and_evaluate(config, root / "run")
+  finally:
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+  return SelectedRun(root / "run", config, summary, all_series(root / "run"), "\n".join(records))
+
+
+def _hand_early_stop(select_losses: dict[int, float], patience: int) -> tuple[int, int]:
+  """The contract transcribed: the best eval is the first with the lowest select/loss so far (strictly lower to
+  count), and the run stops at the `patience`-th eval after it without a strictly lower one. → (best, stop)."""
+  best_step, best, since = None, np.inf, 0
+  for step in sorted(select_losses):
+    if select_losses[step] < best:
+      best_step, best, since = step, select_losses[step], 0
+    else:
+      since += 1
+      if since == patience:
+        return best_step, step
+  return best_step, max(select_losses)
+
+
+def _numpy_loss(restored: checkpoint.Restored, ids: np.ndarray, next_ids: np.ndarray) -> float:
+  """Mean cross-entropy of softmax(E_in[ids] · E_outᵀ) against next_ids in float64, from the restored tables."""
+  table_in = np.asarray(restored.model.input_embedding[...], np.float64)
+  table_out = np.asarray(restored.model.output_embedding[...], np.float64)
+  logits = table_in[ids] @ table_out.T
+  top = logits.max(axis=1)
+  log_norm = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
+  return float(np.mean(log_norm - logits[np.arange(len(ids)), next_ids]))
+
+
+# The split.
+
+
+@pytest.mark.parametrize(("num_pairs", "fraction", "expected"), [
+    (400, 0.25, 100), (1000, 0.1, 100), (35_999, 0.1, 3600), (10, 0.01, 1), (2, 0.4, 1), (7, 0.0, 0),
+])
+def test_selection_pairs_by_hand(num_pairs, fraction, expected):
+  assert data_lib.selection_pairs(num_pairs, fraction) == expected
+
+
+def test_the_selection_split_is_the_train_splits_tail_disjoint_from_train_and_eval(tmp_path):
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_bytes(text.DEFAULT_CORPUS.read_bytes()[:40_000])
+  config = smoke_with("data.source", "text")
+  config.model.vocab_size = 256
+  config.data.update(text_path=str(corpus), data_dir=str(tmp_path / "data"), selection_fraction=0.1,
+                     train_fraction=0.5)
+  data = data_lib.load_bigram_data(config, tmp_path / "run")
+  # Byte pairs of the corpus: the train split is its first 36,000 bytes (35,999 pairs), the eval its last 4,000.
+  corpus_bytes = np.frombuffer(corpus.read_bytes(), np.uint8).astype(np.int32)
+  num_train, held_out = 36_000 - 1, 3600  # round(0.1 · 35,999)
+  used = round(0.5 * (num_train - held_out))  # train_fraction applies to what the selection split leaves
+  np.testing.assert_array_equal(data.select_ids, corpus_bytes[num_train - held_out:num_train])
+  np.testing.assert_array_equal(data.select_next, corpus_bytes[num_train - held_out + 1:num_train + 1])
+  np.testing.assert_array_equal(data.train_ids, corpus_bytes[:used])
+  np.testing.assert_array_equal(data.eval_ids, corpus_bytes[36_000:-1])
+  # So by position in the corpus: train [0, 16,200), selection [32,399, 35,999), eval [36,000, 39,999).
+  np.testing.assert_array_equal(data.input_counts, np.bincount(corpus_bytes[:used], minlength=256))
+  name = data_lib.builder_config(config).name
+  assert data.identity == data_lib.dataset_identity(config) == f"{name}-select0.1-train0.5"
+  again = data_lib.load_bigram_data(config, tmp_path / "run")  # a resume loads the same split from the cache
+  np.testing.assert_array_equal(again.select_ids, data.select_ids)
+  np.testing.assert_array_equal(again.select_next, data.select_next)
+
+
+def test_a_run_does_not_resume_on_another_selection_fraction(selected):
+  config = _overfitting_config(pathlib.Path(selected.config.data.data_dir))
+  config.data.selection_fraction = 0.2
+  with pytest.raises(UsageError, match=r"different run \(data.selection_fraction: 0.25 in the checkpoints, 0.2 now\)"):
+    train_and_evaluate(config, selected.workdir)
+
+
+# The best checkpoint.
+
+
+def test_the_best_checkpoint_has_the_lowest_logged_select_loss_and_outlives_retention(selected):
+  select_losses = selected.series["select/loss"]
+  assert sorted(select_losses) == list(range(EVAL_EVERY, selected.summary.step + 1, EVAL_EVERY))
+  best = min(select_losses, key=lambda step: (select_losses[step], step))
+  assert selected.series["select/best_step"][max(select_losses)] == best
+  assert selected.summary.best_step == best and checkpoint.best_step(selected.workdir) == best
+  assert selected.summary.best_select_loss == pytest.approx(select_losses[best], rel=1e-7)
+  # keep_checkpoints=1, five saves (the improvements, the schedule's 50, the stop): the newest and the best stay.
+  assert checkpoint.available_steps(selected.workdir) == sorted({best, selected.summary.step})
+  assert best < selected.summary.step
+
+  restored = checkpoint.restore(selected.workdir, best)
+  data = data_lib.load_existing_bigram_data(selected.config, selected.workdir)
+  assert len(data.select_ids) == 100 and len(data.train_ids) == 300
+  assert _numpy_loss(restored, data.select_ids, data.select_next) == pytest.approx(select_losses[best], rel=1e-5)
+  eval_loss = _numpy_loss(restored, data.eval_ids, data.eval_next)
+  assert eval_loss == pytest.approx(selected.series["eval/loss"][best], rel=1e-5)
+  assert selected.summary.best_eval_loss == pytest.approx(eval_loss, rel=1e-5)
+  assert selected.summary.best_eval["eval/loss_rare_inputs"] == pytest.approx(
+      selected.series["eval/loss_rare_inputs"][best], rel=1e-7)
+  assert (f"best step {best} by select/loss: select loss {select_losses[best]:.4f}, "
+          f"eval loss {selected.series['eval/loss'][best]:.4f}") in selected.log
+
+
+def test_inspect_step_best_opens_the_best_checkpoint(selected, capsys):
+  assert inspect_main(["--workdir", str(selected.workdir), "--step", "best", "--json", "--no-pictures"]) == 0
+  report = json.loads(capsys.readouterr().out)
+  assert report["step"] == selected.summary.best_step and report["run"]["config"]["selection_fraction"] == 0.25
+
+
+def test_a_best_checkpoint_whose_metrics_disagree_with_its_manifest_is_refused(selected, tmp_path):
+  workdir = tmp_path / "run"
+  shutil.copytree(selected.workdir, workdir)
+  newest = selected.summary.step
+  metrics = workdir / "checkpoints" / str(newest) / "metrics" / "metrics"
+  saved = json.loads(metrics.read_text())
+  metrics.write_text(json.dumps({**saved, "select_loss": 0.0}))  # now ranks best, but its manifest says otherwise
+  with pytest.raises(UsageError, match=rf"^checkpoint {newest} at .* is damaged: .*'select_loss': 0.0"):
+    checkpoint.best_step(workdir)
+
+
+def test_a_garbled_metrics_file_is_a_damaged_checkpoint_and_the_run_comes_through(selected, tmp_path, caplog):
+  workdir = tmp_path / "run"
+  shutil.copytree(selected.workdir, workdir)
+  newest, best = selected.summary.step, selected.summary.best_step
+  (workdir / "checkpoints" / str(newest) / "metrics" / "metrics").write_text('{"step": 6')
+  with pytest.raises(UsageError, match=rf"^checkpoint {newest} at .* is damaged: JSONDecodeError"):
+    checkpoint.best_step(workdir)
+  with caplog.at_level(logging.WARNING, logger="tied_embed"):
+    resumed = train_and_evaluate(selected.config, workdir)  # moves it aside, resumes from the best, stops again
+  assert any(record.getMessage().startswith(f"Checkpoint {newest} is damaged (JSONDecodeError")
+             for record in caplog.records)
+  assert (workdir / "damaged_checkpoints" / str(newest)).is_dir()
+  assert (resumed.step, resumed.best_step) == (newest, best)
+  for got, want in zip(_leaves(resumed.state), _leaves(selected.summary.state), strict=True):
+    np.testing.assert_array_equal(got, want)
+
+
+def test_inspect_step_best_without_a_selection_split_is_one_line(tmp_path, capsys):
+  config = smoke_with("train.num_steps", 2)
+  config.data.data_dir = str(tmp_path / "data")
+  train_and_evaluate(config, tmp_path / "run")
+  assert inspect_main(["--workdir", str(tmp_path / "run"), "--step", "best", "--no-pictures"]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("error: no checkpoint in ") and "has a select/loss" in err and err.count("\n") == 1
+
+
+# Early stopping.
+
+
+def test_early_stopping_stops_patience_evals_after_the_best(selected):
+  best, stop = _hand_early_stop(selected.series["select/loss"], PATIENCE)
+  assert stop == best + PATIENCE * EVAL_EVERY < selected.config.train.num_steps
+  assert selected.summary.step == stop and selected.summary.stopped_early
+  assert max(selected.series["train/loss"]) == stop  # nothing trained or logged after the stop
+  assert selected.summary.eval_loss == pytest.approx(selected.series["eval/loss"][stop], rel=1e-7)
+  stopped = f"Early stopping at step {stop}: {PATIENCE} evals without a lower select/loss than step {best}'s."
+  assert stopped in selected.log
+
+
+def test_a_run_stopped_between_evals_resumes_to_the_same_stop_and_bits(selected, tmp_path, monkeypatch):
+  # After the first eval past the best (so the saved count of evals since the best is 1, not 0) and before the
+  # stop, at a step with no checkpoint of its own.
+  interrupt_at = selected.summary.best_step + EVAL_EVERY + 4
+  train_batch = data_lib.train_batch
+
+  def interrupted(data, seed, step, batch_size):
+    if step == interrupt_at:
+      signal.raise_signal(signal.SIGINT)
+    return train_batch(data, seed, step, batch_size)
+
+  config = _overfitting_config(pathlib.Path(selected.config.data.data_dir))
+  with monkeypatch.context() as patch:
+    patch.setattr(data_lib, "train_batch", interrupted)
+    with pytest.raises(signals.Preempted):
+      train_and_evaluate(config, tmp_path / "run")
+  assert checkpoint.available_steps(tmp_path / "run") == [selected.summary.best_step, interrupt_at + 1]
+
+  resumed = train_and_evaluate(config, tmp_path / "run")  # the count of evals since the best comes from the manifest
+  assert (resumed.step, resumed.best_step, resumed.stopped_early) == (selected.summary.step, selected.summary.best_step,
+                                                                       True)
+  for got, want in zip(_leaves(resumed.state), _leaves(selected.summary.state), strict=True):
+    np.testing.assert_array_equal(got, want)
+
+  events = set((tmp_path / "run").glob("events.out.tfevents.*"))
+  rerun = train_and_evaluate(config, tmp_path / "run")  # stopped: nothing to train, nothing written
+  assert set((tmp_path / "run").glob("events.out.tfevents.*")) == events
+  assert (rerun.step, rerun.best_step, rerun.best_select_loss) == (resumed.step, resumed.best_step,
+                                                                   resumed.best_select_loss)
+  for got, want in zip(_leaves(rerun.state), _leaves(resumed.state), strict=True):
+    np.testing.assert_array_equal(got, want)
+
+
+def _leaves(state) -> list[np.ndarray]:
+  import jax  # noqa: PLC0415
+
+  return [np.asarray(leaf) for leaf in jax.tree.leaves(state)]
+
+
+# Bad values.
+
+
+@pytest.mark.parametrize(("path", "value", "allowed"), [
+    ("data.selection_fraction", 0.5, "a finite number in [0, 0.5) (0 = no selection split)"),
+    ("data.selection_fraction", -0.1, "a finite number in [0, 0.5) (0 = no selection split)"),
+    ("data.selection_fraction", float("nan"), "a finite number in [0, 0.5) (0 = no selection split)"),
+    ("train.early_stopping_patience", -1, "an integer in [0, 2**31 - 1] (0 = off)"),
+    ("train.early_stopping_patience", 2.5, "an integer in [0, 2**31 - 1] (0 = off)"),
+    ("train.early_stopping_patience", 3, "0 (off) unless data.selection_fraction > 0 (early stopping watches "
+                                         "select/loss)"),
+])
+def test_bad_values_are_one_line_before_anything_is_written(tmp_path, path, value, allowed):
+  config = smoke_with(path, value)
+  config.data.data_dir = str(tmp_path / "data")
+  with pytest.raises(UsageError) as refused:
+    train_and_evaluate(config, tmp_path / "run")
+  assert str(refused.value) == f"{path}={value!r} is not allowed: expected {allowed}"
+  assert not any(tmp_path.iterdir())
+
+
+def test_train_py_refuses_a_patience_without_a_selection_split_with_exit_2(tmp_path):
+  result = subprocess.run(
+      [sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / "configs" / "smoke.py"), "--workdir",
+       str(tmp_path / "run"), "--config.train.early_stopping_patience=2"],
+      cwd=tmp_path, capture_output=True, text=True, timeout=300, env=subprocess_env(PYTHONPATH=str(ROOT)),
+  )
+  assert result.returncode == 2, result.stderr
+  assert result.stderr == ("error: train.early_stopping_patience=2 is not allowed: expected 0 (off) unless "
+                           "data.selection_fraction > 0 (early stopping watches select/loss)\n")
+  assert not any(tmp_path.iterdir())

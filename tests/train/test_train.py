@@ -1,0 +1,173 @@
+"""Training: the smoke run's loss falls, its events hold every tag, it resumes; one step matches NumPy by hand."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import ROOT
+from flax import nnx
+from helpers import all_series, event_series, hand_path_gradients
+
+from tied_embed.core import optim
+from tied_embed.core import step as step_lib
+from tied_embed.core.model import build_model
+from tied_embed.fast import choose, compilation
+from tied_embed.train import evaluation
+
+SCALAR_TAGS = (
+    "train/loss", "eval/loss", "eval/loss_floor", "eval/gap", "grad/lookup_norm", "grad/projection_norm",
+    "grad/total_norm", "grad/cosine", "grad/split_error", "grad/rows_looked_up", "grad/rows_projection_only",
+    "train/learning_rate",
+)
+HISTOGRAM_TAGS = ("provenance/lookup_total", "provenance/projection_total")
+
+
+def test_event_files_hold_every_scalar_and_histogram_tag(smoke_workdir):
+  series = all_series(smoke_workdir)
+  assert set(SCALAR_TAGS + HISTOGRAM_TAGS) <= set(series)
+  assert sorted(series["train/loss"]) == [10, 20, 30, 40, 50, 60]  # log_every=10
+  assert sorted(series["eval/loss"]) == [20, 40, 60]  # eval_every=20
+
+
+def test_smoke_loss_falls_towards_the_floor(smoke_run):
+  series = all_series(smoke_run.workdir)
+  eval_losses = [series["eval/loss"][step] for step in (20, 40, 60)]
+  assert eval_losses[0] > eval_losses[1] > eval_losses[2]
+  # A fresh table scores about log V; training must get well below that and stay above the floor.
+  vocab_size = smoke_run.config.model.vocab_size
+  assert series["train/loss"][10] > eval_losses[-1]
+  assert smoke_run.summary.loss_floor < eval_losses[-1] < 0.5 * np.log(vocab_size)
+  for step in (20, 40, 60):
+    assert series["eval/gap"][step] == pytest.approx(series["eval/loss"][step] - series["eval/loss_floor"][step])
+
+
+def test_logged_split_error_is_tiny(smoke_workdir):
+  errors = all_series(smoke_workdir)["grad/split_error"]
+  assert len(errors) == 6
+  assert max(errors.values()) < 1e-5
+
+
+def test_second_run_resumes_from_latest_checkpoint_and_repeats_the_run(smoke_run, tmp_path):
+  from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415
+
+  workdir = tmp_path / "resumed"
+  shutil.copytree(smoke_run.workdir, workdir)
+  shutil.rmtree(workdir / "checkpoints" / "60")  # the latest is now 40
+  old_events = set(workdir.glob("events.out.tfevents.*"))
+  summary = train_and_evaluate(smoke_run.config, workdir)
+  (new_events,) = set(workdir.glob("events.out.tfevents.*")) - old_events
+  assert sorted(event_series(new_events)["train/loss"]) == [50, 60]
+  resumed, uninterrupted = summary.state["model"]["embedding"][...], smoke_run.summary.state["model"]["embedding"][...]
+  np.testing.assert_array_equal(np.asarray(resumed), np.asarray(uninterrupted))
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_one_sgd_step_matches_hand_gradients(tied):
+  from configs import smoke  # noqa: PLC0415
+
+  config = smoke.get_config()
+  config.model.tied = tied
+  config.train.update(optimizer="sgd", learning_rate=0.1, warmup_steps=0, grad_clip_norm=0.0, weight_decay=0.0)
+  model = build_model(config)
+  graphdef, state = nnx.split(step_lib.TrainState(model, optim.make_optimizer(config.train)))
+  names = ("embedding", "embedding") if tied else ("input_embedding", "output_embedding")
+  before = [np.asarray(state["model"][name][...], np.float64) for name in names]
+  ids = np.array([0, 3, 3, 7, 31, 2], np.int32)
+  next_ids = np.array([1, 4, 4, 0, 5, 2], np.int32)
+  lookup, projection = hand_path_gradients(*before, ids, next_ids)
+
+  state, _ = choose.make_train_step(graphdef, chunk_size=0)(state, jnp.asarray(ids), jnp.asarray(next_ids))
+
+  if tied:
+    np.testing.assert_allclose(state["model"]["embedding"][...], before[0] - 0.1 * (lookup + projection), atol=1e-6)
+  else:
+    np.testing.assert_allclose(state["model"]["input_embedding"][...], before[0] - 0.1 * lookup, atol=1e-6)
+    np.testing.assert_allclose(state["model"]["output_embedding"][...], before[1] - 0.1 * projection, atol=1e-6)
+  np.testing.assert_allclose(state["lookup_total"][...], np.linalg.norm(lookup, axis=1), rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(state["projection_total"][...], np.linalg.norm(projection, axis=1), rtol=1e-5, atol=1e-7)
+  tracked = np.asarray(state["tracked_rows"][...])  # a fresh state tracks rows 0..K-1 until the trainer picks
+  np.testing.assert_array_equal(tracked, np.arange(min(16, config.model.vocab_size)))
+  np.testing.assert_allclose(state["tracked_lookup"][...], lookup[tracked], rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(state["tracked_projection"][...], projection[tracked], rtol=1e-5, atol=1e-7)
+  assert int(state["optimizer"]["step"][...]) == 1
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [("--config.train.batch_size=0", "train.batch_size"), ("--config.train.no_such_key=1", "no_such_key")],
+)
+def test_bad_config_is_one_line_exit_2_and_writes_nothing(tmp_path, override, field):
+  workdir = tmp_path / "run"
+  result = subprocess.run(
+      [sys.executable, "train.py", "--config", "configs/smoke.py", "--workdir", str(workdir), override],
+      cwd=ROOT, capture_output=True, text=True, timeout=120,
+  )
+  assert result.returncode == 2
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], result.stderr
+  assert not workdir.exists()
+
+
+@pytest.mark.parametrize("chunk_size", [0, 4])
+def test_eval_scores_each_token_like_numpy(chunk_size):
+  from configs import smoke  # noqa: PLC0415
+
+  config = smoke.get_config()
+  graphdef, state = nnx.split(step_lib.TrainState(build_model(config), optim.make_optimizer(config.train)))
+  ids = np.array([0, 3, 3, 7, 31, 2, 9], np.int32)  # 7 tokens: the last chunk of 4 is short
+  next_ids = np.array([1, 4, 4, 0, 5, 2, 30], np.int32)
+  table = np.asarray(state["model"]["embedding"][...], np.float64)
+  logits = table[ids] @ table.T
+  expected = np.log(np.exp(logits).sum(axis=1)) - logits[np.arange(len(ids)), next_ids]
+
+  got = evaluation.make_eval_losses(graphdef, chunk_size)(state, jnp.asarray(ids), jnp.asarray(next_ids))
+  np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+def test_num_steps_below_the_latest_checkpoint_is_refused(smoke_run):
+  from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415
+  from tied_embed.util import UsageError  # noqa: PLC0415
+
+  config = smoke_run.config.copy_and_resolve_references()
+  config.train.num_steps = 30
+  with pytest.raises(UsageError, match=r"train.num_steps=30 .*at least 60"):
+    train_and_evaluate(config, smoke_run.workdir)
+
+
+def test_a_run_tracks_the_path_directions_of_its_most_frequent_rows(smoke_run):
+  from tied_embed.data import bigram as data  # noqa: PLC0415
+
+  counts = data.load_bigram_data(smoke_run.config, smoke_run.workdir).input_counts
+  tracked = np.asarray(smoke_run.summary.state["tracked_rows"][...])
+  assert len(tracked) == 16 and len(set(tracked)) == 16
+  assert counts[tracked].min() >= np.delete(counts, tracked).max()  # no untracked row is more frequent
+  assert np.all(np.linalg.norm(smoke_run.summary.state["tracked_lookup"][...], axis=1) > 0)
+
+
+def test_a_step_compiled_ahead_runs_without_compiling_again():
+  # The trainer compiles first and then hands the compiler's freed heap back to the OS; a step that compiled again
+  # at its first call would put the compiler's memory back under every step.
+  import jax  # noqa: PLC0415
+
+  from configs import smoke  # noqa: PLC0415
+  from tied_embed.fast import host_memory  # noqa: PLC0415
+
+  config = smoke.get_config()
+  graphdef, state = nnx.split(step_lib.TrainState(build_model(config), optim.make_optimizer(config.train)))
+  step = choose.make_train_step(graphdef, int(config.loss.chunk_size))
+  ids = jnp.arange(64, dtype=jnp.int32) % 32
+  compilation.compile_ahead(step, state, ids, ids[::-1])
+  host_memory.release_freed()  # True on glibc; either way harmless
+  compiles = []
+  jax.monitoring.register_event_duration_secs_listener(
+      lambda event, _duration, **_: compiles.append(event) if event.endswith("backend_compile_duration") else None
+  )
+  for with_stats in (False, True, False):
+    state, metrics = step(state, ids, ids[::-1], with_stats=with_stats)
+  assert np.isfinite(float(metrics["loss"]))
+  assert compiles == []

@@ -1,0 +1,170 @@
+"""A local text corpus: `data.text_path` as a file, a directory (read recursively) or a glob, read in bounded memory.
+
+The corpus is its files in sorted path order, concatenated. Its train split is the first 90% of those bytes and
+its validation split the rest (moved back to a character boundary), so the split is known before tokenizing and
+a tokenizer can be trained on train text alone. Hidden files (a name starting with '.') and empty files are
+skipped. `scan` reads every byte once to hash the corpus and, when asked, to check that it is UTF-8; its result is
+remembered per (path, size, mtime) so validation, settings and loading read a large corpus once per process.
+"""
+
+from __future__ import annotations
+
+import codecs
+import glob
+import hashlib
+import os
+import pathlib
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from tied_embed.util import UsageError
+
+VALIDATION_FRACTION = 0.1
+READ_BYTES = 1 << 20  # bytes read at a time: memory stays bounded however large the corpus
+_GLOB_CHARS = frozenset("*?[")
+_scans: dict[tuple, tuple[Scan, bool]] = {}  # files' (path, size, mtime, inode) → (scan, whether UTF-8 checked)
+
+
+class Scan(NamedTuple):
+  """What one pass over a corpus learns: a content hash (16 hex digits), the total size, the file count."""
+
+  sha256: str
+  num_bytes: int
+  num_files: int
+
+
+def resolve(text_path: str, default: pathlib.Path) -> list[pathlib.Path]:
+  """The corpus files of `data.text_path` ('' = `default`), sorted; UsageError if there are none.
+
+  A file is itself; a directory is every non-hidden regular file below it; anything with * ? [ is a glob. A file
+  reached by several paths (links) counts once.
+  """
+  field, shown = "data.text_path", text_path
+  path = pathlib.Path(text_path).expanduser() if text_path else default
+  if any(c in _GLOB_CHARS for c in text_path):
+    candidates = [pathlib.Path(p) for p in glob.glob(os.path.expanduser(text_path), recursive=True)]
+    files = sorted(p for p in candidates if p.is_file() and not p.name.startswith("."))
+    if not files:
+      raise UsageError.bad_value(field, shown, "a file, a directory or a glob that matches files (it matches none)")
+  elif path.is_dir():
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not _hidden(p.relative_to(path)))
+  elif path.exists():
+    files = [path]
+  else:
+    raise UsageError.bad_value(field, shown, f"a readable file, directory or glob ({path}: no such file)")
+  readable = [p for p in _distinct(files) if _size(p) > 0]
+  if not readable:
+    where = f"{path} (a directory)" if path.is_dir() else f"{len(files)} file(s)"
+    raise UsageError.bad_value(field, shown, f"a corpus with readable text ({where} holds no non-empty file)")
+  return readable
+
+
+def _distinct(files: list[pathlib.Path]) -> list[pathlib.Path]:
+  """Each file once, sorted: a file reached by several paths (a link, or a glob through a loop such as
+  `self -> .`) is named by the shortest of them."""
+  shortest: dict[pathlib.Path, pathlib.Path] = {}
+  for path in files:
+    known = shortest.setdefault(path.resolve(), path)
+    if (len(path.parts), str(path)) < (len(known.parts), str(known)):
+      shortest[path.resolve()] = path
+  return sorted(shortest.values())
+
+
+def _hidden(relative: pathlib.Path) -> bool:
+  return any(part.startswith(".") for part in relative.parts)
+
+
+def _size(path: pathlib.Path) -> int:
+  try:
+    return path.stat().st_size if os.access(path, os.R_OK) else 0
+  except OSError:
+    return 0
+
+
+def scan(files: list[pathlib.Path], check_utf8: bool, field: str = "data.text_path") -> Scan:
+  """Hashes the corpus (each file's bytes, in order; a lone file hashes as its bytes) and sums its size.
+
+  With `check_utf8`, a file that is not UTF-8 is a UsageError naming it and the byte offset: such input is
+  refused, not silently replaced, so the tokens always mean what the file says.
+  """
+  key = tuple((str(p), *_stat(p)) for p in files)
+  if key in _scans and (_scans[key][1] or not check_utf8):
+    return _scans[key][0]
+  digest, total = hashlib.sha256(), 0
+  for path in files:
+    if len(files) > 1:
+      digest.update(f"\0{path.name}\0".encode())  # so moving bytes from one file to the next changes the hash
+    decoder = codecs.getincrementaldecoder("utf-8")() if check_utf8 else None
+    offset = 0
+    try:
+      with path.open("rb") as f:
+        while chunk := f.read(READ_BYTES):
+          digest.update(chunk)
+          if decoder is not None:
+            _decode_or_refuse(decoder, chunk, False, path, offset, field)
+          offset += len(chunk)
+        if decoder is not None:
+          _decode_or_refuse(decoder, b"", True, path, offset, field)
+    except OSError as e:
+      raise UsageError.bad_value(field, str(path), f"a readable file ({e.strerror or e})") from None
+    total += offset
+  result = Scan(digest.hexdigest()[:16], total, len(files))
+  _scans[key] = (result, check_utf8)
+  return result
+
+
+def _stat(path: pathlib.Path) -> tuple[int, int, int]:
+  stat = path.stat()
+  return stat.st_size, stat.st_mtime_ns, stat.st_ino
+
+
+def _decode_or_refuse(decoder: Any, chunk: bytes, final: bool, path: pathlib.Path, offset: int, field: str) -> None:
+  try:
+    decoder.decode(chunk, final)
+  except UnicodeDecodeError as e:
+    raise UsageError.bad_value(
+        field, str(path), f"UTF-8 text for a subword tokenizer (byte {offset + e.start} is not UTF-8; convert the"
+        f" file, e.g. with iconv, or use data.tokenizer='bytes')") from None
+
+
+def split_point(num_bytes: int) -> int:
+  """Where the validation split starts: the last VALIDATION_FRACTION of the bytes is validation."""
+  return num_bytes - int(num_bytes * VALIDATION_FRACTION)
+
+
+def read_bytes(files: list[pathlib.Path], start: int = 0, stop: int | None = None) -> Iterator[bytes]:
+  """The corpus bytes [start, stop) as chunks of at most READ_BYTES, across file boundaries."""
+  position = 0
+  for path in files:
+    size = path.stat().st_size
+    lo, hi = max(start - position, 0), size if stop is None else min(stop - position, size)
+    if lo < hi:
+      with path.open("rb") as f:
+        f.seek(lo)
+        remaining = hi - lo
+        while remaining > 0 and (chunk := f.read(min(READ_BYTES, remaining))):
+          remaining -= len(chunk)
+          yield chunk
+    position += size
+
+
+def char_boundary(files: list[pathlib.Path], position: int) -> int:
+  """`position` moved back to the start of the UTF-8 character it falls in (continuation bytes are 10xxxxxx)."""
+  window_start = max(position - 3, 0)
+  window = b"".join(read_bytes(files, window_start, position + 1))
+  while window_start < position < window_start + len(window) and window[position - window_start] & 0xC0 == 0x80:
+    position -= 1
+  return position
+
+
+def read_lines(files: list[pathlib.Path], start: int = 0, stop: int | None = None) -> Iterator[str]:
+  """The UTF-8 text of bytes [start, stop) line by line (without the newline), in bounded memory."""
+  decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+  pending = ""
+  for chunk in read_bytes(files, start, stop):
+    lines = (pending + decoder.decode(chunk)).split("\n")
+    pending = lines.pop()
+    yield from lines
+  pending += decoder.decode(b"", True)
+  if pending:
+    yield pending

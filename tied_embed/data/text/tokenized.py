@@ -1,0 +1,225 @@
+"""What the text sources share: a tokenizer (`data.tokenizer`), the token stream's pairs, sparse references.
+
+A text source says where its train and validation text come from (`TextSource` subclasses: `text` for local
+files, `tfds` for TFDS datasets); this module turns that text into the bigram task: the tokens of each split in
+order, and each token paired with the next (current token → next token). The reference table is the empirical
+bigram table of the validation pairs and `loss_floor` their empirical entropy, an unreachable lower bound for real
+text; `eval_references` adds the add-k count bigram model fitted on train (`count_bigram`). Both are held as
+sparse counts, so V = 32768 costs memory for the pairs that occur, not V².
+
+`data.tokenizer`: 'bytes' (V = 256), 'sentencepiece' (trained on a sample of the train text with exactly
+`model.vocab_size` pieces, cached under the data dir by corpus hash and settings), or the path of a `.model`.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import logging
+import os
+import pathlib
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from tied_embed import util
+from tied_embed.data.sources import base
+from tied_embed.data.text import count_bigram
+from tied_embed.data.text import tokenizer as tokenizer_lib
+from tied_embed.util import require
+
+log = logging.getLogger(__name__)
+
+MIN_SUBWORD_VOCAB = 8  # SentencePiece needs room for <unk> and a few characters
+_MAX_SUBWORD_VOCAB = 1 << 20
+# SentencePiece models trained by `check_preparable` before the data dir may be written, by tokenizer_key,
+# until `prepare` caches them there: a process trains a corpus's vocabulary once.
+_trained_models: dict[str, bytes] = {}
+
+
+def tokenizer_setting(config: Any) -> str:
+  return config.data.get("tokenizer", tokenizer_lib.BYTES) or tokenizer_lib.BYTES
+
+
+class TextSource(base.Source):
+  """A bigram task over tokenized text; subclasses provide the text of each split."""
+
+  reference_name = "empirical"
+  sizes_exact = True  # whether text_settings' num_bytes are the exact byte counts of the splits
+
+  @abc.abstractmethod
+  def validate_text(self, config: Any) -> None:
+    """Raises UsageError unless the source's own data.* fields name readable text (cheap where it can be)."""
+
+  @abc.abstractmethod
+  def text_settings(self, config: Any, utf8: bool) -> dict[str, Any]:
+    """The text's identity: at least 'content' (a hash or version naming the text) and 'num_bytes' per split."""
+
+  @abc.abstractmethod
+  def split_bytes(self, settings: dict[str, Any], split: str) -> Iterator[bytes]:
+    """The raw bytes of split 'train' or 'validation', in order, in chunks."""
+
+  @abc.abstractmethod
+  def split_lines(self, settings: dict[str, Any], split: str) -> Iterator[str]:
+    """The text of a split, line by line."""
+
+  @abc.abstractmethod
+  def sample_lines(self, settings: dict[str, Any]) -> Iterator[str]:
+    """A bounded, fixed sample (about `tokenizer.SAMPLE_BYTES`) of the train text, line by line."""
+
+  def validate(self, config: Any) -> None:
+    vocab_size, choice = config.model.get("vocab_size"), tokenizer_setting(config)
+    require(isinstance(choice, str), "data.tokenizer", choice, "'bytes', 'sentencepiece' or a .model file path")
+    if choice == tokenizer_lib.BYTES:
+      require(vocab_size == tokenizer_lib.ByteTokenizer.vocab_size, "model.vocab_size", vocab_size,
+              f"256 for data.source={self.name!r} with data.tokenizer='bytes' (one token per byte)")
+    elif choice == tokenizer_lib.SENTENCEPIECE:
+      require(base.is_int(vocab_size) and MIN_SUBWORD_VOCAB <= vocab_size <= _MAX_SUBWORD_VOCAB, "model.vocab_size",
+              vocab_size, f"an integer in [{MIN_SUBWORD_VOCAB}, {_MAX_SUBWORD_VOCAB}] for a SentencePiece vocabulary")
+    else:
+      pieces = tokenizer_lib.load_model_file(os.path.expanduser(choice)).vocab_size
+      require(vocab_size == pieces, "model.vocab_size", vocab_size,
+              f"{pieces}, the pieces of data.tokenizer={choice!r}")
+    self.validate_text(config)
+
+  def settings(self, config: Any) -> dict[str, Any]:
+    choice = tokenizer_setting(config)
+    settings = {"vocab_size": int(config.model.vocab_size), "tokenizer": choice,
+                **self.text_settings(config, utf8=choice != tokenizer_lib.BYTES)}
+    if choice == tokenizer_lib.SENTENCEPIECE:
+      settings["tokenizer_key"] = tokenizer_lib.cache_key(settings["content"], settings["vocab_size"])
+    elif choice != tokenizer_lib.BYTES:
+      path = pathlib.Path(choice).expanduser().resolve()
+      settings.update(tokenizer="model", tokenizer_file=str(path),
+                      tokenizer_key=f"model{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}")
+    return settings
+
+  def identity(self, settings: dict[str, Any]) -> str:
+    if settings["tokenizer"] == tokenizer_lib.SENTENCEPIECE:  # the key names the corpus, V and the settings
+      return f"{self.name}-{settings['tokenizer_key']}"
+    prefix = f"{self.name}-v{settings['vocab_size']}-{settings['content']}"
+    return prefix if settings["tokenizer"] == tokenizer_lib.BYTES else f"{prefix}-{settings['tokenizer_key']}"
+
+  def num_pairs(self, settings: dict[str, Any]) -> dict[str, int]:
+    """Exact for bytes of local text. For subwords an estimate for the memory check: half the bytes (English
+    averages about four bytes a piece at V in the thousands); the exact count is known once tokenized."""
+    per_token = 1 if settings["tokenizer"] == tokenizer_lib.BYTES else 2
+    return {split: max(size // per_token - 1, 0) for split, size in settings["num_bytes"].items()}
+
+  def num_pairs_exact(self, settings: dict[str, Any]) -> bool:
+    return settings["tokenizer"] == tokenizer_lib.BYTES and self.sizes_exact
+
+  def corpus_name(self, settings: dict[str, Any]) -> str:
+    """The corpus as the config names it, for messages: the source's own fields."""
+    del settings
+    return f"data.source={self.name!r}"
+
+  def check_preparable(self, settings: dict[str, Any], data_dir: pathlib.Path) -> None:
+    if settings["tokenizer"] == tokenizer_lib.SENTENCEPIECE and settings["tokenizer_key"] not in _trained_models:
+      if not _usable(self._model_path(settings, data_dir), settings["vocab_size"]):
+        _trained_models[settings["tokenizer_key"]] = self._train(settings)
+
+  def prepare(self, settings: dict[str, Any], data_dir: pathlib.Path) -> dict[str, Any]:
+    if settings["tokenizer"] != tokenizer_lib.SENTENCEPIECE:
+      return settings
+    path = self._model_path(settings, data_dir)
+    if not _usable(path, settings["vocab_size"]):
+      data_dir.mkdir(parents=True, exist_ok=True)
+      with util.exclusive(data_dir, f"data.data_dir={str(data_dir)!r}"):
+        if not _usable(path, settings["vocab_size"]):
+          model = _trained_models.get(settings["tokenizer_key"]) or self._train(settings)
+          path.parent.mkdir(exist_ok=True)
+          _write_atomically(path, model)
+          log.info("SentencePiece model cached at %s.", path)
+    _trained_models.pop(settings["tokenizer_key"], None)
+    return {**settings, "tokenizer_file": str(path)}
+
+  def prepared(self, settings: dict[str, Any], data_dir: pathlib.Path) -> dict[str, Any] | None:
+    if settings["tokenizer"] != tokenizer_lib.SENTENCEPIECE:
+      return settings
+    path = self._model_path(settings, data_dir)
+    return {**settings, "tokenizer_file": str(path)} if _usable(path, settings["vocab_size"]) else None
+
+  def _model_path(self, settings: dict[str, Any], data_dir: pathlib.Path) -> pathlib.Path:
+    return data_dir / "tokenizers" / f"{settings['tokenizer_key']}.model"
+
+  def _train(self, settings: dict[str, Any]) -> bytes:
+    log.info("Training a SentencePiece vocabulary of %d pieces on a sample of the train text.",
+                 settings["vocab_size"])
+    return tokenizer_lib.train_sentencepiece(self.sample_lines(settings), settings["vocab_size"],
+                                             self.corpus_name(settings))
+
+  def tokenizer(self, settings: dict[str, Any]) -> tokenizer_lib.Tokenizer:
+    """The tokenizer of prepared settings."""
+    if settings["tokenizer"] == tokenizer_lib.BYTES:
+      return tokenizer_lib.ByteTokenizer()
+    return tokenizer_lib.load_model_file(settings["tokenizer_file"])
+
+  def splits(self, settings: dict[str, Any]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    pairs = {}
+    for split in ("train", "validation"):
+      if settings["tokenizer"] == tokenizer_lib.BYTES:
+        tokens = np.frombuffer(b"".join(self.split_bytes(settings, split)), np.uint8).astype(np.int32)
+      else:
+        tokens = tokenizer_lib.encode_stream(self.tokenizer(settings), self.split_lines(settings, split),
+                                             f"the {split} split")
+      pairs[split] = (tokens[:-1], tokens[1:])
+    return pairs
+
+  def reference(self, settings: dict[str, Any], eval_ids: np.ndarray, eval_next: np.ndarray) -> base.Reference:
+    counts = count_bigram.PairCounts.of(eval_ids, eval_next, settings["vocab_size"])
+    record = {"pair_codes": counts.codes, "pair_code_counts": counts.counts}
+    if settings["tokenizer"] != tokenizer_lib.BYTES:
+      record["tokenizer_model"] = np.frombuffer(self.tokenizer(settings).model_proto, np.uint8)
+    return base.Reference(self.reference_name, count_bigram.empirical_entropy(counts),
+                          count_bigram.empirical_rows(counts), record)
+
+  def log_probs_from_record(self, vocab_size: int, record: dict[str, np.ndarray]) -> base.LogProbRows:
+    if "pair_counts" in record:  # a workdir from before sparse counts: the dense (V, V) table
+      dense = np.asarray(record["pair_counts"], np.int64)
+      codes = np.flatnonzero(dense)
+      return count_bigram.empirical_rows(count_bigram.PairCounts.from_record(vocab_size, codes, dense.ravel()[codes]))
+    counts = count_bigram.PairCounts.from_record(vocab_size, record["pair_codes"], record["pair_code_counts"])
+    return count_bigram.empirical_rows(counts)
+
+  def eval_references(
+      self, settings: dict[str, Any], train: tuple[np.ndarray, np.ndarray], validation: tuple[np.ndarray, np.ndarray]
+  ) -> dict[str, float]:
+    loss, k = count_bigram.count_bigram_loss(*train, *validation, settings["vocab_size"])
+    log.info("Count bigram model (add-k, k=%g chosen on held-out train): %.4f nats on validation.", k, loss)
+    return {"count_bigram_loss": loss}
+
+  def tokenizer_from_record(self, record: dict[str, np.ndarray]) -> tokenizer_lib.Tokenizer:
+    if "tokenizer_model" in record:
+      return tokenizer_lib.SentencePieceTokenizer(np.asarray(record["tokenizer_model"], np.uint8).tobytes())
+    return tokenizer_lib.ByteTokenizer()
+
+  def token_label(self, token: int) -> str:
+    return tokenizer_lib.ByteTokenizer().label(token)
+
+
+def _usable(path: pathlib.Path, vocab_size: int) -> bool:
+  """A cached model that loads and has the pieces asked for (a damaged one is trained again)."""
+  if not path.is_file():
+    return False
+  try:
+    return tokenizer_lib.SentencePieceTokenizer(path.read_bytes()).vocab_size == vocab_size
+  except (OSError, RuntimeError):
+    return False
+
+
+def _write_atomically(path: pathlib.Path, payload: bytes) -> None:
+  """Writes `path` whole or not at all; a failed write leaves no temporary file behind."""
+  fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(payload)
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(temporary, 0o666 & ~mask)  # as open() would have made it; mkstemp makes it owner-only
+    os.replace(temporary, path)
+  except BaseException:
+    pathlib.Path(temporary).unlink(missing_ok=True)
+    raise

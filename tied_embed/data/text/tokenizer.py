@@ -1,0 +1,235 @@
+"""Tokenizers of text sources: bytes (V = 256) or a SentencePiece model, trained here or given as a `.model` file.
+
+SentencePiece is trained the way the Flax lm1b example does it (unigram, `model.vocab_size` pieces, a bounded
+sample of the train split), with what a bigram stream needs: no BOS/EOS/padding ids, so every id but `<unk>` (0)
+is a piece of text. Training is deterministic: one thread, the sample taken at fixed positions, and the model
+written from memory (no file names inside), so the same corpus and settings give the same model file byte for byte.
+Lines are encoded one at a time and their tokens concatenated: newlines leave no token of their own. SentencePiece's
+trainer drops a sentence longer than its `max_sentence_length` without a word, so a line longer than that is
+cut into pieces at spaces before it trains (a corpus of one long line trains like any other).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import io
+import logging
+import re
+from collections.abc import Callable, Iterable, Iterator
+
+import numpy as np
+
+from tied_embed.util import UsageError
+
+log = logging.getLogger(__name__)
+
+BYTES = "bytes"
+SENTENCEPIECE = "sentencepiece"
+SAMPLE_BYTES = 10_000_000  # text SentencePiece trains on, at most (lm1b: max_corpus_chars=10M)
+SAMPLE_WINDOWS = 100  # the sample is this many evenly spaced stretches of the train split
+TRAINER_SETTINGS = dict(  # spelled out in the cache key: changing one makes a new model
+    model_type="unigram", character_coverage=1.0, unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1,
+    max_sentence_length=1 << 16, num_threads=1,
+)
+# A longer line trains as pieces of at most this many bytes: the trainer's max_sentence_length, which it checks
+# on the raw text (before normalization), so a corpus whose lines all fit trains on exactly its lines.
+SENTENCE_BYTES = TRAINER_SETTINGS["max_sentence_length"]
+PROGRESS_BYTES = 64 << 20  # one log line per this much text tokenized
+WORD_START = "\u2581"  # SentencePiece's '▁': the piece begins a word
+
+
+def sentencepiece_version() -> str:
+  import sentencepiece as spm  # noqa: PLC0415 (only text sources with a subword vocabulary need it)
+
+  return spm.__version__
+
+
+class Tokenizer:
+  """Text ↔ ids and a readable label per id. `vocab_size` ids, 0..V-1."""
+
+  vocab_size: int
+
+  def encode(self, text: str) -> list[int]:
+    raise NotImplementedError
+
+  def decode(self, ids: Iterable[int]) -> str:
+    raise NotImplementedError
+
+  def label(self, token: int) -> str:
+    raise NotImplementedError
+
+  def lookup(self, text: str) -> int | None:
+    """The id whose label or piece is `text` (a quoted literal such as '\\n' is unquoted first); None if none."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+      try:
+        text = ast.literal_eval(text)
+      except (SyntaxError, ValueError):
+        return None
+    return self._lookup(text)
+
+  def _lookup(self, text: str) -> int | None:
+    raise NotImplementedError
+
+
+class ByteTokenizer(Tokenizer):
+  """One token per byte value; labels are printable literals ('a', ' ', '\\n', '\\xc3')."""
+
+  vocab_size = 256
+
+  def encode(self, text: str) -> list[int]:
+    return list(text.encode())
+
+  def decode(self, ids: Iterable[int]) -> str:
+    return bytes(int(i) for i in ids).decode(errors="replace")
+
+  def label(self, token: int) -> str:
+    return repr(bytes([token]))[1:]
+
+  def _lookup(self, text: str) -> int | None:
+    for token in range(256):
+      if text in (self.label(token), self.label(token)[1:-1]):
+        return token
+    encoded = text.encode()
+    return encoded[0] if len(encoded) == 1 else None
+
+
+class SentencePieceTokenizer(Tokenizer):
+  """A SentencePiece model from its serialized bytes; labels are its pieces ('▁the' begins a word)."""
+
+  def __init__(self, model_proto: bytes):
+    import sentencepiece as spm  # noqa: PLC0415
+
+    self.model_proto = bytes(model_proto)
+    self._processor = spm.SentencePieceProcessor(model_proto=self.model_proto)
+    self.vocab_size = self._processor.GetPieceSize()
+
+  def encode(self, text: str) -> list[int]:
+    return self._processor.EncodeAsIds(text)
+
+  def encode_lines(self, lines: list[str]) -> list[list[int]]:
+    return self._processor.Encode(lines)
+
+  def decode(self, ids: Iterable[int]) -> str:
+    return self._processor.DecodeIds([int(i) for i in ids])
+
+  def label(self, token: int) -> str:
+    return self._processor.IdToPiece(int(token))
+
+  def _lookup(self, text: str) -> int | None:
+    for piece in (text, WORD_START + text, re.sub("^ ", WORD_START, text)):
+      token = self._processor.PieceToId(piece)
+      if token != self._processor.unk_id() or piece == self.label(self._processor.unk_id()):
+        return token
+    return None
+
+
+def load_model_file(path: str, field: str = "data.tokenizer") -> SentencePieceTokenizer:
+  """A SentencePiece `.model` file as a tokenizer; UsageError naming `field` if it cannot be read as one."""
+  try:
+    with open(path, "rb") as f:
+      return SentencePieceTokenizer(f.read())
+  except OSError as e:
+    raise UsageError.bad_value(field, path, f"'bytes', 'sentencepiece' or a readable SentencePiece .model file"
+                               f" ({e.strerror or e})") from None
+  except RuntimeError as e:
+    raise UsageError.bad_value(field, path, f"a SentencePiece .model file ({str(e).splitlines()[0]})") from None
+
+
+def cache_key(content_key: str, vocab_size: int) -> str:
+  """The name of a trained model in the cache: the corpus hash and a hash of every training setting."""
+  settings = repr(sorted({**TRAINER_SETTINGS, "vocab_size": vocab_size, "sample_bytes": SAMPLE_BYTES,
+                          "sample_windows": SAMPLE_WINDOWS, "sentencepiece": sentencepiece_version()}.items()))
+  return f"spm-v{vocab_size}-{content_key}-{hashlib.sha256(settings.encode()).hexdigest()[:12]}"
+
+
+def train_sentencepiece(lines: Iterable[str], vocab_size: int, corpus: str = "the corpus") -> bytes:
+  """Trains a unigram SentencePiece model of exactly `vocab_size` pieces on `lines`: → the model file's bytes.
+
+  Raises UsageError on model.vocab_size, naming `corpus` (e.g. "data.text_path='notes.txt'") and the reason,
+  when the text cannot support that many pieces (too few distinct substrings, no text but whitespace) or needs
+  more (more distinct characters than pieces).
+  """
+  import sentencepiece as spm  # noqa: PLC0415
+
+  writer = io.BytesIO()
+  try:
+    spm.SentencePieceTrainer.Train(sentence_iterator=bounded_sentences(lines), model_writer=writer,
+                                   vocab_size=vocab_size, minloglevel=2, **TRAINER_SETTINGS)
+  except RuntimeError as e:
+    raise UsageError.bad_value(
+        "model.vocab_size", vocab_size,
+        f"a vocabulary size the train text of {corpus} supports ({_refusal_reason(str(e))})") from None
+  return writer.getvalue()
+
+
+def _refusal_reason(message: str) -> str:
+  """SentencePiece's refusal in words: its message after the failed check, or what the check means."""
+  first = (message.splitlines() or [""])[0]
+  reason = first.split("] ", 1)[-1].strip() if "] " in first else ""
+  if reason:
+    return f"SentencePiece: {reason}"
+  if "sentences_.empty()" in first:
+    return "SentencePiece found no sentence in the sample of it"
+  if "all_chars_count" in first:
+    return "its sample holds no characters but whitespace"
+  return f"SentencePiece: {first}"
+
+
+def bounded_sentences(lines: Iterable[str], limit: int = SENTENCE_BYTES) -> Iterator[str]:
+  """`lines`, each one longer than `limit` UTF-8 bytes cut into consecutive pieces of at most `limit` bytes.
+
+  A cut falls before the last space within the limit, so words stay whole; a stretch of `limit` bytes without a
+  space is cut at a character boundary instead. The pieces joined give the line back.
+  """
+  for line in lines:
+    encoded = line.encode()
+    start = 0
+    while len(encoded) - start > limit:
+      cut = encoded.rfind(b" ", start + 1, start + limit + 1)
+      if cut < 0:
+        cut = start + limit
+        while encoded[cut] & 0xC0 == 0x80:  # a UTF-8 continuation byte (10xxxxxx): the character began earlier
+          cut -= 1
+      yield encoded[start:cut].decode()
+      start = cut
+    yield encoded[start:].decode() if start else line
+
+
+def sample_windows(total: int, budget: int = SAMPLE_BYTES, windows: int = SAMPLE_WINDOWS) -> list[tuple[int, int]]:
+  """Byte ranges [start, stop) of a text of `total` bytes to train on: all of it, or evenly spaced windows."""
+  if total <= budget:
+    return [(0, total)]
+  width, stride = budget // windows, total // windows
+  return [(k * stride, k * stride + width) for k in range(windows)]
+
+
+def encode_stream(tokenizer: Tokenizer, lines: Iterator[str], what: str, batch: int = 4096) -> np.ndarray:
+  """Tokenizes `lines` in batches, logging progress: → (N,) int32 ids, the lines' tokens concatenated.
+
+  Holds one batch of lines and the int32 ids at a time, never the text whole.
+  """
+  encode: Callable[[list[str]], list[list[int]]] = getattr(
+      tokenizer, "encode_lines", lambda texts: [tokenizer.encode(t) for t in texts])
+  parts, pending, done, next_log = [], [], 0, PROGRESS_BYTES
+  for line in lines:
+    pending.append(line)
+    if len(pending) == batch:
+      done += _flush(encode, pending, parts)
+      if done >= next_log:
+        log.info("Tokenized %.0f MB of %s (%d tokens so far).", done / 2**20, what, sum(map(len, parts)))
+        next_log += PROGRESS_BYTES
+  done += _flush(encode, pending, parts)
+  ids = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+  log.info("Tokenized %s: %.1f MB of text, %d tokens.", what, done / 2**20, len(ids))
+  return ids
+
+
+def _flush(encode: Callable[[list[str]], list[list[int]]], pending: list[str], parts: list[np.ndarray]) -> int:
+  size = sum(len(line) for line in pending)
+  texts = [line for line in pending if line.strip()]
+  if texts:
+    encoded = encode(texts)
+    parts.append(np.fromiter((t for ids in encoded for t in ids), np.int32, sum(map(len, encoded))))
+  pending.clear()
+  return size

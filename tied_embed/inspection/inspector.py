@@ -1,0 +1,288 @@
+"""Open a run from its workdir and report what the table learned: `inspect_run`, the library call.
+
+It restores a checkpoint with nothing but the workdir (the newest readable one, with a warning when newer ones
+are damaged), reads what the report needs of the data from WORKDIR/report_data.npz (written at training time;
+without it, from the dataset cached under the data dir, never trained or generated here), reads the loss curves
+back from the event files, computes the report (`report`) and draws its pictures into WORKDIR/report/ (`plots`),
+the only place it writes.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from tied_embed.data import frequency, sources
+from tied_embed.data import record as record_lib
+from tied_embed.inspection import asymmetry, files
+from tied_embed.inspection import report as report_lib
+from tied_embed.inspection.path_directions import path_direction_summary
+from tied_embed.inspection.text import format_markdown
+from tied_embed.inspection.undertrained import undertrained_summary
+from tied_embed.util import UsageError, first_line
+
+_LOSS_TAGS = ("train/loss", "eval/loss", *map(frequency.scalar_name, frequency.BUCKETS))
+_DEFAULT_TOKENS = 3  # without --tokens: the most frequent input tokens
+_HEATMAP_MAX_TOKENS = 256  # a bigger vocabulary is drawn as the block of its most frequent current tokens,
+_HEATMAP_ZOOM_TOKENS = 128  # this many, as a V x V picture would be a uniform haze at screen resolution
+
+
+def inspect_run(
+    workdir: str | pathlib.Path,
+    step: int | str | None = None,
+    tokens: list[int | str] | None = None,
+    top_k: int = 5,
+    pictures: bool = True,
+) -> dict[str, Any]:
+  """The JSON-ready report of checkpoint `step` (default: the newest readable one; 'best': the best one by
+  select/loss) in `workdir`.
+
+  Keys: workdir, step, available_steps, run, loss_by_input_frequency, scores, parameters, tokens, fit, provenance,
+  undertrained, path_directions, asymmetry, warnings, and when
+  the pictures were written also pictures ({name: PNG path relative to WORKDIR/report}) and report_md. A token
+  is an id or, for a text run, a string of its vocabulary (a piece such as '▁the', or a byte's label such as
+  '\\n'). Raises UsageError, before anything is restored or written where it can, for: no checkpoints,
+  unreadable ones, a missing step, a token outside [0, V) or not in the vocabulary, top_k outside [1, V].
+  """
+  from tied_embed.train.metrics import read_scalars, value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
+
+  workdir = pathlib.Path(workdir)
+  if top_k < 1:
+    raise UsageError.bad_value("--top-k", top_k, "an integer >= 1")
+  for token in tokens or []:
+    if not isinstance(token, str) and token < 0:
+      raise UsageError.bad_value("--tokens", token, "token ids >= 0")
+  warnings: list[str] = []
+
+  def check_tokens(restored: Any) -> None:  # before the data is read
+    vocab_size = restored.model.vocab_size
+    for token in tokens or []:
+      if not isinstance(token, str) and not 0 <= token < vocab_size:
+        raise UsageError.bad_value("--tokens", token, f"token ids in [0, {vocab_size})")
+    if not 1 <= top_k <= vocab_size:
+      raise UsageError.bad_value("--top-k", top_k, f"an integer in [1, {vocab_size}]")
+
+  restored, facts, steps = open_run(workdir, step, warnings, check=check_tokens)
+  config = restored.config
+  tokens = None if tokens is None else [resolve_token(token, facts.tokenizer) for token in tokens]
+  if tokens is None:
+    tokens = [int(i) for i in np.argsort(-facts.input_counts, kind="stable")[:_DEFAULT_TOKENS]]
+  try:
+    series = read_scalars(workdir, _LOSS_TAGS)
+  except Exception as error:  # noqa: BLE001 (a damaged events file must not hide the checkpoint's report)
+    warnings.append(f"the event files in {workdir} cannot be read ({first_line(error)}): no loss curves")
+    series = {}
+  eval_loss = value_at(series.get("eval/loss"), restored.step)
+  if eval_loss is None or eval_loss["step"] < restored.step:
+    newest = "none" if eval_loss is None else f"step {eval_loss['step']}"
+    warnings.append(f"the newest eval/loss in the events at or before step {restored.step} is {newest}, older"
+                    f" than the checkpoint shown: its eval loss and gap are not this checkpoint's")
+  lookup_table, projection_table = (np.asarray(table) for table in restored.model.scoring_tables())
+  report = {
+      "workdir": str(workdir),
+      "step": restored.step,
+      "available_steps": steps,
+      "run": {
+          "config": _config_summary(config),
+          "reference": facts.reference_name,
+          "train_loss": value_at(series.get("train/loss"), restored.step),
+          "eval_loss": eval_loss,
+          "loss_floor": facts.loss_floor,
+          "gap": None if eval_loss is None else eval_loss["value"] - facts.loss_floor,
+      },
+      "loss_by_input_frequency": _loss_by_input_frequency(facts, {
+          bucket: value_at(series.get(frequency.scalar_name(bucket)), restored.step) for bucket in frequency.BUCKETS}),
+      **report_lib.build_report(
+          lookup_table, projection_table, tied=bool(config.model.tied), source=facts.source,
+          true_log_probs=facts.true_log_probs, lookup_total=restored.provenance["lookup_total"],
+          projection_total=restored.provenance["projection_total"], tokens=tokens, top_k=top_k,
+          label=report_lib.token_label_of(facts.source, facts.tokenizer), hidden=config.model.get("hidden", "none"),
+      ),
+      "undertrained": undertrained_summary(
+          np.asarray(restored.model.tables()[0]), restored.provenance["lookup_total"],
+          restored.provenance["projection_total"],
+          facts.input_counts, top_k, label=report_lib.token_label_of(facts.source, facts.tokenizer)),
+      "warnings": warnings,
+  }
+  label = report_lib.token_label_of(facts.source, facts.tokenizer)
+  report["path_directions"] = path_direction_summary(restored.path_directions, label=label)
+  report["asymmetry"] = asymmetry.summary(facts, d_model=int(config.model.d_model))
+  if config.model.get("hidden", "none") == "linear":
+    report["asymmetry"]["hidden_map"] = asymmetry.hidden_map_summary(
+        np.asarray(restored.model.hidden_map.kernel[...]), lookup_table, projection_table)
+  if pictures:
+    try:
+      _draw(report, files.report_dir(workdir), lookup_table, projection_table, facts, restored.provenance, series)
+    except OSError as error:
+      warnings.append(f"pictures not written: {error}")
+  return report
+
+
+def _loss_by_input_frequency(
+    facts: record_lib.InspectionData, losses: dict[str, dict[str, float] | None]
+) -> dict[str, dict[str, Any]]:
+  """Each input-frequency bucket (`tied_embed.data.frequency`): {bucket: {loss, tokens, train_pairs, eval_pairs}}.
+
+  loss: the bucket's logged eval loss at the inspected step, {step, value} (None where none was logged), from
+  `losses`; eval_pairs is None for a workdir whose report_data.npz has no validation counts.
+  """
+  sizes = frequency.bucket_sizes(facts.input_counts, facts.eval_input_counts)
+  return {bucket: {"loss": losses[bucket], **size} for bucket, size in sizes.items()}
+
+
+def resolve_token(token: int | str, tokenizer: Any) -> int:
+  """A token id, or a string looked up in the run's vocabulary; UsageError if the run has none or lacks it."""
+  if not isinstance(token, str):
+    return int(token)
+  if tokenizer is None:
+    raise UsageError.bad_value("--tokens", token, "comma-separated integer token ids, e.g. 3,17,42 (this run's"
+                               " tokens are plain ids, not text)")
+  found = tokenizer.lookup(token)
+  if found is None:
+    examples = ", ".join(tokenizer.label(i) for i in range(min(3, tokenizer.vocab_size)))
+    raise UsageError.bad_value("--tokens", token, f"comma-separated integer token ids or tokens of this run's"
+                               f" vocabulary (e.g. {examples}); this string is not one token")
+  return found
+
+
+class OpenedRun(NamedTuple):
+  restored: Any  # checkpoint.Restored
+  facts: record_lib.InspectionData
+  steps: list[int]  # every saved step
+
+
+def open_run(
+    workdir: str | pathlib.Path, step: int | str | None, warnings: list[str],
+    check: Callable[[Any], None] | None = None,
+) -> OpenedRun:
+  """The restored checkpoint `step` (default: the newest readable one, with a warning for each newer one that is
+  damaged; 'best': the best one by select/loss, `checkpoint.best_step`), the run's data facts and the saved
+  steps. `check(restored)` runs before the data is read."""
+  from tied_embed.train import checkpoint  # noqa: PLC0415 (Orbax stays out of `import tied_embed`)
+
+  workdir = pathlib.Path(workdir)
+  steps = _steps(workdir)
+  if step == "best":
+    step = checkpoint.best_step(workdir)
+  if step is not None and step not in steps:
+    raise UsageError.bad_value("--step", step, f"one of the saved steps {', '.join(map(str, steps))}")
+  restored = checkpoint.restore(workdir, step)
+  warnings.extend(f"{skipped}: showing an older one" for skipped in restored.skipped)
+  if check is not None:
+    check(restored)
+  facts = _data_facts(restored.config, workdir, restored.model.vocab_size, restored.dataset, warnings)
+  return OpenedRun(restored, facts, steps)
+
+
+def _steps(workdir: pathlib.Path) -> list[int]:
+  """The saved steps; UsageError (one line) if there are none or checkpoints/ is not a checkpoint directory."""
+  from tied_embed.train import checkpoint  # noqa: PLC0415 (Orbax stays out of `import tied_embed`)
+
+  try:
+    steps = checkpoint.available_steps(workdir)
+  except Exception as error:  # noqa: BLE001 (Orbax reports a foreign directory in many types)
+    raise UsageError(f"--workdir={str(workdir)!r}: {workdir / 'checkpoints'} cannot be read as checkpoints"
+                     f" ({first_line(error)})") from None
+  if not steps:
+    raise UsageError(f"--workdir={str(workdir)!r} has no checkpoints (expected {workdir / 'checkpoints'}/<step>/)")
+  return steps
+
+
+def _data_facts(
+    config: Any, workdir: pathlib.Path, vocab_size: int, dataset: str, warnings: list[str]
+) -> record_lib.InspectionData:
+  """What the report needs of the data: WORKDIR/report_data.npz, or else the dataset cached under the data dir.
+
+  The file is used only if it is this checkpoint's: its V, and its dataset identity, which the checkpoint's
+  manifest records as `dataset` (source, task settings, corpus hash, train fraction), must be the checkpoint's.
+  One that was copied from another run, like a damaged one, is named in a warning and the dataset is read instead.
+  Reads only: UsageError (one line) naming what is missing when neither is there.
+  """
+  path = workdir / record_lib.FILE_NAME
+  try:
+    facts = record_lib.read(workdir)
+  except Exception as error:  # noqa: BLE001 (a damaged file: fall back as for an old workdir)
+    warnings.append(f"{path} cannot be read ({first_line(error)}): using the dataset")
+    facts = None
+  if facts is not None and facts.vocab_size != vocab_size:
+    warnings.append(f"{path} is for V={facts.vocab_size}, the checkpoint has V={vocab_size}: using the dataset")
+    facts = None
+  if facts is not None and dataset and facts.identity != dataset:
+    warnings.append(f"{path} is another run's (its data is {facts.identity!r}, the checkpoint trained on "
+                    f"{dataset!r}): using the dataset")
+    facts = None
+  if facts is not None:
+    return facts
+  from tied_embed.data import bigram as data  # noqa: PLC0415 (TFDS only for workdirs that have no report_data.npz)
+
+  try:
+    bigrams = data.load_existing_bigram_data(config, str(workdir))
+  except (UsageError, OSError) as error:
+    raise UsageError(f"--workdir={str(workdir)!r} has no usable {record_lib.FILE_NAME}, and the dataset its config"
+                     f" names cannot be read instead (inspection makes none): {error}") from None
+  return record_lib.InspectionData(
+      source=bigrams.source, identity=bigrams.identity, vocab_size=bigrams.vocab_size,
+      loss_floor=float(bigrams.loss_floor), reference_name=sources.get(bigrams.source).reference_name,
+      true_log_probs=bigrams.true_log_probs, input_counts=bigrams.input_counts,
+      tokenizer=sources.get(bigrams.source).tokenizer_from_record(bigrams.reference.record),
+      eval_input_counts=np.bincount(bigrams.eval_ids, minlength=bigrams.vocab_size).astype(np.int64),
+  )
+
+
+def _draw(
+    report: dict[str, Any],
+    report_dir: pathlib.Path,
+    lookup_table: np.ndarray,
+    projection_table: np.ndarray,
+    facts: record_lib.InspectionData,
+    provenance: dict[str, np.ndarray],
+    series: dict[str, tuple[np.ndarray, np.ndarray]],
+) -> None:
+  """Write the PNGs, the TensorBoard images and report.md; record their paths in `report`."""
+  from tied_embed.inspection import plots  # noqa: PLC0415 (CLU/TensorFlow only when drawing)
+
+  vocab_size = facts.vocab_size
+  shown = np.arange(vocab_size)
+  if vocab_size > _HEATMAP_MAX_TOKENS:
+    shown = np.sort(np.argsort(-facts.input_counts, kind="stable")[:_HEATMAP_ZOOM_TOKENS])
+  learned = report_lib.learned_log_probs(lookup_table, projection_table, shown)[:, shown]
+  true = facts.true_log_probs.rows(shown)[:, shown]
+  figures = {
+      "heatmaps": plots.heatmaps_figure(learned, true, facts.reference_name,
+                                        None if len(shown) == vocab_size else shown, vocab_size,
+                                        None if facts.tokenizer is None else facts.tokenizer.label),
+      "loss_curves": plots.loss_curves_figure(series, facts.loss_floor, report["step"]),
+      "provenance": plots.provenance_figure(
+          provenance["lookup_total"], provenance["projection_total"], facts.input_counts
+      ),
+  }
+  pictures = plots.write_pictures(report_dir, figures, report["step"])
+  report["pictures"] = pictures
+  report["report_md"] = str(report_dir / "report.md")
+  try:
+    files.write_bytes(report_dir, "report.md", format_markdown(report).encode())
+  except OSError:
+    del report["pictures"], report["report_md"]
+    raise
+
+
+def _config_summary(config: Any) -> dict[str, Any]:
+  """The config fields the report's header shows."""
+  return {
+      "seed": int(config.seed),
+      "source": str(config.data.source),
+      "vocab_size": int(config.model.vocab_size),
+      "d_model": int(config.model.d_model),
+      "tied": bool(config.model.tied),
+      "hidden": str(config.model.get("hidden", "none")),
+      "hidden_l2": float(config.model.get("hidden_l2", 0.0)),
+      "train_fraction": float(config.data.get("train_fraction", 1.0)),
+      "selection_fraction": float(config.data.get("selection_fraction", 0.0)),
+      "optimizer": str(config.train.optimizer),
+      "learning_rate": float(config.train.learning_rate),
+      "batch_size": int(config.train.batch_size),
+      "num_steps": int(config.train.num_steps),
+  }

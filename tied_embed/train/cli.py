@@ -1,0 +1,223 @@
+"""The training command line (`train.py`, `tied-embed-train`): flags, the console, and one line per failure.
+
+  tied-embed-train --config configs/default.py --workdir runs/default [--config.train.learning_rate=0.05 ...]
+
+A bad flag, config file or value, or a workdir another run holds, is one line `error: ...` on stderr and exit
+status 2, before anything is written, and before TensorFlow is imported where it can be (the busy workdir and
+every config check). The console is the project's own: its log lines as they are ("step 100/3000 | ...",
+warnings as `warning: ...`); the libraries' own logs (Orbax, CLU and TFDS through absl's logger, JAX through
+its own) only with --verbose.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import re
+import shlex
+import signal
+import sys
+import warnings
+
+from absl import app, flags
+from absl import logging as absl_logging
+from ml_collections import config_flags
+
+# TensorFlow (imported by TFDS and the TensorBoard writer) is chatty otherwise, even before a usage error.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("workdir", None, "Directory for checkpoints, TensorBoard events and the generated dataset.")
+config_flags.DEFINE_config_file("config", None, "Training config file, e.g. configs/default.py.", lock_config=True)
+flags.DEFINE_bool("verbose", False, "Also log every scalar and histogram, and the libraries' own log lines.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+class _ConfigFileParser(flags.ArgumentParser):
+  """Reads `--config` with `config_schema.load_config_file`, so a broken file is one UsageError; keeps the config."""
+
+  loaded = None
+
+  def parse(self, argument: str):
+    from tied_embed.train.config_schema import load_config_file  # noqa: PLC0415 (jax: after --help)
+
+    self.loaded = load_config_file(argument)
+    self.loaded.lock()  # an override of a field the file doesn't have is an error, not a new field
+    return self.loaded
+
+  def flag_type(self) -> str:
+    return "config object"
+
+
+_CONFIG_PARSER = _ConfigFileParser()
+FLAGS["config"].parser = _CONFIG_PARSER
+
+
+class ConsoleFormatter(logging.Formatter):
+  """A log record as the console shows it: the message alone, `warning: ` or `error: ` before the others."""
+
+  def format(self, record: logging.LogRecord) -> str:
+    message = record.getMessage()
+    if record.levelno >= logging.ERROR:
+      return f"error: {message}"
+    if record.levelno >= logging.WARNING:
+      return f"warning: {message}"
+    return message
+
+
+def configure_console(verbose: bool) -> None:
+  """The project's log lines in its own format; the libraries' (absl's logger: Orbax, CLU, TFDS; JAX's) only if
+  `verbose`. The libraries report their failures by raising, which `main` prints as one line."""
+  absl_logging.get_absl_handler().setFormatter(ConsoleFormatter())
+  logging.getLogger("tied_embed").setLevel(logging.INFO)
+  logging.getLogger("absl").setLevel(logging.INFO if verbose else logging.CRITICAL)
+  logging.getLogger("jax").setLevel(logging.INFO if verbose else logging.WARNING)
+
+
+def unknown_override(config, argv: list[str]) -> str:
+  """The first `--config.<path>=...` in `argv` whose path is not a field of `config`: → its one-line error."""
+  from tied_embed.train.config_schema import known_fields  # noqa: PLC0415
+
+  for arg in argv[1:]:
+    if not arg.startswith("--config."):
+      continue
+    path = arg.split("=", 1)[0].removeprefix("--config.")
+    node = config
+    for key in path.split("."):
+      if not hasattr(node, "keys") or key not in node:
+        guess = difflib.get_close_matches(path, known_fields(), n=1)
+        return f"{path} is not a config field" + (f"; did you mean {guess[0]}?" if guess else "")
+      node = node[key]
+  return "a --config.<field> override names no config field"
+
+
+HELP_FLAGS = ("-h", "-?", "--help", "--helpshort")  # absl's own --helpfull still lists every library's flags
+
+
+def _command(argv0: str) -> str:
+  """How to start this command again as pasted: '.venv/bin/python train.py' for a script, else the path given."""
+  def shown(path: str) -> str:
+    relative = os.path.relpath(path)
+    return relative if not relative.startswith("..") else os.path.abspath(path)
+
+  if argv0.endswith(".py"):
+    return shlex.join([shown(sys.executable), argv0])
+  return shlex.quote(shown(argv0) if os.sep in argv0 else argv0)
+
+
+def usage(program: str) -> str:
+  """The command line's own help: each of its flags in one line (their absl help strings) and an example."""
+  rows = [
+      ("--config FILE", FLAGS["config"].help + " FILE:ARG passes ARG to its get_config()."),
+      ("--config.<field>=VALUE", "Sets one config field, e.g. --config.train.learning_rate=0.1 (docs/configs.md)."),
+      ("--workdir DIR", FLAGS["workdir"].help),
+      ("--verbose", FLAGS["verbose"].help),
+  ]
+  width = max(len(name) for name, _ in rows)
+  return "\n".join([
+      f"usage: {program} --config FILE --workdir DIR [--config.<field>=VALUE ...] [--verbose]", "",
+      "Trains the config in the workdir; rerunning the same command resumes from its newest checkpoint.", "",
+      *(f"  {name:<{width}}  {text}" for name, text in rows), "",
+      f"example: {program} --config configs/smoke.py --workdir runs/smoke --config.train.num_steps=20",
+  ])
+
+
+# absl's words for a --config.<field>=<value> it could not convert to the field's type
+_UNPARSED_OVERRIDE = re.compile(r"flag --config\.([A-Za-z0-9_.]+)=(.*?): ")
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's parser, with every error (unknown flag or config field, bad value, broken config file) one line.
+
+  --help (-h, --helpshort) prints `usage` and exits 0, before the config file is read.
+  """
+  from tied_embed.util import UsageError  # noqa: PLC0415
+
+  if any(arg in HELP_FLAGS for arg in argv[1:]):
+    print(usage(_command(argv[0])))
+    sys.exit(0)
+  try:
+    return FLAGS(argv)
+  except UsageError as error:
+    _usage_error(str(error))
+  except flags.Error as error:
+    unparsed = _UNPARSED_OVERRIDE.match(str(error))
+    if unparsed and _CONFIG_PARSER.loaded is not None:  # 'abc' for a number: the field's own message
+      from tied_embed.train.config_validation import unparsed_override  # noqa: PLC0415
+
+      path = unparsed.group(1)
+      given = [arg.split("=", 1)[1] for arg in argv[1:] if arg.startswith(f"--config.{path}=")]
+      _usage_error(str(unparsed_override(_CONFIG_PARSER.loaded, path, given[-1] if given else unparsed.group(2))))
+    _usage_error(str(error).replace("\n", " "))
+  except (AttributeError, KeyError):  # config_flags' way of saying a --config.<path> doesn't exist
+    _usage_error(unknown_override(_CONFIG_PARSER.loaded, argv))
+
+
+def _usage_error(message: str) -> None:
+  from tied_embed.util import one_line  # noqa: PLC0415
+
+  print(f"error: {one_line(message)}", file=sys.stderr)
+  sys.exit(2)
+
+
+def _stop_during_start_up(signum: int, frame: object) -> None:
+  """Ctrl-C or SIGTERM before training has set up its own handlers: nothing is written yet, so end at once.
+
+  `os._exit`, not an exception: an exception raised here can land inside a library callback that swallows it.
+  """
+  print(f"error: stopped by {signal.Signals(signum).name} during start-up; nothing was written", file=sys.stderr)
+  os._exit(128 + signum)
+
+
+def _main(argv: list[str]) -> None:
+  configure_console(FLAGS.verbose)
+  if len(argv) > 1:
+    _usage_error(f"unexpected arguments {argv[1:]}: use --config and --workdir")
+  import jax  # noqa: PLC0415 (loaded with tied_embed already)
+
+  from tied_embed import util  # noqa: PLC0415
+  from tied_embed.train import mesh as mesh_lib
+  from tied_embed.train.config_validation import validate_config  # noqa: PLC0415
+  from tied_embed.util import RunStopped, UsageError, first_line, one_line, require  # noqa: PLC0415
+
+  try:
+    require(bool(FLAGS.workdir.strip()), "--workdir", FLAGS.workdir, "a directory path")
+    mesh_lib.initialize_from_environment()  # several processes (hosts) only; before anything touches a device
+    if jax.process_index() == 0:  # the process that will hold the lock
+      util.refuse_if_held(FLAGS.workdir, f"--workdir={FLAGS.workdir!r}")
+    validate_config(FLAGS.config)
+    from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415 (TensorFlow, CLU, Orbax: seconds)
+
+    train_and_evaluate(FLAGS.config, FLAGS.workdir, verbose=FLAGS.verbose)
+  except UsageError as error:
+    _usage_error(str(error))
+  except RunStopped as stop:  # a signal, a non-finite step, a failed write: one line and the run's exit status
+    print(f"error: {one_line(str(stop))}", file=sys.stderr)
+    from tied_embed.train.signals import Preempted  # noqa: PLC0415 (loaded by the trainer already)
+
+    if isinstance(stop, Preempted) and stop.step is None:
+      # A signal during set-up: everything set-up opened is closed (the exception unwound it), nothing is left
+      # to save. Interpreter shutdown with a compile or a data thread still running can crash (exit -11), so
+      # end at once, as a signal during start-up does.
+      sys.stderr.flush()
+      sys.stdout.flush()
+      os._exit(stop.exit_status)
+    sys.exit(stop.exit_status)
+  except Exception as error:  # noqa: BLE001 (anything else, e.g. a full disk under TensorFlow: still one line)
+    if FLAGS.verbose:
+      raise
+    print(f"error: {first_line(error)} (rerun with --verbose for the traceback)", file=sys.stderr)
+    sys.exit(1)
+
+
+def main() -> None:
+  """`tied-embed-train` and `python train.py`: trains the config in the workdir (resuming), see the module doc."""
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, _stop_during_start_up)
+  signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # train.py holds them while importing
+  # A checkpoint write that failed leaves Orbax's pending coroutines unawaited; Python would list each at exit,
+  # after the one-line error that already says what happened.
+  warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
+  app.run(_main, flags_parser=parse_flags)

@@ -1,0 +1,199 @@
+"""Several devices and several processes: the ('data', 'model') mesh, where each array lives on it, how the
+processes start as one run, and each process's share of the data.
+
+The batch is split along `data`. Arrays are laid out by the logical axis names they are annotated with where they
+are made (`out_sharding` on the nnx.Variable): LOGICAL_AXIS_RULES splits 'vocab' (the tables, their optimizer
+moments, the provenance totals) on `model` and replicates 'embed'; unannotated arrays (step counters, scalars)
+are replicated. A V that the `model` axis doesn't divide is refused by config validation rather than padded, so
+no masked rows ever need to be kept out of the softmax.
+
+Several processes (one per host, each driving its local devices) form one global mesh: every process runs the
+same program on the same config, computes the same global batch for (seed, step) and contributes only the rows
+its own devices hold. Each host holds whole `data` rows of the mesh (its share of the batch and every vocabulary
+shard), so the vocabulary-parallel collectives stay inside a host and only the gradient sum crosses hosts.
+
+Free of TensorFlow, so `train.py` can start the processes and validate the config before any heavy import.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import jax
+import ml_collections
+import numpy as np
+from flax import nnx
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from tied_embed.util import UsageError
+
+T = TypeVar("T")
+
+AXES = ("data", "model")
+# Logical axis name → mesh axis (None: replicated). The one place the vocabulary-parallel layout is decided.
+LOGICAL_AXIS_RULES = {"vocab": "model", "embed": None}
+
+
+def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int]:
+  """(data, model) sizes for `num_devices`; one size may be -1 for 'all the remaining devices'."""
+  sizes = {axis: int(mesh_config[axis]) for axis in AXES}
+  for axis, size in sizes.items():
+    if size == 0 or size < -1:
+      raise UsageError.bad_value(f"mesh.{axis}", size, "a positive integer, or -1 for all remaining devices")
+  if all(size == -1 for size in sizes.values()):
+    raise UsageError.bad_value("mesh.model", -1, "a positive size when mesh.data is -1 (only one axis may be -1)")
+  for axis, size in sizes.items():
+    if size == -1:
+      other = sizes[AXES[1 - AXES.index(axis)]]
+      if num_devices % other:
+        allowed = f"a size that fits {num_devices} devices (the other axis is {other})"
+        raise UsageError.bad_value(f"mesh.{axis}", -1, allowed)
+      sizes[axis] = num_devices // other
+  if sizes["data"] * sizes["model"] > num_devices:
+    raise UsageError.bad_value(
+        "mesh.data x mesh.model", f"{sizes['data']}x{sizes['model']}", f"at most {num_devices} devices in all"
+    )
+  return sizes["data"], sizes["model"]
+
+
+def check_mesh_fits_processes(data_size: int, model_size: int, num_devices: int, num_processes: int) -> None:
+  """Raises UsageError unless a (data, model) mesh can be laid over `num_processes` hosts as `global_batch` needs.
+
+  Each host must hold whole `data` rows of the mesh: its own share of the batch and every vocabulary shard, so
+  the vocabulary-parallel collectives stay inside a host and only the gradient sum crosses hosts.
+  """
+  if num_processes == 1:
+    return
+  if data_size * model_size != num_devices or data_size % num_processes:
+    raise UsageError.bad_value(
+        "mesh", f"{data_size}x{model_size}",
+        f"all {num_devices} devices, with mesh.data a multiple of the {num_processes} processes",
+    )
+
+
+def make_mesh(mesh_config: ml_collections.ConfigDict, devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """A Mesh over the first data*model devices, axes ('data', 'model')."""
+  devices = list(jax.devices() if devices is None else devices)
+  data, model = mesh_shape(mesh_config, len(devices))
+  return Mesh(np.array(devices[: data * model]).reshape(data, model), AXES)
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+  """Token batches (B,) split along `data`."""
+  return NamedSharding(mesh, PartitionSpec("data"))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  """Every device holds the whole array."""
+  return NamedSharding(mesh, PartitionSpec())
+
+
+def logical_spec(names: tuple[str | None, ...] | None) -> PartitionSpec:
+  """The PartitionSpec of an array annotated with logical axis `names` under LOGICAL_AXIS_RULES (None: replicated)."""
+  if not names:
+    return PartitionSpec()
+  return PartitionSpec(*(LOGICAL_AXIS_RULES.get(name) for name in names))
+
+
+def state_shardings(state: nnx.State, mesh: Mesh) -> Any:
+  """A NamedSharding per leaf of an (abstract) nnx.State, from its Variables' `out_sharding` annotations.
+
+  The tables are annotated where they are made (`model.TABLE_AXES`), the optimizer's moments inherit the Param's
+  annotation, the provenance totals carry ('vocab',); anything unannotated (counters, scalars) is replicated.
+  """
+
+  def sharding(variable: nnx.Variable) -> nnx.Variable:
+    return variable.replace(NamedSharding(mesh, logical_spec(variable.get_metadata().get("out_sharding"))))
+
+  return jax.tree.map(sharding, state, is_leaf=lambda leaf: isinstance(leaf, nnx.Variable))
+
+
+# The environment variables that describe a run of several processes started by hand (docs/scale-out.md).
+COORDINATOR, NUM_PROCESSES, PROCESS_ID = "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"
+# The task counts of launchers whose environment jax.distributed.initialize() reads by itself (Slurm, Open MPI).
+_LAUNCHER_SIZES = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
+
+
+def _env_int(environ: dict[str, str], name: str, default: int | None = None) -> int:
+  """The integer in environment variable `name` (`default` if unset); UsageError if it isn't one."""
+  text = environ.get(name)
+  if text is None and default is not None:
+    return default
+  try:
+    return int(text)
+  except (TypeError, ValueError):
+    raise UsageError(f"{name}={text!r} is not allowed: expected an integer") from None
+
+
+def initialize_from_environment(environ: dict[str, str] | None = None) -> bool:
+  """Joins the other processes if the environment describes several; returns whether it did.
+
+  JAX_COORDINATOR_ADDRESS=host:port, JAX_NUM_PROCESSES=n > 1 and JAX_PROCESS_ID=i name them explicitly; under
+  Slurm or Open MPI with more than one task, JAX reads its launcher's variables itself. A single process (the
+  default) starts nothing, so one-host runs need no coordinator. Must run before anything touches a device.
+  """
+  environ = os.environ if environ is None else environ
+  num_processes = _env_int(environ, NUM_PROCESSES, default=1)
+  if num_processes > 1:
+    process_id = _env_int(environ, PROCESS_ID, default=-1)
+    if not environ.get(COORDINATOR) or not 0 <= process_id < num_processes:
+      raise UsageError(
+          f"{NUM_PROCESSES}={num_processes} needs {COORDINATOR}=host:port (process 0's address) and "
+          f"{PROCESS_ID} in 0..{num_processes - 1}"
+      )
+    jax.distributed.initialize(
+        coordinator_address=environ[COORDINATOR], num_processes=num_processes, process_id=process_id
+    )
+    return True
+  if any(_env_int(environ, size, default=1) > 1 for size in _LAUNCHER_SIZES):
+    jax.distributed.initialize()
+    return True
+  return False
+
+
+def process_slice(batch: np.ndarray, process_index: int, process_count: int) -> np.ndarray:
+  """This process's contiguous share of a global batch: (B,) → (B / process_count,).
+
+  What `jax.make_array_from_process_local_data(sharding, local)` expects for a batch sharded over processes.
+  """
+  if len(batch) % process_count:
+    raise UsageError.bad_value("train.batch_size", len(batch), f"a multiple of the {process_count} processes")
+  share = len(batch) // process_count
+  return batch[process_index * share:(process_index + 1) * share]
+
+
+def global_batch(batch: tuple[np.ndarray, ...], sharding: NamedSharding) -> tuple[jax.Array, ...]:
+  """The same global (B,) arrays on every process → global jax.Arrays with `sharding`, from local rows only.
+
+  With one process this is a plain device_put. With several, each keeps its `process_slice` (B / processes,)
+  and `make_array_from_process_local_data` places it; that is this process's share because the mesh puts whole
+  `data` rows of devices on each process, in process order.
+  """
+  if jax.process_count() == 1:
+    return jax.device_put(batch, sharding)
+  index, count = jax.process_index(), jax.process_count()
+  return tuple(
+      jax.make_array_from_process_local_data(sharding, process_slice(array, index, count), array.shape)
+      for array in batch
+  )
+
+
+def process_0_first(make: Callable[[], T], what: str) -> T:
+  """`make()` on process 0 first, then on the others once it is done (they wait at a barrier).
+
+  For work whose result process 0 leaves on a shared disk (a generated dataset): the others then read it instead
+  of making it again. Process 0 reaches the barrier even when `make` fails, so no process waits forever; the
+  others then fail in their own `make()`.
+  """
+  if jax.process_count() == 1:
+    return make()
+  if jax.process_index() == 0:
+    try:
+      return make()
+    finally:
+      multihost_utils.sync_global_devices(f"tied_embed: {what}")
+  multihost_utils.sync_global_devices(f"tied_embed: {what}")
+  return make()

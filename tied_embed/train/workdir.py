@@ -1,0 +1,101 @@
+"""Checks on the workdir before a run does any work in it: that it can be written, that no other run holds it,
+that its layout is sound, and that it is this run's.
+
+A workdir belongs to one run. Its checkpoints may be resumed by a config that differs only in how the run is
+carried out or watched (`config_fields.RESUMABLE`: lengths, intervals, evaluation, loss chunking, the matmuls'
+compute dtype, the device mesh, where the dataset is cached); any other difference (V, D, tied/untied, the data,
+the seed, the optimizer and its hyperparameters) would mix two runs in one directory, so it is refused instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import tempfile
+from collections.abc import Callable, Iterator
+
+import jax
+import ml_collections
+
+from tied_embed import util
+from tied_embed.train import config_fields, config_schema
+from tied_embed.util import UsageError
+
+SUBDIRECTORIES = ("checkpoints", "damaged_checkpoints", "data", "report")
+
+
+def ensure_writable(workdir: str | pathlib.Path) -> pathlib.Path:
+  """Creates `workdir` if needed and checks a file can be written in it; UsageError (one line) if not."""
+  path = pathlib.Path(workdir)
+  try:
+    path.mkdir(parents=True, exist_ok=True)
+    probe_writable(path)
+  except OSError as error:
+    reason = error.strerror or type(error).__name__
+    raise UsageError(f"--workdir={str(workdir)!r} cannot be written: {reason} ({error.filename or path})") from None
+  return path
+
+
+def probe_writable(directory: pathlib.Path) -> None:
+  """OSError unless a file can be created in `directory`: one is, and deleted at once. The directory's times are
+  put back, so that a run refused after this check leaves the workdir as it found it."""
+  times = directory.stat()
+  with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-"):
+    pass
+  os.utime(directory, ns=(times.st_atime_ns, times.st_mtime_ns))
+
+
+@contextlib.contextmanager
+def exclusive(workdir: pathlib.Path) -> Iterator[Callable[[], None]]:
+  """One run per workdir: holds WORKDIR/.lock while inside (process 0 of a multi-host run holds it for all).
+
+  UsageError naming the holder (host, pid, since when) if another run holds it. The OS releases the lock when
+  the process ends in any way, so a killed run never leaves a stale one. Yields `record()`, to call once the
+  run's checks have passed: it writes the holder into the lock file; a run refused before that leaves the
+  lock file as it found it (`util.exclusive`).
+  """
+  if jax.process_index() != 0:
+    yield lambda: None
+    return
+  with util.exclusive(workdir, f"--workdir={str(workdir)!r}", record_now=False) as record:
+    yield record
+
+
+def check_layout(workdir: pathlib.Path) -> None:
+  """UsageError if a path the run writes as a directory (checkpoints/, damaged_checkpoints/, ...) is not one, or
+  is one that cannot be written (a read-only mount): found before training, not at the first save."""
+  for name in SUBDIRECTORIES:
+    path = workdir / name
+    if path.exists() and not path.is_dir():
+      raise UsageError(f"{path} is not a directory; the run keeps its {name} there: move it away")
+    if path.is_dir():
+      try:
+        probe_writable(path)
+      except OSError as error:
+        raise UsageError(f"{path} cannot be written: {error.strerror or type(error).__name__}") from None
+
+
+def config_differences(saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> list[str]:
+  """The fields outside config_fields.RESUMABLE where `config` differs from `saved`, as 'path: saved → new'.
+
+  A field that does nothing in both (config_fields.DEPENDENT, e.g. model.hidden_l2 without the hidden map) is
+  not a difference.
+  """
+  old, new = config_schema.leaf_paths(saved), config_schema.leaf_paths(config)
+  ignored = config_fields.RESUMABLE | (config_fields.inactive_paths(saved) & config_fields.inactive_paths(config))
+  return [
+      f"{path}: {old.get(path, '<absent>')!r} in the checkpoints, {new.get(path, '<absent>')!r} now"
+      for path in sorted(set(old) | set(new))
+      if path not in ignored and old.get(path, "<absent>") != new.get(path, "<absent>")
+  ]
+
+
+def check_compatible(saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict, where: str) -> None:
+  """UsageError listing every differing field if `config` cannot resume the checkpoints in `where`."""
+  differences = config_differences(saved, config)
+  if differences:
+    raise UsageError(
+        f"{where} holds checkpoints of a different run ({'; '.join(differences)}); "
+        f"use another --workdir, or the config those checkpoints were made with"
+    )
