@@ -144,3 +144,20 @@ def test_a_failed_row_is_named_with_the_trainers_own_line(monkeypatch, tmp_path,
   assert status == 2  # train.py's own status
   assert message == ("error: row 'smoke, refused' failed (train.py exit status 2): model.vocab_size=0 is not "
                      "allowed: expected an integer in [1, 2**31 - 1]\n")
+
+
+# python -m science.when_to_tie --from-json
+
+
+def test_from_json_refuses_a_file_that_is_not_a_sweeps_results_in_one_line_writing_nothing(tmp_path):
+  for name, text, said in (("garbage.json", "this is not JSON {", "not JSON"),
+                           ("other.json", '{"a": 1}', "not the sweep's results: no 'models' key"),
+                           ("list.json", "[1, 2]", "expected a JSON object"),
+                           ("binary.json", "\udcff\udcfe", "not JSON")):
+    path, out = tmp_path / name, tmp_path / f"out_{name}"
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    result = _python("-m", "science.when_to_tie", "--from-json", str(path), "--out", str(out))
+    assert result.returncode == 2 and result.stdout == "", (name, result.stderr[-2000:])
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: --from-json={path}: ") and said in line, line
+    assert not out.exists()

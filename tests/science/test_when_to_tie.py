@@ -1,4 +1,4 @@
-"""science/when_to_tie.py end to end in its --quick form: every model runs, is tuned and scored at its best step,
+"""science/when_to_tie end to end in its --quick form: every model runs, is tuned and scored at its best step,
 and the count model, the repeat shares and the self-argmax shares agree with independent computations."""
 
 import json
@@ -10,31 +10,32 @@ import numpy as np
 import pytest
 from helpers import subprocess_env
 
-from science import when_to_tie
+from science.when_to_tie import plan as plans
+from science.when_to_tie import report, sweep
 from tied_embed.train.config_validation import validate_config
 
 
 def test_run_configs_are_valid_and_differ_only_where_they_should(tmp_path):
-  corpus = when_to_tie.corpora(quick=True, subword_corpus="")["bytes"]
-  for model in when_to_tie.MODELS:
+  corpus = plans.corpora(quick=True, subword_corpus="")["bytes"]
+  for model in plans.MODELS:
     settings = {"weight_decay": 0.01, "hidden_l2": 0.1}
-    config = when_to_tie.run_config(corpus, model, 0.03, 1, settings, 40, 10, tmp_path, 0.05)
+    config = plans.run_config(corpus, model, 0.03, 1, settings, 40, 10, tmp_path, 0.05)
     validate_config(config)
     assert (config.model.tied, config.seed, config.data.train_fraction) == (model.tied, 1, 0.03)
     assert config.data.selection_fraction == 0.05
     assert config.train.num_steps == 40 and config.train.eval_every == 10
-    assert config.train.early_stopping_patience == when_to_tie.PATIENCE
+    assert config.train.early_stopping_patience == plans.PATIENCE
     assert config.train.weight_decay == 0.01
     assert config.model.hidden == model.hidden
     assert config.model.hidden_l2 == (0.1 if model.hidden == "linear" else 0.0)
 
 
 def test_schedule_is_ten_epochs_and_evals_per_epoch_within_bounds():
-  plan = when_to_tie.Plan(selection_share=0.1, max_steps=3000, evals_per_epoch=2, max_evals=20)
-  assert when_to_tie.EPOCHS == 10 and when_to_tie.MIN_STEPS == 200 and when_to_tie.MIN_EVAL_EVERY == 10
-  assert when_to_tie.schedule(plan, 102_400, 1024) == (1000, 50)  # 100 batches an epoch: 10 epochs, 2 evals each
-  assert when_to_tie.schedule(plan, 2_048, 1024) == (200, 10)  # at least 200 steps, 10 steps between evals
-  assert when_to_tie.schedule(plan, 10_240_000, 1024) == (3000, 150)  # at most 3000 steps and 20 evals
+  plan = plans.Plan(selection_share=0.1, max_steps=3000, evals_per_epoch=2, max_evals=20)
+  assert plans.EPOCHS == 10 and plans.MIN_STEPS == 200 and plans.MIN_EVAL_EVERY == 10
+  assert plans.schedule(plan, 102_400, 1024) == (1000, 50)  # 100 batches an epoch: 10 epochs, 2 evals each
+  assert plans.schedule(plan, 2_048, 1024) == (200, 10)  # at least 200 steps, 10 steps between evals
+  assert plans.schedule(plan, 10_240_000, 1024) == (3000, 150)  # at most 3000 steps and 20 evals
 
 
 class _StubSweep:
@@ -52,19 +53,19 @@ class _StubSweep:
 
 def test_tuning_is_a_coordinate_search_on_the_selection_loss():
   grids = {"weight_decay": (0.0, 0.01, 0.1), "hidden_l2": (0.0, 0.01, 0.1)}
-  tied_w = next(m for m in when_to_tie.MODELS if m.key == "tied_w")
+  tied_w = next(m for m in plans.MODELS if m.key == "tied_w")
   # weight decay first (at λ = 0): 0.01 is best; then λ at weight decay 0.01: 0.1 is best. Eval prefers others.
   select = {(0.0, 0.0): 3.0, (0.01, 0.0): 2.5, (0.1, 0.0): 2.8, (0.01, 0.01): 2.6, (0.01, 0.1): 2.4}
   evals = {(0.0, 0.0): 1.0, (0.01, 0.0): 3.0, (0.1, 0.0): 0.5, (0.01, 0.01): 0.1, (0.01, 0.1): 3.0}
   stub = _StubSweep(select, evals)
-  settings, chosen, trials = when_to_tie.tune(stub, tied_w, 0.1, 0, grids)
+  settings, chosen, trials = sweep.tune(stub, tied_w, 0.1, 0, grids)
   assert settings == {"weight_decay": 0.01, "hidden_l2": 0.1} == chosen["settings"]
   assert chosen["select_loss"] == 2.4
   assert len(stub.trained) == len(trials) == 5  # (0.01, 0) is shared by both axes: trained once
-  untied = next(m for m in when_to_tie.MODELS if m.key == "untied")
-  stub = _StubSweep({(v, None): loss for v, loss in zip(grids["weight_decay"], (2.0, 1.9, 2.1))},
+  untied = next(m for m in plans.MODELS if m.key == "untied")
+  stub = _StubSweep({(v, None): loss for v, loss in zip(grids["weight_decay"], (2.0, 1.9, 2.1), strict=True)},
                     {(v, None): 0.0 for v in grids["weight_decay"]})
-  assert when_to_tie.tune(stub, untied, 0.1, 0, grids)[0] == {"weight_decay": 0.01}
+  assert sweep.tune(stub, untied, 0.1, 0, grids)[0] == {"weight_decay": 0.01}
   assert [s["weight_decay"] for s in stub.trained] == [0.0, 0.01, 0.1]
 
 
@@ -86,9 +87,9 @@ def test_quick_sweep_writes_tables_and_plot(tmp_path):
   for name in ("TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS"):  # the script must quieten TensorFlow itself
     env.pop(name, None)
   done = subprocess.run(
-      [sys.executable, "science/when_to_tie.py", "--quick", "--corpora", "bytes", "--out", str(tmp_path),
+      [sys.executable, "-m", "science.when_to_tie", "--quick", "--corpora", "bytes", "--out", str(tmp_path),
        "--no-compile-cache", "--keep-runs", "--convergence-factor=0"],  # the check: ~20 s more; its own tests
-      cwd=when_to_tie.REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
+      cwd=plans.REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "oneDNN" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
   assert "wall time" in done.stdout and "CPU time" in done.stdout
@@ -97,7 +98,7 @@ def test_quick_sweep_writes_tables_and_plot(tmp_path):
   assert list(entry["runs"]) == ["tied", "untied", "tied_w"]
 
   # The splits: the last 10% of the train split selects (QUICK_PLAN), 10% of the rest trains.
-  assert when_to_tie.QUICK_PLAN.selection_share == 0.1
+  assert plans.QUICK_PLAN.selection_share == 0.1
   total = entry["train_pairs"] + entry["select_pairs"]
   assert entry["select_pairs"] == round(0.1 * total)
   used = round(0.1 * entry["train_pairs"])
@@ -123,7 +124,7 @@ def test_quick_sweep_writes_tables_and_plot(tmp_path):
   for key, by_fraction in entry["runs"].items():
     (run,) = by_fraction["0.1"]  # one seed
     assert run["param_count"] == params[key]
-    assert 0 < run["best_step"] <= run["end_step"] <= run["num_steps"] == when_to_tie.QUICK_PLAN.max_steps
+    assert 0 < run["best_step"] <= run["end_step"] <= run["num_steps"] == plans.QUICK_PLAN.max_steps
     assert run["best_step"] % run["eval_every"] == 0 or run["best_step"] == run["end_step"]
     assert run["gap_percent"] == pytest.approx(100 * (run["eval_loss"] - entry["floor"]) / entry["floor"])
     # The restored best checkpoint, rescored in float64, is the step the trainer scored as best.
@@ -141,14 +142,14 @@ def test_quick_sweep_writes_tables_and_plot(tmp_path):
   readme = tmp_path / "README.md"
   readme.write_text("intro\n<!-- when-to-tie -->\nhand text <!-- picks -->old<!-- /picks --> more\n"
                     "<!-- /when-to-tie -->\nrest\n")
-  when_to_tie.write_readme(results, readme)
+  report.write_readme(results, readme)
   rewritten = readme.read_text()
   assert rewritten.startswith("intro\n<!-- when-to-tie -->\nhand text <!-- picks -->\n- **bytes**")
   assert "10% untied" in rewritten or "10% tied" in rewritten
   assert "old" not in rewritten and rewritten.endswith("<!-- /picks --> more\n<!-- /when-to-tie -->\nrest\n")
   page = tmp_path / "page.md"
-  page.write_text(when_to_tie.markdown(results, "x.png", notes="\nWhat the numbers show.\n"))
-  assert when_to_tie.kept_notes(page) == "\nWhat the numbers show.\n"
+  page.write_text(report.markdown(results, "x.png", notes="\nWhat the numbers show.\n"))
+  assert report.kept_notes(page) == "\nWhat the numbers show.\n"
   markdown = (tmp_path / "when_to_tie.md").read_text()
   assert "| 10% (" in markdown and "when_to_tie.png" in markdown and "count model" in markdown
   assert "convergence" not in entry and "Convergence at" not in markdown  # --convergence-factor=0: no check

@@ -1,10 +1,11 @@
-"""science/when_to_tie.py's convergence check (its flags are checked with the others in test_when_to_tie_usage.py):
+"""science/when_to_tie's convergence check (its flags are checked with the others in test_when_to_tie_usage.py):
 it reruns each model's chosen settings on seed 0 at the largest size with the steps stretched, and its report says
 which criterion is met."""
 
 import pytest
 
-from science import when_to_tie
+from science.when_to_tie import plan as plans
+from science.when_to_tie import report, sweep
 
 
 def _run(seed, best, end, select, evaluation, steps=100):
@@ -44,7 +45,7 @@ def test_check_reruns_chosen_settings_on_seed_0_at_the_largest_size_with_stretch
   # Each moves within its seeds' spread (sd: tied 0.01, untied 0.001, tied_w 0.002); tied_w's best is before the
   # end at 3×.
   stub = _StretchingSweep({"tied": (2.59, 2.285, 300), "untied": (2.29, 2.0004, 300), "tied_w": (2.29, 2.009, 270)})
-  check = when_to_tie.convergence_check(stub, entry, when_to_tie.MODELS, 3)
+  check = sweep.convergence_check(stub, entry, plans.MODELS, 3)
   assert stub.calls == [("tied", 1.0, 0, {"weight_decay": 0.1}, 3), ("untied", 1.0, 0, {"weight_decay": 0.0}, 3),
                         ("tied_w", 1.0, 0, {"weight_decay": 0.0, "hidden_l2": 0.01}, 3)]
   assert check["fraction"] == "1" and check["factor"] == 3 and check["count_eval_loss"] == 2.0
@@ -52,40 +53,40 @@ def test_check_reruns_chosen_settings_on_seed_0_at_the_largest_size_with_stretch
   assert tied["base"]["eval_loss"] == 2.29  # the seed-0 run, not the first listed
   assert tied["change_eval"] == pytest.approx(2.285 - 2.29) and tied["change_select"] == pytest.approx(2.59 - 2.6)
   entry["convergence"] = check
-  labels = {model.key: model.key for model in when_to_tie.MODELS}
-  text = "\n".join(when_to_tie.convergence_lines(entry, labels))
+  labels = {model.key: model.key for model in plans.MODELS}
+  text = "\n".join(report.convergence_lines(entry, labels))
   assert "| tied_w | 100 | 100 / 100 | 2.0080 (+0.008) | 300 | 270 / 300 | 2.0090 (+0.009) | -0.0100 / +0.0010 " \
          "| yes |" in text
   assert "| untied | 100 | 100 / 100 | 2.0010 (+0.001) | 300 | 300 / 300 | 2.0004 (+0.000) |" in text
   # tied and untied end at their last step: not met for them; the largest move is tied's 0.005 nats.
   assert "not met for tied, untied" in text and "at most 0.0050 nats (tied)" in text and "use the 1× runs" in text
   # No move beyond a seed spread and the pick (untied) stays: no sentence.
-  assert when_to_tie.convergence_change(entry, labels) == ""
+  assert report.convergence_change(entry, labels) == ""
 
 
 def test_a_changed_pick_or_distance_beyond_the_seed_spread_is_said():
   entry = _entry()
   # tied_w drops to 1.98 at 3×: ahead of untied's 1.9995, and 0.028 beyond its seed spread 0.002.
   stub = _StretchingSweep({"tied": (2.6, 2.29, 300), "untied": (2.3, 2.0005, 300), "tied_w": (2.2, 1.98, 240)})
-  entry["convergence"] = when_to_tie.convergence_check(stub, entry, when_to_tie.MODELS, 3)
+  entry["convergence"] = sweep.convergence_check(stub, entry, plans.MODELS, 3)
   labels = {"tied": "T", "untied": "U", "tied_w": "W"}
-  assert when_to_tie.convergence_change(entry, labels) == (
+  assert report.convergence_change(entry, labels) == (
       "With 3× the steps at 100% (seed 0): the pick becomes W; the distance from the count model moves by more than "
       "the seeds' spread for W (-0.028, sd 0.0020); W ends -0.020 nats from the count model.")
-  assert when_to_tie.convergence_lines(entry, labels)[-1] == when_to_tie.convergence_change(entry, labels)
+  assert report.convergence_lines(entry, labels)[-1] == report.convergence_change(entry, labels)
 
 
 def test_readme_clause_names_the_pick_and_its_distance_only_when_the_check_changes_them():
   entry = _entry()
   labels = {"tied": "T", "untied": "U", "tied_w": "W"}
   # The pick (untied, 2.000 mean) moves by 0.0006 < its sd 0.001: nothing.
-  entry["convergence"] = when_to_tie.convergence_check(
+  entry["convergence"] = sweep.convergence_check(
       _StretchingSweep({"tied": (2.6, 2.2, 300), "untied": (2.3, 2.0004, 300), "tied_w": (2.3, 2.008, 300)}),
-      entry, when_to_tie.MODELS, 3)
-  assert when_to_tie.convergence_readme(entry, labels) == ""
+      entry, plans.MODELS, 3)
+  assert report.convergence_readme(entry, labels) == ""
   # untied moves by 0.0110 > 0.001 and passes the count model (2.0): 0.010 ahead of it.
-  entry["convergence"] = when_to_tie.convergence_check(
+  entry["convergence"] = sweep.convergence_check(
       _StretchingSweep({"tied": (2.6, 2.3, 300), "untied": (2.3, 1.99, 300), "tied_w": (2.3, 2.008, 300)}),
-      entry, when_to_tie.MODELS, 3)
-  assert when_to_tie.convergence_readme(entry, labels) == (
+      entry, plans.MODELS, 3)
+  assert report.convergence_readme(entry, labels) == (
       " (with 3× the steps, seed 0: U, 0.010 ahead of the count model)")

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from science import when_to_tie
+from science.when_to_tie import sweep
 from tied_embed.data.text.count_bigram import K_GRID
 
 
@@ -16,7 +16,7 @@ def test_count_model_k_is_the_one_that_fits_the_selection_pairs_by_hand():
   train = (np.zeros(9, np.int64), np.zeros(9, np.int64))
   selection = (np.zeros(32, np.int64), np.array([0] * 31 + [1]))
   evaluation = (np.array([0, 1]), np.array([1, 0]))  # token 1 never current in train: P = k / 2k = 1/2
-  reference = when_to_tie.count_reference(train, selection, evaluation, vocab_size=2)
+  reference = sweep.count_reference(train, selection, evaluation, vocab_size=2)
   assert reference["k"] == 0.3
   assert reference["select_loss"] == pytest.approx(-(31 * math.log(9.3 / 9.6) + math.log(0.3 / 9.6)) / 32, rel=1e-12)
   assert reference["eval_loss"] == pytest.approx((-math.log(0.3 / 9.6) + math.log(2)) / 2, rel=1e-12)
@@ -40,7 +40,7 @@ def test_count_model_k_matches_a_dense_float64_search():
 
   by_k = {k: loss(*selection, k) for k in K_GRID}
   best = min(by_k, key=by_k.get)
-  reference = when_to_tie.count_reference(train, selection, evaluation, vocab_size)
+  reference = sweep.count_reference(train, selection, evaluation, vocab_size)
   assert reference["k"] == best
   assert reference["select_loss"] == pytest.approx(by_k[best], rel=1e-12)
   assert reference["eval_loss"] == pytest.approx(loss(*evaluation, best), rel=1e-12)
@@ -51,14 +51,14 @@ def test_self_argmax_of_a_tied_table_and_of_a_permuting_untied_one():
   table = 2 * np.eye(3)
   ids, next_ids = np.array([0, 1, 2, 2, 0]), np.array([0, 2, 2, 1, 1])
   rare = np.array([False, False, True])
-  scores = when_to_tie.best_step_scores(table, table, ids, next_ids, rare)
+  scores = sweep.best_step_scores(table, table, ids, next_ids, rare)
   assert scores["predicts_self"] == 1.0 and scores["predicts_self_rare"] == 1.0
   stay, move = -(4 - math.log(math.exp(4) + 2)), math.log(math.exp(4) + 2)
   assert scores["eval_loss"] == pytest.approx((2 * stay + 3 * move) / 5, rel=1e-12)
   assert scores["loss_rare_inputs"] == pytest.approx((stay + move) / 2, rel=1e-12)
   # Untied, projection rows permuted 0 → 1 → 0 and 2 → 2: only token 2 predicts itself (2 of the 5 pairs).
   projection = 2 * np.eye(3)[[1, 0, 2]]
-  scores = when_to_tie.best_step_scores(table, projection, ids, next_ids, rare)
+  scores = sweep.best_step_scores(table, projection, ids, next_ids, rare)
   assert scores["predicts_self"] == pytest.approx(2 / 5) and scores["predicts_self_rare"] == 1.0
-  shares = when_to_tie.repeat_shares(ids, next_ids, rare)
+  shares = sweep.repeat_shares(ids, next_ids, rare)
   assert shares == {"repeats": 2 / 5, "repeats_rare": 1 / 2, "rare_pair_share": 2 / 5}

@@ -1,4 +1,4 @@
-"""science/when_to_tie.py refuses bad command lines before any work: one line `error: ...`, exit 2, nothing written."""
+"""science/when_to_tie refuses bad command lines before any work: one line `error: ...`, exit 2, nothing written."""
 
 import subprocess
 import sys
@@ -6,7 +6,8 @@ import sys
 import pytest
 from helpers import subprocess_env
 
-from science import when_to_tie
+from science.when_to_tie import cli
+from science.when_to_tie import plan as plans
 
 
 @pytest.mark.parametrize(("flags", "named"), [
@@ -22,7 +23,7 @@ from science import when_to_tie
 def test_bad_flags_are_one_line_errors_before_any_work(tmp_path, capsys, flags, named):
   out = tmp_path / "out"
   with pytest.raises(SystemExit) as exited:
-    when_to_tie.main([*flags, "--out", str(out)])
+    cli.main([*flags, "--out", str(out)])
   assert exited.value.code == 2
   captured = capsys.readouterr()
   assert captured.out == ""
@@ -34,8 +35,8 @@ def test_bad_flags_are_one_line_errors_before_any_work(tmp_path, capsys, flags, 
 def test_out_that_is_a_file_is_refused_by_the_script(tmp_path):
   taken = tmp_path / "results.txt"
   taken.write_text("not a directory\n")
-  done = subprocess.run([sys.executable, "science/when_to_tie.py", "--out", str(taken / "sub")],
-                        cwd=when_to_tie.REPO, env=subprocess_env(), capture_output=True, text=True, timeout=120,
+  done = subprocess.run([sys.executable, "-m", "science.when_to_tie", "--out", str(taken / "sub")],
+                        cwd=plans.REPO, env=subprocess_env(), capture_output=True, text=True, timeout=120,
                         check=False)
   assert done.returncode == 2 and done.stdout == ""
   (line,) = done.stderr.splitlines()

@@ -1,0 +1,204 @@
+"""The command line: `python -m science.when_to_tie [flags]` (the package's docstring says what the sweep does)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import sys
+import time
+from typing import Any
+
+import science.when_to_tie
+from science import common
+from science.when_to_tie import report
+from science.when_to_tie.plan import (
+  CONVERGENCE_FACTOR,
+  FRACTIONS,
+  GRIDS,
+  MODELS,
+  PATIENCE,
+  PLANS,
+  QUICK_GRIDS,
+  QUICK_PLAN,
+  REPO,
+  SEEDS,
+  THIRD_SEED,
+  Plan,
+  UsageError,
+  corpora,
+)
+from science.when_to_tie.sweep import Sweep, convergence_check, sweep_corpus
+
+
+def machine() -> str:
+  """'Intel(R) Xeon(R) Processor, 2 cores (AVX-512 + AMX)' from /proc/cpuinfo, and the load average at the start."""
+  model, flags = common.cpu()
+  extensions = [name for flag, name in (("avx512f", "AVX-512"), ("amx_tile", "AMX")) if flag in flags]
+  load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+  return (f"{model}, {len(os.sched_getaffinity(0))} cores" + (f" ({' + '.join(extensions)})" if extensions else "")
+          + f", load average {load:.1f} at the start")
+
+
+class _Parser(argparse.ArgumentParser):
+  def error(self, message: str):  # one line, exit 2: the project's answer to bad input
+    raise UsageError(message)
+
+
+def _parser() -> _Parser:
+  parser = _Parser(prog="python -m science.when_to_tie",
+                   description=science.when_to_tie.__doc__.splitlines()[0])
+  parser.add_argument("--out", default=str(REPO / "runs" / "when_to_tie"), help="writes <out>/when_to_tie.*")
+  parser.add_argument("--write-docs", action="store_true",
+                      help="also copy the results to docs/when_to_tie.* and rewrite README.md's when-to-tie picks")
+  parser.add_argument("--quick", action="store_true",
+                      help=f"a tiny sweep for tests: {QUICK_PLAN.max_steps} steps, 1 size, 1 seed, one setting "
+                           "per model")
+  parser.add_argument("--corpora", default="bytes,subword", help="comma-separated: bytes, subword")
+  parser.add_argument("--subword-corpus", default="", help="the subword corpus (default: Vim's help files)")
+  for name, plan in PLANS.items():
+    parser.add_argument(f"--{name}-steps", type=int, default=plan.max_steps,
+                        help=f"at most this many steps per {name} run (default {plan.max_steps})")
+  parser.add_argument("--fractions", default=",".join(f"{f:g}" for f in FRACTIONS),
+                      help="comma-separated train data sizes in (0, 1] (default: all five)")
+  parser.add_argument("--from-json", default="",
+                      help="train nothing: rewrite the tables, plot (and with --write-docs the docs) from this JSON")
+  parser.add_argument("--convergence-factor", type=int, default=CONVERGENCE_FACTOR,
+                      help="the convergence check at the largest size: this many times the steps, an integer ≥ 2 "
+                           f"(0: no check; default {CONVERGENCE_FACTOR})")
+  parser.add_argument("--add-convergence", action="store_true",
+                      help="with --from-json: train only the convergence check and add it to that JSON's results")
+  parser.add_argument("--no-third-seed", action="store_true",
+                      help=f"skip seed {THIRD_SEED} where the two best models' spreads overlap")
+  parser.add_argument("--keep-runs", action="store_true",
+                      help="keep every run's workdir under <out>/runs/ for inspection")
+  parser.add_argument("--no-compile-cache", action="store_true",
+                      help="leave JAX's persistent compilation cache alone (tests: it is one per process)")
+  return parser
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+  """The command line, checked before any work: UsageError (one line) for a bad value."""
+  args = _parser().parse_args(argv)
+  for name in PLANS:
+    steps = getattr(args, f"{name}_steps")
+    if steps < 1:
+      raise UsageError(f"--{name}-steps={steps}: expected a positive number of steps")
+  if args.convergence_factor < 0 or args.convergence_factor == 1:
+    raise UsageError(f"--convergence-factor={args.convergence_factor}: expected 0 (no check) or an integer ≥ 2")
+  if args.add_convergence and not args.from_json:
+    raise UsageError("--add-convergence: needs --from-json, the sweep to add the check to")
+  if args.add_convergence and args.convergence_factor == 0:
+    raise UsageError("--add-convergence with --convergence-factor=0: expected a factor ≥ 2")
+  out = pathlib.Path(args.out)
+  existing = next((p for p in (out, *out.parents) if p.exists()), None)
+  if existing is not None and not existing.is_dir():
+    raise UsageError(f"--out={args.out}: {existing} exists and is not a directory")
+  args.chosen = args.corpora.split(",")
+  unknown = [name for name in args.chosen if name not in ("bytes", "subword")]
+  if unknown:
+    raise UsageError(f"--corpora={args.corpora!r}: {unknown[0]!r} is not one of bytes, subword")
+  try:
+    args.fraction_list = tuple(float(f) for f in args.fractions.split(","))
+  except ValueError:
+    raise UsageError(f"--fractions={args.fractions!r}: expected comma-separated numbers in (0, 1]") from None
+  bad = [f for f in args.fraction_list if not 0 < f <= 1]
+  if bad:
+    raise UsageError(f"--fractions={args.fractions!r}: {bad[0]:g} is not in (0, 1]")
+  args.results = read_results(args.from_json) if args.from_json else None
+  args.available = corpora(args.quick, args.subword_corpus)
+  return args
+
+
+def read_results(path: str) -> dict[str, Any]:
+  """The sweep's results in the JSON file at `path`; UsageError where it is missing, not JSON, or not a sweep's."""
+  if not pathlib.Path(path).is_file():
+    raise UsageError(f"--from-json={path}: no such file")
+  try:
+    results = json.loads(pathlib.Path(path).read_bytes())
+  except (ValueError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    raise UsageError(f"--from-json={path}: not JSON ({' '.join(str(error).split())})") from None
+  problem = report.results_problem(results)
+  if problem:
+    raise UsageError(f"--from-json={path}: not the sweep's results: {' '.join(problem.split())}")
+  return results
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+  try:
+    args = parse(argv)
+    if args.results is not None and args.add_convergence:
+      add_convergence(args.results, args)
+  except UsageError as error:
+    print(f"error: {error}", file=sys.stderr)
+    raise SystemExit(2) from None
+  if args.results is not None:
+    report.publish(args.results, pathlib.Path(args.out), args.write_docs)
+    return args.results
+  return run_sweep(args)
+
+
+def setup_jax(args: argparse.Namespace, out: pathlib.Path) -> None:
+  """JAX's persistent compilation cache under <out>/jax_cache (unless --no-compile-cache) and quiet run logs."""
+  import jax  # noqa: PLC0415
+  from absl import logging  # noqa: PLC0415
+
+  if not args.no_compile_cache:
+    # Runs that differ only in seed or data size compile the same programs: compile them once, keep them on disk.
+    jax.config.update("jax_compilation_cache_dir", str(out / "jax_cache"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+  logging.set_verbosity(logging.ERROR)  # one line per run from here, not the trainer's log of every run
+
+
+def add_convergence(results: dict[str, Any], args: argparse.Namespace) -> None:
+  """The convergence check of each chosen corpus in `results` (an existing sweep), on the same datasets (rebuilt
+  under <out>/data/ if absent; UsageError if they differ from the sweep's), added to its entries."""
+  out = pathlib.Path(args.out)
+  swept = {model["key"] for model in results["models"]}
+  models = tuple(model for model in MODELS if model.key in swept)
+  missing = [name for name in args.chosen if name not in results["corpora"]]
+  if missing:
+    raise UsageError(f"--corpora: {missing[0]!r} is not in {args.from_json}")
+  setup_jax(args, out)
+  for name in args.chosen:
+    entry = results["corpora"][name]
+    plan = Plan(**entry["plan"])
+    sweep = Sweep(args.available[name], plan, out, args.keep_runs)
+    if sweep.data.identity != entry["dataset"]:
+      raise UsageError(f"--from-json={args.from_json}: its {name} dataset is {entry['dataset']!r}, the one under "
+                       f"{sweep.data_dir} is {sweep.data.identity!r}")
+    print(f"{name}: convergence check, {args.convergence_factor}× {plan.max_steps} steps at most", flush=True)
+    entry["convergence"] = convergence_check(sweep, entry, models, args.convergence_factor)
+  results["convergence_factor"] = args.convergence_factor
+
+
+def run_sweep(args: argparse.Namespace) -> dict[str, Any]:
+  """The sweep of a checked command line: → the results written."""
+  started, cpu_started = time.perf_counter(), time.process_time()
+  out = pathlib.Path(args.out)
+  if args.quick:
+    fractions, seeds, grids = (0.1,), SEEDS[:1], QUICK_GRIDS
+  else:
+    fractions, seeds, grids = args.fraction_list, SEEDS, GRIDS
+  setup_jax(args, out)
+  results: dict[str, Any] = {
+      "models": [dataclasses.asdict(model) for model in MODELS], "fractions": list(fractions),
+      "convergence_factor": args.convergence_factor,
+      "seeds": list(seeds), "grids": {axis: list(values) for axis, values in grids.items()},
+      "patience": PATIENCE, "machine": machine(), "corpora": {},
+  }
+  for name in args.chosen:
+    plan = QUICK_PLAN if args.quick else dataclasses.replace(PLANS[name], max_steps=getattr(args, f"{name}_steps"))
+    print(f"{name}: {args.available[name].note}, at most {plan.max_steps} steps per run", flush=True)
+    entry = sweep_corpus(args.available[name], MODELS, fractions, seeds, grids, plan, out, args.keep_runs,
+                         third_seed=not args.no_third_seed, convergence_factor=args.convergence_factor)
+    results["corpora"][name] = entry
+    print(f"{name}: {entry['seconds'] / 60:.1f} min, {entry['cpu_seconds'] / 60:.1f} min CPU", flush=True)
+  results["seconds"] = time.perf_counter() - started
+  results["cpu_seconds"] = time.process_time() - cpu_started
+  paths = report.publish(results, out, args.write_docs)
+  print(f"wrote {', '.join(map(str, paths))}{' and docs/when_to_tie.*, README.md' if args.write_docs else ''}; "
+        f"wall time {results['seconds'] / 60:.1f} min, CPU time {results['cpu_seconds'] / 60:.1f} min")
+  return results

@@ -1,0 +1,388 @@
+"""The sweep's report: the markdown tables, the figure, the README's picks, and the docs they are copied to."""
+
+from __future__ import annotations
+
+import io
+import json
+import pathlib
+import shutil
+from typing import Any
+
+import numpy as np
+
+from science import common
+from science.when_to_tie.plan import EPOCHS, MIN_STEPS, REPO, THIRD_SEED
+from science.when_to_tie.sweep import mean_sd
+
+COMMAND = "python -m science.when_to_tie"  # how the pages name the command that wrote them
+NOTES_START, NOTES_END = "<!-- NOTES (kept by --write-docs) -->", "<!-- /NOTES -->"
+README_START, README_END = "<!-- when-to-tie -->", "<!-- /when-to-tie -->"
+PICKS_START, PICKS_END = "<!-- picks -->", "<!-- /picks -->"
+SUFFIXES = ("json", "md", "png")
+# What --from-json needs of a results file before it trains or writes anything (the sweep writes them all).
+RESULTS_KEYS = ("models", "grids", "seeds", "seconds", "cpu_seconds", "machine", "patience", "corpora")
+CORPUS_KEYS = ("note", "dataset", "vocab_size", "d_model", "plan", "floor", "uniform", "train_pairs", "select_pairs",
+               "eval_pairs", "count", "repeats", "tuning", "runs", "seconds", "cpu_seconds")
+
+
+def ranking(entry: dict[str, Any], fraction: str) -> list[str]:
+  """The models at one size, lowest mean best-step eval loss first."""
+  return sorted(entry["runs"], key=lambda key: mean_sd(entry["runs"][key][fraction], "eval_loss")[0])
+
+
+def picks(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
+  """Per data size, the model to pick and by how much it leads (or that the seeds cannot separate the two best)."""
+  lines = []
+  for fraction in entry["count"]:
+    first, second = ranking(entry, fraction)[:2]
+    (m1, s1), (m2, s2) = (mean_sd(entry["runs"][k][fraction], "eval_loss") for k in (first, second))
+    tie = " (within the seeds' spread of " + labels[second] + ")" if m2 - s2 <= m1 + s1 else ""
+    lines.append(f"{100 * float(fraction):g}%: {labels[first]}, {m2 - m1:.3f} nats ahead{tie}")
+  return lines
+
+
+def unconverged(results: dict[str, Any]) -> list[str]:
+  """Every run whose best step is its last (it may still have been improving when the schedule ended)."""
+  return [f"{corpus} {key} {100 * float(fraction):g}% seed {run['seed']}"
+          for corpus, entry in results["corpora"].items() for key, by_fraction in entry["runs"].items()
+          for fraction, runs in by_fraction.items() for run in runs if run["best_step"] >= run["end_step"]]
+
+
+
+def _settings_text(settings: dict[str, float]) -> str:
+  names = {"weight_decay": "wd", "hidden_l2": "λ"}
+  return ", ".join(f"{names[axis]} {value:g}" for axis, value in settings.items())
+
+
+def markdown(results: dict[str, Any], png_name: str, notes: str = "") -> str:
+  """The sweep's tables: per corpus, best-step loss and distance from the count model per model and data size, the
+  chosen regularisers, the best steps and the repeat shares."""
+  labels = {model["key"]: model["label"] for model in results["models"]}
+  lines = ["# When does tying help?", ""]
+  if notes:  # the answer first: the hand-written reading of the tables below
+    lines += [NOTES_START, notes.strip("\n"), NOTES_END, ""]
+  lines.append(_method(results, labels))
+  failing = unconverged(results)
+  lines += ["", "Best step before the last step: " + (
+      "every run." if not failing else f"all but {len(failing)} runs, whose best step is their last (still "
+      f"improving when the schedule ended): {'; '.join(failing)}.")]
+  for corpus, entry in results["corpora"].items():
+    lines += _corpus_lines(corpus, entry, labels)
+  lines += ["", f"![best-step eval loss and self-argmax share against train data]({png_name})", ""]
+  return "\n".join(lines)
+
+
+def _method(results: dict[str, Any], labels: dict[str, str]) -> str:
+  """The paragraph saying how every run was trained, tuned, seeded and scored."""
+  grids = results["grids"]
+  return (
+      f"Written by `{COMMAND}` in {results['seconds'] / 60:.1f} min ({results['cpu_seconds'] / 60:.1f} "
+      f"min of CPU time) on {results['machine']}. Models: {', '.join(labels.values())}. Every run holds out the "
+      "train split's last share as a selection split (never trained on), scores it at every eval, "
+      + (f"stops {results['patience']} evals after its lowest selection loss" if results["patience"]
+         else "runs its whole schedule (no early stopping)")
+      + " and is scored at the eval with the lowest selection loss, its best step; its schedule "
+      f"(warmup, then cosine decay to 0) is {EPOCHS} passes over its train pairs, within [{MIN_STEPS}, the corpus's "
+      "most steps]. Each model's regulariser is chosen per data size on the selection split (seed 0), never on "
+      f"eval: weight decay (AdamW, decoupled) from {{{', '.join(f'{v:g}' for v in grids['weight_decay'])}}} for "
+      f"every model, then for tied + W the penalty λ‖W − I‖² from "
+      f"{{{', '.join(f'{v:g}' for v in grids['hidden_l2'])}}}. "
+      f"Seeds {', '.join(map(str, results['seeds']))} (seed {THIRD_SEED} too for the two best models where their "
+      "spreads overlap): mean ± standard deviation. The count model is add-k counts of exactly the pairs the models "
+      "train on, k chosen on the selection split; Δ count = model − count model (negative: the model beats it). "
+      "Rare inputs: validation pairs whose current token is among the least frequent making up the last 10% of the "
+      "train occurrences used, or never current in them (`tied_embed/data/frequency.py`). Self-argmax: the share of "
+      "validation pairs whose predicted likeliest next token is the current token, from the restored best "
+      "checkpoint in NumPy float64; beside it the data's own rate of repeats (next = current).")
+
+
+def _corpus_lines(corpus: str, entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
+  """One corpus's section: its sizes, the loss table against the count model, the per-model table, the picks and
+  the convergence check."""
+  plan, keys = entry["plan"], list(entry["runs"])
+  lines = [
+      "",
+      f"## {corpus}: {entry['note']}",
+      "",
+      f"V = {entry['vocab_size']}, D = {entry['d_model']}, at most {plan['max_steps']} steps per run, "
+      f"{plan['evals_per_epoch']:g} eval{'s' if plan['evals_per_epoch'] != 1 else ''} per pass over the train "
+      f"pairs (at most {plan['max_evals']} a run); {entry['train_pairs']:,} train pairs at 100% (what the "
+      f"{entry['select_pairs']:,} selection pairs, the train split's last {100 * plan['selection_share']:g}%, "
+      f"leave), {entry['eval_pairs']:,} validation pairs, floor {entry['floor']:.4f} nats, uniform guess "
+      f"log V = {entry['uniform']:.4f}; dataset `{entry['dataset']}`; {entry['seconds'] / 60:.1f} min "
+      f"({entry['cpu_seconds'] / 60:.1f} min CPU).",
+      "",
+      "Best-step eval loss (nats) and its distance from the count model:",
+      "",
+      "| train data | count model (k) | " + " | ".join(f"{labels[k]} (Δ count)" for k in keys) + " | pick |",
+      "|---" * (3 + len(keys)) + "|",
+  ]
+  for fraction, count in entry["count"].items():
+    cells = []
+    for k in keys:
+      mean, sd = mean_sd(entry["runs"][k][fraction], "eval_loss")
+      cells.append(f"{mean:.4f} ± {sd:.4f} ({mean - count['eval_loss']:+.3f})")
+    lines.append(f"| {100 * float(fraction):g}% ({len_used(entry, fraction):,} pairs) | {count['eval_loss']:.4f} "
+                 f"({count['k']:g}) | " + " | ".join(cells) + f" | {labels[ranking(entry, fraction)[0]]} |")
+  lines += _per_model_lines(entry, labels)
+  lines += ["", "Pick per data size: " + "; ".join(picks(entry, labels)) + "."]
+  if "convergence" in entry:
+    lines += convergence_lines(entry, labels)
+  return lines
+
+
+def _per_model_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
+  """The table of each model at each size: its chosen regulariser, best steps, gap, rare-input loss, self-argmax."""
+  lines = [
+      "",
+      "Per model: the chosen regulariser, the best step / the step it ended at (per seed), the gap to the floor, "
+      "the rare-input loss, and the self-argmax share (all pairs / rare inputs) against the data's repeats:",
+      "",
+      "| train data | model | chosen | best / end step | gap % of floor | rare-input loss | self-argmax "
+      "| data repeats |",
+      "|---|---|---|---|---|---|---|---|",
+  ]
+  for fraction, repeats in entry["repeats"].items():
+    for k in entry["runs"]:
+      runs = entry["runs"][k][fraction]
+      steps = ", ".join(f"{run['best_step']}/{run['end_step']}" for run in runs)
+      gap, gap_sd = mean_sd(runs, "gap_percent")
+      rare = mean_sd(runs, "loss_rare_inputs")[0]
+      own, own_rare = mean_sd(runs, "predicts_self")[0], mean_sd(runs, "predicts_self_rare")[0]
+      lines.append(
+          f"| {100 * float(fraction):g}% | {labels[k]} | {_settings_text(entry['tuning'][k][fraction]['chosen'])} "
+          f"| {steps} | {gap:.2f} ± {gap_sd:.2f} | {rare:.4f} | {100 * own:.1f}% / {100 * own_rare:.1f}% | "
+          f"{100 * repeats['repeats']:.1f}% / {100 * repeats['repeats_rare']:.1f}% |")
+  return lines
+
+
+def convergence_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
+  """The convergence check's table and what it shows: the best step before the end of the longer schedule, or how
+  far the loss still moved; and whether the longer runs change the pick or the distance from the count model."""
+  check = entry["convergence"]
+  factor, fraction, count = check["factor"], check["fraction"], check["count_eval_loss"]
+  size = f"{100 * float(fraction):g}%"
+  lines = [
+      "", f"### Convergence at {size}", "",
+      f"Each model at its chosen settings, seed 0, rerun with {factor}× the steps (warmup, then cosine decay to 0 "
+      f"over the longer run, as many evals) and scored at its best step by the selection loss, as above; the count "
+      f"model's eval loss is {count:.4f}. Written in {check['seconds'] / 60:.1f} min "
+      f"({check['cpu_seconds'] / 60:.1f} min CPU).", "",
+      "| model | 1× steps | 1× best / end step | 1× eval loss (Δ count) | "
+      f"{factor}× steps | {factor}× best / end step | {factor}× eval loss (Δ count) | change select / eval | "
+      "best before the end? |",
+      "|---" * 9 + "|",
+  ]
+  for key, run in check["runs"].items():
+    base, long = run["base"], run["long"]
+    lines.append(
+        f"| {labels[key]} | {base['num_steps']} | {base['best_step']} / {base['end_step']} | "
+        f"{base['eval_loss']:.4f} ({base['eval_loss'] - count:+.3f}) | {long['num_steps']} | "
+        f"{long['best_step']} / {long['end_step']} | {long['eval_loss']:.4f} ({long['eval_loss'] - count:+.3f}) | "
+        f"{run['change_select']:+.4f} / {run['change_eval']:+.4f} | "
+        f"{'yes' if long['best_step'] < long['end_step'] else 'no'} |")
+  still = [labels[key] for key, run in check["runs"].items() if run["long"]["best_step"] >= run["long"]["end_step"]]
+  most = max(check["runs"], key=lambda key: abs(check["runs"][key]["change_eval"]))
+  moved = f"{abs(check['runs'][most]['change_eval']):.4f} nats ({labels[most]})"
+  if not still:
+    verdict = (f"Criterion met: enough steps. At {factor}× every model's best step comes before the end of its "
+               f"schedule, and from 1× to {factor}× the eval loss moved by at most {moved}: the 1× runs are "
+               "converged to within that.")
+  else:
+    verdict = (f"Best step before the end: not met for {', '.join(still)}, whose best step is still the last at "
+               f"{factor}×: still improving. From 1× to {factor}× the eval loss moved by at most {moved}; the 1× "
+               "runs are at least that far from converged.")
+  verdict += " The tables above and the ranking use the 1× runs."
+  lines += ["", verdict]
+  change = convergence_change(entry, labels)
+  if change:
+    lines += ["", change]
+  return lines
+
+
+def convergence_change(entry: dict[str, Any], labels: dict[str, str]) -> str:
+  """One sentence where the convergence check's longer runs change the pick at its size, or move a model's distance
+  from the count model by more than that model's seed spread (sd of its 1× runs); '' where they do not."""
+  check = entry["convergence"]
+  fraction, factor = check["fraction"], check["factor"]
+  first = ranking(entry, fraction)[0]
+  long_first = min(check["runs"], key=lambda key: check["runs"][key]["long"]["eval_loss"])
+  spread = {key: mean_sd(entry["runs"][key][fraction], "eval_loss")[1] for key in check["runs"]}
+  moved = [key for key, run in check["runs"].items() if abs(run["change_eval"]) > spread[key]]
+  parts = []
+  if long_first != first:
+    parts.append(f"the pick becomes {labels[long_first]}")
+  if moved:
+    parts.append("the distance from the count model moves by more than the seeds' spread for "
+                 + ", ".join(f"{labels[key]} ({check['runs'][key]['change_eval']:+.3f}, sd {spread[key]:.4f})"
+                             for key in moved))
+  if not parts:
+    return ""
+  best = check["runs"][long_first]["long"]["eval_loss"] - check["count_eval_loss"]
+  return (f"With {factor}× the steps at {100 * float(fraction):g}% (seed 0): " + "; ".join(parts)
+          + f"; {labels[long_first]} ends {best:+.3f} nats from the count model.")
+
+
+def convergence_readme(entry: dict[str, Any], labels: dict[str, str]) -> str:
+  """The README's clause on the convergence check: where the longer runs change the pick, or move the pick's
+  distance from the count model by more than its seed spread, that distance at F× ('' otherwise)."""
+  check = entry["convergence"]
+  fraction, factor = check["fraction"], check["factor"]
+  first = ranking(entry, fraction)[0]
+  long_first = min(check["runs"], key=lambda key: check["runs"][key]["long"]["eval_loss"])
+  moved = abs(check["runs"][first]["change_eval"]) > mean_sd(entry["runs"][first][fraction], "eval_loss")[1]
+  if long_first == first and not moved:
+    return ""
+  distance = check["runs"][long_first]["long"]["eval_loss"] - check["count_eval_loss"]
+  side = f"count model {distance:.3f} ahead" if distance > 0 else f"{-distance:.3f} ahead of the count model"
+  return (f" (with {factor}× the steps, seed 0: {labels[long_first]}" + (", the pick" if long_first != first else "")
+          + f", {side})")
+
+
+def len_used(entry: dict[str, Any], fraction: str) -> int:
+  from tied_embed.data import bigram as data_lib  # noqa: PLC0415
+
+  return data_lib.train_pairs_used(entry["train_pairs"], float(fraction))
+
+
+def readme_block(results: dict[str, Any]) -> str:
+  """The README's first-screen answer: per corpus and data size the model to pick, by how much (nats of eval loss
+  at the best step) or that the seeds cannot separate it from the next one, and where the count model is ahead."""
+  labels = {model["key"]: model["label"].split("  ")[0] for model in results["models"]}
+  lines = []
+  for corpus, entry in results["corpora"].items():
+    sizes = []
+    for fraction, count in entry["count"].items():
+      first, second = ranking(entry, fraction)[:2]
+      (m1, s1), (m2, s2) = (mean_sd(entry["runs"][k][fraction], "eval_loss") for k in (first, second))
+      pick = (f"{labels[first]} ≈ {labels[second]}" if m2 - s2 <= m1 + s1
+              else f"{labels[first]} by {m2 - m1:.3f}")
+      behind = f", count model {m1 - count['eval_loss']:.3f} ahead" if count["eval_loss"] < m1 else ""
+      sizes.append(f"{100 * float(fraction):g}% {pick}{behind}")
+    lines.append(f"- **{corpus}** ({entry['note'].split(' (')[0]}, V = {entry['vocab_size']}): " + "; ".join(sizes))
+    if "convergence" in entry:
+      lines[-1] += convergence_readme(entry, labels)
+  lines.append(f"\nMeasured by `{COMMAND}` in {results['seconds'] / 60:.0f} min "
+               f"({results['cpu_seconds'] / 60:.0f} min of CPU time) on {results['machine']}.")
+  return "\n".join(lines)
+
+
+def figure(results: dict[str, Any]):
+  """Per corpus: the best-step eval loss against train pairs, one line per model, with the count model and the
+  floor; and the self-argmax share with the data's repeat rate."""
+  from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
+  from matplotlib.figure import Figure  # noqa: PLC0415
+  from matplotlib.ticker import FuncFormatter  # noqa: PLC0415
+
+  labels = {model["key"]: model["label"] for model in results["models"]}
+  names = list(results["corpora"])
+  fig = Figure(figsize=(11, 4.2 * len(names)))
+  FigureCanvasAgg(fig)
+  axes = fig.subplots(len(names), 2, squeeze=False)
+  for row, corpus in enumerate(names):
+    entry = results["corpora"][corpus]
+    fractions = list(entry["count"])
+    pairs = [len_used(entry, f) for f in fractions]
+    loss_ax, self_ax = axes[row]
+    for key, runs in entry["runs"].items():
+      means, sds = zip(*(mean_sd(runs[f], "eval_loss") for f in fractions), strict=True)
+      loss_ax.errorbar(pairs, means, yerr=sds, marker="o", capsize=3, label=labels[key])
+      means, sds = zip(*(mean_sd(runs[f], "predicts_self") for f in fractions), strict=True)
+      self_ax.errorbar(pairs, 100 * np.array(means), yerr=100 * np.array(sds), marker="o", capsize=3,
+                       label=labels[key])
+    loss_ax.plot(pairs, [entry["count"][f]["eval_loss"] for f in fractions], "k--", marker="s",
+                 label="count bigram (add-k)")
+    loss_ax.axhline(entry["floor"], color="grey", linestyle=":", label="floor (unreachable)")
+    self_ax.plot(pairs, [100 * entry["repeats"][f]["repeats"] for f in fractions], "k--",
+                 label="data: next = current")
+    loss_ax.set_ylabel("best-step eval loss (nats)")
+    self_ax.set_ylabel("predicted next = current (% of eval pairs)")
+    loss_ax.set_title(f"{corpus}: best-step eval loss")
+    self_ax.set_title(f"{corpus}: likeliest next token = the current one")
+    for ax in (loss_ax, self_ax):
+      ax.set_xscale("log")
+      ax.set_xlabel("train pairs used")
+      ax.grid(alpha=0.3)
+      ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))  # 1,000,000, not 1e+06
+      ax.xaxis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
+    loss_ax.legend(fontsize=8)
+    self_ax.legend(fontsize=8)
+  fig.tight_layout()
+  return fig
+
+
+
+
+def results_problem(results: Any) -> str:
+  """Why `results` is not a sweep's results file ('' where it is): a missing key, or tables that cannot be made."""
+  if not isinstance(results, dict):
+    return f"expected a JSON object, got {type(results).__name__}"
+  missing = [key for key in RESULTS_KEYS if key not in results]
+  if missing:
+    return f"no {missing[0]!r} key, which the sweep writes"
+  if not isinstance(results["corpora"], dict) or not results["corpora"]:
+    return "'corpora' holds no corpus"
+  for name, entry in results["corpora"].items():
+    missing = [key for key in CORPUS_KEYS if not isinstance(entry, dict) or key not in entry]
+    if missing:
+      return f"its {name!r} corpus has no {missing[0]!r} key"
+  try:
+    markdown(results, "when_to_tie.png")
+    readme_block(results)
+  except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as error:
+    return f"its tables cannot be made ({type(error).__name__}: {error})"
+  return ""
+
+
+def render(results: dict[str, Any], notes: str = "") -> dict[str, str | bytes]:
+  """The contents of when_to_tie.{json,md,png}, all made before any is written."""
+  png = io.BytesIO()
+  figure(results).savefig(png, format="png", dpi=100)
+  return {"json": json.dumps(results, indent=1, allow_nan=True), "md": markdown(results, "when_to_tie.png", notes),
+          "png": png.getvalue()}
+
+
+def write(results: dict[str, Any], out: pathlib.Path, notes: str = "") -> list[pathlib.Path]:
+  """<out>/when_to_tie.{json,md,png}: → their paths."""
+  contents = render(results, notes)
+  out.mkdir(parents=True, exist_ok=True)
+  paths = [out / f"when_to_tie.{suffix}" for suffix in SUFFIXES]
+  for path, suffix in zip(paths, SUFFIXES, strict=True):
+    data = contents[suffix]
+    if isinstance(data, bytes):
+      path.write_bytes(data)
+    else:
+      path.write_text(data)
+  return paths
+
+
+def kept_notes(path: pathlib.Path) -> str:
+  """The hand-written notes between the NOTES markers of an existing docs page ('' if none)."""
+  return common.block(path.read_text() if path.exists() else "", NOTES_START, NOTES_END) or ""
+
+
+def write_readme(results: dict[str, Any], readme: pathlib.Path) -> None:
+  """Rewrites the generated sentence of the README's when-to-tie block (between its markers), keeping the rest."""
+  _write_picks(readme_block(results), readme)
+
+
+def _write_picks(picks_text: str, readme: pathlib.Path) -> None:
+  """The picks block inside the README's when-to-tie block set to `picks_text`; a README without both left alone."""
+  text = readme.read_text()
+  section = common.block(text, README_START, README_END)
+  rewritten = None if section is None else common.replace_block(section, PICKS_START, PICKS_END, f"\n{picks_text}\n")
+  if rewritten is not None:
+    readme.write_text(common.replace_block(text, README_START, README_END, rewritten))
+
+
+def publish(results: dict[str, Any], out: pathlib.Path, write_docs: bool) -> list[pathlib.Path]:
+  """Writes <out>/when_to_tie.*; with `write_docs` also docs/when_to_tie.* (keeping its notes) and README's picks."""
+  docs = REPO / "docs"
+  picks_text = readme_block(results)  # made before anything is written, as `write` makes its files
+  paths = write(results, out, kept_notes(docs / "when_to_tie.md") if write_docs else "")
+  if write_docs:
+    for path in paths:
+      if path.resolve() != (docs / path.name).resolve():
+        shutil.copyfile(path, docs / path.name)
+    _write_picks(picks_text, REPO / "README.md")
+  return paths

@@ -1,0 +1,257 @@
+"""The sweep's runs: each model trained, tuned on the selection split and scored at its best step, the convergence
+check, and the plain-NumPy references they are scored against (the count-bigram model, the repeat shares)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import math
+import pathlib
+import shutil
+import time
+from typing import Any
+
+import numpy as np
+
+from science.when_to_tie.plan import (
+  CONVERGENCE_FACTOR,
+  MIN_STEPS,
+  MODELS,
+  PATIENCE,
+  THIRD_SEED,
+  Corpus,
+  Model,
+  Plan,
+  run_config,
+  schedule,
+)
+
+# --- the count-bigram reference and the repeat shares: plain NumPy, independent of the trainer --------------------
+
+
+def count_reference(train: tuple[np.ndarray, np.ndarray], selection: tuple[np.ndarray, np.ndarray],
+                    evaluation: tuple[np.ndarray, np.ndarray], vocab_size: int) -> dict[str, float]:
+  """The add-k count bigram model of the train pairs (N,), (N,), k chosen on the selection pairs: → {k, select_loss,
+  eval_loss} (nats)."""
+  from tied_embed.data.text import count_bigram  # noqa: PLC0415
+
+  fit = count_bigram.PairCounts.of(*train, vocab_size)
+  k = count_bigram.best_k(fit, *selection)
+  return {"k": k, "select_loss": count_bigram.add_k_loss(fit, *selection, k),
+          "eval_loss": count_bigram.add_k_loss(fit, *evaluation, k)}
+
+
+def row_predictions(lookup: np.ndarray, projection: np.ndarray, rows: int = 512) -> tuple[np.ndarray, np.ndarray]:
+  """Each token's logsumexp and likeliest next token under logits = lookup · projectionᵀ, in float64.
+
+  lookup, projection: (V, D) → (logsumexp (V,) float64, argmax (V,) int64), `rows` rows of logits at a time.
+  """
+  lookup, projection = np.asarray(lookup, np.float64), np.asarray(projection, np.float64)
+  lse, argmax = np.empty(len(lookup)), np.empty(len(lookup), np.int64)
+  for start in range(0, len(lookup), rows):
+    logits = lookup[start : start + rows] @ projection.T
+    top = logits.max(axis=1)
+    lse[start : start + rows] = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
+    argmax[start : start + rows] = logits.argmax(axis=1)
+  return lse, argmax
+
+
+def pair_losses(lookup: np.ndarray, projection: np.ndarray, lse: np.ndarray, ids: np.ndarray,
+                next_ids: np.ndarray, chunk: int = 65_536) -> np.ndarray:
+  """-log P(next | current) of pairs (M,), (M,) from the tables (V, D) and row logsumexps (V,): → (M,) float64."""
+  lookup, projection = np.asarray(lookup, np.float64), np.asarray(projection, np.float64)
+  out = np.empty(len(ids))
+  for start in range(0, len(ids), chunk):
+    i, j = ids[start : start + chunk], next_ids[start : start + chunk]
+    out[start : start + chunk] = lse[i] - np.einsum("md,md->m", lookup[i], projection[j])
+  return out
+
+
+def best_step_scores(lookup: np.ndarray, projection: np.ndarray, eval_ids: np.ndarray, eval_next: np.ndarray,
+                     rare: np.ndarray) -> dict[str, float]:
+  """A model's scoring tables (V, D) on the eval pairs (M,): its loss, its loss on rare inputs (`rare`: (V,) bool),
+  and the share of pairs (all, rare inputs) whose likeliest next token is the current token."""
+  lse, argmax = row_predictions(lookup, projection)
+  losses = pair_losses(lookup, projection, lse, eval_ids, eval_next)
+  on_rare = rare[eval_ids]
+  predicts_self = argmax[eval_ids] == eval_ids
+  return {"eval_loss": float(losses.mean()), "loss_rare_inputs": _mean(losses[on_rare]),
+          "predicts_self": float(predicts_self.mean()), "predicts_self_rare": _mean(predicts_self[on_rare])}
+
+
+def repeat_shares(eval_ids: np.ndarray, eval_next: np.ndarray, rare: np.ndarray) -> dict[str, float]:
+  """The data's own rate of repeats: the share of eval pairs (all, rare inputs) with next == current."""
+  repeats = eval_ids == eval_next
+  return {"repeats": float(repeats.mean()), "repeats_rare": _mean(repeats[rare[eval_ids]]),
+          "rare_pair_share": float(rare[eval_ids].mean())}
+
+
+def _mean(values: np.ndarray) -> float:
+  return float(np.mean(values, dtype=np.float64)) if len(values) else float("nan")
+
+
+# --- the sweep ----------------------------------------------------------------------------------------------------
+
+class Sweep:
+  """Runs and remembers the runs of one corpus."""
+
+  def __init__(self, corpus: Corpus, plan: Plan, out: pathlib.Path, keep_runs: bool):
+    from tied_embed.data import bigram as data_lib  # noqa: PLC0415
+
+    self.corpus, self.plan, self.keep_runs = corpus, plan, keep_runs
+    self.data_dir = out / "data" / corpus.key
+    self.runs_dir = out / "runs" / corpus.key
+    shutil.rmtree(self.runs_dir, ignore_errors=True)  # a rerun trains afresh, whatever the steps were
+    probe = run_config(corpus, MODELS[0], 1.0, 0, {}, MIN_STEPS, MIN_STEPS, self.data_dir, plan.selection_share)
+    with contextlib.redirect_stdout(io.StringIO()):  # TFDS's 'downloading' chatter, as the trainer drops it
+      self.data = data_lib.load_bigram_data(probe, self.runs_dir / "probe")  # builds the shared dataset once
+    self.batch_size = int(probe.train.batch_size)
+
+  def train_pairs(self, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """Exactly the pairs a run at `fraction` trains on (the trainer's `train_pairs_used` of what selection leaves)."""
+    from tied_embed.data import bigram as data_lib  # noqa: PLC0415
+
+    used = data_lib.train_pairs_used(len(self.data.train_ids), fraction)
+    return self.data.train_ids[:used], self.data.train_next[:used]
+
+  def rare_inputs(self, fraction: float) -> np.ndarray:
+    """(V,) bool: the tokens in the rare bucket of the train pairs used at `fraction` (tied_embed/data/frequency)."""
+    from tied_embed.data import frequency  # noqa: PLC0415
+
+    counts = np.bincount(self.train_pairs(fraction)[0], minlength=self.corpus.vocab_size)
+    return frequency.input_buckets(counts) == frequency.BUCKETS.index("rare")
+
+  def train(self, model: Model, fraction: float, seed: int, settings: dict[str, float],
+            steps_factor: int = 1) -> dict[str, Any]:
+    """One run, scored at its best step: → its numbers. `steps_factor` stretches its schedule: that many times the
+    steps and the steps between evals (the same warmup share, cosine decay and eval count; the convergence check)."""
+    from tied_embed.train import checkpoint, trainer  # noqa: PLC0415
+
+    steps, every = schedule(self.plan, len(self.train_pairs(fraction)[0]), self.batch_size)
+    steps, every = steps * steps_factor, every * steps_factor
+    config = run_config(self.corpus, model, fraction, seed, settings, steps, every, self.data_dir,
+                        self.plan.selection_share)
+    name = "-".join(f"{key}={value:g}" for key, value in sorted(settings.items()))
+    stretched = "" if steps_factor == 1 else f"-x{steps_factor}"
+    workdir = self.runs_dir / f"{model.key}-{name}-f{fraction:g}-s{seed}{stretched}"
+    started, cpu_started = time.perf_counter(), time.process_time()
+    summary = trainer.train_and_evaluate(config, workdir)
+    best = checkpoint.restore(workdir, step=summary.best_step).model
+    lookup, projection = (np.asarray(table) for table in best.scoring_tables())
+    scores = best_step_scores(lookup, projection, self.data.eval_ids, self.data.eval_next, self.rare_inputs(fraction))
+    run = {
+        "seed": seed, "settings": dict(settings), "steps_factor": steps_factor, "eval_every": every,
+        "num_steps": steps,
+        "best_step": summary.best_step, "end_step": summary.step, "stopped_early": summary.stopped_early,
+        "select_loss": summary.best_select_loss, "eval_loss": summary.best_eval_loss,
+        "gap_percent": 100 * (summary.best_eval_loss - summary.loss_floor) / summary.loss_floor,
+        "loss_rare_inputs": summary.best_eval.get("eval/loss_rare_inputs", float("nan")),
+        "end_eval_loss": summary.eval_loss,
+        "float64_eval_loss": scores["eval_loss"],  # the restored best checkpoint rescored in NumPy
+        "predicts_self": scores["predicts_self"], "predicts_self_rare": scores["predicts_self_rare"],
+        "param_count": summary.param_count,
+        "seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu_started,
+    }
+    if not self.keep_runs:  # the numbers are all the sweep needs of it
+      shutil.rmtree(workdir)
+    print(f"  {self.corpus.key:7s} {model.key:7s} {name:28s} f={fraction:<5g} seed {seed}"
+          f"{'' if steps_factor == 1 else f' ×{steps_factor}'}: best step "
+          f"{run['best_step']:>4}/{run['end_step']:<4} select {run['select_loss']:.4f} eval {run['eval_loss']:.4f} "
+          f"self-argmax {100 * run['predicts_self']:5.1f}%  [{run['seconds']:.1f} s, {run['cpu_seconds']:.1f} s CPU]",
+          flush=True)
+    return run
+
+
+def tune(sweep: Sweep, model: Model, fraction: float, seed: int, grids: dict[str, tuple[float, ...]]):
+  """Coordinate search of `model.tuned` over `grids` by select/loss at the best step, on `seed`: → (the chosen
+  settings, its run, every trial {settings: select/loss})."""
+  settings = {axis: grids[axis][0] for axis in model.tuned}
+  trials: dict[tuple, dict[str, Any]] = {}
+  for axis in model.tuned:
+    for value in grids[axis]:
+      candidate = {**settings, axis: value}
+      key = tuple(sorted(candidate.items()))
+      if key not in trials:
+        trials[key] = sweep.train(model, fraction, seed, candidate)
+    best = min(grids[axis], key=lambda value: trials[tuple(sorted({**settings, axis: value}.items()))]["select_loss"])
+    settings = {**settings, axis: best}
+  chosen = trials[tuple(sorted(settings.items()))]
+  return settings, chosen, [{key: run[key] for key in ("settings", "select_loss", "best_step", "eval_loss",
+                                                      "predicts_self") if key in run} for run in trials.values()]
+
+
+def spreads_cross(runs_by_model: dict[str, list[dict[str, Any]]]) -> list[str]:
+  """The two models with the lowest mean eval loss if their mean ± sd ranges overlap, else []."""
+  stats = {key: mean_sd(runs, "eval_loss") for key, runs in runs_by_model.items()}
+  first, second = sorted(stats, key=lambda key: stats[key][0])[:2]
+  (m1, s1), (m2, s2) = stats[first], stats[second]
+  return [first, second] if m2 - s2 <= m1 + s1 else []
+
+
+CONVERGENCE_KEYS = ("num_steps", "eval_every", "best_step", "end_step", "select_loss", "eval_loss")
+
+
+def convergence_check(sweep: Sweep, entry: dict[str, Any], models: tuple[Model, ...], factor: int) -> dict[str, Any]:
+  """At the entry's largest data size, each model at its chosen settings rerun on seed 0 with `factor` × the steps:
+  → {fraction, factor, count_eval_loss, runs: {model: {base, long, change_select, change_eval}}, seconds, ...}."""
+  started, cpu_started = time.perf_counter(), time.process_time()
+  fraction = max(entry["count"], key=float)
+  check: dict[str, Any] = {"fraction": fraction, "factor": factor,
+                           "count_eval_loss": entry["count"][fraction]["eval_loss"], "runs": {}}
+  for model in models:
+    base = next(run for run in entry["runs"][model.key][fraction] if run["seed"] == 0)
+    long = sweep.train(model, float(fraction), 0, entry["tuning"][model.key][fraction]["chosen"], steps_factor=factor)
+    check["runs"][model.key] = {
+        "base": {key: base[key] for key in CONVERGENCE_KEYS}, "long": long,
+        "change_select": long["select_loss"] - base["select_loss"],
+        "change_eval": long["eval_loss"] - base["eval_loss"],
+    }
+  check["seconds"] = time.perf_counter() - started
+  check["cpu_seconds"] = time.process_time() - cpu_started
+  return check
+
+
+def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, grids, plan: Plan,
+                 out: pathlib.Path, keep_runs: bool = False, third_seed: bool = True,
+                 convergence_factor: int = CONVERGENCE_FACTOR) -> dict[str, Any]:
+  """Every model × fraction × seed on one corpus, each tuned on the selection split, and the convergence check at
+  the largest fraction (`convergence_factor` 0: none): → the corpus's JSON entry."""
+  started, cpu_started = time.perf_counter(), time.process_time()
+  sweep = Sweep(corpus, plan, out, keep_runs)
+  data = sweep.data
+  entry: dict[str, Any] = {
+      "note": corpus.note, "dataset": data.identity, "vocab_size": corpus.vocab_size,
+      "d_model": int(corpus.base.get_config().model.d_model), "plan": dataclasses.asdict(plan), "patience": PATIENCE,
+      "floor": data.loss_floor, "uniform": math.log(corpus.vocab_size),
+      "train_pairs": len(data.train_ids), "select_pairs": len(data.select_ids), "eval_pairs": len(data.eval_ids),
+      "count": {}, "repeats": {}, "tuning": {model.key: {} for model in models},
+      "runs": {model.key: {} for model in models},
+  }
+  for fraction in fractions:
+    key = f"{fraction:g}"
+    entry["count"][key] = count_reference(sweep.train_pairs(fraction), (data.select_ids, data.select_next),
+                                          (data.eval_ids, data.eval_next), corpus.vocab_size)
+    entry["repeats"][key] = repeat_shares(data.eval_ids, data.eval_next, sweep.rare_inputs(fraction))
+    print(f"  {corpus.key:7s} count model f={fraction:g}: k = {entry['count'][key]['k']:g}, eval "
+          f"{entry['count'][key]['eval_loss']:.4f}", flush=True)
+    for model in models:
+      settings, chosen, trials = tune(sweep, model, fraction, seeds[0], grids)
+      entry["tuning"][model.key][key] = {"chosen": settings, "trials": trials}
+      entry["runs"][model.key][key] = [chosen] + [sweep.train(model, fraction, seed, settings) for seed in seeds[1:]]
+    if third_seed and len(seeds) > 1:
+      for model_key in spreads_cross({model.key: entry["runs"][model.key][key] for model in models}):
+        model = next(m for m in models if m.key == model_key)
+        entry["runs"][model_key][key].append(
+            sweep.train(model, fraction, THIRD_SEED, entry["tuning"][model_key][key]["chosen"]))
+  if convergence_factor:
+    entry["convergence"] = convergence_check(sweep, entry, models, convergence_factor)
+  entry["seconds"] = time.perf_counter() - started
+  entry["cpu_seconds"] = time.process_time() - cpu_started
+  return entry
+
+
+def mean_sd(runs: list[dict[str, Any]], key: str) -> tuple[float, float]:
+  """The mean and standard deviation of `key` over runs (the seeds of one model at one size)."""
+  values = np.array([run[key] for run in runs], np.float64)
+  return float(np.mean(values)), float(np.std(values))
