@@ -3,6 +3,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+NOTEBOOK_STAMP := $(VENV)/.notebook-installed
 KERNEL := tied_embed/fast/mkl/_gemm.so
 export TF_CPP_MIN_LOG_LEVEL := 3
 
@@ -10,7 +11,7 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 CONFIG ?= configs/default.py
 WORKDIR ?= runs/default
 
-.PHONY: install train test inspect tensorboard results bench lint clean
+.PHONY: install train test inspect tensorboard results bench lint notebook clean
 
 install: $(STAMP) $(KERNEL)
 
@@ -33,8 +34,19 @@ $(KERNEL): $(STAMP) tied_embed/fast/mkl/gemm.h tied_embed/fast/mkl/gemm.cc tied_
 train: $(STAMP) $(KERNEL)
 	$(PY) train.py --config $(CONFIG) --workdir $(WORKDIR)
 
-test: $(STAMP) $(KERNEL)
+test: $(STAMP) $(KERNEL) $(NOTEBOOK_STAMP)
 	$(PY) -m pytest -q
+
+# The tutorial's runner and kernel (jupytext, nbclient, ipykernel): `make test` runs the notebook, `make train` never
+# needs them. `make notebook` executes docs/tutorial.md from the repository root into runs/tutorial.ipynb, outputs
+# and pictures included (headless: open that file in any Jupyter or notebook viewer).
+$(NOTEBOOK_STAMP): $(STAMP) requirements-notebook.txt
+	$(PY) -m pip install --quiet -r requirements-notebook.txt
+	touch $(NOTEBOOK_STAMP)
+
+notebook: $(STAMP) $(KERNEL) $(NOTEBOOK_STAMP)
+	mkdir -p runs
+	$(VENV)/bin/jupytext --to ipynb --execute --run-path . docs/tutorial.md -o runs/tutorial.ipynb
 
 inspect: $(STAMP)
 	$(PY) -m tied_embed.inspection --workdir $(WORKDIR)
