@@ -26,6 +26,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import jax  # noqa: E402
 
 from benchmarks import entrypoint, memory, throughput, workload  # noqa: E402
+from science import common  # noqa: E402
 
 DEFAULT_JSON = pathlib.Path("runs/bench/results.json")
 SECTIONS = {
@@ -41,20 +42,6 @@ VECTOR_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512
                 "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
 
 
-def _cpuinfo() -> tuple[str, list[str]]:
-  """(model name, the VECTOR_FLAGS it has) from /proc/cpuinfo; the platform's name and [] where there is none."""
-  try:
-    lines = pathlib.Path("/proc/cpuinfo").read_text().splitlines()
-  except OSError:
-    return platform.processor(), []
-  fields = {}
-  for line in lines:
-    key, _, value = line.partition(":")
-    fields.setdefault(key.strip(), value.strip())
-  flags = set(fields.get("flags", "").split())
-  return fields.get("model name", platform.processor()), [flag for flag in VECTOR_FLAGS if flag in flags]
-
-
 def matrix_units(flags: list[str]) -> str:
   """The CPU's bfloat16 matrix hardware in words, from its flags: what PyTorch's and the AMX kernel's bf16 use."""
   amx = [flag for flag in flags if flag.startswith("amx_")]
@@ -65,7 +52,8 @@ def matrix_units(flags: list[str]) -> str:
 
 def machine() -> dict:
   """What the numbers ran on."""
-  cpu, flags = _cpuinfo()
+  cpu, present = common.cpu()
+  flags = [flag for flag in VECTOR_FLAGS if flag in present]
   try:
     import torch  # noqa: PLC0415
 

@@ -8,6 +8,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from science import common
+
 UNTIED = "untied a=1 b=1"
 TIED = "tied a=1 b=1"
 
@@ -99,7 +101,6 @@ def write(results: dict, out: pathlib.Path) -> None:
   sizes = results["sizes"]
   rates = ", ".join(f"{name} lr {rate:g}" for name, rate in sizes["learning_rates"].items())
   lines = [
-      BEGIN,
       f"V = {sizes['vocab_size']}, D = {sizes['d_model']}, batch {sizes['batch_size']}, {sizes['steps']} steps, "
       f"{sizes['seeds']} seeds (model init and batch order; the task is fixed), {rates}, {sizes['schedule']}; "
       f"the sweep took {results['seconds']:.0f} s. Mean ± standard deviation over seeds.",
@@ -109,12 +110,9 @@ def write(results: dict, out: pathlib.Path) -> None:
     lines.append(f"- **{task}**: {entry['note']}; floor {entry['floor']:.4f} nats.")
   for optimizer in sizes["learning_rates"]:
     lines += ["", f"### Sweep, {optimizer}", "", *sweep_table(results, optimizer)]
-  lines += ["", f"![sweep]({out.name}.png)", "", "### Asymmetry budget", "", *asymmetry_table(results), END]
+  lines += ["", f"![sweep]({out.name}.png)", "", "### Asymmetry budget", "", *asymmetry_table(results)]
+  body = "\n" + "\n".join(lines) + "\n"
   path = out.with_suffix(".md")
-  old = path.read_text() if path.exists() else ""
-  if BEGIN in old and END in old:
-    text = old[:old.index(BEGIN)] + "\n".join(lines) + old[old.index(END) + len(END):]
-  else:
-    text = "# Path gradient scaling and the asymmetry budget\n\n" + "\n".join(lines) + "\n"
-  path.write_text(text)
+  if not common.rewrite_block(path, BEGIN, END, body):
+    path.write_text(f"# Path gradient scaling and the asymmetry budget\n\n{BEGIN}{body}{END}\n")
   figure(results).savefig(out.with_suffix(".png"), dpi=110)

@@ -23,6 +23,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from science import common  # noqa: E402
 from tied_embed.train.metrics import read_scalars  # noqa: E402
 
 START, END = "<!-- RESULTS:START (written by scripts/results.py) -->", "<!-- RESULTS:END -->"
@@ -43,14 +44,11 @@ def machine() -> str:
   """'AMD EPYC 7B13, 2 cores, AVX2 AVX-512F ...' from /proc/cpuinfo, plus memory, Python and JAX versions."""
   import jax  # noqa: PLC0415
 
-  cpuinfo = pathlib.Path("/proc/cpuinfo").read_text() if pathlib.Path("/proc/cpuinfo").exists() else ""
-  model = re.search(r"model name\s*:\s*(.*)", cpuinfo)
-  flags_line = re.search(r"flags\s*:\s*(.*)", cpuinfo)
-  flags = set(flags_line.group(1).split()) if flags_line else set()
+  model, flags = common.cpu()
   wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
   memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
   return (
-      f"{model.group(1).strip() if model else platform.processor()}, {os.cpu_count()} cores, "
+      f"{model}, {os.cpu_count()} cores, "
       f"vector extensions: {' '.join(f for f in wanted if f in flags) or 'none of ' + ', '.join(wanted)}; "
       f"{memory:.0f} GiB; Python {platform.python_version()}, jax {jax.__version__}"
   )
@@ -163,11 +161,7 @@ def main(argv: list[str] | None = None) -> None:
   if not args.write_docs:
     return
   (ROOT / "docs" / "results.md").write_text("# Results\n\n" + text + "\n")
-  readme = (ROOT / "README.md").read_text()
-  if START in readme and END in readme:
-    before, rest = readme.split(START, 1)
-    _, after = rest.split(END, 1)
-    (ROOT / "README.md").write_text(f"{before}{START}\n{text}\n{END}{after}")
+  common.rewrite_block(ROOT / "README.md", START, END, f"\n{text}\n")
   print("wrote docs/results.md and README.md's results table")
 
 
