@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import fcntl
 import json
 import os
 import pathlib
 import shlex
 import socket
+import stat
+import tempfile
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
 
 class UsageError(Exception):
@@ -87,33 +90,49 @@ LOCK_NAME = ".lock"
 
 
 def holder(directory: str | pathlib.Path) -> str:
-  """Who holds (or last held) the lock of `directory`, as 'host H, pid P, since T'; 'unknown' if unreadable."""
+  """Who holds (or last held) the lock of `directory`, as 'host H, pid P, since T'; 'unknown' if unreadable.
+
+  A .lock that is a symbolic link is not read (its target is outside what the run owns)."""
   try:
-    record = json.loads((pathlib.Path(directory) / LOCK_NAME).read_text())
+    fd = os.open(pathlib.Path(directory) / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+      record = json.loads(f.read(4096))
     return f"host {record['host']}, pid {record['pid']}, since {record['since']}"
   except (OSError, ValueError, KeyError, TypeError):
     return "unknown holder"
 
 
 def is_locked(directory: str | pathlib.Path) -> bool:
-  """Whether some process holds the lock of `directory` now (a probe: takes and releases it if free)."""
+  """Whether some process holds the lock of `directory` now (a probe: takes and releases it if free).
+
+  Opens the lock read-only (flock needs no write access), so that it answers on a read-only workdir too, and
+  never through a symbolic link: a .lock that is not a regular file is not a lock this project made (False).
+  """
   path = pathlib.Path(directory) / LOCK_NAME
-  if not path.exists():
-    return False
-  with path.open("a") as f:
+  try:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+  except OSError:
+    return False  # none there, a link, or unreadable: no lock another run of ours could hold
+  try:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+      return False
     try:
-      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
       return True
-    fcntl.flock(f, fcntl.LOCK_UN)
-  return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
+  finally:
+    os.close(fd)
 
 
 def refuse_if_held(directory: str | pathlib.Path, what: str) -> None:
-  """The UsageError `exclusive` would raise if another process holds the lock of `directory` now; creates nothing.
+  """The UsageError `exclusive` would raise if another process holds the lock of `directory` now, or if its
+  .lock is not a regular file; creates nothing.
 
   A cheap early check (the command line makes it before its slow imports); `exclusive` still takes the lock.
   """
+  _refuse_odd_lock_file(pathlib.Path(directory) / LOCK_NAME, what)
   if is_locked(directory):
     raise _in_use(directory, what)
 
@@ -124,6 +143,38 @@ def _in_use(directory: str | pathlib.Path, what: str) -> UsageError:
   )
 
 
+def _refuse_odd_lock_file(path: pathlib.Path, what: str) -> None:
+  """UsageError if `path` (a .lock) exists but is not a regular file: a link would make the lock's record land
+  in its target, outside the directory."""
+  try:
+    mode = path.lstat().st_mode
+  except OSError:
+    return
+  if not stat.S_ISREG(mode):
+    kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+    raise UsageError(f"{one_line(str(path))} is {kind}; {what} keeps its lock file there: remove it, or use "
+                     f"another directory")
+
+
+def _open_lock(directory: pathlib.Path, path: pathlib.Path, what: str) -> int:
+  """A read-write descriptor on the lock file `path` (created if needed), never through a link; UsageError (one
+  line) for a .lock that is not a regular file, or a directory the lock cannot be created or opened in."""
+  _refuse_odd_lock_file(path, what)
+  try:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+  except OSError as error:
+    if error.errno == errno.ELOOP:  # made a link since the check above
+      _refuse_odd_lock_file(path, what)
+    if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR):
+      raise UsageError(f"{what}: {one_line(str(directory))} is not writable ({error.strerror or error}): the run "
+                       f"keeps its lock there; use a writable directory") from None
+    raise
+  if not stat.S_ISREG(os.fstat(fd).st_mode):  # made something else since the check above
+    os.close(fd)
+    _refuse_odd_lock_file(path, what)
+  return fd
+
+
 @contextlib.contextmanager
 def exclusive(
     directory: str | pathlib.Path, what: str, *, record_now: bool = True
@@ -132,39 +183,107 @@ def exclusive(
 
   `what` names the directory in the error, e.g. '--workdir=runs/default'. Waits for nothing: a second run is
   refused at once rather than queued behind the first. Yields `record()`, which writes who holds the lock into
-  the file. With `record_now=False` the caller calls it once its own checks have passed: if the body raises
-  before that, the lock file is left as it was found, or removed (the directory's times put back) if this call
-  created it, so that a refused run changes nothing.
+  the file. With `record_now=False` the caller calls it once its own checks have passed (or never, when it ends
+  up writing nothing): until then the lock file is left as it was found, and removed on the way out (the
+  directory's times put back) if this call created it, so that a refused run changes nothing. UsageError (one
+  line) if the .lock is a link or not a regular file, or cannot be created (a read-only directory).
   """
   directory = pathlib.Path(directory)
   path = directory / LOCK_NAME
-  existed = path.exists()
+  existed = os.path.lexists(path)
   times = None if existed else directory.stat()
-  f = path.open("a+")
+  fd = _open_lock(directory, path, what)
+  created = None if existed else directory.stat()  # the directory's times with the new lock in it
   locked = recorded = False
 
   def record() -> None:
     nonlocal recorded
+    if recorded:  # once: the holder since when it first wrote
+      return
     since = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    f.seek(0)
-    f.truncate()
-    f.write(json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": since}))
-    f.flush()
+    payload = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": since}).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, payload, 0)
     recorded = True
 
   try:
     try:
-      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
       raise _in_use(directory, what) from None
     locked = True
     if record_now:
       record()
     yield record
-  except BaseException:
-    if locked and not recorded and times is not None:  # still held: no one else can have opened it since
-      path.unlink(missing_ok=True)
-      os.utime(directory, ns=(times.st_atime_ns, times.st_mtime_ns))
-    raise
   finally:
-    f.close()  # releases the lock
+    if locked and not recorded and times is not None:  # still held: no one else can have opened it since
+      untouched = directory.stat().st_mtime_ns == created.st_mtime_ns  # nothing else made or removed in it since
+      path.unlink(missing_ok=True)
+      if untouched:
+        os.utime(directory, ns=(times.st_atime_ns, times.st_mtime_ns))
+    os.close(fd)  # releases the lock
+
+
+# Writing a file whole: to a temporary name beside it, renamed over it.
+
+
+def write_atomically(
+    path: str | pathlib.Path, payload: bytes | Callable[[BinaryIO], Any], *, fsync: bool = False,
+    remove_stale: bool = False,
+) -> pathlib.Path:
+  """Writes `path` whole or not at all: `payload` (bytes, or `payload(f)` writing an open binary file) goes to a
+  temporary file beside it (mkstemp), which is renamed over `path` (os.replace).
+
+  The rename replaces whatever `path` is, a symbolic link included, rather than writing through it: a link planted
+  in a directory never makes the write land outside it. The file gets the mode open() would give it (0o666 less
+  the umask; mkstemp makes it owner-only). `fsync`: the file's bytes and the rename reach the disk before this
+  returns. `remove_stale`: first removes the temporary files of `path` a killed writer left (only for a path no
+  other process writes at the same time, e.g. one under a held lock). On failure the temporary file is removed and
+  the OSError raised names `path` (errno and reason kept).
+  """
+  path = pathlib.Path(path)
+  if remove_stale:
+    for stale in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
+      stale.unlink(missing_ok=True)
+  try:
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  except OSError as error:
+    raise OSError(error.errno, error.strerror or str(error), str(path)) from error
+  try:
+    with os.fdopen(fd, "wb") as f:
+      if isinstance(payload, (bytes, bytearray, memoryview)):
+        f.write(payload)
+      else:
+        payload(f)
+      if fsync:
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(temporary, 0o666 & ~_umask())
+    os.replace(temporary, path)
+    if fsync:
+      _fsync_directory(path.parent)
+  except BaseException as error:
+    pathlib.Path(temporary).unlink(missing_ok=True)
+    if isinstance(error, OSError):
+      raise OSError(error.errno, error.strerror or str(error), str(path)) from error
+    raise
+  return path
+
+
+def glob_escape(name: str) -> str:
+  """`name` with the characters glob gives a meaning ('*', '?', '[') matching only themselves."""
+  return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def _umask() -> int:
+  mask = os.umask(0)  # the only way to read it; set straight back
+  os.umask(mask)
+  return mask
+
+
+def _fsync_directory(directory: pathlib.Path) -> None:
+  fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)

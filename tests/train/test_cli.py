@@ -128,3 +128,42 @@ def test_a_config_file_imports_its_neighbours_when_started_as_an_installed_scrip
   result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
   assert result.returncode == 0, result.stderr[-2000:]
   assert result.stdout.strip() == "32"
+
+
+def test_helpfull_prints_the_help_and_every_flag_and_exits_0(tmp_path):
+  result = _train(tmp_path, "--helpfull")
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert result.stdout.startswith("usage: ") and "--workdir DIR" in result.stdout and "--helpfull" in result.stdout
+  assert result.stderr == ""
+
+
+def test_a_config_file_that_raises_keyboard_interrupt_is_one_line_and_exit_130(tmp_path):
+  path = tmp_path / "interrupts.py"
+  path.write_text("def get_config():\n  raise KeyboardInterrupt\n")
+  result = _train(tmp_path, "--config", str(path), "--workdir", str(tmp_path / "run"))
+  assert result.returncode == 130, result.stderr[-2000:]
+  assert result.stderr == (f"error: --config={str(path)!r}: interrupted (KeyboardInterrupt) while it was read; "
+                           f"nothing was written\n")
+  assert not (tmp_path / "run").exists()
+
+
+# train.py whose training returns at once, then a SIGINT while the interpreter shuts down (as a Ctrl-C just after
+# the closing line lands): the run is complete, so the command still ends with 0.
+_SIGINT_AFTER_COMPLETION = """
+import atexit, os, signal, sys, time
+sys.argv = ["train.py", "--config", "configs/smoke.py", "--workdir", sys.argv[1]]
+from tied_embed.train import cli, trainer
+trainer.train_and_evaluate = lambda *args, **kwargs: None
+def interrupt():
+  os.kill(os.getpid(), signal.SIGINT)
+  time.sleep(5)
+atexit.register(interrupt)
+cli.main()
+"""
+
+
+def test_a_signal_after_a_completed_run_ends_it_with_0(tmp_path):
+  result = subprocess.run([sys.executable, "-c", _SIGINT_AFTER_COMPLETION, str(tmp_path / "run")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert "error" not in result.stderr

@@ -7,6 +7,7 @@ checks, before any data is loaded or anything compiled.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import pathlib
@@ -84,3 +85,112 @@ def test_a_lock_file_an_unrecorded_refusal_created_is_removed(tmp_path):
   with pytest.raises(UsageError), util.exclusive(tmp_path, "the test", record_now=False):
     raise UsageError("refused by a check")
   assert (tmp_path / ".lock").read_text() == '{"host": "h", "pid": 1, "since": "then"}'  # as it was found
+
+
+# The lock file: never written through a link, and a directory it cannot be made in is a usage error.
+
+
+def test_a_lock_file_that_is_a_link_is_refused_and_its_target_untouched(tmp_path):
+  from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415
+
+  target = tmp_path / "precious"
+  target.write_text('{"host": "elsewhere", "pid": 1, "since": "then"}')
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / ".lock").symlink_to(target)
+  before = _snapshot(tmp_path)
+  with pytest.raises(UsageError, match=r"/run/\.lock is a symbolic link; --workdir=.* keeps its lock file there"):
+    train_and_evaluate(smoke_with("train.num_steps", 5), workdir)
+  with pytest.raises(UsageError, match="is a symbolic link"), util.exclusive(workdir, "--workdir"):
+    pass
+  with pytest.raises(UsageError, match="is a symbolic link"):
+    util.refuse_if_held(workdir, "--workdir")
+  assert not util.is_locked(workdir) and util.holder(workdir) == "unknown holder"  # the target is not read
+  assert _snapshot(tmp_path) == before
+
+
+def test_a_lock_file_that_is_not_a_regular_file_is_refused(tmp_path):
+  (tmp_path / ".lock").mkdir()
+  with pytest.raises(UsageError, match=r"\.lock is not a regular file"), util.exclusive(tmp_path, "the test"):
+    pass
+
+
+def _read_only(real_open, directory: pathlib.Path):
+  """`os.open` as on a read-only mount holding `directory`: opening anything in it to write is EROFS."""
+  def fake(path, flags, *args, **kwargs):
+    writes = flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
+    if writes and pathlib.Path(os.fsdecode(path)).absolute().is_relative_to(directory):
+      raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fsdecode(path))
+    return real_open(path, flags, *args, **kwargs)
+  return fake
+
+
+def test_a_lock_that_cannot_be_created_is_one_line_naming_the_directory(tmp_path, monkeypatch):
+  monkeypatch.setattr(os, "open", _read_only(os.open, tmp_path))
+  with pytest.raises(UsageError) as refused, util.exclusive(tmp_path, f"--workdir={str(tmp_path)!r}"):
+    pass
+  assert str(refused.value) == (f"--workdir={str(tmp_path)!r}: {tmp_path} is not writable (Read-only file system): "
+                                f"the run keeps its lock there; use a writable directory")
+
+
+# The workdir as a read-only mount leaves it: `open` and `os.open` refuse every write under it (root could otherwise
+# write through a chmod). train.py then runs as usual.
+_READ_ONLY_TRAIN = """
+import builtins, errno, io, os, pathlib, sys
+workdir = pathlib.Path(sys.argv[1]).absolute()
+def refused(path, writes):
+  if writes and pathlib.Path(os.fsdecode(path)).absolute().is_relative_to(workdir):
+    raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fsdecode(path))
+real_os_open, real_open = os.open, io.open
+def os_open(path, flags, *args, **kwargs):
+  refused(path, flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND))
+  return real_os_open(path, flags, *args, **kwargs)
+def open_(file, mode="r", *args, **kwargs):
+  if not isinstance(file, int):
+    refused(file, any(c in mode for c in "wax+"))
+  return real_open(file, mode, *args, **kwargs)
+os.open, builtins.open, io.open = os_open, open_, open_
+sys.argv = ["train.py", "--config", "configs/smoke.py", "--workdir", str(workdir)]
+from tied_embed.train import cli
+cli.main()
+"""
+
+
+def test_a_finished_workdir_on_a_read_only_mount_is_one_line_and_exit_2(tmp_path):
+  import subprocess  # noqa: PLC0415
+  import sys  # noqa: PLC0415
+
+  from conftest import ROOT  # noqa: PLC0415
+
+  workdir = tmp_path / "run"
+  (workdir / "checkpoints").mkdir(parents=True)
+  (workdir / ".lock").write_text('{"host": "h", "pid": 1, "since": "then"}')  # a finished run's
+  result = subprocess.run([sys.executable, "-c", _READ_ONLY_TRAIN, str(workdir)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+  assert result.stderr.startswith(f"error: --workdir={str(workdir)!r} cannot be written: Read-only file system")
+
+
+def test_rerunning_a_finished_run_leaves_its_lock_file_as_it_was(rerun_workdir, smoke_run):
+  from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415
+
+  lock = rerun_workdir / ".lock"
+  recorded, status = lock.read_bytes(), lock.stat()
+  assert train_and_evaluate(smoke_run.config, rerun_workdir).step == 60  # nothing to train, nothing written
+  assert lock.read_bytes() == recorded and lock.stat().st_mtime_ns == status.st_mtime_ns
+  assert not util.is_locked(rerun_workdir)
+
+
+@pytest.mark.parametrize("name", ["checkpoints", "data"])
+def test_a_workdir_whose_subdirectory_is_a_link_is_refused(tmp_path, name):
+  from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415
+
+  elsewhere = tmp_path / "other_run" / name
+  elsewhere.mkdir(parents=True)
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / name).symlink_to(elsewhere)
+  with pytest.raises(UsageError, match=rf"/run/{name} is a symbolic link; the run keeps its {name} inside"):
+    train_and_evaluate(smoke_with("train.num_steps", 5), workdir)
+  assert list(elsewhere.iterdir()) == [] and sorted(p.name for p in workdir.iterdir()) == [name]

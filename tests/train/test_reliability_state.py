@@ -53,7 +53,7 @@ def test_second_run_on_a_busy_workdir_is_refused_naming_the_holder(smoke_run, tm
   workdir.mkdir()
   holder = subprocess.Popen(
       [sys.executable, "-c",
-       "import sys; from tied_embed.train import locking\n"
+       "import sys; from tied_embed import util\n"
        "with util.exclusive(sys.argv[1], 'w'):\n  print('held', flush=True); sys.stdin.read()", str(workdir)],
       cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
   )

@@ -9,14 +9,12 @@ the floor. A SentencePiece model is also kept as WORKDIR/tokenizer.model for peo
 from __future__ import annotations
 
 import dataclasses
-import os
 import pathlib
-import tempfile
-from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
+from tied_embed import util
 from tied_embed.data import sources
 from tied_embed.data.sources.base import LogProbRows
 
@@ -49,39 +47,14 @@ def write(workdir: str | pathlib.Path, data: InspectionData, record: dict[str, n
       **({} if data.eval_input_counts is None else {"eval_input_counts": np.asarray(data.eval_input_counts, np.int64)}),
       **{_RECORD_PREFIX + key: value for key, value in record.items()},
   }
-  return _write_whole(pathlib.Path(workdir) / FILE_NAME, lambda f: np.savez_compressed(f, **arrays))
+  # Only the run holding the workdir's lock writes here: a killed writer's temporary files can go.
+  return util.write_atomically(pathlib.Path(workdir) / FILE_NAME, lambda f: np.savez_compressed(f, **arrays),
+                               remove_stale=True)
 
 
 def write_file(workdir: str | pathlib.Path, name: str, payload: bytes) -> pathlib.Path:
   """Writes WORKDIR/name whole or not at all; OSError naming it if it cannot be written."""
-  return _write_whole(pathlib.Path(workdir) / name, lambda f: f.write(payload))
-
-
-def _write_whole(path: pathlib.Path, fill: Callable[[BinaryIO], Any]) -> pathlib.Path:
-  """`fill(f)` writes a temporary file beside `path`, which is then renamed into place.
-
-  On failure the temporary file is removed and the OSError raised names `path` (errno and reason kept). Temporary
-  files of `path` that a killed writer left are removed first: only the run holding the workdir writes here.
-  """
-  for stale in path.parent.glob(f".{path.name}.*.tmp"):
-    stale.unlink(missing_ok=True)
-  try:
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  except OSError as error:
-    raise OSError(error.errno, error.strerror or str(error), str(path)) from error
-  try:
-    with os.fdopen(fd, "wb") as f:
-      fill(f)
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(temporary, 0o666 & ~mask)  # as open() would have made it; mkstemp makes it owner-only
-    os.replace(temporary, path)
-  except BaseException as error:
-    pathlib.Path(temporary).unlink(missing_ok=True)
-    if isinstance(error, OSError):
-      raise OSError(error.errno, error.strerror or str(error), str(path)) from error
-    raise
-  return path
+  return util.write_atomically(pathlib.Path(workdir) / name, payload, remove_stale=True)
 
 
 def read(workdir: str | pathlib.Path) -> InspectionData | None:

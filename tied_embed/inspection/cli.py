@@ -21,7 +21,7 @@ from absl import logging
 
 from tied_embed.inspection.continuation import continue_prompt, format_continuation
 from tied_embed.inspection.inspector import inspect_run
-from tied_embed.inspection.text import format_text
+from tied_embed.inspection.text import format_text, printable
 from tied_embed.util import UsageError, one_line
 
 _TOKEN = re.compile(r"-?[0-9]+")  # ASCII digits only: int() would also take '1_0' and other scripts' digits
@@ -112,12 +112,12 @@ def _main(argv: list[str] | None) -> int:
       tokens = None if args.tokens is None else parse_token_items(args.tokens)
       output = inspect_run(args.workdir, args.step, tokens, args.top_k, pictures=not args.no_pictures)
   except UsageError as error:
-    print(f"error: {one_line(str(error))}", file=sys.stderr)
+    print(f"error: {printable(one_line(str(error)))}", file=sys.stderr)
     return 2
   for warning in output["warnings"]:
-    print(f"warning: {one_line(warning)}", file=sys.stderr)
+    print(f"warning: {printable(one_line(warning))}", file=sys.stderr)
   if args.json:
     print(json.dumps(output, indent=2, allow_nan=False, ensure_ascii=False))
-  else:
-    print(format_continuation(output) if args.next is not None else format_text(output))
+  else:  # a path or a vocabulary piece holding a control character is shown escaped, as the pieces are
+    print(printable(format_continuation(output) if args.next is not None else format_text(output), keep="\n"))
   return 0

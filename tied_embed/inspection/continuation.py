@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tied_embed.data.sources.base import log_softmax
+from tied_embed.inspection.text import printable
 from tied_embed.util import UsageError
 
 MAX_GENERATE = 10_000  # sampled tokens at most: a few seconds at V = 8192, a continuation a person still reads
@@ -105,13 +106,16 @@ def continue_prompt(
 
 
 def format_continuation(result: dict[str, Any]) -> str:
-  """The CLI's text for `continue_prompt`'s dict."""
-  tokens = " ".join(token["label"] for token in result["prompt_tokens"])
+  """The CLI's text for `continue_prompt`'s dict. Control characters in the labels and the sampled text are shown
+  escaped (`text.printable`): they come from the training text, and a terminal would act on them; the sampled
+  text keeps its line breaks, each following line indented as the first."""
+  tokens = " ".join(printable(token["label"]) for token in result["prompt_tokens"])
   last = result["prompt_tokens"][-1]
   lines = [f"prompt   {result['prompt']!r} → tokens {tokens}  (step {result['step']})",
-           f"after {last['label']} (id {last['id']}):", f"  {'next':>12}  {'prob':>7}"]
-  lines += [f"  {entry['label']:>12}  {entry['prob']:7.4f}" for entry in result["next"]]
+           f"after {printable(last['label'])} (id {last['id']}):", f"  {'next':>12}  {'prob':>7}"]
+  lines += [f"  {printable(entry['label']):>12}  {entry['prob']:7.4f}" for entry in result["next"]]
   if "generated" in result:
+    shown = printable(result["text"], keep="\n").replace("\n", "\n  ")
     lines += ["", f"sampled  {len(result['generated'])} tokens, temperature {result['temperature']:g},"
-              f" seed {result['seed']}:", f"  {result['text']}"]
+              f" seed {result['seed']}:", f"  {shown}"]
   return "\n".join(lines)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import pathlib
-import tempfile
+
+from tied_embed import util
+from tied_embed.util import UsageError, one_line
 
 
 class NotWritten(OSError):
@@ -32,19 +34,24 @@ def report_dir(workdir: str | pathlib.Path) -> pathlib.Path:
 
 def write_bytes(directory: pathlib.Path, name: str, payload: bytes) -> pathlib.Path:
   """Writes `directory/name` whole, replacing whatever is there (a link is replaced, its target untouched)."""
-  fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(payload)
-    os.chmod(temporary, 0o666 & ~_umask())  # as open() would have made it; mkstemp makes it owner-only
-    os.replace(temporary, directory / name)
-  except BaseException:
-    pathlib.Path(temporary).unlink(missing_ok=True)
-    raise
-  return directory / name
+  return util.write_atomically(directory / name, payload)
 
 
-def _umask() -> int:
-  mask = os.umask(0)
-  os.umask(mask)
-  return mask
+# What inspection reads, directly in the workdir: a link among them would show another run's numbers as this one's.
+READ_NAMES = ("checkpoints", "data", "report_data.npz")
+_EVENT_FILES = "events.out.tfevents.*"
+
+
+def refuse_links(workdir: str | pathlib.Path) -> None:
+  """UsageError (one line) naming the first symbolic link among what inspection reads in `workdir`: checkpoints/
+  or a step in it, data/, report_data.npz, an event file. Inspection reads only inside its workdir."""
+  workdir = pathlib.Path(workdir)
+  checkpoints = workdir / "checkpoints"
+  candidates = [workdir / name for name in READ_NAMES]
+  candidates += sorted(workdir.glob(_EVENT_FILES))
+  if checkpoints.is_dir() and not checkpoints.is_symlink():
+    candidates += sorted(checkpoints.iterdir())
+  for path in candidates:
+    if path.is_symlink():
+      raise UsageError(f"{one_line(str(path))} is a symbolic link (to {one_line(os.readlink(path))}); inspection "
+                       f"reads only inside --workdir={str(workdir)!r}: put the files themselves there")

@@ -10,6 +10,18 @@ from tied_embed.inspection.undertrained import format_undertrained
 _LIST_LIMIT = 20  # longer id lists are cut, with a count, so a big vocabulary doesn't flood the terminal
 
 
+def printable(text: str, keep: str = "") -> str:
+  """`text` as a terminal shows it without acting on it: each character it would act on instead (ESC, BEL, CR and
+  the other control characters, DEL, C1 controls, bidirectional overrides) written as Python writes it in a string
+  literal (\\x1b, \\x07, \\r, \\u202e); the characters in `keep` (e.g. a newline) stay as they are.
+
+  Generated text and a vocabulary's pieces are the training text's: a sampled ESC would otherwise reach the
+  terminal as the start of an escape sequence."""
+  if text.isprintable():
+    return text
+  return "".join(c if c in keep or c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
   """The human-readable report the CLI prints: report dict → multi-line str (with where report.md is, if any)."""
   run, params, fit, prov = report["run"], report["parameters"], report["fit"], report["provenance"]

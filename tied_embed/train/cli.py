@@ -93,7 +93,8 @@ def unknown_override(config, argv: list[str]) -> str:
   return "a --config.<field> override names no config field"
 
 
-HELP_FLAGS = ("-h", "-?", "--help", "--helpshort")  # absl's own --helpfull still lists every library's flags
+HELP_FLAGS = ("-h", "-?", "--help", "--helpshort")
+FULL_HELP_FLAGS = ("--helpfull",)  # the command's help, then every flag absl knows (the libraries' too)
 
 
 def _command(argv0: str) -> str:
@@ -138,8 +139,18 @@ def parse_flags(argv: list[str]) -> list[str]:
   if any(arg in HELP_FLAGS for arg in argv[1:]):
     print(usage(_command(argv[0])))
     sys.exit(0)
+  if any(arg in FULL_HELP_FLAGS for arg in argv[1:]):  # absl's own would print the list, then exit 1
+    print(usage(_command(argv[0])), "", "Every flag, the libraries' included:", FLAGS.get_help(), sep="\n")
+    sys.exit(0)
   try:
     return FLAGS(argv)
+  except KeyboardInterrupt:  # raised by the config file's own code: a Ctrl-C here ends in _stop_during_start_up
+    config = next((arg.removeprefix("--config=") for arg in argv[1:] if arg.startswith("--config=")), None)
+    if config is None and "--config" in argv[1:-1]:
+      config = argv[argv.index("--config") + 1]
+    print(f"error: --config={config!r}: interrupted (KeyboardInterrupt) while it was read; nothing was written",
+          file=sys.stderr)
+    sys.exit(128 + signal.SIGINT)
   except UsageError as error:
     _usage_error(str(error))
   except flags.Error as error:
@@ -171,6 +182,15 @@ def _stop_during_start_up(signum: int, frame: object) -> None:
   os._exit(128 + signum)
 
 
+def _end_completed_run(signum: int, frame: object) -> None:
+  """Ctrl-C or SIGTERM once the run has completed and printed its closing line: everything is written, so the
+  command ends at once with the run's own status, 0, rather than 130 / 143 with a line about start-up."""
+  del signum, frame
+  sys.stderr.flush()
+  sys.stdout.flush()
+  os._exit(0)
+
+
 def _main(argv: list[str]) -> None:
   configure_console(FLAGS.verbose)
   if len(argv) > 1:
@@ -191,6 +211,8 @@ def _main(argv: list[str]) -> None:
     from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415 (TensorFlow, CLU, Orbax: seconds)
 
     train_and_evaluate(FLAGS.config, FLAGS.workdir, verbose=FLAGS.verbose)
+    for signum in (signal.SIGINT, signal.SIGTERM):  # what is left is the interpreter's shutdown
+      signal.signal(signum, _end_completed_run)
   except UsageError as error:
     _usage_error(str(error))
   except RunStopped as stop:  # a signal, a non-finite step, a failed write: one line and the run's exit status

@@ -2,27 +2,55 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 from flax import nnx
 
 from tied_embed.util import RunStopped
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_LEARNING_RATE_ADVICE = "Try a lower train.learning_rate or a train.grad_clip_norm."
 
 
 class NonFinite(RunStopped):
   """The run stopped at a non-finite loss or gradient, saving nothing after it (exit status 1)."""
 
-  def __init__(self, first_bad: int, step: int, last_saved: int | None):
+  def __init__(self, first_bad: int, step: int, last_saved: int | None, advice: str = _LEARNING_RATE_ADVICE):
     saved = "no checkpoint was written"
     if last_saved is not None:
       saved = f"the last checkpoint, step {last_saved}, is intact"
     super().__init__(
         f"step {first_bad}: the loss or a gradient is not finite (NaN or Inf); stopped at step {step} "
-        f"without saving, {saved}. Try a lower train.learning_rate or a train.grad_clip_norm."
+        f"without saving, {saved}. {advice}"
     )
     self.first_bad, self.step = first_bad, step
 
 
-def check_finite(state: nnx.State, last_saved: int | None) -> None:
-  """Raises NonFinite if any step so far was not finite (a host sync: call it where the loop syncs anyway)."""
+def advice(config: Any | None) -> str:
+  """What to change: model.hidden_l2 where the hidden map's penalty is what overflows, else the learning rate.
+
+  The penalty λ·‖W − I‖²_F is the suspect when λ is so large that it (or its gradient 2λ(W − I)) overflows
+  float32 once W's entries have moved by one from the identity, 2λ·D² above float32's largest number; or, with
+  plain SGD, when λ · train.learning_rate >= 1, where a step on the penalty alone overshoots the identity and grows
+  without bound. A lower learning rate does not help the first (the overflow is in the loss itself).
+  """
+  if config is None or config.model.get("hidden", "none") != "linear":
+    return _LEARNING_RATE_ADVICE
+  l2, d_model = float(config.model.get("hidden_l2", 0.0)), int(config.model.d_model)
+  overflows = 2 * l2 * d_model * d_model >= _FLOAT32_MAX
+  overshoots = str(config.train.optimizer) == "sgd" and l2 * float(config.train.learning_rate) >= 1
+  if not (overflows or overshoots):
+    return _LEARNING_RATE_ADVICE
+  why = ("its penalty λ·‖W − I‖² overflows float32" if overflows else
+         f"a step of train.learning_rate={float(config.train.learning_rate):g} on its penalty λ·‖W − I‖² overshoots")
+  return f"model.hidden_l2={l2:g} is too large ({why}): try a smaller model.hidden_l2."
+
+
+def check_finite(state: nnx.State, last_saved: int | None, config: Any | None = None) -> None:
+  """Raises NonFinite if any step so far was not finite (a host sync: call it where the loop syncs anyway).
+
+  `config` (the run's) lets the message name the field to change (`advice`)."""
   first_bad = int(state["first_nonfinite_step"][...])
   if first_bad:
-    raise NonFinite(first_bad, int(state["optimizer"]["step"][...]), last_saved)
+    raise NonFinite(first_bad, int(state["optimizer"]["step"][...]), last_saved, advice(config))

@@ -18,7 +18,6 @@ import hashlib
 import logging
 import os
 import pathlib
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -131,7 +130,7 @@ class TextSource(base.Source):
         if not _usable(path, settings["vocab_size"]):
           model = _trained_models.get(settings["tokenizer_key"]) or self._train(settings)
           path.parent.mkdir(exist_ok=True)
-          _write_atomically(path, model)
+          util.write_atomically(path, model)
           log.info("SentencePiece model cached at %s.", path)
     _trained_models.pop(settings["tokenizer_key"], None)
     return {**settings, "tokenizer_file": str(path)}
@@ -208,18 +207,3 @@ def _usable(path: pathlib.Path, vocab_size: int) -> bool:
     return tokenizer_lib.SentencePieceTokenizer(path.read_bytes()).vocab_size == vocab_size
   except (OSError, RuntimeError):
     return False
-
-
-def _write_atomically(path: pathlib.Path, payload: bytes) -> None:
-  """Writes `path` whole or not at all; a failed write leaves no temporary file behind."""
-  fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(payload)
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(temporary, 0o666 & ~mask)  # as open() would have made it; mkstemp makes it owner-only
-    os.replace(temporary, path)
-  except BaseException:
-    pathlib.Path(temporary).unlink(missing_ok=True)
-    raise
