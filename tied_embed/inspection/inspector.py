@@ -164,6 +164,7 @@ def open_run(
   from tied_embed.train import checkpoint  # noqa: PLC0415 (Orbax stays out of `import tied_embed`)
 
   workdir = pathlib.Path(workdir)
+  files.refuse_links(workdir)  # only this workdir's own files are read
   steps = _steps(workdir)
   if step == "best":
     step = checkpoint.best_step(workdir)

@@ -64,9 +64,14 @@ def exclusive(workdir: pathlib.Path) -> Iterator[Callable[[], None]]:
 
 def check_layout(workdir: pathlib.Path) -> None:
   """UsageError if a path the run writes as a directory (checkpoints/, damaged_checkpoints/, ...) is not one, or
-  is one that cannot be written (a read-only mount): found before training, not at the first save."""
+  is one that cannot be written (a read-only mount): found before training, not at the first save. A symbolic
+  link there is refused too: the run writes only inside its workdir, and through a link it would write (and
+  delete old checkpoints) in another run's directory."""
   for name in SUBDIRECTORIES:
     path = workdir / name
+    if path.is_symlink():
+      raise UsageError(f"{path} is a symbolic link; the run keeps its {name} inside the workdir: replace the link "
+                       f"with a directory, or use another --workdir")
     if path.exists() and not path.is_dir():
       raise UsageError(f"{path} is not a directory; the run keeps its {name} there: move it away")
     if path.is_dir():
