@@ -76,5 +76,5 @@ def sharded(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def sharded_hidden(sharded):
-  """The final state of tests/test_hidden_map.py's config trained on the 4x2 mesh, by name."""
+  """The final state of tests/core/test_hidden_map.py's config trained on the 4x2 mesh, by name."""
   return np.load(sharded / "final_hidden.npz")

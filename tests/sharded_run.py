@@ -1,4 +1,4 @@
-"""The smoke run on a 4x2 mesh of 8 simulated CPU devices, and what it left, for tests/test_sharding.py.
+"""The smoke run on a 4x2 mesh of 8 simulated CPU devices, and what it left, for tests/train/test_sharding.py.
 
   XLA_FLAGS=--xla_force_host_platform_device_count=8 python tests/sharded_run.py OUT
 
@@ -46,7 +46,7 @@ def config_on(data: int, model: int):
 
 
 def hidden_config_on(data: int, model: int):
-  """tests/test_hidden_map.py's config (a hidden map W with its penalty) on a data x model mesh."""
+  """tests/core/test_hidden_map.py's config (a hidden map W with its penalty) on a data x model mesh."""
   from test_hidden_map import hidden_smoke_config  # noqa: PLC0415
 
   config = hidden_smoke_config()

@@ -211,7 +211,7 @@ def test_two_processes_train_to_the_1_device_parameters(smoke_run, tmp_path):
     ],
 )
 def test_mesh_errors_say_which_size_conflicts_with_what(data, model, field, reason):
-  """tests/test_config_validation.py checks which field each names; here, that the message gives the reason."""
+  """tests/train/test_config_validation.py checks which field each names; here, that the message gives the reason."""
   from configs import smoke  # noqa: PLC0415
 
   config = smoke.get_config()  # V=32, B=128

@@ -2,7 +2,7 @@
 
 The lookup path reaches only the rows a batch looks up, so `PathGradients` here keeps it as it comes, one (D,) row
 per token, and derives from it what the step needs (row norms, tracked rows, the tied gradient, the logged
-statistics) without a (V, D) array: the same answers as the dense form (tests/test_provenance.py), with one
+statistics) without a (V, D) array: the same answers as the dense form (tests/core/test_provenance.py), with one
 (V, D) gradient in the step instead of two. On a mesh the lookup path then crosses the data axis as the batch's
 rows and ids, never as a table shard.
 """
