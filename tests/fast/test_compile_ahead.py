@@ -14,12 +14,13 @@ import jax
 import pytest
 from helpers import smoke_with
 
+from tied_embed.fast import compilation
 from tied_embed.train import checkpoint, trainer
 
 
 def test_the_step_is_compiled_once_per_variant_before_the_state_exists(tmp_path, monkeypatch, caplog):
   events = []
-  compile_ahead, fresh_state = trainer.compilation.compile_ahead, checkpoint.fresh_state
+  compile_ahead, fresh_state = compilation.compile_ahead, checkpoint.fresh_state
 
   def spy_compile(step, state, ids, next_ids):
     events.append(("compile", all(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(state))))
@@ -29,7 +30,7 @@ def test_the_step_is_compiled_once_per_variant_before_the_state_exists(tmp_path,
     events.append(("state", None))
     return fresh_state(config, target)
 
-  monkeypatch.setattr(trainer.compilation, "compile_ahead", spy_compile)
+  monkeypatch.setattr(compilation, "compile_ahead", spy_compile)
   monkeypatch.setattr(checkpoint, "fresh_state", spy_fresh)
   config = smoke_with("train.num_steps", 20)
   with jax.log_compiles(True), caplog.at_level(logging.WARNING, logger="jax._src.interpreters.pxla"):
@@ -42,5 +43,5 @@ def test_the_step_is_compiled_once_per_variant_before_the_state_exists(tmp_path,
 def test_a_complete_run_compiles_nothing(tmp_path, monkeypatch):
   config = smoke_with("train.num_steps", 10)
   trainer.train_and_evaluate(config, tmp_path / "run")
-  monkeypatch.setattr(trainer.compilation, "compile_ahead", lambda *args: pytest.fail("a complete run compiled"))
+  monkeypatch.setattr(compilation, "compile_ahead", lambda *args: pytest.fail("a complete run compiled"))
   trainer.train_and_evaluate(config, tmp_path / "run")

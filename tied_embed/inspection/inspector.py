@@ -47,14 +47,10 @@ def inspect_run(
   '\\n'). Raises UsageError, before anything is restored or written where it can, for: no checkpoints,
   unreadable ones, a missing step, a token outside [0, V) or not in the vocabulary, top_k outside [1, V].
   """
-  from tied_embed.train.metrics import read_scalars, value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
+  from tied_embed.train.metrics import value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
 
   workdir = pathlib.Path(workdir)
-  if top_k < 1:
-    raise UsageError.bad_value("--top-k", top_k, "an integer >= 1")
-  for token in tokens or []:
-    if not isinstance(token, str) and token < 0:
-      raise UsageError.bad_value("--tokens", token, "token ids >= 0")
+  _check_arguments(tokens, top_k)
   warnings: list[str] = []
 
   def check_tokens(restored: Any) -> None:  # before the data is read
@@ -70,16 +66,7 @@ def inspect_run(
   tokens = None if tokens is None else [resolve_token(token, facts.tokenizer) for token in tokens]
   if tokens is None:
     tokens = [int(i) for i in np.argsort(-facts.input_counts, kind="stable")[:_DEFAULT_TOKENS]]
-  try:
-    series = read_scalars(workdir, _LOSS_TAGS)
-  except Exception as error:  # noqa: BLE001 (a damaged events file must not hide the checkpoint's report)
-    warnings.append(f"the event files in {workdir} cannot be read ({first_line(error)}): no loss curves")
-    series = {}
-  eval_loss = value_at(series.get("eval/loss"), restored.step)
-  if eval_loss is None or eval_loss["step"] < restored.step:
-    newest = "none" if eval_loss is None else f"step {eval_loss['step']}"
-    warnings.append(f"the newest eval/loss in the events at or before step {restored.step} is {newest}, older"
-                    f" than the checkpoint shown: its eval loss and gap are not this checkpoint's")
+  series, eval_loss = _loss_series(workdir, restored.step, warnings)
   lookup_table, projection_table = (np.asarray(table) for table in restored.model.scoring_tables())
   report = {
       "workdir": str(workdir),
@@ -119,6 +106,38 @@ def inspect_run(
     except OSError as error:
       warnings.append(f"pictures not written: {error}")
   return report
+
+
+def _check_arguments(tokens: list[int | str] | None, top_k: int) -> None:
+  """UsageError for what is wrong whatever the checkpoint: a negative token id, top_k below 1."""
+  if top_k < 1:
+    raise UsageError.bad_value("--top-k", top_k, "an integer >= 1")
+  for token in tokens or []:
+    if not isinstance(token, str) and token < 0:
+      raise UsageError.bad_value("--tokens", token, "token ids >= 0")
+
+
+def _loss_series(
+    workdir: pathlib.Path, step: int, warnings: list[str]
+) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, float] | None]:
+  """The loss curves in `workdir`'s event files, and the newest eval/loss at or before `step`.
+
+  Appends to `warnings` where the events cannot be read (no curves then: a damaged file must not hide the
+  checkpoint's report) or where that eval/loss is older than `step`.
+  """
+  from tied_embed.train.metrics import read_scalars, value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
+
+  try:
+    series = read_scalars(workdir, _LOSS_TAGS)
+  except Exception as error:  # noqa: BLE001 (TensorBoard's reader fails in many types)
+    warnings.append(f"the event files in {workdir} cannot be read ({first_line(error)}): no loss curves")
+    series = {}
+  eval_loss = value_at(series.get("eval/loss"), step)
+  if eval_loss is None or eval_loss["step"] < step:
+    newest = "none" if eval_loss is None else f"step {eval_loss['step']}"
+    warnings.append(f"the newest eval/loss in the events at or before step {step} is {newest}, older"
+                    f" than the checkpoint shown: its eval loss and gap are not this checkpoint's")
+  return series, eval_loss
 
 
 def _loss_by_input_frequency(

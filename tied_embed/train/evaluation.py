@@ -1,4 +1,5 @@
-"""The jitted evaluation: per-token losses of a batch, and a running total chained batch after batch.
+"""The jitted evaluation: per-token losses of a batch, and a running total chained batch after batch; and
+`Evaluator`, which scores a whole held-out split on the mesh with it.
 
 Each pair is scored by the model itself (`model(ids)`, tied_embed/core/loss.py); with `model.dtype = bfloat16`
 the projection's matmul takes bfloat16 operands, as the step's does (tied_embed/fast/precision.py).
@@ -7,12 +8,21 @@ the projection's matmul takes bfloat16 operands, as the step's does (tied_embed/
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
 from flax import nnx
 
 from tied_embed.core import loss as loss_lib
+from tied_embed.data import frequency
 from tied_embed.fast import chunked_loss
+from tied_embed.train import mesh as mesh_lib
+
+if TYPE_CHECKING:
+  from tied_embed.data.bigram import BigramData
 
 
 def _eval_losses(
@@ -72,3 +82,60 @@ def make_bucket_totals(
     return total + batch_losses.sum(), bucket_totals + by_bucket
 
   return jax.jit(add)
+
+
+class Evaluator:
+  """A whole held-out split (the validation split, or the selection split), placed on the mesh once, scored batch
+  after batch into one running total.
+
+  Beside the total it sums the losses by the input-frequency bucket of each pair's current token.
+  """
+
+  def __init__(self, graphdef: nnx.GraphDef, ids: np.ndarray, next_ids: np.ndarray, data: BigramData,
+               config: ml_collections.ConfigDict, mesh):
+    """`ids`, `next_ids`: (M,) int32, the split's pairs; `data` gives the train counts that define the buckets."""
+    num_buckets = len(frequency.BUCKETS)
+    self._add_batch = make_bucket_totals(graphdef, int(config.loss.chunk_size), num_buckets, str(config.model.dtype))
+    self._totals = jax.device_put((jnp.float32(0), jnp.zeros(num_buckets, jnp.float32)), mesh_lib.replicated(mesh))
+    size, data_size = int(config.train.eval_batch_size), mesh.shape["data"]
+    self._count = len(ids)
+    eval_buckets = frequency.input_buckets(data.input_counts)[ids]
+    self._bucket_counts = np.bincount(eval_buckets, minlength=num_buckets)
+    self._batches = []
+    for start in range(0, len(ids), size):
+      batch = (ids[start : start + size], next_ids[start : start + size], eval_buckets[start : start + size])
+      # A short last batch that `data` doesn't divide is scored whole on every device instead.
+      sharding = mesh_lib.batch_sharding(mesh) if len(batch[0]) % data_size == 0 else mesh_lib.replicated(mesh)
+      self._batches.append(jax.device_put(batch, sharding))
+
+  def compile_ahead(self, state: nnx.State) -> None:
+    """Compiles the batch program for every batch shape and layout the split has (jit reuses them)."""
+    layouts = {(batch[0].shape, batch[0].sharding): batch for batch in self._batches}
+    for batch in layouts.values():
+      self._add_batch.lower(state, *self._totals, *batch).compile()
+
+  def __call__(self, state: nnx.State) -> tuple[float, dict[str, float]]:
+    """Mean loss over the split at `state`'s parameters, and per input-frequency bucket with pairs."""
+    totals = self._totals
+    for batch in self._batches:
+      totals = self._add_batch(state, *totals, *batch)
+    total, bucket_totals = jax.device_get(totals)
+    by_bucket = {name: float(bucket_totals[k]) / int(self._bucket_counts[k])
+                 for k, name in enumerate(frequency.BUCKETS) if self._bucket_counts[k]}
+    return float(total) / self._count, by_bucket
+
+
+class HeldOut:
+  """The held-out splits a run scores at every eval: `evaluate` (the validation split) and, with a selection split,
+  `select` (else None)."""
+
+  def __init__(self, graphdef: nnx.GraphDef, data: BigramData, config: ml_collections.ConfigDict, mesh, *,
+               selecting: bool):
+    self.evaluate = Evaluator(graphdef, data.eval_ids, data.eval_next, data, config, mesh)
+    self.select = Evaluator(graphdef, data.select_ids, data.select_next, data, config, mesh) if selecting else None
+
+  def compile_ahead(self, state: nnx.State) -> None:
+    """Compiles both splits' batch programs (`Evaluator.compile_ahead`)."""
+    self.evaluate.compile_ahead(state)
+    if self.select is not None:
+      self.select.compile_ahead(state)

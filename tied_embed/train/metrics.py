@@ -1,4 +1,5 @@
-"""What a training run says while it runs: one compact console line per log step, full detail in TensorBoard.
+"""What a training run says while it runs: its opening lines, one compact console line per log step, full detail
+in TensorBoard, and its closing lines.
 
 The console gets, at each log step, the step, the train loss, the eval loss and its gap to the floor when there
 is an eval, the provenance split in a few numbers (lookup and projection gradient norms, their cosine, the rows
@@ -13,11 +14,20 @@ import logging
 import pathlib
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 from clu import metric_writers
 
+from tied_embed.data import bigram as data_lib
+from tied_embed.data import frequency, sources
+from tied_embed.inspection import asymmetry
 from tied_embed.util import shell_quote
+
+if TYPE_CHECKING:
+  import ml_collections
+
+  from tied_embed.train.best_step import Selection
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +40,46 @@ def make_writer(workdir: pathlib.Path, *, events: bool, verbose: bool) -> metric
   if events:
     writers.append(metric_writers.SummaryWriter(str(workdir)))
   return metric_writers.AsyncMultiWriter(writers)
+
+
+def write_log_step(writer, step: int, learning_rate: float, metrics: dict, state) -> dict[str, float]:
+  """The train/* and grad/* scalars of a log step (`metrics`: the step's statistics, on the host) and the provenance
+  histograms of `state` (the TrainState's nnx.State); returns the scalars."""
+  metrics = dict(metrics)
+  scalars = {"train/loss": float(metrics.pop("train_loss")), "train/learning_rate": learning_rate}
+  metrics.pop("loss")
+  scalars.update({name if "/" in name else f"grad/{name}": float(value) for name, value in metrics.items()})
+  writer.write_scalars(step, scalars)
+  writer.write_histograms(
+      step,
+      {
+          "provenance/lookup_total": np.asarray(state["lookup_total"][...]),
+          "provenance/projection_total": np.asarray(state["projection_total"][...]),
+      },
+  )
+  return scalars
+
+
+def write_eval(
+    writer, step: int, eval_loss: float, by_bucket: dict[str, float], data: data_lib.BigramData
+) -> dict[str, float]:
+  """eval/loss, the floor, the gap to it, the bucket losses and the data's further references; returns them.
+
+  A bucket's loss (eval/loss_<bucket>_inputs) is written only where the bucket holds eval pairs.
+  """
+  scalars = {"eval/loss": eval_loss, "eval/loss_floor": data.loss_floor, "eval/gap": eval_loss - data.loss_floor}
+  scalars.update({frequency.scalar_name(bucket): loss for bucket, loss in by_bucket.items()})
+  scalars.update({f"eval/{name}": value for name, value in data.eval_references.items()})
+  writer.write_scalars(step, scalars)
+  return scalars
+
+
+def write_selection(writer, step: int, select_loss: float, selection: Selection) -> dict[str, float]:
+  """select/loss (the mean loss over the selection split) and select/best_step (the eval with the lowest one so
+  far, this one included); returns them."""
+  scalars = {"select/loss": select_loss, "select/best_step": float(selection.best_step)}
+  writer.write_scalars(step, scalars)
+  return scalars
 
 
 class ProgressLine:
@@ -85,6 +135,44 @@ def venv_command(name: str, *module: str) -> str:
   if module:
     return " ".join([shell_quote(shown_path(pathlib.Path(sys.executable))), "-m", *module])
   return name
+
+
+def opening_lines(config: ml_collections.ConfigDict, data: data_lib.BigramData, param_count: int) -> None:
+  """The lines that open a run: the data, the model's size and the floor, then what the config makes of the task
+  (the hidden table's width, a train fraction, a selection split, too few train pairs for a batch, the asymmetry a
+  tied table cannot fit)."""
+  train, patience = config.train, int(config.train.early_stopping_patience)
+  log.info("%s, %d parameters, loss floor %.4f nats.", data.source, param_count, data.loss_floor)
+  if data.source in sources.SYNTHETIC_SOURCES:
+    log.info("The task's hidden table e* is %d wide (data.task_d_model); the model's rows are %d (model.d_model).",
+             int(config.data.task_d_model), int(config.model.d_model))
+  if data_lib.train_fraction(config) < 1:
+    log.info("Training on the first %d pairs of the train split (data.train_fraction=%g); the eval, the floor "
+                 "and the references are the whole dataset's.", len(data.train_ids), data_lib.train_fraction(config))
+  if data_lib.selection_fraction(config) > 0:
+    log.info("Holding out the train split's last %d pairs for selection (data.selection_fraction=%g): select/loss "
+             "at every eval picks the best checkpoint%s.", len(data.select_ids), data_lib.selection_fraction(config),
+             f", and the run stops after {patience} evals without a new best" if patience else "")
+  if len(data.train_ids) < int(train.batch_size):
+    log.warning("data.train_fraction=%g leaves %d train pairs, fewer than one batch (train.batch_size=%d): every "
+                "batch draws the same few pairs again.", data_lib.train_fraction(config), len(data.train_ids),
+                int(train.batch_size))
+  _log_asymmetry(data, int(config.model.d_model))
+
+
+def _log_asymmetry(data: data_lib.BigramData, d_model: int) -> None:
+  """How much of the task a tied table cannot express (its logits E·Eᵀ are symmetric).
+
+  Computed from the task's (V, V) reference table, so only for V up to asymmetry.MAX_DENSE (inspection covers
+  larger vocabularies by sampling).
+  """
+  if data.vocab_size > asymmetry.MAX_DENSE:
+    return
+  budget = asymmetry.summary(data, d_model=d_model)
+  log.info(
+      "Asymmetry budget: %.3f of the task's row-centred log-probabilities is antisymmetric, which a tied table "
+      "(symmetric logits E·Eᵀ) cannot fit; an untied one can.", budget["antisymmetric_share"],
+  )
 
 
 def closing_lines(workdir: pathlib.Path, step: int, best_step: int | None = None) -> None:

@@ -1,0 +1,247 @@
+"""`open_run(config, workdir, stack)`: a run's set-up, from validating its config to opening its metric writer.
+
+It refuses what cannot run before writing anything (an invalid config, a workdir another run holds, checkpoints
+of another run or of other data), takes the workdir, compiles the train step from the abstract state, resumes from
+the newest intact checkpoint, loads the data, and hands the loop an `OpenRun`. A signal during it ends it at once
+(signals_lib.Interrupted): there is nothing to save yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import logging
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from tied_embed.data import bigram as data_lib
+from tied_embed.fast import choose, compilation
+from tied_embed.train import checkpoint
+from tied_embed.train import config as config_lib
+from tied_embed.train import mesh as mesh_lib
+from tied_embed.train import metrics as metrics_lib
+from tied_embed.train import signals as signals_lib
+from tied_embed.train import workdir as workdir_lib
+from tied_embed.train.best_step import Selection
+from tied_embed.util import RunStopped, UsageError, first_line
+
+log = logging.getLogger(__name__)
+
+# The newest checkpoint's (step, config, manifest), as checkpoint.newest_saved reads it.
+Saved = tuple[int, ml_collections.ConfigDict, dict]
+
+
+class DataFailed(RunStopped):
+  """Preparing the dataset failed for a reason outside the config (a full disk, a vanished directory): exit 1."""
+
+
+@dataclasses.dataclass
+class OpenRun:
+  """A run past its set-up: the workdir held, the train step compiled, the state resumed, the data loaded, the
+  writer open. The loop advances `state` and `selection` in place."""
+
+  config: ml_collections.ConfigDict
+  workdir: pathlib.Path
+  dataset: str  # the data's identity (`data_lib.dataset_identity`), saved in every checkpoint's manifest
+  data: data_lib.BigramData
+  mesh: jax.sharding.Mesh
+  graphdef: nnx.GraphDef
+  target: nnx.State  # the abstract state: the TrainState's shapes, dtypes and shardings
+  train_step: Callable[..., tuple[nnx.State, dict[str, Any]]]
+  checkpointer: checkpoint.Checkpointer
+  writer: Any  # `metrics_lib.make_writer`'s
+  signals: signals_lib.StopSignals
+  start: int  # the step the run starts from: its newest intact checkpoint's, or 0
+  state: nnx.State
+  selection: Selection
+  stopped_early: bool  # the checkpoint's count of evals since the best had reached the patience
+  complete: bool  # nothing left to train, and the start is the newest checkpoint: a rerun writes nothing
+
+  @property
+  def num_steps(self) -> int:
+    """train.num_steps."""
+    return int(self.config.train.num_steps)
+
+  @property
+  def patience(self) -> int:
+    """train.early_stopping_patience (0: no early stopping)."""
+    return int(self.config.train.early_stopping_patience)
+
+  @property
+  def selecting(self) -> bool:
+    """Whether the run holds out a selection split (data.selection_fraction > 0)."""
+    return data_lib.selection_fraction(self.config) > 0
+
+  @property
+  def param_count(self) -> int:
+    """The model's parameter count, whatever the model is (its Params)."""
+    return sum(leaf.size for leaf in jax.tree.leaves(self.target["model"]))
+
+
+def open_run(
+    config: ml_collections.ConfigDict, workdir: str | pathlib.Path, stack: contextlib.ExitStack, *, verbose: bool
+) -> OpenRun:
+  """Validates `config`, takes `workdir`, compiles the train step, resumes, loads the data and opens the writer; the
+  signal handlers, the lock, the checkpointer and the writer are `stack`'s to close.
+
+  Refuses (UsageError) as `trainer.train_and_evaluate` says, before anything is written; a signal during it raises
+  signals_lib.Interrupted, or signals_lib.Preempted where the processes agree on one at its end.
+  """
+  config_lib.validate(config)
+  data_lib.check_preparable(config, workdir)  # a vocabulary the corpus cannot support is refused before any write
+  workdir = workdir_lib.ensure_writable(workdir)
+  signals = stack.enter_context(signals_lib.StopSignals(interrupting=True))  # set-up ends at once on a signal
+  dataset, saved, record_holder = _take_workdir(config, workdir, stack)
+  # A run refused above leaves the workdir as it found it, its .lock included; so does a rerun of a finished
+  # run, which writes nothing (recorded below if its newest checkpoint turns out damaged after all).
+  trains = _steps_left(config, saved)
+  if trains:
+    record_holder()
+  mesh = mesh_lib.make_mesh(config.mesh)
+  graphdef, target = checkpoint.abstract_state(config, mesh)
+  selecting, num_steps = data_lib.selection_fraction(config) > 0, int(config.train.num_steps)
+  checkpointer = checkpoint.Checkpointer(workdir, int(config.train.keep_checkpoints), select=selecting)
+  stack.enter_context(contextlib.closing(checkpointer))
+  train_step = _make_train_step(config, graphdef, target)
+  if trains:
+    # Compiled from the abstract state, before the state exists: the compiler's working memory and the state never
+    # add up (then the compiler's freed memory goes back to the OS; jit reuses the programs).
+    batch = jax.ShapeDtypeStruct((int(config.train.batch_size),), jnp.int32, sharding=mesh_lib.batch_sharding(mesh))
+    compilation.compile_ahead(train_step, target, batch, batch)
+  start, state, selection = _resume(config, target, checkpointer, dataset)
+  data = _load_data(config, workdir)
+  if start == 0:
+    state = _track_most_frequent_rows(state, data.input_counts)
+  # The run ends at num_steps, or where early stopping's count (saved in the checkpoint) reaches the patience.
+  stopped_early = selection.exhausted(int(config.train.early_stopping_patience)) and start < num_steps
+  complete = (start == num_steps or stopped_early) and checkpointer.latest_step() == start  # a rerun writes nothing
+  if not complete:
+    record_holder()
+  if jax.process_index() == 0 and not complete:
+    _record_for_inspection(data, config, workdir)
+  events = jax.process_index() == 0 and not complete
+  writer = stack.enter_context(contextlib.closing(metrics_lib.make_writer(workdir, events=events, verbose=verbose)))
+  stop = signals.agreed(sync_point=True)
+  if stop:
+    raise signals_lib.Preempted(stop, None)
+  signals.interrupting = False  # from here on a signal stops the loop at the next step, after saving it
+  return OpenRun(
+      config=config, workdir=workdir, dataset=dataset, data=data, mesh=mesh, graphdef=graphdef, target=target,
+      train_step=train_step, checkpointer=checkpointer, writer=writer, signals=signals, start=start, state=state,
+      selection=selection, stopped_early=stopped_early, complete=complete,
+  )
+
+
+def _take_workdir(
+    config: ml_collections.ConfigDict, workdir: pathlib.Path, stack: contextlib.ExitStack
+) -> tuple[str, Saved | None, Callable[[], None]]:
+  """Locks `workdir` until `stack` closes, and refuses a run its checkpoints cannot continue.
+
+  Returns the data's identity, the newest checkpoint's (step, config, manifest) (None in a workdir without
+  checkpoints), and the lock's `record_holder` (`workdir_lib.exclusive`), for the run to name itself the holder
+  once it writes.
+  """
+  record_holder = stack.enter_context(workdir_lib.exclusive(workdir))
+  workdir_lib.check_layout(workdir)
+  dataset = data_lib.dataset_identity(config)
+  saved = checkpoint.newest_saved(workdir)  # its config and manifest: the refusals of a rerun, read cheaply
+  if saved is not None:
+    newest_step, newest_config, newest_manifest = saved
+    workdir_lib.check_compatible(newest_config, config, str(checkpoint.checkpoint_dir(workdir)))
+    _check_resumable(newest_step, newest_manifest, config, dataset)
+  return dataset, saved, record_holder
+
+
+def _steps_left(config: ml_collections.ConfigDict, saved: Saved | None) -> bool:
+  """Whether the run trains: no checkpoint yet, or the newest is before train.num_steps and early stopping's count
+  in it has not reached the patience."""
+  if saved is None:
+    return True
+  step, _, manifest = saved
+  patience = int(config.train.early_stopping_patience)
+  return step < int(config.train.num_steps) and not Selection.from_manifest(manifest).exhausted(patience)
+
+
+def _make_train_step(
+    config: ml_collections.ConfigDict, graphdef: nnx.GraphDef, target: nnx.State
+) -> Callable[..., tuple[nnx.State, dict[str, Any]]]:
+  """The jitted train step of `config` for states laid out as `target` (the abstract state), as `choose` picks it."""
+  train = config.train
+  shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
+  shards = choose.data_shards(shardings)
+  return choose.make_train_step(
+      graphdef, int(config.loss.chunk_size), shardings,
+      lookup_grad_scale=float(train.lookup_grad_scale), projection_grad_scale=float(train.projection_grad_scale),
+      compute_dtype=str(config.model.dtype),
+      split_check=choose.split_check_tokens(int(train.batch_size), int(config.model.vocab_size), shards),
+      train_config=train,
+  )
+
+
+def _resume(
+    config: ml_collections.ConfigDict, target: nnx.State, checkpointer: checkpoint.Checkpointer, dataset: str
+) -> tuple[int, nnx.State, Selection]:
+  """The step, train state and selection record to start from: the newest intact checkpoint's, or a fresh state
+  at step 0.
+
+  UsageError if the checkpoint is past train.num_steps, or was trained on other data than `dataset`.
+  """
+  restored = checkpointer.restore_newest_intact(target)
+  if restored is None:
+    return 0, checkpoint.fresh_state(config, target), Selection()
+  start, state, manifest = restored
+  _check_resumable(start, manifest, config, dataset)
+  log.info("Resuming from the checkpoint at step %d.", start)
+  return start, state, Selection.from_manifest(manifest)
+
+
+def _check_resumable(step: int, manifest: dict, config: ml_collections.ConfigDict, dataset: str) -> None:
+  """UsageError if checkpoint `step` (its `manifest`) is past train.num_steps, or was trained on other data."""
+  if step > int(config.train.num_steps):
+    raise UsageError.bad_value("train.num_steps", config.train.num_steps, f"at least {step}, the latest checkpoint")
+  if manifest.get("dataset") != dataset:
+    raise UsageError(
+        f"the data changed since checkpoint {step} was written (it trained on {manifest.get('dataset')!r}, the "
+        f"config now gives {dataset!r}): resuming would train on other data; start fresh with another --workdir"
+    )
+
+
+def _load_data(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> data_lib.BigramData:
+  """The run's data, generated by process 0 first; TFDS's console chatter about 'downloading' is dropped.
+
+  UsageError for what the config got wrong; DataFailed (one line) for a failure to write or read the dataset.
+  """
+  try:
+    with contextlib.redirect_stdout(io.StringIO()):
+      return mesh_lib.process_0_first(lambda: data_lib.load_bigram_data(config, workdir), "bigram dataset ready")
+  except (UsageError, RunStopped):
+    raise
+  except Exception as error:  # noqa: BLE001 (TFDS and array_record report I/O failures in many types)
+    raise DataFailed(
+        f"preparing the dataset in {data_lib.data_dir(config, workdir)} failed: {first_line(error)}"
+    ) from error
+
+
+def _record_for_inspection(data: data_lib.BigramData, config: ml_collections.ConfigDict, workdir: pathlib.Path) -> None:
+  """WORKDIR/report_data.npz, so inspection needs nothing outside the workdir; DataFailed naming the file if the
+  write fails (a full disk, a file size limit)."""
+  try:
+    data_lib.record_for_inspection(data, config, workdir)
+  except OSError as error:
+    raise DataFailed(f"writing {error.filename or workdir} failed: {error.strerror or first_line(error)}") from error
+
+
+def _track_most_frequent_rows(state: nnx.State, input_counts: np.ndarray) -> nnx.State:
+  """A fresh state whose tracked rows (train_step.TRACKED_ROWS) are the most frequent current tokens in train."""
+  rows = state["tracked_rows"][...]
+  most_frequent = np.argsort(-np.asarray(input_counts), kind="stable")[: rows.shape[0]].astype(np.int32)
+  state["tracked_rows"][...] = jax.device_put(most_frequent, rows.sharding)
+  return state
