@@ -26,7 +26,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
 from benchmarks.torch_step import make_torch_matmul, make_torch_step  # noqa: E402
-from tied_embed.fast import mkl  # noqa: E402
+from tied_embed.fast.kernels import gemm as mkl  # noqa: E402
 
 SHAPES = {"train_step": (8192, 256, 4096), "gpt2": (50257, 768, 1024)}  # section → (V, D, T)
 VOCAB_SIZE, D_MODEL, NUM_TOKENS = SHAPES["train_step"]
@@ -45,7 +45,7 @@ TORCH_STEPS = {**TORCH_F32_STEPS, **TORCH_BF16_STEPS}
 def matmul_fn(num_tokens: int, d_model: int, vocab_size: int, dtype=jnp.float32):
   """One jitted (T, D)×(D, V) matmul, the unit of the roofline: returns a callable that runs it.
 
-  On the routine the chunked step runs its dots on: tied_embed/fast/mkl's kernel where it runs for `dtype`
+  On the routine the chunked step runs its dots on: tied_embed/fast/kernels/gemm.py where it runs for `dtype`
   (oneMKL's sgemm, or its bfloat16 GEMM on AMX), else XLA's dot (float32 results either way).
   """
   keys = jax.random.split(jax.random.key(0))
@@ -59,7 +59,7 @@ def matmul_fn(num_tokens: int, d_model: int, vocab_size: int, dtype=jnp.float32)
 
 
 def kernel_name(dtype: str) -> str:
-  """What the chunked step's `dtype` dots run on here, in words (tied_embed/fast/mkl, or why XLA's dot)."""
+  """What the chunked step's `dtype` dots run on here, in words (tied_embed/fast/kernels, or why XLA's dot)."""
   routine = {"float32": "oneMKL cblas_sgemm",
              "bfloat16": "AMX (oneMKL cblas_gemm_bf16bf16f32; the logits on oneDNN's matmul)"}[dtype]
   reason = mkl.unavailable_reason(dtype)

@@ -154,7 +154,7 @@ def make_step_function(
   checks it where it syncs anyway), so a state that passes is safe to save.
 
   `apply_update(train_state, grads)` applies the gradients: the optimizer's own update, or one that does the same
-  arithmetic faster (tied_embed/fast/fused_adamw). It returns None, or a scalar that is finite exactly when every
+  arithmetic faster (tied_embed/fast/kernels). It returns None, or a scalar that is finite exactly when every
   Param and optimizer-state value it wrote is: those are then not read again for the finite check.
   """
 

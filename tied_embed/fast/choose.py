@@ -17,7 +17,8 @@ from flax import nnx
 
 from tied_embed.core import paths as plain_paths
 from tied_embed.core import step as step_lib
-from tied_embed.fast import chunked_loss, compilation, fused_adamw, gradient_buffer, sparse_paths
+from tied_embed.fast import chunked_loss, compilation, gradient_buffer, sparse_paths
+from tied_embed.fast.kernels import fused_adamw
 
 if TYPE_CHECKING:
   import ml_collections
@@ -47,7 +48,7 @@ def paths_function(
 ) -> step_lib.PathsFn:
   """paths_fn(model, ids (B,), next_ids (B,)) for these loss settings; `shards` divides B (data shards).
 
-  `mkl_kernel`: the chunked loss's dots on oneMKL where it runs (tied_embed/fast/mkl); False on a mesh of several
+  `mkl_kernel`: the chunked loss's dots on oneMKL where it runs (tied_embed/fast/kernels); False on a mesh of several
   devices, where XLA cannot partition the kernel's custom call and the loss keeps XLA's dots.
   """
   if uses_plain_paths(chunk_size, compute_dtype):
@@ -98,7 +99,7 @@ def make_train_step(
   `tied_embed.core.step.make_train_step`, whose step it runs (tied_embed/fast/gradient_buffer.py).
   `split_check`: how many pairs the log step's split check uses (`split_check_tokens`); None: the whole batch.
   `train_config`: the config's `train` section, the one its optimizer was made from. With `optimizer = "adamw"`,
-  on one device, the update runs AdamW's fused kernel where it pays off (tied_embed/fast/fused_adamw); without
+  on one device, the update runs AdamW's fused kernel where it pays off (tied_embed/fast/kernels); without
   it, or otherwise, the optimizer's own update.
   """
   one_device = mesh_devices(state_shardings) == 1

@@ -28,7 +28,7 @@ ceil(distinct / C) chunks whose length is known only at run time: the same loss 
 the work (a batch of text repeats most ids). `compute_dtype` is the matmuls' operand dtype (tied_embed/precision.py).
 
 The matmuls on oneMKL: on the CPUs it was measured on, the chunked loss runs its three dots through
-tied_embed/fast/mkl's kernel instead of XLA's: float32 on oneMKL's sgemm (an Intel CPU with AVX-512, tables of at
+tied_embed/fast/kernels/gemm.py instead of XLA's: float32 on oneMKL's sgemm (an Intel CPU with AVX-512, tables of at
 least 2^19 entries; 1.1-1.7x XLA's dot on the chunk's shapes) and bfloat16 on oneMKL's AMX GEMM (XLA:CPU widens
 bfloat16 dots to float32). The arithmetic is the same (operands in `compute_dtype`, float32 sums); only the order of
 the sums differs. `mkl_kernel=False`, or another CPU, keeps XLA's dots.
@@ -41,7 +41,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from tied_embed.fast import mkl
+from tied_embed.fast.kernels import gemm as mkl
 from tied_embed.fast.precision import as_dtype, dot, operand
 
 
@@ -145,7 +145,7 @@ def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, ker
   table (V, D) already in `compute_dtype` (the caller casts it once), d_table (V, D) float32 accumulator or None
   (the first chunk: its product starts the sum, so no (V, D) zeros are written and read), x_chunk (C, D),
   weights (C,) or None (how many tokens each row stands for), num_tokens T of the mean,
-  kernel: the three dots on tied_embed/fast/mkl's kernel
+  kernel: the three dots on tied_embed/fast/kernels/gemm.py
   → (d_table + the chunk's d table, lse (C,), dx (C, D) per token), all float32.
   """
   logits = _chunk_logits(table, x_chunk, compute_dtype, kernel)  # (V, C)

@@ -11,7 +11,8 @@ from flax import nnx
 from tied_embed.core import optim
 from tied_embed.core import step as step_lib
 from tied_embed.core.model import build_model
-from tied_embed.fast import choose, fused_adamw
+from tied_embed.fast import choose
+from tied_embed.fast.kernels import fused_adamw
 
 pytestmark = pytest.mark.skipif(not fused_adamw.available(), reason=f"{fused_adamw.unavailable_reason()}")
 

@@ -12,33 +12,33 @@ XLA:CPU (jaxlib 0.10.2) has two gaps on the chunk's matmul shapes ((V, D)·(D, C
 `gemm` hands its operands to the kernel (by their dtype); the chunked loss calls it for its three dots
 (tied_embed/fast/chunked_loss.py), inside its custom VJP, so nothing differentiates through it.
 
-The kernel (gemm.cc for oneMKL, gemm_onednn.cc for oneDNN) is compiled by `make install` (`python -m
-tied_embed.fast.mkl.build`), into two libraries: a float32 run never loads oneDNN. `available(dtype)` is
-False, and the loss takes XLA's dots, where the build failed, on other backends, with TIED_EMBED_MKL=0 in the
-environment, and on a CPU the route was not measured on: float32 needs an Intel CPU with AVX-512 (`avx512f`,
-`GenuineIntel`; on AMD EPYC oneMKL is not measured against XLA's dot), bfloat16 needs AMX (`amx_bf16`, `amx_tile`).
+The kernel (gemm.cc for oneMKL, gemm_onednn.cc for oneDNN) is compiled by `make kernels` (`python -m
+tied_embed.fast.kernels.build`), into two libraries: a float32 run never loads oneDNN. `available(dtype)` is
+False, and the loss takes XLA's dots, where the libraries are not built or fail their check (library.py), on other
+backends, with TIED_EMBED_MKL=0 in the environment, and on a CPU the route was not measured on: float32 needs an
+Intel CPU with AVX-512 (`avx512f`, `GenuineIntel`; on AMD EPYC oneMKL is not measured against XLA's dot), bfloat16
+needs AMX (`amx_bf16`, `amx_tile`).
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import logging
-import os
 import pathlib
 
 import jax
 import jax.numpy as jnp
 
-LIBRARY = pathlib.Path(__file__).with_name("_gemm.so")  # oneMKL's GEMMs (gemm.cc)
-ONEDNN_LIBRARY = pathlib.Path(__file__).with_name("_gemm_onednn.so")  # oneDNN's bfloat16 matmul (gemm_onednn.cc)
+from tied_embed.fast.kernels import library
+from tied_embed.fast.kernels.library import GEMM, GEMM_ONEDNN
+
 SWITCH = "TIED_EMBED_MKL"  # "0" turns the kernel off (XLA's dots instead)
-_TARGETS = {  # dtype → {FFI target name: (library, its handler symbol)}; each library loads only where needed
-    "float32": {"tied_embed_f32_gemm": (LIBRARY, "F32Gemm"),
-                "tied_embed_f32_gemm_accumulate": (LIBRARY, "F32GemmAccumulate")},
-    "bfloat16": {"tied_embed_bf16_gemm": (LIBRARY, "Bf16Gemm"),
-                 "tied_embed_bf16_gemm_onednn": (ONEDNN_LIBRARY, "Bf16Gemm"),
-                 "tied_embed_bf16_gemm_accumulate": (LIBRARY, "Bf16GemmAccumulate")},
+TARGETS = {  # dtype → {FFI target name: (library, its handler symbol)}; each library loads only where needed
+    "float32": {"tied_embed_f32_gemm": (GEMM, "F32Gemm"),
+                "tied_embed_f32_gemm_accumulate": (GEMM, "F32GemmAccumulate")},
+    "bfloat16": {"tied_embed_bf16_gemm": (GEMM, "Bf16Gemm"),
+                 "tied_embed_bf16_gemm_onednn": (GEMM_ONEDNN, "Bf16Gemm"),
+                 "tied_embed_bf16_gemm_accumulate": (GEMM, "Bf16GemmAccumulate")},
 }
 _PREFIX = {jnp.dtype(jnp.float32): "tied_embed_f32_gemm", jnp.dtype(jnp.bfloat16): "tied_embed_bf16_gemm"}
 
@@ -75,50 +75,22 @@ def cpu_is_intel_avx512(cpuinfo: pathlib.Path = pathlib.Path("/proc/cpuinfo")) -
 
 
 @functools.cache
-def _load(path: pathlib.Path) -> ctypes.CDLL | str:
-  """One of the kernel's libraries, loaded once; else why not (one line)."""
-  if not path.exists():
-    return f"{path.name} is not built (make install builds it)"
-  # MKL's OpenMP threads otherwise spin 200 ms after each call, on the cores XLA's own threads need next.
-  os.environ.setdefault("KMP_BLOCKTIME", "0")
-  try:
-    return ctypes.cdll.LoadLibrary(str(path))
-  except OSError as error:
-    return f"{path.name} does not load: {error}"
-
-
-@functools.cache
-def _register(dtype: str) -> str | None:
-  """Loads the libraries `dtype`'s targets need and registers the targets once; None on success, else why not."""
-  libraries = {path: _load(path) for path, _ in _TARGETS[dtype].values()}
-  reason = next((library for library in libraries.values() if isinstance(library, str)), None)
-  if reason is not None:
-    return reason
-  for target, (path, symbol) in _TARGETS[dtype].items():
-    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(libraries[path], symbol)), platform="cpu")
-  return None
-
-
-@functools.cache
 def unavailable_reason(dtype="float32") -> str | None:
   """None where `gemm` runs operands of `dtype` (float32 | bfloat16) here, else the reason in a line (logged once)."""
   dtype = jnp.dtype(dtype)
   if dtype not in _PREFIX:
     raise ValueError(f"dtype={dtype} is not allowed: expected float32 or bfloat16")
-  if os.environ.get(SWITCH, "1") == "0":
-    reason = f"{SWITCH}=0"
-  elif jax.default_backend() != "cpu":
-    reason = f"the backend is {jax.default_backend()}, not the CPU"
-  elif dtype == jnp.bfloat16 and not cpu_has_amx_bf16():
-    reason = "this CPU has no AMX bfloat16 unit (amx_bf16)"
+  if dtype == jnp.bfloat16 and not cpu_has_amx_bf16():
+    cpu = "this CPU has no AMX bfloat16 unit (amx_bf16)"
   elif dtype == jnp.float32 and not cpu_is_intel_avx512():
-    reason = "this CPU is not an Intel one with AVX-512, where oneMKL's sgemm was measured faster"
+    cpu = "this CPU is not an Intel one with AVX-512, where oneMKL's sgemm was measured faster"
   else:
-    reason = _register(dtype.name)
+    cpu = None
+  reason = library.switched_off(SWITCH) or cpu or library.register(TARGETS[dtype.name])
   routine = (f"oneMKL's cblas_sgemm, for tables of at least {FLOAT32_MIN_TABLE_SIZE} entries"
              if dtype == jnp.float32 else "oneMKL's cblas_gemm_bf16bf16f32 and (the logits) oneDNN's matmul, on AMX")
   if reason is None:
-    log.info("%s matmuls of the chunked loss run on %s (tied_embed/fast/mkl).", dtype, routine)
+    log.info("%s matmuls of the chunked loss run on %s (tied_embed/fast/kernels).", dtype, routine)
   else:
     log.info("%s matmuls of the chunked loss run as XLA's dots: %s.", dtype, reason)
   return reason
@@ -149,7 +121,7 @@ def gemm(a: jax.Array, b: jax.Array, *, trans_a: bool = False, trans_b: bool = F
   rows = a.shape[1] if trans_a else a.shape[0]
   cols = b.shape[0] if trans_b else b.shape[1]
   result = jax.ShapeDtypeStruct((rows, cols), jnp.float32)
-  # The handler takes matrices only: under vmap (per-token losses, tests/test_losses.py) it runs once per element.
+  # The handler takes matrices only: under vmap (per-token losses, tests/core/test_losses.py) it runs once per element.
   if add_to is None:
     # oneMKL's bfloat16 GEMM is slowest on a·bᵀ, the chunk's logits E·xᵀ, where oneDNN's matmul runs it 1.4-2.3x
     # faster; dx runs as fast or faster on oneMKL except at GPT-2's shape, d table faster (benchmarks/README.md).

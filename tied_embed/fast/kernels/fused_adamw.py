@@ -13,22 +13,19 @@ The arithmetic is optax.adamw's after the project's clip (tied_embed/core/optim.
     p  = p − lr(t)·((mu · c1) / (sqrt(nu · c2) + eps) + wd·p),   c1 = 1 / (1 − b1^(t+1)), c2 = 1 / (1 − b2^(t+1))
 with t the update count before this step and optax's b1, b2, eps. The scalars are computed here in JAX as optax
 computes them; the bias corrections multiply by their reciprocals, as XLA:CPU compiles optax's divisions by a
-scalar. The results equal optax's up to float rounding (tests/test_fused_adamw.py), and the optimizer state keeps
-optax's layout, so checkpoints are the same either way.
+scalar. The results equal optax's up to float rounding (tests/fast/test_kernels_fused_adamw.py), and the optimizer
+state keeps optax's layout, so checkpoints are the same either way.
 
 `make_update` returns the step's update (`tied_embed.core.step.make_step_function`'s `apply_update`). It takes the
-kernel where it runs and pays off: the CPU backend, the kernel built by `make install` and loaded, not switched off
+kernel where it runs and pays off: the CPU backend, the kernel built by `make kernels` and loaded, not switched off
 (TIED_EMBED_FUSED_ADAMW=0), one device (XLA cannot partition a custom call), float32 Params of at least
 MIN_PARAMS entries in all; elsewhere it runs the optimizer's own update (optax), unchanged.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import logging
-import os
-import pathlib
 from typing import TYPE_CHECKING
 
 import jax
@@ -37,14 +34,13 @@ import optax
 from flax import nnx
 
 from tied_embed.core import optim
+from tied_embed.fast.kernels import library
 
 if TYPE_CHECKING:
   import ml_collections
 
   from tied_embed.core.step import TrainState
 
-SOURCE = pathlib.Path(__file__).with_name("adamw.cc")
-LIBRARY = pathlib.Path(__file__).with_name("_adamw.so")  # built by `make install` (tied_embed/fast/mkl/build.py)
 SWITCH = "TIED_EMBED_FUSED_ADAMW"  # "0" keeps optax's update
 TARGET = "tied_embed_fused_adamw"
 # Below this many parameter entries the model's passes fit in cache and the kernel's call costs more than it saves;
@@ -59,20 +55,7 @@ log = logging.getLogger(__name__)
 @functools.cache
 def unavailable_reason() -> str | None:
   """None where the kernel runs here, else why not in a line (logged once); registers its FFI target once."""
-  if os.environ.get(SWITCH, "1") == "0":
-    reason = f"{SWITCH}=0"
-  elif jax.default_backend() != "cpu":
-    reason = f"the backend is {jax.default_backend()}, not the CPU"
-  elif not LIBRARY.exists():
-    reason = f"{LIBRARY.name} is not built (make install builds it)"
-  else:
-    try:
-      library = ctypes.cdll.LoadLibrary(str(LIBRARY))
-    except OSError as error:
-      reason = f"{LIBRARY.name} does not load: {error}"
-    else:
-      jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.FusedAdamW), platform="cpu")
-      reason = None
+  reason = library.switched_off(SWITCH) or library.register({TARGET: (library.ADAMW, "FusedAdamW")})
   if reason is not None:
     log.info("AdamW runs as optax's update: %s.", reason)
   return reason
@@ -138,7 +121,7 @@ def make_update(train: ml_collections.ConfigDict):
         _log_once(f"AdamW runs as optax's update: the model is not float32 with at least {MIN_PARAMS} parameters.")
       optimizer.update(model, grads)
       return None
-    _log_once("AdamW's update and its finite check run in one pass (tied_embed/fast/fused_adamw).")
+    _log_once("AdamW's update and its finite check run in one pass (tied_embed/fast/kernels).")
     grads = nnx.as_pure(nnx.state(grads, nnx.Param))
     *clip_state, (adam, decay, schedule_state) = nnx.as_pure(optimizer.opt_state)  # make_optimizer's chain
     scale = optim.clip_scale(optax.tree.norm(grads), max_norm) if max_norm > 0 else 1.0

@@ -1,5 +1,5 @@
 // AdamW's update of one float32 parameter in one pass over memory, for XLA:CPU through jax.ffi
-// (tied_embed/fast/fused_adamw/__init__.py has the arithmetic, and why).
+// (tied_embed/fast/kernels/fused_adamw.py has the arithmetic, and why).
 //
 //   inputs:  g, mu, nu, p (n,) float32; scalars (10,) float32 = clip scale, b1, 1 - b1, b2, 1 - b2,
 //            1 / (1 - b1^t), 1 / (1 - b2^t), eps, weight decay, -learning rate

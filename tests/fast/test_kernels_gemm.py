@@ -1,6 +1,6 @@
-"""The oneMKL kernel (tied_embed/fast/mkl): its float32 and bfloat16 GEMMs against NumPy float64 (on bfloat16-rounded
-operands for bfloat16), the chunked loss through it against the float64 closed form, and the fallback to XLA's dots
-where it cannot run.
+"""The oneMKL kernel (tied_embed/fast/kernels/gemm.py): its float32 and bfloat16 GEMMs against NumPy float64 (on
+bfloat16-rounded operands for bfloat16), the chunked loss through it against the float64 closed form, and the
+fallback to XLA's dots where it cannot run.
 
 On a CPU without AMX (bfloat16) or not an Intel one with AVX-512 (float32), or where the kernel is not built, the
 kernel's own tests for that dtype are skipped and the fallback tests still run. The bfloat16 GEMM's reference
@@ -22,16 +22,16 @@ import numpy as np
 import pytest
 from helpers import numpy_loss_and_grads, random_problem
 
-from tied_embed.fast import mkl
 from tied_embed.fast.chunked_loss import chunked_cross_entropy
+from tied_embed.fast.kernels import gemm
 
 KERNEL_BOUND = 1e-5  # float32 accumulation of bfloat16 products (see the module docstring)
-BF16_BOUND = 2e-2  # the bfloat16 loss and gradients against float64, as tests/test_precision.py bounds them
+BF16_BOUND = 2e-2  # the bfloat16 loss and gradients against float64, as tests/fast/test_precision.py bounds them
 
 needs_kernel = pytest.mark.skipif(
-    not mkl.available("bfloat16"), reason=f"bfloat16 kernel not usable: {mkl.unavailable_reason('bfloat16')}")
+    not gemm.available("bfloat16"), reason=f"bfloat16 kernel not usable: {gemm.unavailable_reason('bfloat16')}")
 needs_f32_kernel = pytest.mark.skipif(
-    not mkl.available("float32"), reason=f"float32 kernel not usable: {mkl.unavailable_reason('float32')}")
+    not gemm.available("float32"), reason=f"float32 kernel not usable: {gemm.unavailable_reason('float32')}")
 F32_KERNEL_BOUND = 1e-6  # float32 sums of float32 products, against float64: a few ulps of float32 (2^-24 ≈ 6e-8)
 
 
@@ -52,7 +52,7 @@ def test_gemm_is_the_float64_product_of_the_bfloat16_operands(trans_a, trans_b):
   m, k, n = 37, 19, 23  # odd sizes: no tile divides them
   a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
   b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
-  got = jax.jit(lambda a, b: mkl.gemm(a, b, trans_a=trans_a, trans_b=trans_b, dtype="bfloat16"))(a, b)
+  got = jax.jit(lambda a, b: gemm.gemm(a, b, trans_a=trans_a, trans_b=trans_b, dtype="bfloat16"))(a, b)
   want = (_bf16(a).T if trans_a else _bf16(a)) @ (_bf16(b).T if trans_b else _bf16(b))
   assert got.shape == (m, n) and got.dtype == jnp.float32
   assert _max_relative(got, want) < KERNEL_BOUND
@@ -66,7 +66,7 @@ def test_gemm_accumulates_onto_its_addend():
   rng = np.random.default_rng(1)
   a, b = rng.standard_normal((5, 8)).astype(np.float32), rng.standard_normal((8, 3)).astype(np.float32)
   addend = rng.standard_normal((5, 3)).astype(np.float32)
-  got = jax.jit(lambda a, b, c: mkl.gemm(a, b, add_to=c, dtype="bfloat16"))(a, b, addend)
+  got = jax.jit(lambda a, b, c: gemm.gemm(a, b, add_to=c, dtype="bfloat16"))(a, b, addend)
   assert _max_relative(got, _bf16(a) @ _bf16(b) + addend.astype(np.float64)) < KERNEL_BOUND
 
 
@@ -112,20 +112,20 @@ def test_the_float32_gemm_is_the_float64_product(trans_a, trans_b):
   a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
   b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
   addend = rng.standard_normal((m, n)).astype(np.float32)
-  product = jax.jit(lambda a, b: mkl.gemm(a, b, trans_a=trans_a, trans_b=trans_b))(a, b)
-  added = jax.jit(lambda a, b, c: mkl.gemm(a, b, trans_a=trans_a, trans_b=trans_b, add_to=c))(a, b, addend)
+  product = jax.jit(lambda a, b: gemm.gemm(a, b, trans_a=trans_a, trans_b=trans_b))(a, b)
+  added = jax.jit(lambda a, b, c: gemm.gemm(a, b, trans_a=trans_a, trans_b=trans_b, add_to=c))(a, b, addend)
   want = (a.T if trans_a else a).astype(np.float64) @ (b.T if trans_b else b).astype(np.float64)
   assert product.shape == (m, n) and product.dtype == jnp.float32
   assert _max_relative(product, want) < F32_KERNEL_BOUND
   assert _max_relative(added, want + addend) < F32_KERNEL_BOUND
   # a kernel that rounded its operands to bfloat16 would be ~1e-3 off
-  assert _max_relative(jax.jit(lambda a, b: mkl.gemm(a, b, trans_a=trans_a, trans_b=trans_b, dtype="bfloat16"))(
+  assert _max_relative(jax.jit(lambda a, b: gemm.gemm(a, b, trans_a=trans_a, trans_b=trans_b, dtype="bfloat16"))(
       a, b), want) > 100 * F32_KERNEL_BOUND
 
 
 @needs_f32_kernel
 def test_the_float32_chunked_loss_runs_the_kernel_and_matches_float64(monkeypatch: pytest.MonkeyPatch):
-  monkeypatch.setattr(mkl, "FLOAT32_MIN_TABLE_SIZE", 0)  # the small problem's table, as if it were large
+  monkeypatch.setattr(gemm, "FLOAT32_MIN_TABLE_SIZE", 0)  # the small problem's table, as if it were large
   x, table, targets = random_problem(48, 120, 16, seed=11)
   ids = np.random.default_rng(12).integers(0, 30, 48).astype(np.int32)
   x = table[ids]
@@ -150,10 +150,10 @@ def test_float32_takes_the_kernel_from_the_measured_table_size_on():
     return jax.jit(jax.grad(lambda x, e, t: chunked_cross_entropy(x, e, t, 16), argnums=(0, 1))).lower(
         x, table, targets).as_text()
 
-  assert mkl.FLOAT32_MIN_TABLE_SIZE == 2**19
+  assert gemm.FLOAT32_MIN_TABLE_SIZE == 2**19
   assert "tied_embed_f32_gemm" in program(8192, 64)  # 2^19 entries: the kernel
   assert "custom_call" not in program(8192, 63)  # one column fewer: XLA's dots
-  assert not mkl.pays_off((1024, 32)) and mkl.pays_off((1024, 32), "bfloat16")  # bfloat16 at any size
+  assert not gemm.pays_off((1024, 32)) and gemm.pays_off((1024, 32), "bfloat16")  # bfloat16 at any size
 
 
 def test_the_float32_fallback_compiles_no_custom_call():
@@ -165,32 +165,32 @@ def test_the_float32_fallback_compiles_no_custom_call():
 def test_no_amx_in_cpuinfo_means_no_kernel(tmp_path: pathlib.Path):
   epyc = tmp_path / "cpuinfo"
   epyc.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")
-  assert not mkl.cpu_has_amx_bf16(epyc)
-  assert not mkl.cpu_is_intel_avx512(epyc)  # oneMKL's sgemm is not measured against XLA's dot on AMD
+  assert not gemm.cpu_has_amx_bf16(epyc)
+  assert not gemm.cpu_is_intel_avx512(epyc)  # oneMKL's sgemm is not measured against XLA's dot on AMD
   sapphire = tmp_path / "cpuinfo_spr"
   sapphire.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: avx512f avx512_bf16 amx_bf16 amx_tile\n")
-  assert mkl.cpu_has_amx_bf16(sapphire) and mkl.cpu_is_intel_avx512(sapphire)
+  assert gemm.cpu_has_amx_bf16(sapphire) and gemm.cpu_is_intel_avx512(sapphire)
   skylake = tmp_path / "cpuinfo_avx2"
   skylake.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu avx2 fma\n")
-  assert not mkl.cpu_is_intel_avx512(skylake) and not mkl.cpu_has_amx_bf16(skylake)
-  assert not mkl.cpu_has_amx_bf16(tmp_path / "absent") and not mkl.cpu_is_intel_avx512(tmp_path / "absent")
+  assert not gemm.cpu_is_intel_avx512(skylake) and not gemm.cpu_has_amx_bf16(skylake)
+  assert not gemm.cpu_has_amx_bf16(tmp_path / "absent") and not gemm.cpu_is_intel_avx512(tmp_path / "absent")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_switch_turns_the_kernel_off(monkeypatch: pytest.MonkeyPatch, dtype):
-  monkeypatch.setattr(mkl, "FLOAT32_MIN_TABLE_SIZE", 0)  # so that only the switch keeps float32 off the kernel
-  monkeypatch.setenv(mkl.SWITCH, "0")
-  mkl.unavailable_reason.cache_clear()
+  monkeypatch.setattr(gemm, "FLOAT32_MIN_TABLE_SIZE", 0)  # so that only the switch keeps float32 off the kernel
+  monkeypatch.setenv(gemm.SWITCH, "0")
+  gemm.unavailable_reason.cache_clear()
   try:
-    assert not mkl.available(dtype)
-    assert mkl.unavailable_reason(dtype) == f"{mkl.SWITCH}=0"
+    assert not gemm.available(dtype)
+    assert gemm.unavailable_reason(dtype) == f"{gemm.SWITCH}=0"
     x, table, targets = random_problem(16, 30, 4, seed=9)
     lowered = jax.jit(jax.grad(
         lambda x: chunked_cross_entropy(x, table, targets, 4, compute_dtype=dtype))).lower(x).as_text()
     assert "custom_call" not in lowered
   finally:
-    monkeypatch.delenv(mkl.SWITCH)
-    mkl.unavailable_reason.cache_clear()
+    monkeypatch.delenv(gemm.SWITCH)
+    gemm.unavailable_reason.cache_clear()
 
 
 def _train_step_program(dtype: str = "bfloat16") -> str:
@@ -217,7 +217,7 @@ def test_the_bfloat16_train_step_on_one_device_runs_the_kernel():
 
 @needs_f32_kernel
 def test_the_float32_train_step_on_one_device_runs_the_kernel(monkeypatch: pytest.MonkeyPatch):
-  monkeypatch.setattr(mkl, "FLOAT32_MIN_TABLE_SIZE", 0)  # the smoke config's table, as if it were large
+  monkeypatch.setattr(gemm, "FLOAT32_MIN_TABLE_SIZE", 0)  # the smoke config's table, as if it were large
   assert "tied_embed_f32_gemm" in _train_step_program("float32")
 
 
@@ -226,7 +226,7 @@ def test_a_mesh_of_several_devices_keeps_xlas_dots(monkeypatch: pytest.MonkeyPat
   """XLA cannot partition the kernel's custom call: a step whose state spans several devices must not contain it."""
   from tied_embed.fast import choose  # noqa: PLC0415
 
-  monkeypatch.setattr(mkl, "FLOAT32_MIN_TABLE_SIZE", 0)  # so that only the mesh keeps float32 off the kernel
+  monkeypatch.setattr(gemm, "FLOAT32_MIN_TABLE_SIZE", 0)  # so that only the mesh keeps float32 off the kernel
 
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
   one_device = {"table": jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())}
@@ -240,8 +240,8 @@ def test_a_float32_run_never_loads_onednn():
   # oneDNN alone makes 17 MiB resident, which the float32 step's memory (at most PyTorch's) has no room for.
   script = (
       "import jax.numpy as jnp, pathlib\n"
-      "from tied_embed.fast import mkl\n"
-      "out = mkl.gemm(jnp.ones((4, 3)), jnp.ones((3, 2)))\n"
+      "from tied_embed.fast.kernels import gemm\n"
+      "out = gemm.gemm(jnp.ones((4, 3)), jnp.ones((3, 2)))\n"
       "assert float(out[0, 0]) == 3.0\n"
       "maps = pathlib.Path('/proc/self/maps').read_text()\n"
       "print('_gemm.so' in maps, 'libdnnl' in maps)\n"

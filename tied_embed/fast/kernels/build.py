@@ -1,0 +1,82 @@
+"""Compiles the step's CPU kernels against jaxlib's FFI headers: `make kernels`, or from a package pip installed
+
+  python -m tied_embed.fast.kernels.build [--force]
+
+Writes, with the machine's g++, into `library.kernel_dir()`: _gemm.so and _gemm_onednn.so (the chunked loss's GEMMs,
+gemm.cc against oneMKL and gemm_onednn.cc against oneDNN) and _adamw.so (AdamW's update, plain C++ compiled for this
+machine's CPU), each with its build record (library.py). oneMKL's and oneDNN's headers and libraries come from the
+environment's own prefix: the wheels of requirements-kernels.txt (the `kernels` extra) put them in <venv>/include and
+<venv>/lib. A library whose record still matches is kept (--force rebuilds it). A library that cannot be built is
+named in one `info:` line and its old build, if any, removed, and the build exits 0: the step then runs XLA's own
+code instead of that kernel, so a machine without a compiler or the libraries still trains and tests.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import jax
+
+from tied_embed.fast.kernels import library
+from tied_embed.fast.kernels.library import LIBRARIES, Library
+
+
+def command(kernel: Library, output: pathlib.Path) -> list[str] | str:
+  """The g++ command line building `kernel` into `output`, or why it cannot be built here (a str)."""
+  compiler = shutil.which("g++") or shutil.which("c++")
+  if compiler is None:
+    return "no C++ compiler (g++) on PATH"
+  args = [compiler, *kernel.flags, "-std=c++17", "-shared", "-fPIC", "-w", f"-I{jax.ffi.include_dir()}",
+          str(library.HERE / kernel.sources[0]), "-o", str(output)]
+  if kernel.runtime is None:
+    return args
+  prefix = pathlib.Path(sys.prefix)
+  runtime = prefix / "lib" / kernel.runtime
+  for needed in (prefix / "include" / kernel.header, runtime):
+    if not needed.exists():
+      return f"{needed} is missing (requirements-kernels.txt installs it)"
+  return [*args, f"-I{prefix / 'include'}", str(runtime), f"-Wl,-rpath,{runtime.resolve().parent}"]
+
+
+def build(kernel: Library, output: pathlib.Path) -> str | None:
+  """Builds `kernel` into `output` and writes its record; None on success, else why not (one line)."""
+  args = command(kernel, output)
+  if isinstance(args, str):
+    return args
+  partial = output.with_suffix(".so.partial")
+  args[args.index(str(output))] = str(partial)
+  done = subprocess.run(args, capture_output=True, text=True)
+  if done.returncode != 0:
+    partial.unlink(missing_ok=True)
+    return f"g++ failed: {(done.stderr.strip().splitlines() or ['no output'])[-1]}"
+  library.record_path(output).unlink(missing_ok=True)  # no moment where the new file has the old one's record
+  partial.replace(output)  # a half-written library is never left under the loaded name
+  library.write_record(kernel, output)
+  return None
+
+
+def main(argv: list[str] | None = None) -> None:
+  force = "--force" in (sys.argv[1:] if argv is None else argv)
+  directory = library.kernel_dir()
+  directory.mkdir(parents=True, exist_ok=True)
+  for kernel in LIBRARIES:
+    output = directory / kernel.file
+    if not force and library.check(kernel, output) is None:
+      print(f"kept {output} (its record matches these sources)")
+      continue
+    reason = build(kernel, output)
+    if reason is None:
+      print(f"built {output}")
+      continue
+    stale = output.exists()
+    output.unlink(missing_ok=True)  # a library of other sources must not stay to be mistaken for this build
+    library.record_path(output).unlink(missing_ok=True)
+    removed = "; its old build is removed" if stale else ""
+    print(f"info: {output} is not built ({reason}){removed}; the step runs XLA's own code instead of it")
+
+
+if __name__ == "__main__":
+  main()
