@@ -1,6 +1,6 @@
-"""The chunked loss's three dots on each route: XLA's dot, tied_embed/fast/mkl's kernel, and PyTorch's matmul.
+"""The chunked loss's three dots on each route: XLA's dot, tied_embed/fast/kernels/gemm.py, and PyTorch's matmul.
 
-  python benchmarks/gemm_routes.py [--rounds=5] [--json=runs/bench/gemm_routes.json]
+  python benchmarks/probes/gemm_routes.py [--rounds=5] [--json=runs/bench/gemm_routes.json]
 
 For each shape of benchmarks/run.py's sections (V, D, T) and the step's chunk of C=256 tokens, the three dots of one
 chunk (tied_embed/fast/chunked_loss.py's `_chunk_step`):
@@ -31,14 +31,14 @@ if __name__ == "__main__" and os.environ.get("GLIBC_TUNABLES") != UNFAULTED_MALL
   os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "GLIBC_TUNABLES": UNFAULTED_MALLOC})
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from benchmarks import memory, throughput, workload  # noqa: E402
-from tied_embed.fast import mkl  # noqa: E402
+from tied_embed.fast.kernels import gemm as mkl  # noqa: E402
 from tied_embed.fast.precision import dot  # noqa: E402
 
 CHUNK = throughput.CHUNK_SIZE
@@ -50,7 +50,7 @@ FLAGS = flags.FLAGS
 
 
 def _jax_dots(vocab_size: int, d_model: int, dtype: str, kernel: bool) -> dict:
-  """{dot name: callable} for one chunk's three dots on XLA (kernel=False) or tied_embed/fast/mkl's kernel."""
+  """{dot name: callable} for one chunk's three dots on XLA (kernel=False) or tied_embed/fast/kernels/gemm.py."""
   keys = jax.random.split(jax.random.key(0), 3)
   table = jax.random.normal(keys[0], (vocab_size, d_model)).astype(dtype)
   rows = jax.random.normal(keys[1], (CHUNK, d_model)).astype(dtype)

@@ -1,6 +1,6 @@
 """What each part of a train step costs: gradient provenance with the step's own tally, and a log step's extra.
 
-  python benchmarks/train_step.py [--vocab_size=1024 --d_model=32 --batch_size=1024 --steps=50 --rounds=15]
+  python benchmarks/probes/train_step.py [--vocab_size=1024 --d_model=32 --batch_size=1024 --steps=50 --rounds=15]
 
 The plain step takes one gradient of the tied model and applies it (`workload.make_plain_step`, defined for
 this comparison only). The train step is the trainer's: it differentiates the two uses of the table separately,
@@ -16,7 +16,7 @@ import pathlib
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # for `configs` and `benchmarks`
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # for `configs` and `benchmarks`
 
 from absl import app, flags  # noqa: E402
 

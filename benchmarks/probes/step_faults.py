@@ -1,7 +1,7 @@
 """What a step costs the kernel: page faults, system and user time per step, and XLA's temporaries.
 
-  python benchmarks/step_faults.py [gpt2|train_step] [float32|bfloat16] [steps]   (default gpt2 float32 5)
-  python benchmarks/step_faults.py train_step bfloat16 20 --pause=0,0.001,0.01,0.05,0.2
+  python benchmarks/probes/step_faults.py [gpt2|train_step] [float32|bfloat16] [steps]   (default gpt2 float32 5)
+  python benchmarks/probes/step_faults.py train_step bfloat16 20 --pause=0,0.001,0.01,0.05,0.2
 
 The real train step (`workload.Stepper`, configs/default.py at the section's shape, chunk 256, uniform ids), called
 back to back after 3 warm-up calls; `resource.getrusage` around the calls. With `--pause`, each listed pause (s)
@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 from benchmarks import throughput, workload  # noqa: E402
 
