@@ -1,19 +1,21 @@
 # Two commands do all the set-up on a fresh machine: `make train` and `make test`.
-# The others run in the same environment: `make inspect`, `make tensorboard`, `make results`, `make bench`.
+# The others run in the same environment: `make kernels` (the step's optional C++ kernels), `make inspect`,
+# `make tensorboard`, `make results`, `make bench`.
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NOTEBOOK_STAMP := $(VENV)/.notebook-installed
-KERNEL := tied_embed/fast/mkl/_gemm.so
+KERNEL_STAMP := $(VENV)/.kernels-installed
+KERNELS := $(addprefix tied_embed/fast/kernels/,_gemm.so _gemm_onednn.so _adamw.so)
 export TF_CPP_MIN_LOG_LEVEL := 3
 
 # `make train CONFIG=configs/untied.py WORKDIR=runs/untied`, then `make inspect WORKDIR=runs/untied`.
 CONFIG ?= configs/default.py
 WORKDIR ?= runs/default
 
-.PHONY: install train test inspect tensorboard results bench lint notebook clean
+.PHONY: install kernels train test inspect tensorboard results bench lint notebook clean
 
-install: $(STAMP) $(KERNEL)
+install: $(STAMP)
 
 # The venv is rebuilt when the pins or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
@@ -23,18 +25,25 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-# The step's kernels: the chunked loss's GEMMs (tied_embed/fast/mkl: float32 on oneMKL, bfloat16 on AMX via oneMKL
-# and oneDNN) and AdamW's one-pass update (tied_embed/fast/fused_adamw). A failed build prints an `info:` line and
-# exits 0: the step then runs XLA's own code, so train and test work without them (and a build that wrote nothing
-# is tried again next time).
-$(KERNEL): $(STAMP) tied_embed/fast/mkl/gemm.h tied_embed/fast/mkl/gemm.cc tied_embed/fast/mkl/gemm_onednn.cc \
-		tied_embed/fast/fused_adamw/adamw.cc
-	$(PY) -m tied_embed.fast.mkl.build
+# The step's C++ kernels (tied_embed/fast/kernels): the chunked loss's GEMMs on oneMKL and oneDNN (float32 on an
+# Intel CPU with AVX-512, bfloat16 on AMX) and AdamW's one-pass update. Only this target installs their libraries
+# (requirements-kernels.txt) and builds them. What cannot be installed or built is named in an `info:` line and
+# make goes on: the step then runs XLA's own code, so train and test work without them (and it is tried again
+# next time).
+kernels: $(KERNELS)
 
-train: $(STAMP) $(KERNEL)
+$(KERNEL_STAMP): $(STAMP) requirements-kernels.txt
+	if $(PY) -m pip install --quiet -r requirements-kernels.txt 2>$(VENV)/kernels-install.log; then touch $@; \
+	else echo "info: requirements-kernels.txt does not install here ($(VENV)/kernels-install.log says why)"; fi
+
+$(KERNELS) &: $(KERNEL_STAMP) $(wildcard tied_embed/fast/kernels/*.cc tied_embed/fast/kernels/*.h) \
+		tied_embed/fast/kernels/library.py tied_embed/fast/kernels/build.py
+	$(PY) -m tied_embed.fast.kernels.build
+
+train: $(STAMP)
 	$(PY) train.py --config $(CONFIG) --workdir $(WORKDIR)
 
-test: $(STAMP) $(KERNEL) $(NOTEBOOK_STAMP)
+test: $(STAMP) $(KERNELS) $(NOTEBOOK_STAMP)
 	$(PY) -m pytest -q
 
 # The tutorial's runner and kernel (jupytext, nbclient, ipykernel): `make test` runs the notebook, `make train` never
@@ -44,7 +53,7 @@ $(NOTEBOOK_STAMP): $(STAMP) requirements-notebook.txt
 	$(PY) -m pip install --quiet -r requirements-notebook.txt
 	touch $(NOTEBOOK_STAMP)
 
-notebook: $(STAMP) $(KERNEL) $(NOTEBOOK_STAMP)
+notebook: $(STAMP) $(NOTEBOOK_STAMP)
 	mkdir -p runs
 	$(VENV)/bin/jupytext --to ipynb --execute --run-path . docs/tutorial.md -o runs/tutorial.ipynb
 
@@ -57,7 +66,7 @@ tensorboard: $(STAMP)
 results: $(STAMP)
 	$(PY) scripts/results.py
 
-bench: $(STAMP) $(KERNEL)
+bench: $(STAMP) $(KERNELS)
 	$(PY) -m pip install --quiet -r requirements-bench.txt
 	mkdir -p runs/bench
 	$(PY) benchmarks/run.py --json runs/bench/results.json
