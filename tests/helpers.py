@@ -50,10 +50,10 @@ def make_config(**data_fields):
 def smoke_with(path: str, value):
   """configs/smoke.py with the field at dotted `path` set to `value` (any type)."""
   from configs import smoke  # noqa: PLC0415
-  from tied_embed.train import config_fields  # noqa: PLC0415
+  from tied_embed.train import config_file  # noqa: PLC0415
 
   config = smoke.get_config()
-  config_fields.set_unchecked(config, path, value)
+  config_file.set_unchecked(config, path, value)
   return config
 
 

@@ -8,8 +8,8 @@ import pytest
 from helpers import make_config
 
 from tied_embed.data import bigram as data
-from tied_embed.data import config as data_config
 from tied_embed.data import sources
+from tied_embed.train import config as config_lib
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.util import UsageError
 
@@ -186,16 +186,16 @@ def test_bad_data_config_names_the_field_and_value(model_change, data_change, fi
   config = make_config(**data_change)
   config.model.update(model_change)
   with pytest.raises(UsageError) as error:
-    data_config.validate_data_config(config)
+    config_lib.validate_data(config)
   assert str(error.value).startswith(field) and "\n" not in str(error.value)
 
 
 def test_text_path_that_is_a_directory_or_tiny_is_rejected(tmp_path):
   with pytest.raises(UsageError, match="data.text_path"):
-    data_config.validate_data_config(make_config(source="text", text_path=str(tmp_path)))
+    config_lib.validate_data(make_config(source="text", text_path=str(tmp_path)))
   (tmp_path / "tiny.txt").write_text("hi")
   with pytest.raises(UsageError, match="at least"):
-    data_config.validate_data_config(make_config(source="text", text_path=str(tmp_path / "tiny.txt")))
+    config_lib.validate_data(make_config(source="text", text_path=str(tmp_path / "tiny.txt")))
 
 
 class _Alternating(sources.Source):
@@ -235,11 +235,11 @@ class _Alternating(sources.Source):
 def test_a_new_source_is_one_class_registered(tmp_path, monkeypatch):
   monkeypatch.setitem(sources.REGISTRY, "alternating", _Alternating())
   config = make_config(source="alternating", num_train_pairs=100)
-  data_config.validate_data_config(config)
+  config_lib.validate_data(config)
   loaded = data.load_bigram_data(config, tmp_path)
   assert data.dataset_identity(config) == loaded.identity == "alternating-v16-n100"
   np.testing.assert_array_equal(loaded.train_next[:4], [1, 0, 1, 0])
   assert loaded.loss_floor == 0.0 and loaded.true_log_probs[0, 1] == 0.0
   np.testing.assert_array_equal(loaded.input_counts[:3], [50, 50, 0])
   with pytest.raises(UsageError, match="data.num_train_pairs=0"):
-    data_config.validate_data_config(make_config(source="alternating", num_train_pairs=0))
+    config_lib.validate_data(make_config(source="alternating", num_train_pairs=0))

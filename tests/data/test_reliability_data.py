@@ -16,8 +16,8 @@ from helpers import make_config
 
 from tied_embed import util
 from tied_embed.data import bigram as data
-from tied_embed.data import config as data_config
 from tied_embed.data import sources
+from tied_embed.train import config as config_lib
 from tied_embed.util import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -129,7 +129,8 @@ def test_two_runs_generating_into_one_data_dir_never_give_a_traceback(tmp_path):
     ("zipf_exponent", float("inf"), "a finite number >= 0"),
 ])
 def test_huge_or_non_finite_task_fields_are_refused(tmp_path, field, value, allowed):
-  with pytest.raises(UsageError) as error:
+  with pytest.raises(UsageError) as error:  # a run's checks, then its load (which takes the config as checked)
+    config_lib.validate_data(make_config(**{field: value}))
     data.load_bigram_data(make_config(**{field: value}), tmp_path)
   assert str(error.value).startswith(f"data.{field}={value!r} is not allowed") and allowed in str(error.value)
   assert list(tmp_path.iterdir()) == []
@@ -140,8 +141,9 @@ def test_data_dir_that_is_a_file_is_refused_before_anything_is_written(tmp_path)
   a_file.write_text("not a directory")
   for data_dir, allowed in ((a_file, "a directory"), (a_file / "below", "a path that can be created")):
     with pytest.raises(UsageError, match=f"data.data_dir=.* is not allowed: expected {allowed}"):
-      data_config.validate_data_config(make_config(data_dir=str(data_dir)))
-    with pytest.raises(UsageError):
+      config_lib.validate_data(make_config(data_dir=str(data_dir)))
+    with pytest.raises(UsageError):  # a run's checks, then its load (which takes the config as checked)
+      config_lib.validate_data(make_config(data_dir=str(data_dir)))
       data.load_bigram_data(make_config(data_dir=str(data_dir)), tmp_path / "work")
   assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
 
@@ -150,20 +152,20 @@ def test_unwritable_data_dir_is_refused(tmp_path, monkeypatch):
   real_access = os.access
   monkeypatch.setattr(os, "access", lambda path, mode: False if str(path) == str(tmp_path) else real_access(path, mode))
   with pytest.raises(UsageError, match="expected a writable directory"):
-    data_config.validate_data_config(make_config(data_dir=str(tmp_path / "new")))
+    config_lib.validate_data(make_config(data_dir=str(tmp_path / "new")))
 
 
 def test_validation_imports_no_tensorflow():
   code = textwrap.dedent("""
       import sys
       from configs import smoke
-      from tied_embed.data import config as data_config
+      from tied_embed.train import config as config_lib
       from tied_embed.util import UsageError
       config = smoke.get_config()
-      data_config.validate_data_config(config)
+      config_lib.validate_data(config)
       config.data.logit_scale = float("inf")
       try:
-        data_config.validate_data_config(config)
+        config_lib.validate_data(config)
         raise AssertionError("inf accepted")
       except UsageError:
         pass
@@ -286,3 +288,58 @@ def test_a_glob_through_a_symlink_loop_reads_each_file_once(tmp_path):
   assert corpus.resolve(str(root), root) == expected
   config = make_config(source="text", text_path=f"{root}/**/*.txt")
   assert data.builder_config(config).settings["files"] == [str(p) for p in expected]
+
+
+# Files written whole, and never through a link (`util.write_atomically`, behind report_data.npz, tokenizer.model,
+# the cached SentencePiece model and inspection's report files).
+
+
+def test_a_write_replaces_a_link_and_leaves_its_target_untouched(tmp_path):
+  outside = tmp_path / "outside"
+  outside.write_bytes(b"precious")
+  directory = tmp_path / "workdir"
+  directory.mkdir()
+  (directory / "tokenizer.model").symlink_to(outside)
+  mask = os.umask(0o027)
+  try:
+    written = util.write_atomically(directory / "tokenizer.model", b"model bytes", fsync=True)
+  finally:
+    os.umask(mask)
+  assert outside.read_bytes() == b"precious" and not written.is_symlink()
+  assert written.read_bytes() == b"model bytes" and written.stat().st_mode & 0o777 == 0o640  # as open() makes it
+  assert sorted(p.name for p in directory.iterdir()) == ["tokenizer.model"]
+
+
+def test_a_failed_write_names_the_target_keeps_the_old_file_and_leaves_no_temporary_file(tmp_path):
+  import errno  # noqa: PLC0415
+
+  target = tmp_path / "report_data.npz"
+  target.write_bytes(b"the old record")
+  (tmp_path / ".report_data.npz.killed.tmp").write_bytes(b"what a killed writer left")
+
+  def full_disk(f):
+    f.write(b"half")
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+  with pytest.raises(OSError) as failed:
+    util.write_atomically(target, full_disk, remove_stale=True)
+  assert (failed.value.errno, failed.value.filename) == (errno.ENOSPC, str(target))
+  assert target.read_bytes() == b"the old record"
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["report_data.npz"]
+
+
+def test_the_inspection_record_replaces_links_in_the_workdir(tmp_path):
+  from tied_embed.data import record  # noqa: PLC0415
+
+  outside = tmp_path / "outside"
+  outside.write_bytes(b"precious")
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  for name in (record.FILE_NAME, record.TOKENIZER_FILE):
+    (workdir / name).symlink_to(outside)
+  facts = record.InspectionData(source="planted", identity="x", vocab_size=2, loss_floor=0.5, reference_name="true",
+                                true_log_probs=None, input_counts=np.array([1, 2]))
+  record.write(workdir, facts, {"table": np.zeros((2, 2), np.float32)})
+  record.write_file(workdir, record.TOKENIZER_FILE, b"model bytes")
+  assert outside.read_bytes() == b"precious"
+  assert not any((workdir / name).is_symlink() for name in (record.FILE_NAME, record.TOKENIZER_FILE))

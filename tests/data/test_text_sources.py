@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from tied_embed.data import bigram as data
-from tied_embed.data import config as data_config
 from tied_embed.data.text import corpus, count_bigram, tokenized
 from tied_embed.data.text import tokenizer as tokenizer_lib
+from tied_embed.train import config as config_lib
 from tied_embed.util import UsageError
 
 WORDS = ("the king queen cat dog sat ran on under a mat house river stone bright dark old young and but then "
@@ -35,7 +35,8 @@ def text_config(text_path, tmp_path, tokenizer="sentencepiece", vocab_size=SUBWO
 
 
 def one_line_error(config, field: str) -> str:
-  with pytest.raises(UsageError) as error:
+  with pytest.raises(UsageError) as error:  # a run's checks, then its load (which takes the config as checked)
+    config_lib.validate_data(config)
     data.load_bigram_data(config, config.data.data_dir)
   message = str(error.value)
   assert message.startswith(field) and "\n" not in message, message
@@ -117,7 +118,7 @@ def test_a_given_model_file_is_used_as_it_is(corpus_file, tmp_path):
   loaded = data.load_bigram_data(text_config(corpus_file, tmp_path, tokenizer=str(model)), tmp_path / "work")
   assert "-model" in loaded.identity and loaded.train_ids.max() < SUBWORD_V
   with pytest.raises(UsageError, match=f"model.vocab_size=65 .*{SUBWORD_V}, the pieces"):
-    data_config.validate_data_config(text_config(corpus_file, tmp_path, tokenizer=str(model), vocab_size=65))
+    config_lib.validate_data(text_config(corpus_file, tmp_path, tokenizer=str(model), vocab_size=65))
 
 
 # --- bad input --------------------------------------------------------------------------------------------------
@@ -137,7 +138,7 @@ def test_bad_corpora_are_one_line_naming_the_field_and_write_nothing(tmp_path):
   assert one_line_error(text_config(tmp_path / "x", tmp_path, tokenizer="no/such.model"), "data.tokenizer")
   assert not (tmp_path / "data").exists()
   # Bytes need no decoding: the same file is fine as byte tokens.
-  data_config.validate_data_config(text_config(tmp_path / "latin1.txt", tmp_path, "bytes", 256))
+  config_lib.validate_data(text_config(tmp_path / "latin1.txt", tmp_path, "bytes", 256))
 
 
 def test_a_vocabulary_the_corpus_cannot_support_is_refused_with_nothing_half_written(corpus_file, tmp_path):
@@ -146,7 +147,7 @@ def test_a_vocabulary_the_corpus_cannot_support_is_refused_with_nothing_half_wri
   assert not list((tmp_path / "data").rglob("*.model")) and not (tmp_path / "data" / "bigram_pairs").exists()
   one_line_error(text_config(corpus_file, tmp_path, vocab_size=4), "model.vocab_size=4")
   with pytest.raises(UsageError, match=r"model.vocab_size=8192 is not allowed: expected at most \d+ pieces"):
-    data_config.validate_data_config(text_config(corpus_file, tmp_path, vocab_size=8192))  # before any training
+    config_lib.validate_data(text_config(corpus_file, tmp_path, vocab_size=8192))  # before any training
 
 
 # --- the count bigram reference ------------------------------------------------------------------------------------
@@ -259,7 +260,7 @@ def test_tiny_shakespeare_offline_through_tfds_mock_data(tmp_path):
   source = sources.get("tfds")
   # mock_data also stubs the preparing of every builder, this project's pairs included: read the text only.
   with tfds.testing.mock_data(num_examples=4):
-    data_config.validate_data_config(config)
+    config_lib.validate_data(config)
     settings = source.settings(config)
     splits = source.splits(settings)
     texts = list(source.split_bytes(settings, "train"))

@@ -16,7 +16,7 @@ from tied_embed.core import optim
 from tied_embed.core import step as step_lib
 from tied_embed.core.model import build_model
 from tied_embed.fast import choose
-from tied_embed.train.config_validation import validate_config
+from tied_embed.train.config import validate as validate_config
 from tied_embed.util import UsageError
 
 IDS = np.array([0, 3, 3, 7, 31, 2], np.int32)

@@ -12,7 +12,7 @@ from helpers import subprocess_env
 
 from science.when_to_tie import plan as plans
 from science.when_to_tie import report, sweep
-from tied_embed.train.config_validation import validate_config
+from tied_embed.train.config import validate as validate_config
 
 
 def test_run_configs_are_valid_and_differ_only_where_they_should(tmp_path):

@@ -19,7 +19,7 @@ from conftest import ROOT
 
 from tied_embed import util
 from tied_embed.train import cli, metrics
-from tied_embed.train.config_schema import load_config_file
+from tied_embed.train.config_file import load_config_file
 from tied_embed.util import UsageError
 
 ABSL_PREFIX = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\]")  # I1201 07:10:30.355921 1396... x.py:306]
@@ -122,7 +122,7 @@ def test_a_config_file_imports_its_neighbours_when_started_as_an_installed_scrip
   script = tmp_path / "bin" / "script.py"
   script.parent.mkdir()
   script.write_text(f"import sys\nsys.path.insert(1, {str(package)!r})\n"
-                    "from tied_embed.train.config_schema import load_config_file\n"
+                    "from tied_embed.train.config_file import load_config_file\n"
                     "print(load_config_file('configs/smoke.py').model.vocab_size)\n")
   env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
   result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)

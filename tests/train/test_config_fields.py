@@ -9,26 +9,26 @@ import pytest
 from helpers import smoke_with
 
 from tied_embed.data import sources
-from tied_embed.train import checkpoint, config_fields, config_schema
-from tied_embed.train.config_validation import validate_config
+from tied_embed.train import checkpoint
+from tied_embed.train import config as config_lib
 from tied_embed.util import UsageError
 
 
 def _validate(config) -> None:
-  validate_config(config, num_devices=1, memory_bytes=2**50)
+  config_lib.validate(config, num_devices=1, memory_bytes=2**50)
 
 
 def test_default_config_is_the_tables_defaults():
   from configs import default  # noqa: PLC0415
 
-  leaves = config_schema.leaf_paths(default.get_config())
-  for path, value in config_fields.defaults().items():
+  leaves = config_lib.leaf_paths(default.get_config())
+  for path, value in config_lib.defaults().items():
     assert leaves[path] == value and type(leaves[path]) is type(value), path
 
 
 def test_the_fields_that_may_change_on_resume():
   # How the run is carried out or watched; nothing that changes the model, the data or the optimizer.
-  assert config_fields.RESUMABLE == {
+  assert config_lib.RESUMABLE == {
       "train.num_steps", "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
       "train.eval_batch_size", "loss.chunk_size", "model.dtype", "mesh.data", "mesh.model", "data.data_dir",
       "train.early_stopping_patience",  # how long the run goes on, like train.num_steps
@@ -39,8 +39,8 @@ def test_every_default_passes_its_own_check():
   from configs import default  # noqa: PLC0415
 
   config = default.get_config()
-  config_fields.check_values(config)
-  for field in config_fields.FIELDS:
+  _validate(config)  # every field against its check, and the rest of the config
+  for field in config_lib.FIELDS:
     assert field.check is None or field.check(field.default), field.path
 
 
@@ -119,18 +119,18 @@ def test_the_dataset_identity_names_the_task_width_and_the_train_fraction():
 
 def test_hparams_are_the_table_and_the_fields_of_the_run_source():
   config = smoke_with("seed", 3)
-  hparams = config_fields.hparams(config)
+  hparams = config_lib.hparams(config)
   planted = {f"data.{name}" for name in sources.get("planted").fields}
-  assert set(hparams) == {field.path for field in config_fields.FIELDS} | planted
+  assert set(hparams) == {field.path for field in config_lib.FIELDS} | planted
   assert hparams["seed"] == 3 and hparams["data.num_train_pairs"] == config.data.num_train_pairs
 
 
 def test_the_markdown_table_has_one_row_per_field():
-  lines = config_fields.markdown_table().splitlines()
+  lines = config_lib.markdown_table().splitlines()
   rows = [line for line in lines if line.startswith("| `")]
-  assert [row.split("`")[1] for row in rows] == [field.path for field in config_fields.FIELDS]
+  assert [row.split("`")[1] for row in rows] == [field.path for field in config_lib.FIELDS]
   resumable = {row.split("`")[1] for row in rows if row.split(" | ")[3] == "yes"}
-  assert resumable == config_fields.RESUMABLE
+  assert resumable == config_lib.RESUMABLE
   assert {row.split("`")[1] for row in rows if row.split(" | ")[4] == "yes"} == {
       "data.train_fraction", "data.selection_fraction", "data.task_d_model"}
   assert "`data.text_path`" in lines[-1]  # the sources' own fields, named after the table
@@ -140,6 +140,6 @@ def test_the_docs_field_list_is_the_tables():
   from conftest import ROOT  # noqa: PLC0415
 
   page = (ROOT / "docs" / "configs.md").read_text()
-  start = page.index("<!-- fields (python -m tied_embed.train.config_fields) -->\n")
+  start = page.index("<!-- fields (python -m tied_embed.train.config) -->\n")
   listed = page[start:page.index("<!-- /fields -->")].split("\n", 1)[1]
-  assert listed.strip() == config_fields.markdown_table().strip()
+  assert listed.strip() == config_lib.markdown_table().strip()

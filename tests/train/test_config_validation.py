@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers import BAD_VALUES, smoke_with
 
-from tied_embed.train.config_validation import validate_config
+from tied_embed.train.config import validate as validate_config
 from tied_embed.util import UsageError
 
 

@@ -18,9 +18,11 @@ import pytest
 from conftest import ROOT
 from helpers import smoke_with
 
-from tied_embed.train import config_fields, workdir
-from tied_embed.train.config_schema import load_config_file
-from tied_embed.train.config_validation import check_memory, validate_config
+from tied_embed.train import config as config_lib
+from tied_embed.train import workdir
+from tied_embed.train.config import check_memory
+from tied_embed.train.config import validate as validate_config
+from tied_embed.train.config_file import load_config_file, unparsed_override
 from tied_embed.util import UsageError
 
 GIB = 2**30
@@ -102,9 +104,9 @@ def test_a_field_that_does_nothing_in_both_configs_does_not_block_a_resume():
 
 
 def test_inactive_fields_are_the_dependent_and_other_sources_fields():
-  planted = config_fields.inactive_paths(smoke_with("seed", 0))
+  planted = config_lib.inactive_paths(smoke_with("seed", 0))
   assert "model.hidden_l2" in planted and "data.task_d_model" not in planted and "data.text_path" in planted
-  hidden = config_fields.inactive_paths(_hidden(0.1))
+  hidden = config_lib.inactive_paths(_hidden(0.1))
   assert "model.hidden_l2" not in hidden
 
 
@@ -125,8 +127,6 @@ def test_inactive_fields_are_the_dependent_and_other_sources_fields():
     ],
 )
 def test_an_unreadable_override_gets_the_fields_own_message(path, text, allowed):
-  from tied_embed.train.config_validation import unparsed_override  # noqa: PLC0415
-
   config = load_config_file(str(ROOT / "configs" / "smoke.py"))
   assert str(unparsed_override(config, path, text)) == f"{path}={text!r} is not allowed: expected {allowed}"
 
@@ -145,7 +145,7 @@ def test_a_bool_in_a_config_file_is_not_taken_for_a_number(tmp_path, path):
                          f"  config.{path} = True\n  return config\n")
   config_file.with_name("configs").symlink_to(ROOT / "configs")
   config = load_config_file(str(config_file))
-  assert config_fields.get(config, path) is True
+  assert config_lib.get(config, path) is True
   assert _refusal(config).startswith(f"{path}=True is not allowed: expected ")
 
 

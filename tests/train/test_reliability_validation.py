@@ -16,15 +16,11 @@ from conftest import ROOT
 from helpers import smoke_with
 
 from tied_embed.data import sources
-from tied_embed.train import config_schema
-from tied_embed.train.config_schema import load_config_file
-from tied_embed.train.config_validation import (
-  RUNTIME_BYTES,
-  available_memory,
-  check_memory,
-  memory_estimate,
-  validate_config,
-)
+from tied_embed.train import config as config_lib
+from tied_embed.train.config import check_memory
+from tied_embed.train.config import validate as validate_config
+from tied_embed.train.config_file import load_config_file
+from tied_embed.train.config_memory import RUNTIME_BYTES, available_memory, memory_estimate
 from tied_embed.util import UsageError
 
 GIB = 2**30
@@ -78,13 +74,13 @@ SHIPPED_CONFIGS = sorted(path for path in (ROOT / "configs").glob("*.py") if pat
 
 
 def test_every_config_has_the_required_fields_and_only_known_ones():
-  known = config_schema.known_fields()
+  known = config_lib.known_fields()
   assert len(SHIPPED_CONFIGS) >= 8
   for path in SHIPPED_CONFIGS:
-    fields = set(config_schema.leaf_paths(load_config_file(str(path))))
-    assert config_schema.REQUIRED_FIELDS <= fields <= known, path.name
+    fields = set(config_lib.leaf_paths(load_config_file(str(path))))
+    assert config_lib.REQUIRED_FIELDS <= fields <= known, path.name
   default = load_config_file(str(ROOT / "configs" / "default.py"))
-  assert set(config_schema.leaf_paths(default)) == known  # default.py names every source's fields
+  assert set(config_lib.leaf_paths(default)) == known  # default.py names every source's fields
 
 
 def test_a_new_sources_fields_are_known_fields(monkeypatch):
@@ -92,7 +88,7 @@ def test_a_new_sources_fields_are_known_fields(monkeypatch):
     fields = ("toy_length",)
 
   monkeypatch.setitem(sources.REGISTRY, "toy", Toy())
-  assert "data.toy_length" in config_schema.known_fields()
+  assert "data.toy_length" in config_lib.known_fields()
 
 
 def test_a_misspelt_field_in_a_config_file_is_refused_with_a_suggestion():
@@ -232,6 +228,6 @@ def test_train_py_refuses_an_empty_workdir_and_creates_nothing(tmp_path):
 
 def test_validation_imports_no_tensorflow():
   heavy = ("tensorflow", "tensorflow_datasets", "clu", "orbax")
-  code = f"import sys, tied_embed.train.config_validation; print([m for m in {heavy!r} if m in sys.modules])"
+  code = f"import sys, tied_embed.train.config; print([m for m in {heavy!r} if m in sys.modules])"
   result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
   assert result.stdout.strip() == "[]"

@@ -21,7 +21,7 @@ from sharded_run import PROBE_BATCH
 
 from tied_embed.train import checkpoint
 from tied_embed.train import mesh as mesh_lib
-from tied_embed.train.config_validation import validate_config
+from tied_embed.train.config import validate as validate_config
 from tied_embed.train.metrics import read_scalars
 from tied_embed.util import UsageError
 

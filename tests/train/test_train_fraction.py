@@ -8,7 +8,7 @@ from helpers import smoke_with
 
 from tied_embed.data import bigram as data
 from tied_embed.data.sources import text
-from tied_embed.train.config_validation import validate_config
+from tied_embed.train.config import validate as validate_config
 from tied_embed.util import UsageError
 
 

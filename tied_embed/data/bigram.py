@@ -12,8 +12,8 @@ one. With data.selection_fraction > 0 the last share of the train split is held 
 (`selection_pairs`), scored at every eval and never trained on; data.train_fraction < 1 then trains on the first
 part of what is left only (`train_pairs_used`). The stored dataset, the validation split, the floor and the
 references stay those of the whole dataset, so runs on different amounts of data share one cache and are scored
-on one eval. The data.* config fields are described and
-checked in `tied_embed.data.config`.
+on one eval. Every function here takes a config that `tied_embed.train.config.validate` has passed; the data.*
+fields are described there and in the sources that read them.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from etils import epath
 from tied_embed import util
 from tied_embed.data import record as record_lib
 from tied_embed.data import sources
-from tied_embed.data.config import validate_data_config
 from tied_embed.util import UsageError
 
 log = logging.getLogger(__name__)
@@ -135,7 +134,8 @@ def selection_fraction(config: Any) -> float:
 
 def selection_pairs(num_train_pairs: int, fraction: float) -> int:
   """How many of the train split's last pairs are held out for selection: 0 for fraction 0, else round(fraction · N)
-  clipped to [1, N - 1], so that both the selection split and what is left to train on hold pairs."""
+  clipped to [1, N - 1], so that both the selection split and what is left to train on hold pairs (validation refuses
+  a fraction for which round(fraction · N) is 0: the clip acts only where N was estimated, SentencePiece text)."""
   if fraction == 0:
     return 0
   return min(num_train_pairs - 1, max(1, round(fraction * num_train_pairs)))
@@ -240,14 +240,12 @@ def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, tuple[np.nd
 def check_preparable(config: Any, workdir: str | pathlib.Path) -> None:
   """UsageError if the source refuses the config in what it makes before the pairs (a SentencePiece vocabulary
   the corpus cannot support), found in memory and before anything is written; `load_bigram_data` reuses it."""
-  validate_data_config(config)
   bc = builder_config(config)
   sources.get(bc.source).check_preparable(bc.settings, data_dir(config, workdir))
 
 
 def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
   """Generates the dataset unless cached, then loads both splits into memory: config → BigramData."""
-  validate_data_config(config)
   bc = builder_config(config)
   directory = data_dir(config, workdir)
   source = sources.get(bc.source)
@@ -261,7 +259,6 @@ def load_existing_bigram_data(config: Any, workdir: str | pathlib.Path) -> Bigra
   Nothing is trained, generated or deleted. UsageError saying what is missing (the corpus, the tokenizer, the
   dataset) or what is wrong with the cache.
   """
-  validate_data_config(config)
   bc = builder_config(config)
   directory = data_dir(config, workdir)
   settings = sources.get(bc.source).prepared(bc.settings, directory)

@@ -36,12 +36,12 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 class _ConfigFileParser(flags.ArgumentParser):
-  """Reads `--config` with `config_schema.load_config_file`, so a broken file is one UsageError; keeps the config."""
+  """Reads `--config` with `config_file.load_config_file`, so a broken file is one UsageError; keeps the config."""
 
   loaded = None
 
   def parse(self, argument: str):
-    from tied_embed.train.config_schema import load_config_file  # noqa: PLC0415 (jax: after --help)
+    from tied_embed.train.config_file import load_config_file  # noqa: PLC0415 (jax: after --help)
 
     self.loaded = load_config_file(argument)
     self.loaded.lock()  # an override of a field the file doesn't have is an error, not a new field
@@ -78,7 +78,7 @@ def configure_console(verbose: bool) -> None:
 
 def unknown_override(config, argv: list[str]) -> str:
   """The first `--config.<path>=...` in `argv` whose path is not a field of `config`: → its one-line error."""
-  from tied_embed.train.config_schema import known_fields  # noqa: PLC0415
+  from tied_embed.train.config import known_fields  # noqa: PLC0415
 
   for arg in argv[1:]:
     if not arg.startswith("--config."):
@@ -156,7 +156,7 @@ def parse_flags(argv: list[str]) -> list[str]:
   except flags.Error as error:
     unparsed = _UNPARSED_OVERRIDE.match(str(error))
     if unparsed and _CONFIG_PARSER.loaded is not None:  # 'abc' for a number: the field's own message
-      from tied_embed.train.config_validation import unparsed_override  # noqa: PLC0415
+      from tied_embed.train.config_file import unparsed_override  # noqa: PLC0415
 
       path = unparsed.group(1)
       given = [arg.split("=", 1)[1] for arg in argv[1:] if arg.startswith(f"--config.{path}=")]
@@ -199,7 +199,7 @@ def _main(argv: list[str]) -> None:
 
   from tied_embed import util  # noqa: PLC0415
   from tied_embed.train import mesh as mesh_lib
-  from tied_embed.train.config_validation import validate_config  # noqa: PLC0415
+  from tied_embed.train import config as config_lib  # noqa: PLC0415
   from tied_embed.util import RunStopped, UsageError, first_line, one_line, require  # noqa: PLC0415
 
   try:
@@ -207,7 +207,7 @@ def _main(argv: list[str]) -> None:
     mesh_lib.initialize_from_environment()  # several processes (hosts) only; before anything touches a device
     if jax.process_index() == 0:  # the process that will hold the lock
       util.refuse_if_held(FLAGS.workdir, f"--workdir={FLAGS.workdir!r}")
-    validate_config(FLAGS.config)
+    config_lib.validate(FLAGS.config)
     from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415 (TensorFlow, CLU, Orbax: seconds)
 
     train_and_evaluate(FLAGS.config, FLAGS.workdir, verbose=FLAGS.verbose)

@@ -2,9 +2,10 @@
 that its layout is sound, and that it is this run's.
 
 A workdir belongs to one run. Its checkpoints may be resumed by a config that differs only in how the run is
-carried out or watched (`config_fields.RESUMABLE`: lengths, intervals, evaluation, loss chunking, the matmuls'
-compute dtype, the device mesh, where the dataset is cached); any other difference (V, D, tied/untied, the data,
-the seed, the optimizer and its hyperparameters) would mix two runs in one directory, so it is refused instead.
+carried out or watched (`tied_embed.train.config.RESUMABLE`: lengths, intervals, evaluation, loss chunking, the
+matmuls' compute dtype, the device mesh, where the dataset is cached); any other difference (V, D, tied/untied, the
+data, the seed, the optimizer and its hyperparameters) would mix two runs in one directory, so it is refused instead.
+The config it compares has passed `tied_embed.train.config.validate`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import jax
 import ml_collections
 
 from tied_embed import util
-from tied_embed.train import config_fields, config_schema
+from tied_embed.train import config as config_lib
 from tied_embed.util import UsageError
 
 SUBDIRECTORIES = ("checkpoints", "damaged_checkpoints", "data", "report")
@@ -82,13 +83,13 @@ def check_layout(workdir: pathlib.Path) -> None:
 
 
 def config_differences(saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> list[str]:
-  """The fields outside config_fields.RESUMABLE where `config` differs from `saved`, as 'path: saved → new'.
+  """The fields outside config_lib.RESUMABLE where `config` differs from `saved`, as 'path: saved → new'.
 
-  A field that does nothing in both (config_fields.DEPENDENT, e.g. model.hidden_l2 without the hidden map) is
+  A field that does nothing in both (config_lib.DEPENDENT, e.g. model.hidden_l2 without the hidden map) is
   not a difference.
   """
-  old, new = config_schema.leaf_paths(saved), config_schema.leaf_paths(config)
-  ignored = config_fields.RESUMABLE | (config_fields.inactive_paths(saved) & config_fields.inactive_paths(config))
+  old, new = config_lib.leaf_paths(saved), config_lib.leaf_paths(config)
+  ignored = config_lib.RESUMABLE | (config_lib.inactive_paths(saved) & config_lib.inactive_paths(config))
   return [
       f"{path}: {old.get(path, '<absent>')!r} in the checkpoints, {new.get(path, '<absent>')!r} now"
       for path in sorted(set(old) | set(new))

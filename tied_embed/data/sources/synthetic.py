@@ -71,6 +71,13 @@ def synthetic_splits(
   return {"train": train, "validation": sample_pairs(current_probs, log_probs, num_eval, rng)}
 
 
+# Generating a synthetic dataset computes the (V, V) table TABLE_PASSES times, a block of rows at a time: the train
+# sample, the eval sample and the floor. The work grows as V²: V = 16,384 took 111 s on 2 busy CPU cores (~140 ns
+# an entry), so MAX_VOCAB_SIZE = 32,768 takes minutes, and V = 10⁶ would take days with no output.
+TABLE_PASSES = 3
+MAX_VOCAB_SIZE = 32_768
+
+
 class SyntheticSource(base.Source):
   """A task defined by a hidden table; subclasses say which output table its logits score against."""
 
@@ -84,6 +91,10 @@ class SyntheticSource(base.Source):
     vocab_size, data = config.model.get("vocab_size"), config.data
     require(base.is_int(vocab_size) and vocab_size >= 2, "model.vocab_size", vocab_size,
             f"an integer >= 2 for data.source={self.name!r}")
+    require(vocab_size <= MAX_VOCAB_SIZE, "model.vocab_size", vocab_size,
+            f"at most {MAX_VOCAB_SIZE:,} for data.source={self.name!r} (generating its dataset computes the (V, V)"
+            f" table {TABLE_PASSES} times, {TABLE_PASSES * vocab_size**2:.1e} entries: minutes at the bound, hours"
+            f" past it)")
     require(base.is_int(data.get("task_seed")) and data.task_seed >= 0, "data.task_seed", data.get("task_seed"),
             "an integer >= 0")
     for field in ("num_train_pairs", "num_eval_pairs"):

@@ -1,23 +1,23 @@
-"""Every config field the run machinery owns, declared once: its default, what it allows, whether a resume may change
-it, and what it means.
+"""A training config: every field, declared once, and the one check of a whole config.
 
-`FIELDS` is read by the schema check (`config_schema`: the required and known fields), the value checks
-(`config_validation`), the resume check (`workdir.config_differences`), the hparams written at the start of a
-run (`hparams`) and the field list of the docs (`markdown_table`; `python -m tied_embed.train.config_fields`
-prints it). configs/default.py spells the same defaults
-out as a readable config; a test keeps the two equal.
-
-The data.* fields only one kind of source reads (data.text_path, data.num_train_pairs, ...) are declared by
-their sources (`Source.fields`), which check them, so a new source brings its fields with it.
+`FIELDS` declares each field the run machinery reads: its default, what it allows, whether a resume may change it
+(`RESUMABLE`) and what it means; the data.* fields only one kind of source reads are declared and checked by their
+sources (`Source.fields`, `Source.validate`). `validate(config)` checks a whole config once, where a run starts (the
+command line, before it imports TensorFlow; `train_and_evaluate` for a library caller), and writes nothing: below
+that, everything takes the config as checked. `python -m tied_embed.train.config` prints the docs' field list.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
+import os
+import pathlib
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import ml_collections
 import numpy as np
 
@@ -26,7 +26,9 @@ from tied_embed.core.optim import OPTIMIZERS
 from tied_embed.data import sources
 from tied_embed.data.sources.base import is_int, is_number
 from tied_embed.fast.precision import COMPUTE_DTYPES
-from tied_embed.util import require
+from tied_embed.train import config_memory
+from tied_embed.train import mesh as mesh_lib
+from tied_embed.util import UsageError
 
 INT32_MAX = 2**31 - 1
 
@@ -65,13 +67,13 @@ def _float32_at_least(low: float) -> Callable[[Any], bool]:
   return lambda v: in_float32(v) and v >= low
 
 
-_POSITIVE = "an integer in [1, 2**31 - 1]"
-_MESH = "a positive integer, or -1 for all remaining devices"
-
-
 def _mesh_size(value: Any) -> bool:
   return is_int(value) and (value == -1 or 1 <= value <= INT32_MAX)
 
+
+_POSITIVE = "an integer in [1, 2**31 - 1]"
+_MESH = "a positive integer, or -1 for all remaining devices"
+_STEPS = "an integer in [0, 2**31 - 1] (optax counts steps in int32)"
 
 FIELDS: tuple[Field, ...] = (
     Field("seed", 0, "an integer in [0, 2**31 - 1] (NumPy's batch order refuses negative seeds; larger ones would give "
@@ -104,14 +106,13 @@ FIELDS: tuple[Field, ...] = (
     Field("data.task_d_model", 32, _POSITIVE, _int_in(1), False,
           "planted/directed: width of the hidden table e* that generates the task (model.d_model is the model's)",
           dataset=True),
-    Field("train.num_steps", 3000, "an integer in [0, 2**31 - 1] (optax counts steps in int32)", _int_in(0), True,
-          "optimizer updates in the whole run"),
+    Field("train.num_steps", 3000, _STEPS, _int_in(0), True, "optimizer updates in the whole run"),
     Field("train.batch_size", 1024, _POSITIVE, _int_in(1), False, "(current, next) token pairs per step"),
     Field("train.eval_batch_size", 8192, _POSITIVE, _int_in(1), True,
           "pairs per evaluation batch; evaluation covers the whole validation split"),
     Field("train.learning_rate", 0.05, f"a finite number > 0, {IN_FLOAT32}", lambda v: in_float32(v) and v > 0,
           False, "peak learning rate, reached after the warmup"),
-    Field("train.warmup_steps", 100, "an integer in [0, 2**31 - 1] (optax counts steps in int32)", _int_in(0), False,
+    Field("train.warmup_steps", 100, _STEPS, _int_in(0), False,
           "linear warmup from 0, then cosine decay to 0 at num_steps"),
     Field("train.optimizer", "adamw", " | ".join(OPTIMIZERS), lambda v: v in OPTIMIZERS, False,
           "the optimizer"),
@@ -143,6 +144,7 @@ FIELDS: tuple[Field, ...] = (
 
 BY_PATH: dict[str, Field] = {field.path: field for field in FIELDS}
 RESUMABLE: frozenset[str] = frozenset(field.path for field in FIELDS if field.resumable)
+REQUIRED_FIELDS: frozenset[str] = frozenset(BY_PATH)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,15 +174,20 @@ DEPENDENT: tuple[Dependent, ...] = (
 )
 
 
-def inactive_paths(config: ml_collections.ConfigDict) -> frozenset[str]:
-  """The fields that do nothing in `config`: the `DEPENDENT` ones where inactive, and the data.* fields that only
-  other sources read."""
-  paths = {dependent.path for dependent in DEPENDENT if not dependent.active(config)}
-  source = sources.REGISTRY.get(config.data.get("source"))
-  if source is not None:
-    read = set(source.fields)
-    paths |= {f"data.{name}" for other in sources.REGISTRY.values() for name in other.fields if name not in read}
-  return frozenset(paths)
+def known_fields() -> frozenset[str]:
+  """`REQUIRED_FIELDS` and the data.* fields of every registered source."""
+  return REQUIRED_FIELDS | {f"data.{name}" for source in sources.REGISTRY.values() for name in source.fields}
+
+
+def leaf_paths(config: ml_collections.ConfigDict, prefix: str = "") -> dict[str, Any]:
+  """Every non-group field of `config` by dotted path: {'model.vocab_size': 1024, ...}."""
+  leaves = {}
+  for key, value in config.items():
+    if isinstance(value, ml_collections.ConfigDict):
+      leaves.update(leaf_paths(value, f"{prefix}{key}."))
+    else:
+      leaves[f"{prefix}{key}"] = value
+  return leaves
 
 
 def get(config: ml_collections.ConfigDict, path: str) -> Any:
@@ -190,24 +197,25 @@ def get(config: ml_collections.ConfigDict, path: str) -> Any:
   return config
 
 
-def set_unchecked(config: ml_collections.ConfigDict, path: str, value: Any) -> None:
-  """Sets dotted `path` of `config` to `value` of any type (ml_collections' type check off): for trying a value."""
-  *parents, leaf = path.split(".")
-  node = config
-  for key in parents:
-    node = node[key]
-  with node.ignore_type():
-    node[leaf] = value
-
-
 def defaults() -> dict[str, Any]:
   """{path: default} of every field in `FIELDS`."""
   return {field.path: field.default for field in FIELDS}
 
 
+def inactive_paths(config: ml_collections.ConfigDict) -> frozenset[str]:
+  """The fields that do nothing in `config`: the `DEPENDENT` ones where inactive, and the data.* fields that only
+  other sources read."""
+  paths = {dependent.path for dependent in DEPENDENT if not dependent.active(config)}
+  source = sources.REGISTRY.get(config.data.get("source"))
+  if source is not None:
+    paths |= {f"data.{name}" for other in sources.REGISTRY.values() for name in other.fields
+              if name not in source.fields}
+  return frozenset(paths)
+
+
 def as_python_values(config: ml_collections.ConfigDict) -> None:
-  """Replaces NumPy scalars anywhere in `config` (np.int64(128), np.float32(0.05), np.bool_) by the Python numbers
-  they equal, in place: the checkpoints' JSON and the hparams take only Python's own types."""
+  """NumPy scalars anywhere in `config` (np.int64(128), np.float32(0.05)) become the Python numbers they equal, in
+  place: the checkpoints' JSON and the hparams take only Python's own types."""
   for key, value in config.items():
     if isinstance(value, ml_collections.ConfigDict):
       as_python_values(value)
@@ -216,24 +224,153 @@ def as_python_values(config: ml_collections.ConfigDict) -> None:
         config[key] = value.item()
 
 
-def check_values(config: ml_collections.ConfigDict) -> None:
-  """UsageError (field, value, what is allowed) for the first field of `FIELDS` whose value its check refuses, or
-  a `DEPENDENT` field not off where it does nothing."""
+# The whole check. Each check returns the first refusal it finds and `validate` raises it, in one line.
+
+Refusal = tuple[str, Any, str]  # (field path, its value, what is allowed): `UsageError.bad_value`'s arguments
+
+
+def validate(config: Any, num_devices: int | None = None, memory_bytes: int | None = None) -> None:
+  """Raises UsageError (field, value, what is allowed) for the first bad field; None if `config` can be trained.
+
+  NumPy scalars in `config` become the Python numbers they equal (`as_python_values`). `num_devices` defaults to
+  jax.device_count(), which the mesh must fit; `memory_bytes` to `config_memory.available_memory()`, which the
+  estimate must not exceed. The source's checks (`Source.validate`) and the mesh's raise their own refusals.
+  """
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise UsageError.bad_value("config", f"<{type(config).__name__}>", "an ml_collections.ConfigDict")
+  as_python_values(config)
+  refusal = _name_refusal(config) or _value_refusal(config)
+  if refusal is None:
+    refusal, settings = _data_refusal(config)
+    refusal = refusal or _mesh_refusal(config, num_devices) or _memory_refusal(config, memory_bytes, settings)
+  if refusal is not None:
+    raise UsageError.bad_value(*refusal)
+
+
+def _name_refusal(config: ml_collections.ConfigDict) -> Refusal | None:
+  """A field no one knows is a misspelling, refused with the nearest known name; a missing field raises."""
+  leaves, known = leaf_paths(config), known_fields()
+  for path, value in leaves.items():
+    if path not in known:
+      guess = difflib.get_close_matches(path, known, n=1)
+      return path, value, "a known config field (see configs/default.py)" + (f"; did you mean {guess[0]}?" if guess
+                                                                            else "")
+  missing = sorted(REQUIRED_FIELDS - leaves.keys())
+  if missing:
+    raise UsageError(f"{missing[0]} is missing from the config: expected every field of configs/default.py")
+  return None
+
+
+def _value_refusal(config: ml_collections.ConfigDict) -> Refusal | None:
+  """Each field of `FIELDS` against its check, then each `DEPENDENT` field: off where it does nothing."""
   for field in FIELDS:
-    if field.check is not None:
-      value = get(config, field.path)
-      require(field.check(value), field.path, value, field.allowed)
+    value = get(config, field.path)
+    if field.check is not None and not field.check(value):
+      return field.path, value, field.allowed
   for dependent in DEPENDENT:
     value = get(config, dependent.path)
-    require(dependent.off is None or dependent.active(config) or value == dependent.off, dependent.path, value,
-            f"{dependent.off!r} (off) unless {dependent.needs}")
+    if dependent.off is not None and value != dependent.off and not dependent.active(config):
+      return dependent.path, value, f"{dependent.off!r} (off) unless {dependent.needs}"
+  return None
+
+
+def validate_data(config: Any) -> dict[str, Any]:
+  """`validate`'s data checks alone, also of a config of only seed, model.* and data.* fields: UsageError for the
+  first bad one, else → the source's settings of `config`."""
+  refusal, settings = _data_refusal(config)
+  if refusal is not None:
+    raise UsageError.bad_value(*refusal)
+  return settings
+
+
+def _data_refusal(config: Any) -> tuple[Refusal | None, dict[str, Any]]:
+  """data.source, the source's own checks (they raise), data.data_dir and the selection split; → (the refusal,
+  the source's settings of `config`: what the memory check counts; empty where refused before them)."""
+  data, names = config.data, tuple(sorted(sources.REGISTRY))
+  if data.get("source") not in names:
+    return ("data.source", data.get("source"), f"one of {names}"), {}
+  source = sources.get(data.source)
+  source.validate(config)
+  refusal = _data_dir_refusal(data.get("data_dir", ""))
+  if refusal is not None:
+    return refusal, {}
+  settings = source.settings(config)
+  return _selection_refusal(data.get("selection_fraction", 0.0), source.num_pairs(settings)["train"]), settings
+
+
+def _data_dir_refusal(data_dir: Any) -> Refusal | None:
+  """Unless `data_dir` ('' = inside the workdir) is, or can be made, a writable directory."""
+  if not isinstance(data_dir, str):
+    return "data.data_dir", data_dir, "a path ('' = <workdir>/data)"
+  if not data_dir:
+    return None
+  path = pathlib.Path(data_dir).expanduser().absolute()
+  existing = next(p for p in (path, *path.parents) if p.exists() or p == p.parent)
+  if existing == path and not path.is_dir():
+    return "data.data_dir", data_dir, "a directory (this is an existing file)"
+  if not existing.is_dir():
+    return "data.data_dir", data_dir, f"a path that can be created ({existing} is a file)"
+  if not os.access(existing, os.W_OK | os.X_OK):
+    return "data.data_dir", data_dir, f"a writable directory ({existing} is not writable)"
+  return None
+
+
+def _selection_refusal(fraction: float, num_train: int) -> Refusal | None:
+  """The selection split holds round(fraction · N) of the N train pairs: refused where that is no pair.
+
+  What it leaves to train on is then never empty (fraction < 0.5), and data.train_fraction keeps at least one pair
+  of it. N is the source's count, an estimate for SentencePiece text (`Source.num_pairs_exact`).
+  """
+  held_out = round(fraction * num_train)
+  if fraction == 0 or held_out >= 1:
+    return None
+  return ("data.selection_fraction", fraction, f"0, or a share holding out at least 1 of the {num_train:,} train "
+          f"pairs (round({fraction!r} · {num_train:,}) = {held_out})")
+
+
+def _mesh_refusal(config: ml_collections.ConfigDict, num_devices: int | None) -> Refusal | None:
+  """V splits over mesh.model and the batch over mesh.data; the mesh fits the devices and the processes (mesh_lib
+  raises those refusals)."""
+  num_devices = jax.device_count() if num_devices is None else num_devices
+  data_size, model_size = mesh_lib.mesh_shape(config.mesh, num_devices)
+  vocab_size, batch_size = config.model.vocab_size, config.train.batch_size
+  if vocab_size % model_size:
+    return "mesh.model", model_size, f"a divisor of model.vocab_size={vocab_size} (the table is split along V)"
+  if batch_size % data_size:
+    return "mesh.data", data_size, f"a divisor of train.batch_size={batch_size} (the batch is split along data)"
+  mesh_lib.check_mesh_fits_processes(data_size, model_size, num_devices, jax.process_count())
+  return None
+
+
+def check_memory(config: ml_collections.ConfigDict, memory_bytes: int) -> None:
+  """`validate`'s memory check alone: UsageError if the config does not fit in `memory_bytes`."""
+  if (refusal := _memory_refusal(config, memory_bytes, None)) is not None:
+    raise UsageError.bad_value(*refusal)
+
+
+def _memory_refusal(config: ml_collections.ConfigDict, memory_bytes: int | None,
+                    settings: dict[str, Any] | None) -> Refusal | None:
+  """Where `config_memory.memory_estimate` + RUNTIME_BYTES > `memory_bytes` (default: this machine's): names the
+  largest term and, of the fields that term grows with, the one set to the largest number."""
+  memory_bytes = config_memory.available_memory() if memory_bytes is None else memory_bytes
+  terms = config_memory.memory_estimate(config, settings)
+  total = config_memory.RUNTIME_BYTES + sum(term.bytes for term in terms)
+  if total <= memory_bytes:
+    return None
+  largest = max(terms, key=lambda term: term.bytes)
+  field = max(largest.fields, key=lambda path: float(get(config, path)) if is_number(get(config, path)) else 0.0)
+  gib = config_memory.gib
+  return (field, get(config, field), f"a config that fits in this machine's {gib(memory_bytes)} of memory: it "
+          f"needs about {gib(total)}, {gib(largest.bytes)} of it for {largest.what}")
+
+
+# What the table gives the run and the docs.
 
 
 def hparams(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """The run's hyperparameters for TensorBoard: every field of `FIELDS`, and the data.* fields its source reads."""
   values = {field.path: get(config, field.path) for field in FIELDS}
-  source = sources.get(config.data.source)
-  values.update({f"data.{name}": config.data[name] for name in source.fields})
+  values.update({f"data.{name}": config.data[name] for name in sources.get(config.data.source).fields})
   return values
 
 
