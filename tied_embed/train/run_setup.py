@@ -24,6 +24,7 @@ from flax import nnx
 
 from tied_embed.data import bigram as data_lib
 from tied_embed.fast import choose, compilation
+from tied_embed.fast.kernels import in_use
 from tied_embed.train import checkpoint
 from tied_embed.train import config as config_lib
 from tied_embed.train import mesh as mesh_lib
@@ -127,6 +128,8 @@ def open_run(
     record_holder()
   if jax.process_index() == 0 and not complete:
     _record_for_inspection(data, config, workdir)
+    kernels = in_use.kernel_set(config, target["model"], mesh.size)
+    in_use.record(workdir, kernels, resuming=start > 0)  # a resume on another kernel set is not bitwise
   events = jax.process_index() == 0 and not complete
   writer = stack.enter_context(contextlib.closing(metrics_lib.make_writer(workdir, events=events, verbose=verbose)))
   stop = signals.agreed(sync_point=True)
