@@ -47,15 +47,16 @@ test: $(STAMP) $(KERNELS) $(NOTEBOOK_STAMP)
 	$(PY) -m pytest -q
 
 # The tutorial's runner and kernel (jupytext, nbclient, ipykernel): `make test` runs the notebook, `make train` never
-# needs them. `make notebook` executes docs/tutorial.md from the repository root into runs/tutorial.ipynb, outputs
-# and pictures included (headless: open that file in any Jupyter or notebook viewer).
+# needs them. `make notebook` executes docs/tutorial.md into runs/tutorial.ipynb (from runs/, where it finds the
+# repository root above it), outputs and pictures included: headless, open that file in any notebook viewer.
 $(NOTEBOOK_STAMP): $(STAMP) requirements-notebook.txt
 	$(PY) -m pip install --quiet -r requirements-notebook.txt
 	touch $(NOTEBOOK_STAMP)
 
 notebook: $(STAMP) $(NOTEBOOK_STAMP)
 	mkdir -p runs
-	$(VENV)/bin/jupytext --to ipynb --execute --run-path . docs/tutorial.md -o runs/tutorial.ipynb
+	$(VENV)/bin/jupytext --to ipynb docs/tutorial.md -o runs/tutorial.ipynb
+	$(VENV)/bin/jupyter-execute --inplace runs/tutorial.ipynb
 
 inspect: $(STAMP)
 	$(PY) -m tied_embed.inspection --workdir $(WORKDIR)
