@@ -231,3 +231,75 @@ def test_validation_imports_no_tensorflow():
   code = f"import sys, tied_embed.train.config; print([m for m in {heavy!r} if m in sys.modules])"
   result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
   assert result.stdout.strip() == "[]"
+
+
+# A selection split too small to use, and a synthetic task too large to generate: refused before anything is written.
+
+
+@pytest.mark.parametrize(
+    ("num_train_pairs", "fraction", "held_out"),
+    [
+        (1, 0.1, 0),  # round(0.1) = 0: the run trained, then divided by an empty selection split at its first eval
+        (20_000, 1e-300, 0),  # round(2e-296) = 0, which a clip to one pair used to hide
+        (10, 0.05, 0),  # round(0.5) = 0: halves go to the even neighbour
+        (3, 0.1, 0),
+    ],
+)
+def test_a_selection_fraction_holding_out_no_pair_is_refused(num_train_pairs, fraction, held_out):
+  assert round(fraction * num_train_pairs) == held_out
+  config = smoke_with("data.num_train_pairs", num_train_pairs)
+  config.data.selection_fraction = fraction
+  assert _refusal(config) == (
+      f"data.selection_fraction={fraction!r} is not allowed: expected 0, or a share holding out at least 1 of the "
+      f"{num_train_pairs:,} train pairs (round({fraction!r} · {num_train_pairs:,}) = 0)")
+
+
+@pytest.mark.parametrize(
+    ("num_train_pairs", "fraction", "held_out"),
+    [(10, 0.06, 1), (2, 0.4, 1), (20_000, 0.25, 5000), (20_000, 2.5e-5, 0)],  # the last: 0.5 rounds to 0, refused
+)
+def test_the_selection_split_is_round_f_n_pairs_and_leaves_pairs_to_train_on(num_train_pairs, fraction, held_out):
+  from tied_embed.data import bigram  # noqa: PLC0415 (TFDS)
+
+  config = smoke_with("data.num_train_pairs", num_train_pairs)
+  config.data.selection_fraction = fraction
+  if held_out == 0:
+    assert _refusal(config).startswith(f"data.selection_fraction={fraction!r} is not allowed")
+    return
+  validate_config(config, num_devices=1, memory_bytes=2**50)
+  assert bigram.selection_pairs(num_train_pairs, fraction) == held_out  # what docs/configs.md says: round(f·N)
+  assert bigram.train_pairs_used(num_train_pairs - held_out, 1.0) == num_train_pairs - held_out >= 1
+
+
+def test_train_py_refuses_an_empty_selection_split_before_writing_anything(tmp_path):
+  result = _train(tmp_path, "--config", str(ROOT / "configs" / "smoke.py"), "--workdir", str(tmp_path / "run"),
+                  "--config.data.num_train_pairs=1", "--config.data.selection_fraction=0.1")
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert result.stderr == ("error: data.selection_fraction=0.1 is not allowed: expected 0, or a share holding out at "
+                           "least 1 of the 1 train pairs (round(0.1 · 1) = 0)\n")
+  assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("source", ["planted", "directed"])
+def test_a_synthetic_vocabulary_too_large_to_generate_is_refused_naming_the_work(source):
+  from configs import default  # noqa: PLC0415
+
+  config = default.get_config()
+  config.data.source = source
+  config.model.vocab_size = 32_768  # the bound: 3 · 32,768² ≈ 3.2e9 table entries, minutes
+  validate_config(config, num_devices=1, memory_bytes=2**50)
+  config.model.vocab_size = 32_769
+  assert _refusal(config).startswith(f"model.vocab_size=32769 is not allowed: expected at most 32,768 for "
+                                     f"data.source={source!r} (generating its dataset computes the (V, V) table 3 "
+                                     f"times, 3.2e+09 entries")
+  config.model.vocab_size = 10**6  # fits in memory (about 2 GiB), but 3 · 10¹² entries: days
+  assert "3.0e+12 entries" in _refusal(config)
+
+
+def test_train_py_refuses_a_million_token_synthetic_task_at_once(tmp_path):
+  result = _train(tmp_path, "--config", str(ROOT / "configs" / "default.py"), "--workdir", str(tmp_path / "run"),
+                  "--config.model.vocab_size=1000000")
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert result.stderr.startswith("error: model.vocab_size=1000000 is not allowed: expected at most 32,768")
+  assert result.stderr.count("\n") == 1
+  assert not any(tmp_path.iterdir())
