@@ -1,6 +1,9 @@
-"""Checkpoints: the smoke run's restore to its in-memory final state; errors for missing ones; untied round trip."""
+"""Checkpoints: the smoke run's restore to its in-memory final state; errors for missing and damaged ones; untied
+round trip."""
 
 from __future__ import annotations
+
+import re
 
 import jax
 import numpy as np
@@ -29,7 +32,7 @@ def test_latest_checkpoint_restores_the_final_table_and_totals(smoke_run):
 def test_only_the_newest_checkpoints_are_kept(smoke_run):
   assert checkpoint.available_steps(smoke_run.workdir) == [40, 60]  # every 20 steps, keep 2
   assert checkpoint.restore(smoke_run.workdir, step=40).step == 40
-  assert checkpoint.saved_config(smoke_run.workdir, 40).train.num_steps == 60
+  assert checkpoint.restore(smoke_run.workdir, 40, arrays=False).config.train.num_steps == 60
 
 
 def test_missing_checkpoints_are_usage_errors(smoke_run, tmp_path):
@@ -59,8 +62,31 @@ def test_untied_state_round_trips_with_optimizer_and_totals(tmp_path):
 
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
   _, target = checkpoint.abstract_state(config, mesh)
-  reader = checkpoint.Checkpointer(tmp_path, keep=1)
-  full = reader.restore(7, target)
-  reader.close()
+  full = checkpoint.restore(tmp_path, 7, target=target).state
   for got, want in zip(jax.tree.leaves(full), jax.tree.leaves(state), strict=True):
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_checkpoint_whose_data_is_cut_short_is_named_in_one_clean_line(tmp_path):
+  """Orbax wraps a failed TensorStore read in an error ending in a pybind method's repr, dozens of lines long: the
+  message names the error it wraps (what is wrong, and where) instead, whole and on one line."""
+  from configs import smoke  # noqa: PLC0415
+
+  config = smoke.get_config()
+  config.model.update(vocab_size=256, d_model=16)  # tables too large to be inlined in OCDBT's index
+  _, state = nnx.split(step_lib.TrainState(build_model(config), optim.make_optimizer(config.train)))
+  saver = checkpoint.Checkpointer(tmp_path, keep=1)
+  saver.save(7, state, config)
+  saver.close()
+  data_files = list((checkpoint.checkpoint_dir(tmp_path) / "7" / "state").glob("ocdbt.process_*/d/*"))
+  assert data_files
+  for data_file in data_files:
+    data_file.write_bytes(data_file.read_bytes()[:10])
+
+  with pytest.raises(UsageError) as damaged:
+    checkpoint.restore(tmp_path, 7)
+  message = str(damaged.value)
+  assert message.startswith(f"checkpoint 7 at {checkpoint.checkpoint_dir(tmp_path) / '7'} is damaged: ValueError: ")
+  assert re.search(r"Requested byte range \[0, \d+\) is not valid for value of size 10$", message), message
+  assert "\n" not in message and "pybind" not in message and "TensorStore details" not in message
+  assert "tensorstore_spec" not in message

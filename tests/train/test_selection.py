@@ -143,7 +143,7 @@ def test_the_best_checkpoint_has_the_lowest_logged_select_loss_and_outlives_rete
   assert sorted(select_losses) == list(range(EVAL_EVERY, selected.summary.step + 1, EVAL_EVERY))
   best = min(select_losses, key=lambda step: (select_losses[step], step))
   assert selected.series["select/best_step"][max(select_losses)] == best
-  assert selected.summary.best_step == best and checkpoint.best_step(selected.workdir) == best
+  assert selected.summary.best_step == best and checkpoint.restore(selected.workdir, "best", arrays=False).step == best
   assert selected.summary.best_select_loss == pytest.approx(select_losses[best], rel=1e-7)
   # keep_checkpoints=1, five saves (the improvements, the schedule's 50, the stop): the newest and the best stay.
   assert checkpoint.available_steps(selected.workdir) == sorted({best, selected.summary.step})
@@ -176,7 +176,7 @@ def test_a_best_checkpoint_whose_metrics_disagree_with_its_manifest_is_refused(s
   saved = json.loads(metrics.read_text())
   metrics.write_text(json.dumps({**saved, "select_loss": 0.0}))  # now ranks best, but its manifest says otherwise
   with pytest.raises(UsageError, match=rf"^checkpoint {newest} at .* is damaged: .*'select_loss': 0.0"):
-    checkpoint.best_step(workdir)
+    checkpoint.restore(workdir, "best", arrays=False)
 
 
 def test_a_garbled_metrics_file_is_a_damaged_checkpoint_and_the_run_comes_through(selected, tmp_path, caplog):
@@ -185,7 +185,7 @@ def test_a_garbled_metrics_file_is_a_damaged_checkpoint_and_the_run_comes_throug
   newest, best = selected.summary.step, selected.summary.best_step
   (workdir / "checkpoints" / str(newest) / "metrics" / "metrics").write_text('{"step": 6')
   with pytest.raises(UsageError, match=rf"^checkpoint {newest} at .* is damaged: JSONDecodeError"):
-    checkpoint.best_step(workdir)
+    checkpoint.restore(workdir, "best", arrays=False)
   with caplog.at_level(logging.WARNING, logger="tied_embed"):
     resumed = train_and_evaluate(selected.config, workdir)  # moves it aside, resumes from the best, stops again
   assert any(record.getMessage().startswith(f"Checkpoint {newest} is damaged (JSONDecodeError")
@@ -194,6 +194,40 @@ def test_a_garbled_metrics_file_is_a_damaged_checkpoint_and_the_run_comes_throug
   assert (resumed.step, resumed.best_step) == (newest, best)
   for got, want in zip(_leaves(resumed.state), _leaves(selected.summary.state), strict=True):
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_deleted_best_checkpoint_is_named_not_replaced_by_another(selected, tmp_path, capsys, caplog):
+  """Retention kept the best checkpoint; with it deleted by hand, --step best must not show the next best one
+  Orbax can rank (the newest, here), and the closing line must not offer --step best."""
+  workdir = tmp_path / "run"
+  shutil.copytree(selected.workdir, workdir)
+  best, newest = selected.summary.best_step, selected.summary.step
+  shutil.rmtree(workdir / "checkpoints" / str(best))
+  assert inspect_main(["--workdir", str(workdir), "--step", "best", "--json", "--no-pictures"]) == 2
+  captured = capsys.readouterr()
+  assert captured.out == "" and captured.err.count("\n") == 1
+  assert captured.err.startswith(f"error: the best checkpoint by select/loss, step {best} (as checkpoint {newest}'s ")
+  assert captured.err.endswith(f"expected one of the saved steps {newest}\n")
+
+  with caplog.at_level(logging.INFO, logger="tied_embed"):
+    rerun = train_and_evaluate(selected.config, workdir)  # stopped early: nothing to train
+  assert rerun.best_step == best
+  (closing,) = [record.getMessage() for record in caplog.records if record.getMessage().startswith("Checkpoints in")]
+  assert f"(latest: step {newest}, best: step {best}, its checkpoint is gone)" in closing
+  assert "--step best" not in closing
+
+
+def test_a_best_checkpoint_cut_short_is_named_in_one_clean_line(selected, tmp_path, capsys):
+  workdir = tmp_path / "run"
+  shutil.copytree(selected.workdir, workdir)
+  best = selected.summary.best_step
+  for data_file in (workdir / "checkpoints" / str(best) / "state").glob("ocdbt.process_*/d/*"):
+    data_file.write_bytes(data_file.read_bytes()[:10])
+  assert inspect_main(["--workdir", str(workdir), "--step", "best", "--no-pictures"]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith(f"error: checkpoint {best} at {workdir / 'checkpoints' / str(best)} is damaged: ")
+  assert err.count("\n") == 1 and err.endswith(" is not valid for value of size 10\n"), err
+  assert "pybind" not in err and "TensorStore details" not in err and "tensorstore_spec" not in err
 
 
 def test_inspect_step_best_without_a_selection_split_is_one_line(tmp_path, capsys):

@@ -6,39 +6,39 @@ The train state is saved as the pure dict of `TrainState`'s nnx.State: the model
 the saved config rebuilds the state's structure, and the arrays are read straight into the shardings asked for,
 so a checkpoint written on one mesh restores on another.
 
+`restore` is the one way a checkpoint is read, by training's resume and its refusals as by inspection, tests and
+benchmarks: it finds the newest checkpoint that reads back whole (or the one named, or the best one) and checks
+every item it reads against the checkpoint's manifest.
+
 Orbax writes each checkpoint into `<step>.orbax-checkpoint-tmp` and renames it when complete, so a run killed
 mid-save leaves only a temporary directory, which is never listed as a step and is deleted when the next run
 opens the directory. A finalized checkpoint that cannot be read back whole (a file truncated or deleted, a
-flipped byte that changes an array's fingerprint, a garbled config or manifest) is damaged: a resuming run moves
-it to WORKDIR/damaged_checkpoints/, so it neither blocks a later save of that step nor is taken for a good one;
-`restore` (read-only) skips it and says so in `Restored.skipped`. A checkpoint of another layout (one without a
-manifest) is damaged like any other. `newest_readable` is the one scan every reader goes through.
+flipped byte that changes an array's fingerprint, a garbled config or manifest) is damaged: `restore` skips it
+and lists it in `Restored.damaged`, and a resuming run moves it to WORKDIR/damaged_checkpoints/
+(`Checkpointer.move_aside`), so it neither blocks a later save of that step nor is taken for a good one. A
+checkpoint of another layout (one without a manifest) is damaged like any other.
 
 With a selection split (`tied_embed.train.best_step`) each checkpoint also carries Orbax metrics, {'step', and at an
 eval 'select_loss'}, and Orbax's retention keeps the newest train.keep_checkpoints checkpoints and, beside them,
-the best one by `selection_rank`; `best_step` finds it the same way. Its manifest records the same select_loss
-and the run's `Selection`, so the best checkpoint is checked like any other and a resume continues early
-stopping's count; metrics that don't parse or disagree with the manifest make a checkpoint damaged
-(`_metrics_problems`).
+the best one by `selection_rank`. Its manifest records the same select_loss and the run's `Selection` (the best
+step so far), so the best checkpoint is checked like any other, `restore(workdir, 'best')` finds the step the
+newest manifest names, and a resume continues early stopping's count; metrics that don't parse or disagree with
+the manifest make a checkpoint damaged (`_metrics_problems`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import math
 import pathlib
 import shutil
-import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import jax
 import ml_collections
-import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 from jax.experimental import multihost_utils
@@ -47,16 +47,17 @@ from orbax.checkpoint.checkpoint_manager import METRIC_ITEM_NAME
 from orbax.checkpoint.checkpoint_managers import preservation_policy
 
 from tied_embed.core import optim
-from tied_embed.core.model import Model, build_model
+from tied_embed.core.model import build_model
 from tied_embed.core.step import TrainState
+from tied_embed.train import mesh as mesh_lib
 from tied_embed.train.best_step import Selection
-from tied_embed.train.integrity import config_checksum, fingerprint
-from tied_embed.util import RunStopped, UsageError, first_line
+from tied_embed.train.integrity import check_arrays, check_config, check_metrics, config_checksum, fingerprint
+from tied_embed.train.restored import Restored, reason, unreadable
+from tied_embed.util import RunStopped, UsageError, drop_unraisable, first_line
 
 log = logging.getLogger(__name__)
 
 ITEMS = ("state", "config", "manifest")
-T = TypeVar("T")
 
 
 class WriteFailed(RunStopped):
@@ -65,10 +66,6 @@ class WriteFailed(RunStopped):
   def __init__(self, directory: pathlib.Path, step: int | None, error: BaseException):
     what = "checkpoints" if step is None else f"checkpoint {step}"
     super().__init__(f"writing {what} in {directory} failed: {first_line(error)}")
-
-
-class Damaged(Exception):
-  """A checkpoint whose items read back but do not match its manifest."""
 
 
 def checkpoint_dir(workdir: str | pathlib.Path) -> pathlib.Path:
@@ -126,15 +123,11 @@ def _metrics_problems(workdir: str | pathlib.Path) -> list[tuple[int, Exception]
     for step in sorted(manager.all_steps()):
       try:
         metrics = json.loads((checkpoint_dir(workdir) / str(step) / METRIC_ITEM_NAME / METRIC_ITEM_NAME).read_text())
-        _, manifest = _read_config_and_manifest(manager, step)
-        expected = {"step": step}
-        if manifest.get("select_loss") is not None:
-          expected["select_loss"] = manifest["select_loss"]
-        if metrics != expected:
-          raise Damaged(f"its metrics {metrics} are not its manifest's {expected}")
+        check_metrics(step, metrics, _read_config_and_manifest(manager, step)[1])
       except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
         problems.append((step, error))
   return problems
+
 
 
 def available_steps(workdir: str | pathlib.Path) -> list[int]:
@@ -149,7 +142,7 @@ def abstract_state(config: ml_collections.ConfigDict, mesh: Mesh) -> tuple[nnx.G
   """The graphdef and the shape/dtype/sharding-only state of the TrainState `config` describes, on `mesh`."""
   tx = optim.make_optimizer(config.train)
   graphdef, shapes = nnx.split(nnx.eval_shape(lambda: TrainState(build_model(config), tx)))
-  shardings = mesh.state_shardings(shapes, mesh)
+  shardings = mesh_lib.state_shardings(shapes, mesh)
   return graphdef, jax.tree.map(
       lambda shape, sharding: jax.ShapeDtypeStruct(shape.shape, shape.dtype, sharding=sharding), shapes, shardings
   )
@@ -170,71 +163,28 @@ def _read_state(manager: ocp.CheckpointManager, step: int, target: nnx.State) ->
   return state
 
 
-def _read_verified(
-    manager: ocp.CheckpointManager, step: int, target: nnx.State
-) -> tuple[nnx.State, ml_collections.ConfigDict, dict]:
-  """(state, config, manifest) of checkpoint `step`, checked against its manifest; raises if any item is off."""
-  config, manifest = _read_config_and_manifest(manager, step)
-  return _read_state_matching(manager, step, target, manifest), config, manifest
-
-
-def _read_state_matching(manager: ocp.CheckpointManager, step: int, target: nnx.State, manifest: dict) -> nnx.State:
-  """The state of checkpoint `step` (as `_read_state`); Damaged unless every array matches its fingerprint."""
-  state = _read_state(manager, step, target)
-  saved, found = manifest.get("arrays", {}), fingerprint(state)
-  bad = sorted(path for path in set(saved) | set(found) if saved.get(path) != found.get(path))
-  if bad:
-    raise Damaged(f"{len(bad)} array(s) do not match their fingerprints in the manifest, e.g. {bad[0]}")
-  return state
-
-
 def _read_config_and_manifest(manager: ocp.CheckpointManager, step: int) -> tuple[ml_collections.ConfigDict, dict]:
   """The config and manifest of checkpoint `step`, the config checked against the manifest's checksum."""
   items = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore(), manifest=ocp.args.JsonRestore()))
   config, manifest = dict(items.config), dict(items.manifest)
-  if config_checksum(config) != manifest.get("config_sha256"):
-    raise Damaged("its config does not match the checksum in its manifest")
+  check_config(config, manifest)
   return ml_collections.ConfigDict(config), manifest
 
 
-def newest_readable(
-    manager: ocp.CheckpointManager, read: Callable[[int], T], step: int | None = None
-) -> tuple[int | None, T | None, list[tuple[int, Exception]]]:
-  """The newest checkpoint that `read(step)` reads back whole (or checkpoint `step` alone): → (step, what `read`
-  returned, failures), failures being [(step, error)] of the newer checkpoints it could not read, newest first.
-
-  (None, None, failures) if none reads back, (None, None, []) if there are no checkpoints; UsageError if `step`
-  is given and not a checkpointed step. Every reader of checkpoints (training's resume, its compatibility
-  check, `restore`, inspection) finds its checkpoint here.
-  """
-  steps = sorted(manager.all_steps(), reverse=True)
-  if step is not None:
-    if step not in steps:
-      raise UsageError.bad_value("step", step, f"one of the checkpointed steps {sorted(steps)}")
-    steps = [step]
-  failures = []
-  for candidate in steps:
-    try:
-      return candidate, read(candidate), failures
-    except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
-      failures.append((candidate, error))
-  return None, None, failures
-
-
 class Checkpointer:
-  """Saves a run's checkpoints (asynchronously) and restores them into a given state layout.
+  """Saves a run's checkpoints (asynchronously) and moves damaged ones aside; `restore` reads them.
 
   A failure to write surfaces (from the background writer) at the next save or at `close`, as WriteFailed.
   """
 
   def __init__(self, workdir: str | pathlib.Path, keep: int, *, select: bool = False):
     """`select`: the run has a selection split; its saves carry a `Selection` and the best checkpoint is kept."""
-    self._workdir = pathlib.Path(workdir)
+    self.workdir = pathlib.Path(workdir)
     self._writing: int | None = None
     self._select = select
-    _drop_calls_into_closed_loops()  # a failed save's cut-off writes call back in the background, at any moment
+    drop_unraisable(_is_call_into_closed_loop)  # a failed save's cut-off writes call back at any moment
     for step, error in _metrics_problems(workdir) if select else []:  # before a ranking manager reads them
-      _move_to_damaged(self._workdir, step, error, "its select/loss can't be trusted to rank it")
+      _move_to_damaged(self.workdir, step, error, "its select/loss can't be trusted to rank it")
     with self._errors_as_write_failed():
       self._manager = _manager(workdir, keep, read_only=False, select=select)
 
@@ -253,7 +203,7 @@ class Checkpointer:
     manifest, and select_loss into the Orbax metrics that retention ranks by.
     """
     with self._errors_as_write_failed():
-      self._manager.wait_until_finished()  # a failure of the previous save is reported as that save's
+      self._manager.wait_until_finished()  # a failure of the save before this one is reported as that save's
     config_dict = config.to_dict()
     manifest = {"arrays": fingerprint(state), "config_sha256": config_checksum(config_dict), "dataset": dataset}
     metrics = None
@@ -272,35 +222,13 @@ class Checkpointer:
           metrics=metrics,
       )
 
-  def restore(self, step: int, target: nnx.State) -> nnx.State:
-    """Checkpoint `step` read into the layout of `target` (abstract arrays with shardings)."""
-    return _read_state(self._manager, step, target)
-
-  def restore_newest_intact(self, target: nnx.State) -> tuple[int, nnx.State, dict] | None:
-    """(step, state, manifest) of the newest checkpoint that reads back whole; None if there are none.
-
-    Newer checkpoints that fail to read are moved to damaged_dir(workdir) with a warning naming their step.
-    If none reads back, nothing is moved and UsageError says so: the run must not start again from step 0 over
-    them.
-    """
-    step, read, damaged = newest_readable(self._manager, lambda step: _read_verified(self._manager, step, target))
-    if step is not None:
-      for bad_step, error in damaged:
-        self._move_aside(bad_step, error, f"resuming from step {step}")
-      state, _, manifest = read
-      return step, state, manifest
+  def move_aside(self, damaged: list[tuple[int, Exception]], consequence: str) -> None:
+    """Moves each damaged checkpoint, [(step, error)] as `Restored.damaged` lists them, to damaged_dir(workdir)
+    with a warning naming it, the error and `consequence`; the manager then lists the checkpoints again."""
+    for step, error in damaged:
+      _move_to_damaged(self.workdir, step, error, consequence)
     if damaged:
-      listed = "; ".join(f"step {step}: {first_line(error, 120)}" for step, error in damaged)
-      raise UsageError(
-          f"no checkpoint in {checkpoint_dir(self._workdir)} reads back ({listed}); not starting again from "
-          f"step 0 over them: move them away or use another --workdir"
-      )
-    return None
-
-  def _move_aside(self, step: int, error: Exception, consequence: str) -> None:
-    """`_move_to_damaged` for the open manager, which then lists the checkpoints again."""
-    _move_to_damaged(self._workdir, step, error, consequence)
-    self._manager.reload()
+      self._manager.reload()
 
   def close(self) -> None:
     """Waits for any save still being written, then releases the manager."""
@@ -313,7 +241,7 @@ class Checkpointer:
     try:
       yield
     except Exception as error:  # noqa: BLE001 (Orbax and TensorStore report write failures in many types)
-      raise WriteFailed(checkpoint_dir(self._workdir), self._writing, error) from error
+      raise WriteFailed(checkpoint_dir(self.workdir), self._writing, error) from error
 
 
 def _move_to_damaged(workdir: pathlib.Path, step: int, error: Exception, consequence: str) -> None:
@@ -329,33 +257,18 @@ def _move_to_damaged(workdir: pathlib.Path, step: int, error: Exception, consequ
     shutil.move(source, destination)
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices(f"tied_embed: damaged checkpoint {step} moved")
-  log.warning("Checkpoint %d is damaged (%s): moved it to %s; %s.", step, first_line(error), destination, consequence)
-
-
-def _drop_calls_into_closed_loops() -> None:
-  """Stops Python printing a traceback for each write that a failed save left in flight.
-
-  Orbax runs a save's writes in an asyncio event loop of its own and closes that loop as soon as one write fails.
-  TensorStore finishes the other writes anyway and then calls back into the closed loop, in the background and
-  often before the failure reaches the run; each callback fails with `RuntimeError: Event loop is closed`, which
-  Python hands to `sys.unraisablehook` and which would print as a traceback beside the run's one-line error.
-  Exactly those are dropped (a RuntimeError raised inside a method of an event loop that is closed); every other
-  unraisable exception still reaches the hook that was there before. Installed once per process.
-  """
-  previous = sys.unraisablehook
-  if getattr(previous, "drops_calls_into_closed_loops", False):
-    return
-
-  def hook(unraisable) -> None:
-    if not _is_call_into_closed_loop(unraisable):
-      previous(unraisable)
-
-  hook.drops_calls_into_closed_loops = True
-  sys.unraisablehook = hook
+  log.warning("Checkpoint %d is damaged (%s): moved it to %s; %s.", step, reason(error), destination, consequence)
 
 
 def _is_call_into_closed_loop(unraisable) -> bool:
-  """Whether an unraisable exception is a RuntimeError raised in a method of an asyncio loop that is closed."""
+  """Whether an unraisable exception is a RuntimeError raised in a method of an asyncio loop that is closed.
+
+  Orbax runs a save's writes (and a restore's reads) in an asyncio event loop of its own and closes that loop as
+  soon as one of them fails. TensorStore finishes the others anyway and then calls back into the closed loop, in
+  the background; each callback fails with `RuntimeError: Event loop is closed`, which Python hands to
+  `sys.unraisablehook` and which would print as a traceback beside the one-line error. `drop_unraisable` drops
+  exactly those.
+  """
   if not isinstance(unraisable.exc_value, RuntimeError):
     return False
   frame = unraisable.exc_traceback
@@ -367,127 +280,74 @@ def _is_call_into_closed_loop(unraisable) -> bool:
   return False
 
 
-@dataclasses.dataclass
-class Restored:
-  """A restored checkpoint: the model, the config it was trained with, its step and the provenance totals."""
+def restore(
+    workdir: str | pathlib.Path, step: int | str | None = None, *, mesh: Mesh | None = None,
+    target: nnx.State | None = None, arrays: bool = True, resuming: bool = False,
+) -> Restored | None:
+  """The one way a checkpoint is read: checkpoint `step` of `workdir`, by default the newest that reads back
+  whole, with 'best' the best one by select/loss (`_best_step`). Every item read is checked against its manifest.
 
-  model: Model
-  config: ml_collections.ConfigDict
-  step: int
-  provenance: dict[str, np.ndarray]  # 'lookup_total', 'projection_total': (V,) float32
-  # 'rows': (K,) int32 tracked rows; 'lookup', 'projection': (K, D) float32, each path's summed gradient rows
-  path_directions: dict[str, np.ndarray]
-  skipped: list[str] = dataclasses.field(default_factory=list)  # why each newer checkpoint was not read, one line
-  dataset: str = ""  # the identity of the data it trained on, as its manifest records it ('' if none was given)
-
-
-def _unreadable(workdir: str | pathlib.Path, step: int, error: BaseException) -> str:
-  return f"checkpoint {step} at {checkpoint_dir(workdir) / str(step)} is damaged: {first_line(error, 200)}"
-
-
-def _newest_readable_in(
-    workdir: str | pathlib.Path, read: Callable[[ocp.CheckpointManager, int], T], step: int | None
-) -> tuple[int, T, list[str]]:
-  """`newest_readable` on a read-only manager of `workdir`: → (step, what `read` returned, the skipped ones' lines).
-
-  UsageError if there are no checkpoints, none at `step`, or the one asked for (or every one) does not read back.
+  The arrays are read into the layout of `target` (abstract arrays with shardings) or else of the saved config on
+  `mesh` (default: one device); `arrays=False` reads only the config and manifest. Without `step`, newer
+  checkpoints that do not read back are skipped and listed in `Restored.damaged`; nothing is moved
+  (`Checkpointer.move_aside` does that). UsageError if the workdir has no checkpoints, none at `step`, or the one
+  asked for (or every one) is damaged. `resuming` (a run about to continue): None where there are no checkpoints,
+  and where none reads back the error says the run will not start again from step 0 over them.
   """
-  if not checkpoint_dir(workdir).is_dir():
-    raise UsageError(f"no checkpoints in {checkpoint_dir(workdir)}")
+  drop_unraisable(_is_call_into_closed_loop)  # a failed read's other reads call back into Orbax's closed loop
+  directory, steps = checkpoint_dir(workdir), available_steps(workdir)
+  if not steps:
+    if resuming:
+      return None
+    raise UsageError(f"no checkpoints in {directory}")
+  if step == "best":
+    step = _best_step(workdir, steps)
+  elif step is not None and step not in steps:
+    raise UsageError.bad_value("step", step, f"one of the checkpointed steps {steps}")
+  damaged = []
   with _manager(workdir) as manager:
-    found, value, failures = newest_readable(manager, lambda candidate: read(manager, candidate), step)
-  if found is None and not failures:
-    raise UsageError(f"no checkpoints in {checkpoint_dir(workdir)}")
-  problems = [_unreadable(workdir, failed, error) for failed, error in failures]
-  if found is None:
-    raise UsageError(problems[0] if len(problems) == 1 else
-                     f"no checkpoint in {checkpoint_dir(workdir)} reads back whole ({problems[0]}; and "
-                     f"{len(problems) - 1} more)")
-  return found, value, problems
+    for candidate in sorted(steps, reverse=True) if step is None else [step]:
+      try:
+        config, manifest = _read_config_and_manifest(manager, candidate)
+        graphdef, layout, state = None, target, None
+        if arrays:
+          if layout is None:  # each candidate's own config: a damaged newer one may describe another state
+            graphdef, layout = abstract_state(config, mesh or _one_device())
+          state = _read_state(manager, candidate, layout)
+          check_arrays(state, manifest)
+        return Restored(candidate, config, manifest, state, graphdef, directory, damaged)
+      except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
+        damaged.append((candidate, error))
+  if resuming:
+    listed = "; ".join(f"step {failed}: {reason(error, 160)}" for failed, error in damaged)
+    raise UsageError(f"no checkpoint in {directory} reads back ({listed}); not starting again from step 0 over "
+                     f"them: move them away or use another --workdir")
+  problems = [unreadable(directory, failed, error) for failed, error in damaged]
+  raise UsageError(problems[0] if len(problems) == 1 else
+                   f"no checkpoint in {directory} reads back whole ({problems[0]}; and {len(problems) - 1} more)")
 
 
-def saved_config(workdir: str | pathlib.Path, step: int | None = None) -> ml_collections.ConfigDict:
-  """The config checkpoint `step` (default: the newest readable one) was trained with, without reading any array.
+def _one_device() -> Mesh:
+  return mesh_lib.make_mesh(ml_collections.ConfigDict({"data": 1, "model": 1}), jax.devices()[:1])
 
-  UsageError if there is no such checkpoint or its config does not read back whole.
+
+def _best_step(workdir: str | pathlib.Path, steps: list[int]) -> int:
+  """The best checkpoint by select/loss: the step the newest readable manifest's `Selection` names.
+
+  UsageError if it names none (a run without a selection split, or stopped before its first eval); if any
+  checkpoint's metrics disagree with its manifest (retention ranks by them, so the checkpoint it kept as the best
+  may not be this one); or if that checkpoint is gone (deleted, or moved aside as damaged).
   """
-  return _newest_readable_in(workdir, lambda manager, step: _read_config_and_manifest(manager, step)[0], step)[1]
-
-
-def best_step(workdir: str | pathlib.Path) -> int:
-  """The step of the best checkpoint by select/loss (Orbax's ranking by `selection_rank`), checked against its
-  manifest. UsageError if there are no checkpoints, none with a select/loss (a run without a selection split, or
-  one stopped before its first eval), or the best one's manifest does not read back or disagrees with its metrics.
-  """
-  if not checkpoint_dir(workdir).is_dir():
-    raise UsageError(f"no checkpoints in {checkpoint_dir(workdir)}")
-  no_selection = (f"no checkpoint in {checkpoint_dir(workdir)} has a select/loss: the run has no selection split "
-                  f"(data.selection_fraction = 0) or stopped before its first eval")
-  with _manager(workdir) as manager:
-    if not any(_has_metrics(workdir, step) for step in manager.all_steps()):
-      raise UsageError(no_selection)
+  directory, newest = checkpoint_dir(workdir), restore(workdir, arrays=False)
+  best = Selection.from_manifest(newest.manifest).best_step
+  if best is None:
+    raise UsageError(f"no checkpoint in {directory} has a select/loss: the run has no selection split "
+                     f"(data.selection_fraction = 0) or stopped before its first eval")
   problems = _metrics_problems(workdir)
   if problems:  # any of them could be the best one
-    raise UsageError(_unreadable(workdir, *problems[0]))
-  with _manager(workdir, select=True) as manager:
-    step = manager.best_step()
-    if step is None or "select_loss" not in manager.metrics(step):
-      raise UsageError(no_selection)
-  return step
-
-
-def _has_metrics(workdir: str | pathlib.Path, step: int) -> bool:
-  return (checkpoint_dir(workdir) / str(step) / METRIC_ITEM_NAME).exists()
-
-
-def newest_saved_config(workdir: str | pathlib.Path) -> ml_collections.ConfigDict | None:
-  """The config of the newest checkpoint whose config reads back whole; None if there is none."""
-  try:
-    return saved_config(workdir)
-  except UsageError:
-    return None
-
-
-def newest_saved(workdir: str | pathlib.Path) -> tuple[int, ml_collections.ConfigDict, dict] | None:
-  """(step, config, manifest) of the newest checkpoint whose config and manifest read back whole, without reading
-  any array; None if there is none."""
-  try:
-    step, (config, manifest), _ = _newest_readable_in(workdir, _read_config_and_manifest, None)
-  except UsageError:
-    return None
-  return step, config, manifest
-
-
-def restore(workdir: str | pathlib.Path, step: int | None = None, mesh: Mesh | None = None) -> Restored:
-  """The checkpoint at `step` (default: the newest one that reads back whole) in `workdir`, on `mesh` (default:
-  one device).
-
-  Read-only: every item is checked against the checkpoint's manifest. Without `step`, newer damaged checkpoints
-  are skipped, each named in `Restored.skipped`. Raises UsageError if the workdir has no checkpoints, none at
-  `step`, or the one asked for (or every one) is damaged.
-  """
-  if mesh is None:
-    mesh = mesh.make_mesh(ml_collections.ConfigDict({"data": 1, "model": 1}), jax.devices()[:1])
-
-  def read(manager: ocp.CheckpointManager, candidate: int) -> tuple[ml_collections.ConfigDict, TrainState, dict]:
-    config, manifest = _read_config_and_manifest(manager, candidate)
-    graphdef, target = abstract_state(config, mesh)
-    return config, nnx.merge(graphdef, _read_state_matching(manager, candidate, target, manifest)), manifest
-
-  found, (config, train_state, manifest), skipped = _newest_readable_in(workdir, read, step)
-  return Restored(
-      model=train_state.model,
-      config=config,
-      step=found,
-      provenance={
-          "lookup_total": np.asarray(train_state.lookup_total[...]),
-          "projection_total": np.asarray(train_state.projection_total[...]),
-      },
-      path_directions={
-          "rows": np.asarray(train_state.tracked_rows[...]),
-          "lookup": np.asarray(train_state.tracked_lookup[...]),
-          "projection": np.asarray(train_state.tracked_projection[...]),
-      },
-      skipped=skipped,
-      dataset=str(manifest.get("dataset", "")),
-  )
+    raise UsageError(unreadable(directory, *problems[0]))
+  if best not in steps:
+    raise UsageError(f"the best checkpoint by select/loss, step {best} (as checkpoint {newest.step}'s manifest "
+                     f"records), is gone from {directory}: expected one of the saved steps "
+                     f"{', '.join(map(str, steps))}")
+  return best

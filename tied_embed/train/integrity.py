@@ -1,7 +1,8 @@
 """Integrity of saved state: a layout-independent fingerprint of every array and a checksum of a config.
 
-A checkpoint's manifest records both when it is written, and every read compares them, so bytes that changed on
-disk (a flipped bit that still decodes, a garbled JSON) are found instead of trained on.
+A checkpoint's manifest records both when it is written, and every read compares them (`check_config`,
+`check_arrays`, and `check_metrics` for the Orbax metrics retention ranks by), so bytes that changed on disk (a
+flipped bit that still decodes, a garbled JSON) are found instead of trained on.
 """
 
 from __future__ import annotations
@@ -55,3 +56,31 @@ def fingerprint(state: nnx.State) -> dict[str, str]:
 def config_checksum(config: dict) -> str:
   """sha256 of the config's canonical JSON (sorted keys)."""
   return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+class Damaged(Exception):
+  """A checkpoint whose items read back but do not match its manifest."""
+
+
+def check_config(config: dict, manifest: dict) -> None:
+  """Damaged unless `config` has the checksum `manifest` recorded."""
+  if config_checksum(config) != manifest.get("config_sha256"):
+    raise Damaged("its config does not match the checksum in its manifest")
+
+
+def check_arrays(state: nnx.State, manifest: dict) -> None:
+  """Damaged unless every array of `state` has the fingerprint `manifest` recorded, and none is missing."""
+  saved, found = manifest.get("arrays", {}), fingerprint(state)
+  bad = sorted(path for path in set(saved) | set(found) if saved.get(path) != found.get(path))
+  if bad:
+    raise Damaged(f"{len(bad)} array(s) do not match their fingerprints in the manifest, e.g. {bad[0]}")
+
+
+def check_metrics(step: int, metrics: dict, manifest: dict) -> None:
+  """Damaged unless the Orbax metrics of checkpoint `step` are {'step': step}, with the select_loss `manifest`
+  recorded where it recorded one."""
+  expected = {"step": step}
+  if manifest.get("select_loss") is not None:
+    expected["select_loss"] = manifest["select_loss"]
+  if metrics != expected:
+    raise Damaged(f"its metrics {metrics} are not its manifest's {expected}")

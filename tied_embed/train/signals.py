@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 import threading
 import types
 
@@ -18,7 +17,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from tied_embed.util import RunStopped
+from tied_embed.util import RunStopped, drop_unraisable
 
 log = logging.getLogger(__name__)
 
@@ -50,24 +49,13 @@ class Interrupted(BaseException):
     self.signum = signum
 
 
-def _drop_swallowed_interrupts() -> None:
-  """Stops Python printing a traceback for an `Interrupted` that a callback swallowed (JAX's gc callback, say).
+def _is_swallowed_interrupt(unraisable) -> bool:
+  """Whether an unraisable exception is an `Interrupted` that a callback swallowed (JAX's gc callback, say).
 
   Such a callback cannot pass the exception on, so Python hands it to `sys.unraisablehook`; `StopSignals.received`
-  holds the signal all the same, and the loop stops on it. Exactly those are dropped; every other unraisable
-  exception still reaches the hook that was there before. Installed once per process and never removed, so hooks
-  installed after it (tied_embed/train/checkpoint.py's) stay in place.
+  holds the signal all the same, and the loop stops on it, so `drop_unraisable` drops it.
   """
-  previous = sys.unraisablehook
-  if getattr(previous, "drops_swallowed_interrupts", False):
-    return
-
-  def hook(unraisable) -> None:
-    if not isinstance(unraisable.exc_value, Interrupted):
-      previous(unraisable)
-
-  hook.drops_swallowed_interrupts = True
-  sys.unraisablehook = hook
+  return isinstance(unraisable.exc_value, Interrupted)
 
 
 class StopSignals:
@@ -87,7 +75,7 @@ class StopSignals:
   def __enter__(self) -> StopSignals:
     if threading.current_thread() is threading.main_thread():
       self._previous = {signum: signal.signal(signum, self._handle) for signum in SIGNALS}
-      _drop_swallowed_interrupts()
+      drop_unraisable(_is_swallowed_interrupt)
     return self
 
   def __exit__(self, *exc_info) -> None:
