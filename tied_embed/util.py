@@ -229,17 +229,17 @@ def exclusive(
 
 def write_atomically(
     path: str | pathlib.Path, payload: bytes | Callable[[BinaryIO], Any], *, fsync: bool = False,
-    remove_stale: bool = False,
+    remove_stale: bool = False, mode: int = 0o666,
 ) -> pathlib.Path:
   """Writes `path` whole or not at all: `payload` (bytes, or `payload(f)` writing an open binary file) goes to a
   temporary file beside it (mkstemp), which is renamed over `path` (os.replace).
 
   The rename replaces whatever `path` is, a symbolic link included, rather than writing through it: a link planted
-  in a directory never makes the write land outside it. The file gets the mode open() would give it (0o666 less
-  the umask; mkstemp makes it owner-only). `fsync`: the file's bytes and the rename reach the disk before this
-  returns. `remove_stale`: first removes the temporary files of `path` a killed writer left (only for a path no
-  other process writes at the same time, e.g. one under a held lock). On failure the temporary file is removed and
-  the OSError raised names `path` (errno and reason kept).
+  in a directory never makes the write land outside it. The file gets `mode` less the umask, as open() (0o666)
+  or a linker (0o777) would make it; mkstemp makes it owner-only. `fsync`: the file's bytes and the rename reach
+  the disk before this returns. `remove_stale`: first removes the temporary files of `path` a killed writer left
+  (only for a path no other process writes at the same time, e.g. one under a held lock). On failure the temporary
+  file is removed and the OSError raised names `path` (errno and reason kept).
   """
   path = pathlib.Path(path)
   if remove_stale:
@@ -258,7 +258,7 @@ def write_atomically(
       if fsync:
         f.flush()
         os.fsync(f.fileno())
-    os.chmod(temporary, 0o666 & ~_umask())
+    os.chmod(temporary, mode & ~_umask())
     os.replace(temporary, path)
     if fsync:
       _fsync_directory(path.parent)
