@@ -120,3 +120,51 @@ def test_the_header_names_the_hidden_map_its_lambda_and_counts_w(smoke_workdir):
   assert f"tied V·D + D² = {32 * 8 + 8 * 8:,} vs untied 2·V·D + D² = {2 * 32 * 8 + 8 * 8:,}" in params
   plain = format_text(inspect_run(smoke_workdir, pictures=False), pictures_line=False)
   assert "hidden=" not in plain and "D²" not in plain and "tied V·D = 256 vs untied 2·V·D = 512" in plain
+
+
+# Inspection reads only inside its workdir: a link among what it reads is refused, naming the link.
+
+
+@pytest.mark.parametrize("name", ["checkpoints", "data", "report_data.npz"])
+def test_a_symlink_to_another_runs_files_is_refused_in_one_line(run_copy, tmp_path, capsys, name):
+  from tied_embed.inspection.cli import main  # noqa: PLC0415
+
+  other = tmp_path / "other_run"
+  other.mkdir()
+  (run_copy / name).rename(other / name)  # the same run's files, so only the link itself can be refused
+  (run_copy / name).symlink_to(other / name)
+  assert main(["--workdir", str(run_copy), "--no-pictures"]) == 2
+  captured = capsys.readouterr()
+  assert captured.out == ""
+  assert captured.err == (f"error: {run_copy / name} is a symbolic link (to {other / name}); inspection reads only "
+                          f"inside --workdir={str(run_copy)!r}: put the files themselves there\n")
+  assert main(["--workdir", str(run_copy), "--next", "the"]) == 2  # --next opens the run the same way
+
+
+# What is printed to the terminal: the training text's control bytes are shown, never sent.
+
+
+def test_control_characters_in_sampled_text_and_labels_are_printed_escaped(monkeypatch, capsys):
+  from tied_embed.inspection import cli  # noqa: PLC0415
+
+  result = {
+      "workdir": "W", "step": 5, "prompt": "the ", "warnings": [],
+      "prompt_tokens": [{"id": 116, "label": "t"}, {"id": 27, "label": "\x1b"}],
+      "next": [{"id": 7, "label": "\x07", "prob": 0.5}, {"id": 13, "label": "\r", "prob": 0.25}],
+      "generated": [{"id": 27, "label": "\x1b"}] * 4, "temperature": 1e308, "seed": 0,
+      "text": "the \x1b[2J\x07\rover\nline two\x9b\u202e",
+  }
+  monkeypatch.setattr(cli, "continue_prompt", lambda *args: result)
+  assert cli.main(["--workdir", "W", "--next", "the ", "--generate", "4", "--temperature=1e308"]) == 0
+  out = capsys.readouterr().out
+  assert all(c.isprintable() or c == "\n" for c in out), repr(out)
+  assert "  the \\x1b[2J\\x07\\rover\n  line two\\x9b\\u202e\n" in out  # line breaks kept, indented
+  assert "after \\x1b (id 27):" in out and "\\x07" in out and "\\r" in out
+
+
+def test_printable_escapes_what_a_terminal_acts_on_and_keeps_the_rest():
+  from tied_embed.inspection.text import printable  # noqa: PLC0415
+
+  assert printable("▁the king’s λ·‖W − I‖²") == "▁the king’s λ·‖W − I‖²"
+  assert printable("a\x1b[31mb\x7f\tc\n") == "a\\x1b[31mb\\x7f\\tc\\n"
+  assert printable("a\nb\r", keep="\n") == "a\nb\\r"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import pathlib
 import shutil
@@ -194,3 +195,38 @@ def test_a_workdir_whose_subdirectory_is_a_link_is_refused(tmp_path, name):
   with pytest.raises(UsageError, match=rf"/run/{name} is a symbolic link; the run keeps its {name} inside"):
     train_and_evaluate(smoke_with("train.num_steps", 5), workdir)
   assert list(elsewhere.iterdir()) == [] and sorted(p.name for p in workdir.iterdir()) == [name]
+
+
+# The kernels' files: the workdir's kernels.json and a build's library are replaced whole, never written through a
+# link planted where the writer works.
+
+
+def test_the_kernel_set_record_is_not_written_through_links(tmp_path):
+  from tied_embed.fast.kernels import in_use  # noqa: PLC0415
+
+  outside = tmp_path / "outside"
+  outside.write_text('{"kernels": "gemm-f32"}')
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / f".{in_use.FILE}.partial").symlink_to(outside)  # where a writer could put its temporary file
+  (workdir / in_use.FILE).symlink_to(outside)  # its content is not this workdir's record: not read either
+  in_use.record(workdir, "none", resuming=True)
+  assert outside.read_text() == '{"kernels": "gemm-f32"}'
+  assert not (workdir / in_use.FILE).is_symlink() and (workdir / in_use.FILE).read_text() == '{"kernels": "none"}\n'
+
+
+def test_a_kernel_build_writes_its_library_whole_and_never_through_a_link(tmp_path, monkeypatch):
+  from tied_embed.fast.kernels import build, library  # noqa: PLC0415
+
+  outside = tmp_path / "outside"
+  outside.write_bytes(b"precious")
+  output = tmp_path / library.ADAMW.file
+  output.with_suffix(".so.partial").symlink_to(outside)
+  compiler = ["/bin/sh", "-c", 'printf "the library" > "$1"', "sh", str(output)]  # writes the path it is given
+  monkeypatch.setattr(build, "command", lambda kernel, path: list(compiler))
+  assert build.build(library.ADAMW, output) is None
+  assert outside.read_bytes() == b"precious" and output.read_bytes() == b"the library"
+  assert output.stat().st_mode & 0o111  # the linker's mode: executable as g++ leaves a library
+  assert json.loads(library.record_path(output).read_text())["size"] == len(b"the library")
+  assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+      ["outside", output.name, output.with_suffix(".so.partial").name, library.record_path(output).name])

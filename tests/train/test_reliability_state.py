@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 from flax import nnx
+from helpers import smoke_with
 
 from tied_embed import util
 from tied_embed.core import optim
@@ -358,3 +359,41 @@ def test_an_interrupt_a_callback_swallows_prints_no_traceback_and_still_stops(mo
         gc.callbacks.remove(callback)
   assert signals.received == signal.SIGINT
   assert [type(error) for error in printed] == [ValueError]
+
+
+# What a non-finite step's message tells the user to change.
+
+
+def test_a_hidden_l2_whose_penalty_overflows_is_named_instead_of_the_learning_rate(tmp_path):
+  config = smoke_with("model.hidden", "linear")
+  config.model.hidden_l2 = 3.4e38  # float32 holds it; λ·‖W − I‖² does not
+  config.train.num_steps = 5
+  with pytest.raises(nonfinite.NonFinite) as stopped:
+    train_and_evaluate(config, tmp_path / "run")
+  message = str(stopped.value)
+  assert message.startswith("step 1: the loss or a gradient is not finite"), message
+  assert message.endswith("model.hidden_l2=3.4e+38 is too large (its penalty λ·‖W − I‖² overflows float32): try a "
+                          "smaller model.hidden_l2.") and "learning_rate" not in message
+
+
+def test_the_advice_names_the_learning_rate_when_the_penalty_is_not_the_cause():
+  config = smoke_with("model.hidden", "linear")
+  config.model.hidden_l2 = 0.25
+  assert nonfinite.advice(config) == "Try a lower train.learning_rate or a train.grad_clip_norm."
+  assert nonfinite.advice(smoke_with("seed", 0)) == nonfinite.advice(None) == nonfinite.advice(config)
+  config.train.optimizer, config.train.learning_rate, config.model.hidden_l2 = "sgd", 0.5, 4.0
+  assert nonfinite.advice(config).startswith("model.hidden_l2=4 is too large (a step of train.learning_rate=0.5")
+
+
+# The best step on a tie.
+
+
+def test_an_exact_tie_in_select_loss_keeps_the_earlier_step():
+  from tied_embed.train.best_step import Selection  # noqa: PLC0415
+
+  selection = Selection()
+  assert selection.record(10, 1.5, {"eval/loss": 2.0})
+  assert not selection.record(20, 1.5, {"eval/loss": 1.9})  # as low, not lower: not an improvement
+  assert (selection.best_step, selection.best_select_loss, selection.evals_since_best) == (10, 1.5, 1)
+  assert selection.best_eval == {"eval/loss": 2.0}
+  assert selection.exhausted(1) and not selection.exhausted(2)

@@ -17,9 +17,11 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import jax
 
+from tied_embed import util
 from tied_embed.fast.kernels import library
 from tied_embed.fast.kernels.library import LIBRARIES, Library
 
@@ -46,14 +48,17 @@ def build(kernel: Library, output: pathlib.Path) -> str | None:
   args = command(kernel, output)
   if isinstance(args, str):
     return args
-  partial = output.with_suffix(".so.partial")
-  args[args.index(str(output))] = str(partial)
-  done = subprocess.run(args, capture_output=True, text=True)
-  if done.returncode != 0:
-    partial.unlink(missing_ok=True)
-    return f"g++ failed: {(done.stderr.strip().splitlines() or ['no output'])[-1]}"
-  library.record_path(output).unlink(missing_ok=True)  # no moment where the new file has the old one's record
-  partial.replace(output)  # a half-written library is never left under the loaded name
+  # The compiler writes into a fresh private directory: a name beside `output` could be a link it would write
+  # through. The library then replaces `output` whole (never half-written under the loaded name, never through a
+  # link), with the linker's mode.
+  with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.") as scratch:
+    built = pathlib.Path(scratch) / output.name
+    args[args.index(str(output))] = str(built)
+    done = subprocess.run(args, capture_output=True, text=True)
+    if done.returncode != 0:
+      return f"g++ failed: {(done.stderr.strip().splitlines() or ['no output'])[-1]}"
+    library.record_path(output).unlink(missing_ok=True)  # no moment where the new file has the old one's record
+    util.write_atomically(output, built.read_bytes(), mode=0o777)
   library.write_record(kernel, output)
   return None
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import jax
 
+from tied_embed import util
 from tied_embed.fast.kernels import fused_adamw, gemm
 
 if TYPE_CHECKING:
@@ -49,13 +50,13 @@ def record(workdir: str | pathlib.Path, kernels: str, resuming: bool) -> None:
     return
   path = pathlib.Path(workdir) / FILE
   try:
+    if path.is_symlink():  # not this workdir's record: read nothing through it
+      raise OSError(f"{path} is a symbolic link")
     before = json.loads(path.read_text())["kernels"]
   except (OSError, ValueError, KeyError, TypeError):
     before = None  # a run from before the record, or none yet: nothing to compare
   if resuming and before is not None and before != kernels:
     log.warning("Resuming on kernels %s where the checkpoints were written on %s: the run continues, but not bitwise "
                 "equal to an uninterrupted one (docs/failures.md).", kernels, before)
-  if before != kernels:
-    partial = path.with_name(f".{FILE}.partial")
-    partial.write_text(json.dumps({"kernels": kernels}) + "\n")
-    partial.replace(path)
+  if before != kernels:  # replaced whole, never written through a link planted in the workdir
+    util.write_atomically(path, (json.dumps({"kernels": kernels}) + "\n").encode())

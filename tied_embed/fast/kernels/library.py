@@ -30,6 +30,8 @@ import sys
 
 import jax
 
+from tied_embed import util
+
 HERE = pathlib.Path(__file__).parent
 CHECKOUT = (HERE.parents[2] / "pyproject.toml").exists()  # run from the source tree, not a package pip copied
 DIR_VARIABLE = "TIED_EMBED_KERNEL_DIR"
@@ -112,9 +114,7 @@ def write_record(library: Library, path: pathlib.Path) -> None:
   """Writes the record of the library just built at `path` (its fingerprint, size and sha256)."""
   data = path.read_bytes()
   record = {**fingerprint(library), "size": len(data), "sha256": _sha256(data)}
-  partial = record_path(path).with_suffix(".json.partial")
-  partial.write_text(json.dumps(record, indent=1) + "\n")
-  partial.replace(record_path(path))
+  util.write_atomically(record_path(path), (json.dumps(record, indent=1) + "\n").encode())
 
 
 def check(library: Library, path: pathlib.Path) -> str | None:
