@@ -12,6 +12,7 @@ import ctypes
 import json
 import logging
 import pathlib
+import platform
 import subprocess
 import sys
 
@@ -119,6 +120,10 @@ def test_a_missing_dependency_is_named_not_glibcs_no_such_file():
   error = OSError("libmkl_rt.so.3: cannot open shared object file: No such file or directory")
   assert library._load_error(path, error) == (
       f"/k/_gemm.so needs libmkl_rt.so.3, which is not installed here (`{library.REBUILD}` installs it)")
+  # glibc says the same of a library for another machine (an x86-64 build on aarch64): it is not absent
+  foreign = OSError("/k/_gemm.so: cannot open shared object file: No such file or directory")
+  assert library._load_error(path, foreign) == (
+      f"/k/_gemm.so is not a library this {platform.machine()} machine opens (`{library.REBUILD}` rebuilds it)")
   other = OSError("/k/_gemm.so: invalid ELF header")
   assert library._load_error(path, other) == "/k/_gemm.so does not load: invalid ELF header"
 

@@ -39,7 +39,7 @@ def command(kernel: Library, output: pathlib.Path) -> list[str] | str:
   runtime = prefix / "lib" / kernel.runtime
   for needed in (prefix / "include" / kernel.header, runtime):
     if not needed.exists():
-      return f"{needed} is missing (requirements-kernels.txt installs it)"
+      return f"{needed} is missing (requirements-kernels.txt installs it, on x86-64 only)"
   return [*args, f"-I{prefix / 'include'}", str(runtime), f"-Wl,-rpath,{runtime.resolve().parent}"]
 
 

@@ -151,7 +151,9 @@ def _load_error(path: pathlib.Path, error: OSError) -> str:
   as if the library itself were absent)."""
   message = str(error)
   missing = re.match(r"(\S+): cannot open shared object file", message)
-  if missing and missing.group(1) != str(path):
+  if missing and missing.group(1) == str(path):  # glibc's words for a library of another machine, too
+    return f"{path} is not a library this {platform.machine()} machine opens (`{REBUILD}` rebuilds it)"
+  if missing:
     return f"{path} needs {missing.group(1)}, which is not installed here (`{REBUILD}` installs it)"
   return f"{path} does not load: {message.removeprefix(f'{path}: ')}"
 
