@@ -17,6 +17,7 @@ import pathlib
 import shlex
 import socket
 import stat
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
@@ -78,6 +79,30 @@ class RunStopped(Exception):
   """A run that ended before its last step: `exit_status` for the command line, `str()` its one-line message."""
 
   exit_status = 1
+
+
+_DROPPED_UNRAISABLE: set[Callable[[Any], bool]] = set()
+
+
+def drop_unraisable(matches: Callable[[Any], bool]) -> None:
+  """Stops Python printing a traceback for the unraisable exceptions `matches(unraisable)` picks out.
+
+  An exception a callback cannot pass on (one in JAX's gc callback, or TensorStore's call into an event loop
+  Orbax already closed) goes to `sys.unraisablehook`, which prints it as a traceback beside the command's one-line
+  outcome. One hook, installed over whatever hook is in place when it is not this one, drops those any caller
+  named; every other unraisable exception still reaches the hook that was there before.
+  """
+  _DROPPED_UNRAISABLE.add(matches)
+  if getattr(sys.unraisablehook, "drops_unraisable", False):
+    return
+  previous = sys.unraisablehook
+
+  def hook(unraisable) -> None:
+    if not any(dropped(unraisable) for dropped in _DROPPED_UNRAISABLE):
+      previous(unraisable)
+
+  hook.drops_unraisable = True
+  sys.unraisablehook = hook
 
 
 # Exclusive locks on directories (a workdir, a dataset being generated), held through `fcntl.flock`.

@@ -178,16 +178,14 @@ def open_run(
     check: Callable[[Any], None] | None = None,
 ) -> OpenedRun:
   """The restored checkpoint `step` (default: the newest readable one, with a warning for each newer one that is
-  damaged; 'best': the best one by select/loss, `checkpoint.best_step`), the run's data facts and the saved
+  damaged; 'best': the best one by select/loss, as `checkpoint.restore` finds it), the run's data facts and the saved
   steps. `check(restored)` runs before the data is read."""
   from tied_embed.train import checkpoint  # noqa: PLC0415 (Orbax stays out of `import tied_embed`)
 
   workdir = pathlib.Path(workdir)
   files.refuse_links(workdir)  # only this workdir's own files are read
   steps = _steps(workdir)
-  if step == "best":
-    step = checkpoint.best_step(workdir)
-  if step is not None and step not in steps:
+  if step not in (None, "best") and step not in steps:
     raise UsageError.bad_value("--step", step, f"one of the saved steps {', '.join(map(str, steps))}")
   restored = checkpoint.restore(workdir, step)
   warnings.extend(f"{skipped}: showing an older one" for skipped in restored.skipped)

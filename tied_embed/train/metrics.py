@@ -177,9 +177,13 @@ def _log_asymmetry(data: data_lib.BigramData, d_model: int) -> None:
 
 def closing_lines(workdir: pathlib.Path, step: int, best_step: int | None = None) -> None:
   """Where the run left its checkpoints (the best one by select/loss too, when there is one), and the commands that
-  look at them, to paste as they are (paths as `shown_path` gives them, quoted for the shell)."""
+  look at them, to paste as they are (paths as `shown_path` gives them, quoted for the shell). --step best is
+  offered only while the best step's checkpoint is there: someone may have deleted or moved it."""
   shown = shell_quote(shown_path(workdir))
-  best = "" if best_step is None else f", best: step {best_step}, inspect it with --step best"
+  best = ""
+  if best_step is not None:
+    kept = (pathlib.Path(workdir) / "checkpoints" / str(best_step)).is_dir()
+    best = f", best: step {best_step}, " + ("inspect it with --step best" if kept else "its checkpoint is gone")
   log.info(
       "Checkpoints in %s (latest: step %d%s). Inspect: %s --workdir %s | Watch: %s --logdir %s",
       shell_quote(shown_path(pathlib.Path(workdir) / "checkpoints")), step, best,

@@ -36,7 +36,7 @@ from tied_embed.util import RunStopped, UsageError, first_line
 
 log = logging.getLogger(__name__)
 
-# The newest checkpoint's (step, config, manifest), as checkpoint.newest_saved reads it.
+# The newest checkpoint's (step, config, manifest), as checkpoint.restore reads it without its arrays.
 Saved = tuple[int, ml_collections.ConfigDict, dict]
 
 
@@ -155,7 +155,8 @@ def _take_workdir(
   record_holder = stack.enter_context(workdir_lib.exclusive(workdir))
   workdir_lib.check_layout(workdir)
   dataset = data_lib.dataset_identity(config)
-  saved = checkpoint.newest_saved(workdir)  # its config and manifest: the refusals of a rerun, read cheaply
+  newest = checkpoint.restore(workdir, arrays=False, resuming=True)  # the refusals of a rerun, read cheaply
+  saved = None if newest is None else (newest.step, newest.config, newest.manifest)
   if saved is not None:
     newest_step, newest_config, newest_manifest = saved
     workdir_lib.check_compatible(newest_config, config, str(checkpoint.checkpoint_dir(workdir)))
@@ -197,10 +198,11 @@ def _resume(
 
   UsageError if the checkpoint is past train.num_steps, or was trained on other data than `dataset`.
   """
-  restored = checkpointer.restore_newest_intact(target)
+  restored = checkpoint.restore(checkpointer.workdir, target=target, resuming=True)
   if restored is None:
     return 0, checkpoint.fresh_state(config, target), Selection()
-  start, state, manifest = restored
+  checkpointer.move_aside(restored.damaged, f"resuming from step {restored.step}")
+  start, state, manifest = restored.step, restored.state, restored.manifest
   _check_resumable(start, manifest, config, dataset)
   log.info("Resuming from the checkpoint at step %d.", start)
   return start, state, Selection.from_manifest(manifest)
