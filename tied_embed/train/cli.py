@@ -198,8 +198,8 @@ def _main(argv: list[str]) -> None:
   import jax  # noqa: PLC0415 (loaded with tied_embed already)
 
   from tied_embed import util  # noqa: PLC0415
-  from tied_embed.train import mesh as mesh_lib
   from tied_embed.train import config as config_lib  # noqa: PLC0415
+  from tied_embed.train import mesh as mesh_lib
   from tied_embed.util import RunStopped, UsageError, first_line, one_line, require  # noqa: PLC0415
 
   try:
@@ -210,7 +210,7 @@ def _main(argv: list[str]) -> None:
     config_lib.validate(FLAGS.config)
     from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415 (TensorFlow, CLU, Orbax: seconds)
 
-    train_and_evaluate(FLAGS.config, FLAGS.workdir, verbose=FLAGS.verbose)
+    train_and_evaluate(FLAGS.config, FLAGS.workdir, verbose=FLAGS.verbose, checked=True)
     for signum in (signal.SIGINT, signal.SIGTERM):  # what is left is the interpreter's shutdown
       signal.signal(signum, _end_completed_run)
   except UsageError as error:

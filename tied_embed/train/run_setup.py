@@ -26,7 +26,6 @@ from tied_embed.data import bigram as data_lib
 from tied_embed.fast import choose, compilation
 from tied_embed.fast.kernels import in_use
 from tied_embed.train import checkpoint
-from tied_embed.train import config as config_lib
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.train import metrics as metrics_lib
 from tied_embed.train import signals as signals_lib
@@ -90,13 +89,13 @@ class OpenRun:
 def open_run(
     config: ml_collections.ConfigDict, workdir: str | pathlib.Path, stack: contextlib.ExitStack, *, verbose: bool
 ) -> OpenRun:
-  """Validates `config`, takes `workdir`, compiles the train step, resumes, loads the data and opens the writer; the
-  signal handlers, the lock, the checkpointer and the writer are `stack`'s to close.
+  """Takes `workdir` for a `config` that `tied_embed.train.config.validate` has passed, compiles the train step,
+  resumes, loads the data and opens the writer; the signal handlers, the lock, the checkpointer and the writer are
+  `stack`'s to close.
 
   Refuses (UsageError) as `trainer.train_and_evaluate` says, before anything is written; a signal during it raises
   signals_lib.Interrupted, or signals_lib.Preempted where the processes agree on one at its end.
   """
-  config_lib.validate(config)
   data_lib.check_preparable(config, workdir)  # a vocabulary the corpus cannot support is refused before any write
   workdir = workdir_lib.ensure_writable(workdir)
   signals = stack.enter_context(signals_lib.StopSignals(interrupting=True))  # set-up ends at once on a signal

@@ -79,9 +79,12 @@ class RunSummary:
 
 
 def train_and_evaluate(
-    config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, verbose: bool = False
+    config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, verbose: bool = False, checked: bool = False
 ) -> RunSummary:
   """Trains `config` in `workdir` (resuming from its newest intact checkpoint) and returns where it ended.
+
+  `config` is checked here (`config_lib.validate`) unless `checked` says the caller has done it: the command line
+  checks before it imports TensorFlow, so that a refusal is immediate, and the config is checked once a run.
 
   Logs one line per log step (`verbose`: also every scalar and histogram, as CLU's default writer does). Returns
   at train.num_steps, or earlier where early stopping stops the run (`RunSummary.stopped_early`).
@@ -95,6 +98,8 @@ def train_and_evaluate(
   checkpoint.WriteFailed. Whatever the outcome, the saves already started finish and the logs are flushed
   before it returns or raises.
   """
+  if not checked:
+    config_lib.validate(config)
   try:
     with contextlib.ExitStack() as stack:  # on the way out the checkpointer's saves finish and the writer flushes
       run = run_setup.open_run(config, workdir, stack, verbose=verbose)
