@@ -18,6 +18,7 @@ import re
 import shlex
 import signal
 import sys
+import threading
 import warnings
 
 from absl import app, flags
@@ -74,6 +75,21 @@ def configure_console(verbose: bool) -> None:
   logging.getLogger("tied_embed").setLevel(logging.INFO)
   logging.getLogger("absl").setLevel(logging.INFO if verbose else logging.CRITICAL)
   logging.getLogger("jax").setLevel(logging.INFO if verbose else logging.WARNING)
+  closing = logging.getLogger("tied_embed.train.metrics")
+  if not any(isinstance(f, _CompletionWatch) for f in closing.filters):
+    closing.addFilter(_CompletionWatch())
+
+
+class _CompletionWatch(logging.Filter):
+  """Sees the run's closing line (`metrics.closing_lines`) go out: from then on the run is complete, its files
+  written, and a Ctrl-C or SIGTERM ends the command with 0 (`_end_completed_run`) instead of the start-up
+  handler's 130 / 143 and its 'nothing was written'."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if record.funcName == "closing_lines" and threading.current_thread() is threading.main_thread():
+      for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _end_completed_run)
+    return True
 
 
 def unknown_override(config, argv: list[str]) -> str:
