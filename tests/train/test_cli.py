@@ -147,23 +147,32 @@ def test_a_config_file_that_raises_keyboard_interrupt_is_one_line_and_exit_130(t
   assert not (tmp_path / "run").exists()
 
 
-# train.py whose training returns at once, then a SIGINT while the interpreter shuts down (as a Ctrl-C just after
-# the closing line lands): the run is complete, so the command still ends with 0.
+# train.py whose training only prints its closing line, then gets a SIGINT (as a Ctrl-C just after that line does,
+# while the run's arrays are being freed), or returns and gets one while the interpreter shuts down: the run is
+# complete, so the command ends with 0 either way.
 _SIGINT_AFTER_COMPLETION = """
-import atexit, os, signal, sys, time
+import atexit, os, pathlib, signal, sys, time
+at_exit = sys.argv[2] == "at exit"
 sys.argv = ["train.py", "--config", "configs/smoke.py", "--workdir", sys.argv[1]]
-from tied_embed.train import cli, trainer
-trainer.train_and_evaluate = lambda *args, **kwargs: None
+from tied_embed.train import cli, metrics, trainer
 def interrupt():
   os.kill(os.getpid(), signal.SIGINT)
   time.sleep(5)
-atexit.register(interrupt)
+def closing_line_then_interrupt(config, workdir, **kwargs):
+  metrics.closing_lines(pathlib.Path(workdir), 5)
+  interrupt()
+if at_exit:
+  trainer.train_and_evaluate = lambda *args, **kwargs: None
+  atexit.register(interrupt)
+else:
+  trainer.train_and_evaluate = closing_line_then_interrupt
 cli.main()
 """
 
 
-def test_a_signal_after_a_completed_run_ends_it_with_0(tmp_path):
-  result = subprocess.run([sys.executable, "-c", _SIGINT_AFTER_COMPLETION, str(tmp_path / "run")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+@pytest.mark.parametrize("when", ["after the closing line", "at exit"])
+def test_a_signal_after_a_completed_run_ends_it_with_0(tmp_path, when):
+  result = subprocess.run([sys.executable, "-c", _SIGINT_AFTER_COMPLETION, str(tmp_path / "run"), when],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, result.stderr[-2000:]
   assert "error" not in result.stderr
