@@ -38,6 +38,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.train_fraction = 1.0  # the share of the train split trained on (of what selection leaves), in (0, 1]
   # the last share of the train split, held out for selection (select/loss, the best checkpoint), in [0, 0.5)
   config.data.selection_fraction = 0.0
+  # text: a corpus of several files split as their bytes in sorted order (contiguous) or by whole files, shuffled
+  config.data.split = "contiguous"  # contiguous | by_document (docs/data.md)
   config.data.task_d_model = 32  # planted/directed: width of the hidden table e* (model.d_model is the model's)
   config.data.task_seed = 0  # hidden table e* and sampled pairs of the synthetic tasks (model init uses seed)
   config.data.num_train_pairs = 2_000_000  # synthetic train split size; smaller lets the untied model overfit

@@ -5,8 +5,11 @@
       --config.data.text_path=/path/to/corpus/
   python -m tied_embed.inspection --workdir runs/subword --next "the"
 
-The corpus is a file, a directory (read recursively) or a glob of UTF-8 text; SentencePiece is trained on a
-sample of its first 90% with exactly model.vocab_size pieces and cached under the data dir, as are the tokens.
+The corpus is a file, a directory (read recursively) or a glob of UTF-8 text. A corpus of several files is split by
+whole files in a fixed shuffled order (data.split='by_document'), so every train prefix, the selection split and the
+validation split draw from the same mix of files; one file is split as its first 90% and last 10%. SentencePiece is
+trained on a sample of the train split with exactly model.vocab_size pieces and cached under the data dir, as are
+the tokens.
 eval/loss_floor is the validation text's own bigram entropy (unreachable); eval/count_bigram_loss is the add-k
 count model fitted on train, what a full-rank untied table can approach. The source is tied_embed/sources/text.py.
 """
@@ -21,6 +24,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.source = "text"  # a local corpus
   # set with --config.data.text_path: a file, a directory or a glob ('' = Python's pydoc_data/topics.py)
   config.data.text_path = ""
+  # whole files, shuffled: in a corpus sorted by name the last 10% can be another kind of text than the first 1%
+  config.data.split = "by_document"
   config.data.tokenizer = "sentencepiece"  # a unigram vocabulary of model.vocab_size pieces trained on train text
   config.model.vocab_size = 8192  # pieces: here the table is most of the parameters and most rows are rare
   config.model.d_model = 64  # width of each row

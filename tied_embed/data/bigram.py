@@ -10,7 +10,10 @@ same moment is refused with one line naming the first. `train_batch(data, seed, 
 pairs of one step; it depends on (seed, step) alone, so a resumed run sees the same batches as an uninterrupted
 one. With data.selection_fraction > 0 the last share of the train split is held out as a selection split
 (`selection_pairs`), scored at every eval and never trained on; data.train_fraction < 1 then trains on the first
-part of what is left only (`train_pairs_used`). The stored dataset, the validation split, the floor and the
+part of what is left only (`train_pairs_used`). A source that splits by document (the text source with
+data.split='by_document') also says where each document's pairs end; the dataset keeps those ends (its TFDS
+metadata) and the selection split then starts at the document end nearest its share, so no document is both
+trained on and selected on. The stored dataset, the validation split, the floor and the
 references stay those of the whole dataset, so runs on different amounts of data share one cache and are scored
 on one eval. Every function here takes a config that `tied_embed.train.config.validate` has passed; the data.*
 fields are described there and in the sources that read them.
@@ -31,12 +34,14 @@ from etils import epath
 from tied_embed import util
 from tied_embed.data import record as record_lib
 from tied_embed.data import sources
+from tied_embed.data.text import corpus
 from tied_embed.util import UsageError
 
 log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 1 << 16  # pairs per stored example: whole blocks, since per-pair Python generators are slow
 SPLITS = ("train", "validation")
+DOCUMENT_ENDS = "document_ends"  # the TFDS metadata key of a by-document dataset: {split: [pair end of each doc]}
 
 
 @dataclasses.dataclass
@@ -47,7 +52,8 @@ class BigramData:
     its selection share);
   eval_ids, eval_next: (M,) int32, the whole validation split.
   select_ids, select_next: (S,) int32, the selection split: the last `selection_pairs` of the train split (S = 0
-    with data.selection_fraction = 0), never trained on.
+    with data.selection_fraction = 0; split by document, from the document end nearest that count), never trained
+    on.
   loss_floor: H(next | current) in nats (exact for synthetic sources, empirical on the eval split for text).
   true_log_probs: (V, V) log P(next=j | current=i), computed row by row when indexed (`sources.LogProbRows`);
     for text from eval counts (-inf for unseen pairs, nan rows for tokens never current).
@@ -98,20 +104,31 @@ class BigramPairs(tfds.core.GeneratorBasedBuilder):
         description="Next-token pairs of a bigram task; see tied_embed/sources/.",
         features=tfds.features.FeaturesDict({"ids": block, "next_ids": block}),
         disable_shuffling=True,  # loading returns exactly the generated order
+        # only a dataset split by document has metadata (metadata.json): the others stay as they were written
+        metadata=tfds.core.MetadataDict() if by_document(self.builder_config) else None,
     )
 
   def _split_generators(self, dl_manager: Any) -> dict[str, Any]:
     del dl_manager  # nothing to download
-    return {name: self._generate_examples(*pairs) for name, pairs in task_splits(self.builder_config).items()}
+    splits = task_splits(self.builder_config)
+    if by_document(self.builder_config):
+      self.info.metadata[DOCUMENT_ENDS] = {name: [int(end) for end in pairs[2]] for name, pairs in splits.items()}
+    return {name: self._generate_examples(*pairs[:2]) for name, pairs in splits.items()}
 
   def _generate_examples(self, ids: np.ndarray, next_ids: np.ndarray):
     for index, start in enumerate(range(0, len(ids), BLOCK_SIZE)):
       yield index, {"ids": ids[start:start + BLOCK_SIZE], "next_ids": next_ids[start:start + BLOCK_SIZE]}
 
 
-def task_splits(bc: BigramConfig) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-  """The pairs the dataset stores: → {'train': (ids, next_ids), 'validation': (ids, next_ids)}, int32."""
+def task_splits(bc: BigramConfig) -> dict[str, tuple[np.ndarray, ...]]:
+  """The pairs the dataset stores: → {'train': (ids, next_ids), 'validation': (ids, next_ids)}, int32; split by
+  document, each with a third array, where each document's pairs end (D,) int64."""
   return sources.get(bc.source).splits(bc.settings)
+
+
+def by_document(bc: BigramConfig) -> bool:
+  """Whether the dataset is split by document (its settings say so only then, so no other identity changes)."""
+  return bc.settings.get("split") == corpus.BY_DOCUMENT
 
 
 def builder_config(config: Any) -> BigramConfig:
@@ -132,13 +149,25 @@ def selection_fraction(config: Any) -> float:
   return float(config.data.get("selection_fraction", 0.0))
 
 
-def selection_pairs(num_train_pairs: int, fraction: float) -> int:
+def selection_pairs(num_train_pairs: int, fraction: float, document_ends: np.ndarray | None = None) -> int:
   """How many of the train split's last pairs are held out for selection: 0 for fraction 0, else round(fraction · N)
   clipped to [1, N - 1], so that both the selection split and what is left to train on hold pairs (validation refuses
-  a fraction for which round(fraction · N) is 0: the clip acts only where N was estimated, SentencePiece text)."""
+  a fraction for which round(fraction · N) is 0: the clip acts only where N was estimated, SentencePiece text).
+
+  With `document_ends` (where each train document's pairs end, ascending), the count is moved to the nearest
+  document end that leaves pairs on both sides, so the selection split is whole documents; with no such end (one
+  train document) it stays as it is.
+  """
   if fraction == 0:
     return 0
-  return min(num_train_pairs - 1, max(1, round(fraction * num_train_pairs)))
+  count = min(num_train_pairs - 1, max(1, round(fraction * num_train_pairs)))
+  if document_ends is None:
+    return count
+  cuts = [int(end) for end in document_ends if 0 < end < num_train_pairs]
+  if not cuts:
+    return count
+  kept = min(cuts, key=lambda cut: (abs(cut - (num_train_pairs - count)), cut))
+  return num_train_pairs - kept
 
 
 def train_pairs_used(num_train_pairs: int, fraction: float) -> int:
@@ -212,11 +241,22 @@ def _read_verified(bc: BigramConfig, directory: pathlib.Path) -> tuple[dict[str,
     problem = _problem(bc, split, *pairs)
     if problem:
       return None, problem
+  if by_document(bc):
+    try:
+      ends = {split: np.asarray(builder.info.metadata[DOCUMENT_ENDS][split], np.int64) for split in SPLITS}
+    except Exception as error:  # noqa: BLE001 (a missing or damaged metadata.json, in TFDS's or JSON's types)
+      return None, f"has no document ends ({type(error).__name__})"
+    for split, split_ends in ends.items():
+      count = len(splits[split][0])
+      if split_ends.ndim != 1 or np.any(np.diff(split_ends) < 0) or (len(split_ends) and split_ends[-1] != count):
+        return None, f"{split}'s document ends do not fit its {count} pairs"
+    splits[DOCUMENT_ENDS] = ends["train"]
   return splits, ""
 
 
-def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-  """The verified splits, generated (under the data dir's lock) unless a good cache exists."""
+def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
+  """The verified splits (and a by-document dataset's train document ends, under DOCUMENT_ENDS), generated (under
+  the data dir's lock) unless a good cache exists."""
   splits, why = _read_verified(bc, directory)
   if splits is not None:
     return splits
@@ -273,14 +313,14 @@ def load_existing_bigram_data(config: Any, workdir: str | pathlib.Path) -> Bigra
 
 
 def _bigram_data(
-    bc: BigramConfig, splits: dict[str, tuple[np.ndarray, np.ndarray]], fraction: float, held_out: float
+    bc: BigramConfig, splits: dict[str, Any], fraction: float, held_out: float
 ) -> BigramData:
   """BigramData of prepared settings and their loaded splits: the last `held_out` share of the train split held out
   for selection, trained on the first `fraction` of the rest; the reference and the count references computed (on
   the whole splits)."""
   source = sources.get(bc.source)
   (train_ids, train_next), (eval_ids, eval_next) = splits["train"], splits["validation"]
-  kept = len(train_ids) - selection_pairs(len(train_ids), held_out)
+  kept = len(train_ids) - selection_pairs(len(train_ids), held_out, splits.get(DOCUMENT_ENDS))
   select_ids, select_next = train_ids[kept:], train_next[kept:]
   used = train_pairs_used(kept, fraction)
   train_ids, train_next = train_ids[:used], train_next[:used]

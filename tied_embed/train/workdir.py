@@ -20,6 +20,7 @@ import jax
 import ml_collections
 
 from tied_embed import util
+from tied_embed.data import sources
 from tied_embed.train import config as config_lib
 from tied_embed.util import UsageError
 
@@ -86,9 +87,14 @@ def config_differences(saved: ml_collections.ConfigDict, config: ml_collections.
   """The fields outside config_lib.RESUMABLE where `config` differs from `saved`, as 'path: saved → new'.
 
   A field that does nothing in both (config_lib.DEPENDENT, e.g. model.hidden_l2 without the hidden map) is
-  not a difference.
+  not a difference. A field that `saved` lacks and `config` has was added after the checkpoints were written; its
+  default (config_lib.FIELDS, or a source's `field_defaults`) does what runs did before the field existed, so
+  `saved` is compared as if it held the default.
   """
-  old, new = config_lib.leaf_paths(saved), config_lib.leaf_paths(config)
+  new = config_lib.leaf_paths(config)
+  added = {**config_lib.defaults(), **{f"data.{name}": value for source in sources.REGISTRY.values()
+                                       for name, value in source.field_defaults.items()}}
+  old = {**{path: value for path, value in added.items() if path in new}, **config_lib.leaf_paths(saved)}
   ignored = config_lib.RESUMABLE | (config_lib.inactive_paths(saved) & config_lib.inactive_paths(config))
   return [
       f"{path}: {old.get(path, '<absent>')!r} in the checkpoints, {new.get(path, '<absent>')!r} now"

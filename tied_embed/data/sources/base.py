@@ -143,6 +143,9 @@ class Source(abc.ABC):
   name: ClassVar[str]
   reference_name: ClassVar[str] = "true"  # 'true' or 'empirical': what the reference table is
   fields: ClassVar[tuple[str, ...]]  # the data.* config fields this source reads
+  # What a config without one of `fields` means, for a field added after checkpoints were saved with their configs:
+  # the resume check compares a saved config that lacks the field as if it held this value.
+  field_defaults: ClassVar[dict[str, Any]] = {}
 
   @abc.abstractmethod
   def validate(self, config: Any) -> None:

@@ -1,10 +1,11 @@
 """text: bigrams of a local corpus (a file, a directory or a glob), as bytes or SentencePiece pieces.
 
-The corpus's files are read in sorted order and concatenated (`corpus`); the last 10% of its bytes is the
-validation split. The reference table and the floor are the bigram statistics of the validation tokens; the
-dataset's identity includes a hash of the corpus's contents, so editing a file makes a new dataset, and an
-unchanged corpus is never tokenized twice. With data.tokenizer='sentencepiece' the corpus must be UTF-8 (other
-input is refused, naming the file and byte); 'bytes' takes any bytes.
+The corpus's files are read in sorted order and concatenated (`corpus`); the last 10% of its bytes is the validation
+split. With data.split='by_document' a corpus of several files is split by whole files instead, in a fixed shuffled
+order, each file tokenized on its own (`corpus`). The reference table and the floor are the bigram statistics of the
+validation tokens; the dataset's identity includes a hash of the corpus's contents, so editing a file makes a new
+dataset, and an unchanged corpus is never tokenized twice. With data.tokenizer='sentencepiece' the corpus must be
+UTF-8 (other input is refused, naming the file and byte); 'bytes' takes any bytes.
 """
 
 from __future__ import annotations
@@ -68,9 +69,12 @@ def empirical_conditional_entropy(ids: np.ndarray, next_ids: np.ndarray, vocab_s
 
 class Text(TextSource):
   name = "text"
-  fields = ("text_path", "tokenizer")
+  fields = ("text_path", "tokenizer", "split")
+  field_defaults = {"split": corpus.CONTIGUOUS}  # a config from before data.split was split contiguously
 
   def validate_text(self, config: Any) -> None:
+    split = config.data.get("split", corpus.CONTIGUOUS)
+    require(split in corpus.SPLITS, "data.split", split, " | ".join(f'"{name}"' for name in corpus.SPLITS))
     files = self._files(config)
     subword = config.data.get("tokenizer", tokenizer_lib.BYTES) != tokenizer_lib.BYTES
     size = corpus.scan(files, check_utf8=True).num_bytes if subword else sum(p.stat().st_size for p in files)
@@ -78,9 +82,12 @@ class Text(TextSource):
             f"a corpus of at least {_MIN_BYTES} bytes ({', '.join(map(str, files[:3]))} has {size})")
     vocab_size = config.model.get("vocab_size")
     if config.data.get("tokenizer") == tokenizer_lib.SENTENCEPIECE:  # a hopeless size fails now, not after training
-      most = corpus.split_point(size) // MIN_BYTES_PER_PIECE
+      resolved = [p.resolve() for p in files]
+      train_bytes = (size - _validation_bytes(resolved, corpus.document_order(resolved))
+                     if _by_document(config, files) else corpus.split_point(size))
+      most = train_bytes // MIN_BYTES_PER_PIECE
       require(vocab_size <= most, "model.vocab_size", vocab_size,
-              f"at most {most} pieces for the {corpus.split_point(size):,} bytes of train text in data.text_path="
+              f"at most {most} pieces for the {train_bytes:,} bytes of train text in data.text_path="
               f"{config.data.get('text_path')!r} (SentencePiece needs {MIN_BYTES_PER_PIECE}+ bytes a piece; give a"
               f" larger corpus)")
 
@@ -90,24 +97,49 @@ class Text(TextSource):
   def text_settings(self, config: Any, utf8: bool) -> dict[str, Any]:
     files = [p.resolve() for p in self._files(config)]
     scan = corpus.scan(files, check_utf8=utf8)
+    text_path = str(files[0]) if len(files) == 1 else str(config.data.get("text_path"))
+    if _by_document(config, files):
+      # The content hash stays that of the files in sorted order; the label beside it names the split and its
+      # seed, so the tokenizer and the dataset of this split never share a cache entry with the contiguous ones.
+      order = corpus.document_order(files)
+      validation = _validation_bytes(files, order)
+      return {"text_path": text_path, "files": [str(p) for p in files],
+              "content": f"sha{scan.sha256}-{corpus.document_label()}", "split": corpus.BY_DOCUMENT,
+              "document_order": order, "validation_documents": corpus.validation_documents(_sizes(files, order)),
+              "num_bytes": {"train": scan.num_bytes - validation, "validation": validation}}
     split_at = corpus.split_point(scan.num_bytes)
     if utf8:
       split_at = corpus.char_boundary(files, split_at)
-    text_path = str(files[0]) if len(files) == 1 else str(config.data.get("text_path"))
     return {"text_path": text_path, "files": [str(p) for p in files], "content": f"sha{scan.sha256}",
             "split_at": split_at, "num_bytes": {"train": split_at, "validation": scan.num_bytes - split_at}}
 
   def corpus_name(self, settings: dict[str, Any]) -> str:
     return f"data.text_path={settings['text_path']!r}"
 
+  def num_pairs(self, settings: dict[str, Any]) -> dict[str, int]:
+    if settings.get("split") != corpus.BY_DOCUMENT:
+      return super().num_pairs(settings)
+    # no pair crosses from one document into the next: each document gives one pair fewer than its tokens
+    per_token = 1 if settings["tokenizer"] == tokenizer_lib.BYTES else 2
+    return {split: max(settings["num_bytes"][split] // per_token - len(self.documents(settings, split)), 0)
+            for split in settings["num_bytes"]}
+
+  def documents(self, settings: dict[str, Any], split: str) -> list[pathlib.Path]:
+    """The files of a split of by-document settings, in the order they are tokenized."""
+    files = [pathlib.Path(settings["files"][i]) for i in settings["document_order"]]
+    validation = settings["validation_documents"]
+    return files[:-validation] if split == "train" else files[-validation:]
+
   def _range(self, settings: dict[str, Any], split: str) -> tuple[list[pathlib.Path], int, int | None]:
     files = [pathlib.Path(p) for p in settings["files"]]
     self._check_unchanged(settings, files)
+    if settings.get("split") == corpus.BY_DOCUMENT:
+      return self.documents(settings, split), 0, None
     return (files, 0, settings["split_at"]) if split == "train" else (files, settings["split_at"], None)
 
   def _check_unchanged(self, settings: dict[str, Any], files: list[pathlib.Path]) -> None:
     scan = corpus.scan(files, check_utf8=False)
-    require(f"sha{scan.sha256}" == settings["content"], "data.text_path", settings["text_path"],
+    require(settings["content"].split("-")[0] == f"sha{scan.sha256}", "data.text_path", settings["text_path"],
             "a corpus that does not change while its dataset is being made (start the run again)")
 
   def split_bytes(self, settings: dict[str, Any], split: str) -> Iterator[bytes]:
@@ -117,12 +149,58 @@ class Text(TextSource):
     return corpus.read_lines(*self._range(settings, split))
 
   def sample_lines(self, settings: dict[str, Any]) -> Iterator[str]:
-    files, _, stop = self._range(settings, "train")
-    for start, end in tokenizer_lib.sample_windows(stop):
+    files, _, _ = self._range(settings, "train")
+    for start, end in tokenizer_lib.sample_windows(settings["num_bytes"]["train"]):
       lines = corpus.read_lines(files, start, end)
       if start > 0:
         next(lines, None)  # the window starts mid-line: drop the partial line
       yield from lines
+
+  def splits(self, settings: dict[str, Any]) -> dict[str, tuple[np.ndarray, ...]]:
+    """By document: each split's pairs within each file, and where each file's pairs end →
+    {split: (ids, next_ids, ends)}, ends (D,) int64 (the dataset keeps them to cut the selection split at a file's
+    end). Otherwise the concatenated text's pairs, as every text source makes them."""
+    if settings.get("split") != corpus.BY_DOCUMENT:
+      return super().splits(settings)
+    pairs = {}
+    for split in ("train", "validation"):
+      files, _, _ = self._range(settings, split)
+      if settings["tokenizer"] == tokenizer_lib.BYTES:
+        parts = [np.frombuffer(b"".join(corpus.read_bytes([path])), np.uint8) for path in files]
+        tokens = np.concatenate(parts).astype(np.int32)
+        ends = np.cumsum([len(part) for part in parts], dtype=np.int64)
+      else:
+        tokens, ends = tokenizer_lib.encode_documents(
+            self.tokenizer(settings), (corpus.read_lines([path]) for path in files), f"the {split} split")
+      pairs[split] = document_pairs(tokens, ends)
+    return pairs
+
+
+def _by_document(config: Any, files: list[pathlib.Path]) -> bool:
+  """Whether the corpus is split by whole files: data.split='by_document' and more than one file to split."""
+  return config.data.get("split", corpus.CONTIGUOUS) == corpus.BY_DOCUMENT and len(files) > 1
+
+
+def _sizes(files: list[pathlib.Path], order: list[int]) -> list[int]:
+  return [files[i].stat().st_size for i in order]
+
+
+def _validation_bytes(files: list[pathlib.Path], order: list[int]) -> int:
+  sizes = _sizes(files, order)
+  return sum(sizes[len(sizes) - corpus.validation_documents(sizes):])
+
+
+def document_pairs(tokens: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The pairs of each document's tokens, none from one document into the next: tokens (N,), ends (D,) (document d
+  is tokens[ends[d - 1]:ends[d]]) → ids, next_ids (P,) int32 and pair ends (D,) int64, where document d's pairs
+  end; a document of n tokens gives max(n - 1, 0) pairs."""
+  tokens, ends = np.asarray(tokens, np.int32), np.asarray(ends, np.int64)
+  starts = ends[(ends > 0) & (ends < len(tokens))]  # where a document after the first begins
+  crossing = np.zeros(max(len(tokens) - 1, 0), bool)
+  crossing[starts - 1] = True  # pair i joins tokens i and i + 1: it crosses when a document begins at i + 1
+  lengths = np.diff(ends, prepend=0)
+  pair_ends = np.cumsum(np.maximum(lengths - 1, 0), dtype=np.int64)
+  return tokens[:-1][~crossing], tokens[1:][~crossing], pair_ends
 
 
 base.register(Text())

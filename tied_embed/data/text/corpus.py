@@ -1,10 +1,21 @@
 """A local text corpus: `data.text_path` as a file, a directory (read recursively) or a glob, read in bounded memory.
 
-The corpus is its files in sorted path order, concatenated. Its train split is the first 90% of those bytes and
-its validation split the rest (moved back to a character boundary), so the split is known before tokenizing and
-a tokenizer can be trained on train text alone. Hidden files (a name starting with '.') and empty files are
-skipped. `scan` reads every byte once to hash the corpus and, when asked, to check that it is UTF-8; its result is
-remembered per (path, size, mtime) so validation, settings and loading read a large corpus once per process.
+The corpus is its files in sorted path order. `data.split` says how it is split, before tokenizing, so a tokenizer
+can be trained on train text alone:
+
+- 'contiguous' (the default): the files concatenated; the train split is the first 90% of those bytes and the
+  validation split the rest (moved back to a character boundary). In a corpus whose files are sorted by name, the
+  train split's prefixes and the validation split can be different kinds of text (Vim's help files: the change
+  notes version*.txt come last, so validation is mostly change notes and a 1% prefix is a few help files).
+- 'by_document': whole files in a fixed pseudo-random order (`document_order`, seed DOCUMENT_SEED); the last files
+  of that order, about VALIDATION_FRACTION of the bytes (`validation_documents`), are the validation split and the
+  others, in that order, the train split, so every prefix of train and the validation split draw from one mix.
+  Each file is tokenized on its own and no pair runs from one file into the next.
+  A corpus of one file has no documents to shuffle: it is split contiguously whatever `data.split` says.
+
+Hidden files (a name starting with '.') and empty files are skipped. `scan` reads every byte once to hash the corpus
+and, when asked, to check that it is UTF-8; its result is remembered per (path, size, mtime) so validation, settings
+and loading read a large corpus once per process.
 """
 
 from __future__ import annotations
@@ -20,6 +31,9 @@ from typing import Any, NamedTuple
 from tied_embed.util import UsageError
 
 VALIDATION_FRACTION = 0.1
+CONTIGUOUS, BY_DOCUMENT = "contiguous", "by_document"  # the values of data.split
+SPLITS = (CONTIGUOUS, BY_DOCUMENT)
+DOCUMENT_SEED = 0  # the shuffled order of 'by_document'; named in the dataset's identity (`document_label`)
 READ_BYTES = 1 << 20  # bytes read at a time: memory stays bounded however large the corpus
 _GLOB_CHARS = frozenset("*?[")
 _scans: dict[tuple, tuple[Scan, bool]] = {}  # files' (path, size, mtime, inode) → (scan, whether UTF-8 checked)
@@ -132,6 +146,35 @@ def split_point(num_bytes: int) -> int:
   return num_bytes - int(num_bytes * VALIDATION_FRACTION)
 
 
+def document_label(seed: int = DOCUMENT_SEED) -> str:
+  """What 'by_document' adds to the corpus's content hash in the dataset's identity: the split and its seed."""
+  return f"bydoc{seed}"
+
+
+def document_order(files: list[pathlib.Path], seed: int = DOCUMENT_SEED) -> list[int]:
+  """The indices of `files` in the order 'by_document' splits them: by sha256 of (seed, file name), ties by path.
+
+  A hash of each name rather than a random permutation: the order is the same on every machine and NumPy version,
+  whatever order the files were listed in, and adding a file to the corpus leaves the others' order as it was.
+  """
+  def key(index: int) -> tuple[str, str]:
+    return hashlib.sha256(f"{seed}\0{files[index].name}".encode()).hexdigest(), str(files[index])
+  return sorted(range(len(files)), key=key)
+
+
+def validation_documents(sizes: list[int]) -> int:
+  """How many of the last documents (sizes in bytes, in split order) form the validation split: the count whose
+  bytes come nearest VALIDATION_FRACTION of the whole, at least one, leaving at least one for train (ties: fewer)."""
+  target, total, best, best_gap = VALIDATION_FRACTION * sum(sizes), 0, 1, float("inf")
+  for count in range(1, len(sizes)):
+    total += sizes[-count]
+    if abs(total - target) < best_gap:
+      best, best_gap = count, abs(total - target)
+    if total >= target:
+      break
+  return best
+
+
 def read_bytes(files: list[pathlib.Path], start: int = 0, stop: int | None = None) -> Iterator[bytes]:
   """The corpus bytes [start, stop) as chunks of at most READ_BYTES, across file boundaries."""
   position = 0
@@ -158,7 +201,8 @@ def char_boundary(files: list[pathlib.Path], position: int) -> int:
 
 
 def read_lines(files: list[pathlib.Path], start: int = 0, stop: int | None = None) -> Iterator[str]:
-  """The UTF-8 text of bytes [start, stop) line by line (without the newline), in bounded memory."""
+  """The UTF-8 text of bytes [start, stop) line by line (without the newline), in bounded memory. A file that does
+  not end in a newline runs on into the next one, as in the concatenated bytes."""
   decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
   pending = ""
   for chunk in read_bytes(files, start, stop):

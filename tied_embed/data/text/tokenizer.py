@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import io
+import itertools
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -223,6 +224,30 @@ def encode_stream(tokenizer: Tokenizer, lines: Iterator[str], what: str, batch: 
   ids = np.concatenate(parts) if parts else np.zeros(0, np.int32)
   log.info("Tokenized %s: %.1f MB of text, %d tokens.", what, done / 2**20, len(ids))
   return ids
+
+
+def encode_documents(
+    tokenizer: Tokenizer, documents: Iterable[Iterable[str]], what: str, batch: int = 4096
+) -> tuple[np.ndarray, np.ndarray]:
+  """Tokenizes each document's lines as `encode_stream` does: → (N,) int32 ids of the documents concatenated, and
+  (D,) int64 ends, where document d's tokens are ids[ends[d - 1]:ends[d]] (ids[:ends[0]] for the first)."""
+  encode: Callable[[list[str]], list[list[int]]] = getattr(
+      tokenizer, "encode_lines", lambda texts: [tokenizer.encode(t) for t in texts])
+  parts: list[np.ndarray] = []
+  pending, ends, done, count = [], [], 0, 0
+  for lines in documents:
+    # None marks the document's end: its last lines are flushed there, so each part belongs to one document
+    for line in itertools.chain(lines, [None]):
+      if line is not None:
+        pending.append(line)
+      if len(pending) == batch or (line is None and pending):
+        held = len(parts)
+        done += _flush(encode, pending, parts)
+        count += len(parts[-1]) if len(parts) > held else 0
+    ends.append(count)
+  ids = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+  log.info("Tokenized %s: %.1f MB of text in %d documents, %d tokens.", what, done / 2**20, len(ends), len(ids))
+  return ids, np.asarray(ends, np.int64)
 
 
 def _flush(encode: Callable[[list[str]], list[list[int]]], pending: list[str], parts: list[np.ndarray]) -> int:
