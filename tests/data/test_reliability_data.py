@@ -20,7 +20,7 @@ from tied_embed.data import sources
 from tied_embed.train import config as config_lib
 from tied_embed.util import UsageError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 
 
 @pytest.fixture()
