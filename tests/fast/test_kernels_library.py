@@ -58,6 +58,8 @@ def test_a_missing_library_or_record_is_named(tmp_path):
   path = _fake_build(tmp_path)
   library.record_path(path).unlink()
   assert _reason(tmp_path) == f"{path} has no readable build record _adamw.json (`{library.REBUILD}` rebuilds it)"
+  library.record_path(path).write_text("[]")  # JSON, but not a record
+  assert _reason(tmp_path) == f"{path} has no readable build record _adamw.json (`{library.REBUILD}` rebuilds it)"
 
 
 def test_a_truncated_library_is_not_opened_and_the_process_lives(tmp_path):
@@ -119,7 +121,7 @@ def test_a_missing_dependency_is_named_not_glibcs_no_such_file():
   path = pathlib.Path("/k/_gemm.so")
   error = OSError("libmkl_rt.so.3: cannot open shared object file: No such file or directory")
   assert library._load_error(path, error) == (
-      f"/k/_gemm.so needs libmkl_rt.so.3, which is not installed here (`{library.REBUILD}` installs it)")
+      f"/k/_gemm.so needs libmkl_rt.so.3, which is not installed here (`{library.INSTALL}` installs it)")
   # glibc says the same of a library for another machine (an x86-64 build on aarch64): it is not absent
   foreign = OSError("/k/_gemm.so: cannot open shared object file: No such file or directory")
   assert library._load_error(path, foreign) == (

@@ -36,6 +36,7 @@ HERE = pathlib.Path(__file__).parent
 CHECKOUT = (HERE.parents[2] / "pyproject.toml").exists()  # run from the source tree, not a package pip copied
 DIR_VARIABLE = "TIED_EMBED_KERNEL_DIR"
 REBUILD = "make kernels" if CHECKOUT else "python -m tied_embed.fast.kernels.build"
+INSTALL = "make kernels" if CHECKOUT else "pip install 'tied-embed[kernels]'"  # the libraries the kernels link
 # The update loop is written to vectorise: for this machine's widest registers (512 bits where it has AVX-512),
 # with sqrt inlined (no errno) and no fused multiply-adds, so its roundings are the ones the source spells out.
 ADAMW_FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno", "-ffp-contract=off")
@@ -123,6 +124,8 @@ def check(library: Library, path: pathlib.Path) -> str | None:
     return f"{path} is not built (`{REBUILD}` builds it)"
   try:
     record = json.loads(record_path(path).read_text())
+    if not isinstance(record, dict):
+      raise ValueError("not a record")
   except (OSError, ValueError):
     return f"{path} has no readable build record {record_path(path).name} (`{REBUILD}` rebuilds it)"
   expected = fingerprint(library)
@@ -154,7 +157,7 @@ def _load_error(path: pathlib.Path, error: OSError) -> str:
   if missing and missing.group(1) == str(path):  # glibc's words for a library of another machine, too
     return f"{path} is not a library this {platform.machine()} machine opens (`{REBUILD}` rebuilds it)"
   if missing:
-    return f"{path} needs {missing.group(1)}, which is not installed here (`{REBUILD}` installs it)"
+    return f"{path} needs {missing.group(1)}, which is not installed here (`{INSTALL}` installs it)"
   return f"{path} does not load: {message.removeprefix(f'{path}: ')}"
 
 
