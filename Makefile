@@ -77,4 +77,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs $(KERNELS) $(KERNELS:.so=.json)
