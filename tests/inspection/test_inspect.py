@@ -302,7 +302,7 @@ def test_recorded_data_makes_inspection_need_nothing_outside_the_workdir(inspect
   from tied_embed.inspection.inspector import inspect_run
   from tied_embed.train import checkpoint
 
-  config = checkpoint.saved_config(run_copy)
+  config = checkpoint.restore(run_copy, arrays=False).config
   path = data.record_for_inspection(data.load_bigram_data(config, run_copy), config, run_copy)
   assert path == run_copy / "report_data.npz"
   vocab_size, d_model = config.model.vocab_size, config.model.d_model

@@ -93,7 +93,7 @@ def test_a_run_whose_config_holds_numpy_scalars_saves_its_checkpoints(tmp_path):
     config.train.num_steps = np.int64(20)
   train_and_evaluate(config, tmp_path)
   assert checkpoint.available_steps(tmp_path) == [20]
-  assert checkpoint.saved_config(tmp_path).train.batch_size == 128
+  assert checkpoint.restore(tmp_path, arrays=False).config.train.batch_size == 128
 
 
 def test_the_synthetic_tasks_width_is_data_task_d_model():

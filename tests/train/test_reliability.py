@@ -46,10 +46,7 @@ def _saved_state(workdir, config, step):
   """The whole train state of checkpoint `step` (model, optimizer, totals) on one device."""
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), mesh_lib.AXES)
   _, target = checkpoint.abstract_state(config, mesh)
-  reader = checkpoint.Checkpointer(workdir, keep=2)
-  state = reader.restore(step, target)
-  reader.close()
-  return state
+  return checkpoint.restore(workdir, step, target=target).state
 
 
 def _assert_bitwise_equal(state, reference) -> None:

@@ -136,9 +136,9 @@ def test_a_garbled_config_makes_the_checkpoint_damaged_everywhere(smoke_run, tmp
   shutil.copytree(smoke_run.workdir, workdir)
   (checkpoint.checkpoint_dir(workdir) / "60" / "config" / "metadata").write_text("{x")
   with pytest.raises(UsageError, match=r"checkpoint .*/60 is damaged"):
-    checkpoint.saved_config(workdir, 60)
+    checkpoint.restore(workdir, 60, arrays=False)
   assert checkpoint.restore(workdir).step == 40  # read-only fallback
-  assert checkpoint.newest_saved_config(workdir).to_dict() == smoke_run.config.to_dict()
+  assert checkpoint.restore(workdir, arrays=False).config.to_dict() == smoke_run.config.to_dict()
   summary = train_and_evaluate(smoke_run.config, workdir)  # training moves it aside and redoes 41..60
   assert (checkpoint.damaged_dir(workdir) / "60").is_dir()
   _assert_bitwise_equal(summary.state, smoke_run.summary.state)
@@ -155,7 +155,8 @@ def test_checkpoints_without_a_manifest_count_as_damaged(smoke_run, tmp_path):
     train_and_evaluate(smoke_run.config, workdir)
   with pytest.raises(UsageError, match=r"no checkpoint in .* reads back whole \(checkpoint 60 at .*/60 is damaged"):
     checkpoint.restore(workdir)
-  assert checkpoint.newest_saved_config(workdir) is None
+  with pytest.raises(UsageError, match=r"no checkpoint in .* reads back whole \(checkpoint 60 at .*/60 is damaged"):
+    checkpoint.restore(workdir, arrays=False)  # not even a config reads back
 
 
 # The data a run trained on.
