@@ -154,7 +154,7 @@ def test_the_sweep_writes_under_runs_and_touches_docs_only_when_asked(tmp_path, 
   """Its default stem is runs/path_scaling/path_scaling; --write-docs alone names the tracked docs/path_scaling."""
   from science import path_scaling  # noqa: PLC0415
 
-  repo = pathlib.Path(__file__).resolve().parents[1]
+  repo = pathlib.Path(__file__).resolve().parents[2]
   assert path_scaling.parse_args([]).out == pathlib.Path("runs/path_scaling/path_scaling")
   assert path_scaling.parse_args(["--out", "elsewhere/sweep"]).out == pathlib.Path("elsewhere/sweep")
   assert path_scaling.parse_args(["--write-docs"]).out == repo / "docs" / "path_scaling"
