@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from helpers import make_config
 
+from tied_embed.data import base, sources
 from tied_embed.data import bigram as data
-from tied_embed.data import sources
 from tied_embed.train import config as config_lib
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.util import UsageError
@@ -226,10 +226,10 @@ class _Alternating(sources.Source):
   def reference(self, settings, eval_ids, eval_next):
     table = np.full((settings["vocab_size"],) * 2, -np.inf)
     table[0, 1] = table[1, 0] = 0.0
-    return sources.Reference("true", 0.0, sources.base.dense_rows(table), {"table": table})
+    return sources.Reference("true", 0.0, base.dense_rows(table), {"table": table})
 
   def log_probs_from_record(self, vocab_size, record):
-    return sources.base.dense_rows(record["table"])
+    return base.dense_rows(record["table"])
 
 
 def test_a_new_source_is_one_class_registered(tmp_path, monkeypatch):

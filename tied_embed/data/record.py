@@ -16,7 +16,7 @@ import numpy as np
 
 from tied_embed import util
 from tied_embed.data import sources
-from tied_embed.data.sources.base import LogProbRows
+from tied_embed.data.base import LogProbRows
 
 FILE_NAME = "report_data.npz"
 TOKENIZER_FILE = "tokenizer.model"

@@ -6,7 +6,7 @@ accumulates every dot in float32 (`preferred_element_type`); the logsumexp (max,
 accumulators, the inputs and the outputs stay float32. The full loss is differentiated by autodiff, which rounds the
 gradient of each cast operand to bfloat16 once before handing it back as float32. float32 (the default) inserts no
 casts: the same program as without the option. bfloat16 has an 8-bit mantissa (u = 2^-9), so the gradients move by
-a few 1e-3 relative in norm on random problems (tests/fast/test_precision.py bounds them by 2e-2). XLA:CPU widens bfloat16
+a few 1e-3 relative in norm on random problems (tests/fast/test_precision.py: at most 2e-2). XLA:CPU widens bfloat16
 operands to float32 before each dot, so there these dots cost time (the converts) and save none; on a CPU with AMX
 the chunked loss runs its bfloat16 dots through tied_embed/fast/kernels/gemm.py instead.
 """

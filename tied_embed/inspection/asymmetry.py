@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tied_embed.data.sources.base import row_block
+from tied_embed.data.base import row_block
 
 MAX_DENSE = 4096  # a (V, V) float64 table of this size is 128 MB
 MAX_RANK_FIT = 256  # summary's default: the rank fit runs dozens of eigendecompositions of the (V, V) table

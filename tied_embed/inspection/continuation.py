@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from tied_embed.data.sources.base import log_softmax
+from tied_embed.data.base import log_softmax
 from tied_embed.inspection.text import printable
 from tied_embed.util import UsageError
 

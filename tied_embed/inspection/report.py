@@ -16,7 +16,7 @@ import numpy as np
 
 from tied_embed.core.model import param_counts
 from tied_embed.data import sources
-from tied_embed.data.sources.base import LogProbRows, dense_rows, log_softmax, row_blocks
+from tied_embed.data.base import LogProbRows, dense_rows, log_softmax, row_blocks
 
 
 def score_matrix(lookup_table: np.ndarray, projection_table: np.ndarray) -> np.ndarray:

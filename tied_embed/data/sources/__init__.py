@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from tied_embed.data.base import REGISTRY, LogProbRows, Reference, Source, log_softmax, zipf_probs
 from tied_embed.data.sources import text
-from tied_embed.data.sources.base import REGISTRY, LogProbRows, Reference, Source, log_softmax, zipf_probs
 from tied_embed.data.sources.synthetic import (
   SyntheticSource,
   conditional_entropy,

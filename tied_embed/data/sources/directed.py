@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tied_embed.data.sources import base
+from tied_embed.data import base
 from tied_embed.data.sources.synthetic import SyntheticSource
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tied_embed.data.sources import base
+from tied_embed.data import base
 from tied_embed.util import require
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tied_embed.data.sources import base
+from tied_embed.data import base
 from tied_embed.data.text import corpus
 from tied_embed.data.text import tokenizer as tokenizer_lib
 from tied_embed.data.text.count_bigram import PairCounts, empirical_rows

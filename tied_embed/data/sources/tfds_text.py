@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from tied_embed.data.sources import base
+from tied_embed.data import base
 from tied_embed.data.text import tokenizer as tokenizer_lib
 from tied_embed.data.text.tokenized import TextSource
 from tied_embed.util import UsageError, require

@@ -17,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-from tied_embed.data.sources import base
+from tied_embed.data import base
 
 K_GRID = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
 HELD_OUT_FRACTION = 0.1

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from tied_embed import util
-from tied_embed.data.sources import base
+from tied_embed.data import base
 from tied_embed.data.text import count_bigram
 from tied_embed.data.text import tokenizer as tokenizer_lib
 from tied_embed.util import require
