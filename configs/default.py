@@ -25,7 +25,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.hidden_l2 = 0.0  # λ: the training loss adds λ·‖W − I‖²_F (model.hidden=linear); 0 = off
 
   config.data = ml_collections.ConfigDict()
-  config.data.source = "planted"  # planted | directed | text | tfds (see tied_embed/sources/)
+  config.data.source = "planted"  # planted | directed | text | tfds (see tied_embed/data/sources/)
   # source=text: a file, a directory (recursive) or a glob ('' = Python's pydoc_data/topics.py, ~750 KB of English)
   config.data.text_path = ""
   config.data.tokenizer = "bytes"  # text/tfds: bytes (V=256) | sentencepiece (trained, V pieces) | a .model path

@@ -11,7 +11,7 @@ validation split draw from the same mix of files; one file is split as its first
 trained on a sample of the train split with exactly model.vocab_size pieces and cached under the data dir, as are
 the tokens.
 eval/loss_floor is the validation text's own bigram entropy (unreachable); eval/count_bigram_loss is the add-k
-count model fitted on train, what a full-rank untied table can approach. The source is tied_embed/sources/text.py.
+count model fitted on train, what a full-rank untied table can approach. The source is tied_embed/data/sources/text.py.
 """
 
 import ml_collections

@@ -4,7 +4,7 @@
   python train.py --config configs/text.py --workdir runs/text_dir --config.data.text_path='/path/to/docs/**/*.txt'
 
 The floor is the empirical conditional entropy of the validation split (the corpus's last bytes); beside it,
-eval/count_bigram_loss is the add-k count bigram model fitted on train. The source is tied_embed/sources/text.py,
+eval/count_bigram_loss is the add-k count bigram model fitted on train. The source is tied_embed/data/sources/text.py,
 and the dataset's identity includes a hash of the corpus.
 """
 

@@ -2,7 +2,7 @@
 
   python train.py --config configs/text_hidden.py --workdir runs/text_hidden_10 --config.data.train_fraction=0.1
 
-The pick of science/when_to_tie.py on scarce byte text (docs/when_to_tie.md): up to 10% of the train data, each
+The pick of `python -m science.when_to_tie` on scarce byte text (docs/when_to_tie.md): up to 10% of the train data, each
 model tuned and scored at its best step on a held-out selection split, it beats untied by 0.01-0.08 nats and
 plain tying by 0.2-0.26. W starts at the identity, so step 0 is configs/text.py's tied model; it is D² = 1,024
 parameters beside the table's V·D = 8,192, and it lets the tied table fit a non-symmetric bigram table (E·W·Eᵀ

@@ -116,7 +116,7 @@ class Sweep:
     return self.data.train_ids[:used], self.data.train_next[:used]
 
   def rare_inputs(self, fraction: float) -> np.ndarray:
-    """(V,) bool: the tokens in the rare bucket of the train pairs used at `fraction` (tied_embed/data/frequency)."""
+    """(V,) bool: the tokens in the rare bucket of the train pairs used at `fraction` (tied_embed/data/frequency.py)."""
     from tied_embed.data import frequency  # noqa: PLC0415
 
     counts = np.bincount(self.train_pairs(fraction)[0], minlength=self.corpus.vocab_size)

@@ -101,7 +101,7 @@ class BigramPairs(tfds.core.GeneratorBasedBuilder):
     block = tfds.features.Tensor(shape=(None,), dtype=np.int32, encoding=tfds.features.Encoding.BYTES)
     return tfds.core.DatasetInfo(
         builder=self,
-        description="Next-token pairs of a bigram task; see tied_embed/sources/.",
+        description="Next-token pairs of a bigram task; see tied_embed/data/sources/.",
         features=tfds.features.FeaturesDict({"ids": block, "next_ids": block}),
         disable_shuffling=True,  # loading returns exactly the generated order
         # only a dataset split by document has metadata (metadata.json): the others stay as they were written

@@ -25,7 +25,7 @@ loss-only scan.
 Each distinct row once: with `row_keys` (for a bigram, the looked-up ids), rows of `x` that share a key are equal,
 so each distinct row's logits are formed once and weighted by how many tokens share it, in a loop of
 ceil(distinct / C) chunks whose length is known only at run time: the same loss and gradients for a fraction of
-the work (a batch of text repeats most ids). `compute_dtype` is the matmuls' operand dtype (tied_embed/precision.py).
+the work (a batch of text repeats most ids). `compute_dtype`: the matmuls' operand dtype (tied_embed/fast/precision.py).
 
 The matmuls on oneMKL: on the CPUs it was measured on, the chunked loss runs its three dots through
 tied_embed/fast/kernels/gemm.py instead of XLA's: float32 on oneMKL's sgemm (an Intel CPU with AVX-512, tables of at

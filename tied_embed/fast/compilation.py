@@ -1,6 +1,6 @@
 """How the train step is compiled: XLA:CPU's options for it, and compiling it ahead of the first step.
 
-Compiling ahead lets the trainer hand the compiler's freed memory back to the OS (tied_embed/host_memory.py)
+Compiling ahead lets the trainer hand the compiler's freed memory back to the OS (tied_embed/fast/host_memory.py)
 before any step's temporaries are allocated.
 """
 
@@ -20,7 +20,7 @@ from tied_embed.fast import host_memory
 #   wrote a (V, D) temporary), so YNNPACK takes the reductions too.
 #   XNNPACK's and oneDNN's dot fusions (xla_cpu_experimental_{xnn,onednn}_fusion_type) are no alternative: this
 #   jaxlib compiles them to XLA's own dot, the program without a dot fusion, which costs 5-9% more CPU time at
-#   V=8192 and V=32768 and the same at GPT-2's V=50257, D=768 (benchmarks/dot_options.py).
+#   V=8192 and V=32768 and the same at GPT-2's V=50257, D=768 (benchmarks/README.md, "XLA:CPU's dot options")
 # - Copy insertion by region analysis: without it XLA:CPU copied the (V, D) table before updating it in place.
 CPU_COMPILER_OPTIONS = {
     "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_REDUCE",
