@@ -1,5 +1,5 @@
-"""Every repository path and every `tied_embed.x.y` name in the docs, docstrings, comments, configs and requirements
-exists: a reader who follows one lands somewhere."""
+"""Every repository path and every dotted tied_embed module name in the docs, docstrings, comments, configs and
+requirements exists: a reader who follows one lands somewhere."""
 
 import ast
 import importlib.util
