@@ -24,7 +24,7 @@ import numpy as np
 from tied_embed.core.model import HIDDEN_MAPS
 from tied_embed.core.optim import OPTIMIZERS
 from tied_embed.data import sources
-from tied_embed.data.sources.base import is_int, is_number
+from tied_embed.data.base import is_int, is_number
 from tied_embed.fast.precision import COMPUTE_DTYPES
 from tied_embed.train import config_memory
 from tied_embed.train import mesh as mesh_lib
