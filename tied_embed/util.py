@@ -1,8 +1,7 @@
 """The exceptions the command lines turn into one line on stderr and an exit status, and the one check helper.
 
-`UsageError` is what the user asked for being wrong (exit 2). `RunStopped` and its subclasses end a run that was
-valid (a signal, a non-finite loss, a failed write); each carries the exit status the command line ends with.
-All are plain exceptions, so a notebook or library calling `train_and_evaluate` can catch them.
+`UsageError`: what the user asked for is wrong (exit 2). `RunStopped` and its subclasses end a valid run (a signal,
+a non-finite loss, a failed write) with their `exit_status`. Plain exceptions, so a notebook can catch them.
 """
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ import contextlib
 import datetime
 import errno
 import fcntl
+import glob
 import json
 import os
 import pathlib
@@ -24,11 +24,8 @@ from typing import Any, BinaryIO
 
 
 class UsageError(Exception):
-  """A problem with what the user asked for: a config field, a flag, a workdir.
-
-  The message is one line: the field, the value given and what is allowed. Command lines print it as
-  `error: <message>` on stderr and exit with status 2, without a traceback.
-  """
+  """A problem with what the user asked for (a config field, a flag, a workdir), in one line: the field, the value
+  given and what is allowed. Command lines print it as `error: <message>` and exit 2, without a traceback."""
 
   exit_status = 2
 
@@ -51,8 +48,7 @@ def first_line(error: BaseException, limit: int = 300) -> str:
 
 
 def one_line(text: str) -> str:
-  """`text` with its line breaks written as \\n and \\r, so that an error naming a path that holds one stays one
-  line."""
+  """`text` with its line breaks written as \\n and \\r: an error naming a path that holds one stays one line."""
   return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
@@ -87,10 +83,9 @@ _DROPPED_UNRAISABLE: set[Callable[[Any], bool]] = set()
 def drop_unraisable(matches: Callable[[Any], bool]) -> None:
   """Stops Python printing a traceback for the unraisable exceptions `matches(unraisable)` picks out.
 
-  An exception a callback cannot pass on (one in JAX's gc callback, or TensorStore's call into an event loop
-  Orbax already closed) goes to `sys.unraisablehook`, which prints it as a traceback beside the command's one-line
-  outcome. One hook, installed over whatever hook is in place when it is not this one, drops those any caller
-  named; every other unraisable exception still reaches the hook that was there before.
+  An exception a callback cannot pass on (in JAX's gc callback, or TensorStore calling into an event loop Orbax
+  closed) would print as a traceback beside the command's one-line outcome. One hook, installed over the one in
+  place, drops those any caller named; every other one still reaches the previous hook.
   """
   _DROPPED_UNRAISABLE.add(matches)
   if getattr(sys.unraisablehook, "drops_unraisable", False):
@@ -105,19 +100,16 @@ def drop_unraisable(matches: Callable[[Any], bool]) -> None:
   sys.unraisablehook = hook
 
 
-# Exclusive locks on directories (a workdir, a dataset being generated), held through `fcntl.flock`.
-#
-# The lock is an open file descriptor on `<directory>/.lock`; the operating system releases it when the holder's
-# process ends in any way (SIGKILL included), so a dead run never leaves a stale lock behind. The file records who
-# holds it (host, pid, since when) so that a second run can name the holder in its one-line error.
+# Exclusive locks on directories (a workdir, a dataset being generated): `fcntl.flock` on `<directory>/.lock`, which
+# the OS releases however the holder's process ends (SIGKILL too), so a dead run leaves no stale lock. The file
+# records the holder (host, pid, since when) for a second run's one-line error.
 
 LOCK_NAME = ".lock"
 
 
 def holder(directory: str | pathlib.Path) -> str:
-  """Who holds (or last held) the lock of `directory`, as 'host H, pid P, since T'; 'unknown' if unreadable.
-
-  A .lock that is a symbolic link is not read (its target is outside what the run owns)."""
+  """Who holds (or last held) the lock of `directory`, as 'host H, pid P, since T'; 'unknown' if unreadable (a
+  .lock that is a symbolic link is not read: its target is outside what the run owns)."""
   try:
     fd = os.open(pathlib.Path(directory) / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as f:
@@ -128,11 +120,8 @@ def holder(directory: str | pathlib.Path) -> str:
 
 
 def is_locked(directory: str | pathlib.Path) -> bool:
-  """Whether some process holds the lock of `directory` now (a probe: takes and releases it if free).
-
-  Opens the lock read-only (flock needs no write access), so that it answers on a read-only workdir too, and
-  never through a symbolic link: a .lock that is not a regular file is not a lock this project made (False).
-  """
+  """Whether some process holds the lock of `directory` now (a probe: takes and releases it if free). Read-only (it
+  answers on a read-only workdir too), never through a link: a .lock that is not a regular file is no lock (False)."""
   path = pathlib.Path(directory) / LOCK_NAME
   try:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -152,11 +141,8 @@ def is_locked(directory: str | pathlib.Path) -> bool:
 
 
 def refuse_if_held(directory: str | pathlib.Path, what: str) -> None:
-  """The UsageError `exclusive` would raise if another process holds the lock of `directory` now, or if its
-  .lock is not a regular file; creates nothing.
-
-  A cheap early check (the command line makes it before its slow imports); `exclusive` still takes the lock.
-  """
+  """The UsageError `exclusive` would raise if another process holds the lock of `directory` now, or if its .lock
+  is not a regular file; creates nothing. A cheap early check before slow imports; `exclusive` still takes the lock."""
   _refuse_odd_lock_file(pathlib.Path(directory) / LOCK_NAME, what)
   if is_locked(directory):
     raise _in_use(directory, what)
@@ -201,17 +187,14 @@ def _open_lock(directory: pathlib.Path, path: pathlib.Path, what: str) -> int:
 
 
 @contextlib.contextmanager
-def exclusive(
-    directory: str | pathlib.Path, what: str, *, record_now: bool = True
-) -> Iterator[Callable[[], None]]:
+def exclusive(directory: str | pathlib.Path, what: str, *, record_now: bool = True) -> Iterator[Callable[[], None]]:
   """Holds the lock of `directory` (created if needed) while inside; UsageError naming the holder if it is taken.
 
-  `what` names the directory in the error, e.g. '--workdir=runs/default'. Waits for nothing: a second run is
-  refused at once rather than queued behind the first. Yields `record()`, which writes who holds the lock into
-  the file. With `record_now=False` the caller calls it once its own checks have passed (or never, when it ends
-  up writing nothing): until then the lock file is left as it was found, and removed on the way out (the
-  directory's times put back) if this call created it, so that a refused run changes nothing. UsageError (one
-  line) if the .lock is a link or not a regular file, or cannot be created (a read-only directory).
+  `what` names the directory in the error, e.g. '--workdir=runs/default'. A second run is refused at once, not
+  queued. Yields `record()`, which writes the holder into the file. With `record_now=False` the caller calls it once
+  its own checks pass (or never): until then the file is left as found, and removed on the way out (the directory's
+  times put back) if this call created it, so a refused run changes nothing. UsageError (one line) if the .lock is
+  a link or not a regular file, or cannot be created (a read-only directory).
   """
   directory = pathlib.Path(directory)
   path = directory / LOCK_NAME
@@ -249,26 +232,22 @@ def exclusive(
     os.close(fd)  # releases the lock
 
 
-# Writing a file whole: to a temporary name beside it, renamed over it.
-
-
 def write_atomically(
     path: str | pathlib.Path, payload: bytes | Callable[[BinaryIO], Any], *, fsync: bool = False,
     remove_stale: bool = False, mode: int = 0o666,
 ) -> pathlib.Path:
   """Writes `path` whole or not at all: `payload` (bytes, or `payload(f)` writing an open binary file) goes to a
-  temporary file beside it (mkstemp), which is renamed over `path` (os.replace).
+  temporary file beside it (mkstemp), renamed over `path` (os.replace), which replaces a symbolic link there rather
+  than writing through it.
 
-  The rename replaces whatever `path` is, a symbolic link included, rather than writing through it: a link planted
-  in a directory never makes the write land outside it. The file gets `mode` less the umask, as open() (0o666)
-  or a linker (0o777) would make it; mkstemp makes it owner-only. `fsync`: the file's bytes and the rename reach
-  the disk before this returns. `remove_stale`: first removes the temporary files of `path` a killed writer left
-  (only for a path no other process writes at the same time, e.g. one under a held lock). On failure the temporary
-  file is removed and the OSError raised names `path` (errno and reason kept).
+  The file gets `mode` less the umask, as open() (0o666) or a linker (0o777) would make it (mkstemp's is
+  owner-only). `fsync`: the bytes and the rename reach the disk before this returns. `remove_stale`: first removes
+  the temporary files a killed writer left (only for a path no other process writes, e.g. under a held lock). On
+  failure the temporary file is removed and the OSError raised names `path` (errno and reason kept).
   """
   path = pathlib.Path(path)
   if remove_stale:
-    for stale in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
       stale.unlink(missing_ok=True)
   try:
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -283,10 +262,15 @@ def write_atomically(
       if fsync:
         f.flush()
         os.fsync(f.fileno())
-    os.chmod(temporary, mode & ~_umask())
+    os.umask(umask := os.umask(0))  # the only way to read it: set, and straight back
+    os.chmod(temporary, mode & ~umask)
     os.replace(temporary, path)
     if fsync:
-      _fsync_directory(path.parent)
+      directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+      try:
+        os.fsync(directory)
+      finally:
+        os.close(directory)
   except BaseException as error:
     pathlib.Path(temporary).unlink(missing_ok=True)
     if isinstance(error, OSError):
@@ -294,21 +278,3 @@ def write_atomically(
     raise
   return path
 
-
-def glob_escape(name: str) -> str:
-  """`name` with the characters glob gives a meaning ('*', '?', '[') matching only themselves."""
-  return "".join(f"[{c}]" if c in "*?[" else c for c in name)
-
-
-def _umask() -> int:
-  mask = os.umask(0)  # the only way to read it; set straight back
-  os.umask(mask)
-  return mask
-
-
-def _fsync_directory(directory: pathlib.Path) -> None:
-  fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-  try:
-    os.fsync(fd)
-  finally:
-    os.close(fd)
