@@ -13,12 +13,11 @@ table M = log P(next | current) (V, V), what no such table can fit is measured i
   the best symmetric target) and the share of ‖M·J‖² it leaves: an upper bound on what the best tied table
   of that width must leave, as `antisymmetric_share` is a lower bound.
 
-Empirical tables (text) hold -inf for pairs never seen and nan rows for tokens never current. Tokens with no
-finite entry in their row are dropped, as rows and as columns (the table must stay square to be transposed), and
-a -inf entry is set to the smallest finite entry of what remains: a pair never seen counts as being as unlikely
-as the rarest pair seen anywhere. Tables of more than `MAX_DENSE` tokens are estimated on the principal
-submatrix of `MAX_DENSE` tokens drawn at random (seed 0). The rank fit takes about 1 s at 256 tokens and 2-10 s
-at 512 on 2 busy cores, so `summary` computes it only up to `max_rank_fit` tokens (default `MAX_RANK_FIT`).
+Empirical tables (text) hold -inf for pairs never seen and nan rows for tokens never current. Tokens with no finite
+entry in their row are dropped as rows and columns (the table must stay square), and -inf is set to the smallest
+finite entry left: a pair never seen is as unlikely as the rarest pair seen. Above `MAX_DENSE` tokens the measures
+use a random principal submatrix of `MAX_DENSE` tokens (seed 0). The rank fit takes about 1 s at 256 tokens and
+2-10 s at 512 on 2 busy cores, so `summary` runs it only up to `max_rank_fit` tokens (default `MAX_RANK_FIT`).
 """
 
 from __future__ import annotations
@@ -59,17 +58,12 @@ def row_centred(table: np.ndarray) -> np.ndarray:
   return table - table.mean(axis=1, keepdims=True)
 
 
-def _best_antisymmetric(table: np.ndarray) -> np.ndarray:
-  """J·A·J, what no symmetric table plus row constants fits: (K, K) → (K, K) antisymmetric."""
-  centred = row_centred(table)
-  doubly = centred - centred.mean(axis=0, keepdims=True)
-  return (doubly - doubly.T) / 2
-
-
 def antisymmetric_share(table: np.ndarray) -> float:
   """‖J·A·J‖² / ‖M·J‖² of a finite square table (`prepared_table`'s): (K, K) → float in [0, 1]; 0 if constant rows."""
-  total = np.sum(np.square(row_centred(table)))
-  return float(np.sum(np.square(_best_antisymmetric(table))) / total) if total > 0 else 0.0
+  centred = row_centred(table)
+  doubly = centred - centred.mean(axis=0, keepdims=True)  # J·A·J = (J·M·J − (J·M·J)ᵀ) / 2: what no X + c·1ᵀ fits
+  total = np.sum(np.square(centred))
+  return float(np.sum(np.square((doubly - doubly.T) / 2)) / total) if total > 0 else 0.0
 
 
 def best_symmetric_target(table: np.ndarray) -> np.ndarray:
@@ -80,10 +74,8 @@ def best_symmetric_target(table: np.ndarray) -> np.ndarray:
 
 
 def psd_truncation(symmetric: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray]:
-  """The nearest positive semidefinite matrix of rank ≤ `rank` (its largest positive eigenvalues kept).
-
-  (K, K) symmetric → (E (K, r) with E·Eᵀ that matrix, r ≤ rank; E·Eᵀ (K, K)).
-  """
+  """The nearest positive semidefinite matrix of rank ≤ `rank` (its largest positive eigenvalues kept): (K, K)
+  symmetric → (E (K, r), r ≤ rank; E·Eᵀ (K, K), that matrix)."""
   values, vectors = np.linalg.eigh(symmetric)
   top = np.argsort(values)[::-1][:rank]
   top = top[values[top] > 0]
@@ -138,8 +130,7 @@ def psd_rank_fit(table: np.ndarray, rank: int) -> RankFit:
 def excess_loss(log_probs: np.ndarray, logits: np.ndarray, weights: np.ndarray) -> float:
   """Σ_i w_i KL(P_i ‖ softmax(logits_i)) in nats: log P (K, K) (-inf allowed), logits (K, K), w (K,) → float.
 
-  Rows of P are renormalised over the K tokens (mass on dropped tokens is ignored; a row with none left counts
-  0); w is normalised to sum to 1.
+  Rows of P are renormalised over the K tokens (a row with no mass left counts 0); w is normalised to sum to 1.
   """
   with np.errstate(invalid="ignore"):
     log_p = log_probs - np.logaddexp.reduce(log_probs, axis=1, keepdims=True)
@@ -152,14 +143,13 @@ def excess_loss(log_probs: np.ndarray, logits: np.ndarray, weights: np.ndarray) 
 
 
 def summary(data: Any, d_model: int | None = None, max_rank_fit: int = MAX_RANK_FIT) -> dict[str, float]:
-  """The asymmetry budget of a run's task, for its log and report: BigramData (or anything with
-  `.true_log_probs` and `.vocab_size`, optionally `.input_counts` (V,)) → {name: float}.
+  """The asymmetry budget of a run's task, for its log and report: BigramData (or anything with `.true_log_probs`
+  and `.vocab_size`, optionally `.input_counts` (V,)) → {name: float}.
 
-  antisymmetric_share: the lower bound above. tokens: how many tokens it was computed over. sampled: 1.0 if
-  those are a random `MAX_DENSE` of more. With `d_model` and at most `max_rank_fit` tokens also
-  psd_rank_residual_share, what the fitted width-D tied table leaves, and psd_rank_excess_loss, that table's
-  excess loss over the reference in nats, weighted by `input_counts` (uniform without them): an upper bound on
-  the best width-D tied table's excess loss, as that table is one.
+  antisymmetric_share: the lower bound above; tokens: how many it was computed over; sampled: 1.0 if a random
+  `MAX_DENSE` of more. With `d_model` and at most `max_rank_fit` tokens also psd_rank_residual_share (what the
+  fitted width-D tied table leaves) and psd_rank_excess_loss (its excess loss over the reference in nats, weighted
+  by `input_counts`, else uniform): an upper bound on the best width-D tied table's.
   """
   vocab_size = int(data.vocab_size)
   sampled = vocab_size > MAX_DENSE
@@ -181,9 +171,9 @@ def summary(data: Any, d_model: int | None = None, max_rank_fit: int = MAX_RANK_
 def hidden_map_summary(kernel: np.ndarray, lookup_table: np.ndarray, projection_table: np.ndarray) -> dict[str, float]:
   """What a hidden map W adds: W (D, D), the scoring tables (E·W (V, D), E (V, D)) → {name: float}.
 
-  identity_distance ‖W − I‖_F; kernel_antisymmetric_share ‖(W − Wᵀ)/2‖_F / ‖W‖_F; and, for V ≤ MAX_DENSE,
-  learned_antisymmetric_share, the antisymmetric share of the learned row-centred log-probabilities (as
-  `antisymmetric_share` measures the task's): 0 for a tied table without W, whose logits E·Eᵀ are symmetric.
+  identity_distance ‖W − I‖_F; kernel_antisymmetric_share ‖(W − Wᵀ)/2‖_F / ‖W‖_F; for V ≤ MAX_DENSE also
+  learned_antisymmetric_share, `antisymmetric_share` of the learned log-probabilities (0 without W: E·Eᵀ is
+  symmetric).
   """
   kernel = np.asarray(kernel, np.float64)
   result = {

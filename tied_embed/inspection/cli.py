@@ -84,11 +84,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-  """CLI: parse flags, run `inspect_run` (or `continue_prompt` for --next), print text or JSON.
-
-  A UsageError → `error: ...` on stderr, status 2. absl's verbosity is quieted while it runs and restored after,
-  so calling `main` in-process leaves the caller's logging as it was.
-  """
+  """CLI: parse flags, run `inspect_run` (or `continue_prompt` for --next), print text or JSON; a UsageError →
+  `error: ...` on stderr, status 2. absl's verbosity is quieted while it runs and restored after."""
   # TensorFlow (under TFDS and the TensorBoard writer) and Orbax's read-only notices would bury the report.
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")

@@ -1,10 +1,7 @@
 """What a trained text run says follows a string: the next-token distribution after a prompt, and samples.
 
-The model is a bigram model, so only the prompt's last token matters: P(next | prompt) = softmax(S[last]), with
-S = lookup · projectionᵀ as in the report. The prompt is tokenized with the run's own tokenizer, read from the
-workdir (WORKDIR/report_data.npz), so nothing outside the workdir is needed.
-
-  python -m tied_embed.inspection --workdir W --next "the king" [--top-k 5] [--generate 20 --temperature 0.8 --seed 0]
+A bigram model: only the prompt's last token matters, P(next | prompt) = softmax(S[last]), S = lookup · projectionᵀ
+as in the report. The prompt is tokenized with the run's own tokenizer, read from WORKDIR/report_data.npz.
 """
 
 from __future__ import annotations
@@ -28,15 +25,13 @@ def next_token_probs(lookup_table: np.ndarray, projection_table: np.ndarray, tok
   return np.exp(log_softmax((lookup[token] @ projection.T)[None]))[0]
 
 
-def sample_tokens(
-    lookup_table: np.ndarray, projection_table: np.ndarray, start: int, num_tokens: int, temperature: float,
-    seed: int,
-) -> list[int]:
+def sample_tokens(lookup_table: np.ndarray, projection_table: np.ndarray, start: int, num_tokens: int,
+                  temperature: float, seed: int) -> list[int]:
   """`num_tokens` ids drawn one after another from softmax(S[current] / temperature), starting after `start`.
 
-  temperature 0 takes the likeliest token each time. The draws depend only on (tables, start, seed). The scores
-  are shifted by their maximum before the division, so any temperature > 0 samples: one so small that the other
-  scores fall to -inf draws among the likeliest tokens, as the limit T → 0 does.
+  temperature 0 takes the likeliest token each time. The draws depend only on (tables, start, seed). The scores are
+  shifted by their maximum before the division, so any temperature > 0 samples (among the likeliest tokens when the
+  others fall to -inf, as the limit T → 0 does).
   """
   lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
   rng = np.random.default_rng(seed)
@@ -54,13 +49,8 @@ def sample_tokens(
 
 
 def continue_prompt(
-    workdir: str | pathlib.Path,
-    prompt: str,
-    top_k: int = 5,
-    generate: int = 0,
-    temperature: float = 1.0,
-    seed: int = 0,
-    step: int | str | None = None,
+    workdir: str | pathlib.Path, prompt: str, top_k: int = 5, generate: int = 0, temperature: float = 1.0,
+    seed: int = 0, step: int | str | None = None,
 ) -> dict[str, Any]:
   """The top-k next tokens after `prompt` and, with `generate` > 0, a sampled continuation: → JSON-ready dict.
 
@@ -106,9 +96,8 @@ def continue_prompt(
 
 
 def format_continuation(result: dict[str, Any]) -> str:
-  """The CLI's text for `continue_prompt`'s dict. Control characters in the labels and the sampled text are shown
-  escaped (`text.printable`): they come from the training text, and a terminal would act on them; the sampled
-  text keeps its line breaks, each following line indented as the first."""
+  """The CLI's text for `continue_prompt`'s dict: control characters from the training text shown escaped
+  (`text.printable`); the sampled text keeps its line breaks, each following line indented as the first."""
   tokens = " ".join(printable(token["label"]) for token in result["prompt_tokens"])
   last = result["prompt_tokens"][-1]
   lines = [f"prompt   {result['prompt']!r} → tokens {tokens}  (step {result['step']})",

@@ -1,8 +1,8 @@
 """Writing the report's files, only inside WORKDIR/report/ and never through a symbolic link.
 
-A workdir may come from someone else: a `report` that is a link, or a `report.md` that links elsewhere, must not
-make inspection write outside the workdir. Each file is written to a temporary name beside it and renamed over
-the old one, which replaces a link instead of writing to its target and never leaves half a file.
+A workdir may come from someone else: a `report` or `report.md` that is a link must not make inspection write
+outside it. Each file goes to a temporary name beside it, renamed over the old one (a link is replaced, not
+written through, and no half file is left).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ _EVENT_FILES = "events.out.tfevents.*"
 
 def refuse_links(workdir: str | pathlib.Path) -> None:
   """UsageError (one line) naming the first symbolic link among what inspection reads in `workdir`: checkpoints/
-  or a step in it, data/, report_data.npz, an event file. Inspection reads only inside its workdir."""
+  or a step in it, data/, report_data.npz, an event file."""
   workdir = pathlib.Path(workdir)
   checkpoints = workdir / "checkpoints"
   candidates = [workdir / name for name in READ_NAMES]

@@ -1,10 +1,9 @@
 """Open a run from its workdir and report what the table learned: `inspect_run`, the library call.
 
-It restores a checkpoint with nothing but the workdir (the newest readable one, with a warning when newer ones
-are damaged), reads what the report needs of the data from WORKDIR/report_data.npz (written at training time;
-without it, from the dataset cached under the data dir, never trained or generated here), reads the loss curves
-back from the event files, computes the report (`report`) and draws its pictures into WORKDIR/report/ (`plots`),
-the only place it writes.
+It restores a checkpoint from the workdir alone (the newest readable one, with a warning when newer ones are
+damaged), reads the data facts from WORKDIR/report_data.npz (written at training time; else from the dataset cached
+under the data dir, never generated here) and the loss curves from the event files, computes the report (`report`)
+and draws its pictures into WORKDIR/report/ (`plots`), the only place it writes.
 """
 
 from __future__ import annotations
@@ -31,26 +30,26 @@ _HEATMAP_ZOOM_TOKENS = 128  # this many, as a V x V picture would be a uniform h
 
 
 def inspect_run(
-    workdir: str | pathlib.Path,
-    step: int | str | None = None,
-    tokens: list[int | str] | None = None,
-    top_k: int = 5,
-    pictures: bool = True,
+    workdir: str | pathlib.Path, step: int | str | None = None, tokens: list[int | str] | None = None,
+    top_k: int = 5, pictures: bool = True,
 ) -> dict[str, Any]:
-  """The JSON-ready report of checkpoint `step` (default: the newest readable one; 'best': the best one by
-  select/loss) in `workdir`.
+  """The JSON-ready report of checkpoint `step` (default: the newest readable one; 'best': the best by select/loss).
 
   Keys: workdir, step, available_steps, run, loss_by_input_frequency, scores, parameters, tokens, fit, provenance,
-  undertrained, path_directions, asymmetry, warnings, and when
-  the pictures were written also pictures ({name: PNG path relative to WORKDIR/report}) and report_md. A token
-  is an id or, for a text run, a string of its vocabulary (a piece such as '▁the', or a byte's label such as
-  '\\n'). Raises UsageError, before anything is restored or written where it can, for: no checkpoints,
-  unreadable ones, a missing step, a token outside [0, V) or not in the vocabulary, top_k outside [1, V].
+  undertrained, path_directions, asymmetry, warnings, and when the pictures were written pictures ({name: PNG path
+  relative to WORKDIR/report}) and report_md. A token is an id or, for a text run, a string of its vocabulary (a
+  piece such as '▁the', or a byte's label such as '\\n'). UsageError, before anything is restored or written where
+  it can, for: no checkpoints, unreadable ones, a missing step, a token outside [0, V) or not in the vocabulary,
+  top_k outside [1, V].
   """
   from tied_embed.train.metrics import value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
 
   workdir = pathlib.Path(workdir)
-  _check_arguments(tokens, top_k)
+  if top_k < 1:  # what is wrong whatever the checkpoint
+    raise UsageError.bad_value("--top-k", top_k, "an integer >= 1")
+  for token in tokens or []:
+    if not isinstance(token, str) and token < 0:
+      raise UsageError.bad_value("--tokens", token, "token ids >= 0")
   warnings: list[str] = []
 
   def check_tokens(restored: Any) -> None:  # before the data is read
@@ -68,6 +67,8 @@ def inspect_run(
     tokens = [int(i) for i in np.argsort(-facts.input_counts, kind="stable")[:_DEFAULT_TOKENS]]
   series, eval_loss = _loss_series(workdir, restored.step, warnings)
   lookup_table, projection_table = (np.asarray(table) for table in restored.model.scoring_tables())
+  label = report_lib.token_label_of(facts.source, facts.tokenizer)
+  sizes = frequency.bucket_sizes(facts.input_counts, facts.eval_input_counts)
   report = {
       "workdir": str(workdir),
       "step": restored.step,
@@ -80,21 +81,22 @@ def inspect_run(
           "loss_floor": facts.loss_floor,
           "gap": None if eval_loss is None else eval_loss["value"] - facts.loss_floor,
       },
-      "loss_by_input_frequency": _loss_by_input_frequency(facts, {
-          bucket: value_at(series.get(frequency.scalar_name(bucket)), restored.step) for bucket in frequency.BUCKETS}),
+      # Each input-frequency bucket: {loss (its logged eval loss at the step, or None), tokens, train_pairs,
+      # eval_pairs (None without validation counts)}.
+      "loss_by_input_frequency": {
+          bucket: {"loss": value_at(series.get(frequency.scalar_name(bucket)), restored.step), **size}
+          for bucket, size in sizes.items()},
       **report_lib.build_report(
           lookup_table, projection_table, tied=bool(config.model.tied), source=facts.source,
           true_log_probs=facts.true_log_probs, lookup_total=restored.provenance["lookup_total"],
           projection_total=restored.provenance["projection_total"], tokens=tokens, top_k=top_k,
-          label=report_lib.token_label_of(facts.source, facts.tokenizer), hidden=config.model.get("hidden", "none"),
+          label=label, hidden=config.model.get("hidden", "none"),
       ),
       "undertrained": undertrained_summary(
           np.asarray(restored.model.tables()[0]), restored.provenance["lookup_total"],
-          restored.provenance["projection_total"],
-          facts.input_counts, top_k, label=report_lib.token_label_of(facts.source, facts.tokenizer)),
+          restored.provenance["projection_total"], facts.input_counts, top_k, label=label),
       "warnings": warnings,
   }
-  label = report_lib.token_label_of(facts.source, facts.tokenizer)
   report["path_directions"] = path_direction_summary(restored.path_directions, label=label)
   report["asymmetry"] = asymmetry.summary(facts, d_model=int(config.model.d_model))
   if config.model.get("hidden", "none") == "linear":
@@ -106,15 +108,6 @@ def inspect_run(
     except OSError as error:
       warnings.append(f"pictures not written: {error}")
   return report
-
-
-def _check_arguments(tokens: list[int | str] | None, top_k: int) -> None:
-  """UsageError for what is wrong whatever the checkpoint: a negative token id, top_k below 1."""
-  if top_k < 1:
-    raise UsageError.bad_value("--top-k", top_k, "an integer >= 1")
-  for token in tokens or []:
-    if not isinstance(token, str) and token < 0:
-      raise UsageError.bad_value("--tokens", token, "token ids >= 0")
 
 
 def _loss_series(
@@ -138,18 +131,6 @@ def _loss_series(
     warnings.append(f"the newest eval/loss in the events at or before step {step} is {newest}, older"
                     f" than the checkpoint shown: its eval loss and gap are not this checkpoint's")
   return series, eval_loss
-
-
-def _loss_by_input_frequency(
-    facts: record_lib.InspectionData, losses: dict[str, dict[str, float] | None]
-) -> dict[str, dict[str, Any]]:
-  """Each input-frequency bucket (`tied_embed.data.frequency`): {bucket: {loss, tokens, train_pairs, eval_pairs}}.
-
-  loss: the bucket's logged eval loss at the inspected step, {step, value} (None where none was logged), from
-  `losses`; eval_pairs is None for a workdir whose report_data.npz has no validation counts.
-  """
-  sizes = frequency.bucket_sizes(facts.input_counts, facts.eval_input_counts)
-  return {bucket: {"loss": losses[bucket], **size} for bucket, size in sizes.items()}
 
 
 def resolve_token(token: int | str, tokenizer: Any) -> int:
@@ -177,9 +158,8 @@ def open_run(
     workdir: str | pathlib.Path, step: int | str | None, warnings: list[str],
     check: Callable[[Any], None] | None = None,
 ) -> OpenedRun:
-  """The restored checkpoint `step` (default: the newest readable one, with a warning for each newer one that is
-  damaged; 'best': the best one by select/loss, as `checkpoint.restore` finds it), the run's data facts and the saved
-  steps. `check(restored)` runs before the data is read."""
+  """The restored checkpoint `step` (default: the newest readable one, warning of each newer damaged one; 'best':
+  the best by select/loss), the run's data facts and the saved steps. `check(restored)` runs before the data is read."""
   from tied_embed.train import checkpoint  # noqa: PLC0415 (Orbax stays out of `import tied_embed`)
 
   workdir = pathlib.Path(workdir)
@@ -214,10 +194,9 @@ def _data_facts(
 ) -> record_lib.InspectionData:
   """What the report needs of the data: WORKDIR/report_data.npz, or else the dataset cached under the data dir.
 
-  The file is used only if it is this checkpoint's: its V, and its dataset identity, which the checkpoint's
-  manifest records as `dataset` (source, task settings, corpus hash, train fraction), must be the checkpoint's.
-  One that was copied from another run, like a damaged one, is named in a warning and the dataset is read instead.
-  Reads only: UsageError (one line) naming what is missing when neither is there.
+  The file is used only if its V and dataset identity (the manifest's `dataset`: source, task settings, corpus hash,
+  train fraction) are the checkpoint's; one copied from another run, like a damaged one, is named in a warning and
+  the dataset read instead. Reads only: UsageError (one line) naming what is missing when neither is there.
   """
   path = workdir / record_lib.FILE_NAME
   try:
@@ -251,12 +230,8 @@ def _data_facts(
 
 
 def _draw(
-    report: dict[str, Any],
-    report_dir: pathlib.Path,
-    lookup_table: np.ndarray,
-    projection_table: np.ndarray,
-    facts: record_lib.InspectionData,
-    provenance: dict[str, np.ndarray],
+    report: dict[str, Any], report_dir: pathlib.Path, lookup_table: np.ndarray, projection_table: np.ndarray,
+    facts: record_lib.InspectionData, provenance: dict[str, np.ndarray],
     series: dict[str, tuple[np.ndarray, np.ndarray]],
 ) -> None:
   """Write the PNGs, the TensorBoard images and report.md; record their paths in `report`."""
@@ -273,9 +248,8 @@ def _draw(
                                         None if len(shown) == vocab_size else shown, vocab_size,
                                         None if facts.tokenizer is None else facts.tokenizer.label),
       "loss_curves": plots.loss_curves_figure(series, facts.loss_floor, report["step"]),
-      "provenance": plots.provenance_figure(
-          provenance["lookup_total"], provenance["projection_total"], facts.input_counts
-      ),
+      "provenance": plots.provenance_figure(provenance["lookup_total"], provenance["projection_total"],
+                                            facts.input_counts),
   }
   pictures = plots.write_pictures(report_dir, figures, report["step"])
   report["pictures"] = pictures

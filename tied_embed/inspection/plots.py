@@ -1,9 +1,8 @@
 """The report's pictures: matplotlib figures (Agg, no pyplot state), saved as PNGs and as TensorBoard images.
 
 Each `*_figure` function returns a `matplotlib.figure.Figure`; `write_pictures` renders them to
-`<report_dir>/<name>.png` and writes the same pixels as image summaries with CLU's `SummaryWriter`, so they
-show up in TensorBoard as the run `report` next to the training curves: one events file per inspected step,
-replaced when that step is inspected again.
+`<report_dir>/<name>.png` and as image summaries (CLU's `SummaryWriter`): the TensorBoard run `report` beside the
+training curves, one events file per inspected step, replaced when that step is inspected again.
 """
 
 from __future__ import annotations
@@ -20,20 +19,15 @@ from tied_embed.inspection import files
 
 
 def heatmaps_figure(
-    learned_log_probs: np.ndarray,
-    true_log_probs: np.ndarray,
-    true_name: str,
-    token_ids: np.ndarray | None = None,
-    vocab_size: int | None = None,
-    label: Callable[[int], str] | None = None,
+    learned_log_probs: np.ndarray, true_log_probs: np.ndarray, true_name: str, token_ids: np.ndarray | None = None,
+    vocab_size: int | None = None, label: Callable[[int], str] | None = None,
 ) -> Figure:
   """Learned and true log P(next | current), side by side on one colour scale: (V, V), (V, V) → Figure.
 
-  `token_ids` (K,) ascending, if given, restricts both axes to those tokens (a readable block of a big
-  vocabulary); the axes are then labelled with the ids, or with `label(id)` (the token as text) when given, which
-  also labels the axes of a whole small vocabulary. Matrices that are already (K, K), the block of those
-  tokens, are drawn as they are (pass `vocab_size` for the title). -inf (never observed) and nan (unknown row)
-  true entries are left blank. The scale's lower end is the 1st percentile of the finite values so a few
+  `token_ids` (K,) ascending restricts both axes to those tokens (a readable block of a big vocabulary), labelled
+  with the ids, or with `label(id)` when given (which also labels a whole small vocabulary). (K, K) matrices, the
+  block already cut, are drawn as they are (pass `vocab_size` for the title). -inf (never observed) and nan
+  (unknown row) true entries are blank. The scale starts at the 1st percentile of the finite values, so a few
   near-impossible pairs don't wash out the rest.
   """
   vocab_size = vocab_size or len(learned_log_probs)
@@ -66,9 +60,7 @@ def heatmaps_figure(
   return fig
 
 
-def loss_curves_figure(
-    series: dict[str, tuple[np.ndarray, np.ndarray]], loss_floor: float, step: int
-) -> Figure:
+def loss_curves_figure(series: dict[str, tuple[np.ndarray, np.ndarray]], loss_floor: float, step: int) -> Figure:
   """Train and eval loss against the floor: {tag: (steps (N,), values (N,))}, floor, inspected step → Figure."""
   fig = Figure(figsize=(7, 4.2), layout="constrained")
   ax = fig.subplots()
@@ -114,19 +106,11 @@ def provenance_figure(lookup_total: np.ndarray, projection_total: np.ndarray, in
   return fig
 
 
-def figure_pixels(fig: Figure) -> np.ndarray:
-  """Render with Agg: Figure → (H, W, 3) uint8."""
-  canvas = FigureCanvasAgg(fig)
-  canvas.draw()
-  return np.asarray(canvas.buffer_rgba())[..., :3].copy()
-
-
 def write_pictures(report_dir: pathlib.Path, figures: dict[str, Figure], step: int) -> dict[str, str]:
   """Save each figure as `<report_dir>/<name>.png` and as TensorBoard image `report/<name>` at `step`.
 
-  Each file is replaced whole (`files.write_bytes`); an events file holding images of `step` from an earlier
-  call is deleted first, so inspecting again adds no second copy. Returns {name: PNG file name relative to
-  report_dir}.
+  Each file is replaced whole (`files.write_bytes`); an events file holding images of `step` from an earlier call
+  is deleted first (no second copy). Returns {name: PNG file name relative to report_dir}.
   """
   from clu.metric_writers import SummaryWriter  # noqa: PLC0415 (TensorFlow stays out of `import tied_embed`)
 
@@ -137,7 +121,9 @@ def write_pictures(report_dir: pathlib.Path, figures: dict[str, Figure], step: i
     fig.savefig(buffer, format="png", dpi=100)
     files.write_bytes(report_dir, f"{name}.png", buffer.getvalue())
     pictures[name] = f"{name}.png"
-    images[f"report/{name}"] = figure_pixels(fig)[None]
+    canvas = FigureCanvasAgg(fig)  # rendered with Agg: (H, W, 3) uint8
+    canvas.draw()
+    images[f"report/{name}"] = np.asarray(canvas.buffer_rgba())[..., :3].copy()[None]
   for path in report_dir.glob("events.out.tfevents.*"):
     if path.is_symlink() or step in _image_steps(path):
       path.unlink()

@@ -1,10 +1,9 @@
 """What a restored table learned, in numbers: pure NumPy over the (V, D) tables and the bigram data.
 
-Every function takes plain arrays so a notebook can call it on any table. The learned score matrix is
-`S = lookup @ projection.T` (V, V): `E·Eᵀ` for a tied model, `input·outputᵀ` for the untied ablation; the
-model's next-token distribution after token i is `softmax(S[i])`. `build_report` assembles the pieces into
-the JSON-ready dict that `python -m tied_embed.inspection` prints. It computes S and the reference table one block
-of rows at a time (`sources.LogProbRows`), so its memory grows with V·D and the rows shown, not with V².
+Every function takes plain arrays, so a notebook can call it on any table. The learned scores are
+`S = lookup @ projection.T` (V, V) (`E·Eᵀ` tied, `input·outputᵀ` untied); after token i the model predicts
+`softmax(S[i])`. `build_report` assembles the JSON-ready dict `python -m tied_embed.inspection` prints, forming S and
+the reference one block of rows at a time (`sources.LogProbRows`): memory grows with V·D and the rows shown, not V².
 """
 
 from __future__ import annotations
@@ -25,10 +24,8 @@ def score_matrix(lookup_table: np.ndarray, projection_table: np.ndarray) -> np.n
 
 
 def own_score_rank(scores: np.ndarray, token: int) -> tuple[float, int]:
-  """A token's own score `S[i, i]` (the squared norm when tied) and its rank in row i (1 = highest).
-
-  scores (V, V), token i → (S[i, i], 1 + #{j : S[i, j] > S[i, i]}).
-  """
+  """A token's own score (the squared norm when tied) and its rank in its row (1 = highest): scores (V, V), token i
+  → (S[i, i], 1 + #{j : S[i, j] > S[i, i]})."""
   return row_own_rank(np.asarray(scores[token]), token)
 
 
@@ -46,10 +43,8 @@ def top_next(scores_row: np.ndarray, true_log_probs_row: np.ndarray, k: int) -> 
   model_probs = np.exp(log_softmax(np.asarray(scores_row, np.float64)[None]))[0]
   order = np.argsort(-model_probs, kind="stable")[:k]
   true_probs = np.exp(np.asarray(true_log_probs_row, np.float64))
-  return [
-      {"id": int(j), "model_prob": float(model_probs[j]), "true_prob": _finite_or_none(true_probs[j])}
-      for j in order
-  ]
+  return [{"id": int(j), "model_prob": float(model_probs[j]),
+           "true_prob": float(true_probs[j]) if np.isfinite(true_probs[j]) else None} for j in order]
 
 
 def fit_to_truth(scores: np.ndarray, true_log_probs: np.ndarray) -> dict[str, Any]:
@@ -92,19 +87,13 @@ def fit_by_rows(rows: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], voc
     var_x, var_y = sxx - sx * sx / n, syy - sy * sy / n
     if var_x > 0 and var_y > 0:
       correlation = float((sxy - sx * sy / n) / np.sqrt(var_x * var_y))
-  return {
-      "correlation": correlation,
-      "mean_abs_error": float(sabs / n) if n else None,
-      "entries": int(n),
-      "rows": rows_used,
-  }
+  return {"correlation": correlation, "mean_abs_error": float(sabs / n) if n else None, "entries": int(n),
+          "rows": rows_used}
 
 
 def lookup_share(lookup_total: np.ndarray, projection_total: np.ndarray) -> np.ndarray:
-  """Each row's share of accumulated gradient that came through the lookup: (V,), (V,) → (V,) float64.
-
-  The projection's share is 1 minus it; rows that got no gradient at all are nan.
-  """
+  """Each row's share of accumulated gradient that came through the lookup: (V,), (V,) → (V,) float64 (the
+  projection's is 1 minus it; nan for rows that got no gradient)."""
   lookup_total = np.asarray(lookup_total, np.float64)
   total = lookup_total + np.asarray(projection_total, np.float64)
   with np.errstate(invalid="ignore", divide="ignore"):
@@ -119,23 +108,15 @@ def provenance_summary(lookup_total: np.ndarray, projection_total: np.ndarray, k
   - `most_lookup` / `most_projection`: the k rows with the highest / lowest lookup share, the latter among
     rows that were looked up at all (the projection-only rows are listed above).
   """
-  lookup_total = np.asarray(lookup_total, np.float64)
-  projection_total = np.asarray(projection_total, np.float64)
+  lookup_total, projection_total = np.asarray(lookup_total, np.float64), np.asarray(projection_total, np.float64)
   share = lookup_share(lookup_total, projection_total)
   projection_only = np.flatnonzero((lookup_total == 0) & (projection_total > 0))
   valid = np.flatnonzero(np.isfinite(share))
   looked_up = valid[lookup_total[valid] > 0]
 
   def rows(ids: np.ndarray) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": int(i),
-            "lookup_share": float(share[i]),
-            "lookup_total": float(lookup_total[i]),
-            "projection_total": float(projection_total[i]),
-        }
-        for i in ids
-    ]
+    return [{"id": int(i), "lookup_share": float(share[i]), "lookup_total": float(lookup_total[i]),
+             "projection_total": float(projection_total[i])} for i in ids]
 
   shares = share[valid]
   stats = dict.fromkeys(("min", "p25", "median", "p75", "max", "mean"))
@@ -156,13 +137,8 @@ def provenance_summary(lookup_total: np.ndarray, projection_total: np.ndarray, k
 def parameter_summary(vocab_size: int, d_model: int, tied: bool, hidden: str = "none") -> dict[str, Any]:
   """Table shape and the tied (V·D) vs untied (2·V·D) parameter counts (+ D² with a hidden map)."""
   counts = param_counts(vocab_size, d_model, hidden)
-  return {
-      "table_shape": [vocab_size, d_model],
-      "tied": counts.tied,
-      "untied": counts.untied,
-      "saved": counts.saved,
-      "this_model": counts.tied if tied else counts.untied,
-  }
+  return {"table_shape": [vocab_size, d_model], "tied": counts.tied, "untied": counts.untied, "saved": counts.saved,
+          "this_model": counts.tied if tied else counts.untied}
 
 
 def token_label(token: int, source: str) -> str:
@@ -176,26 +152,16 @@ def token_label_of(source: str, tokenizer: Any) -> Callable[[int], str]:
 
 
 def build_report(
-    lookup_table: np.ndarray,
-    projection_table: np.ndarray,
-    *,
-    tied: bool,
-    source: str,
-    true_log_probs: np.ndarray | LogProbRows,
-    lookup_total: np.ndarray,
-    projection_total: np.ndarray,
-    tokens: list[int],
-    top_k: int,
-    label: Callable[[int], str] | None = None,
-    hidden: str = "none",
+    lookup_table: np.ndarray, projection_table: np.ndarray, *, tied: bool, source: str,
+    true_log_probs: np.ndarray | LogProbRows, lookup_total: np.ndarray, projection_total: np.ndarray,
+    tokens: list[int], top_k: int, label: Callable[[int], str] | None = None, hidden: str = "none",
 ) -> dict[str, Any]:
   """The table-dependent part of the report: tables (V, D), true_log_probs (V, V), totals (V,) → dict.
 
-  The scores are `lookup_table[ids] · projection_tableᵀ`: with a hidden map W, pass E_in · W as the lookup table.
-
-  Keys: scores (what S is), parameters, tokens (one entry per requested token), fit, provenance. Token ids
-  must already be validated to lie in [0, V). Only the requested rows of S and of the true table are formed
-  whole; the fit runs over blocks of rows. `label(id)` names a token (default: as the source shows it).
+  S = `lookup_table[ids] · projection_tableᵀ` (with a hidden map W, pass E_in · W as the lookup table). Keys: scores
+  (what S is), parameters, tokens (one entry per requested token, ids already checked to lie in [0, V)), fit,
+  provenance. Only the requested rows of S and the true table are formed whole; the fit runs over blocks of rows.
+  `label(id)` names a token (default: as the source shows it).
   """
   vocab_size, d_model = np.shape(lookup_table)
   lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
@@ -237,6 +203,3 @@ def learned_log_probs(lookup_table: np.ndarray, projection_table: np.ndarray, id
   lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
   return log_softmax(lookup[ids] @ projection.T)
 
-
-def _finite_or_none(value: float) -> float | None:
-  return float(value) if np.isfinite(value) else None

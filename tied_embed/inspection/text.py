@@ -11,12 +11,10 @@ _LIST_LIMIT = 20  # longer id lists are cut, with a count, so a big vocabulary d
 
 
 def printable(text: str, keep: str = "") -> str:
-  """`text` as a terminal shows it without acting on it: each character it would act on instead (ESC, BEL, CR and
-  the other control characters, DEL, C1 controls, bidirectional overrides) written as Python writes it in a string
-  literal (\\x1b, \\x07, \\r, \\u202e); the characters in `keep` (e.g. a newline) stay as they are.
-
-  Generated text and a vocabulary's pieces are the training text's: a sampled ESC would otherwise reach the
-  terminal as the start of an escape sequence."""
+  """`text` as a terminal shows it without acting on it: each character it would act on (control characters, DEL,
+  C1 controls, bidirectional overrides) written as in a Python string literal (\\x1b, \\r, \\u202e), except those in
+  `keep` (e.g. a newline). Generated text and vocabulary pieces come from the training text: a sampled ESC would
+  otherwise start an escape sequence."""
   if text.isprintable():
     return text
   return "".join(c if c in keep or c.isprintable() else repr(c)[1:-1] for c in text)

@@ -1,11 +1,9 @@
 """Under-trained rows: the tokens training rarely or never looked up, found from the provenance totals.
 
-A row that is seldom the current token gets almost all of its gradient through the output projection. In a tied
-table that projection gradient is the only training it gets, so such rows are the ones to distrust (the
-tied-table view of finding under-trained tokens from the unembedding). For each of the least looked-up rows the
-summary gives its count in the train split, the share of its gradient that came through the projection, its norm
-and its nearest neighbours by cosine in the lookup table, and says how well the lookup total predicts the train
-count (Spearman rank correlation over all rows).
+A row seldom the current token gets almost all of its gradient through the output projection, in a tied table its
+only training: the rows to distrust (the tied-table view of finding under-trained tokens from the unembedding).
+For each of the least looked-up rows the summary gives its train count, its gradient's projection share, its norm
+and its nearest neighbours by cosine, and how well the lookup total predicts the train count (Spearman, all rows).
 """
 
 from __future__ import annotations
@@ -19,25 +17,19 @@ _NEIGHBOURS = 3
 
 
 def undertrained_summary(
-    lookup_table: np.ndarray,
-    lookup_total: np.ndarray,
-    projection_total: np.ndarray,
-    input_counts: np.ndarray,
-    k: int,
-    label: Callable[[int], str] = str,
+    lookup_table: np.ndarray, lookup_total: np.ndarray, projection_total: np.ndarray, input_counts: np.ndarray,
+    k: int, label: Callable[[int], str] = str,
 ) -> dict[str, Any]:
   """(V, D) lookup table, (V,) gradient totals and train counts, k → JSON-ready dict.
 
   Keys: never_looked_up (rows with no lookup gradient), of_them_never_in_train, spearman (lookup total vs train
-  count; None if either is constant), rows (the k rows with the least lookup gradient, fewest train counts
-  first among ties: id, label, train_count, lookup_total, projection_share, norm, neighbours [{id, label,
-  cosine}]).
+  count; None if either is constant), rows (the k rows with the least lookup gradient, fewest train counts first
+  among ties: id, label, train_count, lookup_total, projection_share, norm, neighbours [{id, label, cosine}]).
   """
   from scipy import stats  # noqa: PLC0415 (only when a report is built)
 
   table = np.asarray(lookup_table, np.float64)
-  lookup_total = np.asarray(lookup_total, np.float64)
-  projection_total = np.asarray(projection_total, np.float64)
+  lookup_total, projection_total = np.asarray(lookup_total, np.float64), np.asarray(projection_total, np.float64)
   counts = np.asarray(input_counts, np.int64)
   norms = np.linalg.norm(table, axis=1)
   unit = table / np.maximum(norms, 1e-30)[:, None]
