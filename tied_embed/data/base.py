@@ -1,9 +1,8 @@
 """What every data source provides, and the probability arithmetic they share (pure NumPy).
 
-A source is a bigram task: current tokens with some distribution and a table `log P(next | current)` (V, V).
-`Source` is the interface the dataset builder, config validation and inspection talk to; none of them knows
-which source it holds. The (V, V) table is never built whole: `LogProbRows` computes the rows asked for, in
-blocks of `row_block(V)` rows, so memory grows with the rows used, not with V².
+A source is a bigram task: a current-token distribution and a table `log P(next | current)` (V, V). `Source` is
+the interface the dataset builder, validation and inspection use. The (V, V) table is never built whole:
+`LogProbRows` computes the rows asked for, in blocks of `row_block(V)` rows, so memory grows with the rows used.
 """
 
 from __future__ import annotations
@@ -55,11 +54,8 @@ def row_entropy_terms(log_probs: np.ndarray) -> np.ndarray:
 
 @dataclasses.dataclass(eq=False)
 class LogProbRows:
-  """A (V, V) table log P(next=j | current=i) whose rows are computed on demand.
-
-  `rows(ids)` (K,) → (K, V) float64. Indexing (`table[i]`, `table[i, j]`, `table[ids, cols]`) computes only the
-  rows named; `np.asarray(table)` builds the whole table (for small V and tests).
-  """
+  """A (V, V) table log P(next=j | current=i) whose rows are computed on demand: `rows(ids)` (K,) → (K, V) float64.
+  Indexing computes only the rows named; `np.asarray(table)` builds the whole table (for small V and tests)."""
 
   vocab_size: int
   rows: Callable[[np.ndarray], np.ndarray]
@@ -96,12 +92,9 @@ def dense_rows(log_probs: np.ndarray) -> LogProbRows:
 
 @dataclasses.dataclass
 class Reference:
-  """What the best possible model scores on a task, and the table it would have learned.
-
-  name: 'true' (the generating distribution) or 'empirical' (counted from the validation split).
-  loss_floor: H(next | current) in nats. log_probs: the (V, V) table, row by row.
-  record: small arrays from which `Source.log_probs_from_record` rebuilds `log_probs` without the dataset.
-  """
+  """What the best possible model scores on a task (loss_floor, H(next | current) in nats) and its (V, V) table.
+  name: 'true' or 'empirical' (counted from validation); record: small arrays `Source.log_probs_from_record`
+  rebuilds `log_probs` from without the dataset."""
 
   name: str
   loss_floor: float
@@ -120,31 +113,25 @@ def is_number(value: Any) -> bool:
 
 
 def require_pairs(data: Any, field: str) -> None:
-  """data.<field> is a pair count: an integer in [1, MAX_PAIRS]."""
   value = data.get(field)
   require(is_int(value) and 1 <= value <= MAX_PAIRS, f"data.{field}", value,
           f"an integer in [1, {MAX_PAIRS:,}] (pairs are held in memory, 8 bytes each and more while sampling)")
 
 
 def require_finite(data: Any, field: str) -> None:
-  """data.<field> is a finite number >= 0."""
   value = data.get(field)
   require(is_number(value) and math.isfinite(value) and value >= 0, f"data.{field}", value,
           "a finite number >= 0")
 
 
 class Source(abc.ABC):
-  """One bigram task. Subclasses set `name`, `reference_name` and `fields`, and register with `register`.
-
-  `settings` is everything that determines the data, as plain JSON values; the other methods take it, so the
-  dataset builder can rebuild the data from its builder config alone.
-  """
+  """One bigram task; subclasses set `name`, `reference_name` and `fields`, and call `register`. `settings` (plain
+  JSON) determines the data, so the dataset builder can rebuild it from its builder config alone."""
 
   name: ClassVar[str]
   reference_name: ClassVar[str] = "true"  # 'true' or 'empirical': what the reference table is
   fields: ClassVar[tuple[str, ...]]  # the data.* config fields this source reads
-  # What a config without one of `fields` means, for a field added after checkpoints were saved with their configs:
-  # the resume check compares a saved config that lacks the field as if it held this value.
+  # The value the resume check assumes for a saved config that lacks one of `fields`
   field_defaults: ClassVar[dict[str, Any]] = {}
 
   @abc.abstractmethod
@@ -176,24 +163,18 @@ class Source(abc.ABC):
     """The reference table again, from `Reference.record`."""
 
   def num_pairs_exact(self, settings: dict[str, Any]) -> bool:
-    """Whether `num_pairs` is exact; if not, it is an estimate for the memory check, known only once tokenized."""
+    """Whether `num_pairs` is exact, not an estimate for the memory check."""
     del settings
     return True
 
   def prepare(self, settings: dict[str, Any], data_dir: pathlib.Path) -> dict[str, Any]:
-    """Makes what `splits` needs beyond the settings (a trained tokenizer) under `data_dir`: → settings to use.
-
-    Called before `splits` and `reference`; the identity of the returned settings is unchanged.
-    """
+    """Makes what `splits` needs (a trained tokenizer) under `data_dir`: → settings to use, of the same identity."""
     del data_dir  # nothing to make
     return settings
 
   def check_preparable(self, settings: dict[str, Any], data_dir: pathlib.Path) -> None:
-    """Does in memory whatever in `prepare` can refuse the config (training a tokenizer), writing nothing.
-
-    Raises UsageError if it refuses; called before a run creates its workdir, so a refused value leaves nothing
-    behind, and `prepare` then reuses the result instead of doing the work twice.
-    """
+    """Does in memory what in `prepare` can refuse the config (UsageError), before a run writes anything;
+    `prepare` reuses the result."""
     del settings, data_dir  # nothing that can refuse
 
   def prepared(self, settings: dict[str, Any], data_dir: pathlib.Path) -> dict[str, Any] | None:

@@ -1,22 +1,17 @@
 """The bigram pairs as a TFDS dataset: generated locally, cached under the data dir, loaded once into NumPy.
 
-`load_bigram_data(config, workdir)` builds (or reuses) the `bigram_pairs` dataset for the task the config
-describes and returns a `BigramData` holding both splits, the loss floor and the reference table. The source
-(`tied_embed.data.sources`) says what the pairs are and first makes what it needs under the data dir (a text source's
-trained tokenizer); this module stores, verifies and loads them. A cached dataset is
-checked on every load (pair counts, shapes, ids below V); one that fails is deleted and generated again, with a
-warning. Generation holds an exclusive lock on the data dir, so a second run that needs the same dataset at the
-same moment is refused with one line naming the first. `train_batch(data, seed, step, batch_size)` picks the
-pairs of one step; it depends on (seed, step) alone, so a resumed run sees the same batches as an uninterrupted
-one. With data.selection_fraction > 0 the last share of the train split is held out as a selection split
-(`selection_pairs`), scored at every eval and never trained on; data.train_fraction < 1 then trains on the first
-part of what is left only (`train_pairs_used`). A source that splits by document (the text source with
-data.split='by_document') also says where each document's pairs end; the dataset keeps those ends (its TFDS
-metadata) and the selection split then starts at the document end nearest its share, so no document is both
-trained on and selected on. The stored dataset, the validation split, the floor and the
-references stay those of the whole dataset, so runs on different amounts of data share one cache and are scored
-on one eval. Every function here takes a config that `tied_embed.train.config.validate` has passed; the data.*
-fields are described there and in the sources that read them.
+`load_bigram_data(config, workdir)` builds (or reuses) the `bigram_pairs` dataset of the config's task and returns a
+`BigramData`. The source (`tied_embed.data.sources`) says what the pairs are and first makes what it needs under the
+data dir (a trained tokenizer); this module stores, verifies and loads them. A cached dataset is checked on every
+load; one that fails is deleted and generated again, with a warning. Generation holds an exclusive lock on the data
+dir, so a second run needing the same dataset at once is refused with one line naming the first. `train_batch`
+depends on (seed, step) alone, so a resumed run sees the same batches as an uninterrupted one.
+data.selection_fraction > 0 holds out the last share of the train split for selection (`selection_pairs`), never
+trained on; data.train_fraction < 1 trains on the first part of the rest (`train_pairs_used`). Split by document,
+the selection split starts at a document end (kept in the TFDS metadata), so no document is both trained and
+selected on. The stored dataset, the validation split, the floor and the references stay those of the whole
+dataset, so runs on different amounts of data share one cache and one eval. Configs here have passed
+`tied_embed.train.config.validate`.
 """
 
 from __future__ import annotations
@@ -48,21 +43,14 @@ DOCUMENT_ENDS = "document_ends"  # the TFDS metadata key of a by-document datase
 class BigramData:
   """Both splits in memory, with what the best possible model would score.
 
-  train_ids, train_next: (N,) int32, the train pairs used (the first `train_pairs_used` of the train split, less
-    its selection share);
+  train_ids, train_next: (N,) int32, the train pairs used (`train_pairs_used`, less the selection share).
   eval_ids, eval_next: (M,) int32, the whole validation split.
-  select_ids, select_next: (S,) int32, the selection split: the last `selection_pairs` of the train split (S = 0
-    with data.selection_fraction = 0; split by document, from the document end nearest that count), never trained
-    on.
+  select_ids, select_next: (S,) int32, the last `selection_pairs` of the train split, never trained on.
   loss_floor: H(next | current) in nats (exact for synthetic sources, empirical on the eval split for text).
-  true_log_probs: (V, V) log P(next=j | current=i), computed row by row when indexed (`sources.LogProbRows`);
-    for text from eval counts (-inf for unseen pairs, nan rows for tokens never current).
+  true_log_probs: (V, V) log P(next=j | current=i), rows computed when indexed (`sources.LogProbRows`).
   input_counts: (V,) int64, how often each token is current in the train pairs used.
-  identity: `dataset_identity` (the builder config name, the selection fraction over 0, the train fraction
-    under 1).
-  reference: the source's `Reference`, of the whole dataset.
-  eval_references: further losses to compare against, logged beside eval/loss as eval/<name> at every eval (fitted
-    on the whole train split, like the floor independent of data.train_fraction).
+  identity: `dataset_identity`. reference: the source's `Reference`, of the whole dataset.
+  eval_references: further losses logged as eval/<name> beside eval/loss (fitted on the whole train split).
   """
 
   source: str
@@ -121,8 +109,7 @@ class BigramPairs(tfds.core.GeneratorBasedBuilder):
 
 
 def task_splits(bc: BigramConfig) -> dict[str, tuple[np.ndarray, ...]]:
-  """The pairs the dataset stores: → {'train': (ids, next_ids), 'validation': (ids, next_ids)}, int32; split by
-  document, each with a third array, where each document's pairs end (D,) int64."""
+  """The pairs stored: {split: (ids, next_ids)} int32, by document with each document's pair ends (D,) int64."""
   return sources.get(bc.source).splits(bc.settings)
 
 
@@ -144,19 +131,15 @@ def train_fraction(config: Any) -> float:
 
 
 def selection_fraction(config: Any) -> float:
-  """data.selection_fraction, in [0, 0.5): the share of the train split held out for selection (0 where the config
-  has none)."""
+  """data.selection_fraction, in [0, 0.5): the share of the train split held out for selection (0 if absent)."""
   return float(config.data.get("selection_fraction", 0.0))
 
 
 def selection_pairs(num_train_pairs: int, fraction: float, document_ends: np.ndarray | None = None) -> int:
   """How many of the train split's last pairs are held out for selection: 0 for fraction 0, else round(fraction · N)
-  clipped to [1, N - 1], so that both the selection split and what is left to train on hold pairs (validation refuses
-  a fraction for which round(fraction · N) is 0: the clip acts only where N was estimated, SentencePiece text).
+  clipped to [1, N - 1], so both sides hold pairs (the clip acts only where N was estimated, SentencePiece text).
 
-  With `document_ends` (where each train document's pairs end, ascending), the count is moved to the nearest
-  document end that leaves pairs on both sides, so the selection split is whole documents; with no such end (one
-  train document) it stays as it is.
+  With `document_ends` (ascending), the cut moves to the nearest document end that leaves pairs on both sides.
   """
   if fraction == 0:
     return 0
@@ -171,19 +154,14 @@ def selection_pairs(num_train_pairs: int, fraction: float, document_ends: np.nda
 
 
 def train_pairs_used(num_train_pairs: int, fraction: float) -> int:
-  """How many of the train split's first pairs a run trains on: round(fraction · N), at least 1 and at most N.
-
-  Rounding rather than truncating, so that e.g. 0.29 · 100 (28.999999999999996 in floats) uses 29 pairs.
-  """
+  """How many of the train split's first pairs a run trains on: round(fraction · N) in [1, N] (rounded, as
+  0.29 · 100 is 28.999999999999996 in floats)."""
   return min(num_train_pairs, max(1, round(fraction * num_train_pairs)))
 
 
 def dataset_identity(config: Any) -> str:
-  """The data a config trains on: the builder config name (it includes the text file's content hash and, for the
-  synthetic tasks, the hidden width data.task_d_model), with '-select<fraction>' appended when
-  data.selection_fraction is over 0 and then '-train<fraction>' when data.train_fraction is under 1, so a run
-  cannot resume on another split of the data.
-  """
+  """The data a config trains on: the builder config name, then '-select<fraction>' when data.selection_fraction is
+  over 0 and '-train<fraction>' when data.train_fraction is under 1, so a run cannot resume on other data."""
   source = sources.get(config.data.source)
   return _identity(source.identity(source.settings(config)), train_fraction(config), selection_fraction(config))
 
@@ -209,10 +187,8 @@ def _version_dir(bc: BigramConfig, directory: pathlib.Path) -> pathlib.Path:
 def _read_split(builder: BigramPairs, split: str) -> tuple[np.ndarray, np.ndarray]:
   blocks = builder.as_data_source(split=split)
   examples = [blocks[i] for i in range(len(blocks))]
-  if not examples:
-    return np.zeros(0, np.int32), np.zeros(0, np.int32)
-  return (np.concatenate([e["ids"] for e in examples]).astype(np.int32),
-          np.concatenate([e["next_ids"] for e in examples]).astype(np.int32))
+  return tuple(np.concatenate([np.zeros(0, np.int32)] + [e[key] for e in examples]).astype(np.int32)
+               for key in ("ids", "next_ids"))
 
 
 def _problem(bc: BigramConfig, split: str, ids: np.ndarray, next_ids: np.ndarray) -> str | None:
@@ -255,8 +231,7 @@ def _read_verified(bc: BigramConfig, directory: pathlib.Path) -> tuple[dict[str,
 
 
 def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
-  """The verified splits (and a by-document dataset's train document ends, under DOCUMENT_ENDS), generated (under
-  the data dir's lock) unless a good cache exists."""
+  """The verified splits (and DOCUMENT_ENDS), generated under the data dir's lock unless a good cache exists."""
   splits, why = _read_verified(bc, directory)
   if splits is not None:
     return splits
@@ -278,8 +253,8 @@ def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
 
 
 def check_preparable(config: Any, workdir: str | pathlib.Path) -> None:
-  """UsageError if the source refuses the config in what it makes before the pairs (a SentencePiece vocabulary
-  the corpus cannot support), found in memory and before anything is written; `load_bigram_data` reuses it."""
+  """UsageError if the source refuses the config in what it makes before the pairs (a SentencePiece vocabulary),
+  found in memory before anything is written; `load_bigram_data` reuses the work."""
   bc = builder_config(config)
   sources.get(bc.source).check_preparable(bc.settings, data_dir(config, workdir))
 
@@ -294,11 +269,8 @@ def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
 
 
 def load_existing_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
-  """The dataset as it is cached under the data dir, for a reader that must write nothing: config → BigramData.
-
-  Nothing is trained, generated or deleted. UsageError saying what is missing (the corpus, the tokenizer, the
-  dataset) or what is wrong with the cache.
-  """
+  """The dataset as cached under the data dir, writing nothing: config → BigramData; UsageError saying what is
+  missing (the corpus, the tokenizer, the dataset) or wrong."""
   bc = builder_config(config)
   directory = data_dir(config, workdir)
   settings = sources.get(bc.source).prepared(bc.settings, directory)
@@ -312,12 +284,9 @@ def load_existing_bigram_data(config: Any, workdir: str | pathlib.Path) -> Bigra
   return _bigram_data(bc, splits, train_fraction(config), selection_fraction(config))
 
 
-def _bigram_data(
-    bc: BigramConfig, splits: dict[str, Any], fraction: float, held_out: float
-) -> BigramData:
-  """BigramData of prepared settings and their loaded splits: the last `held_out` share of the train split held out
-  for selection, trained on the first `fraction` of the rest; the reference and the count references computed (on
-  the whole splits)."""
+def _bigram_data(bc: BigramConfig, splits: dict[str, Any], fraction: float, held_out: float) -> BigramData:
+  """BigramData of loaded splits: the last `held_out` of train for selection, the first `fraction` of the rest to
+  train on; the references from the whole splits."""
   source = sources.get(bc.source)
   (train_ids, train_next), (eval_ids, eval_next) = splits["train"], splits["validation"]
   kept = len(train_ids) - selection_pairs(len(train_ids), held_out, splits.get(DOCUMENT_ENDS))
@@ -337,12 +306,8 @@ def _bigram_data(
 
 
 def record_for_inspection(data: BigramData, config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
-  """Writes WORKDIR/report_data.npz, what inspection needs of the data (see `tied_embed.data.record`).
-
-  Its size is that of the source's record (a hidden (V, D) table, or the validation pairs' sparse counts and a
-  text source's tokenizer model) plus (V,) counts. A SentencePiece model is also written as
-  WORKDIR/tokenizer.model, so the workdir alone can tokenize (e.g. `sentencepiece.SentencePieceProcessor`).
-  """
+  """Writes WORKDIR/report_data.npz, what inspection needs of the data (see `tied_embed.data.record`), and a
+  SentencePiece model as WORKDIR/tokenizer.model, so the workdir alone can tokenize."""
   reference = data.reference or sources.get(data.source).reference(
       builder_config(config).settings, data.eval_ids, data.eval_next)
   facts = record_lib.InspectionData(
@@ -358,9 +323,7 @@ def record_for_inspection(data: BigramData, config: Any, workdir: str | pathlib.
 
 def train_batch(data: BigramData, seed: int, step: int, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
   """The global batch of `step`: pairs drawn uniformly with replacement from train, → ids, next_ids (B,) int32.
-
-  A pure function of (seed, step): no iterator state, so resuming at step s reproduces the uninterrupted run.
-  """
+  A pure function of (seed, step), so resuming at step s reproduces the uninterrupted run."""
   rng = np.random.default_rng([seed, step])
   rows = rng.integers(0, len(data.train_ids), size=batch_size)
   return data.train_ids[rows], data.train_next[rows]

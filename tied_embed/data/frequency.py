@@ -1,18 +1,12 @@
 """Input-frequency buckets: rare, middle and frequent current tokens, by how often each is current in train.
 
 A tied table's rows are trained through the lookup only as often as the token is current, so where tying helps or
-hurts shows most on rare inputs. The buckets split the vocabulary by the train occurrences it accounts for.
-Tokens are sorted by their train count, most frequent first (equal counts: smaller id first), and the N train
-pairs' current tokens laid out in that order, occurrence 0 to N - 1. A token goes to the bucket its first
-occurrence in that order falls in:
+hurts shows most on rare inputs. Tokens are sorted by train count, most frequent first (ties: smaller id first),
+and the N train occurrences laid out in that order; a token goes to the bucket its first occurrence falls in:
 
-- frequent: first occurrence before 0.5·N, so the frequent tokens make up the first 50% of occurrences and the
-  one whose occurrences straddle 0.5·N (they make up at least 50%, by less than one token's count more);
-- rare: first occurrence at 0.9·N or later, so every occurrence of a rare token lies in the last 10% (they make up
-  at most 10%), plus every token never current in train;
-- middle: the rest, including the token whose occurrences straddle 0.9·N.
-
-Pure NumPy, and cheap: (V,) counts in, (V,) bucket indices out.
+- frequent: before 0.5·N (the first 50% of occurrences and the token straddling 0.5·N);
+- rare: at 0.9·N or later (all its occurrences in the last 10%), plus every token never current in train;
+- middle: the rest, including the token straddling 0.9·N.
 """
 
 from __future__ import annotations
@@ -30,10 +24,7 @@ def scalar_name(bucket: str) -> str:
 
 
 def input_buckets(input_counts: np.ndarray) -> np.ndarray:
-  """The bucket index (into BUCKETS) of every token: train counts (V,) → (V,) int32 in {0, 1, 2}.
-
-  All tokens are rare when train holds no pairs.
-  """
+  """The bucket index (into BUCKETS) of every token: train counts (V,) → (V,) int32 (all rare for no pairs)."""
   counts = np.asarray(input_counts, np.int64)
   order = np.argsort(-counts, kind="stable")  # most frequent first; equal counts in id order
   first_occurrence = np.empty(len(counts), np.int64)
@@ -47,11 +38,8 @@ def input_buckets(input_counts: np.ndarray) -> np.ndarray:
 
 
 def bucket_sizes(input_counts: np.ndarray, eval_input_counts: np.ndarray | None) -> dict[str, dict[str, int | None]]:
-  """{bucket: {tokens, train_pairs, eval_pairs}} from train counts (V,) and validation counts (V,) or None.
-
-  tokens: how many tokens the bucket holds; train_pairs: the train pairs whose current token is in it; eval_pairs:
-  likewise on validation (None without `eval_input_counts`).
-  """
+  """{bucket: {tokens, train_pairs, eval_pairs}}: its token count and the train and validation pairs whose current
+  token is in it, from counts (V,) and (V,) or None (eval_pairs None)."""
   counts = np.asarray(input_counts, np.int64)
   buckets = input_buckets(counts)
   eval_counts = None if eval_input_counts is None else np.asarray(eval_input_counts, np.int64)

@@ -1,9 +1,8 @@
 """What inspection needs of a run's data, kept in its workdir: WORKDIR/report_data.npz.
 
-Written at training time (`tied_embed.data.bigram.record_for_inspection`), so that inspecting a workdir needs nothing
-outside it: not the dataset, not the text file. It holds the reference's small record (a synthetic task's hidden
-table (V, D), or a text's sparse validation pair counts and its SentencePiece model), the input counts (V,) and
-the floor. A SentencePiece model is also kept as WORKDIR/tokenizer.model for people and other tools.
+Written at training time (`tied_embed.data.bigram.record_for_inspection`), so inspecting a workdir needs nothing
+outside it. It holds the reference's small record (a hidden table (V, D), or sparse validation pair counts and a
+SentencePiece model), the input counts (V,) and the floor.
 """
 
 from __future__ import annotations
@@ -58,11 +57,8 @@ def write_file(workdir: str | pathlib.Path, name: str, payload: bytes) -> pathli
 
 
 def read(workdir: str | pathlib.Path) -> InspectionData | None:
-  """WORKDIR/report_data.npz as InspectionData; None if the workdir has none.
-
-  Raises ValueError (or OSError) if the file is there but cannot be read back, or holds what no run writes: a
-  number that is not finite (NaN, Inf), a negative floor or count. Such a file is damaged, not shown.
-  """
+  """WORKDIR/report_data.npz as InspectionData; None if the workdir has none. ValueError (or OSError) if it cannot
+  be read back or holds what no run writes (a number not finite, a negative floor or count)."""
   path = pathlib.Path(workdir) / FILE_NAME
   if not path.is_file() or path.is_symlink():
     return None

@@ -1,19 +1,15 @@
 """The bigram tasks, in pure NumPy: one module per source, behind the `base.Source` interface.
 
-A bigram task is a distribution of current tokens `p` (V,) and a transition table `log P(next | current)` (V, V).
-The best any model can do on it is the conditional entropy H(next | current) = -Σ_i p_i Σ_j P(j|i) log P(j|i),
-the loss floor that training is measured against.
+A bigram task is current tokens `p` (V,) and a table `log P(next | current)` (V, V); its loss floor is
+H(next | current) = -Σ_i p_i Σ_j P(j|i) log P(j|i).
 
 - `planted`: symmetric logits e*_i · e*_j, which a tied table represents exactly;
 - `directed`: e*_i · e*_{j-1}, a one-way cycle a tied table cannot represent;
 - `text`: bigrams of a local corpus (bytes or SentencePiece pieces), with an empirical floor;
 - `tfds`: the same over a TFDS text dataset.
 
-The text sources share `tokenized` (the token stream and its references), `tokenizer`, `corpus` (reading local
-files in bounded memory) and `count_bigram` (sparse counts: the empirical table and the add-k count model).
-
-`get(name)` returns a source. Every module of this package is imported here, so adding a source is one new
-module that defines a `base.Source` and calls `base.register` on it.
+The text sources share `tied_embed.data.text`. Every module of this package is imported here, so adding a source
+is one new module that defines a `base.Source` and calls `base.register` on it.
 """
 
 from __future__ import annotations
@@ -25,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from tied_embed.data.base import REGISTRY, LogProbRows, Reference, Source, log_softmax, zipf_probs
-from tied_embed.data.sources import text
 from tied_embed.data.sources.synthetic import (
   SyntheticSource,
   conditional_entropy,
@@ -34,20 +29,18 @@ from tied_embed.data.sources.synthetic import (
   synthetic_splits,
   table_rows,
 )
-from tied_embed.data.sources.text import empirical_conditional_entropy, empirical_log_probs, text_pairs
+from tied_embed.data.sources.text import empirical_log_probs, text_pairs
 
 for _module in pkgutil.iter_modules(__path__):  # each source module registers itself
   importlib.import_module(f"{__name__}.{_module.name}")
 
 SOURCES = tuple(sorted(REGISTRY))
 SYNTHETIC_SOURCES = tuple(name for name in SOURCES if isinstance(REGISTRY[name], SyntheticSource))
-TEXT_VOCAB_SIZE = text.VOCAB_SIZE
 
 __all__ = [
-    "REGISTRY", "SOURCES", "SYNTHETIC_SOURCES", "TEXT_VOCAB_SIZE", "LogProbRows", "Reference", "Source",
-    "conditional_entropy", "empirical_conditional_entropy", "empirical_log_probs", "get", "hidden_table",
-    "log_softmax", "sample_pairs", "synthetic_splits", "synthetic_task", "text_pairs", "transition_log_probs",
-    "zipf_probs",
+    "REGISTRY", "SOURCES", "SYNTHETIC_SOURCES", "LogProbRows", "Reference", "Source", "conditional_entropy",
+    "empirical_log_probs", "get", "hidden_table", "log_softmax", "sample_pairs", "synthetic_splits", "synthetic_task",
+    "text_pairs", "transition_log_probs", "zipf_probs",
 ]
 
 

@@ -1,9 +1,8 @@
 """What the synthetic tasks share: a hidden table e* (V, D), Zipf current tokens, sampled pairs, an exact floor.
 
-P(j|i) = softmax_j(e*_i · out_j), where each task says what its output table `out` (V, D) is. Current tokens
-follow p_i ∝ (i + 1)^-s, so high ids are rarely looked up and get most of their gradient through the output
-projection. Every (V, V) quantity is computed in blocks of rows (`base.row_blocks`), so generating the data of a
-large vocabulary needs memory for a block, not for the table.
+P(j|i) = softmax_j(e*_i · out_j), each task naming its output table `out` (V, D). Current tokens follow
+p_i ∝ (i + 1)^-s, so high ids are rarely looked up and get most of their gradient through the output projection.
+(V, V) quantities are computed in blocks of rows (`base.row_blocks`), so memory holds a block, not the table.
 """
 
 from __future__ import annotations
@@ -18,11 +17,8 @@ from tied_embed.util import require
 
 
 def hidden_table(vocab_size: int, d_model: int, logit_scale: float, seed: int) -> np.ndarray:
-  """The hidden table e* (V, D) float64, with E|e*_i|² = logit_scale.
-
-  Entries are N(0, logit_scale / D), so a self (planted) or next (directed) logit is about `logit_scale` and
-  the other logits spread with standard deviation logit_scale / sqrt(D).
-  """
+  """The hidden table e* (V, D) float64 of N(0, logit_scale / D) entries: a self (planted) or next (directed) logit
+  is about `logit_scale`, the others spread with standard deviation logit_scale / sqrt(D)."""
   rng = np.random.default_rng([seed, 0])
   return rng.standard_normal((vocab_size, d_model)) * np.sqrt(logit_scale / d_model)
 
@@ -43,10 +39,7 @@ def sample_pairs(
     current_probs: np.ndarray, log_probs: Any, num_pairs: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
   """Draws i ~ p, then j ~ P(·|i): (V,), (V, V) array or LogProbRows → ids (N,) int32, next_ids (N,) int32.
-
-  Inverse-CDF sampling, one `searchsorted` per current token over its rows (found by one argsort), so the cost
-  is O(N log N) with no (N, V) array; the CDF is built one block of rows at a time.
-  """
+  Inverse-CDF sampling per current token, O(N log N) with no (N, V) array, the CDF one block of rows at a time."""
   vocab_size = len(current_probs)
   ids = rng.choice(vocab_size, size=num_pairs, p=current_probs).astype(np.int32)
   uniforms = rng.random(num_pairs)
@@ -71,9 +64,8 @@ def synthetic_splits(
   return {"train": train, "validation": sample_pairs(current_probs, log_probs, num_eval, rng)}
 
 
-# Generating a synthetic dataset computes the (V, V) table TABLE_PASSES times, a block of rows at a time: the train
-# sample, the eval sample and the floor. The work grows as V²: V = 16,384 took 111 s on 2 busy CPU cores (~140 ns
-# an entry), so MAX_VOCAB_SIZE = 32,768 takes minutes, and V = 10⁶ would take days with no output.
+# Generating a synthetic dataset computes the (V, V) table TABLE_PASSES times (train, eval, floor): V = 16,384 took
+# 111 s on 2 busy CPU cores (~140 ns an entry), so MAX_VOCAB_SIZE takes minutes and V = 10⁶ would take days.
 TABLE_PASSES = 3
 MAX_VOCAB_SIZE = 32_768
 

@@ -1,10 +1,8 @@
 """text: bigrams of a local corpus (a file, a directory or a glob), as bytes or SentencePiece pieces.
 
-The corpus's files are read in sorted order and concatenated (`corpus`); the last 10% of its bytes is the validation
-split. With data.split='by_document' a corpus of several files is split by whole files instead, in a fixed shuffled
-order, each file tokenized on its own (`corpus`). The reference table and the floor are the bigram statistics of the
-validation tokens; the dataset's identity includes a hash of the corpus's contents, so editing a file makes a new
-dataset, and an unchanged corpus is never tokenized twice. With data.tokenizer='sentencepiece' the corpus must be
+How the corpus is read and split (data.split) is `corpus`'s. The reference table and the floor are the bigram
+statistics of the validation tokens; the dataset's identity includes a hash of the corpus's contents, so editing a
+file makes a new dataset and an unchanged corpus is never tokenized twice. data.tokenizer='sentencepiece' needs
 UTF-8 (other input is refused, naming the file and byte); 'bytes' takes any bytes.
 """
 
@@ -24,29 +22,17 @@ from tied_embed.data.text.count_bigram import PairCounts, empirical_rows
 from tied_embed.data.text.tokenized import TextSource
 from tied_embed.util import require
 
-VOCAB_SIZE = 256  # one token per byte value
-VALIDATION_FRACTION = corpus.VALIDATION_FRACTION
-# The corpus when data.text_path is '': Python's own pydoc topics (about 750 KB of English documentation), which
-# every installation of the interpreter carries and which changes only with the Python version, unlike a file of
-# this repository.
+# The corpus when data.text_path is '': Python's pydoc topics (about 750 KB of English), in every installation
 DEFAULT_CORPUS = pathlib.Path(pydoc_data.__file__).parent / "topics.py"
 _MIN_BYTES = 32  # enough for a few pairs in the validation split
 MIN_BYTES_PER_PIECE = 16  # less train text a piece cannot yield V pieces (English: 4-5 bytes a piece)
 
 
-def resolve_text_path(text_path: str) -> pathlib.Path:
-  """'' → DEFAULT_CORPUS; anything else is taken as given (relative to the working directory)."""
-  return pathlib.Path(text_path).expanduser() if text_path else DEFAULT_CORPUS
-
-
 def text_pairs(
-    data: bytes, validation_fraction: float = VALIDATION_FRACTION
+    data: bytes, validation_fraction: float = corpus.VALIDATION_FRACTION
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-  """Byte bigrams of a file split by position: the last `validation_fraction` of the bytes is validation.
-
-  bytes (n,) → {'train': (ids, next_ids), 'validation': (ids, next_ids)}, int32 arrays of n_split - 1 pairs.
-  No pair straddles the split point, so the two splits share no bytes.
-  """
+  """Byte bigrams split by position, the last `validation_fraction` of the bytes validation, no pair across the
+  split: bytes (n,) → {'train': (ids, next_ids), 'validation': (ids, next_ids)}, int32."""
   values = np.frombuffer(data, dtype=np.uint8).astype(np.int32)
   split_at = len(values) - int(len(values) * validation_fraction)
   train, validation = values[:split_at], values[split_at:]
@@ -54,17 +40,9 @@ def text_pairs(
 
 
 def empirical_log_probs(ids: np.ndarray, next_ids: np.ndarray, vocab_size: int) -> np.ndarray:
-  """log(count(i, j) / count(i)) of observed pairs: (N,), (N,) → (V, V) float64 (for small V and tests).
-
-  -inf where a pair never occurs; a row whose token never occurs as current is all nan.
-  """
+  """log(count(i, j) / count(i)) of observed pairs: (N,), (N,) → (V, V) float64 (for small V and tests); -inf for
+  unseen pairs, nan rows for tokens never current."""
   return np.asarray(empirical_rows(PairCounts.of(ids, next_ids, vocab_size)))
-
-
-def empirical_conditional_entropy(ids: np.ndarray, next_ids: np.ndarray, vocab_size: int) -> float:
-  """Empirical H(next | current) of observed pairs, the best a bigram model can score on them: → float nats."""
-  log_probs = empirical_log_probs(ids, next_ids, vocab_size)
-  return float(-log_probs[ids, next_ids].mean())
 
 
 class Text(TextSource):
@@ -157,9 +135,8 @@ class Text(TextSource):
       yield from lines
 
   def splits(self, settings: dict[str, Any]) -> dict[str, tuple[np.ndarray, ...]]:
-    """By document: each split's pairs within each file, and where each file's pairs end →
-    {split: (ids, next_ids, ends)}, ends (D,) int64 (the dataset keeps them to cut the selection split at a file's
-    end). Otherwise the concatenated text's pairs, as every text source makes them."""
+    """By document, each split's pairs within each file and where each file's pairs end: {split: (ids, next_ids,
+    ends)}, ends (D,) int64; otherwise the concatenated text's pairs."""
     if settings.get("split") != corpus.BY_DOCUMENT:
       return super().splits(settings)
     pairs = {}
@@ -191,9 +168,8 @@ def _validation_bytes(files: list[pathlib.Path], order: list[int]) -> int:
 
 
 def document_pairs(tokens: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """The pairs of each document's tokens, none from one document into the next: tokens (N,), ends (D,) (document d
-  is tokens[ends[d - 1]:ends[d]]) → ids, next_ids (P,) int32 and pair ends (D,) int64, where document d's pairs
-  end; a document of n tokens gives max(n - 1, 0) pairs."""
+  """The pairs within each document: tokens (N,), ends (D,) (document d is tokens[ends[d - 1]:ends[d]]) → ids,
+  next_ids (P,) int32 and pair ends (D,) int64; a document of n tokens gives max(n - 1, 0) pairs."""
   tokens, ends = np.asarray(tokens, np.int32), np.asarray(ends, np.int64)
   starts = ends[(ends > 0) & (ends < len(tokens))]  # where a document after the first begins
   crossing = np.zeros(max(len(tokens) - 1, 0), bool)

@@ -1,11 +1,9 @@
 """tfds: bigrams of a TFDS text dataset (e.g. tiny_shakespeare, lm1b), read from TFDS's own prepared copy.
 
-`data.tfds_name` names the dataset (a config as 'name/config', a version as 'name:1.0.0'), `data.tfds_train_split`
-and `data.tfds_eval_split` its splits (TFDS split syntax, e.g. 'train[:90%]'), `data.text_feature` the text
-field, and `data.tfds_data_dir` where TFDS keeps it ('' = TFDS's default). Nothing is downloaded: a dataset
-without a prepared copy is one line naming the command that prepares it. Each example's text is read in order;
-examples are separated by a newline. The text is UTF-8 by TFDS's contract; stray invalid bytes become U+FFFD.
-TensorFlow is imported only when this source is used.
+`data.tfds_name` names the dataset ('name/config', 'name:1.0.0'), `data.tfds_train_split` and `data.tfds_eval_split`
+its splits (e.g. 'train[:90%]'), `data.text_feature` the text field, `data.tfds_data_dir` where TFDS keeps it ('' =
+TFDS's default). Nothing is downloaded: a dataset without a prepared copy is one line naming the command that
+prepares it. Examples are read in order, joined by newlines; stray invalid UTF-8 becomes U+FFFD.
 """
 
 from __future__ import annotations

@@ -1,21 +1,18 @@
 """A local text corpus: `data.text_path` as a file, a directory (read recursively) or a glob, read in bounded memory.
 
-The corpus is its files in sorted path order. `data.split` says how it is split, before tokenizing, so a tokenizer
-can be trained on train text alone:
+The corpus is its files in sorted path order, split (before tokenizing, so a tokenizer trains on train text alone)
+as `data.split` says:
 
-- 'contiguous' (the default): the files concatenated; the train split is the first 90% of those bytes and the
-  validation split the rest (moved back to a character boundary). In a corpus whose files are sorted by name, the
-  train split's prefixes and the validation split can be different kinds of text (Vim's help files: the change
-  notes version*.txt come last, so validation is mostly change notes and a 1% prefix is a few help files).
-- 'by_document': whole files in a fixed pseudo-random order (`document_order`, seed DOCUMENT_SEED); the last files
-  of that order, about VALIDATION_FRACTION of the bytes (`validation_documents`), are the validation split and the
-  others, in that order, the train split, so every prefix of train and the validation split draw from one mix.
-  Each file is tokenized on its own and no pair runs from one file into the next.
-  A corpus of one file has no documents to shuffle: it is split contiguously whatever `data.split` says.
+- 'contiguous' (the default): the files concatenated; the first 90% of the bytes is train, the rest validation
+  (moved back to a character boundary). Sorted by name, train prefixes and validation can be different kinds of
+  text (Vim's help files: the change notes version*.txt come last).
+- 'by_document': whole files in a fixed pseudo-random order (`document_order`); the last files, about
+  VALIDATION_FRACTION of the bytes (`validation_documents`), are validation and the others train, so every train
+  prefix and validation draw from one mix. No pair runs from one file into the next. A one-file corpus is split
+  contiguously.
 
-Hidden files (a name starting with '.') and empty files are skipped. `scan` reads every byte once to hash the corpus
-and, when asked, to check that it is UTF-8; its result is remembered per (path, size, mtime) so validation, settings
-and loading read a large corpus once per process.
+Hidden and empty files are skipped. `scan` hashes the corpus (and checks UTF-8 when asked) once per process per
+(path, size, mtime).
 """
 
 from __future__ import annotations
@@ -48,11 +45,8 @@ class Scan(NamedTuple):
 
 
 def resolve(text_path: str, default: pathlib.Path) -> list[pathlib.Path]:
-  """The corpus files of `data.text_path` ('' = `default`), sorted; UsageError if there are none.
-
-  A file is itself; a directory is every non-hidden regular file below it; anything with * ? [ is a glob. A file
-  reached by several paths (links) counts once.
-  """
+  """The corpus files of `data.text_path` ('' = `default`): a file, every non-hidden file below a directory, or a
+  glob (* ? [); sorted, each file once; UsageError if there are none."""
   field, shown = "data.text_path", text_path
   path = pathlib.Path(text_path).expanduser() if text_path else default
   if any(c in _GLOB_CHARS for c in text_path):
@@ -61,7 +55,8 @@ def resolve(text_path: str, default: pathlib.Path) -> list[pathlib.Path]:
     if not files:
       raise UsageError.bad_value(field, shown, "a file, a directory or a glob that matches files (it matches none)")
   elif path.is_dir():
-    files = sorted(p for p in path.rglob("*") if p.is_file() and not _hidden(p.relative_to(path)))
+    files = sorted(p for p in path.rglob("*")
+                   if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
   elif path.exists():
     files = [path]
   else:
@@ -74,18 +69,13 @@ def resolve(text_path: str, default: pathlib.Path) -> list[pathlib.Path]:
 
 
 def _distinct(files: list[pathlib.Path]) -> list[pathlib.Path]:
-  """Each file once, sorted: a file reached by several paths (a link, or a glob through a loop such as
-  `self -> .`) is named by the shortest of them."""
+  """Each file once, sorted, named by the shortest of its paths (links, or a glob through a loop like `self -> .`)."""
   shortest: dict[pathlib.Path, pathlib.Path] = {}
   for path in files:
     known = shortest.setdefault(path.resolve(), path)
     if (len(path.parts), str(path)) < (len(known.parts), str(known)):
       shortest[path.resolve()] = path
   return sorted(shortest.values())
-
-
-def _hidden(relative: pathlib.Path) -> bool:
-  return any(part.startswith(".") for part in relative.parts)
 
 
 def _size(path: pathlib.Path) -> int:
@@ -96,12 +86,9 @@ def _size(path: pathlib.Path) -> int:
 
 
 def scan(files: list[pathlib.Path], check_utf8: bool, field: str = "data.text_path") -> Scan:
-  """Hashes the corpus (each file's bytes, in order; a lone file hashes as its bytes) and sums its size.
-
-  With `check_utf8`, a file that is not UTF-8 is a UsageError naming it and the byte offset: such input is
-  refused, not silently replaced, so the tokens always mean what the file says.
-  """
-  key = tuple((str(p), *_stat(p)) for p in files)
+  """Hashes the corpus (a lone file hashes as its bytes) and sums its size. With `check_utf8`, a file that is not
+  UTF-8 is a UsageError naming it and the byte offset: refused, not replaced, so tokens mean what the file says."""
+  key = tuple((str(p), s.st_size, s.st_mtime_ns, s.st_ino) for p in files for s in [p.stat()])
   if key in _scans and (_scans[key][1] or not check_utf8):
     return _scans[key][0]
   digest, total = hashlib.sha256(), 0
@@ -127,11 +114,6 @@ def scan(files: list[pathlib.Path], check_utf8: bool, field: str = "data.text_pa
   return result
 
 
-def _stat(path: pathlib.Path) -> tuple[int, int, int]:
-  stat = path.stat()
-  return stat.st_size, stat.st_mtime_ns, stat.st_ino
-
-
 def _decode_or_refuse(decoder: Any, chunk: bytes, final: bool, path: pathlib.Path, offset: int, field: str) -> None:
   try:
     decoder.decode(chunk, final)
@@ -153,10 +135,7 @@ def document_label(seed: int = DOCUMENT_SEED) -> str:
 
 def document_order(files: list[pathlib.Path], seed: int = DOCUMENT_SEED) -> list[int]:
   """The indices of `files` in the order 'by_document' splits them: by sha256 of (seed, file name), ties by path.
-
-  A hash of each name rather than a random permutation: the order is the same on every machine and NumPy version,
-  whatever order the files were listed in, and adding a file to the corpus leaves the others' order as it was.
-  """
+  Hashing names keeps the order the same on every machine and leaves it as it was when a file is added."""
   def key(index: int) -> tuple[str, str]:
     return hashlib.sha256(f"{seed}\0{files[index].name}".encode()).hexdigest(), str(files[index])
   return sorted(range(len(files)), key=key)
@@ -201,8 +180,7 @@ def char_boundary(files: list[pathlib.Path], position: int) -> int:
 
 
 def read_lines(files: list[pathlib.Path], start: int = 0, stop: int | None = None) -> Iterator[str]:
-  """The UTF-8 text of bytes [start, stop) line by line (without the newline), in bounded memory. A file that does
-  not end in a newline runs on into the next one, as in the concatenated bytes."""
+  """The UTF-8 text of bytes [start, stop) line by line (without the newline), in bounded memory, across files."""
   decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
   pending = ""
   for chunk in read_bytes(files, start, stop):

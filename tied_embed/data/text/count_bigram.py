@@ -93,16 +93,12 @@ def best_k(fit: PairCounts, held_ids: np.ndarray, held_next: np.ndarray) -> floa
   return min(K_GRID, key=lambda k: add_k_loss(fit, held_ids, held_next, k))
 
 
-def choose_k(train_ids: np.ndarray, train_next: np.ndarray, vocab_size: int) -> float:
-  """The k of K_GRID with the lowest loss on the last HELD_OUT_FRACTION of train, fitted on the rest."""
-  cut = len(train_ids) - max(int(len(train_ids) * HELD_OUT_FRACTION), 1)
-  fit = PairCounts.of(train_ids[:cut], train_next[:cut], vocab_size)
-  return best_k(fit, train_ids[cut:], train_next[cut:])
-
-
 def count_bigram_loss(
     train_ids: np.ndarray, train_next: np.ndarray, eval_ids: np.ndarray, eval_next: np.ndarray, vocab_size: int
 ) -> tuple[float, float]:
   """The add-k count model fitted on train (N,) pairs and scored on eval (M,) pairs: → (loss in nats, k)."""
-  k = choose_k(train_ids, train_next, vocab_size) if len(train_ids) >= 2 else 1.0
+  k = 1.0
+  if len(train_ids) >= 2:  # the k with the lowest loss on the last HELD_OUT_FRACTION of train, fitted on the rest
+    cut = len(train_ids) - max(int(len(train_ids) * HELD_OUT_FRACTION), 1)
+    k = best_k(PairCounts.of(train_ids[:cut], train_next[:cut], vocab_size), train_ids[cut:], train_next[cut:])
   return add_k_loss(PairCounts.of(train_ids, train_next, vocab_size), eval_ids, eval_next, k), k

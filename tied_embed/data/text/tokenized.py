@@ -1,11 +1,9 @@
 """What the text sources share: a tokenizer (`data.tokenizer`), the token stream's pairs, sparse references.
 
-A text source says where its train and validation text come from (`TextSource` subclasses: `text` for local
-files, `tfds` for TFDS datasets); this module turns that text into the bigram task: the tokens of each split in
-order, and each token paired with the next (current token → next token). The reference table is the empirical
-bigram table of the validation pairs and `loss_floor` their empirical entropy, an unreachable lower bound for real
-text; `eval_references` adds the add-k count bigram model fitted on train (`count_bigram`). Both are held as
-sparse counts, so V = 32768 costs memory for the pairs that occur, not V².
+A `TextSource` subclass (`text`: local files, `tfds`: TFDS datasets) says where each split's text comes from; this
+module pairs each token of a split with the next. The reference table is the empirical bigram table of the
+validation pairs and `loss_floor` their empirical entropy; `eval_references` adds the add-k count model fitted on
+train (`count_bigram`). Both are sparse counts, so memory grows with the pairs that occur, not V².
 
 `data.tokenizer`: 'bytes' (V = 256), 'sentencepiece' (trained on a sample of the train text with exactly
 `model.vocab_size` pieces, cached under the data dir by corpus hash and settings), or the path of a `.model`.
@@ -33,8 +31,7 @@ log = logging.getLogger(__name__)
 
 MIN_SUBWORD_VOCAB = 8  # SentencePiece needs room for <unk> and a few characters
 _MAX_SUBWORD_VOCAB = 1 << 20
-# SentencePiece models trained by `check_preparable` before the data dir may be written, by tokenizer_key,
-# until `prepare` caches them there: a process trains a corpus's vocabulary once.
+# tokenizer_key → a model `check_preparable` trained before the data dir may be written, until `prepare` caches it
 _trained_models: dict[str, bytes] = {}
 
 
@@ -102,8 +99,8 @@ class TextSource(base.Source):
     return prefix if settings["tokenizer"] == tokenizer_lib.BYTES else f"{prefix}-{settings['tokenizer_key']}"
 
   def num_pairs(self, settings: dict[str, Any]) -> dict[str, int]:
-    """Exact for bytes of local text. For subwords an estimate for the memory check: half the bytes (English
-    averages about four bytes a piece at V in the thousands); the exact count is known once tokenized."""
+    """Exact for bytes of local text; for subwords half the bytes, an estimate for the memory check (English
+    averages about four bytes a piece at V in the thousands)."""
     per_token = 1 if settings["tokenizer"] == tokenizer_lib.BYTES else 2
     return {split: max(size // per_token - 1, 0) for split, size in settings["num_bytes"].items()}
 
@@ -145,8 +142,7 @@ class TextSource(base.Source):
     return data_dir / "tokenizers" / f"{settings['tokenizer_key']}.model"
 
   def _train(self, settings: dict[str, Any]) -> bytes:
-    log.info("Training a SentencePiece vocabulary of %d pieces on a sample of the train text.",
-                 settings["vocab_size"])
+    log.info("Training a SentencePiece vocabulary of %d pieces on a sample of the train text.", settings["vocab_size"])
     return tokenizer_lib.train_sentencepiece(self.sample_lines(settings), settings["vocab_size"],
                                              self.corpus_name(settings))
 

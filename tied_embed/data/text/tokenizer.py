@@ -1,12 +1,10 @@
 """Tokenizers of text sources: bytes (V = 256) or a SentencePiece model, trained here or given as a `.model` file.
 
-SentencePiece is trained the way the Flax lm1b example does it (unigram, `model.vocab_size` pieces, a bounded
-sample of the train split), with what a bigram stream needs: no BOS/EOS/padding ids, so every id but `<unk>` (0)
-is a piece of text. Training is deterministic: one thread, the sample taken at fixed positions, and the model
-written from memory (no file names inside), so the same corpus and settings give the same model file byte for byte.
-Lines are encoded one at a time and their tokens concatenated: newlines leave no token of their own. SentencePiece's
-trainer drops a sentence longer than its `max_sentence_length` without a word, so a line longer than that is
-cut into pieces at spaces before it trains (a corpus of one long line trains like any other).
+SentencePiece is trained as in the Flax lm1b example (unigram, a bounded sample of the train split), with no
+BOS/EOS/padding ids, so every id but `<unk>` (0) is a piece of text. Training is deterministic (one thread, a sample
+at fixed positions, the model written from memory), so the same corpus and settings give the same model file byte
+for byte. Lines are encoded one at a time and their tokens concatenated: newlines leave no token of their own. The
+trainer silently drops a sentence longer than `max_sentence_length`, so longer lines are cut at spaces first.
 """
 
 from __future__ import annotations
@@ -33,17 +31,10 @@ TRAINER_SETTINGS = dict(  # spelled out in the cache key: changing one makes a n
     model_type="unigram", character_coverage=1.0, unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1,
     max_sentence_length=1 << 16, num_threads=1,
 )
-# A longer line trains as pieces of at most this many bytes: the trainer's max_sentence_length, which it checks
-# on the raw text (before normalization), so a corpus whose lines all fit trains on exactly its lines.
+# A longer line trains as pieces of at most this many bytes (the trainer checks the raw text, before normalization)
 SENTENCE_BYTES = TRAINER_SETTINGS["max_sentence_length"]
 PROGRESS_BYTES = 64 << 20  # one log line per this much text tokenized
 WORD_START = "\u2581"  # SentencePiece's '▁': the piece begins a word
-
-
-def sentencepiece_version() -> str:
-  import sentencepiece as spm  # noqa: PLC0415 (only text sources with a subword vocabulary need it)
-
-  return spm.__version__
 
 
 class Tokenizer:
@@ -139,18 +130,16 @@ def load_model_file(path: str, field: str = "data.tokenizer") -> SentencePieceTo
 
 def cache_key(content_key: str, vocab_size: int) -> str:
   """The name of a trained model in the cache: the corpus hash and a hash of every training setting."""
+  import sentencepiece as spm  # noqa: PLC0415 (only text sources with a subword vocabulary need it)
+
   settings = repr(sorted({**TRAINER_SETTINGS, "vocab_size": vocab_size, "sample_bytes": SAMPLE_BYTES,
-                          "sample_windows": SAMPLE_WINDOWS, "sentencepiece": sentencepiece_version()}.items()))
+                          "sample_windows": SAMPLE_WINDOWS, "sentencepiece": spm.__version__}.items()))
   return f"spm-v{vocab_size}-{content_key}-{hashlib.sha256(settings.encode()).hexdigest()[:12]}"
 
 
 def train_sentencepiece(lines: Iterable[str], vocab_size: int, corpus: str = "the corpus") -> bytes:
   """Trains a unigram SentencePiece model of exactly `vocab_size` pieces on `lines`: → the model file's bytes.
-
-  Raises UsageError on model.vocab_size, naming `corpus` (e.g. "data.text_path='notes.txt'") and the reason,
-  when the text cannot support that many pieces (too few distinct substrings, no text but whitespace) or needs
-  more (more distinct characters than pieces).
-  """
+  UsageError on model.vocab_size, naming `corpus` and the reason, when the text cannot support that many pieces."""
   import sentencepiece as spm  # noqa: PLC0415
 
   writer = io.BytesIO()
@@ -178,11 +167,8 @@ def _refusal_reason(message: str) -> str:
 
 
 def bounded_sentences(lines: Iterable[str], limit: int = SENTENCE_BYTES) -> Iterator[str]:
-  """`lines`, each one longer than `limit` UTF-8 bytes cut into consecutive pieces of at most `limit` bytes.
-
-  A cut falls before the last space within the limit, so words stay whole; a stretch of `limit` bytes without a
-  space is cut at a character boundary instead. The pieces joined give the line back.
-  """
+  """`lines`, each longer than `limit` UTF-8 bytes cut before its last space within the limit (else at a character
+  boundary) into pieces of at most `limit` bytes that join back into the line."""
   for line in lines:
     encoded = line.encode()
     start = 0
@@ -206,12 +192,9 @@ def sample_windows(total: int, budget: int = SAMPLE_BYTES, windows: int = SAMPLE
 
 
 def encode_stream(tokenizer: Tokenizer, lines: Iterator[str], what: str, batch: int = 4096) -> np.ndarray:
-  """Tokenizes `lines` in batches, logging progress: → (N,) int32 ids, the lines' tokens concatenated.
-
-  Holds one batch of lines and the int32 ids at a time, never the text whole.
-  """
-  encode: Callable[[list[str]], list[list[int]]] = getattr(
-      tokenizer, "encode_lines", lambda texts: [tokenizer.encode(t) for t in texts])
+  """Tokenizes `lines` in batches, logging progress: → (N,) int32 ids, the lines' tokens concatenated (holding one
+  batch of lines at a time, never the text whole)."""
+  encode = _encoder(tokenizer)
   parts, pending, done, next_log = [], [], 0, PROGRESS_BYTES
   for line in lines:
     pending.append(line)
@@ -231,8 +214,7 @@ def encode_documents(
 ) -> tuple[np.ndarray, np.ndarray]:
   """Tokenizes each document's lines as `encode_stream` does: → (N,) int32 ids of the documents concatenated, and
   (D,) int64 ends, where document d's tokens are ids[ends[d - 1]:ends[d]] (ids[:ends[0]] for the first)."""
-  encode: Callable[[list[str]], list[list[int]]] = getattr(
-      tokenizer, "encode_lines", lambda texts: [tokenizer.encode(t) for t in texts])
+  encode = _encoder(tokenizer)
   parts: list[np.ndarray] = []
   pending, ends, done, count = [], [], 0, 0
   for lines in documents:
@@ -248,6 +230,10 @@ def encode_documents(
   ids = np.concatenate(parts) if parts else np.zeros(0, np.int32)
   log.info("Tokenized %s: %.1f MB of text in %d documents, %d tokens.", what, done / 2**20, len(ends), len(ids))
   return ids, np.asarray(ends, np.int64)
+
+
+def _encoder(tokenizer: Tokenizer) -> Callable[[list[str]], list[list[int]]]:
+  return getattr(tokenizer, "encode_lines", lambda texts: [tokenizer.encode(t) for t in texts])
 
 
 def _flush(encode: Callable[[list[str]], list[list[int]]], pending: list[str], parts: list[np.ndarray]) -> int:
