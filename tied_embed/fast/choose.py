@@ -1,9 +1,9 @@
 """The step and evaluation a config asks for: the story's plain paths, or the speed paths that give the same answers.
 
-`loss.chunk_size = 0` with `model.dtype = float32` trains on exactly tied_embed/core: the full (B, V) logits and
-dense path gradients. Any other setting picks the speed paths: the chunked, distinct-row loss (each distinct id's
-logits once, at most (chunk, V) at a time, in `model.dtype`) and the sparse lookup path. Either way the step is
-compiled with the XLA options of tied_embed/fast/compilation.py.
+`loss.chunk_size = 0` with `model.dtype = float32` trains on exactly tied_embed/core (full (B, V) logits, dense
+path gradients); any other setting picks the chunked, distinct-row loss (each distinct id's logits once, at most
+(chunk, V) at a time, in `model.dtype`) and the sparse lookup path. Either way with tied_embed/fast/compilation.py's
+XLA options.
 """
 
 from __future__ import annotations
@@ -38,20 +38,13 @@ def mesh_devices(state_shardings) -> int:
   return int(leaves[0].mesh.size) if leaves else 1
 
 
-def uses_plain_paths(chunk_size: int, compute_dtype: str) -> bool:
-  """Whether the config trains on the story's code alone (full logits, float32, dense paths)."""
-  return chunk_size == 0 and compute_dtype == "float32"
-
-
 def paths_function(
     chunk_size: int, compute_dtype: str = "float32", shards: int = 1, mkl_kernel: bool = True
 ) -> step_lib.PathsFn:
   """paths_fn(model, ids (B,), next_ids (B,)) for these loss settings; `shards` divides B (data shards).
-
   `mkl_kernel`: the chunked loss's dots on oneMKL where it runs (tied_embed/fast/kernels); False on a mesh of several
-  devices, where XLA cannot partition the kernel's custom call and the loss keeps XLA's dots.
-  """
-  if uses_plain_paths(chunk_size, compute_dtype):
+  devices, where XLA cannot partition the kernel's custom call."""
+  if chunk_size == 0 and compute_dtype == "float32":  # the story's code alone: full logits, dense paths
     return plain_paths.path_gradients
   if chunk_size and not mkl_kernel:
     log.info("The chunked loss's matmuls run as XLA's dots: the oneMKL kernel runs on one device only.")
@@ -84,23 +77,17 @@ def split_check_tokens(batch_size: int, vocab_size: int, shards: int = 1) -> int
 
 
 def make_train_step(
-    graphdef: nnx.GraphDef,
-    chunk_size: int,
-    state_shardings=None,
-    lookup_grad_scale: float = 1.0,
-    projection_grad_scale: float = 1.0,
-    compute_dtype: str = "float32",
-    split_check: int | None = None,
+    graphdef: nnx.GraphDef, chunk_size: int, state_shardings=None, lookup_grad_scale: float = 1.0,
+    projection_grad_scale: float = 1.0, compute_dtype: str = "float32", split_check: int | None = None,
     train_config: ml_collections.ConfigDict | None = None,
 ) -> step_lib.TrainStep:
   """The train step these settings pick: their paths and update, the XLA options, the gradient in a kept buffer.
 
-  jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics), as
-  `tied_embed.core.step.make_train_step`, whose step it runs (tied_embed/fast/gradient_buffer.py).
-  `split_check`: how many pairs the log step's split check uses (`split_check_tokens`); None: the whole batch.
-  `train_config`: the config's `train` section, the one its optimizer was made from. With `optimizer = "adamw"`,
-  on one device, the update runs AdamW's fused kernel where it pays off (tied_embed/fast/kernels); without
-  it, or otherwise, the optimizer's own update.
+  jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics), running
+  `tied_embed.core.step.make_train_step`'s step (tied_embed/fast/gradient_buffer.py). `split_check`: the pairs the
+  log step's split check uses (`split_check_tokens`; None: the whole batch). `train_config`: the config's `train`
+  section; with `optimizer = "adamw"` on one device the update runs AdamW's fused kernel where it pays off
+  (tied_embed/fast/kernels), else the optimizer's own update.
   """
   one_device = mesh_devices(state_shardings) == 1
   fused = train_config is not None and train_config.optimizer == "adamw" and one_device

@@ -1,37 +1,30 @@
 """The chunked and distinct-row cross-entropy: tied_embed/core/loss.py's loss, never holding the (T, V) logits.
 
-The loss is written as a function of hidden vectors `x` and the projection table, so the (T, V) logits can be
-formed whole (`chunk_size=0`, `full_cross_entropy`) or for a chunk of tokens at a time (`chunked_cross_entropy`).
-
-`full_cross_entropy` forms the (T, V) logits, and autodiff keeps them and builds a (T, V) gradient for the
-backward pass: 2·T·V·4 bytes, 2 GiB at T=8192, V=32768. `chunked_cross_entropy` instead walks the tokens with a
-`lax.scan` in chunks of C and, for each chunk, forms its (V, C) logits, their exact logsumexp over the whole
-vocabulary, and at once the chunk's share of both gradients. With p = softmax(x Eᵀ) and one-hot targets Y,
+The loss is a function of hidden vectors `x` and the projection table. `full_cross_entropy` (`chunk_size=0`) forms
+the (T, V) logits, which autodiff keeps, with a (T, V) gradient: 2·T·V·4 bytes, 2 GiB at T=8192, V=32768.
+`chunked_cross_entropy` walks the tokens with a `lax.scan` in chunks of C and for each forms its (V, C) logits,
+their exact logsumexp over the whole vocabulary, and at once the chunk's share of both gradients. With
+p = softmax(x Eᵀ) and one-hot targets Y,
   d loss / d x = (p E − E[targets]) / T,      d loss / d E = (pᵀ x − Yᵀ x) / T,
-so nothing larger than (V, C) is ever live and nothing is recomputed: three matmuls in all, like the full loss.
+so nothing larger than (V, C) is live and nothing is recomputed: three matmuls, like the full loss. Tokens, not
+vocabulary chunks: a vocabulary scan needs every token's final logsumexp before any p, so its backward pass must
+recompute the logits (a fourth matmul; 1.25x slower). MaxText's vocabulary tiling and Liger's fused linear
+cross-entropy chunk the same way.
 
-Why tokens and not vocabulary chunks: a vocabulary scan needs the final logsumexp of every token before it can
-form any p, so its backward pass must recompute the logits (a fourth matmul; measured 1.25x slower, see
-benchmarks/README.md). MaxText's vocabulary tiling and Liger's fused linear cross-entropy chunk the same way.
-
-The logits are formed transposed, (V, C): `pᵀ x` with p stored (C, V) misses XLA:CPU's fast matmul path and ran
-20-60% slower in our timings. The chunk's dx is `pᵀ E` straight from the (V, C) exponentials and the table, with no
-transposed copy of the table (benchmarks/README.md has the timings).
-
-The gradients are computed in the forward pass of a `jax.custom_vjp` and scaled by the cotangent in the backward
-pass, so the chunked loss supports first derivatives only. Called without differentiation (evaluation), it runs the
-loss-only scan.
+The logits are formed transposed, (V, C): `pᵀ x` with p stored (C, V) misses XLA:CPU's fast matmul path (20-60%
+slower), and dx = `pᵀ E` comes straight from the (V, C) exponentials, with no transposed table (benchmarks/README.md
+has the timings). The gradients are computed in the forward pass of a `jax.custom_vjp` and scaled by the cotangent
+in the backward pass: first derivatives only. Without differentiation (evaluation) it runs the loss-only scan.
 
 Each distinct row once: with `row_keys` (for a bigram, the looked-up ids), rows of `x` that share a key are equal,
-so each distinct row's logits are formed once and weighted by how many tokens share it, in a loop of
-ceil(distinct / C) chunks whose length is known only at run time: the same loss and gradients for a fraction of
-the work (a batch of text repeats most ids). `compute_dtype`: the matmuls' operand dtype (tied_embed/fast/precision.py).
+so each distinct row's logits are formed once, weighted by how many tokens share it, in a loop of ceil(distinct / C)
+chunks known only at run time: the same loss and gradients for a fraction of the work (text repeats most ids).
+`compute_dtype`: the matmuls' operand dtype (tied_embed/fast/precision.py).
 
-The matmuls on oneMKL: on the CPUs it was measured on, the chunked loss runs its three dots through
-tied_embed/fast/kernels/gemm.py instead of XLA's: float32 on oneMKL's sgemm (an Intel CPU with AVX-512, tables of at
-least 2^19 entries; 1.1-1.7x XLA's dot on the chunk's shapes) and bfloat16 on oneMKL's AMX GEMM (XLA:CPU widens
-bfloat16 dots to float32). The arithmetic is the same (operands in `compute_dtype`, float32 sums); only the order of
-the sums differs. `mkl_kernel=False`, or another CPU, keeps XLA's dots.
+On the CPUs it was measured on, the three dots run through tied_embed/fast/kernels/gemm.py: float32 on oneMKL's
+sgemm (an Intel CPU with AVX-512, tables of at least 2^19 entries; 1.1-1.7x XLA's dot on the chunk's shapes),
+bfloat16 on oneMKL's AMX GEMM (XLA:CPU widens bfloat16 dots to float32). The same arithmetic (operands in
+`compute_dtype`, float32 sums) in another order of sums; `mkl_kernel=False`, or another CPU, keeps XLA's dots.
 """
 
 from __future__ import annotations
@@ -48,10 +41,8 @@ from tied_embed.fast.precision import as_dtype, dot, operand
 def full_cross_entropy(
     x: jax.Array, projection_table: jax.Array, targets: jax.Array, compute_dtype=jnp.float32
 ) -> jax.Array:
-  """Mean softmax cross-entropy with full logits: x (T, D), table (V, D), targets (T,) int → scalar float32.
-
-  The (T, V) logits are float32, from operands in `compute_dtype`.
-  """
+  """Mean softmax cross-entropy with full logits: x (T, D), table (V, D), targets (T,) int → scalar float32 (the
+  (T, V) logits float32, from operands in `compute_dtype`)."""
   logits = dot(x, projection_table.T, as_dtype(compute_dtype))
   target_logits = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
   return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - target_logits)
@@ -60,11 +51,8 @@ def full_cross_entropy(
 def cross_entropy(
     x: jax.Array, projection_table: jax.Array, targets: jax.Array, chunk_size: int = 0, compute_dtype=jnp.float32
 ) -> jax.Array:
-  """Mean cross-entropy of `x @ table.T` against `targets`; (T, D), (V, D), (T,) → scalar.
-
-  `chunk_size=0` materialises the (T, V) logits; a positive value never holds more than (chunk_size, V).
-  `compute_dtype` is the matmuls' operand dtype (float32 | bfloat16, see the module docstring).
-  """
+  """Mean cross-entropy of `x @ table.T` against `targets`; (T, D), (V, D), (T,) → scalar. `chunk_size=0` forms the
+  (T, V) logits, a positive one at most (chunk_size, V); `compute_dtype`: the matmuls' operand dtype."""
   if chunk_size == 0:
     return full_cross_entropy(x, projection_table, targets, compute_dtype)
   return chunked_cross_entropy(x, projection_table, targets, chunk_size, compute_dtype=compute_dtype)
@@ -77,23 +65,19 @@ def chunked_cross_entropy(
   """Mean softmax cross-entropy of `x @ table.T`, never holding more than (V, chunk_size) logits.
 
   Args:
-    x: (T, D) float hidden vectors.
-    projection_table: (V, D) float table scored against.
-    targets: (T,) int indices into the V rows.
+    x: (T, D) float hidden vectors; projection_table: (V, D) float; targets: (T,) int indices into the V rows.
     chunk_size: tokens per chunk (a Python int > 0; values ≥ T use one chunk).
-    row_keys: optional (T,) int, equal where rows of `x` are equal (for a bigram model, the looked-up ids).
-      Each distinct row's logits are then formed once, and the scan stops after the last distinct row: the
-      same loss and gradients for a fraction (distinct rows / T) of the work. Rows that share a key but
-      differ give wrong results; the caller guarantees they don't.
-    groups: with `row_keys`, rows are made distinct within each of `groups` contiguous blocks of T
-      (a static int dividing T): on a mesh, one block per data shard, so each device scans its own rows.
+    row_keys: optional (T,) int, equal where rows of `x` are equal (for a bigram model, the looked-up ids): each
+      distinct row's logits are formed once and the scan stops after the last distinct row, for a fraction
+      (distinct rows / T) of the work. Rows that share a key but differ give wrong results (the caller's promise).
+    groups: with `row_keys`, rows are made distinct within each of `groups` contiguous blocks of T (a static int
+      dividing T): on a mesh, one block per data shard, so each device scans its own rows.
     compute_dtype: the matmuls' operand dtype, float32 or bfloat16 (float32 accumulation either way).
-    mkl_kernel: run the three dots on oneMKL where `mkl.available(compute_dtype)` and `mkl.pays_off` (the same
+    mkl_kernel: the three dots on oneMKL where `mkl.available(compute_dtype)` and `mkl.pays_off` (the same
       arithmetic); False keeps XLA's dots (on a mesh, where XLA cannot partition the kernel's custom call).
 
   Returns:
-    Scalar mean loss; equal to `full_cross_entropy` up to float rounding, and so are its gradients
-    with respect to `x` and `projection_table`.
+    Scalar mean loss, equal to `full_cross_entropy` up to float rounding, and so are its gradients.
   """
   if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0:
     raise ValueError(f"chunk_size={chunk_size!r} is not allowed: expected an int > 0")
@@ -142,10 +126,9 @@ def _chunk_logits(table, x_chunk, compute_dtype, kernel: bool) -> jax.Array:
 def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, kernel):
   """One chunk's logsumexp and its share of both gradients (the p part of p − Y).
 
-  table (V, D) already in `compute_dtype` (the caller casts it once), d_table (V, D) float32 accumulator or None
-  (the first chunk: its product starts the sum, so no (V, D) zeros are written and read), x_chunk (C, D),
-  weights (C,) or None (how many tokens each row stands for), num_tokens T of the mean,
-  kernel: the three dots on tied_embed/fast/kernels/gemm.py
+  table (V, D) already in `compute_dtype` (cast once by the caller), d_table (V, D) float32 accumulator or None (the
+  first chunk: its product starts the sum, no (V, D) zeros written and read), x_chunk (C, D), weights (C,) or None
+  (how many tokens each row stands for), num_tokens T of the mean, kernel: the dots on kernels/gemm.py
   → (d_table + the chunk's d table, lse (C,), dx (C, D) per token), all float32.
   """
   logits = _chunk_logits(table, x_chunk, compute_dtype, kernel)  # (V, C)
@@ -169,9 +152,8 @@ def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, ker
 def _add_target_rows(d_table, x, targets, num_tokens, piece):
   """d table's −Y part, added in place: −x_t / T into row targets_t. (V, D), (T, D), (T,) → (V, D).
 
-  The scans start d table from the first chunk's product and add these rows to it: a scatter of T rows where a
-  (V, D) start of zeros would be written and reread. It runs `piece` tokens at a time (where they divide T), so
-  the scaled rows are never a (T, D) temporary of their own.
+  The scans start d table from the first chunk's product and add these rows to it, where a (V, D) start of zeros
+  would be written and reread; `piece` tokens at a time (where they divide T): no (T, D) temporary of scaled rows.
   """
   pieces = x.shape[0] // piece if piece and x.shape[0] % piece == 0 else 1
 
@@ -234,10 +216,10 @@ _chunked_ce.defvjp(_forward, _backward)
 def _distinct_p_part(x, table, targets, keys, chunk, num_tokens, compute_dtype, kernel):
   """The lse and d table (its −Y part too), and dx's p part, each distinct row of each block computed once.
 
-  x (G, B, D) and keys (G, B): G blocks of B tokens, targets (G·B,) → (d table (V, D),
-  lse (G, B), dx (G, B, D)). In each block the distinct keys are sorted to the front (padded to whole chunks with
-  weight-0 rows); a loop, whose length ceil(max distinct / C) is known only at run time, takes chunk i of every
-  block at once, G·C rows, each weighted by how many of its block's tokens share its key.
+  x (G, B, D) and keys (G, B): G blocks of B tokens, targets (G·B,) → (d table (V, D), lse (G, B), dx (G, B, D)).
+  In each block the distinct keys are sorted to the front (padded to whole chunks with weight-0 rows); a loop of
+  ceil(max distinct / C), known only at run time, takes chunk i of every block at once, G·C rows, each weighted by
+  how many of its block's tokens share its key.
   """
   groups, size, d_model = x.shape
   padded = -(-size // chunk) * chunk

@@ -1,10 +1,10 @@
 """The train step with its gradient in a buffer kept from one step to the next: the same step, fewer page faults.
 
-XLA:CPU allocates a step's temporaries at each call and frees them after it, and above glibc's mmap threshold
-(32 MiB at most) each free hands the pages back to the OS, so the next step faults them in again, zeroed. The
-(V, D) gradient is the largest of them: at GPT-2's V=50257, D=768 in float32 that is 147 MiB, 38,000 page faults
-and about 70 ms of system time a step (benchmarks/README.md). Returned from the step and donated back to the next
-one, the gradient is written into the previous step's buffer instead. The buffer's contents are never read.
+XLA:CPU allocates a step's temporaries at each call and frees them after; above glibc's mmap threshold (32 MiB at
+most) the pages go back to the OS and the next step faults them in again. The (V, D) gradient is the largest: at
+GPT-2's V=50257, D=768 in float32, 147 MiB, 38,000 page faults and about 70 ms of system time a step
+(benchmarks/README.md). Returned from the step and donated back to the next, it is written into the previous step's
+buffer instead; the buffer's contents are never read.
 """
 
 from __future__ import annotations
@@ -22,20 +22,12 @@ def model_params(graphdef: nnx.GraphDef, state: nnx.State) -> nnx.State:
   return nnx.state(nnx.merge(graphdef, state).model, nnx.Param)
 
 
-def gradient_shapes(graphdef: nnx.GraphDef, state: nnx.State) -> nnx.State:
-  """The Params' gradients' shapes, dtypes and shardings for this train state (arrays or abstract leaves)."""
-  return jax.tree.map(
-      lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding), model_params(graphdef, state)
-  )
-
-
 class StepWithGradientBuffer:
   """jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics); donates `state`.
 
-  `step_fn` is `tied_embed.core.step.make_step_function`'s step. Each call donates the buffer the last one
-  returned and gets the new gradient back in it, so XLA writes the gradient where the last one was. The first
-  call makes the buffer (zeros, the Params' shapes and shardings). `lower` lowers the same program, for
-  compiling ahead.
+  `step_fn` is `tied_embed.core.step.make_step_function`'s step. Each call donates the buffer the last one returned
+  and gets the new gradient back in it; the first makes it (zeros, the Params' shapes and shardings). `lower` lowers
+  the same program, for compiling ahead.
   """
 
   def __init__(
@@ -62,7 +54,9 @@ class StepWithGradientBuffer:
     concrete = all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(state))
     # For a state of arrays, the buffer the calls will donate: an abstract leaf counts as committed, the buffer
     # beside an uncommitted state is not, and jit would compile again at the first call.
-    buffer = self._buffer_for(state) if concrete else gradient_shapes(self._graphdef, state)
+    buffer = self._buffer_for(state) if concrete else jax.tree.map(  # the gradients' shapes, dtypes and shardings
+        lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding),
+        model_params(self._graphdef, state))
     return self._jitted.lower(state, ids, next_ids, buffer, with_stats=with_stats)
 
   def _buffer_for(self, state) -> nnx.State:

@@ -1,9 +1,8 @@
 """The process's own memory: handing the C heap's freed pages back to the operating system.
 
-XLA's compiler works in many small heap allocations and frees them when it is done, but malloc keeps freed heap
-pages for reuse, while the compiled step's temporaries come from fresh pages. Without handing them back, a run
-holds the compiler's working memory (about 70-140 MiB for the train step at V=32768) under every step for its
-whole life. The trainer compiles its programs first and then calls `release_freed`.
+XLA's compiler frees its many small heap allocations when done, but malloc keeps the pages for reuse while the
+step's temporaries come from fresh ones: a run would hold the compiler's working memory (about 70-140 MiB at
+V=32768) for its whole life. The trainer compiles its programs first, then calls `release_freed`.
 """
 
 from __future__ import annotations

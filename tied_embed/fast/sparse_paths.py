@@ -1,10 +1,9 @@
 """The sparse lookup path: tied_embed/core/paths.py's path gradients without a dense (V, D) lookup gradient.
 
-The lookup path reaches only the rows a batch looks up, so `PathGradients` here keeps it as it comes, one (D,) row
-per token, and derives from it what the step needs (row norms, tracked rows, the tied gradient, the logged
-statistics) without a (V, D) array: the same answers as the dense form (tests/core/test_provenance.py), with one
-(V, D) gradient in the step instead of two. On a mesh the lookup path then crosses the data axis as the batch's
-rows and ids, never as a table shard.
+The lookup path reaches only the rows a batch looks up, so `PathGradients` keeps it as one (D,) row per token and
+derives what the step needs (row norms, tracked rows, the tied gradient, the logged statistics) without a (V, D)
+array: the dense form's answers (tests/core/test_provenance.py) with one (V, D) gradient in the step, not two. On a
+mesh the lookup path crosses the data axis as the batch's rows and ids, never as a table shard.
 """
 
 from __future__ import annotations
@@ -19,12 +18,8 @@ from tied_embed.core.paths import looked_up_rows, row_norms
 
 
 class PathGradients(NamedTuple):
-  """A batch's loss and its gradient through each use of the tables, the lookup path kept sparse.
-
-  The lookup path reaches only the looked-up rows, so it is held as one row per token, (T, D): the lookup table's
-  gradient is those rows added into ids (repeats add up), never a (V, D) array unless asked for. The projection
-  path reaches every row and is dense.
-  """
+  """A batch's loss and its gradient through each use of the tables: the lookup path as one row per token, (T, D),
+  added into ids (repeats add up) only when asked for; the projection path, reaching every row, dense."""
 
   loss: jax.Array  # () float32, the training loss (cross-entropy plus any regulariser)
   ids: jax.Array  # (T,) int, the looked-up rows
@@ -42,10 +37,8 @@ class PathGradients(NamedTuple):
     return grad.at[self.ids].add(rows)
 
   def lookup_sums(self) -> tuple[jax.Array, jax.Array]:
-    """The lookup-path gradient's non-zero rows: (rows (T,) int, their gradient (T, D)), repeats summed.
-
-    Each distinct id once, then padding rows with id V (out of range) and gradient 0.
-    """
+    """The lookup-path gradient's non-zero rows: (rows (T,) int, their gradient (T, D)), repeats summed; each
+    distinct id once, then padding rows with id V (out of range) and gradient 0."""
     vocab_size, num_tokens = self.projection.shape[0], self.ids.shape[0]
     rows, inverse = jnp.unique(self.ids, size=num_tokens, fill_value=vocab_size, return_inverse=True)
     return rows, jnp.zeros_like(self.lookup_rows).at[inverse.reshape(-1)].add(self.lookup_rows)
@@ -59,9 +52,9 @@ class PathGradients(NamedTuple):
   def split_stats(self) -> dict[str, jax.Array]:
     """Scalar summaries of the split, for logging, from the sparse lookup path: no (V, D) array beyond P's.
 
-    lookup_norm ‖L‖, projection_norm ‖P‖, total_norm ‖L + P‖, cosine of L and P, rows_looked_up, and
-    rows_projection_only: rows the batch did not look up that still got a non-zero gradient. ‖L + P‖ is summed
-    over the rows L misses and, separately, the looked-up rows, so nothing cancels.
+    lookup_norm ‖L‖, projection_norm ‖P‖, total_norm ‖L + P‖ (over the rows L misses and, separately, the
+    looked-up rows, so nothing cancels), cosine of L and P, rows_looked_up, and rows_projection_only (not looked up,
+    yet a non-zero gradient).
     """
     rows, sums = self.lookup_sums()
     vocab_size = self.projection.shape[0]
@@ -89,9 +82,7 @@ class PathGradients(NamedTuple):
 
 
 def path_gradients(model, ids: jax.Array, next_ids: jax.Array, loss_fn: paths.HiddenLoss) -> PathGradients:
-  """The batch's loss and its gradient through each use: ids, next_ids (T,) int → PathGradients (sparse lookup).
-
-  The same differentiation as `tied_embed.core.paths.path_gradients`, without scattering the lookup rows.
-  """
+  """The batch's loss and its gradient through each use: ids, next_ids (T,) int → PathGradients (sparse lookup);
+  `tied_embed.core.paths.path_gradients`'s differentiation, without scattering the lookup rows."""
   loss, lookup_rows, projection, hidden = paths.differentiate_uses(model, ids, next_ids, loss_fn)
   return PathGradients(loss=loss, ids=ids, lookup_rows=lookup_rows, projection=projection, hidden=hidden)
