@@ -128,7 +128,7 @@ def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, ker
 
   table (V, D) already in `compute_dtype` (cast once by the caller), d_table (V, D) float32 accumulator or None (the
   first chunk: its product starts the sum, no (V, D) zeros written and read), x_chunk (C, D), weights (C,) or None
-  (how many tokens each row stands for), num_tokens T of the mean, kernel: the dots on kernels/gemm.py
+  (how many tokens each row stands for), num_tokens T of the mean, kernel: the dots on oneMKL (`mkl.gemm`)
   → (d_table + the chunk's d table, lse (C,), dx (C, D) per token), all float32.
   """
   logits = _chunk_logits(table, x_chunk, compute_dtype, kernel)  # (V, C)

@@ -3,12 +3,11 @@
   python -m tied_embed.fast.kernels.build [--force]
 
 Writes, with the machine's g++, into `library.kernel_dir()`: _gemm.so and _gemm_onednn.so (the chunked loss's GEMMs,
-gemm.cc against oneMKL and gemm_onednn.cc against oneDNN) and _adamw.so (AdamW's update, plain C++ compiled for this
-machine's CPU), each with its build record (library.py). oneMKL's and oneDNN's headers and libraries come from the
-environment's own prefix: the wheels of requirements-kernels.txt (the `kernels` extra) put them in <venv>/include and
-<venv>/lib. A library whose record still matches is kept (--force rebuilds it). A library that cannot be built is
-named in one `info:` line and its old build, if any, removed, and the build exits 0: the step then runs XLA's own
-code instead of that kernel, so a machine without a compiler or the libraries still trains and tests.
+against oneMKL and oneDNN) and _adamw.so (AdamW's update, plain C++ for this machine's CPU), each with its build
+record (library.py). oneMKL's and oneDNN's headers and libraries come from the environment's prefix (<venv>/include,
+<venv>/lib: the wheels of requirements-kernels.txt, the `kernels` extra). A library whose record still matches is
+kept (--force rebuilds it). One that cannot be built is named in one `info:` line, its old build removed, and the
+build exits 0: the step runs XLA's own code instead, so a machine without a compiler or the libraries still trains.
 """
 
 from __future__ import annotations
@@ -48,9 +47,8 @@ def build(kernel: Library, output: pathlib.Path) -> str | None:
   args = command(kernel, output)
   if isinstance(args, str):
     return args
-  # The compiler writes into a fresh private directory: a name beside `output` could be a link it would write
-  # through. The library then replaces `output` whole (never half-written under the loaded name, never through a
-  # link), with the linker's mode.
+  # The compiler writes into a fresh private directory (a name beside `output` could be a link it writes through);
+  # the library then replaces `output` whole (never half-written, never through a link), with the linker's mode.
   with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.") as scratch:
     built = pathlib.Path(scratch) / output.name
     args[args.index(str(output))] = str(built)

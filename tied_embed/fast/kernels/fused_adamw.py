@@ -1,25 +1,23 @@
 """AdamW in one pass over memory: the train step's optimizer update and its finite check, as one CPU kernel.
 
-At GPT-2's shape (a V=50257, D=768 float32 table) the step's tail is memory-bound. XLA:CPU compiles optax's AdamW
-into three passes over each (V, D) array (the first moment, the second, then the parameter, each reading what the
-one before wrote), and the step's finite check (tied_embed/core/step.py `all_finite`) reads the new parameter and
-both moments once more: about 64 ms of a 780 ms step. adamw.cc does the same arithmetic in one pass, reading g, mu,
-nu and p once and writing mu, nu and p in place, and checks each value it writes for finiteness: about 25 ms
-(benchmarks/README.md).
+At GPT-2's shape (a V=50257, D=768 float32 table) the step's tail is memory-bound: XLA:CPU compiles optax's AdamW
+into three passes over each (V, D) array (first moment, second, parameter, each reading what the one before wrote),
+and the finite check (tied_embed/core/step.py `all_finite`) reads all three once more: about 64 ms of a 780 ms step.
+adamw.cc does the same arithmetic in one pass, reading g, mu, nu and p once, writing mu, nu and p in place, and
+checking each value it writes: about 25 ms (benchmarks/README.md).
 
 The arithmetic is optax.adamw's after the project's clip (tied_embed/core/optim.py), element by element:
     g' = g · s,  s = min(1, max_norm / ‖g‖) (1 without clipping)
     mu = (1 − b1)·g' + b1·mu,   nu = (1 − b2)·g'² + b2·nu
     p  = p − lr(t)·((mu · c1) / (sqrt(nu · c2) + eps) + wd·p),   c1 = 1 / (1 − b1^(t+1)), c2 = 1 / (1 − b2^(t+1))
-with t the update count before this step and optax's b1, b2, eps. The scalars are computed here in JAX as optax
-computes them; the bias corrections multiply by their reciprocals, as XLA:CPU compiles optax's divisions by a
-scalar. The results equal optax's up to float rounding (tests/fast/test_kernels_fused_adamw.py), and the optimizer
-state keeps optax's layout, so checkpoints are the same either way.
+with t the update count before this step and optax's b1, b2, eps. The scalars are computed in JAX as optax computes
+them; the bias corrections multiply by their reciprocals, as XLA:CPU compiles optax's divisions by a scalar. The
+results equal optax's up to float rounding (tests/fast/test_kernels_fused_adamw.py), and the optimizer state keeps
+optax's layout: checkpoints are the same either way.
 
-`make_update` returns the step's update (`tied_embed.core.step.make_step_function`'s `apply_update`). It takes the
-kernel where it runs and pays off: the CPU backend, the kernel built by `make kernels` and loaded, not switched off
-(TIED_EMBED_FUSED_ADAMW=0), one device (XLA cannot partition a custom call), float32 Params of at least
-MIN_PARAMS entries in all; elsewhere it runs the optimizer's own update (optax), unchanged.
+`make_update` returns the step's `apply_update` (`tied_embed.core.step.make_step_function`'s), on the kernel where
+it runs and pays off (the CPU backend, built and loaded, not switched off by TIED_EMBED_FUSED_ADAMW=0, one device,
+float32 Params of at least MIN_PARAMS entries in all); elsewhere the optimizer's own update (optax), unchanged.
 """
 
 from __future__ import annotations
@@ -80,10 +78,8 @@ def pays_off(params) -> bool:
 
 def update_arrays(grad, mu, nu, param, scalars: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """One parameter's update on the kernel: (new mu, new nu, new param, check) from four float32 arrays of a shape.
-
-  scalars: (10,) float32, `scalars_for`'s. check: () float32, 0 if every value written is finite, else NaN.
-  The new arrays alias mu, nu and param (donate them to update in place).
-  """
+  scalars: (10,) float32, `scalars_for`'s. check: () float32, 0 if every value written is finite, else NaN. The new
+  arrays alias mu, nu and param (donate them to update in place)."""
   shape = jax.ShapeDtypeStruct(param.shape, jnp.float32)
   call = jax.ffi.ffi_call(TARGET, (shape, shape, shape, jax.ShapeDtypeStruct((), jnp.float32)),
                           input_output_aliases={1: 0, 2: 1, 3: 2})
@@ -91,11 +87,9 @@ def update_arrays(grad, mu, nu, param, scalars: jax.Array) -> tuple[jax.Array, j
 
 
 def scalars_for(clip_scale, learning_rate, count, weight_decay: float) -> jax.Array:
-  """The kernel's (10,) float32 scalars: the clip's scale, b1, 1 − b1, b2, 1 − b2, c1, c2, eps, wd, −lr.
-
-  `count`: the update count after this update (optax's `count_inc`). 1 − b is taken in Python, as optax's
-  `(1 - decay) * g` is, and c = 1 / (1 − b^count) by optax's own bias correction of a 1.
-  """
+  """The kernel's (10,) float32 scalars: the clip's scale, b1, 1 − b1, b2, 1 − b2, c1, c2, eps, wd, −lr. `count`:
+  the update count after this update (optax's `count_inc`). 1 − b is taken in Python, as optax's `(1 - decay) * g`
+  is, and c = 1 / (1 − b^count) by optax's own bias correction of a 1."""
   corrections = [optax.tree.bias_correction(jnp.float32(1), decay, count) for decay in (B1, B2)]
   values = [clip_scale, B1, 1 - B1, B2, 1 - B2, *corrections, EPS, weight_decay, -learning_rate]
   return jnp.stack([jnp.asarray(value, jnp.float32) for value in values])
@@ -104,9 +98,8 @@ def scalars_for(clip_scale, learning_rate, count, weight_decay: float) -> jax.Ar
 def make_update(train: ml_collections.ConfigDict):
   """apply_update(train_state, grads) → check or None, for `train` (the config's section), with train.optimizer adamw.
 
-  Applies the Params' gradients `grads` (an nnx.State) as the optimizer `optim.make_optimizer(train)` would, and
-  returns the kernel's finite check of everything it wrote (0 or NaN), or None where it ran optax's update instead
-  (the Params not float32 or smaller than MIN_PARAMS, or the kernel unavailable): then nothing was checked.
+  Applies the Params' gradients `grads` (an nnx.State) as `optim.make_optimizer(train)` would; returns the kernel's
+  finite check of everything it wrote (0 or NaN), or None where it ran optax's update (nothing checked).
   """
   if train.optimizer != "adamw":
     raise ValueError(f"train.optimizer={train.optimizer!r} is not allowed here: the fused update is AdamW's")

@@ -2,22 +2,20 @@
 (AMX) through oneDNN and oneMKL. A jax.ffi kernel.
 
 XLA:CPU (jaxlib 0.10.2) has two gaps on the chunk's matmul shapes ((V, D)·(D, C), (C, V)·(V, D), (V, C)·(C, D)):
-  - float32: its dot runs at 190–240 GFLOP/s on 2 cores of an AVX-512 Xeon, where oneMKL's sgemm runs at 300–360
-    (benchmarks/README.md). The product is the same float32 arithmetic; only the order of the sums differs.
-  - bfloat16: it widens the operands of every bfloat16 dot to float32 before it runs (its operand upcaster and bf16
-    float normalization), so `model.dtype = "bfloat16"` written in JAX runs at float32 speed. oneMKL's
-    `cblas_gemm_bf16bf16f32` (dx, d table) and oneDNN's matmul (the logits, where oneMKL's is slowest) multiply
-    bfloat16 operands on AMX tiles with float32 accumulation: the same arithmetic as XLA's bfloat16 dot (operands
-    rounded to bfloat16, products summed in float32), at bfloat16 speed.
-`gemm` hands its operands to the kernel (by their dtype); the chunked loss calls it for its three dots
-(tied_embed/fast/chunked_loss.py), inside its custom VJP, so nothing differentiates through it.
+  - float32: its dot runs at 190–240 GFLOP/s on 2 cores of an AVX-512 Xeon, oneMKL's sgemm at 300–360
+    (benchmarks/README.md): the same float32 arithmetic, in another order of sums.
+  - bfloat16: it widens every bfloat16 dot's operands to float32 (its operand upcaster and bf16 float
+    normalization), so `model.dtype = "bfloat16"` runs at float32 speed. oneMKL's `cblas_gemm_bf16bf16f32` (dx,
+    d table) and oneDNN's matmul (the logits, where oneMKL's is slowest) multiply bfloat16 on AMX tiles with float32
+    accumulation: XLA's bfloat16 dot's arithmetic, at bfloat16 speed.
+The chunked loss calls `gemm` for its three dots inside its custom VJP (tied_embed/fast/chunked_loss.py), so nothing
+differentiates through it.
 
-The kernel (gemm.cc for oneMKL, gemm_onednn.cc for oneDNN) is compiled by `make kernels` (`python -m
-tied_embed.fast.kernels.build`), into two libraries: a float32 run never loads oneDNN. `available(dtype)` is
-False, and the loss takes XLA's dots, where the libraries are not built or fail their check (library.py), on other
-backends, with TIED_EMBED_MKL=0 in the environment, and on a CPU the route was not measured on: float32 needs an
-Intel CPU with AVX-512 (`avx512f`, `GenuineIntel`; on AMD EPYC oneMKL is not measured against XLA's dot), bfloat16
-needs AMX (`amx_bf16`, `amx_tile`).
+`make kernels` compiles gemm.cc (oneMKL) and gemm_onednn.cc (oneDNN) into two libraries: a float32 run never loads
+oneDNN. `available(dtype)` is False, and the loss takes XLA's dots, where the libraries are not built or fail their
+check (library.py), on other backends, with TIED_EMBED_MKL=0, and on a CPU the route was not measured on: float32
+needs an Intel CPU with AVX-512 (`avx512f`, `GenuineIntel`; on AMD EPYC oneMKL is not measured against XLA's dot),
+bfloat16 needs AMX (`amx_bf16`, `amx_tile`).
 """
 
 from __future__ import annotations
@@ -42,10 +40,9 @@ TARGETS = {  # dtype → {FFI target name: (library, its handler symbol)}; each 
 }
 _PREFIX = {jnp.dtype(jnp.float32): "tied_embed_f32_gemm", jnp.dtype(jnp.bfloat16): "tied_embed_bf16_gemm"}
 
-# float32 runs on the kernel only for tables of at least this many entries (V·D). Below it each call's overhead
-# outweighs oneMKL's faster GEMM: at V=2048, D=64 the step took 13.9 ms on the kernel against 10.6 on XLA's dots,
-# at V=8192, D=64 65.5 against 79.6 ms (2 cores, benchmarks/README.md). bfloat16 takes it at any size: XLA's
-# bfloat16 dots run at float32 speed.
+# float32 runs on the kernel only for tables of at least this many entries (V·D): below, each call's overhead
+# outweighs the faster GEMM (the step at V=2048, D=64: 13.9 ms against 10.6 on XLA's dots; at V=8192: 65.5 against
+# 79.6 ms; 2 cores, benchmarks/README.md). bfloat16 takes it at any size: XLA's bfloat16 dots run at float32 speed.
 FLOAT32_MIN_TABLE_SIZE = 2**19
 
 log = logging.getLogger(__name__)
@@ -111,8 +108,7 @@ def gemm(a: jax.Array, b: jax.Array, *, trans_a: bool = False, trans_b: bool = F
   """op(a) @ op(b) (+ add_to) in float32 from `dtype` operands: (M, K)·(K, N) → (M, N); op transposes if asked.
 
   a: (M, K), or (K, M) with trans_a; b: (K, N), or (N, K) with trans_b; both cast to `dtype` (float32 | bfloat16).
-  add_to: an optional (M, N) float32 addend, updated in place (the output aliases it). RuntimeError where not
-  `available(dtype)`.
+  add_to: an optional (M, N) float32 addend, updated in place (aliased). RuntimeError where not `available(dtype)`.
   """
   dtype = jnp.dtype(dtype)
   if not available(dtype):  # also registers the kernel's targets on first use

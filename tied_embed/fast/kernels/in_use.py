@@ -1,9 +1,8 @@
 """Which kernels a run's step uses, kept in its workdir so that a resume on another set says so.
 
-The kernels give the same answers as XLA's dots and optax's update up to float rounding, not bit for bit (they sum
-in another order). A resumed run repeats the uninterrupted one bitwise only where its step runs the same code, so a
-resume whose kernel set differs from the one the checkpoints were written with (a build added or lost, another CPU,
-TIED_EMBED_MKL=0) continues the run correctly but says in one line that it is no longer bitwise (docs/failures.md).
+The kernels match XLA's dots and optax's update up to float rounding, not bit for bit (another order of sums), so a
+resume on another kernel set than the checkpoints were written with (a build added or lost, another CPU,
+TIED_EMBED_MKL=0) continues correctly but says in one line that it is no longer bitwise (docs/failures.md).
 """
 
 from __future__ import annotations
@@ -29,8 +28,8 @@ log = logging.getLogger(__name__)
 def kernel_set(config: ml_collections.ConfigDict, params, devices: int = 1) -> str:
   """The kernels `config`'s step uses here, e.g. "gemm-f32,adamw"; "none" where it runs XLA's own code throughout.
 
-  params: the model's Params (arrays or abstract arrays); devices: how many the state spans (on several, XLA
-  cannot partition a custom call, so none runs). The same choices as tied_embed/fast/choose.py's step makes.
+  params: the model's Params (arrays or abstract arrays); devices: how many the state spans (on several none runs:
+  XLA cannot partition a custom call). The same choices as tied_embed/fast/choose.py's step makes.
   """
   if devices != 1:
     return "none"

@@ -1,19 +1,18 @@
 """Where the step's C++ kernels are built, and loading them only once their build record vouches for them.
 
-Three libraries, each a set of jax.ffi handlers for XLA:CPU: _gemm.so (gemm.cc, oneMKL's GEMMs) and _gemm_onednn.so
+Three libraries of jax.ffi handlers for XLA:CPU: _gemm.so (gemm.cc, oneMKL's GEMMs) and _gemm_onednn.so
 (gemm_onednn.cc, oneDNN's bfloat16 matmul) for the chunked loss's dots (gemm.py), _adamw.so (adamw.cc) for AdamW's
 one-pass update (fused_adamw.py). `make kernels` (`python -m tied_embed.fast.kernels.build`) compiles them into
-`kernel_dir()`: $TIED_EMBED_KERNEL_DIR where it is set, else beside these sources in a checkout (the folder holding
-pyproject.toml), else, for a package pip installed, the user's cache ($XDG_CACHE_HOME/tied-embed/kernels/<key>, the
-key naming these sources and this environment), so an installed package builds its kernels without a checkout.
+`kernel_dir()`: $TIED_EMBED_KERNEL_DIR where set, else beside these sources in a checkout (the folder holding
+pyproject.toml), else the user's cache ($XDG_CACHE_HOME/tied-embed/kernels/<key>, the key naming these sources and
+this environment), so a package pip installed builds its kernels without a checkout.
 
-Beside each library the build writes its record, NAME.json: the hash of its sources and compiler flags, jaxlib's
-version, the machine (and the CPU's flags where it is compiled for this CPU), and the size and sha256 of the file it
-wrote. `register` checks the record against the current sources and the file before it opens a library: opening a
-truncated library kills the process (a bus error inside dlopen), another library copied over it lacks the handlers,
-and one built from other sources or for another jaxlib decodes XLA's operands wrongly. So a library that is missing,
-damaged, foreign or stale is never opened; the step runs XLA's own code instead, and the kernel's module says why in
-one line with the command that rebuilds it.
+Beside each library the build writes its record, NAME.json: the hash of its sources and flags, jaxlib's version, the
+machine (and CPU flags where compiled for this CPU), and the file's size and sha256. `register` checks it before
+opening a library: a truncated one kills the process (a bus error inside dlopen), another library copied over it
+lacks the handlers, and one built from other sources or for another jaxlib decodes XLA's operands wrongly. A library
+missing, damaged, foreign or stale is never opened: the step runs XLA's own code, and the kernel's module says why
+in one line with the command that rebuilds it.
 """
 
 from __future__ import annotations
@@ -80,18 +79,14 @@ def _cpu_flags() -> str:
   return _sha256(" ".join(sorted(flags.split())).encode())[:16]
 
 
-def _jaxlib_version() -> str:
-  import jaxlib  # noqa: PLC0415
-
-  return jaxlib.__version__
-
-
 def fingerprint(library: Library) -> dict[str, str]:
   """What a build of `library` here would record before its file: sources and flags, jaxlib, machine, CPU."""
+  import jaxlib  # noqa: PLC0415
+
   digest = hashlib.sha256(" ".join(library.flags).encode())
   for name in library.sources:
     digest.update(f"\0{name}\0".encode() + (HERE / name).read_bytes())
-  return {"sources": digest.hexdigest(), "jaxlib": _jaxlib_version(), "machine": platform.machine(),
+  return {"sources": digest.hexdigest(), "jaxlib": jaxlib.__version__, "machine": platform.machine(),
           "cpu": _cpu_flags() if library.native else ""}
 
 
@@ -191,11 +186,9 @@ def switched_off(switch: str) -> str | None:
 
 
 def register(targets: dict[str, tuple[Library, str]], directory: pathlib.Path | None = None) -> str | None:
-  """Registers FFI targets {name: (library, its handler symbol)} for the CPU; None on success, else why not.
-
-  Each library is opened once (`load`), from `directory` (default `kernel_dir()`); none of the targets is
-  registered unless all of their libraries load and hold their handlers.
-  """
+  """Registers FFI targets {name: (library, its handler symbol)} for the CPU; None on success, else why not. Each
+  library is opened once (`load`), from `directory` (default `kernel_dir()`); no target is registered unless all
+  their libraries load and hold their handlers."""
   directory = kernel_dir() if directory is None else pathlib.Path(directory)
   handlers = {}
   for target, (library, symbol) in targets.items():
