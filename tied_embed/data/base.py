@@ -120,8 +120,7 @@ def require_pairs(data: Any, field: str) -> None:
 
 def require_finite(data: Any, field: str) -> None:
   value = data.get(field)
-  require(is_number(value) and math.isfinite(value) and value >= 0, f"data.{field}", value,
-          "a finite number >= 0")
+  require(is_number(value) and math.isfinite(value) and value >= 0, f"data.{field}", value, "a finite number >= 0")
 
 
 class Source(abc.ABC):

@@ -144,9 +144,7 @@ def selection_pairs(num_train_pairs: int, fraction: float, document_ends: np.nda
   if fraction == 0:
     return 0
   count = min(num_train_pairs - 1, max(1, round(fraction * num_train_pairs)))
-  if document_ends is None:
-    return count
-  cuts = [int(end) for end in document_ends if 0 < end < num_train_pairs]
+  cuts = [int(end) for end in (() if document_ends is None else document_ends) if 0 < end < num_train_pairs]
   if not cuts:
     return count
   kept = min(cuts, key=lambda cut: (abs(cut - (num_train_pairs - count)), cut))
@@ -263,8 +261,7 @@ def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
   """Generates the dataset unless cached, then loads both splits into memory: config → BigramData."""
   bc = builder_config(config)
   directory = data_dir(config, workdir)
-  source = sources.get(bc.source)
-  bc = BigramConfig(name=bc.name, source=bc.source, settings=source.prepare(bc.settings, directory))
+  bc = BigramConfig(name=bc.name, source=bc.source, settings=sources.get(bc.source).prepare(bc.settings, directory))
   return _bigram_data(bc, _prepare(bc, directory), train_fraction(config), selection_fraction(config))
 
 
@@ -290,18 +287,16 @@ def _bigram_data(bc: BigramConfig, splits: dict[str, Any], fraction: float, held
   source = sources.get(bc.source)
   (train_ids, train_next), (eval_ids, eval_next) = splits["train"], splits["validation"]
   kept = len(train_ids) - selection_pairs(len(train_ids), held_out, splits.get(DOCUMENT_ENDS))
-  select_ids, select_next = train_ids[kept:], train_next[kept:]
   used = train_pairs_used(kept, fraction)
-  train_ids, train_next = train_ids[:used], train_next[:used]
   vocab_size = bc.settings["vocab_size"]
   reference = source.reference(bc.settings, eval_ids, eval_next)
   return BigramData(
-      source=bc.source, vocab_size=vocab_size, train_ids=train_ids, train_next=train_next,
+      source=bc.source, vocab_size=vocab_size, train_ids=train_ids[:used], train_next=train_next[:used],
       eval_ids=eval_ids, eval_next=eval_next, loss_floor=reference.loss_floor, true_log_probs=reference.log_probs,
-      input_counts=np.bincount(train_ids, minlength=vocab_size).astype(np.int64),
+      input_counts=np.bincount(train_ids[:used], minlength=vocab_size).astype(np.int64),
       identity=_identity(bc.name, fraction, held_out), reference=reference,
       eval_references=source.eval_references(bc.settings, splits["train"], splits["validation"]),
-      select_ids=select_ids, select_next=select_next,
+      select_ids=train_ids[kept:], select_next=train_next[kept:],
   )
 
 
@@ -324,6 +319,5 @@ def record_for_inspection(data: BigramData, config: Any, workdir: str | pathlib.
 def train_batch(data: BigramData, seed: int, step: int, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
   """The global batch of `step`: pairs drawn uniformly with replacement from train, → ids, next_ids (B,) int32.
   A pure function of (seed, step), so resuming at step s reproduces the uninterrupted run."""
-  rng = np.random.default_rng([seed, step])
-  rows = rng.integers(0, len(data.train_ids), size=batch_size)
+  rows = np.random.default_rng([seed, step]).integers(0, len(data.train_ids), size=batch_size)
   return data.train_ids[rows], data.train_next[rows]

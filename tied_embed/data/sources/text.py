@@ -48,7 +48,7 @@ def empirical_log_probs(ids: np.ndarray, next_ids: np.ndarray, vocab_size: int) 
 class Text(TextSource):
   name = "text"
   fields = ("text_path", "tokenizer", "split")
-  field_defaults = {"split": corpus.CONTIGUOUS}  # a config from before data.split was split contiguously
+  field_defaults = {"split": corpus.CONTIGUOUS}  # a saved config without data.split was split contiguously
 
   def validate_text(self, config: Any) -> None:
     split = config.data.get("split", corpus.CONTIGUOUS)
@@ -110,15 +110,12 @@ class Text(TextSource):
 
   def _range(self, settings: dict[str, Any], split: str) -> tuple[list[pathlib.Path], int, int | None]:
     files = [pathlib.Path(p) for p in settings["files"]]
-    self._check_unchanged(settings, files)
-    if settings.get("split") == corpus.BY_DOCUMENT:
-      return self.documents(settings, split), 0, None
-    return (files, 0, settings["split_at"]) if split == "train" else (files, settings["split_at"], None)
-
-  def _check_unchanged(self, settings: dict[str, Any], files: list[pathlib.Path]) -> None:
     scan = corpus.scan(files, check_utf8=False)
     require(settings["content"].split("-")[0] == f"sha{scan.sha256}", "data.text_path", settings["text_path"],
             "a corpus that does not change while its dataset is being made (start the run again)")
+    if settings.get("split") == corpus.BY_DOCUMENT:
+      return self.documents(settings, split), 0, None
+    return (files, 0, settings["split_at"]) if split == "train" else (files, settings["split_at"], None)
 
   def split_bytes(self, settings: dict[str, Any], split: str) -> Iterator[bytes]:
     return corpus.read_bytes(*self._range(settings, split))

@@ -37,15 +37,6 @@ def _builder(name: str, data_dir: str) -> Any:
                                f"a TFDS dataset, config and version that exist ({first})") from None
 
 
-def _texts(builder: Any, split: str, feature: str) -> Iterator[str]:
-  """The text of each example of `split`, in the dataset's order."""
-  import tensorflow_datasets as tfds  # noqa: PLC0415
-
-  for example in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)):
-    value = example[feature]
-    yield value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
-
-
 class Tfds(TextSource):
   name = "tfds"
   fields = (*_FIELDS, "tokenizer")
@@ -97,8 +88,13 @@ class Tfds(TextSource):
     return f"data.tfds_name={settings['tfds_name']!r}"
 
   def _texts(self, settings: dict[str, Any], split: str) -> Iterator[str]:
+    """The text of each example of `split`, in the dataset's order."""
+    import tensorflow_datasets as tfds  # noqa: PLC0415
+
     builder = _builder(settings["tfds_name"], settings["tfds_data_dir"])
-    return _texts(builder, settings["splits"][split], settings["text_feature"])
+    for example in tfds.as_numpy(builder.as_dataset(split=settings["splits"][split], shuffle_files=False)):
+      value = example[settings["text_feature"]]
+      yield value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
   def split_bytes(self, settings: dict[str, Any], split: str) -> Iterator[bytes]:
     for index, text in enumerate(self._texts(settings, split)):

@@ -1,14 +1,10 @@
 """Bigram statistics of a token stream held sparsely: only the pairs that occur, never a dense (V, V) array.
 
-`PairCounts` is count(i, j) for the observed pairs, sorted by the code i·V + j (np.unique), so a row's pairs are
-one contiguous slice. Two things are built on it:
-
-- `empirical_rows`: log(count(i, j) / count(i)), the text sources' reference table (-inf for unseen pairs, nan
-  rows for tokens never current); its mean on the counted pairs is their empirical entropy, the validation floor;
-- `count_bigram_loss`: the count-based bigram model fitted on the train split with add-k smoothing,
-  P(j | i) = (count(i, j) + k) / (count(i) + k·V), scored on the validation split. k is chosen from `K_GRID` by
-  the loss on a held-out slice (the last HELD_OUT_FRACTION of the train pairs, fitted on the rest), then the
-  model is refitted on all train pairs. It is what a full-rank untied table can reach by counting alone.
+`PairCounts` is count(i, j) of the observed pairs sorted by the code i·V + j, so a row's pairs are one slice. On it:
+`empirical_rows`, log(count(i, j) / count(i)), the text sources' reference table, whose mean on the counted pairs
+(`empirical_entropy`) is the validation floor; and `count_bigram_loss`, the add-k model
+P(j | i) = (count(i, j) + k) / (count(i) + k·V) fitted on train (k from `K_GRID`, chosen on a held-out slice) and
+scored on validation: what a full-rank untied table can reach by counting alone.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """What the text sources share: a tokenizer (`data.tokenizer`), the token stream's pairs, sparse references.
 
-A `TextSource` subclass (`text`: local files, `tfds`: TFDS datasets) says where each split's text comes from; this
-module pairs each token of a split with the next. The reference table is the empirical bigram table of the
-validation pairs and `loss_floor` their empirical entropy; `eval_references` adds the add-k count model fitted on
-train (`count_bigram`). Both are sparse counts, so memory grows with the pairs that occur, not V².
-
-`data.tokenizer`: 'bytes' (V = 256), 'sentencepiece' (trained on a sample of the train text with exactly
-`model.vocab_size` pieces, cached under the data dir by corpus hash and settings), or the path of a `.model`.
+A `TextSource` subclass (`text`, `tfds`) gives each split's text; this module pairs each token with the next. The
+reference is the empirical bigram table of the validation pairs, the floor their empirical entropy, and
+`eval_references` the add-k count model (`count_bigram`), all sparse. `data.tokenizer`: 'bytes' (V = 256),
+'sentencepiece' (trained on a sample of the train text, cached under the data dir), or the path of a `.model`.
 """
 
 from __future__ import annotations
@@ -172,7 +169,7 @@ class TextSource(base.Source):
                           count_bigram.empirical_rows(counts), record)
 
   def log_probs_from_record(self, vocab_size: int, record: dict[str, np.ndarray]) -> base.LogProbRows:
-    if "pair_counts" in record:  # a workdir from before sparse counts: the dense (V, V) table
+    if "pair_counts" in record:  # a dense (V, V) count table
       dense = np.asarray(record["pair_counts"], np.int64)
       codes = np.flatnonzero(dense)
       return count_bigram.empirical_rows(count_bigram.PairCounts.from_record(vocab_size, codes, dense.ravel()[codes]))
@@ -197,9 +194,7 @@ class TextSource(base.Source):
 
 def _usable(path: pathlib.Path, vocab_size: int) -> bool:
   """A cached model that loads and has the pieces asked for (a damaged one is trained again)."""
-  if not path.is_file():
-    return False
   try:
-    return tokenizer_lib.SentencePieceTokenizer(path.read_bytes()).vocab_size == vocab_size
+    return path.is_file() and tokenizer_lib.SentencePieceTokenizer(path.read_bytes()).vocab_size == vocab_size
   except (OSError, RuntimeError):
     return False
