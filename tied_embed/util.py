@@ -62,10 +62,8 @@ def shell_quote(text: str) -> str:
     return shlex.quote(text)
 
   def escape(character: str) -> str:
-    if character in _ANSI_C_ESCAPES:
-      return _ANSI_C_ESCAPES[character]
-    if character.isprintable():
-      return character
+    if character in _ANSI_C_ESCAPES or character.isprintable():
+      return _ANSI_C_ESCAPES.get(character, character)
     return "".join(f"\\x{byte:02x}" for byte in character.encode("utf-8", "surrogateescape"))
 
   return "$'" + "".join(map(escape, text)) + "'"

@@ -70,16 +70,11 @@ def inspect_run(
   label = report_lib.token_label_of(facts.source, facts.tokenizer)
   sizes = frequency.bucket_sizes(facts.input_counts, facts.eval_input_counts)
   report = {
-      "workdir": str(workdir),
-      "step": restored.step,
-      "available_steps": steps,
+      "workdir": str(workdir), "step": restored.step, "available_steps": steps,
       "run": {
-          "config": _config_summary(config),
-          "reference": facts.reference_name,
-          "train_loss": value_at(series.get("train/loss"), restored.step),
-          "eval_loss": eval_loss,
-          "loss_floor": facts.loss_floor,
-          "gap": None if eval_loss is None else eval_loss["value"] - facts.loss_floor,
+          "config": _config_summary(config), "reference": facts.reference_name,
+          "train_loss": value_at(series.get("train/loss"), restored.step), "eval_loss": eval_loss,
+          "loss_floor": facts.loss_floor, "gap": None if eval_loss is None else eval_loss["value"] - facts.loss_floor,
       },
       # Each input-frequency bucket: {loss (its logged eval loss at the step, or None), tokens, train_pairs,
       # eval_pairs (None without validation counts)}.
@@ -164,7 +159,13 @@ def open_run(
 
   workdir = pathlib.Path(workdir)
   files.refuse_links(workdir)  # only this workdir's own files are read
-  steps = _steps(workdir)
+  try:
+    steps = checkpoint.available_steps(workdir)
+  except Exception as error:  # noqa: BLE001 (Orbax reports a foreign directory in many types)
+    raise UsageError(f"--workdir={str(workdir)!r}: {workdir / 'checkpoints'} cannot be read as checkpoints"
+                     f" ({first_line(error)})") from None
+  if not steps:
+    raise UsageError(f"--workdir={str(workdir)!r} has no checkpoints (expected {workdir / 'checkpoints'}/<step>/)")
   if step not in (None, "best") and step not in steps:
     raise UsageError.bad_value("--step", step, f"one of the saved steps {', '.join(map(str, steps))}")
   restored = checkpoint.restore(workdir, step)
@@ -173,20 +174,6 @@ def open_run(
     check(restored)
   facts = _data_facts(restored.config, workdir, restored.model.vocab_size, restored.dataset, warnings)
   return OpenedRun(restored, facts, steps)
-
-
-def _steps(workdir: pathlib.Path) -> list[int]:
-  """The saved steps; UsageError (one line) if there are none or checkpoints/ is not a checkpoint directory."""
-  from tied_embed.train import checkpoint  # noqa: PLC0415 (Orbax stays out of `import tied_embed`)
-
-  try:
-    steps = checkpoint.available_steps(workdir)
-  except Exception as error:  # noqa: BLE001 (Orbax reports a foreign directory in many types)
-    raise UsageError(f"--workdir={str(workdir)!r}: {workdir / 'checkpoints'} cannot be read as checkpoints"
-                     f" ({first_line(error)})") from None
-  if not steps:
-    raise UsageError(f"--workdir={str(workdir)!r} has no checkpoints (expected {workdir / 'checkpoints'}/<step>/)")
-  return steps
 
 
 def _data_facts(
@@ -238,9 +225,8 @@ def _draw(
   from tied_embed.inspection import plots  # noqa: PLC0415 (CLU/TensorFlow only when drawing)
 
   vocab_size = facts.vocab_size
-  shown = np.arange(vocab_size)
-  if vocab_size > _HEATMAP_MAX_TOKENS:
-    shown = np.sort(np.argsort(-facts.input_counts, kind="stable")[:_HEATMAP_ZOOM_TOKENS])
+  shown = np.arange(vocab_size) if vocab_size <= _HEATMAP_MAX_TOKENS else np.sort(
+      np.argsort(-facts.input_counts, kind="stable")[:_HEATMAP_ZOOM_TOKENS])
   learned = report_lib.learned_log_probs(lookup_table, projection_table, shown)[:, shown]
   true = facts.true_log_probs.rows(shown)[:, shown]
   figures = {
@@ -251,8 +237,7 @@ def _draw(
       "provenance": plots.provenance_figure(provenance["lookup_total"], provenance["projection_total"],
                                             facts.input_counts),
   }
-  pictures = plots.write_pictures(report_dir, figures, report["step"])
-  report["pictures"] = pictures
+  report["pictures"] = plots.write_pictures(report_dir, figures, report["step"])
   report["report_md"] = str(report_dir / "report.md")
   try:
     files.write_bytes(report_dir, "report.md", format_markdown(report).encode())
@@ -263,18 +248,12 @@ def _draw(
 
 def _config_summary(config: Any) -> dict[str, Any]:
   """The config fields the report's header shows."""
+  model, data, train = config.model, config.data, config.train
   return {
-      "seed": int(config.seed),
-      "source": str(config.data.source),
-      "vocab_size": int(config.model.vocab_size),
-      "d_model": int(config.model.d_model),
-      "tied": bool(config.model.tied),
-      "hidden": str(config.model.get("hidden", "none")),
-      "hidden_l2": float(config.model.get("hidden_l2", 0.0)),
-      "train_fraction": float(config.data.get("train_fraction", 1.0)),
-      "selection_fraction": float(config.data.get("selection_fraction", 0.0)),
-      "optimizer": str(config.train.optimizer),
-      "learning_rate": float(config.train.learning_rate),
-      "batch_size": int(config.train.batch_size),
-      "num_steps": int(config.train.num_steps),
+      "seed": int(config.seed), "source": str(data.source), "vocab_size": int(model.vocab_size),
+      "d_model": int(model.d_model), "tied": bool(model.tied), "hidden": str(model.get("hidden", "none")),
+      "hidden_l2": float(model.get("hidden_l2", 0.0)), "train_fraction": float(data.get("train_fraction", 1.0)),
+      "selection_fraction": float(data.get("selection_fraction", 0.0)), "optimizer": str(train.optimizer),
+      "learning_rate": float(train.learning_rate), "batch_size": int(train.batch_size),
+      "num_steps": int(train.num_steps),
   }

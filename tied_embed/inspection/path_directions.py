@@ -35,13 +35,10 @@ def path_direction_summary(directions: dict[str, np.ndarray], label: Callable[[i
 
 def format_path_directions(summary: dict[str, Any], shown: int = 8) -> list[str]:
   """The report's lines for the tracked rows (the first `shown`, most frequent first)."""
-  lines = [
+  return [
       "path directions (the most frequent rows: cosine between each path's summed gradient; median "
       f"{summary['median_cosine']:.3f})",
       f"  {'token':>12} {'cosine':>8} {'|lookup|':>9} {'|projection|':>13}",
+      *(f"  {row['label']:>12} {row['cosine']:8.3f} {row['lookup_norm']:9.3g} {row['projection_norm']:13.3g}"
+        for row in summary["rows"][:shown]),
   ]
-  lines += [
-      f"  {row['label']:>12} {row['cosine']:8.3f} {row['lookup_norm']:9.3g} {row['projection_norm']:13.3g}"
-      for row in summary["rows"][:shown]
-  ]
-  return lines

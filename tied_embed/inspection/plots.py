@@ -70,9 +70,7 @@ def loss_curves_figure(series: dict[str, tuple[np.ndarray, np.ndarray]], loss_fl
       ax.plot(steps, values, style, markersize=3, label=tag)
   ax.axhline(loss_floor, color="black", linestyle="--", label=f"floor {loss_floor:.4f}")
   ax.axvline(step, color="gray", linestyle=":", label=f"checkpoint step {step}")
-  ax.set_xlabel("step")
-  ax.set_ylabel("cross-entropy (nats)")
-  ax.set_title("loss vs the entropy floor")
+  ax.set(xlabel="step", ylabel="cross-entropy (nats)", title="loss vs the entropy floor")
   ax.legend()
   return fig
 
@@ -98,10 +96,8 @@ def provenance_figure(lookup_total: np.ndarray, projection_total: np.ndarray, in
     ax.set_xscale("log")
   else:
     ax.set_xscale("symlog", linthresh=1)
-  ax.set_yscale("log")
-  ax.set_xlabel("times the token is the current (input) token in train")
-  ax.set_ylabel("accumulated row gradient norm")
-  ax.set_title("gradient provenance per table row")
+  ax.set(yscale="log", xlabel="times the token is the current (input) token in train",
+         ylabel="accumulated row gradient norm", title="gradient provenance per table row")
   ax.legend()
   return fig
 

@@ -58,14 +58,6 @@ def fit_to_truth(scores: np.ndarray, true_log_probs: np.ndarray) -> dict[str, An
   return fit_by_rows(lambda ids: (scores[ids], true_log_probs[ids]), len(scores))
 
 
-def fit_of_tables(
-    lookup_table: np.ndarray, projection_table: np.ndarray, true_log_probs: LogProbRows
-) -> dict[str, Any]:
-  """`fit_to_truth(lookup @ projection.T, true)` one block of rows at a time: (V, D), (V, D), (V, V) rows → dict."""
-  lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
-  return fit_by_rows(lambda ids: (lookup[ids] @ projection.T, true_log_probs.rows(ids)), len(lookup))
-
-
 def fit_by_rows(rows: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], vocab_size: int) -> dict[str, Any]:
   """`fit_to_truth` from a function of row ids (K,) → (scores (K, V), true log-probs (K, V)), summed by blocks."""
   totals = np.zeros(7)  # entries, Σx, Σy, Σx², Σy², Σxy, Σ|x - y| over centred learned x and true y
@@ -185,7 +177,7 @@ def build_report(
       "scores": _scores_name(tied, hidden),
       "parameters": parameter_summary(vocab_size, d_model, tied, hidden),
       "tokens": token_entries,
-      "fit": fit_of_tables(lookup, projection, true_rows),
+      "fit": fit_by_rows(lambda ids: (lookup[ids] @ projection.T, true_rows.rows(ids)), vocab_size),
       "provenance": provenance,
   }
 

@@ -89,11 +89,8 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
 
 def format_markdown(report: dict[str, Any]) -> str:
   """`report.md` for WORKDIR/report/: the text report in a code block, then the pictures linked beside it."""
-  titles = {
-      "heatmaps": "Learned vs true log-probabilities",
-      "loss_curves": "Loss curves vs the floor",
-      "provenance": "Gradient provenance per row vs input count",
-  }
+  titles = {"heatmaps": "Learned vs true log-probabilities", "loss_curves": "Loss curves vs the floor",
+            "provenance": "Gradient provenance per row vs input count"}
   parts = [f"# Inspection of step {report['step']}", "", "```", format_text(report, pictures_line=False), "```"]
   for name, path in report["pictures"].items():
     parts += ["", f"## {titles.get(name, name)}", "", f"![{name}]({path})"]

@@ -52,11 +52,6 @@ class Library:
   runtime: str | None = None  # the shared library it links, from the environment's prefix (<venv>/lib)
   header: str | None = None  # a header the runtime's devel wheel installs in <venv>/include
 
-  @property
-  def native(self) -> bool:
-    """Whether it is compiled for this machine's CPU (and so may not run on another)."""
-    return "-march=native" in self.flags
-
 
 ADAMW = Library("_adamw.so", ("adamw.cc",), ADAMW_FLAGS)
 GEMM_ONEDNN = Library("_gemm_onednn.so", ("gemm_onednn.cc", "gemm.h"), GEMM_FLAGS, "libdnnl.so.3",
@@ -87,7 +82,7 @@ def fingerprint(library: Library) -> dict[str, str]:
   for name in library.sources:
     digest.update(f"\0{name}\0".encode() + (HERE / name).read_bytes())
   return {"sources": digest.hexdigest(), "jaxlib": jaxlib.__version__, "machine": platform.machine(),
-          "cpu": _cpu_flags() if library.native else ""}
+          "cpu": _cpu_flags() if "-march=native" in library.flags else ""}  # compiled for this CPU
 
 
 def kernel_dir() -> pathlib.Path:
