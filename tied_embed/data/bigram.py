@@ -1,17 +1,11 @@
 """The bigram pairs as a TFDS dataset: generated locally, cached under the data dir, loaded once into NumPy.
 
-`load_bigram_data(config, workdir)` builds (or reuses) the `bigram_pairs` dataset of the config's task and returns a
-`BigramData`. The source (`tied_embed.data.sources`) says what the pairs are and first makes what it needs under the
-data dir (a trained tokenizer); this module stores, verifies and loads them. A cached dataset is checked on every
-load; one that fails is deleted and generated again, with a warning. Generation holds an exclusive lock on the data
-dir, so a second run needing the same dataset at once is refused with one line naming the first. `train_batch`
-depends on (seed, step) alone, so a resumed run sees the same batches as an uninterrupted one.
-data.selection_fraction > 0 holds out the last share of the train split for selection (`selection_pairs`), never
-trained on; data.train_fraction < 1 trains on the first part of the rest (`train_pairs_used`). Split by document,
-the selection split starts at a document end (kept in the TFDS metadata), so no document is both trained and
-selected on. The stored dataset, the validation split, the floor and the references stay those of the whole
-dataset, so runs on different amounts of data share one cache and one eval. Configs here have passed
-`tied_embed.train.config.validate`.
+`load_bigram_data(config, workdir)` builds (or reuses) the `bigram_pairs` dataset of the config's task. The source
+(`tied_embed.data.sources`) says what the pairs are and first makes what it needs under the data dir; this module
+stores, verifies (on every load; a bad cache is regenerated, with a warning) and loads them, generating under an
+exclusive lock on the data dir. The selection split (`selection_pairs`) and data.train_fraction
+(`train_pairs_used`) are cut at load time: the stored dataset, the validation split, the floor and the references
+stay those of the whole dataset, so runs on different amounts of data share one cache and one eval.
 """
 
 from __future__ import annotations
