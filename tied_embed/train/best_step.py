@@ -1,13 +1,9 @@
 """Model selection on the selection split: the best eval so far by select/loss, and early stopping's count.
 
-With data.selection_fraction > 0 every eval also scores the selection split (the last share of the train split,
-never trained on). The eval with the lowest select/loss is the run's best step (the earlier one on a tie: a later
-eval must be strictly lower to count as an improvement); its checkpoint is kept beside the newest ones. With
+With data.selection_fraction > 0 every eval also scores the selection split (never trained on). The eval with the
+lowest select/loss is the best step (the earlier one on a tie); its checkpoint is kept beside the newest ones. With
 train.early_stopping_patience = P > 0 the run stops at the P-th eval after the best one without a new best.
-
-`Selection` is written into every checkpoint's manifest and read back on resume, so the count of evals since the
-best continues from saved state: a run killed and resumed stops at the same step, with the same bits, as one that
-ran through.
+`Selection` is saved in every checkpoint's manifest, so a resumed run stops at the same step as one that ran through.
 """
 
 from __future__ import annotations
@@ -48,7 +44,5 @@ class Selection:
     saved = (manifest or {}).get("selection")
     if not saved:
       return cls()
-    return cls(
-        best_step=saved["best_step"], best_select_loss=saved["best_select_loss"],
-        best_eval=dict(saved["best_eval"]), evals_since_best=int(saved["evals_since_best"]),
-    )
+    return cls(best_step=saved["best_step"], best_select_loss=saved["best_select_loss"],
+               best_eval=dict(saved["best_eval"]), evals_since_best=int(saved["evals_since_best"]))

@@ -1,29 +1,19 @@
-"""Orbax checkpoints of a training run: WORKDIR/checkpoints/<step>/ with the train state, the config (JSON) and
-a manifest (JSON: a fingerprint of every saved array, a checksum of the config, the dataset's identity).
+"""Orbax checkpoints of a run: WORKDIR/checkpoints/<step>/ with the train state, the config (JSON) and a manifest
+(JSON: a fingerprint of every saved array, the config's checksum, the dataset's identity).
 
-The train state is saved as the pure dict of `TrainState`'s nnx.State: the model's tables, the optimizer state
-(with its step), the provenance totals and the running train metrics. Restoring needs nothing but the workdir:
-the saved config rebuilds the state's structure, and the arrays are read straight into the shardings asked for,
-so a checkpoint written on one mesh restores on another.
+The state is saved as the pure dict of `TrainState`'s nnx.State; the saved config rebuilds its structure and the
+arrays are read straight into the shardings asked for, so a checkpoint written on one mesh restores on another.
+`restore` is the one way a checkpoint is read; it checks every item it reads against the manifest.
 
-`restore` is the one way a checkpoint is read, by training's resume and its refusals as by inspection, tests and
-benchmarks: it finds the newest checkpoint that reads back whole (or the one named, or the best one) and checks
-every item it reads against the checkpoint's manifest.
+A run killed mid-save leaves only Orbax's `<step>.orbax-checkpoint-tmp`, deleted when the next run opens the
+directory. A finalized checkpoint that does not read back whole (a truncated file, a flipped byte, a garbled JSON,
+no manifest) is damaged: `restore` skips it (`Restored.damaged`) and a resuming run moves it to
+WORKDIR/damaged_checkpoints/, so it neither blocks a later save of that step nor is taken for a good one.
 
-Orbax writes each checkpoint into `<step>.orbax-checkpoint-tmp` and renames it when complete, so a run killed
-mid-save leaves only a temporary directory, which is never listed as a step and is deleted when the next run
-opens the directory. A finalized checkpoint that cannot be read back whole (a file truncated or deleted, a
-flipped byte that changes an array's fingerprint, a garbled config or manifest) is damaged: `restore` skips it
-and lists it in `Restored.damaged`, and a resuming run moves it to WORKDIR/damaged_checkpoints/
-(`Checkpointer.move_aside`), so it neither blocks a later save of that step nor is taken for a good one. A
-checkpoint of another layout (one without a manifest) is damaged like any other.
-
-With a selection split (`tied_embed.train.best_step`) each checkpoint also carries Orbax metrics, {'step', and at an
-eval 'select_loss'}, and Orbax's retention keeps the newest train.keep_checkpoints checkpoints and, beside them,
-the best one by `selection_rank`. Its manifest records the same select_loss and the run's `Selection` (the best
-step so far), so the best checkpoint is checked like any other, `restore(workdir, 'best')` finds the step the
-newest manifest names, and a resume continues early stopping's count; metrics that don't parse or disagree with
-the manifest make a checkpoint damaged (`_metrics_problems`).
+With a selection split (`tied_embed.train.best_step`) each checkpoint also carries Orbax metrics ({'step'}, and
+'select_loss' at an eval), by which retention keeps the best one beside the newest train.keep_checkpoints. The
+manifest records the same select_loss and the run's `Selection`, so `restore(workdir, 'best')` finds the step the
+newest manifest names and a resume continues early stopping's count; metrics that disagree make a checkpoint damaged.
 """
 
 from __future__ import annotations
@@ -57,9 +47,6 @@ from tied_embed.util import RunStopped, UsageError, drop_unraisable, first_line
 
 log = logging.getLogger(__name__)
 
-ITEMS = ("state", "config", "manifest")
-
-
 class WriteFailed(RunStopped):
   """Writing a checkpoint failed (disk full, directory removed, ...): exit status 1."""
 
@@ -73,21 +60,20 @@ def checkpoint_dir(workdir: str | pathlib.Path) -> pathlib.Path:
 
 
 def damaged_dir(workdir: str | pathlib.Path) -> pathlib.Path:
-  """Where checkpoints that could not be read back are moved: WORKDIR/damaged_checkpoints/<step>[-n]."""
+  """WORKDIR/damaged_checkpoints: damaged checkpoints are moved to <step>[-n] in it."""
   return pathlib.Path(workdir).absolute() / "damaged_checkpoints"
 
 
 def selection_rank(metrics: dict[str, Any]) -> tuple[float, int]:
-  """How checkpoints rank by selection, best last in Orbax's 'min' mode: the lowest select_loss, on a tie the
-  earlier step (the one `Selection.record` keeps); a checkpoint saved between evals has none and ranks worst."""
+  """Rank by selection (Orbax's 'min' mode): the lowest select_loss, on a tie the earlier step (as
+  `Selection.record`); a checkpoint saved between evals has none and ranks worst."""
   return metrics.get("select_loss", math.inf), metrics["step"]
 
 
 def _manager(
     workdir: str | pathlib.Path, keep: int | None = None, *, read_only: bool = True, select: bool = False
 ) -> ocp.CheckpointManager:
-  """Orbax's manager of WORKDIR/checkpoints; `select`: it ranks by `selection_rank` (and writes metrics), and with
-  `keep` it keeps the `keep` newest checkpoints and the best one."""
+  """Orbax's manager of WORKDIR/checkpoints; `select`: ranks by `selection_rank` and keeps the best one too."""
   retention: dict[str, Any] = {"max_to_keep": keep}
   if select:
     retention = {"best_fn": selection_rank, "best_mode": "min"}
@@ -102,19 +88,18 @@ def _manager(
       # A reader that doesn't rank reads no metrics, so one that doesn't parse can't stop it (`_metrics_problems`).
       lightweight_initialize=read_only and not select,
       cleanup_tmp_directories=not read_only,  # leftovers of a save that was killed before it was finalized
-      # Writing the root metadata ends in a barrier of all processes; a reader must not wait there, or processes
-      # that looked at the workdir at different moments (one before another created it) would disagree.
+      # Writing the root metadata ends in a barrier of all processes, where readers that looked at the workdir
+      # at different moments would disagree.
       save_root_metadata=not read_only,
   )
-  return ocp.CheckpointManager(checkpoint_dir(workdir), options=options, item_names=ITEMS)
+  return ocp.CheckpointManager(checkpoint_dir(workdir), options=options, item_names=("state", "config", "manifest"))
 
 
 def _metrics_problems(workdir: str | pathlib.Path) -> list[tuple[int, Exception]]:
   """[(step, error)] of the checkpoints whose Orbax metrics do not read back or disagree with their manifest.
 
-  Orbax ranks checkpoints by their metrics when it decides which to keep and which is best, and reads them (and
-  fails on one that doesn't parse) as soon as a manager that ranks opens the directory: so they are checked
-  first, against the select_loss the manifest recorded, through a manager that does not rank.
+  A ranking manager reads (and fails on) the metrics as soon as it opens the directory, so they are checked first
+  through one that does not rank.
   """
   if not checkpoint_dir(workdir).is_dir():
     return []
@@ -127,7 +112,6 @@ def _metrics_problems(workdir: str | pathlib.Path) -> list[tuple[int, Exception]
       except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
         problems.append((step, error))
   return problems
-
 
 
 def available_steps(workdir: str | pathlib.Path) -> list[int]:
@@ -143,9 +127,8 @@ def abstract_state(config: ml_collections.ConfigDict, mesh: Mesh) -> tuple[nnx.G
   tx = optim.make_optimizer(config.train)
   graphdef, shapes = nnx.split(nnx.eval_shape(lambda: TrainState(build_model(config), tx)))
   shardings = mesh_lib.state_shardings(shapes, mesh)
-  return graphdef, jax.tree.map(
-      lambda shape, sharding: jax.ShapeDtypeStruct(shape.shape, shape.dtype, sharding=sharding), shapes, shardings
-  )
+  return graphdef, jax.tree.map(lambda shape, sharding: jax.ShapeDtypeStruct(shape.shape, shape.dtype,
+                                                                                sharding=sharding), shapes, shardings)
 
 
 def fresh_state(config: ml_collections.ConfigDict, target: nnx.State) -> nnx.State:
@@ -172,16 +155,12 @@ def _read_config_and_manifest(manager: ocp.CheckpointManager, step: int) -> tupl
 
 
 class Checkpointer:
-  """Saves a run's checkpoints (asynchronously) and moves damaged ones aside; `restore` reads them.
-
-  A failure to write surfaces (from the background writer) at the next save or at `close`, as WriteFailed.
-  """
+  """Saves a run's checkpoints (asynchronously) and moves damaged ones aside. A failure to write surfaces at the
+  next save or at `close`, as WriteFailed."""
 
   def __init__(self, workdir: str | pathlib.Path, keep: int, *, select: bool = False):
     """`select`: the run has a selection split; its saves carry a `Selection` and the best checkpoint is kept."""
-    self.workdir = pathlib.Path(workdir)
-    self._writing: int | None = None
-    self._select = select
+    self.workdir, self._writing, self._select = pathlib.Path(workdir), None, select
     drop_unraisable(_is_call_into_closed_loop)  # a failed save's cut-off writes call back at any moment
     for step, error in _metrics_problems(workdir) if select else []:  # before a ranking manager reads them
       _move_to_damaged(self.workdir, step, error, "its select/loss can't be trusted to rank it")
@@ -197,10 +176,9 @@ class Checkpointer:
   ) -> None:
     """Starts writing checkpoint `step`; the arrays are copied off the device before this returns.
 
-    `dataset` is the identity of the data the run trains on (`tied_embed.data.bigram.dataset_identity`), recorded so
-    that a resume on different data can be refused. With a selection split, `selection` is the run's `Selection`
-    as of `step` and `select_loss` the selection split's loss at `step` (None between evals); both go into the
-    manifest, and select_loss into the Orbax metrics that retention ranks by.
+    `dataset`: `tied_embed.data.bigram.dataset_identity`, so a resume on other data can be refused. With a selection
+    split, the run's `Selection` and `select_loss` at `step` (None between evals) go into the manifest, select_loss
+    also into the Orbax metrics retention ranks by.
     """
     with self._errors_as_write_failed():
       self._manager.wait_until_finished()  # a failure of the save before this one is reported as that save's
@@ -212,26 +190,18 @@ class Checkpointer:
       metrics = {"step": step} if select_loss is None else {"step": step, "select_loss": select_loss}
     with self._errors_as_write_failed():
       self._writing = step
-      self._manager.save(
-          step,
-          args=ocp.args.Composite(
-              state=ocp.args.StandardSave(nnx.to_pure_dict(state)),
-              config=ocp.args.JsonSave(config_dict),
-              manifest=ocp.args.JsonSave(manifest),
-          ),
-          metrics=metrics,
-      )
+      self._manager.save(step, metrics=metrics, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(nnx.to_pure_dict(state)), config=ocp.args.JsonSave(config_dict),
+          manifest=ocp.args.JsonSave(manifest)))
 
   def move_aside(self, damaged: list[tuple[int, Exception]], consequence: str) -> None:
-    """Moves each damaged checkpoint, [(step, error)] as `Restored.damaged` lists them, to damaged_dir(workdir)
-    with a warning naming it, the error and `consequence`; the manager then lists the checkpoints again."""
+    """Moves each of `damaged` ([(step, error)], as `Restored.damaged`) to damaged_dir(workdir), warning."""
     for step, error in damaged:
       _move_to_damaged(self.workdir, step, error, consequence)
     if damaged:
       self._manager.reload()
 
   def close(self) -> None:
-    """Waits for any save still being written, then releases the manager."""
     with self._errors_as_write_failed():
       self._manager.wait_until_finished()
       self._manager.close()
@@ -245,8 +215,7 @@ class Checkpointer:
 
 
 def _move_to_damaged(workdir: pathlib.Path, step: int, error: Exception, consequence: str) -> None:
-  """Moves damaged checkpoint `step` out of the manager's directory, so a later save of `step` can't collide, and
-  warns, naming the step, the error and (last) `consequence`."""
+  """Moves damaged checkpoint `step` aside (so a later save of `step` can't collide) and warns."""
   source = checkpoint_dir(workdir) / str(step)
   destination, n = damaged_dir(workdir) / str(step), 1
   while destination.exists():
@@ -261,13 +230,10 @@ def _move_to_damaged(workdir: pathlib.Path, step: int, error: Exception, consequ
 
 
 def _is_call_into_closed_loop(unraisable) -> bool:
-  """Whether an unraisable exception is a RuntimeError raised in a method of an asyncio loop that is closed.
+  """Whether an unraisable exception is a RuntimeError raised in a method of a closed asyncio loop.
 
-  Orbax runs a save's writes (and a restore's reads) in an asyncio event loop of its own and closes that loop as
-  soon as one of them fails. TensorStore finishes the others anyway and then calls back into the closed loop, in
-  the background; each callback fails with `RuntimeError: Event loop is closed`, which Python hands to
-  `sys.unraisablehook` and which would print as a traceback beside the one-line error. `drop_unraisable` drops
-  exactly those.
+  Orbax closes its loop as soon as one write (or read) fails; TensorStore finishes the others and calls back into
+  the closed loop, and each 'Event loop is closed' would print as a traceback beside the one-line error.
   """
   if not isinstance(unraisable.exc_value, RuntimeError):
     return False
@@ -284,15 +250,14 @@ def restore(
     workdir: str | pathlib.Path, step: int | str | None = None, *, mesh: Mesh | None = None,
     target: nnx.State | None = None, arrays: bool = True, resuming: bool = False,
 ) -> Restored | None:
-  """The one way a checkpoint is read: checkpoint `step` of `workdir`, by default the newest that reads back
-  whole, with 'best' the best one by select/loss (`_best_step`). Every item read is checked against its manifest.
+  """Checkpoint `step` of `workdir` (default: the newest that reads back whole; 'best': by select/loss), every
+  item checked against its manifest.
 
-  The arrays are read into the layout of `target` (abstract arrays with shardings) or else of the saved config on
-  `mesh` (default: one device); `arrays=False` reads only the config and manifest. Without `step`, newer
-  checkpoints that do not read back are skipped and listed in `Restored.damaged`; nothing is moved
-  (`Checkpointer.move_aside` does that). UsageError if the workdir has no checkpoints, none at `step`, or the one
-  asked for (or every one) is damaged. `resuming` (a run about to continue): None where there are no checkpoints,
-  and where none reads back the error says the run will not start again from step 0 over them.
+  Arrays go into the layout of `target` (abstract arrays with shardings) or else of the saved config on `mesh`
+  (default: one device); `arrays=False` reads only config and manifest. Without `step`, newer damaged checkpoints
+  are skipped into `Restored.damaged`, not moved. UsageError if there are no checkpoints, none at `step`, or the one
+  asked for (or every one) is damaged. `resuming`: None where there are none, and a refusal to start from step 0
+  where none reads back.
   """
   drop_unraisable(_is_call_into_closed_loop)  # a failed read's other reads call back into Orbax's closed loop
   directory, steps = checkpoint_dir(workdir), available_steps(workdir)
@@ -312,7 +277,8 @@ def restore(
         graphdef, layout, state = None, target, None
         if arrays:
           if layout is None:  # each candidate's own config: a damaged newer one may describe another state
-            graphdef, layout = abstract_state(config, mesh or _one_device())
+            one_device = ml_collections.ConfigDict({"data": 1, "model": 1})
+            graphdef, layout = abstract_state(config, mesh or mesh_lib.make_mesh(one_device, jax.devices()[:1]))
           state = _read_state(manager, candidate, layout)
           check_arrays(state, manifest)
         return Restored(candidate, config, manifest, state, graphdef, directory, damaged)
@@ -327,17 +293,9 @@ def restore(
                    f"no checkpoint in {directory} reads back whole ({problems[0]}; and {len(problems) - 1} more)")
 
 
-def _one_device() -> Mesh:
-  return mesh_lib.make_mesh(ml_collections.ConfigDict({"data": 1, "model": 1}), jax.devices()[:1])
-
-
 def _best_step(workdir: str | pathlib.Path, steps: list[int]) -> int:
-  """The best checkpoint by select/loss: the step the newest readable manifest's `Selection` names.
-
-  UsageError if it names none (a run without a selection split, or stopped before its first eval); if any
-  checkpoint's metrics disagree with its manifest (retention ranks by them, so the checkpoint it kept as the best
-  may not be this one); or if that checkpoint is gone (deleted, or moved aside as damaged).
-  """
+  """The step the newest readable manifest's `Selection` names as best. UsageError if it names none, if any
+  checkpoint's metrics disagree with its manifest (retention ranks by them), or if that checkpoint is gone."""
   directory, newest = checkpoint_dir(workdir), restore(workdir, arrays=False)
   best = Selection.from_manifest(newest.manifest).best_step
   if best is None:

@@ -2,11 +2,9 @@
 
   tied-embed-train --config configs/default.py --workdir runs/default [--config.train.learning_rate=0.05 ...]
 
-A bad flag, config file or value, or a workdir another run holds, is one line `error: ...` on stderr and exit
-status 2, before anything is written, and before TensorFlow is imported where it can be (the busy workdir and
-every config check). The console is the project's own: its log lines as they are ("step 100/3000 | ...",
-warnings as `warning: ...`); the libraries' own logs (Orbax, CLU and TFDS through absl's logger, JAX through
-its own) only with --verbose.
+A bad flag, config file or value, or a busy workdir, is one line `error: ...` on stderr and exit status 2, before
+anything is written (and before TensorFlow is imported). The console shows the project's log lines as they are
+(warnings as `warning: ...`); the libraries' own logs (Orbax, CLU, TFDS, JAX) only with --verbose.
 """
 
 from __future__ import annotations
@@ -37,7 +35,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 class _ConfigFileParser(flags.ArgumentParser):
-  """Reads `--config` with `config_file.load_config_file`, so a broken file is one UsageError; keeps the config."""
+  """Reads `--config` with `config_file.load_config_file` (a broken file is one UsageError); keeps the config."""
 
   loaded = None
 
@@ -60,17 +58,13 @@ class ConsoleFormatter(logging.Formatter):
   """A log record as the console shows it: the message alone, `warning: ` or `error: ` before the others."""
 
   def format(self, record: logging.LogRecord) -> str:
-    message = record.getMessage()
-    if record.levelno >= logging.ERROR:
-      return f"error: {message}"
-    if record.levelno >= logging.WARNING:
-      return f"warning: {message}"
-    return message
+    level, message = record.levelno, record.getMessage()
+    return ("error: " if level >= logging.ERROR else "warning: " if level >= logging.WARNING else "") + message
 
 
 def configure_console(verbose: bool) -> None:
-  """The project's log lines in its own format; the libraries' (absl's logger: Orbax, CLU, TFDS; JAX's) only if
-  `verbose`. The libraries report their failures by raising, which `main` prints as one line."""
+  """The project's log lines in its own format; the libraries' (through absl's logger, and JAX's) only if
+  `verbose`: they report failures by raising, which `main` prints as one line."""
   absl_logging.get_absl_handler().setFormatter(ConsoleFormatter())
   logging.getLogger("tied_embed").setLevel(logging.INFO)
   logging.getLogger("absl").setLevel(logging.INFO if verbose else logging.CRITICAL)
@@ -81,9 +75,8 @@ def configure_console(verbose: bool) -> None:
 
 
 class _CompletionWatch(logging.Filter):
-  """Sees the run's closing line (`metrics.closing_lines`) go out: from then on the run is complete, its files
-  written, and a Ctrl-C or SIGTERM ends the command with 0 (`_end_completed_run`) instead of the start-up
-  handler's 130 / 143 and its 'nothing was written'."""
+  """Once the run's closing line (`metrics.closing_lines`) goes out, a Ctrl-C or SIGTERM ends the command with 0
+  (`_end_completed_run`), not the start-up handler's 130 / 143."""
 
   def filter(self, record: logging.LogRecord) -> bool:
     if record.funcName == "closing_lines" and threading.current_thread() is threading.main_thread():
@@ -96,21 +89,14 @@ def unknown_override(config, argv: list[str]) -> str:
   """The first `--config.<path>=...` in `argv` whose path is not a field of `config`: → its one-line error."""
   from tied_embed.train.config import known_fields  # noqa: PLC0415
 
-  for arg in argv[1:]:
-    if not arg.startswith("--config."):
-      continue
-    path = arg.split("=", 1)[0].removeprefix("--config.")
-    node = config
+  for arg in (arg for arg in argv[1:] if arg.startswith("--config.")):
+    path, node = arg.split("=", 1)[0].removeprefix("--config."), config
     for key in path.split("."):
       if not hasattr(node, "keys") or key not in node:
         guess = difflib.get_close_matches(path, known_fields(), n=1)
         return f"{path} is not a config field" + (f"; did you mean {guess[0]}?" if guess else "")
       node = node[key]
   return "a --config.<field> override names no config field"
-
-
-HELP_FLAGS = ("-h", "-?", "--help", "--helpshort")
-FULL_HELP_FLAGS = ("--helpfull",)  # the command's help, then every flag absl knows (the libraries' too)
 
 
 def _command(argv0: str) -> str:
@@ -146,16 +132,13 @@ _UNPARSED_OVERRIDE = re.compile(r"flag --config\.([A-Za-z0-9_.]+)=(.*?): ")
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-  """absl's parser, with every error (unknown flag or config field, bad value, broken config file) one line.
-
-  --help (-h, --helpshort) prints `usage` and exits 0, before the config file is read.
-  """
+  """absl's parser, with every error one line; --help (-h, --helpshort) prints `usage`, before the config is read."""
   from tied_embed.util import UsageError  # noqa: PLC0415
 
-  if any(arg in HELP_FLAGS for arg in argv[1:]):
+  if any(arg in ("-h", "-?", "--help", "--helpshort") for arg in argv[1:]):
     print(usage(_command(argv[0])))
     sys.exit(0)
-  if any(arg in FULL_HELP_FLAGS for arg in argv[1:]):  # absl's own would print the list, then exit 1
+  if "--helpfull" in argv[1:]:  # the command's help, then every flag absl knows; absl's own would exit 1
     print(usage(_command(argv[0])), "", "Every flag, the libraries' included:", FLAGS.get_help(), sep="\n")
     sys.exit(0)
   try:
@@ -190,17 +173,14 @@ def _usage_error(message: str) -> None:
 
 
 def _stop_during_start_up(signum: int, frame: object) -> None:
-  """Ctrl-C or SIGTERM before training has set up its own handlers: nothing is written yet, so end at once.
-
-  `os._exit`, not an exception: an exception raised here can land inside a library callback that swallows it.
-  """
+  """Ctrl-C or SIGTERM before training's own handlers: nothing is written yet, so end at once (`os._exit`: an
+  exception raised here can land inside a library callback that swallows it)."""
   print(f"error: stopped by {signal.Signals(signum).name} during start-up; nothing was written", file=sys.stderr)
   os._exit(128 + signum)
 
 
 def _end_completed_run(signum: int, frame: object) -> None:
-  """Ctrl-C or SIGTERM once the run has completed and printed its closing line: everything is written, so the
-  command ends at once with the run's own status, 0, rather than 130 / 143 with a line about start-up."""
+  """Ctrl-C or SIGTERM once the run has completed: everything is written, so end at once with its status, 0."""
   del signum, frame
   sys.stderr.flush()
   sys.stdout.flush()
@@ -236,9 +216,8 @@ def _main(argv: list[str]) -> None:
     from tied_embed.train.signals import Preempted  # noqa: PLC0415 (loaded by the trainer already)
 
     if isinstance(stop, Preempted) and stop.step is None:
-      # A signal during set-up: everything set-up opened is closed (the exception unwound it), nothing is left
-      # to save. Interpreter shutdown with a compile or a data thread still running can crash (exit -11), so
-      # end at once, as a signal during start-up does.
+      # A signal during set-up: nothing is left to save, and interpreter shutdown with a compile or a data thread
+      # still running can crash (exit -11), so end at once.
       sys.stderr.flush()
       sys.stdout.flush()
       os._exit(stop.exit_status)
@@ -255,7 +234,6 @@ def main() -> None:
   for signum in (signal.SIGINT, signal.SIGTERM):
     signal.signal(signum, _stop_during_start_up)
   signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # train.py holds them while importing
-  # A checkpoint write that failed leaves Orbax's pending coroutines unawaited; Python would list each at exit,
-  # after the one-line error that already says what happened.
+  # A failed checkpoint write leaves Orbax's coroutines unawaited; Python would list each after the one-line error.
   warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
   app.run(_main, flags_parser=parse_flags)

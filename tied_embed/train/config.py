@@ -1,10 +1,9 @@
 """A training config: every field, declared once, and the one check of a whole config.
 
-`FIELDS` declares each field the run machinery reads: its default, what it allows, whether a resume may change it
-(`RESUMABLE`) and what it means; the data.* fields only one kind of source reads are declared and checked by their
-sources (`Source.fields`, `Source.validate`). `validate(config)` checks a whole config once, where a run starts (the
-command line, before it imports TensorFlow; `train_and_evaluate` for a library caller), and writes nothing: below
-that, everything takes the config as checked. `python -m tied_embed.train.config` prints the docs' field list.
+`FIELDS` declares each field the run machinery reads: default, what it allows, whether a resume may change it
+(`RESUMABLE`), meaning; a source's own data.* fields are declared and checked by it (`Source.fields`, `.validate`).
+`validate(config)` checks a whole config once, where a run starts, and writes nothing: below that, everything takes
+the config as checked. `python -m tied_embed.train.config` prints the docs' field list.
 """
 
 from __future__ import annotations
@@ -49,7 +48,6 @@ class Field:
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # 3.4e38
 FLOAT32_SMALLEST = float(np.finfo(np.float32).smallest_subnormal)  # 1.4e-45: half of it rounds to 0
 # The float fields the step reads reach it as float32: a value beyond float32 would become inf or 0 there.
-# (data.train_fraction is only ever a Python float: round(fraction · pairs).)
 IN_FLOAT32 = "within float32 (at most 3.4e38; 0 or at least 1.4e-45)"
 
 
@@ -58,7 +56,7 @@ def _int_in(low: int, high: int = INT32_MAX) -> Callable[[Any], bool]:
 
 
 def in_float32(value: Any) -> bool:
-  """A number float32 holds as itself, near enough: finite, at most FLOAT32_MAX, and 0 or not rounded to 0."""
+  """Finite, at most FLOAT32_MAX, and 0 or not rounded to 0: a number float32 holds as itself, near enough."""
   return (is_number(value) and math.isfinite(value) and abs(value) <= FLOAT32_MAX
           and (value == 0 or abs(value) >= FLOAT32_SMALLEST))
 
@@ -114,8 +112,7 @@ FIELDS: tuple[Field, ...] = (
           False, "peak learning rate, reached after the warmup"),
     Field("train.warmup_steps", 100, _STEPS, _int_in(0), False,
           "linear warmup from 0, then cosine decay to 0 at num_steps"),
-    Field("train.optimizer", "adamw", " | ".join(OPTIMIZERS), lambda v: v in OPTIMIZERS, False,
-          "the optimizer"),
+    Field("train.optimizer", "adamw", " | ".join(OPTIMIZERS), lambda v: v in OPTIMIZERS, False, "the optimizer"),
     Field("train.weight_decay", 0.0, f"a finite number >= 0 (0 = off), {IN_FLOAT32}", _float32_at_least(0), False,
           "adamw: decoupled decay; adam/sgd: L2 term added to the gradient"),
     Field("train.grad_clip_norm", 1.0, f"a finite number >= 0 (0 = off), {IN_FLOAT32}", _float32_at_least(0),
@@ -151,8 +148,7 @@ REQUIRED_FIELDS: frozenset[str] = frozenset(BY_PATH)
 class Dependent:
   """A field that does something only where `active(config)`, e.g. model.hidden_l2 only with the hidden map.
 
-  `off`: the value that says 'nothing', which the field must have where it does nothing (model.hidden_l2 = 0);
-  None for a field that only some tasks read and has no such value (data.task_d_model): elsewhere it is ignored.
+  `off`: the value it must have where it does nothing; None for a field without one (ignored there instead).
   """
 
   path: str
@@ -161,9 +157,8 @@ class Dependent:
   off: Any = None
 
 
-# A value given where it does nothing would train as if unset: one with an `off` value is refused there (a λ set
-# without the hidden map is a mistake to say, not to train through). Where a field does nothing in a checkpoint's
-# config and in the new one, the resume check skips it, so a dead value never blocks a resume (`inactive_paths`).
+# A value given where it does nothing would train as if unset, so one with an `off` value is refused there. The
+# resume check skips a field that does nothing on both sides, so a dead value never blocks a resume.
 DEPENDENT: tuple[Dependent, ...] = (
     Dependent("model.hidden_l2", "model.hidden='linear' (λ weights ‖W − I‖²; without the hidden map there is no W)",
               lambda config: config.model.get("hidden", "none") == "linear", off=0),
@@ -214,8 +209,7 @@ def inactive_paths(config: ml_collections.ConfigDict) -> frozenset[str]:
 
 
 def as_python_values(config: ml_collections.ConfigDict) -> None:
-  """NumPy scalars anywhere in `config` (np.int64(128), np.float32(0.05)) become the Python numbers they equal, in
-  place: the checkpoints' JSON and the hparams take only Python's own types."""
+  """NumPy scalars anywhere in `config` become the Python numbers they equal, in place (for JSON and hparams)."""
   for key, value in config.items():
     if isinstance(value, ml_collections.ConfigDict):
       as_python_values(value)
@@ -224,17 +218,14 @@ def as_python_values(config: ml_collections.ConfigDict) -> None:
         config[key] = value.item()
 
 
-# The whole check. Each check returns the first refusal it finds and `validate` raises it, in one line.
-
 Refusal = tuple[str, Any, str]  # (field path, its value, what is allowed): `UsageError.bad_value`'s arguments
 
 
 def validate(config: Any, num_devices: int | None = None, memory_bytes: int | None = None) -> None:
   """Raises UsageError (field, value, what is allowed) for the first bad field; None if `config` can be trained.
 
-  NumPy scalars in `config` become the Python numbers they equal (`as_python_values`). `num_devices` defaults to
-  jax.device_count(), which the mesh must fit; `memory_bytes` to `config_memory.available_memory()`, which the
-  estimate must not exceed. The source's checks (`Source.validate`) and the mesh's raise their own refusals.
+  NumPy scalars become Python numbers (`as_python_values`). The mesh must fit `num_devices` (default:
+  jax.device_count()), the estimate `memory_bytes` (default: `config_memory.available_memory()`).
   """
   if not isinstance(config, ml_collections.ConfigDict):
     raise UsageError.bad_value("config", f"<{type(config).__name__}>", "an ml_collections.ConfigDict")
@@ -275,8 +266,7 @@ def _value_refusal(config: ml_collections.ConfigDict) -> Refusal | None:
 
 
 def validate_data(config: Any) -> dict[str, Any]:
-  """`validate`'s data checks alone, also of a config of only seed, model.* and data.* fields: UsageError for the
-  first bad one, else → the source's settings of `config`."""
+  """`validate`'s data checks alone (seed, model.* and data.* suffice): UsageError, or → the source's settings."""
   refusal, settings = _data_refusal(config)
   if refusal is not None:
     raise UsageError.bad_value(*refusal)
@@ -285,7 +275,7 @@ def validate_data(config: Any) -> dict[str, Any]:
 
 def _data_refusal(config: Any) -> tuple[Refusal | None, dict[str, Any]]:
   """data.source, the source's own checks (they raise), data.data_dir and the selection split; → (the refusal,
-  the source's settings of `config`: what the memory check counts; empty where refused before them)."""
+  the source's settings: empty where refused before them)."""
   data, names = config.data, tuple(sorted(sources.REGISTRY))
   if data.get("source") not in names:
     return ("data.source", data.get("source"), f"one of {names}"), {}
@@ -316,11 +306,8 @@ def _data_dir_refusal(data_dir: Any) -> Refusal | None:
 
 
 def _selection_refusal(fraction: float, num_train: int) -> Refusal | None:
-  """The selection split holds round(fraction · N) of the N train pairs: refused where that is no pair.
-
-  What it leaves to train on is then never empty (fraction < 0.5), and data.train_fraction keeps at least one pair
-  of it. N is the source's count, an estimate for SentencePiece text (`Source.num_pairs_exact`).
-  """
+  """The selection split holds round(fraction · N) of the N train pairs (the source's count): refused where that is
+  no pair. What it leaves to train on is never empty (fraction < 0.5)."""
   held_out = round(fraction * num_train)
   if fraction == 0 or held_out >= 1:
     return None
@@ -329,8 +316,7 @@ def _selection_refusal(fraction: float, num_train: int) -> Refusal | None:
 
 
 def _mesh_refusal(config: ml_collections.ConfigDict, num_devices: int | None) -> Refusal | None:
-  """V splits over mesh.model and the batch over mesh.data; the mesh fits the devices and the processes (mesh_lib
-  raises those refusals)."""
+  """V splits over mesh.model and the batch over mesh.data; mesh_lib refuses a mesh the devices can't hold."""
   num_devices = jax.device_count() if num_devices is None else num_devices
   data_size, model_size = mesh_lib.mesh_shape(config.mesh, num_devices)
   vocab_size, batch_size = config.model.vocab_size, config.train.batch_size
@@ -350,8 +336,8 @@ def check_memory(config: ml_collections.ConfigDict, memory_bytes: int) -> None:
 
 def _memory_refusal(config: ml_collections.ConfigDict, memory_bytes: int | None,
                     settings: dict[str, Any] | None) -> Refusal | None:
-  """Where `config_memory.memory_estimate` + RUNTIME_BYTES > `memory_bytes` (default: this machine's): names the
-  largest term and, of the fields that term grows with, the one set to the largest number."""
+  """Where the estimate + RUNTIME_BYTES > `memory_bytes` (default: this machine's): names the largest term and the
+  field it grows with that is set to the largest number."""
   memory_bytes = config_memory.available_memory() if memory_bytes is None else memory_bytes
   terms = config_memory.memory_estimate(config, settings)
   total = config_memory.RUNTIME_BYTES + sum(term.bytes for term in terms)
@@ -362,9 +348,6 @@ def _memory_refusal(config: ml_collections.ConfigDict, memory_bytes: int | None,
   gib = config_memory.gib
   return (field, get(config, field), f"a config that fits in this machine's {gib(memory_bytes)} of memory: it "
           f"needs about {gib(total)}, {gib(largest.bytes)} of it for {largest.what}")
-
-
-# What the table gives the run and the docs.
 
 
 def hparams(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -382,9 +365,8 @@ def markdown_table() -> str:
     allowed = field.allowed.replace("|", "\\|")
     rows.append(f"| `{field.path}` | `{field.default!r}` | {allowed} | {resumable} | {dataset} | {field.doc} |")
   source_fields = sorted({f"data.{name}" for source in sources.REGISTRY.values() for name in source.fields})
-  rows.append("")
-  rows.append("The data sources check their own fields (none may change on resume): "
-              + ", ".join(f"`{path}`" for path in source_fields) + ".")
+  rows.extend(["", "The data sources check their own fields (none may change on resume): "
+              + ", ".join(f"`{path}`" for path in source_fields) + "."])
   return "\n".join(rows) + "\n"
 
 

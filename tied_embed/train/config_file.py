@@ -1,8 +1,5 @@
 """What the command line reads into a config: a `--config` file, run with its bools kept as bools, and the refusal
-of a `--config.<field>=<value>` the flag parser could not read as the field's type.
-
-Loading checks no field: `config.validate` does, once, where the run starts.
-"""
+of a `--config.<field>=<value>` the flag parser could not read as the field's type. Loading checks no field."""
 
 from __future__ import annotations
 
@@ -25,10 +22,8 @@ _EXPECTED = "a Python file whose get_config() returns a ConfigDict, e.g. configs
 def load_config_file(path: str) -> ml_collections.ConfigDict:
   """Runs a `--config` file (`file.py` or `file.py:argument`) and returns its `get_config()`, a ConfigDict.
 
-  The folder holding the file's folder is importable while it runs, so `configs/smoke.py` can
-  `from configs import default` however the command was started (`python train.py` or the installed
-  `tied-embed-train`). Any failure (no such file, an exception, `sys.exit` or syntax error in it, no
-  `get_config`, something other than a ConfigDict) is one UsageError on `--config`.
+  The folder above the file's folder is importable while it runs (so `configs/smoke.py` can
+  `from configs import default`). Any failure is one UsageError on `--config`.
   """
   file_path, colon, argument = path.partition(":")
   require(bool(file_path), "--config", path, _EXPECTED)
@@ -49,12 +44,10 @@ def load_config_file(path: str) -> ml_collections.ConfigDict:
 @contextlib.contextmanager
 def _bools_kept() -> Iterator[Any]:
   """While a config file runs, notes each value it assigns to a float field; yields `keep()`, which puts back the
-  bools among the last ones, for the field's check to refuse by name.
+  bools among them, for the field's check to refuse by name.
 
-  ml_collections casts an int assigned to a float field to float, and a bool is an int to Python: without this,
-  `config.data.train_fraction = True` would silently be 1.0. The assignments are watched through the interpreter's
-  profile hook (ConfigDict's own `__setitem__(key, value)` calls), which changes nothing while the file runs; an
-  int field keeps a bool as it is already.
+  ml_collections casts a bool assigned to a float field to float (`train_fraction = True` would be 1.0). The
+  assignments are watched through the profile hook (ConfigDict's `__setitem__` calls), which changes nothing.
   """
   assigned: dict[tuple[int, str], tuple[ml_collections.ConfigDict, str, Any]] = {}
   setitem = ml_collections.ConfigDict.__setitem__.__code__
@@ -82,7 +75,7 @@ def _bools_kept() -> Iterator[Any]:
 
 
 def set_unchecked(config: ml_collections.ConfigDict, path: str, value: Any) -> None:
-  """Sets dotted `path` of `config` to `value` of any type (ml_collections' type check off): for trying a value."""
+  """Sets dotted `path` of `config` to `value` of any type (ml_collections' type check off)."""
   *parents, leaf = path.split(".")
   node = config_lib.get(config, ".".join(parents)) if parents else config
   with node.ignore_type():
@@ -90,11 +83,8 @@ def set_unchecked(config: ml_collections.ConfigDict, path: str, value: Any) -> N
 
 
 def unparsed_override(config: ml_collections.ConfigDict, path: str, text: str) -> UsageError:
-  """The refusal of `--config.<path>=<text>` where the flag parser could not read `text` as the field's type
-  ('abc' for a number, '8.5' for an integer): the field's own one-line message, naming what it allows.
-
-  A data.* field of a source is checked by that source, given `text`.
-  """
+  """The refusal of `--config.<path>=<text>` the flag parser could not read as the field's type ('abc' for a
+  number): the field's own one-line message; a source's data.* field is checked by that source, given `text`."""
   field = config_lib.BY_PATH.get(path)
   if field is not None:
     return UsageError.bad_value(path, text, field.allowed)

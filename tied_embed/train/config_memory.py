@@ -1,7 +1,5 @@
-"""What a run of a config needs in memory, as a sum of named terms, and what this machine has.
-
-`config.validate` refuses a config whose estimate does not fit (`config._check_memory`); this module only counts.
-"""
+"""What a run of a config needs in memory, as a sum of named terms, and what this machine has (`config.validate`
+refuses a config that does not fit)."""
 
 from __future__ import annotations
 
@@ -36,10 +34,8 @@ def memory_estimate(config: ml_collections.ConfigDict, settings: dict[str, Any] 
   - dataset: 32 bytes per train or validation pair (as the source counts them): while generating, the int32
     pair, a float64 uniform draw and an int64 sort order; then the int32 pair loaded.
 
-  `settings`: the source's settings of `config` (`Source.settings`), computed here when not given. (V, V) tables
-  are not counted: the sources compute them a few MB of rows at a time. The check adds `RUNTIME_BYTES` for the
-  interpreter, the libraries and the compiled programs. All arrays are counted whole on this host, as if
-  unsharded: a run split over several hosts needs less.
+  `settings`: `Source.settings(config)`, computed when not given. (V, V) tables are not counted (the sources
+  compute them a few MB at a time). All arrays are counted whole on this host, as if unsharded.
   """
   vocab_size, d_model = int(config.model.vocab_size), int(config.model.d_model)
   batch_size, eval_batch_size = int(config.train.batch_size), int(config.train.eval_batch_size)

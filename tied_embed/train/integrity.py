@@ -1,8 +1,7 @@
 """Integrity of saved state: a layout-independent fingerprint of every array and a checksum of a config.
 
-A checkpoint's manifest records both when it is written, and every read compares them (`check_config`,
-`check_arrays`, and `check_metrics` for the Orbax metrics retention ranks by), so bytes that changed on disk (a
-flipped bit that still decodes, a garbled JSON) are found instead of trained on.
+A checkpoint's manifest records both and every read compares them, so bytes that changed on disk (a flipped bit
+that still decodes, a garbled JSON) are found instead of trained on.
 """
 
 from __future__ import annotations
@@ -18,10 +17,8 @@ from flax import nnx
 
 def _bits(array: jax.Array) -> jax.Array:
   """The raw bits of `array` as uint32 (one or two words per element): (...) → (N,) uint32."""
-  if array.dtype.itemsize == 4:
+  if array.dtype.itemsize in (4, 8):  # 8: (..., 2) words
     return jax.lax.bitcast_convert_type(array, jnp.uint32).reshape(-1)
-  if array.dtype.itemsize == 8:
-    return jax.lax.bitcast_convert_type(array, jnp.uint32).reshape(-1)  # (..., 2) words
   unsigned = {1: jnp.uint8, 2: jnp.uint16}[array.dtype.itemsize]
   return jax.lax.bitcast_convert_type(array, unsigned).astype(jnp.uint32).reshape(-1)
 
@@ -29,10 +26,7 @@ def _bits(array: jax.Array) -> jax.Array:
 @jax.jit
 def _fingerprints(arrays: list[jax.Array]) -> list[jax.Array]:
   """Two order-sensitive 32-bit sums per array: Σ bits_i · w_i (mod 2³²) with odd weights w_i, for two weightings.
-
-  Integer addition mod 2³² is exact and associative, so the result is the same on any mesh and any sharding;
-  changing any one element changes both sums (an odd weight is invertible mod 2³²).
-  """
+  Exact and associative, so the same on any sharding; changing one element changes both (odd weights invert)."""
   prints = []
   for array in arrays:
     bits = _bits(array)
@@ -47,10 +41,8 @@ def fingerprint(state: nnx.State) -> dict[str, str]:
   """{'model/embedding': '<16 hex digits>', ...}: a fingerprint of every array of `state`, layout-independent."""
   flat = jax.tree_util.tree_leaves_with_path(nnx.to_pure_dict(state))
   values = np.asarray(jax.device_get(_fingerprints([leaf for _, leaf in flat])), np.uint32).reshape(-1, 2)
-  return {
-      "/".join(str(getattr(key, "key", key)) for key in path): f"{int(a):08x}{int(b):08x}"
-      for (path, _), (a, b) in zip(flat, values, strict=True)
-  }
+  return {"/".join(str(getattr(key, "key", key)) for key in path): f"{int(a):08x}{int(b):08x}"
+          for (path, _), (a, b) in zip(flat, values, strict=True)}
 
 
 def config_checksum(config: dict) -> str:

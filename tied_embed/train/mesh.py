@@ -1,16 +1,14 @@
 """Several devices and several processes: the ('data', 'model') mesh, where each array lives on it, how the
 processes start as one run, and each process's share of the data.
 
-The batch is split along `data`. Arrays are laid out by the logical axis names they are annotated with where they
-are made (`out_sharding` on the nnx.Variable): LOGICAL_AXIS_RULES splits 'vocab' (the tables, their optimizer
-moments, the provenance totals) on `model` and replicates 'embed'; unannotated arrays (step counters, scalars)
-are replicated. A V that the `model` axis doesn't divide is refused by config validation rather than padded, so
-no masked rows ever need to be kept out of the softmax.
+The batch is split along `data`. Arrays are laid out by the logical axis names of their `out_sharding`
+annotation: LOGICAL_AXIS_RULES splits 'vocab' (tables, optimizer moments, provenance totals) on `model`; the rest
+is replicated. A V that `model` doesn't divide is refused by config validation rather than padded, so no masked
+rows ever need to be kept out of the softmax.
 
-Several processes (one per host, each driving its local devices) form one global mesh: every process runs the
-same program on the same config, computes the same global batch for (seed, step) and contributes only the rows
-its own devices hold. Each host holds whole `data` rows of the mesh (its share of the batch and every vocabulary
-shard), so the vocabulary-parallel collectives stay inside a host and only the gradient sum crosses hosts.
+Several processes (one per host) form one global mesh: each runs the same program, computes the same global batch
+for (seed, step) and contributes only the rows its own devices hold. Each host holds whole `data` rows of the mesh,
+so the vocabulary-parallel collectives stay inside a host and only the gradient sum crosses hosts.
 
 Free of TensorFlow, so `train.py` can start the processes and validate the config before any heavy import.
 """
@@ -53,25 +51,19 @@ def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tupl
         raise UsageError.bad_value(f"mesh.{axis}", -1, allowed)
       sizes[axis] = num_devices // other
   if sizes["data"] * sizes["model"] > num_devices:
-    raise UsageError.bad_value(
-        "mesh.data x mesh.model", f"{sizes['data']}x{sizes['model']}", f"at most {num_devices} devices in all"
-    )
+    raise UsageError.bad_value("mesh.data x mesh.model", f"{sizes['data']}x{sizes['model']}",
+                               f"at most {num_devices} devices in all")
   return sizes["data"], sizes["model"]
 
 
 def check_mesh_fits_processes(data_size: int, model_size: int, num_devices: int, num_processes: int) -> None:
-  """Raises UsageError unless a (data, model) mesh can be laid over `num_processes` hosts as `global_batch` needs.
-
-  Each host must hold whole `data` rows of the mesh: its own share of the batch and every vocabulary shard, so
-  the vocabulary-parallel collectives stay inside a host and only the gradient sum crosses hosts.
-  """
+  """Raises UsageError unless a (data, model) mesh can be laid over `num_processes` hosts with whole `data` rows
+  on each, as `global_batch` needs."""
   if num_processes == 1:
     return
   if data_size * model_size != num_devices or data_size % num_processes:
-    raise UsageError.bad_value(
-        "mesh", f"{data_size}x{model_size}",
-        f"all {num_devices} devices, with mesh.data a multiple of the {num_processes} processes",
-    )
+    raise UsageError.bad_value("mesh", f"{data_size}x{model_size}",
+                               f"all {num_devices} devices, with mesh.data a multiple of the {num_processes} processes")
 
 
 def make_mesh(mesh_config: ml_collections.ConfigDict, devices: Sequence[jax.Device] | None = None) -> Mesh:
@@ -99,11 +91,8 @@ def logical_spec(names: tuple[str | None, ...] | None) -> PartitionSpec:
 
 
 def state_shardings(state: nnx.State, mesh: Mesh) -> Any:
-  """A NamedSharding per leaf of an (abstract) nnx.State, from its Variables' `out_sharding` annotations.
-
-  The tables are annotated where they are made (`model.TABLE_AXES`), the optimizer's moments inherit the Param's
-  annotation, the provenance totals carry ('vocab',); anything unannotated (counters, scalars) is replicated.
-  """
+  """A NamedSharding per leaf of an (abstract) nnx.State, from its Variables' `out_sharding` annotations (the
+  optimizer's moments inherit the Param's); anything unannotated is replicated."""
 
   def sharding(variable: nnx.Variable) -> nnx.Variable:
     return variable.replace(NamedSharding(mesh, logical_spec(variable.get_metadata().get("out_sharding"))))
@@ -129,24 +118,18 @@ def _env_int(environ: dict[str, str], name: str, default: int | None = None) -> 
 
 
 def initialize_from_environment(environ: dict[str, str] | None = None) -> bool:
-  """Joins the other processes if the environment describes several; returns whether it did.
-
-  JAX_COORDINATOR_ADDRESS=host:port, JAX_NUM_PROCESSES=n > 1 and JAX_PROCESS_ID=i name them explicitly; under
-  Slurm or Open MPI with more than one task, JAX reads its launcher's variables itself. A single process (the
-  default) starts nothing, so one-host runs need no coordinator. Must run before anything touches a device.
-  """
+  """Joins the other processes if the environment describes several (JAX_COORDINATOR_ADDRESS=host:port,
+  JAX_NUM_PROCESSES=n > 1, JAX_PROCESS_ID=i; or Slurm / Open MPI with several tasks); returns whether it did.
+  Must run before anything touches a device."""
   environ = os.environ if environ is None else environ
   num_processes = _env_int(environ, NUM_PROCESSES, default=1)
   if num_processes > 1:
     process_id = _env_int(environ, PROCESS_ID, default=-1)
     if not environ.get(COORDINATOR) or not 0 <= process_id < num_processes:
-      raise UsageError(
-          f"{NUM_PROCESSES}={num_processes} needs {COORDINATOR}=host:port (process 0's address) and "
-          f"{PROCESS_ID} in 0..{num_processes - 1}"
-      )
-    jax.distributed.initialize(
-        coordinator_address=environ[COORDINATOR], num_processes=num_processes, process_id=process_id
-    )
+      raise UsageError(f"{NUM_PROCESSES}={num_processes} needs {COORDINATOR}=host:port (process 0's address) and "
+                       f"{PROCESS_ID} in 0..{num_processes - 1}")
+    jax.distributed.initialize(coordinator_address=environ[COORDINATOR], num_processes=num_processes,
+                               process_id=process_id)
     return True
   if any(_env_int(environ, size, default=1) > 1 for size in _LAUNCHER_SIZES):
     jax.distributed.initialize()
@@ -155,10 +138,8 @@ def initialize_from_environment(environ: dict[str, str] | None = None) -> bool:
 
 
 def process_slice(batch: np.ndarray, process_index: int, process_count: int) -> np.ndarray:
-  """This process's contiguous share of a global batch: (B,) → (B / process_count,).
-
-  What `jax.make_array_from_process_local_data(sharding, local)` expects for a batch sharded over processes.
-  """
+  """This process's contiguous share of a global batch, as `make_array_from_process_local_data` expects:
+  (B,) → (B / process_count,)."""
   if len(batch) % process_count:
     raise UsageError.bad_value("train.batch_size", len(batch), f"a multiple of the {process_count} processes")
   share = len(batch) // process_count
@@ -166,28 +147,18 @@ def process_slice(batch: np.ndarray, process_index: int, process_count: int) -> 
 
 
 def global_batch(batch: tuple[np.ndarray, ...], sharding: NamedSharding) -> tuple[jax.Array, ...]:
-  """The same global (B,) arrays on every process → global jax.Arrays with `sharding`, from local rows only.
-
-  With one process this is a plain device_put. With several, each keeps its `process_slice` (B / processes,)
-  and `make_array_from_process_local_data` places it; that is this process's share because the mesh puts whole
-  `data` rows of devices on each process, in process order.
-  """
+  """The same global (B,) arrays on every process → global jax.Arrays with `sharding`, from local rows only: each
+  process places its `process_slice`, its share because the mesh puts whole `data` rows on each, in order."""
   if jax.process_count() == 1:
     return jax.device_put(batch, sharding)
   index, count = jax.process_index(), jax.process_count()
-  return tuple(
-      jax.make_array_from_process_local_data(sharding, process_slice(array, index, count), array.shape)
-      for array in batch
-  )
+  return tuple(jax.make_array_from_process_local_data(sharding, process_slice(array, index, count), array.shape)
+               for array in batch)
 
 
 def process_0_first(make: Callable[[], T], what: str) -> T:
-  """`make()` on process 0 first, then on the others once it is done (they wait at a barrier).
-
-  For work whose result process 0 leaves on a shared disk (a generated dataset): the others then read it instead
-  of making it again. Process 0 reaches the barrier even when `make` fails, so no process waits forever; the
-  others then fail in their own `make()`.
-  """
+  """`make()` on process 0 first, then on the others once it is done (they read what it left on a shared disk).
+  Process 0 reaches the barrier even when `make` fails, so no process waits forever."""
   if jax.process_count() == 1:
     return make()
   if jax.process_index() == 0:

@@ -17,23 +17,17 @@ class NonFinite(RunStopped):
   """The run stopped at a non-finite loss or gradient, saving nothing after it (exit status 1)."""
 
   def __init__(self, first_bad: int, step: int, last_saved: int | None, advice: str = _LEARNING_RATE_ADVICE):
-    saved = "no checkpoint was written"
-    if last_saved is not None:
-      saved = f"the last checkpoint, step {last_saved}, is intact"
-    super().__init__(
-        f"step {first_bad}: the loss or a gradient is not finite (NaN or Inf); stopped at step {step} "
-        f"without saving, {saved}. {advice}"
-    )
+    saved = "no checkpoint was written" if last_saved is None else f"the last checkpoint, step {last_saved}, is intact"
+    super().__init__(f"step {first_bad}: the loss or a gradient is not finite (NaN or Inf); stopped at step {step} "
+                     f"without saving, {saved}. {advice}")
     self.first_bad, self.step = first_bad, step
 
 
 def advice(config: Any | None) -> str:
   """What to change: model.hidden_l2 where the hidden map's penalty is what overflows, else the learning rate.
 
-  The penalty λ·‖W − I‖²_F is the suspect when λ is so large that it (or its gradient 2λ(W − I)) overflows
-  float32 once W's entries have moved by one from the identity, 2λ·D² above float32's largest number; or, with
-  plain SGD, when λ · train.learning_rate >= 1, where a step on the penalty alone overshoots the identity and grows
-  without bound. A lower learning rate does not help the first (the overflow is in the loss itself).
+  The penalty λ·‖W − I‖²_F is the suspect when 2λ·D² exceeds float32 (it overflows once W's entries have moved by
+  one), or with plain SGD when λ · train.learning_rate >= 1 (a step on the penalty alone overshoots).
   """
   if config is None or config.model.get("hidden", "none") != "linear":
     return _LEARNING_RATE_ADVICE
@@ -48,9 +42,8 @@ def advice(config: Any | None) -> str:
 
 
 def check_finite(state: nnx.State, last_saved: int | None, config: Any | None = None) -> None:
-  """Raises NonFinite if any step so far was not finite (a host sync: call it where the loop syncs anyway).
-
-  `config` (the run's) lets the message name the field to change (`advice`)."""
+  """Raises NonFinite (naming the field to change, `advice`) if any step so far was not finite. A host sync: call it
+  where the loop syncs anyway."""
   first_bad = int(state["first_nonfinite_step"][...])
   if first_bad:
     raise NonFinite(first_bad, int(state["optimizer"]["step"][...]), last_saved, advice(config))

@@ -1,7 +1,4 @@
 """What `tied_embed.train.checkpoint.restore` returns, and how a checkpoint that did not read back is named in one line.
-
-`Restored` holds the checkpoint as read (step, config, manifest, train state) and derives what inspection and tests
-look at (the model, the provenance totals, the tracked path directions) from the state when asked.
 """
 
 from __future__ import annotations
@@ -19,17 +16,15 @@ from tied_embed.core.model import Model
 from tied_embed.core.step import TrainState
 from tied_embed.util import first_line
 
-# TensorStore appends what it was opening to its errors, as ` [tensorstore_spec='{...}']` (the spec's JSON) and
-# ` [source locations='...']`: long, and read by no one who sees the line.
+# TensorStore appends what it was opening to its errors (` [tensorstore_spec='{...}']`, ` [source locations='...']`).
 _ANNOTATIONS = re.compile(r" \[(?:tensorstore_spec|source locations)\b")
 
 
 def reason(error: BaseException, limit: int = 400) -> str:
   """Why a checkpoint did not read back: 'TypeName: message' on one line, cut to `limit` characters.
 
-  Orbax wraps a failed TensorStore read in an error whose message ends in the repr of a bound pybind method (the
-  store's spec, dozens of lines); the error it wraps says what is wrong ('Requested byte range [0, 1034) is not
-  valid for value of size 10'), so that one is named instead, without TensorStore's annotations.
+  Orbax wraps a failed TensorStore read in an error dozens of lines long; the error it wraps says what is wrong,
+  so that one is named instead, without TensorStore's annotations.
   """
   while error.__cause__ is not None and "See full TensorStore details" in str(error):
     error = error.__cause__

@@ -1,9 +1,8 @@
 """SIGTERM/SIGINT as a request to stop at the next step boundary, and the exit status a preempted run ends with.
 
-A scheduler's SIGTERM (or a Ctrl-C) must not kill a run mid-step: the handler only records the signal, the
-training loop sees it after the step in flight, saves a checkpoint at that step, flushes its logs and raises
-`Preempted`. A second signal while the first is being honoured gets the signal's default action at once (a
-checkpoint being written then is left unfinalized, which a restart ignores).
+The handler only records the signal; the loop sees it after the step in flight, saves a checkpoint, flushes its
+logs and raises `Preempted`. A second signal gets the default action at once (a half-written checkpoint is left
+unfinalized, which a restart ignores).
 """
 
 from __future__ import annotations
@@ -25,12 +24,8 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class Preempted(RunStopped):
-  """The run stopped early on a signal at step `step`: exit status 128 + signal (143 TERM, 130 INT).
-
-  Once the loop has started, checkpoint `step` was saved first; a signal during set-up stops before step 1 with
-  nothing written but what set-up completed (a generated dataset). The shell convention tells a supervisor the
-  run did not finish (rerun the same command to resume), unlike 0.
-  """
+  """The run stopped early on a signal at step `step` (saved first; None: during set-up, before step 1): exit
+  status 128 + signal (143 TERM, 130 INT), telling a supervisor the run did not finish."""
 
   def __init__(self, signum: int, step: int | None):
     name = signal.Signals(signum).name
@@ -40,9 +35,8 @@ class Preempted(RunStopped):
 
 
 class Interrupted(BaseException):
-  """Raised by the signal handler during set-up. A BaseException, like KeyboardInterrupt, so that the libraries'
-  own `except Exception` handlers (a checkpoint read that fails counts as damaged, a failed write is reported as
-  such) cannot mistake it for their error; `train_and_evaluate` turns it into `Preempted(signum, None)`."""
+  """Raised by the signal handler during set-up; a BaseException, so that the libraries' own `except Exception`
+  handlers cannot mistake it for their error. `train_and_evaluate` turns it into `Preempted(signum, None)`."""
 
   def __init__(self, signum: int):
     super().__init__(signum)
@@ -50,27 +44,20 @@ class Interrupted(BaseException):
 
 
 def _is_swallowed_interrupt(unraisable) -> bool:
-  """Whether an unraisable exception is an `Interrupted` that a callback swallowed (JAX's gc callback, say).
-
-  Such a callback cannot pass the exception on, so Python hands it to `sys.unraisablehook`; `StopSignals.received`
-  holds the signal all the same, and the loop stops on it, so `drop_unraisable` drops it.
-  """
+  """An `Interrupted` a callback swallowed (JAX's gc callback, say): `StopSignals.received` holds it all the same."""
   return isinstance(unraisable.exc_value, Interrupted)
 
 
 class StopSignals:
   """Context manager: while inside, SIGTERM and SIGINT set `received` instead of ending the process.
 
-  While `interrupting` (set-up: checks, dataset generation, compilation), the signal also raises
-  `Interrupted(signum)` at once, so a long set-up ends promptly; where something swallows that exception
-  (a callback inside JAX), `received` still says so and the loop's first `agreed` stops the run. Outside the main
-  thread (where Python cannot install handlers) it does nothing and `received` stays None.
+  While `interrupting` (set-up), the signal also raises `Interrupted(signum)` at once, so a long set-up ends
+  promptly. Outside the main thread (where Python cannot install handlers) it does nothing.
   """
 
   def __init__(self, *, interrupting: bool = False):
     self.received: int | None = None
-    self.interrupting = interrupting
-    self._previous: dict[int, object] = {}
+    self.interrupting, self._previous = interrupting, {}
 
   def __enter__(self) -> StopSignals:
     if threading.current_thread() is threading.main_thread():
@@ -84,12 +71,8 @@ class StopSignals:
     self._previous = {}
 
   def agreed(self, sync_point: bool) -> int | None:
-    """The signal to stop on after this step, the same on every process; None to go on.
-
-    One process stops at the step after the signal. Several processes decide together, and only at the loop's
-    sync points (log, eval and checkpoint steps) where they meet anyway: a signal that reached any of them stops
-    them all at the same step, so none waits forever in a save or a collective the others never reach.
-    """
+    """The signal to stop on after this step, the same on every process; None to go on. Several processes decide
+    together at the loop's sync points, so none waits forever in a save or a collective the others never reach."""
     if jax.process_count() == 1:
       return self.received
     if not sync_point:
@@ -104,5 +87,4 @@ class StopSignals:
     self.received = signum
     if self.interrupting:
       raise Interrupted(signum)
-    log.warning("Received %s: saving a checkpoint after the current step, then stopping.",
-                    signal.Signals(signum).name)
+    log.warning("Received %s: saving a checkpoint after the current step, then stopping.", signal.Signals(signum).name)

@@ -1,11 +1,9 @@
 """Checks on the workdir before a run does any work in it: that it can be written, that no other run holds it,
 that its layout is sound, and that it is this run's.
 
-A workdir belongs to one run. Its checkpoints may be resumed by a config that differs only in how the run is
-carried out or watched (`tied_embed.train.config.RESUMABLE`: lengths, intervals, evaluation, loss chunking, the
-matmuls' compute dtype, the device mesh, where the dataset is cached); any other difference (V, D, tied/untied, the
-data, the seed, the optimizer and its hyperparameters) would mix two runs in one directory, so it is refused instead.
-The config it compares has passed `tied_embed.train.config.validate`.
+A workdir belongs to one run: its checkpoints may be resumed by a config that differs only in how the run is
+carried out or watched (`tied_embed.train.config.RESUMABLE`); any other difference would mix two runs in one
+directory, so it is refused.
 """
 
 from __future__ import annotations
@@ -40,8 +38,8 @@ def ensure_writable(workdir: str | pathlib.Path) -> pathlib.Path:
 
 
 def probe_writable(directory: pathlib.Path) -> None:
-  """OSError unless a file can be created in `directory`: one is, and deleted at once. The directory's times are
-  put back, so that a run refused after this check leaves the workdir as it found it."""
+  """OSError unless a file can be created (and deleted) in `directory`; its times are put back, so a run refused
+  after this check leaves the workdir as it found it."""
   times = directory.stat()
   with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-"):
     pass
@@ -50,13 +48,8 @@ def probe_writable(directory: pathlib.Path) -> None:
 
 @contextlib.contextmanager
 def exclusive(workdir: pathlib.Path) -> Iterator[Callable[[], None]]:
-  """One run per workdir: holds WORKDIR/.lock while inside (process 0 of a multi-host run holds it for all).
-
-  UsageError naming the holder (host, pid, since when) if another run holds it. The OS releases the lock when
-  the process ends in any way, so a killed run never leaves a stale one. Yields `record()`, to call once the
-  run's checks have passed: it writes the holder into the lock file; a run refused before that leaves the
-  lock file as it found it (`util.exclusive`).
-  """
+  """One run per workdir: holds WORKDIR/.lock while inside (process 0 holds it for all); UsageError naming the
+  holder if another run holds it. Yields `record()`, which writes the holder in once the run's checks pass."""
   if jax.process_index() != 0:
     yield lambda: None
     return
@@ -65,9 +58,8 @@ def exclusive(workdir: pathlib.Path) -> Iterator[Callable[[], None]]:
 
 
 def check_layout(workdir: pathlib.Path) -> None:
-  """UsageError if a path the run writes as a directory (checkpoints/, damaged_checkpoints/, ...) is not one, or
-  is one that cannot be written (a read-only mount): found before training, not at the first save. A symbolic
-  link there is refused too: the run writes only inside its workdir, and through a link it would write (and
+  """UsageError if a path the run writes as a directory (checkpoints/, ...) is not one or cannot be written: found
+  before training, not at the first save. A symbolic link is refused too: through it the run would write (and
   delete old checkpoints) in another run's directory."""
   for name in SUBDIRECTORIES:
     path = workdir / name
@@ -86,10 +78,8 @@ def check_layout(workdir: pathlib.Path) -> None:
 def config_differences(saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> list[str]:
   """The fields outside config_lib.RESUMABLE where `config` differs from `saved`, as 'path: saved → new'.
 
-  A field that does nothing in both (config_lib.DEPENDENT, e.g. model.hidden_l2 without the hidden map) is
-  not a difference. A field that `saved` lacks and `config` has was added after the checkpoints were written; its
-  default (config_lib.FIELDS, or a source's `field_defaults`) does what runs did before the field existed, so
-  `saved` is compared as if it held the default.
+  A field that does nothing in both is no difference. A field `saved` lacks is compared as its default (what runs
+  did before the field existed).
   """
   new = config_lib.leaf_paths(config)
   added = {**config_lib.defaults(), **{f"data.{name}": value for source in sources.REGISTRY.values()
@@ -107,7 +97,5 @@ def check_compatible(saved: ml_collections.ConfigDict, config: ml_collections.Co
   """UsageError listing every differing field if `config` cannot resume the checkpoints in `where`."""
   differences = config_differences(saved, config)
   if differences:
-    raise UsageError(
-        f"{where} holds checkpoints of a different run ({'; '.join(differences)}); "
-        f"use another --workdir, or the config those checkpoints were made with"
-    )
+    raise UsageError(f"{where} holds checkpoints of a different run ({'; '.join(differences)}); "
+                     f"use another --workdir, or the config those checkpoints were made with")
