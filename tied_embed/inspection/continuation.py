@@ -81,9 +81,7 @@ def continue_prompt(
   probs = next_token_probs(lookup, projection, ids[-1])
   order = np.argsort(-probs, kind="stable")[:top_k]
   result = {
-      "workdir": str(workdir),
-      "step": restored.step,
-      "prompt": prompt,
+      "workdir": str(workdir), "step": restored.step, "prompt": prompt,
       "prompt_tokens": [{"id": int(i), "label": tokenizer.label(i)} for i in ids],
       "next": [{"id": int(j), "label": tokenizer.label(j), "prob": float(probs[j])} for j in order],
       "warnings": warnings,

@@ -36,10 +36,8 @@ def row_own_rank(scores_row: np.ndarray, token: int) -> tuple[float, int]:
 
 
 def top_next(scores_row: np.ndarray, true_log_probs_row: np.ndarray, k: int) -> list[dict[str, Any]]:
-  """The k likeliest next tokens under the model: (V,), (V,) → k dicts {id, model_prob, true_prob}.
-
-  `true_prob` is None where the true row is unknown (nan: a text token never seen as current token).
-  """
+  """The k likeliest next tokens under the model: (V,), (V,) → k dicts {id, model_prob, true_prob}, true_prob None
+  where the true row is unknown (nan: a text token never seen as current token)."""
   model_probs = np.exp(log_softmax(np.asarray(scores_row, np.float64)[None]))[0]
   order = np.argsort(-model_probs, kind="stable")[:k]
   true_probs = np.exp(np.asarray(true_log_probs_row, np.float64))

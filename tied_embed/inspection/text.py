@@ -37,8 +37,7 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
       f"  floor {run['loss_floor']:.4f}  gap {_gap(run)}",
       *_by_input_frequency(report.get("loss_by_input_frequency")),
       f"params   table {vocab_size}x{d_model}: tied V·D{extra} = {params['tied']:,} vs untied 2·V·D{extra} ="
-      f" {params['untied']:,}"
-      f" (tying saves {params['saved']:,}; this model has {params['this_model']:,})",
+      f" {params['untied']:,} (tying saves {params['saved']:,}; this model has {params['this_model']:,})",
       f"scores   S = {report['scores']}",
   ]
   own_name = "|e_i|²" if cfg["tied"] else "in_i·out_i"
@@ -49,9 +48,8 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
         f"token {_token_name(token)}: own score {own_name} = {token['own_score']:.4f},"
         f" rank {token['own_rank']} of {vocab_size} in its row",
         f"  {'next':>8}  {'model':>7}  {probability_name:>9}",
-    ]
-    lines += [
-        f"  {entry['label']:>8}  {entry['model_prob']:7.4f}  {_num(entry['true_prob']):>9}" for entry in token["top"]
+        *(f"  {entry['label']:>8}  {entry['model_prob']:7.4f}  {_num(entry['true_prob']):>9}"
+          for entry in token["top"]),
     ]
   shares = prov["lookup_share"]
   lines += [
