@@ -18,8 +18,7 @@ class Selection:
 
   best_step: int | None = None
   best_select_loss: float | None = None
-  # the eval/* scalars logged at the best step: eval/loss, eval/gap, eval/loss_rare_inputs, ...
-  best_eval: dict[str, float] = dataclasses.field(default_factory=dict)
+  best_eval: dict[str, float] = dataclasses.field(default_factory=dict)  # the eval/* scalars logged at the best step
   evals_since_best: int = 0  # evals after the best one, none of them strictly lower: early stopping's count
 
   def record(self, step: int, select_loss: float, eval_scalars: dict[str, float]) -> bool:

@@ -1,19 +1,13 @@
-"""Orbax checkpoints of a run: WORKDIR/checkpoints/<step>/ with the train state, the config (JSON) and a manifest
-(JSON: a fingerprint of every saved array, the config's checksum, the dataset's identity).
+"""Orbax checkpoints of a run: WORKDIR/checkpoints/<step>/ with the train state (`TrainState`'s nnx.State as a pure
+dict), the config (JSON) and a manifest (JSON: array fingerprints, the config's checksum, the dataset's identity).
 
-The state is saved as the pure dict of `TrainState`'s nnx.State; the saved config rebuilds its structure and the
-arrays are read straight into the shardings asked for, so a checkpoint written on one mesh restores on another.
-`restore` is the one way a checkpoint is read; it checks every item it reads against the manifest.
+The saved config rebuilds the state's structure and the arrays are read straight into the shardings asked for, so a
+checkpoint written on one mesh restores on another. A run killed mid-save leaves only a `.orbax-checkpoint-tmp`
+directory, deleted by the next run. A finalized checkpoint that does not read back whole, or disagrees with its
+manifest, is damaged: `restore` skips it and a resuming run moves it to WORKDIR/damaged_checkpoints/.
 
-A run killed mid-save leaves only Orbax's `<step>.orbax-checkpoint-tmp`, deleted when the next run opens the
-directory. A finalized checkpoint that does not read back whole (a truncated file, a flipped byte, a garbled JSON,
-no manifest) is damaged: `restore` skips it (`Restored.damaged`) and a resuming run moves it to
-WORKDIR/damaged_checkpoints/, so it neither blocks a later save of that step nor is taken for a good one.
-
-With a selection split (`tied_embed.train.best_step`) each checkpoint also carries Orbax metrics ({'step'}, and
-'select_loss' at an eval), by which retention keeps the best one beside the newest train.keep_checkpoints. The
-manifest records the same select_loss and the run's `Selection`, so `restore(workdir, 'best')` finds the step the
-newest manifest names and a resume continues early stopping's count; metrics that disagree make a checkpoint damaged.
+With a selection split each checkpoint also carries Orbax metrics ({'step'}, and 'select_loss' at an eval), by which
+retention keeps the best one beside the newest; its manifest records the same select_loss and the run's `Selection`.
 """
 
 from __future__ import annotations
@@ -25,6 +19,7 @@ import logging
 import math
 import pathlib
 import shutil
+import traceback
 from typing import Any
 
 import jax
@@ -99,8 +94,7 @@ def _metrics_problems(workdir: str | pathlib.Path) -> list[tuple[int, Exception]
   """[(step, error)] of the checkpoints whose Orbax metrics do not read back or disagree with their manifest.
 
   A ranking manager reads (and fails on) the metrics as soon as it opens the directory, so they are checked first
-  through one that does not rank.
-  """
+  through one that does not rank."""
   if not checkpoint_dir(workdir).is_dir():
     return []
   problems = []
@@ -178,8 +172,7 @@ class Checkpointer:
 
     `dataset`: `tied_embed.data.bigram.dataset_identity`, so a resume on other data can be refused. With a selection
     split, the run's `Selection` and `select_loss` at `step` (None between evals) go into the manifest, select_loss
-    also into the Orbax metrics retention ranks by.
-    """
+    also into the Orbax metrics retention ranks by."""
     with self._errors_as_write_failed():
       self._manager.wait_until_finished()  # a failure of the save before this one is reported as that save's
     config_dict = config.to_dict()
@@ -230,20 +223,11 @@ def _move_to_damaged(workdir: pathlib.Path, step: int, error: Exception, consequ
 
 
 def _is_call_into_closed_loop(unraisable) -> bool:
-  """Whether an unraisable exception is a RuntimeError raised in a method of a closed asyncio loop.
-
-  Orbax closes its loop as soon as one write (or read) fails; TensorStore finishes the others and calls back into
-  the closed loop, and each 'Event loop is closed' would print as a traceback beside the one-line error.
-  """
-  if not isinstance(unraisable.exc_value, RuntimeError):
-    return False
-  frame = unraisable.exc_traceback
-  while frame is not None:
-    owner = frame.tb_frame.f_locals.get("self")
-    if isinstance(owner, asyncio.AbstractEventLoop) and owner.is_closed():
-      return True
-    frame = frame.tb_next
-  return False
+  """Whether an unraisable exception is a RuntimeError raised in a method of a closed asyncio loop: Orbax closes
+  its loop as soon as one write (or read) fails, and TensorStore calls back into it for each of the others."""
+  return isinstance(unraisable.exc_value, RuntimeError) and any(
+      isinstance(owner := frame.f_locals.get("self"), asyncio.AbstractEventLoop) and owner.is_closed()
+      for frame, _ in traceback.walk_tb(unraisable.exc_traceback))
 
 
 def restore(
@@ -257,8 +241,7 @@ def restore(
   (default: one device); `arrays=False` reads only config and manifest. Without `step`, newer damaged checkpoints
   are skipped into `Restored.damaged`, not moved. UsageError if there are no checkpoints, none at `step`, or the one
   asked for (or every one) is damaged. `resuming`: None where there are none, and a refusal to start from step 0
-  where none reads back.
-  """
+  where none reads back."""
   drop_unraisable(_is_call_into_closed_loop)  # a failed read's other reads call back into Orbax's closed loop
   directory, steps = checkpoint_dir(workdir), available_steps(workdir)
   if not steps:
@@ -301,8 +284,7 @@ def _best_step(workdir: str | pathlib.Path, steps: list[int]) -> int:
   if best is None:
     raise UsageError(f"no checkpoint in {directory} has a select/loss: the run has no selection split "
                      f"(data.selection_fraction = 0) or stopped before its first eval")
-  problems = _metrics_problems(workdir)
-  if problems:  # any of them could be the best one
+  if problems := _metrics_problems(workdir):  # any of them could be the best one
     raise UsageError(unreadable(directory, *problems[0]))
   if best not in steps:
     raise UsageError(f"the best checkpoint by select/loss, step {best} (as checkpoint {newest.step}'s manifest "

@@ -193,16 +193,15 @@ def _main(argv: list[str]) -> None:
     _usage_error(f"unexpected arguments {argv[1:]}: use --config and --workdir")
   import jax  # noqa: PLC0415 (loaded with tied_embed already)
 
-  from tied_embed import util  # noqa: PLC0415
   from tied_embed.train import config as config_lib  # noqa: PLC0415
   from tied_embed.train import mesh as mesh_lib
-  from tied_embed.util import RunStopped, UsageError, first_line, one_line, require  # noqa: PLC0415
+  from tied_embed.util import RunStopped, UsageError, first_line, one_line, refuse_if_held, require  # noqa: PLC0415
 
   try:
     require(bool(FLAGS.workdir.strip()), "--workdir", FLAGS.workdir, "a directory path")
     mesh_lib.initialize_from_environment()  # several processes (hosts) only; before anything touches a device
     if jax.process_index() == 0:  # the process that will hold the lock
-      util.refuse_if_held(FLAGS.workdir, f"--workdir={FLAGS.workdir!r}")
+      refuse_if_held(FLAGS.workdir, f"--workdir={FLAGS.workdir!r}")
     config_lib.validate(FLAGS.config)
     from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415 (TensorFlow, CLU, Orbax: seconds)
 

@@ -83,10 +83,9 @@ FIELDS: tuple[Field, ...] = (
     Field("model.tied", True, "True or False", lambda v: isinstance(v, bool), False,
           "one (V, D) table for lookup and projection; False: separate input/output tables"),
     Field("model.dtype", "float32", " | ".join(COMPUTE_DTYPES) + " (the matmuls' compute dtype)",
-          lambda v: v in COMPUTE_DTYPES, True,
-          "compute dtype of the loss's matmuls (float32 accumulation; parameters and optimizer state stay float32)"),
-    Field("model.hidden", "none", " | ".join(f'"{name}"' for name in HIDDEN_MAPS),
-          lambda v: v in HIDDEN_MAPS, False,
+          lambda v: v in COMPUTE_DTYPES, True, "compute dtype of the loss's matmuls (float32 accumulation; "
+          "parameters and optimizer state stay float32)"),
+    Field("model.hidden", "none", " | ".join(f'"{name}"' for name in HIDDEN_MAPS), lambda v: v in HIDDEN_MAPS, False,
           "between lookup and projection: none, or linear: h = E[ids]·W, W (D, D) starting at the identity"),
     Field("model.hidden_l2", 0.0, f"a finite number >= 0 (0 = off), {IN_FLOAT32}", _float32_at_least(0), False,
           "λ: the training loss adds λ·‖W − I‖²_F (model.hidden=linear; the eval loss is the cross-entropy alone)"),
@@ -94,16 +93,13 @@ FIELDS: tuple[Field, ...] = (
           "the task (tied_embed/data/sources/); the source checks the data.* fields it reads"),
     Field("data.data_dir", "", "a path ('' = <workdir>/data), a writable directory", None, True,
           "where the dataset is generated and cached ('' = <workdir>/data)"),
-    Field("data.train_fraction", 1.0, "a finite number in (0, 1]",
-          lambda v: is_number(v) and 0 < v <= 1, False,
+    Field("data.train_fraction", 1.0, "a finite number in (0, 1]", lambda v: is_number(v) and 0 < v <= 1, False,
           "the share of the train split the run trains on (of what the selection split leaves)", dataset=True),
     Field("data.selection_fraction", 0.0, "a finite number in [0, 0.5) (0 = no selection split)",
-          lambda v: is_number(v) and 0 <= v < 0.5, False,
-          "the last share of the train split, held out as a selection split: scored at every eval (select/loss), "
-          "picks the best checkpoint, never trained on", dataset=True),
-    Field("data.task_d_model", 32, _POSITIVE, _int_in(1), False,
-          "planted/directed: width of the hidden table e* that generates the task (model.d_model is the model's)",
-          dataset=True),
+          lambda v: is_number(v) and 0 <= v < 0.5, False, "the last share of the train split, held out as a selection "
+          "split: scored at every eval (select/loss), picks the best checkpoint, never trained on", dataset=True),
+    Field("data.task_d_model", 32, _POSITIVE, _int_in(1), False, "planted/directed: width of the hidden table e* "
+          "that generates the task (model.d_model is the model's)", dataset=True),
     Field("train.num_steps", 3000, _STEPS, _int_in(0), True, "optimizer updates in the whole run"),
     Field("train.batch_size", 1024, _POSITIVE, _int_in(1), False, "(current, next) token pairs per step"),
     Field("train.eval_batch_size", 8192, _POSITIVE, _int_in(1), True,
@@ -178,10 +174,8 @@ def leaf_paths(config: ml_collections.ConfigDict, prefix: str = "") -> dict[str,
   """Every non-group field of `config` by dotted path: {'model.vocab_size': 1024, ...}."""
   leaves = {}
   for key, value in config.items():
-    if isinstance(value, ml_collections.ConfigDict):
-      leaves.update(leaf_paths(value, f"{prefix}{key}."))
-    else:
-      leaves[f"{prefix}{key}"] = value
+    group = isinstance(value, ml_collections.ConfigDict)
+    leaves.update(leaf_paths(value, f"{prefix}{key}.") if group else {f"{prefix}{key}": value})
   return leaves
 
 
@@ -243,11 +237,9 @@ def _name_refusal(config: ml_collections.ConfigDict) -> Refusal | None:
   leaves, known = leaf_paths(config), known_fields()
   for path, value in leaves.items():
     if path not in known:
-      guess = difflib.get_close_matches(path, known, n=1)
-      return path, value, "a known config field (see configs/default.py)" + (f"; did you mean {guess[0]}?" if guess
-                                                                            else "")
-  missing = sorted(REQUIRED_FIELDS - leaves.keys())
-  if missing:
+      guess = "".join(f"; did you mean {name}?" for name in difflib.get_close_matches(path, known, n=1))
+      return path, value, f"a known config field (see configs/default.py){guess}"
+  if missing := sorted(REQUIRED_FIELDS - leaves.keys()):
     raise UsageError(f"{missing[0]} is missing from the config: expected every field of configs/default.py")
   return None
 
@@ -281,8 +273,7 @@ def _data_refusal(config: Any) -> tuple[Refusal | None, dict[str, Any]]:
     return ("data.source", data.get("source"), f"one of {names}"), {}
   source = sources.get(data.source)
   source.validate(config)
-  refusal = _data_dir_refusal(data.get("data_dir", ""))
-  if refusal is not None:
+  if (refusal := _data_dir_refusal(data.get("data_dir", ""))) is not None:
     return refusal, {}
   settings = source.settings(config)
   return _selection_refusal(data.get("selection_fraction", 0.0), source.num_pairs(settings)["train"]), settings

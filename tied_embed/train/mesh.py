@@ -1,16 +1,11 @@
 """Several devices and several processes: the ('data', 'model') mesh, where each array lives on it, how the
 processes start as one run, and each process's share of the data.
 
-The batch is split along `data`. Arrays are laid out by the logical axis names of their `out_sharding`
-annotation: LOGICAL_AXIS_RULES splits 'vocab' (tables, optimizer moments, provenance totals) on `model`; the rest
-is replicated. A V that `model` doesn't divide is refused by config validation rather than padded, so no masked
-rows ever need to be kept out of the softmax.
-
-Several processes (one per host) form one global mesh: each runs the same program, computes the same global batch
-for (seed, step) and contributes only the rows its own devices hold. Each host holds whole `data` rows of the mesh,
-so the vocabulary-parallel collectives stay inside a host and only the gradient sum crosses hosts.
-
-Free of TensorFlow, so `train.py` can start the processes and validate the config before any heavy import.
+The batch is split along `data`; LOGICAL_AXIS_RULES splits 'vocab' (tables, optimizer moments, provenance totals)
+on `model`, the rest is replicated. A V that `model` doesn't divide is refused rather than padded, so no masked rows
+ever need to be kept out of the softmax. Several processes (one per host) each compute the same global batch and
+contribute the rows their devices hold; each host holds whole `data` rows of the mesh, so only the gradient sum
+crosses hosts. Free of TensorFlow, so `train.py` can start the processes and validate before any heavy import.
 """
 
 from __future__ import annotations
@@ -83,19 +78,14 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
 
 
-def logical_spec(names: tuple[str | None, ...] | None) -> PartitionSpec:
-  """The PartitionSpec of an array annotated with logical axis `names` under LOGICAL_AXIS_RULES (None: replicated)."""
-  if not names:
-    return PartitionSpec()
-  return PartitionSpec(*(LOGICAL_AXIS_RULES.get(name) for name in names))
-
-
 def state_shardings(state: nnx.State, mesh: Mesh) -> Any:
   """A NamedSharding per leaf of an (abstract) nnx.State, from its Variables' `out_sharding` annotations (the
   optimizer's moments inherit the Param's); anything unannotated is replicated."""
 
   def sharding(variable: nnx.Variable) -> nnx.Variable:
-    return variable.replace(NamedSharding(mesh, logical_spec(variable.get_metadata().get("out_sharding"))))
+    names = variable.get_metadata().get("out_sharding")  # logical axis names, under LOGICAL_AXIS_RULES
+    spec = PartitionSpec(*(LOGICAL_AXIS_RULES.get(name) for name in names)) if names else PartitionSpec()
+    return variable.replace(NamedSharding(mesh, spec))
 
   return jax.tree.map(sharding, state, is_leaf=lambda leaf: isinstance(leaf, nnx.Variable))
 

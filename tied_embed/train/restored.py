@@ -1,5 +1,4 @@
-"""What `tied_embed.train.checkpoint.restore` returns, and how a checkpoint that did not read back is named in one line.
-"""
+"""What `checkpoint.restore` returns, and how a checkpoint that did not read back is named in one line."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ def reason(error: BaseException, limit: int = 400) -> str:
   """Why a checkpoint did not read back: 'TypeName: message' on one line, cut to `limit` characters.
 
   Orbax wraps a failed TensorStore read in an error dozens of lines long; the error it wraps says what is wrong,
-  so that one is named instead, without TensorStore's annotations.
-  """
+  so that one is named instead, without TensorStore's annotations."""
   while error.__cause__ is not None and "See full TensorStore details" in str(error):
     error = error.__cause__
   text = _ANNOTATIONS.split(first_line(error, limit=1 << 20))[0]
