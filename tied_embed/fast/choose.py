@@ -38,9 +38,8 @@ def mesh_devices(state_shardings) -> int:
   return int(leaves[0].mesh.size) if leaves else 1
 
 
-def paths_function(
-    chunk_size: int, compute_dtype: str = "float32", shards: int = 1, mkl_kernel: bool = True
-) -> step_lib.PathsFn:
+def paths_function(chunk_size: int, compute_dtype: str = "float32", shards: int = 1,
+                   mkl_kernel: bool = True) -> step_lib.PathsFn:
   """paths_fn(model, ids (B,), next_ids (B,)) for these loss settings; `shards` divides B (data shards).
   `mkl_kernel`: the chunked loss's dots on oneMKL where it runs (tied_embed/fast/kernels); False on a mesh of several
   devices, where XLA cannot partition the kernel's custom call."""

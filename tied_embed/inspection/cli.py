@@ -38,10 +38,8 @@ def parse_tokens(text: str) -> list[int]:
 def parse_token_items(text: str) -> list[int | str]:
   """'3,▁the, x' → [3, '▁the', 'x']: ASCII integers are ids, anything else a token string, resolved against the
   run's vocabulary by `inspect_run`. Spaces around an item are dropped; quote a token to keep them (' ')."""
-  items = []
-  for part in text.split(","):
-    stripped = part.strip(" ")
-    items.append(int(stripped) if _TOKEN.fullmatch(stripped) else stripped)
+  parts = [part.strip(" ") for part in text.split(",")]
+  items = [int(part) if _TOKEN.fullmatch(part) else part for part in parts]
   if any(item == "" for item in items):
     raise UsageError.bad_value("--tokens", text, "comma-separated integer token ids, e.g. 3,17,42, or tokens")
   return items
