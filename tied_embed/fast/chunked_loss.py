@@ -21,10 +21,9 @@ so each distinct row's logits are formed once, weighted by how many tokens share
 chunks known only at run time: the same loss and gradients for a fraction of the work (text repeats most ids).
 `compute_dtype`: the matmuls' operand dtype (tied_embed/fast/precision.py).
 
-On the CPUs it was measured on, the three dots run through tied_embed/fast/kernels/gemm.py: float32 on oneMKL's
-sgemm (an Intel CPU with AVX-512, tables of at least 2^19 entries; 1.1-1.7x XLA's dot on the chunk's shapes),
-bfloat16 on oneMKL's AMX GEMM (XLA:CPU widens bfloat16 dots to float32). The same arithmetic (operands in
-`compute_dtype`, float32 sums) in another order of sums; `mkl_kernel=False`, or another CPU, keeps XLA's dots.
+On the CPUs it was measured on, the three dots run on oneMKL and oneDNN (tied_embed/fast/kernels/gemm.py; float32
+1.1-1.7x XLA's dot on the chunk's shapes, bfloat16 on AMX where XLA:CPU widens it to float32): the same arithmetic
+in another order of sums. `mkl_kernel=False`, or another CPU, keeps XLA's dots.
 """
 
 from __future__ import annotations

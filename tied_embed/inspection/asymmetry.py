@@ -73,16 +73,6 @@ def best_symmetric_target(table: np.ndarray) -> np.ndarray:
   return (table + table.T) / 2 - (row_sums[:, None] + row_sums[None, :]) / size
 
 
-def psd_truncation(symmetric: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray]:
-  """The nearest positive semidefinite matrix of rank ≤ `rank` (its largest positive eigenvalues kept): (K, K)
-  symmetric → (E (K, r), r ≤ rank; E·Eᵀ (K, K), that matrix)."""
-  values, vectors = np.linalg.eigh(symmetric)
-  top = np.argsort(values)[::-1][:rank]
-  top = top[values[top] > 0]
-  table = vectors[:, top] * np.sqrt(values[top])
-  return table, table @ table.T
-
-
 class RankFit(NamedTuple):
   """A tied table of width ≤ D fitted to M, and what it leaves."""
 
@@ -121,7 +111,11 @@ def psd_rank_fit(table: np.ndarray, rank: int) -> RankFit:
       right = low + ratio * (high - low)
       at_right = dropped(right)
   shift = min((grid[best], left, right), key=dropped)
-  factor, logits = psd_truncation(target + shift, rank)
+  values, vectors = np.linalg.eigh(target + shift)  # the nearest PSD matrix of rank ≤ `rank`: E·Eᵀ, E (K, r)
+  top = np.argsort(values)[::-1][:rank]
+  top = top[values[top] > 0]  # the largest positive eigenvalues
+  factor = vectors[:, top] * np.sqrt(values[top])
+  logits = factor @ factor.T
   total = np.sum(np.square(row_centred(table)))
   residual = np.sum(np.square(row_centred(table - logits)))
   return RankFit(factor, float(residual / total) if total > 0 else 0.0)
