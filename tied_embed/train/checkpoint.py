@@ -42,6 +42,7 @@ from tied_embed.util import RunStopped, UsageError, drop_unraisable, first_line
 
 log = logging.getLogger(__name__)
 
+
 class WriteFailed(RunStopped):
   """Writing a checkpoint failed (disk full, directory removed, ...): exit status 1."""
 
@@ -65,27 +66,22 @@ def selection_rank(metrics: dict[str, Any]) -> tuple[float, int]:
   return metrics.get("select_loss", math.inf), metrics["step"]
 
 
-def _manager(
-    workdir: str | pathlib.Path, keep: int | None = None, *, read_only: bool = True, select: bool = False
-) -> ocp.CheckpointManager:
+def _manager(workdir: str | pathlib.Path, keep: int | None = None, *, read_only: bool = True,
+             select: bool = False) -> ocp.CheckpointManager:
   """Orbax's manager of WORKDIR/checkpoints; `select`: ranks by `selection_rank` and keeps the best one too."""
   retention: dict[str, Any] = {"max_to_keep": keep}
   if select:
     retention = {"best_fn": selection_rank, "best_mode": "min"}
     if keep is not None:
       retention["preservation_policy"] = preservation_policy.AnyPreservationPolicy([
-          preservation_policy.LatestN(n=keep),
-          preservation_policy.BestN(get_metric_fn=selection_rank, reverse=True, n=1,
-                                    keep_checkpoints_without_metrics=False),
-      ])
+          preservation_policy.LatestN(n=keep), preservation_policy.BestN(
+              get_metric_fn=selection_rank, reverse=True, n=1, keep_checkpoints_without_metrics=False)])
   options = ocp.CheckpointManagerOptions(
       **retention, create=not read_only, read_only=read_only, enable_async_checkpointing=not read_only,
-      # A reader that doesn't rank reads no metrics, so one that doesn't parse can't stop it (`_metrics_problems`).
-      lightweight_initialize=read_only and not select,
+      lightweight_initialize=read_only and not select,  # reads no metrics, so a garbled one can't stop it
       cleanup_tmp_directories=not read_only,  # leftovers of a save that was killed before it was finalized
-      # Writing the root metadata ends in a barrier of all processes, where readers that looked at the workdir
-      # at different moments would disagree.
-      save_root_metadata=not read_only,
+      save_root_metadata=not read_only,  # ends in a barrier of all processes, which readers must not wait at
+
   )
   return ocp.CheckpointManager(checkpoint_dir(workdir), options=options, item_names=("state", "config", "manifest"))
 
@@ -164,10 +160,8 @@ class Checkpointer:
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
 
-  def save(
-      self, step: int, state: nnx.State, config: ml_collections.ConfigDict, dataset: str = "",
-      selection: Selection | None = None, select_loss: float | None = None,
-  ) -> None:
+  def save(self, step: int, state: nnx.State, config: ml_collections.ConfigDict, dataset: str = "",
+           selection: Selection | None = None, select_loss: float | None = None) -> None:
     """Starts writing checkpoint `step`; the arrays are copied off the device before this returns.
 
     `dataset`: `tied_embed.data.bigram.dataset_identity`, so a resume on other data can be refused. With a selection
@@ -230,10 +224,8 @@ def _is_call_into_closed_loop(unraisable) -> bool:
       for frame, _ in traceback.walk_tb(unraisable.exc_traceback))
 
 
-def restore(
-    workdir: str | pathlib.Path, step: int | str | None = None, *, mesh: Mesh | None = None,
-    target: nnx.State | None = None, arrays: bool = True, resuming: bool = False,
-) -> Restored | None:
+def restore(workdir: str | pathlib.Path, step: int | str | None = None, *, mesh: Mesh | None = None,
+            target: nnx.State | None = None, arrays: bool = True, resuming: bool = False) -> Restored | None:
   """Checkpoint `step` of `workdir` (default: the newest that reads back whole; 'best': by select/loss), every
   item checked against its manifest.
 

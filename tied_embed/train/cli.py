@@ -115,8 +115,7 @@ def usage(program: str) -> str:
   rows = [
       ("--config FILE", FLAGS["config"].help + " FILE:ARG passes ARG to its get_config()."),
       ("--config.<field>=VALUE", "Sets one config field, e.g. --config.train.learning_rate=0.1 (docs/configs.md)."),
-      ("--workdir DIR", FLAGS["workdir"].help),
-      ("--verbose", FLAGS["verbose"].help),
+      ("--workdir DIR", FLAGS["workdir"].help), ("--verbose", FLAGS["verbose"].help),
   ]
   width = max(len(name) for name, _ in rows)
   return "\n".join([

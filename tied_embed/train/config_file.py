@@ -52,8 +52,7 @@ def _bools_kept() -> Iterator[Any]:
   assigned: dict[tuple[int, str], tuple[ml_collections.ConfigDict, str, Any]] = {}
   setitem = ml_collections.ConfigDict.__setitem__.__code__
 
-  def watch(frame: types.FrameType, event: str, arg: Any) -> None:
-    del arg
+  def watch(frame: types.FrameType, event: str, _: Any) -> None:
     if event == "call" and frame.f_code is setitem:
       node, key, value = (frame.f_locals.get(name) for name in ("self", "key", "value"))
       if isinstance(key, str) and type(node.get(key)) is float:
@@ -85,8 +84,7 @@ def set_unchecked(config: ml_collections.ConfigDict, path: str, value: Any) -> N
 def unparsed_override(config: ml_collections.ConfigDict, path: str, text: str) -> UsageError:
   """The refusal of `--config.<path>=<text>` the flag parser could not read as the field's type ('abc' for a
   number): the field's own one-line message; a source's data.* field is checked by that source, given `text`."""
-  field = config_lib.BY_PATH.get(path)
-  if field is not None:
+  if (field := config_lib.BY_PATH.get(path)) is not None:
     return UsageError.bad_value(path, text, field.allowed)
   trial = config.copy_and_resolve_references()
   set_unchecked(trial, path, text)

@@ -1,8 +1,5 @@
-"""Integrity of saved state: a layout-independent fingerprint of every array and a checksum of a config.
-
-A checkpoint's manifest records both and every read compares them, so bytes that changed on disk (a flipped bit
-that still decodes, a garbled JSON) are found instead of trained on.
-"""
+"""Integrity of saved state: a layout-independent fingerprint of every array and a checksum of a config, recorded
+in a checkpoint's manifest and compared at every read, so bytes that changed on disk are found, not trained on."""
 
 from __future__ import annotations
 
@@ -63,8 +60,7 @@ def check_config(config: dict, manifest: dict) -> None:
 def check_arrays(state: nnx.State, manifest: dict) -> None:
   """Damaged unless every array of `state` has the fingerprint `manifest` recorded, and none is missing."""
   saved, found = manifest.get("arrays", {}), fingerprint(state)
-  bad = sorted(path for path in set(saved) | set(found) if saved.get(path) != found.get(path))
-  if bad:
+  if bad := sorted(path for path in set(saved) | set(found) if saved.get(path) != found.get(path)):
     raise Damaged(f"{len(bad)} array(s) do not match their fingerprints in the manifest, e.g. {bad[0]}")
 
 

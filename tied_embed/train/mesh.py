@@ -54,9 +54,7 @@ def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tupl
 def check_mesh_fits_processes(data_size: int, model_size: int, num_devices: int, num_processes: int) -> None:
   """Raises UsageError unless a (data, model) mesh can be laid over `num_processes` hosts with whole `data` rows
   on each, as `global_batch` needs."""
-  if num_processes == 1:
-    return
-  if data_size * model_size != num_devices or data_size % num_processes:
+  if num_processes > 1 and (data_size * model_size != num_devices or data_size % num_processes):
     raise UsageError.bad_value("mesh", f"{data_size}x{model_size}",
                                f"all {num_devices} devices, with mesh.data a multiple of the {num_processes} processes")
 

@@ -27,8 +27,7 @@ def advice(config: Any | None) -> str:
   """What to change: model.hidden_l2 where the hidden map's penalty is what overflows, else the learning rate.
 
   The penalty λ·‖W − I‖²_F is the suspect when 2λ·D² exceeds float32 (it overflows once W's entries have moved by
-  one), or with plain SGD when λ · train.learning_rate >= 1 (a step on the penalty alone overshoots).
-  """
+  one), or with plain SGD when λ · train.learning_rate >= 1 (a step on the penalty alone overshoots)."""
   if config is None or config.model.get("hidden", "none") != "linear":
     return _LEARNING_RATE_ADVICE
   l2, d_model = float(config.model.get("hidden_l2", 0.0)), int(config.model.d_model)
@@ -44,6 +43,5 @@ def advice(config: Any | None) -> str:
 def check_finite(state: nnx.State, last_saved: int | None, config: Any | None = None) -> None:
   """Raises NonFinite (naming the field to change, `advice`) if any step so far was not finite. A host sync: call it
   where the loop syncs anyway."""
-  first_bad = int(state["first_nonfinite_step"][...])
-  if first_bad:
+  if first_bad := int(state["first_nonfinite_step"][...]):
     raise NonFinite(first_bad, int(state["optimizer"]["step"][...]), last_saved, advice(config))

@@ -1,8 +1,7 @@
 """SIGTERM/SIGINT as a request to stop at the next step boundary, and the exit status a preempted run ends with.
 
-The handler only records the signal; the loop sees it after the step in flight, saves a checkpoint, flushes its
-logs and raises `Preempted`. A second signal gets the default action at once (a half-written checkpoint is left
-unfinalized, which a restart ignores).
+The handler only records the signal; the loop sees it after the step in flight, saves a checkpoint, flushes its logs
+and raises `Preempted`. A second signal gets the default action at once (a restart ignores a half-written save).
 """
 
 from __future__ import annotations
@@ -28,9 +27,8 @@ class Preempted(RunStopped):
   status 128 + signal (143 TERM, 130 INT), telling a supervisor the run did not finish."""
 
   def __init__(self, signum: int, step: int | None):
-    name = signal.Signals(signum).name
     where = "during set-up, before training" if step is None else f"at step {step}"
-    super().__init__(f"stopped by {name} {where}: rerun the same command to resume")
+    super().__init__(f"stopped by {signal.Signals(signum).name} {where}: rerun the same command to resume")
     self.signum, self.step, self.exit_status = signum, step, 128 + signum
 
 
@@ -49,11 +47,9 @@ def _is_swallowed_interrupt(unraisable) -> bool:
 
 
 class StopSignals:
-  """Context manager: while inside, SIGTERM and SIGINT set `received` instead of ending the process.
-
-  While `interrupting` (set-up), the signal also raises `Interrupted(signum)` at once, so a long set-up ends
-  promptly. Outside the main thread (where Python cannot install handlers) it does nothing.
-  """
+  """Context manager: while inside, SIGTERM and SIGINT set `received` instead of ending the process; while
+  `interrupting` (set-up), they also raise `Interrupted(signum)`, so a long set-up ends promptly. Outside the main
+  thread (where Python cannot install handlers) it does nothing."""
 
   def __init__(self, *, interrupting: bool = False):
     self.received: int | None = None

@@ -76,26 +76,20 @@ def check_layout(workdir: pathlib.Path) -> None:
 
 
 def config_differences(saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> list[str]:
-  """The fields outside config_lib.RESUMABLE where `config` differs from `saved`, as 'path: saved → new'.
-
-  A field that does nothing in both is no difference. A field `saved` lacks is compared as its default (what runs
-  did before the field existed).
-  """
+  """The fields outside config_lib.RESUMABLE where `config` differs from `saved`, as 'path: saved → new'. A field
+  that does nothing in both is no difference; one `saved` lacks is compared as its default (what runs did before)."""
   new = config_lib.leaf_paths(config)
   added = {**config_lib.defaults(), **{f"data.{name}": value for source in sources.REGISTRY.values()
                                        for name, value in source.field_defaults.items()}}
   old = {**{path: value for path, value in added.items() if path in new}, **config_lib.leaf_paths(saved)}
   ignored = config_lib.RESUMABLE | (config_lib.inactive_paths(saved) & config_lib.inactive_paths(config))
-  return [
-      f"{path}: {old.get(path, '<absent>')!r} in the checkpoints, {new.get(path, '<absent>')!r} now"
-      for path in sorted(set(old) | set(new))
-      if path not in ignored and old.get(path, "<absent>") != new.get(path, "<absent>")
-  ]
+  return [f"{path}: {old.get(path, '<absent>')!r} in the checkpoints, {new.get(path, '<absent>')!r} now"
+          for path in sorted(set(old) | set(new))
+          if path not in ignored and old.get(path, "<absent>") != new.get(path, "<absent>")]
 
 
 def check_compatible(saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict, where: str) -> None:
   """UsageError listing every differing field if `config` cannot resume the checkpoints in `where`."""
-  differences = config_differences(saved, config)
-  if differences:
+  if differences := config_differences(saved, config):
     raise UsageError(f"{where} holds checkpoints of a different run ({'; '.join(differences)}); "
                      f"use another --workdir, or the config those checkpoints were made with")
