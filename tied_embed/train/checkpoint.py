@@ -227,13 +227,12 @@ def _is_call_into_closed_loop(unraisable) -> bool:
 def restore(workdir: str | pathlib.Path, step: int | str | None = None, *, mesh: Mesh | None = None,
             target: nnx.State | None = None, arrays: bool = True, resuming: bool = False) -> Restored | None:
   """Checkpoint `step` of `workdir` (default: the newest that reads back whole; 'best': by select/loss), every
-  item checked against its manifest.
+  item checked against its manifest. Arrays go into the layout of `target` (abstract arrays with shardings) or
+  else of the saved config on `mesh` (default: one device); `arrays=False` reads only config and manifest.
 
-  Arrays go into the layout of `target` (abstract arrays with shardings) or else of the saved config on `mesh`
-  (default: one device); `arrays=False` reads only config and manifest. Without `step`, newer damaged checkpoints
-  are skipped into `Restored.damaged`, not moved. UsageError if there are no checkpoints, none at `step`, or the one
-  asked for (or every one) is damaged. `resuming`: None where there are none, and a refusal to start from step 0
-  where none reads back."""
+  Without `step`, newer damaged checkpoints are skipped into `Restored.damaged`, not moved. UsageError if there are
+  no checkpoints, none at `step`, or the one asked for (or every one) is damaged. `resuming`: None where there are
+  none, and a refusal to start from step 0 where none reads back."""
   drop_unraisable(_is_call_into_closed_loop)  # a failed read's other reads call back into Orbax's closed loop
   directory, steps = checkpoint_dir(workdir), available_steps(workdir)
   if not steps:

@@ -142,10 +142,8 @@ REQUIRED_FIELDS: frozenset[str] = frozenset(BY_PATH)
 
 @dataclasses.dataclass(frozen=True)
 class Dependent:
-  """A field that does something only where `active(config)`, e.g. model.hidden_l2 only with the hidden map.
-
-  `off`: the value it must have where it does nothing; None for a field without one (ignored there instead).
-  """
+  """A field that does something only where `active(config)`, e.g. model.hidden_l2 only with the hidden map;
+  `off`: the value it must have where it does nothing (None: no such value, the field is ignored there)."""
 
   path: str
   needs: str  # completes 'unless ...' in the refusal
@@ -217,10 +215,8 @@ Refusal = tuple[str, Any, str]  # (field path, its value, what is allowed): `Usa
 
 def validate(config: Any, num_devices: int | None = None, memory_bytes: int | None = None) -> None:
   """Raises UsageError (field, value, what is allowed) for the first bad field; None if `config` can be trained.
-
-  NumPy scalars become Python numbers (`as_python_values`). The mesh must fit `num_devices` (default:
-  jax.device_count()), the estimate `memory_bytes` (default: `config_memory.available_memory()`).
-  """
+  NumPy scalars become Python numbers. The mesh must fit `num_devices` (default: jax.device_count()), the estimate
+  `memory_bytes` (default: `config_memory.available_memory()`)."""
   if not isinstance(config, ml_collections.ConfigDict):
     raise UsageError.bad_value("config", f"<{type(config).__name__}>", "an ml_collections.ConfigDict")
   as_python_values(config)

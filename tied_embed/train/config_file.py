@@ -20,11 +20,8 @@ _EXPECTED = "a Python file whose get_config() returns a ConfigDict, e.g. configs
 
 
 def load_config_file(path: str) -> ml_collections.ConfigDict:
-  """Runs a `--config` file (`file.py` or `file.py:argument`) and returns its `get_config()`, a ConfigDict.
-
-  The folder above the file's folder is importable while it runs (so `configs/smoke.py` can
-  `from configs import default`). Any failure is one UsageError on `--config`.
-  """
+  """Runs a `--config` file (`file.py` or `file.py:argument`) and returns its `get_config()`, a ConfigDict. The
+  folder above the file's is importable meanwhile (for `from configs import default`); any failure is a UsageError."""
   file_path, colon, argument = path.partition(":")
   require(bool(file_path), "--config", path, _EXPECTED)
   importable = str(pathlib.Path(file_path).absolute().parent.parent)
@@ -43,12 +40,9 @@ def load_config_file(path: str) -> ml_collections.ConfigDict:
 
 @contextlib.contextmanager
 def _bools_kept() -> Iterator[Any]:
-  """While a config file runs, notes each value it assigns to a float field; yields `keep()`, which puts back the
-  bools among them, for the field's check to refuse by name.
-
-  ml_collections casts a bool assigned to a float field to float (`train_fraction = True` would be 1.0). The
-  assignments are watched through the profile hook (ConfigDict's `__setitem__` calls), which changes nothing.
-  """
+  """While a config file runs, notes (through the profile hook) each value it assigns to a float field; yields
+  `keep()`, which puts back the bools among them for the field's check to refuse by name: ml_collections casts
+  a bool assigned to a float field (`train_fraction = True` would be 1.0)."""
   assigned: dict[tuple[int, str], tuple[ml_collections.ConfigDict, str, Any]] = {}
   setitem = ml_collections.ConfigDict.__setitem__.__code__
 

@@ -35,12 +35,10 @@ def memory_estimate(config: ml_collections.ConfigDict, settings: dict[str, Any] 
     pair, a float64 uniform draw and an int64 sort order; then the int32 pair loaded.
 
   `settings`: `Source.settings(config)`, computed when not given. (V, V) tables are not counted (the sources
-  compute them a few MB at a time). All arrays are counted whole on this host, as if unsharded.
-  """
+  compute them a few MB at a time). All arrays are counted whole on this host, as if unsharded."""
   vocab_size, d_model = int(config.model.vocab_size), int(config.model.d_model)
   batch_size, eval_batch_size = int(config.train.batch_size), int(config.train.eval_batch_size)
-  chunk_size = int(config.loss.chunk_size)
-  num_tables = 1 if config.model.tied else 2
+  chunk_size, num_tables = int(config.loss.chunk_size), 1 if config.model.tied else 2
   source = sources.get(config.data.source)
   pairs = sum(source.num_pairs(source.settings(config) if settings is None else settings).values())
   counts = [f"data.{field}" for field in source.fields if field.startswith("num_")]

@@ -1,10 +1,6 @@
 """Checks on the workdir before a run does any work in it: that it can be written, that no other run holds it,
-that its layout is sound, and that it is this run's.
-
-A workdir belongs to one run: its checkpoints may be resumed by a config that differs only in how the run is
-carried out or watched (`tied_embed.train.config.RESUMABLE`); any other difference would mix two runs in one
-directory, so it is refused.
-"""
+that its layout is sound, and that it is this run's: a config that differs from its checkpoints' in more than how
+the run is carried out or watched (`tied_embed.train.config.RESUMABLE`) would mix two runs, so it is refused."""
 
 from __future__ import annotations
 
