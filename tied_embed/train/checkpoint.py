@@ -81,7 +81,6 @@ def _manager(workdir: str | pathlib.Path, keep: int | None = None, *, read_only:
       lightweight_initialize=read_only and not select,  # reads no metrics, so a garbled one can't stop it
       cleanup_tmp_directories=not read_only,  # leftovers of a save that was killed before it was finalized
       save_root_metadata=not read_only,  # ends in a barrier of all processes, which readers must not wait at
-
   )
   return ocp.CheckpointManager(checkpoint_dir(workdir), options=options, item_names=("state", "config", "manifest"))
 

@@ -50,8 +50,7 @@ class _ConfigFileParser(flags.ArgumentParser):
     return "config object"
 
 
-_CONFIG_PARSER = _ConfigFileParser()
-FLAGS["config"].parser = _CONFIG_PARSER
+FLAGS["config"].parser = _CONFIG_PARSER = _ConfigFileParser()
 
 
 class ConsoleFormatter(logging.Formatter):
