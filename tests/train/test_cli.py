@@ -158,11 +158,12 @@ from tied_embed.train import cli, metrics, trainer
 def interrupt():
   os.kill(os.getpid(), signal.SIGINT)
   time.sleep(5)
-def closing_line_then_interrupt(config, workdir, **kwargs):
+def closing_line_then_interrupt(config, workdir, on_complete, **kwargs):
+  on_complete()  # what the trainer calls once everything is written
   metrics.closing_lines(pathlib.Path(workdir), 5)
   interrupt()
 if at_exit:
-  trainer.train_and_evaluate = lambda *args, **kwargs: None
+  trainer.train_and_evaluate = lambda *args, on_complete, **kwargs: on_complete()
   atexit.register(interrupt)
 else:
   trainer.train_and_evaluate = closing_line_then_interrupt
@@ -176,3 +177,20 @@ def test_a_signal_after_a_completed_run_ends_it_with_0(tmp_path, when):
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, result.stderr[-2000:]
   assert "error" not in result.stderr
+
+
+def test_on_complete_runs_once_everything_is_written_and_before_the_closing_lines(smoke_run, tmp_path, caplog):
+  # The command line relies on it: from that call on, a signal ends a completed run with 0.
+  import shutil  # noqa: PLC0415
+
+  from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415
+
+  workdir = tmp_path / "run"
+  shutil.copytree(smoke_run.workdir, workdir)
+  seen_at: list[int] = []
+  with caplog.at_level(logging.INFO, logger="tied_embed"):
+    train_and_evaluate(smoke_run.config, workdir, on_complete=lambda: seen_at.append(len(caplog.records)))
+  assert len(seen_at) == 1
+  after = [record.getMessage() for record in caplog.records[seen_at[0]:]]
+  assert after[0].startswith(f"Step {smoke_run.config.train.num_steps}: eval loss"), after
+  assert any(line.startswith("Checkpoints in") for line in after), after

@@ -16,7 +16,6 @@ import re
 import shlex
 import signal
 import sys
-import threading
 import warnings
 
 from absl import app, flags
@@ -68,20 +67,6 @@ def configure_console(verbose: bool) -> None:
   logging.getLogger("tied_embed").setLevel(logging.INFO)
   logging.getLogger("absl").setLevel(logging.INFO if verbose else logging.CRITICAL)
   logging.getLogger("jax").setLevel(logging.INFO if verbose else logging.WARNING)
-  closing = logging.getLogger("tied_embed.train.metrics")
-  if not any(isinstance(f, _CompletionWatch) for f in closing.filters):
-    closing.addFilter(_CompletionWatch())
-
-
-class _CompletionWatch(logging.Filter):
-  """Once the run's closing line (`metrics.closing_lines`) goes out, a Ctrl-C or SIGTERM ends the command with 0
-  (`_end_completed_run`), not the start-up handler's 130 / 143."""
-
-  def filter(self, record: logging.LogRecord) -> bool:
-    if record.funcName == "closing_lines" and threading.current_thread() is threading.main_thread():
-      for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _end_completed_run)
-    return True
 
 
 def unknown_override(config, argv: list[str]) -> str:
@@ -185,6 +170,13 @@ def _end_completed_run(signum: int, frame: object) -> None:
   os._exit(0)
 
 
+def _completed() -> None:
+  """The run has written everything: from here on (its closing lines, freeing its arrays, the interpreter's
+  shutdown) a Ctrl-C or SIGTERM ends the command with 0."""
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, _end_completed_run)
+
+
 def _main(argv: list[str]) -> None:
   configure_console(FLAGS.verbose)
   if len(argv) > 1:
@@ -203,9 +195,7 @@ def _main(argv: list[str]) -> None:
     config_lib.validate(FLAGS.config)
     from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415 (TensorFlow, CLU, Orbax: seconds)
 
-    train_and_evaluate(FLAGS.config, FLAGS.workdir, verbose=FLAGS.verbose, checked=True)
-    for signum in (signal.SIGINT, signal.SIGTERM):  # what is left is the interpreter's shutdown
-      signal.signal(signum, _end_completed_run)
+    train_and_evaluate(FLAGS.config, FLAGS.workdir, verbose=FLAGS.verbose, checked=True, on_complete=_completed)
   except UsageError as error:
     _usage_error(str(error))
   except RunStopped as stop:  # a signal, a non-finite step, a failed write: one line and the run's exit status

@@ -32,6 +32,7 @@ import dataclasses
 import logging
 import pathlib
 import time
+from collections.abc import Callable
 
 import jax
 import ml_collections
@@ -79,7 +80,8 @@ class RunSummary:
 
 
 def train_and_evaluate(
-    config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, verbose: bool = False, checked: bool = False
+    config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, verbose: bool = False, checked: bool = False,
+    on_complete: Callable[[], None] | None = None,
 ) -> RunSummary:
   """Trains `config` in `workdir` (resuming from its newest intact checkpoint) and returns where it ended.
 
@@ -96,7 +98,8 @@ def train_and_evaluate(
   signals_lib.Preempted on SIGTERM/SIGINT (after saving, once the loop has started), with
   nonfinite.NonFinite at a non-finite loss or gradient (saving nothing after it), with
   checkpoint.WriteFailed. Whatever the outcome, the saves already started finish and the logs are flushed
-  before it returns or raises.
+  before it returns or raises. `on_complete()` runs once everything is written, before the closing lines: the
+  command line makes a signal from then on end it with 0.
   """
   if not checked:
     config_lib.validate(config)
@@ -107,6 +110,8 @@ def train_and_evaluate(
       ended = train_loop(run)
   except signals_lib.Interrupted as interrupted:  # a signal during set-up: nothing to save yet
     raise signals_lib.Preempted(interrupted.signum, None) from None
+  if on_complete is not None:
+    on_complete()
   return finish(run, ended)
 
 
