@@ -11,7 +11,8 @@ matrix that starts at the identity, with the penalty λ·‖W − I‖², model.
 trains on the first 1%, 3%, 10%, 30% and 100% of what the selection split leaves of the train split
 (data.train_fraction), on two corpora: (a) `bytes`, byte bigrams of the default text corpus (configs/text.py:
 Python's pydoc topics, ~750 KB); (b) `subword`, SentencePiece bigrams with V = SUBWORD_VOCAB (configs/subword.py)
-of Vim's help files (/usr/share/vim/vim*/doc/*.txt, ~9.5 MB, the largest real English text on the build machine).
+of Vim's help files (/usr/share/vim/vim*/doc/*.txt, ~9.5 MB, the largest real English text on the build machine),
+split by whole files in a seeded shuffled order (data.split="by_document"), so every size draws from one mix of files.
 
 Every model gets the same care. The last share of the train split (`Plan.selection_share`) is the selection split
 (data.selection_fraction), never trained on; every run scores it at every eval (select/loss), keeps the checkpoint

@@ -29,6 +29,7 @@ from science.when_to_tie.plan import (
   Plan,
   UsageError,
   corpora,
+  corpus_grids,
 )
 from science.when_to_tie.sweep import Sweep, convergence_check, sweep_corpus
 
@@ -192,7 +193,8 @@ def run_sweep(args: argparse.Namespace) -> dict[str, Any]:
   for name in args.chosen:
     plan = QUICK_PLAN if args.quick else dataclasses.replace(PLANS[name], max_steps=getattr(args, f"{name}_steps"))
     print(f"{name}: {args.available[name].note}, at most {plan.max_steps} steps per run", flush=True)
-    entry = sweep_corpus(args.available[name], MODELS, fractions, seeds, grids, plan, out, args.keep_runs,
+    entry = sweep_corpus(args.available[name], MODELS, fractions, seeds, corpus_grids(name, grids), plan, out,
+                         args.keep_runs,
                          third_seed=not args.no_third_seed, convergence_factor=args.convergence_factor)
     results["corpora"][name] = entry
     print(f"{name}: {entry['seconds'] / 60:.1f} min, {entry['cpu_seconds'] / 60:.1f} min CPU", flush=True)

@@ -21,13 +21,18 @@ PATIENCE = 0
 # early and ~20-75 at 100%, so 0.1 and 1 span mild to strong at every size. λ: 0 (tied + W without the penalty)
 # and three strengths a decade apart.
 GRIDS = {"weight_decay": (0.0, 0.1, 1.0), "hidden_l2": (0.0, 0.001, 0.01, 0.1)}
+# A corpus's own grids, over GRIDS: on the subword pieces the top weight decay, 1, was chosen by every model at 1-3%
+# (on the alphabetical split), so the grid goes on to 3 there. The bytes keep GRIDS (their results were swept on it).
+CORPUS_GRIDS = {"subword": {"weight_decay": (0.0, 0.1, 1.0, 3.0)}}
 QUICK_GRIDS = {"weight_decay": (0.0,), "hidden_l2": (0.1,)}  # one run per model (tune: its own test)
 SUBWORD_VOCAB = 2048  # 8192 pieces cost ~4× the steps and evals, and do not converge at 100% in the budget
 EPOCHS = 10  # a run's schedule: 10 passes over its train pairs, within [MIN_STEPS, Plan.max_steps]
 MIN_STEPS = 200
 MIN_EVAL_EVERY = 10
 # The convergence check's steps at 100%, as a multiple of the sweep's: the 1× runs at 100% end still improving (best
-# step = last step), and 3× is what the budget allows on the 2-core build machine (~1.5 min CPU per subword run).
+# step = last step), and 3× is what the budget allowed on the 2-core build machine at 2,000 subword steps (~1.5 min
+# CPU per run); with 12,000 subword steps the check ran at 2× (--convergence-factor 2) and, added by --add-convergence,
+# at 3× (~1.7 min a run on 2 cores).
 CONVERGENCE_FACTOR = 3
 VIM_DOCS = "/usr/share/vim/vim*/doc"
 
@@ -48,7 +53,13 @@ class Plan:
   max_evals: int  # at least steps / max_evals between evals
 
 
-PLANS = {"bytes": Plan(0.1, 3000, 2, 20), "subword": Plan(0.05, 2000, 1, 8)}
+# subword: at most 12,000 steps (10 passes up to 30%, ~4 at 100%), not 2,000, with which every subword model still
+# improved at its last step at 100% (and untied at 10-30%). A longer schedule rather than early stopping: patience
+# would stop on the plateau at the peak learning rate (see PATIENCE); a cosine that ends sooner is a short schedule.
+# A probe on the split by document (untied, 100%, 6,000 steps) still gained 0.03 nats of select/loss from 4,000 to
+# 5,500 steps and nothing in the last 500; 12 evals. At 12,000 the best step is still the last at 100% and at 10-30%
+# (by < 0.01 nats of eval loss at 2-3× the steps): docs/when_to_tie.md, "Did the runs converge?".
+PLANS = {"bytes": Plan(0.1, 3000, 2, 20), "subword": Plan(0.05, 12000, 1, 12)}
 QUICK_PLAN = Plan(0.1, 20, 1, 4)
 
 
@@ -79,6 +90,7 @@ class Corpus:
   text_path: str
   vocab_size: int
   note: str
+  split: str = "contiguous"  # data.split: a corpus of several files is split by whole files ("by_document")
 
 
 def vim_docs() -> str:
@@ -96,7 +108,8 @@ def corpora(quick: bool, subword_corpus: str) -> dict[str, Corpus]:
   byte_corpus = Corpus("bytes", text, "", 256, "bytes of Python's pydoc topics (configs/text.py's default)")
   if quick:
     return {"bytes": byte_corpus,
-            "subword": Corpus("subword", subword, "", 512, "SentencePiece, 512 pieces, of Python's pydoc topics")}
+            "subword": Corpus("subword", subword, "", 512, "SentencePiece, 512 pieces, of Python's pydoc topics",
+                              "by_document")}
   path = subword_corpus or vim_docs()
   files = glob.glob(path) if "*" in path else [path]
   if not files or not all(os.path.exists(p) for p in files):
@@ -106,13 +119,18 @@ def corpora(quick: bool, subword_corpus: str) -> dict[str, Corpus]:
       "bytes": byte_corpus,
       "subword": Corpus("subword", subword, path, SUBWORD_VOCAB,
                         f"SentencePiece, {SUBWORD_VOCAB} pieces, of {path} ({size / 1e6:.1f} MB; Vim's help files "
-                        "by default)"),
+                        "by default), split by whole files in a seeded shuffled order", "by_document"),
   }
 
 
 def _size(path: str) -> int:
   target = pathlib.Path(path)
   return sum(p.stat().st_size for p in target.rglob("*") if p.is_file()) if target.is_dir() else target.stat().st_size
+
+
+def corpus_grids(corpus_key: str, grids: dict[str, tuple[float, ...]]) -> dict[str, tuple[float, ...]]:
+  """The grids a corpus is tuned on: `grids` with the corpus's CORPUS_GRIDS over them (QUICK_GRIDS stay as they are)."""
+  return grids if grids is QUICK_GRIDS else {**grids, **CORPUS_GRIDS.get(corpus_key, {})}
 
 
 def schedule(plan: Plan, train_pairs: int, batch_size: int) -> tuple[int, int]:
@@ -132,6 +150,7 @@ def run_config(corpus: Corpus, model: Model, fraction: float, seed: int, setting
   config = corpus.base.get_config()
   config.seed = seed
   config.data.text_path = corpus.text_path
+  config.data.split = corpus.split  # set here, not left to the base config: the bytes stay contiguous
   config.data.data_dir = str(data_dir)
   config.data.train_fraction = fraction
   config.data.selection_fraction = selection_share

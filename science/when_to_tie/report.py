@@ -41,11 +41,18 @@ def picks(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
   return lines
 
 
+def at_the_end(run: dict[str, Any]) -> bool:
+  """Whether a run's best step is at the end of its schedule: its last step, or within its last 1% (an eval a few
+  steps before a last step that is not a multiple of eval_every, where the cosine learning rate is below 0.03% of
+  its peak: a tie decided by noise, not a turn of the loss)."""
+  return run["end_step"] - run["best_step"] < max(1, run["end_step"] // 100)
+
+
 def unconverged(results: dict[str, Any]) -> list[str]:
-  """Every run whose best step is its last (it may still have been improving when the schedule ended)."""
+  """Every run whose best step is at the end of its schedule (it may still have been improving when it ended)."""
   return [f"{corpus} {key} {100 * float(fraction):g}% seed {run['seed']}"
           for corpus, entry in results["corpora"].items() for key, by_fraction in entry["runs"].items()
-          for fraction, runs in by_fraction.items() for run in runs if run["best_step"] >= run["end_step"]]
+          for fraction, runs in by_fraction.items() for run in runs if at_the_end(run)]
 
 
 
@@ -63,9 +70,9 @@ def markdown(results: dict[str, Any], png_name: str, notes: str = "") -> str:
     lines += [NOTES_START, notes.strip("\n"), NOTES_END, ""]
   lines.append(_method(results, labels))
   failing = unconverged(results)
-  lines += ["", "Best step before the last step: " + (
-      "every run." if not failing else f"all but {len(failing)} runs, whose best step is their last (still "
-      f"improving when the schedule ended): {'; '.join(failing)}.")]
+  lines += ["", "Best step before the end of the schedule: " + (
+      "every run." if not failing else f"all but {len(failing)} runs, whose best step is their last or within the "
+      f"last 1% of their steps (still improving when the schedule ended): {'; '.join(failing)}.")]
   for corpus, entry in results["corpora"].items():
     lines += _corpus_lines(corpus, entry, labels)
   lines += ["", f"![best-step eval loss and self-argmax share against train data]({png_name})", ""]
@@ -84,9 +91,9 @@ def _method(results: dict[str, Any], labels: dict[str, str]) -> str:
       + " and is scored at the eval with the lowest selection loss, its best step; its schedule "
       f"(warmup, then cosine decay to 0) is {EPOCHS} passes over its train pairs, within [{MIN_STEPS}, the corpus's "
       "most steps]. Each model's regulariser is chosen per data size on the selection split (seed 0), never on "
-      f"eval: weight decay (AdamW, decoupled) from {{{', '.join(f'{v:g}' for v in grids['weight_decay'])}}} for "
-      f"every model, then for tied + W the penalty λ‖W − I‖² from "
-      f"{{{', '.join(f'{v:g}' for v in grids['hidden_l2'])}}}. "
+      f"eval: weight decay (AdamW, decoupled) from {_values(grids['weight_decay'])} for every model"
+      + _own_grids(results, "weight_decay") + ", then for tied + W the penalty λ‖W − I‖² from "
+      f"{_values(grids['hidden_l2'])}" + _own_grids(results, "hidden_l2") + ". "
       f"Seeds {', '.join(map(str, results['seeds']))} (seed {THIRD_SEED} too for the two best models where their "
       "spreads overlap): mean ± standard deviation. The count model is add-k counts of exactly the pairs the models "
       "train on, k chosen on the selection split; Δ count = model − count model (negative: the model beats it). "
@@ -94,6 +101,17 @@ def _method(results: dict[str, Any], labels: dict[str, str]) -> str:
       "train occurrences used, or never current in them (`tied_embed/data/frequency.py`). Self-argmax: the share of "
       "validation pairs whose predicted likeliest next token is the current token, from the restored best "
       "checkpoint in NumPy float64; beside it the data's own rate of repeats (next = current).")
+
+
+def _values(values) -> str:
+  return "{" + ", ".join(f"{v:g}" for v in values) + "}"
+
+
+def _own_grids(results: dict[str, Any], axis: str) -> str:
+  """' (… on <corpus>)' for each corpus tuned on its own grid of `axis` (an entry's "grids"), '' where none is."""
+  own = [f"{_values(entry['grids'][axis])} on {name}" for name, entry in results["corpora"].items()
+         if list(entry.get("grids", results["grids"])[axis]) != list(results["grids"][axis])]
+  return f" ({'; '.join(own)})" if own else ""
 
 
 def _corpus_lines(corpus: str, entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
@@ -110,7 +128,9 @@ def _corpus_lines(corpus: str, entry: dict[str, Any], labels: dict[str, str]) ->
       f"{entry['select_pairs']:,} selection pairs, the train split's last {100 * plan['selection_share']:g}%, "
       f"leave), {entry['eval_pairs']:,} validation pairs, floor {entry['floor']:.4f} nats, uniform guess "
       f"log V = {entry['uniform']:.4f}; dataset `{entry['dataset']}`; {entry['seconds'] / 60:.1f} min "
-      f"({entry['cpu_seconds'] / 60:.1f} min CPU).",
+      f"({entry['cpu_seconds'] / 60:.1f} min CPU)"
+      # a corpus swept in a run of its own, its entry merged into the results of another, names its machine
+      + (f" on {entry['machine']}" if "machine" in entry else "") + ".",
       "",
       "Best-step eval loss (nats) and its distance from the count model:",
       "",
@@ -180,8 +200,8 @@ def convergence_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str
         f"{base['eval_loss']:.4f} ({base['eval_loss'] - count:+.3f}) | {long['num_steps']} | "
         f"{long['best_step']} / {long['end_step']} | {long['eval_loss']:.4f} ({long['eval_loss'] - count:+.3f}) | "
         f"{run['change_select']:+.4f} / {run['change_eval']:+.4f} | "
-        f"{'yes' if long['best_step'] < long['end_step'] else 'no'} |")
-  still = [labels[key] for key, run in check["runs"].items() if run["long"]["best_step"] >= run["long"]["end_step"]]
+        f"{'no' if at_the_end(long) else 'yes'} |")
+  still = [labels[key] for key, run in check["runs"].items() if at_the_end(run["long"])]
   most = max(check["runs"], key=lambda key: abs(check["runs"][key]["change_eval"]))
   moved = f"{abs(check['runs'][most]['change_eval']):.4f} nats ({labels[most]})"
   if not still:
@@ -189,9 +209,13 @@ def convergence_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str
                f"schedule, and from 1× to {factor}× the eval loss moved by at most {moved}: the 1× runs are "
                "converged to within that.")
   else:
-    verdict = (f"Best step before the end: not met for {', '.join(still)}, whose best step is still the last at "
+    verdict = (f"Best step before the end: not met for {', '.join(still)}, whose best step is still at the end at "
                f"{factor}×: still improving. From 1× to {factor}× the eval loss moved by at most {moved}; the 1× "
                "runs are at least that far from converged.")
+  worse = [labels[key] for key, run in check["runs"].items() if run["change_select"] > 0]
+  if worse:  # the longer run's own best is worse by the split that picks every best step
+    verdict += (f" The selection loss, which picks every best step and setting, is higher at {factor}× than at 1× "
+                f"for {', '.join(worse)}: by that split the longer schedule is no better.")
   verdict += " The tables above and the ranking use the 1× runs."
   lines += ["", verdict]
   change = convergence_change(entry, labels)

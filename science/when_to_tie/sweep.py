@@ -225,6 +225,7 @@ def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, gr
       "d_model": int(corpus.base.get_config().model.d_model), "plan": dataclasses.asdict(plan), "patience": PATIENCE,
       "floor": data.loss_floor, "uniform": math.log(corpus.vocab_size),
       "train_pairs": len(data.train_ids), "select_pairs": len(data.select_ids), "eval_pairs": len(data.eval_ids),
+      "grids": {axis: list(values) for axis, values in grids.items()},
       "count": {}, "repeats": {}, "tuning": {model.key: {} for model in models},
       "runs": {model.key: {} for model in models},
   }

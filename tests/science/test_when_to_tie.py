@@ -30,6 +30,24 @@ def test_run_configs_are_valid_and_differ_only_where_they_should(tmp_path):
     assert config.model.hidden_l2 == (0.1 if model.hidden == "linear" else 0.0)
 
 
+def test_subword_runs_split_by_document_and_tune_weight_decay_up_to_3(tmp_path):
+  corpora = plans.corpora(quick=True, subword_corpus="")
+  splits = {name: plans.run_config(corpus, plans.MODELS[0], 0.1, 0, {}, 40, 10, tmp_path, 0.05).data.split
+            for name, corpus in corpora.items()}
+  assert splits == {"bytes": "contiguous", "subword": "by_document"}
+  assert plans.corpus_grids("subword", plans.GRIDS)["weight_decay"] == (0.0, 0.1, 1.0, 3.0)
+  assert plans.corpus_grids("subword", plans.GRIDS)["hidden_l2"] == plans.GRIDS["hidden_l2"]
+  assert plans.corpus_grids("bytes", plans.GRIDS) == plans.GRIDS
+  assert plans.corpus_grids("subword", plans.QUICK_GRIDS) is plans.QUICK_GRIDS
+
+
+def test_a_best_step_in_the_last_percent_of_the_schedule_counts_as_at_the_end():
+  assert report.at_the_end({"best_step": 12000, "end_step": 12000})
+  assert report.at_the_end({"best_step": 2940, "end_step": 2942})  # the last regular eval, 2 steps before the end
+  assert not report.at_the_end({"best_step": 2695, "end_step": 2942})
+  assert not report.at_the_end({"best_step": 180, "end_step": 200})
+
+
 def test_schedule_is_ten_epochs_and_evals_per_epoch_within_bounds():
   plan = plans.Plan(selection_share=0.1, max_steps=3000, evals_per_epoch=2, max_evals=20)
   assert plans.EPOCHS == 10 and plans.MIN_STEPS == 200 and plans.MIN_EVAL_EVERY == 10
