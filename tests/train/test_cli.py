@@ -137,6 +137,12 @@ def test_helpfull_prints_the_help_and_every_flag_and_exits_0(tmp_path):
   assert result.stderr == ""
 
 
+def test_helpxml_prints_every_flag_as_xml_and_exits_0(tmp_path):
+  result = _train(tmp_path, "--helpxml")
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert result.stdout.startswith("<?xml") and "<name>workdir</name>" in result.stdout and result.stderr == ""
+
+
 def test_a_config_file_that_raises_keyboard_interrupt_is_one_line_and_exit_130(tmp_path):
   path = tmp_path / "interrupts.py"
   path.write_text("def get_config():\n  raise KeyboardInterrupt\n")

@@ -197,6 +197,23 @@ def test_a_workdir_whose_subdirectory_is_a_link_is_refused(tmp_path, name):
   assert list(elsewhere.iterdir()) == [] and sorted(p.name for p in workdir.iterdir()) == [name]
 
 
+@pytest.mark.parametrize("inside", ["checkpoints/5", "data/bigram/1.0.0/pairs.npy"])
+def test_a_link_planted_inside_checkpoints_or_data_is_refused(tmp_path, inside):
+  from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415
+
+  elsewhere = tmp_path / "other_run" / "target"
+  elsewhere.mkdir(parents=True)
+  workdir = tmp_path / "run"
+  link = workdir / inside
+  link.parent.mkdir(parents=True)
+  link.symlink_to(elsewhere)
+  with pytest.raises(UsageError, match=rf"/run/{inside} is a symbolic link \(to .*/other_run/target\); the run "
+                     rf"keeps its {inside.split('/')[0]} inside the workdir"):
+    train_and_evaluate(smoke_with("train.num_steps", 5), workdir)
+  assert list(elsewhere.iterdir()) == [] and link.is_symlink()
+  assert sorted(p.name for p in workdir.iterdir()) == [inside.split("/")[0]]
+
+
 # The kernels' files: the workdir's kernels.json and a build's library are replaced whole, never written through a
 # link planted where the writer works.
 

@@ -124,6 +124,9 @@ def parse_flags(argv: list[str]) -> list[str]:
   if "--helpfull" in argv[1:]:  # the command's help, then every flag absl knows; absl's own would exit 1
     print(usage(_command(argv[0])), "", "Every flag, the libraries' included:", FLAGS.get_help(), sep="\n")
     sys.exit(0)
+  if "--helpxml" in argv[1:]:  # every flag as gflags XML; absl's own would exit 1
+    FLAGS.write_help_in_xml_format(sys.stdout)
+    sys.exit(0)
   try:
     return FLAGS(argv)
   except KeyboardInterrupt:  # raised by the config file's own code: a Ctrl-C here ends in _stop_during_start_up
