@@ -62,7 +62,7 @@ def check_layout(workdir: pathlib.Path) -> None:
     if path.is_symlink():
       raise UsageError(f"{path} is a symbolic link; the run keeps its {name} inside the workdir: replace the link "
                        f"with a directory, or use another --workdir")
-    if (link := _first_link_inside(path)) is not None:  # a checkpoint step or a dataset file planted from elsewhere
+    if name != "report" and (link := _first_link_inside(path)) is not None:  # a step or dataset file from elsewhere
       raise UsageError(f"{link} is a symbolic link (to {os.readlink(link)}); the run keeps its {name} inside the "
                        f"workdir: replace the link with the files themselves, or use another --workdir")
     if path.exists() and not path.is_dir():
