@@ -30,12 +30,12 @@ def test_run_configs_are_valid_and_differ_only_where_they_should(tmp_path):
     assert config.model.hidden_l2 == (0.1 if model.hidden == "linear" else 0.0)
 
 
-def test_subword_runs_split_by_document_and_tune_weight_decay_up_to_3(tmp_path):
+def test_subword_runs_split_by_document_and_tune_weight_decay_up_to_10(tmp_path):
   corpora = plans.corpora(quick=True, subword_corpus="")
   splits = {name: plans.run_config(corpus, plans.MODELS[0], 0.1, 0, {}, 40, 10, tmp_path, 0.05).data.split
             for name, corpus in corpora.items()}
   assert splits == {"bytes": "contiguous", "subword": "by_document"}
-  assert plans.corpus_grids("subword", plans.GRIDS)["weight_decay"] == (0.0, 0.1, 1.0, 3.0)
+  assert plans.corpus_grids("subword", plans.GRIDS)["weight_decay"] == (0.0, 0.1, 1.0, 3.0, 10.0)
   assert plans.corpus_grids("subword", plans.GRIDS)["hidden_l2"] == plans.GRIDS["hidden_l2"]
   assert plans.corpus_grids("bytes", plans.GRIDS) == plans.GRIDS
   assert plans.corpus_grids("subword", plans.QUICK_GRIDS) is plans.QUICK_GRIDS
