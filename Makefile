@@ -1,10 +1,11 @@
 # Two commands do all the set-up on a fresh machine: `make train` and `make test`.
-# The others run in the same environment: `make kernels` (the step's optional C++ kernels), `make inspect`,
-# `make tensorboard`, `make results`, `make bench`.
+# The others run in the same environment: `make kernels` (the step's optional C++ kernels), `make notebook` (the
+# tutorial in Jupyter), `make inspect`, `make tensorboard`, `make results`, `make bench`.
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NOTEBOOK_STAMP := $(VENV)/.notebook-installed
+JUPYTER_STAMP := $(VENV)/.jupyter-installed
 KERNEL_STAMP := $(VENV)/.kernels-installed
 KERNELS := $(addprefix tied_embed/fast/kernels/,_gemm.so _gemm_onednn.so _adamw.so)
 export TF_CPP_MIN_LOG_LEVEL := 3
@@ -13,7 +14,7 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 CONFIG ?= configs/default.py
 WORKDIR ?= runs/default
 
-.PHONY: install kernels train test inspect tensorboard results bench lint notebook clean
+.PHONY: install kernels train test inspect tensorboard results bench lint notebook notebook-run clean
 
 install: $(STAMP)
 
@@ -47,13 +48,21 @@ test: $(STAMP) $(KERNELS) $(NOTEBOOK_STAMP)
 	$(PY) -m pytest -q
 
 # The tutorial's runner and kernel (jupytext, nbclient, ipykernel): `make test` runs the notebook, `make train` never
-# needs them. `make notebook` executes docs/tutorial.md into runs/tutorial.ipynb (from runs/, where it finds the
-# repository root above it), outputs and pictures included: headless, open that file in any notebook viewer.
+# needs them. `make notebook` opens docs/tutorial.ipynb in Jupyter Notebook (installing it on first use; Ctrl-C stops
+# the server); `make notebook-run` executes docs/tutorial.md headless into runs/tutorial.ipynb, outputs and pictures
+# included, for a machine without a browser.
 $(NOTEBOOK_STAMP): $(STAMP) requirements-notebook.txt
 	$(PY) -m pip install --quiet -r requirements-notebook.txt
 	touch $(NOTEBOOK_STAMP)
 
-notebook: $(STAMP) $(NOTEBOOK_STAMP)
+$(JUPYTER_STAMP): $(NOTEBOOK_STAMP) requirements-jupyter.txt
+	$(PY) -m pip install --quiet -r requirements-jupyter.txt
+	touch $(JUPYTER_STAMP)
+
+notebook: $(STAMP) $(JUPYTER_STAMP)
+	$(VENV)/bin/jupyter notebook docs/tutorial.ipynb
+
+notebook-run: $(STAMP) $(NOTEBOOK_STAMP)
 	mkdir -p runs
 	$(VENV)/bin/jupytext --to ipynb docs/tutorial.md -o runs/tutorial.ipynb
 	$(VENV)/bin/jupyter-execute --inplace runs/tutorial.ipynb

@@ -35,7 +35,7 @@ def test_the_ipynb_is_the_markdown_source_paired():
 
 def test_every_cell_runs_from_docs(record_property):
   # From docs/, as `jupyter notebook docs/tutorial.ipynb` would run it: the notebook finds the repository root
-  # itself (make notebook runs it from the root). The kernel inherits this process's environment, the session's
+  # itself (make notebook-run runs it from the root). The kernel inherits this process's environment, the session's
   # compilation cache included.
   notebook = jupytext.read(SOURCE)
   client = nbclient.NotebookClient(
@@ -51,3 +51,15 @@ def test_every_cell_runs_from_docs(record_property):
   images = [output for output in outputs if "image/png" in output.get("data", {})]
   assert len(images) == 2, "expected the provenance picture and the when-to-tie plot"
   assert seconds < BUDGET_S, f"the tutorial took {seconds:.0f} s, over its {BUDGET_S:.0f} s budget"
+
+
+def test_make_notebook_opens_the_paired_notebook_in_jupyter_from_exact_pins():
+  import subprocess  # noqa: PLC0415
+
+  plan = subprocess.run(["make", "-n", "-W", "requirements-jupyter.txt", "notebook"], cwd=ROOT, capture_output=True,
+                        text=True, check=True).stdout.splitlines()
+  assert plan[-1] == ".venv/bin/jupyter notebook docs/tutorial.ipynb"
+  assert ".venv/bin/python -m pip install --quiet -r requirements-jupyter.txt" in plan
+  pins = [line for line in (ROOT / "requirements-jupyter.txt").read_text().splitlines()
+          if line and not line.startswith("#")]
+  assert "notebook==7.6.5" in pins and all("==" in pin for pin in pins)
