@@ -56,8 +56,10 @@ def test_every_cell_runs_from_docs(record_property):
 def test_make_notebook_opens_the_paired_notebook_in_jupyter_from_exact_pins():
   import subprocess  # noqa: PLC0415
 
-  plan = subprocess.run(["make", "-n", "-W", "requirements-jupyter.txt", "notebook"], cwd=ROOT, capture_output=True,
-                        text=True, check=True).stdout.splitlines()
+  outer_make = ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")  # under `make test`: no "make[1]: Entering directory" lines
+  env = {key: value for key, value in os.environ.items() if key not in outer_make}
+  plan = subprocess.run(["make", "--no-print-directory", "-n", "-W", "requirements-jupyter.txt", "notebook"],
+                        cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout.splitlines()
   assert plan[-1] == ".venv/bin/jupyter notebook docs/tutorial.ipynb"
   assert ".venv/bin/python -m pip install --quiet -r requirements-jupyter.txt" in plan
   pins = [line for line in (ROOT / "requirements-jupyter.txt").read_text().splitlines()
