@@ -10,7 +10,7 @@ warmup and cosine schedule, clipping at 1.0), with AdamW (configs/default.py's) 
 size, so the whole sweep takes a few minutes on 2 cores: V = 256, D = 16, batch 512, 1000 steps. The gap is
 measured exactly, not on samples: the expected loss over the task's joint distribution (synthetic: the true
 one; text: the validation split's pair counts) minus its floor. Each task's asymmetry budget
-(`tied_embed.inspection.asymmetry`) goes beside its tied-minus-untied gap.
+(`tied_embed.data.asymmetry`) goes beside its tied-minus-untied gap.
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ from science import report  # noqa: E402
 from tied_embed.core import optim  # noqa: E402
 from tied_embed.core import step as step_lib  # noqa: E402
 from tied_embed.core.model import TiedEmbed, UntiedEmbed  # noqa: E402
+from tied_embed.data import asymmetry  # noqa: E402
 from tied_embed.data.sources import text  # noqa: E402
 from tied_embed.data.sources.directed import Directed  # noqa: E402
 from tied_embed.data.sources.planted import Planted  # noqa: E402
 from tied_embed.fast import choose
-from tied_embed.inspection import asymmetry  # noqa: E402
 from tied_embed.train import nonfinite
 
 VOCAB_SIZE, D_MODEL, BATCH_SIZE = 256, 16, 512

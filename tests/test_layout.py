@@ -1,4 +1,5 @@
-"""The layers on disk: the story in tied_embed/core imports none of the speed paths or the run machinery."""
+"""The layers on disk: the story in tied_embed/core imports none of the speed paths or the run machinery, and each
+package imports only the layers below it."""
 
 import ast
 import subprocess
@@ -35,6 +36,22 @@ def test_the_core_modules_import_only_jax_flax_optax_and_each_other():
       assert name.split(".")[0] in ALLOWED, f"{path.name} imports {name}"
       if name.startswith("tied_embed."):
         assert name.startswith("tied_embed.core"), f"{path.name} imports {name}"
+
+
+# Each package's imports of the others, lazy ones included, point down the layers:
+# inspection/ (reads a run) is the top; train/ (the loop and its machinery) under it; data/ and fast/ under train/.
+NOT_IMPORTED_FROM = {
+    "train": ("tied_embed.inspection",),
+    "data": ("tied_embed.train", "tied_embed.inspection", "tied_embed.fast"),
+    "fast": ("tied_embed.train", "tied_embed.inspection", "tied_embed.data"),
+}
+
+
+def test_the_packages_import_only_the_layers_below_them():
+  for package, above in NOT_IMPORTED_FROM.items():
+    for path in sorted((ROOT / "tied_embed" / package).rglob("*.py")):
+      for name in _runtime_imports(path):
+        assert not (name or "").startswith(above), f"{path.relative_to(ROOT)} imports {name}"
 
 
 def test_importing_the_core_loads_no_run_machinery():

@@ -14,9 +14,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tied_embed.data import frequency, sources
+from tied_embed.data import asymmetry, frequency, sources
 from tied_embed.data import record as record_lib
-from tied_embed.inspection import asymmetry, files
+from tied_embed.inspection import files
 from tied_embed.inspection import report as report_lib
 from tied_embed.inspection.path_directions import path_direction_summary
 from tied_embed.inspection.text import format_markdown

@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from clu import metric_writers
 
+from tied_embed.data import asymmetry, frequency, sources
 from tied_embed.data import bigram as data_lib
-from tied_embed.data import frequency, sources
-from tied_embed.inspection import asymmetry
 from tied_embed.util import shell_quote
 
 if TYPE_CHECKING:
