@@ -63,6 +63,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.checkpoint_every = 1000  # steps between checkpoints (and at the last step)
   config.train.keep_checkpoints = 3  # newest checkpoints kept in <workdir>/checkpoints (and the best by select/loss)
   config.train.early_stopping_patience = 0  # evals without a new best select/loss before stopping; 0 = off
+  config.train.min_delta = 0.0  # nats select/loss must fall below the best to count as a new best
 
   config.loss = ml_collections.ConfigDict()
   config.loss.chunk_size = 256  # tokens per chunk: at most (256, V) logits at once, and faster than full logits at

@@ -302,6 +302,9 @@ def _leaves(state) -> list[np.ndarray]:
     ("train.early_stopping_patience", 2.5, "an integer in [0, 2**31 - 1] (0 = off)"),
     ("train.early_stopping_patience", 3, "0 (off) unless data.selection_fraction > 0 (early stopping watches "
                                          "select/loss)"),
+    ("train.min_delta", -0.01, "a finite number >= 0 (0 = any decrease), within float32 (at most 3.4e38; 0 or at "
+                               "least 1.4e-45)"),
+    ("train.min_delta", 0.01, "0 (off) unless data.selection_fraction > 0 (a new best is judged on select/loss)"),
 ])
 def test_bad_values_are_one_line_before_anything_is_written(tmp_path, path, value, allowed):
   config = smoke_with(path, value)
@@ -322,3 +325,45 @@ def test_train_py_refuses_a_patience_without_a_selection_split_with_exit_2(tmp_p
   assert result.stderr == ("error: train.early_stopping_patience=2 is not allowed: expected 0 (off) unless "
                            "data.selection_fraction > 0 (early stopping watches select/loss)\n")
   assert not any(tmp_path.iterdir())
+
+
+# train.min_delta: a new best must be lower by more than it.
+
+
+def _hand_best_with_min_delta(select_losses: dict[int, float], min_delta: float, patience: int) -> tuple[int, int]:
+  """Flax's EarlyStopping transcribed: an eval is a new best where best - loss > min_delta; the run stops at the
+  `patience`-th eval after the best without one. → (best, stop)."""
+  best_step, best, since = None, np.inf, 0
+  for step in sorted(select_losses):
+    if best - select_losses[step] > min_delta:
+      best_step, best, since = step, select_losses[step], 0
+    else:
+      since += 1
+      if since == patience:
+        return best_step, step
+  return best_step, max(select_losses)
+
+
+def test_min_delta_by_hand():
+  from tied_embed.train.best_step import Selection  # noqa: PLC0415
+
+  selection, bests = Selection(), []
+  for step, loss in [(1, 5.0), (2, 4.0), (3, 3.9996), (4, 3.9992), (5, 3.9988), (6, 3.5)]:
+    if selection.record(step, loss, {"eval/loss": loss}, min_delta=0.001):
+      bests.append(step)
+  # 3 and 4 are within 0.001 of step 2's 4.0; step 5 is 0.0012 below it, so the creep adds up to a new best.
+  assert bests == [1, 2, 5, 6] and selection.best_select_loss == 3.5
+
+
+def test_with_min_delta_the_best_step_is_the_last_big_enough_drop_and_orbax_keeps_it(tmp_path):
+  # A min_delta no drop can reach: the first eval stays the best although later evals are lower, so Orbax's
+  # retention (keep 1, plus the best) must keep the trainer's best, not the lowest select/loss.
+  config = _overfitting_config(tmp_path / "data")
+  config.train.update(min_delta=100.0, early_stopping_patience=2)
+  summary = train_and_evaluate(config, tmp_path / "run")
+  losses = all_series(tmp_path / "run")["select/loss"]
+  best, stop = _hand_best_with_min_delta(losses, 100.0, 2)
+  assert (best, stop) == (EVAL_EVERY, 3 * EVAL_EVERY) and min(losses.values()) < losses[best]  # not the argmin
+  assert summary.best_step == best and summary.step == stop and summary.stopped_early
+  assert checkpoint.available_steps(tmp_path / "run") == [best, stop]
+  assert checkpoint.restore(tmp_path / "run", "best", arrays=False).step == best

@@ -1,8 +1,11 @@
 """Model selection on the selection split: the best eval so far by select/loss, and early stopping's count.
 
-With data.selection_fraction > 0 every eval also scores the selection split (never trained on). The eval with the
-lowest select/loss is the best step (the earlier one on a tie); its checkpoint is kept beside the newest ones. With
-train.early_stopping_patience = P > 0 the run stops at the P-th eval after the best one without a new best.
+With data.selection_fraction > 0 every eval also scores the selection split (never trained on). An eval whose
+select/loss is lower than the best so far by more than train.min_delta (0: any decrease) is the new best step; its
+checkpoint is kept beside the newest ones. So the best step's select/loss is within min_delta of the lowest seen, and
+a run that creeps down by less than that (converged, by that measure) keeps an earlier best step, as Flax's and
+Keras's early stopping judge an improvement. With train.early_stopping_patience = P > 0 the run stops at the P-th
+eval after the best one without a new best.
 `Selection` is saved in every checkpoint's manifest, so a resumed run stops at the same step as one that ran through.
 """
 
@@ -19,11 +22,12 @@ class Selection:
   best_step: int | None = None
   best_select_loss: float | None = None
   best_eval: dict[str, float] = dataclasses.field(default_factory=dict)  # the eval/* scalars logged at the best step
-  evals_since_best: int = 0  # evals after the best one, none of them strictly lower: early stopping's count
+  evals_since_best: int = 0  # evals after the best one, none a new best: early stopping's count
 
-  def record(self, step: int, select_loss: float, eval_scalars: dict[str, float]) -> bool:
-    """Counts the eval at `step`; → whether it is a new best (strictly lower select/loss, or the first eval)."""
-    if self.best_select_loss is None or select_loss < self.best_select_loss:
+  def record(self, step: int, select_loss: float, eval_scalars: dict[str, float], min_delta: float = 0.0) -> bool:
+    """Counts the eval at `step`; → whether it is a new best: the first eval, or a select/loss below the best so far
+    by more than `min_delta` (nats; 0: strictly lower)."""
+    if self.best_select_loss is None or self.best_select_loss - select_loss > min_delta:
       self.best_step, self.best_select_loss = step, select_loss
       self.best_eval, self.evals_since_best = dict(eval_scalars), 0
       return True

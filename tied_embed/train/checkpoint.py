@@ -62,8 +62,10 @@ def damaged_dir(workdir: str | pathlib.Path) -> pathlib.Path:
 
 def selection_rank(metrics: dict[str, Any]) -> tuple[float, int]:
   """Rank by selection (Orbax's 'min' mode): the lowest select_loss, on a tie the earlier step (as
-  `Selection.record`); a checkpoint saved between evals has none and ranks worst."""
-  return metrics.get("select_loss", math.inf), metrics["step"]
+  `Selection.record`); a checkpoint saved between evals has none and ranks worst. With train.min_delta > 0 an eval
+  lower by less than that is no new best, so there each eval's checkpoint ranks by the best select_loss so far: the
+  earliest holding the lowest is the best step."""
+  return metrics.get("best_select_loss", metrics.get("select_loss", math.inf)), metrics["step"]
 
 
 def _manager(workdir: str | pathlib.Path, keep: int | None = None, *, read_only: bool = True,
@@ -165,7 +167,7 @@ class Checkpointer:
 
     `dataset`: `tied_embed.data.bigram.dataset_identity`, so a resume on other data can be refused. With a selection
     split, the run's `Selection` and `select_loss` at `step` (None between evals) go into the manifest, select_loss
-    also into the Orbax metrics retention ranks by."""
+    (and with train.min_delta > 0 the best so far) also into the Orbax metrics retention ranks by."""
     with self._errors_as_write_failed():
       self._manager.wait_until_finished()  # a failure of the save before this one is reported as that save's
     config_dict = config.to_dict()
@@ -174,6 +176,10 @@ class Checkpointer:
     if self._select:
       manifest.update(select_loss=select_loss, selection=(selection or Selection()).to_json())
       metrics = {"step": step} if select_loss is None else {"step": step, "select_loss": select_loss}
+      if min_delta := float(config.train.get("min_delta", 0.0)):
+        manifest["min_delta"] = min_delta
+        if select_loss is not None:
+          metrics["best_select_loss"] = manifest["selection"]["best_select_loss"]
     with self._errors_as_write_failed():
       self._writing = step
       self._manager.save(step, metrics=metrics, args=ocp.args.Composite(

@@ -127,6 +127,9 @@ FIELDS: tuple[Field, ...] = (
           "newest checkpoints kept in <workdir>/checkpoints (with a selection split, also the best one)"),
     Field("train.early_stopping_patience", 0, "an integer in [0, 2**31 - 1] (0 = off)", _int_in(0), True,
           "stop the run after this many evals without a new lowest select/loss (needs data.selection_fraction > 0)"),
+    Field("train.min_delta", 0.0, f"a finite number >= 0 (0 = any decrease), {IN_FLOAT32}", _float32_at_least(0),
+          False, "nats select/loss must fall below the best so far to count as a new best: picks the best checkpoint "
+          "and resets early stopping's count (Flax's EarlyStopping min_delta)"),
     Field("loss.chunk_size", 256, "an integer in [0, 2**31 - 1] (0 = full logits)", _int_in(0), True,
           "tokens per chunk of the loss: at most (chunk_size, V) logits at once; 0 = full (B, V) logits"),
     Field("mesh.data", 1, _MESH, _mesh_size, True,
@@ -157,6 +160,8 @@ DEPENDENT: tuple[Dependent, ...] = (
     Dependent("model.hidden_l2", "model.hidden='linear' (λ weights ‖W − I‖²; without the hidden map there is no W)",
               lambda config: config.model.get("hidden", "none") == "linear", off=0),
     Dependent("train.early_stopping_patience", "data.selection_fraction > 0 (early stopping watches select/loss)",
+              lambda config: config.data.selection_fraction > 0, off=0),
+    Dependent("train.min_delta", "data.selection_fraction > 0 (a new best is judged on select/loss)",
               lambda config: config.data.selection_fraction > 0, off=0),
     Dependent("data.task_d_model", f"data.source is one of {sources.SYNTHETIC_SOURCES}",
               lambda config: config.data.get("source") in sources.SYNTHETIC_SOURCES),

@@ -66,9 +66,11 @@ def check_arrays(state: nnx.State, manifest: dict) -> None:
 
 def check_metrics(step: int, metrics: dict, manifest: dict) -> None:
   """Damaged unless the Orbax metrics of checkpoint `step` are {'step': step}, with the select_loss `manifest`
-  recorded where it recorded one."""
+  recorded where it recorded one (and its selection's best_select_loss where it ran with a min_delta)."""
   expected = {"step": step}
   if manifest.get("select_loss") is not None:
     expected["select_loss"] = manifest["select_loss"]
+    if manifest.get("min_delta"):
+      expected["best_select_loss"] = manifest["selection"]["best_select_loss"]
   if metrics != expected:
     raise Damaged(f"its metrics {metrics} are not its manifest's {expected}")

@@ -150,7 +150,8 @@ def opening_lines(config: ml_collections.ConfigDict, data: data_lib.BigramData, 
                  "and the references are the whole dataset's.", len(data.train_ids), data_lib.train_fraction(config))
   if data_lib.selection_fraction(config) > 0:
     log.info("Holding out the train split's last %d pairs for selection (data.selection_fraction=%g): select/loss "
-             "at every eval picks the best checkpoint%s.", len(data.select_ids), data_lib.selection_fraction(config),
+             "at every eval picks the best checkpoint%s%s.", len(data.select_ids), data_lib.selection_fraction(config),
+             f" (a new best is more than {float(train.min_delta):g} nats lower)" if float(train.min_delta) else "",
              f", and the run stops after {patience} evals without a new best" if patience else "")
   if len(data.train_ids) < int(train.batch_size):
     log.warning("data.train_fraction=%g leaves %d train pairs, fewer than one batch (train.batch_size=%d): every "

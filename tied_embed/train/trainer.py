@@ -236,7 +236,7 @@ def _evaluate(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended, step: i
   scalars, new_best = dict(eval_scalars), False
   if held_out.select is not None:
     ended.select_loss = held_out.select(run.state)[0]
-    new_best = run.selection.record(step, ended.select_loss, eval_scalars)
+    new_best = run.selection.record(step, ended.select_loss, eval_scalars, float(run.config.train.min_delta))
     scalars.update(metrics_lib.write_selection(run.writer, step, ended.select_loss, run.selection))
   return scalars, new_best
 
