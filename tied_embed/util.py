@@ -98,6 +98,18 @@ def drop_unraisable(matches: Callable[[Any], bool]) -> None:
   sys.unraisablehook = hook
 
 
+def first_link(path: pathlib.Path) -> pathlib.Path | None:
+  """`path` if it is a symbolic link, else the first link below it (a directory's tree in sorted order, links not
+  followed), else None: a workdir's files must not lead into another run's."""
+  if path.is_symlink():
+    return path
+  for parent, names, files in os.walk(path):  # nothing where `path` is missing or a file
+    for name in sorted(names + files):
+      if (inside := pathlib.Path(parent, name)).is_symlink():
+        return inside
+  return None
+
+
 # Exclusive locks on directories (a workdir, a dataset being generated): `fcntl.flock` on `<directory>/.lock`, which
 # the OS releases however the holder's process ends (SIGKILL too), so a dead run leaves no stale lock. The file
 # records the holder (host, pid, since when) for a second run's one-line error.

@@ -141,6 +141,24 @@ def test_a_symlink_to_another_runs_files_is_refused_in_one_line(run_copy, tmp_pa
   assert main(["--workdir", str(run_copy), "--next", "the"]) == 2  # --next opens the run the same way
 
 
+@pytest.mark.parametrize("inside", ["checkpoints", "data"])
+def test_a_link_deep_inside_checkpoints_or_data_is_refused_in_one_line(run_copy, tmp_path, capsys, inside):
+  from tied_embed.inspection.cli import main  # noqa: PLC0415
+
+  # The deepest file there, as a link to a copy of itself elsewhere: only the link can be refused.
+  deepest = max((path for path in (run_copy / inside).rglob("*") if path.is_file()), key=lambda p: len(p.parts))
+  assert len(deepest.relative_to(run_copy).parts) >= 3
+  other = tmp_path / "elsewhere"
+  other.write_bytes(deepest.read_bytes())
+  deepest.unlink()
+  deepest.symlink_to(other)
+  assert main(["--workdir", str(run_copy), "--no-pictures"]) == 2
+  captured = capsys.readouterr()
+  assert captured.out == ""
+  assert captured.err == (f"error: {deepest} is a symbolic link (to {other}); inspection reads only "
+                          f"inside --workdir={str(run_copy)!r}: put the files themselves there\n")
+
+
 # What is printed to the terminal: the training text's control bytes are shown, never sent.
 
 

@@ -43,15 +43,10 @@ _EVENT_FILES = "events.out.tfevents.*"
 
 
 def refuse_links(workdir: str | pathlib.Path) -> None:
-  """UsageError (one line) naming the first symbolic link among what inspection reads in `workdir`: checkpoints/
-  or a step in it, data/, report_data.npz, an event file."""
+  """UsageError (one line) naming the first symbolic link among what inspection reads in `workdir`: checkpoints/ or
+  anything in it, data/ or anything in it, report_data.npz, an event file."""
   workdir = pathlib.Path(workdir)
-  checkpoints = workdir / "checkpoints"
-  candidates = [workdir / name for name in READ_NAMES]
-  candidates += sorted(workdir.glob(_EVENT_FILES))
-  if checkpoints.is_dir() and not checkpoints.is_symlink():
-    candidates += sorted(checkpoints.iterdir())
-  for path in candidates:
-    if path.is_symlink():
-      raise UsageError(f"{one_line(str(path))} is a symbolic link (to {one_line(os.readlink(path))}); inspection "
+  for path in [workdir / name for name in READ_NAMES] + sorted(workdir.glob(_EVENT_FILES)):
+    if (link := util.first_link(path)) is not None:
+      raise UsageError(f"{one_line(str(link))} is a symbolic link (to {one_line(os.readlink(link))}); inspection "
                        f"reads only inside --workdir={str(workdir)!r}: put the files themselves there")

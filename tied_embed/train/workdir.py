@@ -62,7 +62,7 @@ def check_layout(workdir: pathlib.Path) -> None:
     if path.is_symlink():
       raise UsageError(f"{path} is a symbolic link; the run keeps its {name} inside the workdir: replace the link "
                        f"with a directory, or use another --workdir")
-    if name != "report" and (link := _first_link_inside(path)) is not None:  # a step or dataset file from elsewhere
+    if name != "report" and (link := util.first_link(path)) is not None:  # a step or dataset file from elsewhere
       raise UsageError(f"{link} is a symbolic link (to {os.readlink(link)}); the run keeps its {name} inside the "
                        f"workdir: replace the link with the files themselves, or use another --workdir")
     if path.exists() and not path.is_dir():
@@ -72,17 +72,6 @@ def check_layout(workdir: pathlib.Path) -> None:
         probe_writable(path)
       except OSError as error:
         raise UsageError(f"{path} cannot be written: {error.strerror or type(error).__name__}") from None
-
-
-def _first_link_inside(directory: pathlib.Path) -> pathlib.Path | None:
-  """The first symbolic link below `directory` (a real directory; links are not followed), or None."""
-  if directory.is_symlink() or not directory.is_dir():
-    return None
-  for parent, names, files in os.walk(directory):
-    for name in sorted(names + files):
-      if (path := pathlib.Path(parent, name)).is_symlink():
-        return path
-  return None
 
 
 def config_differences(saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> list[str]:
