@@ -52,15 +52,17 @@ class Plan:
   max_steps: int  # optimizer updates at most (the --<corpus>-steps flag)
   evals_per_epoch: float  # evals per pass over the train pairs used
   max_evals: int  # at least steps / max_evals between evals
+  min_delta: float = 0.0  # train.min_delta: a new best must be this many nats of select/loss below the best so far
 
 
-# subword: at most 12,000 steps (10 passes up to 30%, ~4 at 100%), not 2,000, with which every subword model still
-# improved at its last step at 100% (and untied at 10-30%). A longer schedule rather than early stopping: patience
-# would stop on the plateau at the peak learning rate (see PATIENCE); a cosine that ends sooner is a short schedule.
-# A probe on the split by document (untied, 100%, 6,000 steps) still gained 0.03 nats of select/loss from 4,000 to
-# 5,500 steps and nothing in the last 500; 12 evals. At 12,000 the best step is still the last at 100% and at 10-30%
-# (by < 0.01 nats of eval loss at 2-3× the steps): docs/when_to_tie.md, "Did the runs converge?".
-PLANS = {"bytes": Plan(0.1, 3000, 2, 20), "subword": Plan(0.05, 12000, 1, 12)}
+# subword: at most 30,000 steps, so 10 passes at every size as on the bytes (at 12,000 the 100% runs made ~4 passes
+# and every model still improved at its last step). A longer schedule rather than early stopping: patience would stop
+# on the plateau at the peak learning rate (see PATIENCE); a cosine that ends sooner is a short schedule. Converged is
+# judged with min_delta: at 10 passes on 100% a probe's last eval interval (8% of the schedule) gained 0.003 nats of
+# select/loss for tied and untied, against 0.007-0.03 for each interval before it, so with 0.005 nats the best step is
+# the last eval that still gained that much, and the chosen model is within 0.005 nats of the lowest select/loss seen.
+# 12 evals. docs/when_to_tie.md, "Did the runs converge?".
+PLANS = {"bytes": Plan(0.1, 3000, 2, 20), "subword": Plan(0.05, 30000, 1, 12, min_delta=0.005)}
 QUICK_PLAN = Plan(0.1, 20, 1, 4)
 
 
@@ -145,9 +147,9 @@ def schedule(plan: Plan, train_pairs: int, batch_size: int) -> tuple[int, int]:
 
 
 def run_config(corpus: Corpus, model: Model, fraction: float, seed: int, settings: dict[str, float], steps: int,
-               every: int, data_dir: pathlib.Path, selection_share: float):
+               every: int, data_dir: pathlib.Path, selection_share: float, min_delta: float = 0.0):
   """The config of one run: the corpus's config, the model and its regulariser, the train fraction, the selection
-  split, evals (and checkpoints of the best) every `every` steps and early stopping."""
+  split, evals (and checkpoints of the best) every `every` steps, the best step's min_delta and early stopping."""
   config = corpus.base.get_config()
   config.seed = seed
   config.data.text_path = corpus.text_path
@@ -161,5 +163,6 @@ def run_config(corpus: Corpus, model: Model, fraction: float, seed: int, setting
   config.model.hidden_l2 = float(settings.get("hidden_l2", 0.0)) if model.hidden != "none" else 0.0
   config.train.weight_decay = float(settings.get("weight_decay", 0.0))
   config.train.update(num_steps=steps, warmup_steps=max(1, steps // 10), log_every=steps, eval_every=every,
-                      checkpoint_every=steps, keep_checkpoints=1, early_stopping_patience=PATIENCE)
+                      checkpoint_every=steps, keep_checkpoints=1, early_stopping_patience=PATIENCE,
+                      min_delta=min_delta)
   return config

@@ -88,7 +88,8 @@ def _method(results: dict[str, Any], labels: dict[str, str]) -> str:
       "train split's last share as a selection split (never trained on), scores it at every eval, "
       + (f"stops {results['patience']} evals after its lowest selection loss" if results["patience"]
          else "runs its whole schedule (no early stopping)")
-      + " and is scored at the eval with the lowest selection loss, its best step; its schedule "
+      + " and is scored at its best step: the eval with the lowest selection loss" + _min_deltas(results)
+      + "; its schedule "
       f"(warmup, then cosine decay to 0) is {EPOCHS} passes over its train pairs, within [{MIN_STEPS}, the corpus's "
       "most steps]. Each model's regulariser is chosen per data size on the selection split (seed 0), never on "
       f"eval: weight decay (AdamW, decoupled) from {_values(grids['weight_decay'])} for every model"
@@ -101,6 +102,14 @@ def _method(results: dict[str, Any], labels: dict[str, str]) -> str:
       "train occurrences used, or never current in them (`tied_embed/data/frequency.py`). Self-argmax: the share of "
       "validation pairs whose predicted likeliest next token is the current token, from the restored best "
       "checkpoint in NumPy float64; beside it the data's own rate of repeats (next = current).")
+
+
+def _min_deltas(results: dict[str, Any]) -> str:
+  """' (on <corpus>: ...)' for each corpus whose plan counts a new best only past a min_delta, '' where none does."""
+  own = [f"{entry['plan']['min_delta']:g} nats on {name}" for name, entry in results["corpora"].items()
+         if entry["plan"].get("min_delta")]
+  return (" (counting an eval as a new best only where it is more than train.min_delta below the best before it: "
+          f"{'; '.join(own)}; so the best step's selection loss is within that of the lowest)") if own else ""
 
 
 def _values(values) -> str:
@@ -124,7 +133,9 @@ def _corpus_lines(corpus: str, entry: dict[str, Any], labels: dict[str, str]) ->
       "",
       f"V = {entry['vocab_size']}, D = {entry['d_model']}, at most {plan['max_steps']} steps per run, "
       f"{plan['evals_per_epoch']:g} eval{'s' if plan['evals_per_epoch'] != 1 else ''} per pass over the train "
-      f"pairs (at most {plan['max_evals']} a run); {entry['train_pairs']:,} train pairs at 100% (what the "
+      f"pairs (at most {plan['max_evals']} a run)"
+      + (f", a new best more than {plan['min_delta']:g} nats below the best before it" if plan.get("min_delta") else "")
+      + f"; {entry['train_pairs']:,} train pairs at 100% (what the "
       f"{entry['select_pairs']:,} selection pairs, the train split's last {100 * plan['selection_share']:g}%, "
       f"leave), {entry['eval_pairs']:,} validation pairs, floor {entry['floor']:.4f} nats, uniform guess "
       f"log V = {entry['uniform']:.4f}; dataset `{entry['dataset']}`; {entry['seconds'] / 60:.1f} min "

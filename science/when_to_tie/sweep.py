@@ -131,7 +131,7 @@ class Sweep:
     steps, every = schedule(self.plan, len(self.train_pairs(fraction)[0]), self.batch_size)
     steps, every = steps * steps_factor, every * steps_factor
     config = run_config(self.corpus, model, fraction, seed, settings, steps, every, self.data_dir,
-                        self.plan.selection_share)
+                        self.plan.selection_share, self.plan.min_delta)
     name = "-".join(f"{key}={value:g}" for key, value in sorted(settings.items()))
     stretched = "" if steps_factor == 1 else f"-x{steps_factor}"
     workdir = self.runs_dir / f"{model.key}-{name}-f{fraction:g}-s{seed}{stretched}"

@@ -9,10 +9,10 @@ from the newest one that reads back whole; since batches depend only on (seed, s
 whole train state (running train metrics included), the resumed run repeats the uninterrupted one bit for bit.
 
 With a selection split (data.selection_fraction > 0) every eval also scores it (select/loss); an eval that lowers it
-is the best step and is saved, and Orbax keeps that checkpoint beside the newest ones. Early stopping
-(train.early_stopping_patience) ends the run at the eval where the count of evals since the best reaches the
-patience; the count is saved in each checkpoint (`tied_embed.train.best_step`), so a resumed run stops at the same
-step as one that ran through.
+(by more than train.min_delta) is the best step and is saved, and Orbax keeps that checkpoint beside the newest
+ones. Early stopping (train.early_stopping_patience) ends the run at the eval where the count of evals since the
+best reaches the patience; the count is saved in each checkpoint (`tied_embed.train.best_step`), so a resumed run
+stops at the same step as one that ran through.
 
 On a mesh, the loop keeps what runs on the devices ordered and bounded. XLA:CPU runs each device's part of a
 program on a shared thread pool, and a collective holds its thread until every participant arrives; with a
