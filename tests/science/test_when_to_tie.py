@@ -41,6 +41,17 @@ def test_subword_runs_split_by_document_and_tune_weight_decay_up_to_10(tmp_path)
   assert plans.corpus_grids("subword", plans.QUICK_GRIDS) is plans.QUICK_GRIDS
 
 
+def test_subword_runs_make_ten_passes_at_100_percent_and_count_a_new_best_past_min_delta(tmp_path):
+  subword = plans.PLANS["subword"]
+  train_pairs_at_100 = 3_012_185  # docs/when_to_tie.json's subword train pairs
+  assert plans.schedule(subword, train_pairs_at_100, 1024)[0] == round(10 * train_pairs_at_100 / 1024)  # 29,416
+  assert subword.min_delta == 0.005 and plans.PLANS["bytes"].min_delta == 0.0
+  corpus = plans.corpora(quick=True, subword_corpus="")["subword"]
+  config = plans.run_config(corpus, plans.MODELS[1], 1.0, 0, {}, 40, 10, tmp_path, 0.05, subword.min_delta)
+  validate_config(config)
+  assert config.train.min_delta == 0.005
+
+
 def test_a_best_step_in_the_last_percent_of_the_schedule_counts_as_at_the_end():
   assert report.at_the_end({"best_step": 12000, "end_step": 12000})
   assert report.at_the_end({"best_step": 2940, "end_step": 2942})  # the last regular eval, 2 steps before the end
