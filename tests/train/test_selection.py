@@ -69,12 +69,13 @@ def selected(tmp_path_factory) -> SelectedRun:
   return SelectedRun(root / "run", config, summary, all_series(root / "run"), "\n".join(records))
 
 
-def _hand_early_stop(select_losses: dict[int, float], patience: int) -> tuple[int, int]:
-  """The contract transcribed: the best eval is the first with the lowest select/loss so far (strictly lower to
-  count), and the run stops at the `patience`-th eval after it without a strictly lower one. → (best, stop)."""
+def _hand_early_stop(select_losses: dict[int, float], patience: int, min_delta: float = 0.0) -> tuple[int, int]:
+  """The contract transcribed (Flax's EarlyStopping): the best eval is the first, or one whose select/loss is below
+  the best so far by more than `min_delta` (0: strictly lower), and the run stops at the `patience`-th eval after it
+  without one. → (best, stop)."""
   best_step, best, since = None, np.inf, 0
   for step in sorted(select_losses):
-    if select_losses[step] < best:
+    if best - select_losses[step] > min_delta:
       best_step, best, since = step, select_losses[step], 0
     else:
       since += 1
@@ -330,20 +331,6 @@ def test_train_py_refuses_a_patience_without_a_selection_split_with_exit_2(tmp_p
 # train.min_delta: a new best must be lower by more than it.
 
 
-def _hand_best_with_min_delta(select_losses: dict[int, float], min_delta: float, patience: int) -> tuple[int, int]:
-  """Flax's EarlyStopping transcribed: an eval is a new best where best - loss > min_delta; the run stops at the
-  `patience`-th eval after the best without one. → (best, stop)."""
-  best_step, best, since = None, np.inf, 0
-  for step in sorted(select_losses):
-    if best - select_losses[step] > min_delta:
-      best_step, best, since = step, select_losses[step], 0
-    else:
-      since += 1
-      if since == patience:
-        return best_step, step
-  return best_step, max(select_losses)
-
-
 def test_min_delta_by_hand():
   from tied_embed.train.best_step import Selection  # noqa: PLC0415
 
@@ -362,7 +349,7 @@ def test_with_min_delta_the_best_step_is_the_last_big_enough_drop_and_orbax_keep
   config.train.update(min_delta=100.0, early_stopping_patience=2)
   summary = train_and_evaluate(config, tmp_path / "run")
   losses = all_series(tmp_path / "run")["select/loss"]
-  best, stop = _hand_best_with_min_delta(losses, 100.0, 2)
+  best, stop = _hand_early_stop(losses, 2, min_delta=100.0)
   assert (best, stop) == (EVAL_EVERY, 3 * EVAL_EVERY) and min(losses.values()) < losses[best]  # not the argmin
   assert summary.best_step == best and summary.step == stop and summary.stopped_early
   assert checkpoint.available_steps(tmp_path / "run") == [best, stop]
