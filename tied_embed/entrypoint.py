@@ -1,11 +1,8 @@
-"""The entrypoint: `tied_io_embed(seed, token_ids, vocab_size, d_model)`.
+"""The entrypoint `tied_io_embed(seed, token_ids, vocab_size, d_model)`, to the NNX contract in docs/entrypoint.md.
 
-The NNX contract in docs/entrypoint.md: a fresh `TiedEmbed` per call from `nnx.Rngs(int(seed))`, ids cast to int32, and
-the float32 logits `E[ids] @ E.T` flattened to (T * V,) in token-position order.
-
-Speed: a call runs two compiled programs, the initialisation (compiled once per (V, D)) and the forward pass
-(once per (V, D, T)). The seed goes in as a dynamic array, so a new seed or new id values reuse both programs,
-and a new number of tokens only compiles the cheap forward pass, not the random-number generator.
+A call runs two compiled programs, the initialisation (compiled once per (V, D)) and the forward pass (once per
+(V, D, T)). The seed goes in as a dynamic array, so a new seed or new id values reuse both programs, and a new
+number of tokens only compiles the cheap forward pass, not the random-number generator.
 """
 
 from __future__ import annotations
@@ -31,8 +28,7 @@ def _at_least_one(name: str, value) -> int:
 @functools.cache
 def _graphdef(vocab_size: int, d_model: int) -> nnx.GraphDef:
   """The static structure of a (V, D) TiedEmbed, found by abstract evaluation (no arrays allocated)."""
-  graphdef, _ = nnx.split(nnx.eval_shape(lambda: TiedEmbed(vocab_size, d_model, rngs=nnx.Rngs(0))))
-  return graphdef
+  return nnx.graphdef(nnx.eval_shape(lambda: TiedEmbed(vocab_size, d_model, rngs=nnx.Rngs(0))))
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
@@ -48,28 +44,18 @@ def _flat_logits(graphdef: nnx.GraphDef, state: nnx.State, token_ids: jax.Array)
 
 
 def tied_io_embed(seed, token_ids, vocab_size, d_model) -> jax.Array:
-  """Tied input/output embedding logits of a freshly initialised table.
+  """(T * V,) float32 logits `logits[t * V + v] = E[ids[t]] · E[v]` of a fresh table `E = normal(rngs.params(),
+  (V, D)) / sqrt(D)` from `nnx.Rngs(int(seed))`.
 
-  Args:
-    seed: an integer, possibly given as a float (Python, NumPy or a concrete jax scalar). It must be concrete
-      (static for a caller's jit); the compiled initialisation takes it as a dynamic array, so a new seed never
-      recompiles.
-    token_ids: (T,) ids in [0, V), possibly given as floats; may be a traced value under jit.
-    vocab_size: V ≥ 1 after `int()`, possibly a float; static under jit.
-    d_model: D ≥ 1 after `int()`, possibly a float; static under jit.
-
-  Returns:
-    (T * V,) float32: `logits[t * V + v] = E[ids[t]] · E[v]` for `E = normal(rngs.params(), (V, D)) / sqrt(D)`.
-
-  Raises:
-    ValueError: `int(vocab_size)` or `int(d_model)` is below 1.
+  `seed`, `vocab_size` (V) and `d_model` (D) are integers, possibly given as floats (Python, NumPy or concrete jax
+  scalars), and static under a caller's jit; ValueError if V or D is below 1 after `int()`. `token_ids` (T,) are ids
+  in [0, V), possibly given as floats, and may be traced.
   """
   vocab_size, d_model = _at_least_one("vocab_size", vocab_size), _at_least_one("d_model", d_model)
   # `jax.random.key(python_int)` turns the int into an int64 NumPy scalar, which JAX then narrows to its
   # canonical integer type (int32 unless x64 is on); jit narrows this argument the same way, at call time.
-  seed_array = np.int64(int(seed))
+  state = _fresh_state(np.int64(int(seed)), vocab_size, d_model)
   # jit takes NumPy and jax arrays (and tracers) as they are; converting them first would cost a dispatch.
   if not isinstance(token_ids, (np.ndarray, jax.Array)):
     token_ids = np.asarray(token_ids)
-  state = _fresh_state(seed_array, vocab_size, d_model)
   return _flat_logits(_graphdef(vocab_size, d_model), state, token_ids)

@@ -1,9 +1,5 @@
-"""The Linen form of the tied embedding (the Linen contract in docs/entrypoint.md).
-
-A compact module with one `self.param("embedding", normal(stddev=0.02), (V, D))`, read once for the lookup and
-once, transposed, for the projection. `nn.Embed(V, D).attend` is Linen's built-in way to do the same; this
-module makes the shared array and its initializer explicit.
-"""
+"""The Linen form of the tied embedding (the Linen contract in docs/entrypoint.md): `nn.Embed(V, D).attend` is
+Linen's built-in way to tie; this compact module makes the shared array and its initializer explicit."""
 
 from __future__ import annotations
 

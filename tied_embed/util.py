@@ -1,8 +1,5 @@
-"""The exceptions the command lines turn into one line on stderr and an exit status, and the one check helper.
-
-`UsageError`: what the user asked for is wrong (exit 2). `RunStopped` and its subclasses end a valid run (a signal,
-a non-finite loss, a failed write) with their `exit_status`. Plain exceptions, so a notebook can catch them.
-"""
+"""What the whole package shares: the errors the command lines print as one line and an exit status (plain
+exceptions, so a notebook can catch them), the directory locks and the whole-file writes."""
 
 from __future__ import annotations
 
@@ -70,7 +67,8 @@ def shell_quote(text: str) -> str:
 
 
 class RunStopped(Exception):
-  """A run that ended before its last step: `exit_status` for the command line, `str()` its one-line message."""
+  """A valid run that ended before its last step (a signal, a non-finite loss, a failed write): `exit_status` for the
+  command line, `str()` its one-line message."""
 
   exit_status = 1
 
@@ -81,9 +79,8 @@ _DROPPED_UNRAISABLE: set[Callable[[Any], bool]] = set()
 def drop_unraisable(matches: Callable[[Any], bool]) -> None:
   """Stops Python printing a traceback for the unraisable exceptions `matches(unraisable)` picks out.
 
-  An exception a callback cannot pass on (in JAX's gc callback, or TensorStore calling into an event loop Orbax
-  closed) would print as a traceback beside the command's one-line outcome. One hook, installed over the one in
-  place, drops those any caller named; every other one still reaches the previous hook.
+  An exception a callback cannot pass on (JAX's gc callback, TensorStore calling into an event loop Orbax closed)
+  would print beside the command's one-line outcome. Every other one still reaches the previous hook.
   """
   _DROPPED_UNRAISABLE.add(matches)
   if getattr(sys.unraisablehook, "drops_unraisable", False):
@@ -111,14 +108,13 @@ def first_link(path: pathlib.Path) -> pathlib.Path | None:
 
 
 # Exclusive locks on directories (a workdir, a dataset being generated): `fcntl.flock` on `<directory>/.lock`, which
-# the OS releases however the holder's process ends (SIGKILL too), so a dead run leaves no stale lock. The file
-# records the holder (host, pid, since when) for a second run's one-line error.
+# the OS releases however the holder's process ends (SIGKILL too), so a dead run leaves no stale lock.
 
 LOCK_NAME = ".lock"
 
 
 def holder(directory: str | pathlib.Path) -> str:
-  """Who holds (or last held) the lock of `directory`, as 'host H, pid P, since T'; 'unknown' if unreadable (a
+  """Who holds (or last held) the lock of `directory`, as 'host H, pid P, since T'; 'unknown holder' if unreadable (a
   .lock that is a symbolic link is not read: its target is outside what the run owns)."""
   try:
     fd = os.open(pathlib.Path(directory) / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -138,14 +134,11 @@ def is_locked(directory: str | pathlib.Path) -> bool:
   except OSError:
     return False  # none there, a link, or unreadable: no lock another run of ours could hold
   try:
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-      return False
-    try:
-      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      return True
-    fcntl.flock(fd, fcntl.LOCK_UN)
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken if free, and released by the close below
     return False
+  except BlockingIOError:
+    return True
   finally:
     os.close(fd)
 
@@ -159,14 +152,12 @@ def refuse_if_held(directory: str | pathlib.Path, what: str) -> None:
 
 
 def _in_use(directory: str | pathlib.Path, what: str) -> UsageError:
-  return UsageError(
-      f"{what} is in use by another run ({holder(directory)}): wait for it to finish, or use another directory"
-  )
+  return UsageError(f"{what} is in use by another run ({holder(directory)}): wait for it to finish, or use another "
+                    "directory")
 
 
 def _refuse_odd_lock_file(path: pathlib.Path, what: str) -> None:
-  """UsageError if `path` (a .lock) exists but is not a regular file: a link would make the lock's record land
-  in its target, outside the directory."""
+  """UsageError if the .lock `path` exists but is not a regular file (a link would put its record outside)."""
   try:
     mode = path.lstat().st_mode
   except OSError:
@@ -178,8 +169,7 @@ def _refuse_odd_lock_file(path: pathlib.Path, what: str) -> None:
 
 
 def _open_lock(directory: pathlib.Path, path: pathlib.Path, what: str) -> int:
-  """A read-write descriptor on the lock file `path` (created if needed), never through a link; UsageError (one
-  line) for a .lock that is not a regular file, or a directory the lock cannot be created or opened in."""
+  """A read-write descriptor on the lock file `path` (created if needed), never through a link."""
   _refuse_odd_lock_file(path, what)
   try:
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
@@ -198,13 +188,12 @@ def _open_lock(directory: pathlib.Path, path: pathlib.Path, what: str) -> int:
 
 @contextlib.contextmanager
 def exclusive(directory: str | pathlib.Path, what: str, *, record_now: bool = True) -> Iterator[Callable[[], None]]:
-  """Holds the lock of `directory` (created if needed) while inside; UsageError naming the holder if it is taken.
+  """Holds the lock of `directory` (created if needed) while inside; UsageError naming the holder at once if taken.
 
-  `what` names the directory in the error, e.g. '--workdir=runs/default'. A second run is refused at once, not
-  queued. Yields `record()`, which writes the holder into the file. With `record_now=False` the caller calls it once
-  its own checks pass (or never): until then the file is left as found, and removed on the way out (the directory's
-  times put back) if this call created it, so a refused run changes nothing. UsageError (one line) if the .lock is
-  a link or not a regular file, or cannot be created (a read-only directory).
+  `what` names the directory in errors, e.g. '--workdir=runs/default'. Yields `record()`, which writes the holder
+  into the file; with `record_now=False` the caller calls it once its own checks pass (or never): until then the
+  file is left as found, and removed on the way out (the directory's times put back) if this call created it, so a
+  refused run changes nothing.
   """
   directory = pathlib.Path(directory)
   path = directory / LOCK_NAME
@@ -242,13 +231,10 @@ def exclusive(directory: str | pathlib.Path, what: str, *, record_now: bool = Tr
     os.close(fd)  # releases the lock
 
 
-def write_atomically(
-    path: str | pathlib.Path, payload: bytes | Callable[[BinaryIO], Any], *, fsync: bool = False,
-    remove_stale: bool = False, mode: int = 0o666,
-) -> pathlib.Path:
+def write_atomically(path: str | pathlib.Path, payload: bytes | Callable[[BinaryIO], Any], *, fsync: bool = False,
+                     remove_stale: bool = False, mode: int = 0o666) -> pathlib.Path:
   """Writes `path` whole or not at all: `payload` (bytes, or `payload(f)` writing an open binary file) goes to a
-  temporary file beside it (mkstemp), renamed over `path` (os.replace), which replaces a symbolic link there rather
-  than writing through it.
+  temporary file beside it, renamed over `path`, which replaces a symbolic link there rather than writing through it.
 
   The file gets `mode` less the umask, as open() (0o666) or a linker (0o777) would make it (mkstemp's is
   owner-only). `fsync`: the bytes and the rename reach the disk before this returns. `remove_stale`: first removes
@@ -259,11 +245,9 @@ def write_atomically(
   if remove_stale:
     for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
       stale.unlink(missing_ok=True)
+  temporary = None
   try:
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  except OSError as error:
-    raise OSError(error.errno, error.strerror or str(error), str(path)) from error
-  try:
     with os.fdopen(fd, "wb") as f:
       if isinstance(payload, (bytes, bytearray, memoryview)):
         f.write(payload)
@@ -282,7 +266,8 @@ def write_atomically(
       finally:
         os.close(directory)
   except BaseException as error:
-    pathlib.Path(temporary).unlink(missing_ok=True)
+    if temporary is not None:
+      pathlib.Path(temporary).unlink(missing_ok=True)
     if isinstance(error, OSError):
       raise OSError(error.errno, error.strerror or str(error), str(path)) from error
     raise

@@ -323,7 +323,7 @@ def test_the_report_shows_pieces_and_takes_token_strings(subword_run):
 
 
 def test_next_tokens_are_the_softmax_of_the_prompts_last_row(subword_run):
-  from tied_embed.inspection.continuation import continue_prompt
+  from tied_embed.inspection.inspector import continue_prompt
   from tied_embed.train import checkpoint
 
   workdir, _ = subword_run
@@ -371,7 +371,7 @@ def test_heatmap_axes_are_labelled_with_the_tokens_text():
 
 
 def test_undertrained_rows_are_the_least_looked_up_with_their_counts_shares_and_neighbours():
-  from tied_embed.inspection.undertrained import undertrained_summary
+  from tied_embed.inspection.report import undertrained_summary
 
   table = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.1], [0.0, 2.0]])
   summary = undertrained_summary(table, lookup_total=[5.0, 0.0, 3.0, 0.0], projection_total=[1.0, 2.0, 1.0, 0.0],

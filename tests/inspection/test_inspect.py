@@ -495,7 +495,7 @@ def test_without_report_data_inspection_reads_the_cached_dataset_and_writes_noth
 
 
 def test_path_cosines_match_hand_values():
-  from tied_embed.inspection.path_directions import path_cosines  # noqa: PLC0415
+  from tied_embed.inspection.report import path_cosines  # noqa: PLC0415
 
   lookup = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 0.0], [3.0, 4.0]])
   projection = np.array([[2.0, 0.0], [0.0, 5.0], [-1.0, 0.0], [1.0, 1.0], [4.0, 3.0]])

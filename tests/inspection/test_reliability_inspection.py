@@ -83,7 +83,7 @@ def test_nan_in_the_record_arrays_is_damage_too(run_copy):
 
 @pytest.mark.parametrize("temperature", [1e-320, 5e-324, 1e-300])
 def test_a_temperature_however_small_samples_the_likeliest_tokens(temperature):
-  from tied_embed.inspection.continuation import sample_tokens  # noqa: PLC0415
+  from tied_embed.inspection.report import sample_tokens  # noqa: PLC0415
 
   rng = np.random.default_rng(0)
   lookup, projection = rng.standard_normal((16, 4)), rng.standard_normal((16, 4))
@@ -95,7 +95,7 @@ def test_a_temperature_however_small_samples_the_likeliest_tokens(temperature):
 
 
 def test_a_huge_temperature_samples_too():
-  from tied_embed.inspection.continuation import sample_tokens  # noqa: PLC0415
+  from tied_embed.inspection.report import sample_tokens  # noqa: PLC0415
 
   rng = np.random.default_rng(1)
   lookup, projection = rng.standard_normal((16, 4)), rng.standard_normal((16, 4))

@@ -1,10 +1,10 @@
 """Tied and untied input/output embeddings as Flax NNX modules, and the optional hidden map between the two uses.
 
-`TiedEmbed` holds one (V, D) table, `embedding`, and uses it twice: `embed` looks rows up (the input
-embedding) and `attend` scores a hidden vector against every row (the output projection, `x @ E.T`).
-`UntiedEmbed` is the ablation with two independent tables of the same shape. `WithHiddenMap` puts a learned
-(D, D) matrix W between the two uses, `logits = E[ids] · W · Eᵀ`: a tied model's logits `E·Eᵀ` are symmetric,
-W's antisymmetric part is what lets it score (a, b) and (b, a) differently.
+`TiedEmbed` holds one (V, D) table, `embedding`, and uses it twice: `embed` looks rows up (the input embedding) and
+`attend` scores a hidden vector against every row (the output projection, `x @ E.T`). `UntiedEmbed` is the ablation
+with two independent tables of the same shape. `WithHiddenMap` puts a learned (D, D) matrix W between the two uses,
+`logits = E[ids] · W · Eᵀ`: a tied model's logits `E·Eᵀ` are symmetric, W's antisymmetric part is what lets it score
+(a, b) and (b, a) differently.
 
 Every model answers the same questions, so the step never asks which class it has:
   - `tables()`: which (V, D) arrays the lookup and the projection read (the same array when tied);
@@ -52,7 +52,11 @@ def init_table(key: jax.Array, vocab_size: int, d_model: int) -> jax.Array:
 
 
 class _Embedder(nnx.Module):
-  """What tied and untied tables share: no hidden map between the two uses."""
+  """What tied and untied tables share: the forward pass, and no hidden map between the two uses."""
+
+  def __call__(self, ids: jax.Array) -> jax.Array:
+    """(...,) int → (..., V) float32 logits, `logits[t, v] = E_in[ids[t]] · E_out[v]` (tied: E_in = E_out = E)."""
+    return self.attend(self.embed(ids))
 
   def scoring_tables(self) -> tuple[jax.Array, jax.Array]:
     """(A, B), each (V, D), with logits(ids) = A[ids] · Bᵀ: the tables themselves, for inspection."""
@@ -64,12 +68,10 @@ class _Embedder(nnx.Module):
 
   def hidden(self, rows: jax.Array, params: dict[str, jax.Array]) -> jax.Array:
     """The identity: the looked-up rows (T, D) are the hidden vectors."""
-    del params
     return rows
 
   def penalty(self, params: dict[str, jax.Array]) -> jax.Array | None:
     """No regulariser."""
-    del params
     return None
 
   def hidden_stats(self) -> dict[str, jax.Array]:
@@ -78,15 +80,11 @@ class _Embedder(nnx.Module):
 
 
 class TiedEmbed(_Embedder):
-  """One table for the token lookup and, transposed, for the output projection.
-
-  Attributes:
-    embedding: nnx.Param (V, D) float32, the only parameter.
-  """
+  """One table, `embedding`: nnx.Param (V, D) float32 and the only parameter, for the token lookup and, transposed,
+  for the output projection."""
 
   def __init__(self, vocab_size: int, d_model: int, *, rngs: nnx.Rngs):
-    self.vocab_size = vocab_size
-    self.d_model = d_model
+    self.vocab_size, self.d_model = vocab_size, d_model
     self.embedding = table_param(init_table(rngs.params(), vocab_size, d_model))
 
   def embed(self, ids: jax.Array) -> jax.Array:
@@ -97,10 +95,6 @@ class TiedEmbed(_Embedder):
     """Projection with the same table transposed: (..., D) → (..., V) raw scores."""
     return x @ self.embedding[...].T
 
-  def __call__(self, ids: jax.Array) -> jax.Array:
-    """(...,) int → (..., V) float32 logits, `logits[t, v] = E[ids[t]] · E[v]`."""
-    return self.attend(self.embed(ids))
-
   def tables(self) -> tuple[jax.Array, jax.Array]:
     """(lookup table, projection table), each (V, D): the one table, twice."""
     table = self.embedding[...]
@@ -108,21 +102,15 @@ class TiedEmbed(_Embedder):
 
   def param_gradients(self, add_lookup: AddLookup, projection: jax.Array, hidden: dict) -> dict:
     """Tying: both paths land in the one table, the lookup rows added into the projection gradient (V, D)."""
-    del hidden
     return {"embedding": add_lookup(projection)}
 
 
 class UntiedEmbed(_Embedder):
-  """The ablation: independent input and output tables, each initialised like `TiedEmbed`'s.
-
-  Attributes:
-    input_embedding: nnx.Param (V, D) float32, read by `embed`.
-    output_embedding: nnx.Param (V, D) float32, read by `attend`.
-  """
+  """The ablation: independent (V, D) float32 Params `input_embedding` (read by `embed`) and `output_embedding`
+  (read by `attend`), each initialised like `TiedEmbed`'s."""
 
   def __init__(self, vocab_size: int, d_model: int, *, rngs: nnx.Rngs):
-    self.vocab_size = vocab_size
-    self.d_model = d_model
+    self.vocab_size, self.d_model = vocab_size, d_model
     self.input_embedding = table_param(init_table(rngs.params(), vocab_size, d_model))
     self.output_embedding = table_param(init_table(rngs.params(), vocab_size, d_model))
 
@@ -134,26 +122,18 @@ class UntiedEmbed(_Embedder):
     """Projection with the output table: (..., D) → (..., V)."""
     return x @ self.output_embedding[...].T
 
-  def __call__(self, ids: jax.Array) -> jax.Array:
-    """(...,) int → (..., V) float32 logits."""
-    return self.attend(self.embed(ids))
-
   def tables(self) -> tuple[jax.Array, jax.Array]:
     """(lookup table, projection table), each (V, D): two different arrays."""
     return self.input_embedding[...], self.output_embedding[...]
 
   def param_gradients(self, add_lookup: AddLookup, projection: jax.Array, hidden: dict) -> dict:
     """Untied: the lookup path is the input table's whole gradient, the projection path the output table's."""
-    del hidden
     return {"input_embedding": add_lookup(jnp.zeros_like(projection)), "output_embedding": projection}
 
 
 class LinearMap(nnx.Module):
-  """h = x · W with W a (D, D) Param, initialised to the identity (so a model starts as it would without it).
-
-  Attributes:
-    kernel: nnx.Param (D, D) float32, replicated on a mesh.
-  """
+  """h = x · W with W = `kernel`, a (D, D) float32 Param (replicated on a mesh) initialised to the identity, so a
+  model starts as it would without it."""
 
   def __init__(self, d_model: int):
     self.kernel = nnx.Param(jnp.eye(d_model, dtype=jnp.float32))
@@ -164,16 +144,8 @@ class LinearMap(nnx.Module):
 
 
 class WithHiddenMap(nnx.Module):
-  """A tied or untied embedder with a linear map W between its lookup and its projection.
-
-  logits = embed(ids) · W · (projection table)ᵀ, and the training loss adds `l2 · ‖W − I‖²_F` (the penalty pulls
-  W back towards the plain model; the eval loss is the cross-entropy alone). The embedder and its tables are
-  unchanged: tied, the table is still one `embedding` Param.
-
-  Attributes:
-    embedder: TiedEmbed or UntiedEmbed.
-    hidden_map: LinearMap (D, D).
-  """
+  """`embedder` (TiedEmbed or UntiedEmbed, tables unchanged) with `hidden_map` W between lookup and projection; the
+  training loss adds `l2 · ‖W − I‖²_F`, pulling W towards the plain model (the eval loss is the cross-entropy alone)."""
 
   def __init__(self, embedder: TiedEmbed | UntiedEmbed, l2: float = 0.0):
     self.embedder = embedder
@@ -185,13 +157,9 @@ class WithHiddenMap(nnx.Module):
     """The embedder's lookup: (...,) int → (..., D)."""
     return self.embedder.embed(ids)
 
-  def attend(self, x: jax.Array) -> jax.Array:
-    """The embedder's projection: (..., D) → (..., V)."""
-    return self.embedder.attend(x)
-
   def __call__(self, ids: jax.Array) -> jax.Array:
     """(...,) int → (..., V) float32 logits, `E[ids] · W · Eᵀ` when tied."""
-    return self.attend(self.hidden_map(self.embed(ids)))
+    return self.embedder.attend(self.hidden_map(self.embed(ids)))
 
   def tables(self) -> tuple[jax.Array, jax.Array]:
     """The embedder's (lookup table, projection table)."""

@@ -20,13 +20,8 @@ def learning_rate_schedule(train: ml_collections.ConfigDict) -> optax.Schedule:
   warmup_steps = max(int(train.warmup_steps), 0)
   # optax wants the decay to outlast the warmup; a run shorter than its warmup simply ends mid-ramp.
   decay_steps = max(int(train.num_steps), warmup_steps + 1)
-  return optax.warmup_cosine_decay_schedule(
-      init_value=0.0,
-      peak_value=float(train.learning_rate),
-      warmup_steps=warmup_steps,
-      decay_steps=decay_steps,
-      end_value=0.0,
-  )
+  return optax.warmup_cosine_decay_schedule(init_value=0.0, peak_value=float(train.learning_rate),
+                                            warmup_steps=warmup_steps, decay_steps=decay_steps, end_value=0.0)
 
 
 def clip_scale(norm: jax.Array, max_norm: float) -> jax.Array:
@@ -43,7 +38,6 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
   """
 
   def update_fn(updates, state, params=None):
-    del params
     scale = clip_scale(optax.tree.norm(updates), max_norm)
     return jax.tree.map(lambda g: g * scale.astype(g.dtype), updates), state
 
@@ -53,9 +47,8 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
 def make_optimizer(train: ml_collections.ConfigDict) -> optax.GradientTransformation:
   """clip_by_global_norm (if `grad_clip_norm` > 0) followed by the optimizer `train.optimizer`.
 
-  adamw decays weights decoupled from the gradient; for adam and sgd a positive `weight_decay` adds the
-  classic L2 term `weight_decay * params` to the gradient instead. Config validation names the allowed
-  optimizers (`OPTIMIZERS`) to the user; called directly with another name, this raises ValueError.
+  adamw decays weights decoupled from the gradient; for adam and sgd a positive `weight_decay` adds the classic L2
+  term `weight_decay * params` to the gradient instead. A name not in `OPTIMIZERS` raises ValueError.
   """
   schedule = learning_rate_schedule(train)
   weight_decay = float(train.weight_decay)

@@ -38,25 +38,6 @@ def looked_up_rows(ids: jax.Array, vocab_size: int) -> jax.Array:
   return jnp.zeros((vocab_size,), jnp.bool_).at[ids.reshape(-1)].set(True)
 
 
-def split_stats_from(lookup: jax.Array, projection: jax.Array, ids: jax.Array) -> dict[str, jax.Array]:
-  """Scalar summaries of the split, from dense (V, D) paths.
-
-  lookup_norm ‖L‖, projection_norm ‖P‖, total_norm ‖L + P‖, cosine of L and P, rows_looked_up, and
-  rows_projection_only: rows the batch did not look up that still got a non-zero gradient.
-  """
-  looked_up = looked_up_rows(ids, projection.shape[0])
-  lookup_norm, projection_norm = jnp.linalg.norm(lookup), jnp.linalg.norm(projection)
-  tiny = jnp.finfo(jnp.float32).tiny
-  return {
-      "lookup_norm": lookup_norm,
-      "projection_norm": projection_norm,
-      "total_norm": jnp.linalg.norm(lookup + projection),
-      "cosine": jnp.vdot(lookup, projection) / jnp.maximum(lookup_norm * projection_norm, tiny),
-      "rows_looked_up": jnp.sum(looked_up),
-      "rows_projection_only": jnp.sum((row_norms(projection) > 0) & ~looked_up),
-  }
-
-
 class PathGradients(NamedTuple):
   """A batch's loss and its gradient through each use of the tables, both paths dense."""
 
@@ -79,13 +60,24 @@ class PathGradients(NamedTuple):
     return self.lookup[rows]
 
   def split_stats(self) -> dict[str, jax.Array]:
-    """See `split_stats_from`."""
-    return split_stats_from(self.lookup, self.projection, self.ids)
+    """Scalar summaries of the split, for logging: lookup_norm ‖L‖, projection_norm ‖P‖, total_norm ‖L + P‖,
+    cosine of L and P, rows_looked_up, and rows_projection_only (not looked up, yet a non-zero gradient)."""
+    lookup, projection = self.lookup, self.projection
+    looked_up = looked_up_rows(self.ids, projection.shape[0])
+    lookup_norm, projection_norm = jnp.linalg.norm(lookup), jnp.linalg.norm(projection)
+    tiny = jnp.finfo(jnp.float32).tiny
+    return {
+        "lookup_norm": lookup_norm,
+        "projection_norm": projection_norm,
+        "total_norm": jnp.linalg.norm(lookup + projection),
+        "cosine": jnp.vdot(lookup, projection) / jnp.maximum(lookup_norm * projection_norm, tiny),
+        "rows_looked_up": jnp.sum(looked_up),
+        "rows_projection_only": jnp.sum((row_norms(projection) > 0) & ~looked_up),
+    }
 
 
-def differentiate_uses(
-    model, ids: jax.Array, next_ids: jax.Array, loss_fn: HiddenLoss
-) -> tuple[jax.Array, jax.Array, jax.Array, dict]:
+def differentiate_uses(model, ids: jax.Array, next_ids: jax.Array,
+                       loss_fn: HiddenLoss) -> tuple[jax.Array, jax.Array, jax.Array, dict]:
   """The training loss and its gradient with respect to each use of the tables, and to the hidden map.
 
   The loss is written as a function of (looked-up rows (T, D), projection table (V, D), the hidden map's arrays), so
@@ -100,19 +92,14 @@ def differentiate_uses(
 
   lookup_table, projection_table = model.tables()
   value, (rows, projection, hidden) = jax.value_and_grad(loss, argnums=(0, 1, 2))(
-      lookup_table[ids], projection_table, model.hidden_params()
-  )
+      lookup_table[ids], projection_table, model.hidden_params())
   return value, rows, projection, hidden
 
 
-def path_gradients(
-    model, ids: jax.Array, next_ids: jax.Array, loss_fn: HiddenLoss = loss_lib.hidden_cross_entropy
-) -> PathGradients:
-  """The batch's loss and its gradient through each use: ids, next_ids (T,) int → PathGradients (dense).
-
-  `lookup` is d loss / d rows scattered into the rows `ids` read: for an untied model that is the input
-  table's gradient, for a tied one the lookup's share of the one table's.
-  """
+def path_gradients(model, ids: jax.Array, next_ids: jax.Array,
+                   loss_fn: HiddenLoss = loss_lib.hidden_cross_entropy) -> PathGradients:
+  """The batch's loss and its gradient through each use: ids, next_ids (T,) int → PathGradients (dense), whose
+  `lookup` is d loss / d rows scattered into the rows `ids` read (untied: the input table's whole gradient)."""
   loss, rows_grad, projection, hidden = differentiate_uses(model, ids, next_ids, loss_fn)
   lookup = jnp.zeros_like(projection).at[ids].add(rows_grad)
   return PathGradients(loss=loss, ids=ids, lookup=lookup, projection=projection, hidden=hidden)

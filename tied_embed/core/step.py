@@ -1,13 +1,8 @@
 """The train state and the one jitted train step: path gradients, their sum, the update, the split check.
 
-Everything a step reads and writes lives in one `TrainState` module: the model, its optimizer, the provenance
-totals and the running metrics. The jitted step takes and returns its `nnx.State`, so the Python loop only passes
-arrays, a checkpoint of the state is everything a resumed run needs, and the step donates the old state.
-
-One step: the path gradients of the batch (`paths_fn`: tied_embed/core/paths.py, or a speed path with the same
-answers), the model turns them into its Params' gradients (tied: they add up in the one table), Optax applies
-them. A log step (`with_stats=True`) also returns the split statistics and `split_error`: the step's gradient
-against `nnx.grad` of the plain full-logits loss, code that shares nothing with the speed paths.
+Everything a step reads and writes lives in one `TrainState` module, and the jitted step takes and returns its
+`nnx.State`: the Python loop only passes arrays, a checkpoint of the state is everything a resumed run needs, and
+the step donates the old state.
 """
 
 from __future__ import annotations
@@ -47,30 +42,19 @@ class PathDirections(nnx.Variable):
 
 
 class TrainState(nnx.Module):
-  """The model, its optimizer, the provenance totals and the running train metrics.
-
-  Attributes:
-    model: TiedEmbed, UntiedEmbed or WithHiddenMap.
-    optimizer: nnx.Optimizer over the model's Params (its `step` counts updates: the run's step).
-    lookup_total: ProvenanceTotal (V,) float32, Σ_steps ‖lookup-path gradient row‖.
-    projection_total: ProvenanceTotal (V,) float32, Σ_steps ‖projection-path gradient row‖.
-    train_loss_sum: RunningMetric () float32, the train losses since the last log step, summed.
-    train_loss_count: RunningMetric () int32, how many losses that sum holds.
-    first_nonfinite_step: RunningMetric () int32, the first step whose loss or new state was not finite; 0 if none.
-    tracked_rows: PathDirections (K,) int32, K = min(TRACKED_ROWS, V) rows (the trainer picks the most frequent).
-    tracked_lookup, tracked_projection: PathDirections (K, D) float32, Σ_steps of those rows' gradient through
-      each path: does the lookup pull a row the same way as the projection?
-  """
+  """The model, its optimizer, the provenance totals and the running train metrics."""
 
   def __init__(self, model: Model, tx: optax.GradientTransformation):
     self.model = model
-    self.optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+    self.optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)  # its `step` counts updates: the run's step
     vocab_axis = {"out_sharding": ("vocab",), "eager_sharding": False}
     self.lookup_total = ProvenanceTotal(jnp.zeros((model.vocab_size,), jnp.float32), **vocab_axis)
     self.projection_total = ProvenanceTotal(jnp.zeros((model.vocab_size,), jnp.float32), **vocab_axis)
+    # the train losses since the last log step, summed and counted
     self.train_loss_sum = RunningMetric(jnp.float32(0))
     self.train_loss_count = RunningMetric(jnp.int32(0))
-    self.first_nonfinite_step = RunningMetric(jnp.int32(0))
+    self.first_nonfinite_step = RunningMetric(jnp.int32(0))  # the first step with a non-finite loss or state; 0 if none
+    # the trainer picks the most frequent rows: does the lookup pull each the same way as the projection?
     tracked = min(TRACKED_ROWS, model.vocab_size)
     self.tracked_rows = PathDirections(jnp.arange(tracked, dtype=jnp.int32))
     self.tracked_lookup = PathDirections(jnp.zeros((tracked, model.d_model), jnp.float32))
@@ -78,11 +62,9 @@ class TrainState(nnx.Module):
 
 
 def param_gradients(model: Model, paths, lookup_scale: float = 1.0, projection_scale: float = 1.0) -> nnx.State:
-  """The Params' gradients from the two paths, each weighted by its scale (a, b): what the optimizer applies.
-
-  The model says where each path goes (`param_gradients`). A scale of exactly 1 multiplies nothing, so the
-  default step is the same program, and the same bits, as a step that never scales.
-  """
+  """The Params' gradients from the two paths, each weighted by its scale and routed by the model: what the
+  optimizer applies. A scale of exactly 1 multiplies nothing, so the default step is the same program, and the
+  same bits, as a step that never scales."""
   projection = paths.projection if projection_scale == 1.0 else projection_scale * paths.projection
   values = model.param_gradients(lambda grad: paths.add_lookup(grad, lookup_scale), projection, paths.hidden)
   grads = nnx.state(model, nnx.Param)
@@ -91,12 +73,9 @@ def param_gradients(model: Model, paths, lookup_scale: float = 1.0, projection_s
 
 
 def split_error(model: Model, grads: nnx.State, ids: jax.Array, next_ids: jax.Array) -> jax.Array:
-  """‖g − Σ paths‖ / ‖g‖ over all Params, g = `nnx.grad` of the plain full-logits loss: scalar.
-
-  `grads` are the Params' gradients the paths give for the same (ids, next_ids), unscaled. The direct gradient
-  differentiates `model(ids)` (its own lookup and projection) through `tied_embed.core.loss.model_loss`, so a bug
-  in a speed path's loss or gradients does not cancel out.
-  """
+  """‖g − Σ paths‖ / ‖g‖ over all Params, a scalar: `grads` (the paths' unscaled gradients) against g = `nnx.grad`
+  of `tied_embed.core.loss.model_loss`, which differentiates `model(ids)` itself, so a bug in a speed path's loss or
+  gradients does not cancel out."""
   direct = nnx.grad(loss_lib.model_loss)(model, ids, next_ids)
   residual = jax.tree.map(lambda d, g: jnp.sum(jnp.square(d - g)), direct, grads)
   direct_sq = jax.tree.map(lambda d: jnp.sum(jnp.square(d)), direct)
@@ -130,32 +109,26 @@ def optimizer_update(train_state: TrainState, grads: nnx.State) -> None:
 
 
 def make_step_function(
-    graphdef: nnx.GraphDef,
-    paths_fn: PathsFn = paths_lib.path_gradients,
-    *,
-    lookup_grad_scale: float = 1.0,
-    projection_grad_scale: float = 1.0,
-    split_check_tokens: int | None = None,
+    graphdef: nnx.GraphDef, paths_fn: PathsFn = paths_lib.path_gradients, *, lookup_grad_scale: float = 1.0,
+    projection_grad_scale: float = 1.0, split_check_tokens: int | None = None,
     apply_update: UpdateFn = optimizer_update,
 ) -> StepFunction:
   """step(state, ids (B,), next_ids (B,), with_stats=False) → (new state, metrics, grads), to be jitted.
 
-  grads: the Params' gradients the optimizer received (an nnx.State). The optimizer receives the path gradients
-  weighted by `lookup_grad_scale` and `projection_grad_scale`; any clipping in its chain sees that weighted sum.
-  metrics: {'loss': the batch's loss}; with `with_stats` (log steps) also the split statistics of this step's
-  unweighted path gradients (at the parameters before its update), 'split_error', 'hidden_norm' (‖dW‖, with a
-  hidden map), the model's `hidden_stats` as 'train/hidden_<name>', 'applied_norm' (the global norm of the
-  weighted gradient, before clipping) and 'train_loss' (the mean loss of the steps since the previous log step,
-  whose window it then empties).
+  `paths_fn` gives the batch's path gradients (tied_embed/core/paths.py, or a speed path with the same answers); the
+  model turns them, weighted by `lookup_grad_scale` and `projection_grad_scale`, into its Params' gradients `grads`
+  (tied: they add up in the one table; any clipping sees that weighted sum). `apply_update(train_state, grads)`
+  applies them: the optimizer's own update (returning None), or the same arithmetic faster (tied_embed/fast/kernels)
+  returning a scalar finite exactly when every value it wrote is (those are then not reread for the finite check).
 
-  The split check compares the step's own gradients with `nnx.grad` of the plain loss on the whole batch, or, with
-  `split_check_tokens` = S < B (where the (B, V) logits would not fit), the first S pairs' paths with the plain
-  gradient on those S pairs. A non-finite loss or new state is recorded in `first_nonfinite_step` (the loop
-  checks it where it syncs anyway), so a state that passes is safe to save.
+  metrics: {'loss'}; with `with_stats` (log steps) also the split statistics of the unweighted path gradients (at
+  the parameters before the update), 'split_error', 'hidden_norm' (‖dW‖, with a hidden map), the model's
+  `hidden_stats` as 'train/hidden_<name>', 'applied_norm' (the weighted gradient's global norm, before clipping)
+  and 'train_loss' (the mean loss since the previous log step, whose window it then empties).
 
-  `apply_update(train_state, grads)` applies the gradients: the optimizer's own update, or one that does the same
-  arithmetic faster (tied_embed/fast/kernels). It returns None, or a scalar that is finite exactly when every
-  Param and optimizer-state value it wrote is: those are then not read again for the finite check.
+  The split check (`split_error`) runs on the whole batch or, with `split_check_tokens` = S < B (where the (B, V)
+  logits would not fit), on the first S pairs. A non-finite loss or new state is recorded in `first_nonfinite_step`
+  (the loop checks it where it syncs anyway), so a state that passes is safe to save.
   """
 
   def log_metrics(model, paths, grads, ids, next_ids) -> Metrics:
@@ -209,12 +182,8 @@ def make_step_function(
 
 
 def make_train_step(
-    graphdef: nnx.GraphDef,
-    paths_fn: PathsFn = paths_lib.path_gradients,
-    *,
-    state_shardings=None,
-    compiler_options: dict | None = None,
-    **step_options,
+    graphdef: nnx.GraphDef, paths_fn: PathsFn = paths_lib.path_gradients, *, state_shardings=None,
+    compiler_options: dict | None = None, **step_options,
 ) -> TrainStep:
   """jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics): `make_step_function`'s step.
 
@@ -228,7 +197,5 @@ def make_train_step(
     return new_state, metrics
 
   out_shardings = (state_shardings, None) if state_shardings is not None else None
-  return jax.jit(
-      step, donate_argnums=0, static_argnames="with_stats", out_shardings=out_shardings,
-      compiler_options=compiler_options,
-  )
+  return jax.jit(step, donate_argnums=0, static_argnames="with_stats", out_shardings=out_shardings,
+                 compiler_options=compiler_options)

@@ -1,23 +1,10 @@
 """The asymmetry budget: how much of a bigram task a tied table cannot express (pure NumPy).
 
-A tied model's logits E·Eᵀ are symmetric, and the softmax ignores a constant added to each row, so the tables a
-tied model can produce are X + c·1ᵀ with X symmetric (positive semidefinite of rank ≤ D, in fact). Of a target
-table M = log P(next | current) (V, V), what no such table can fit is measured in the row-centred variance
-‖M·J‖² (J = I − 11ᵀ/V removes each row's mean, the part the softmax ignores):
-
-- `antisymmetric_share`: min over X symmetric and row constants c of ‖M − X − c·1ᵀ‖², as a share of ‖M·J‖². The
-  minimum is ‖J·A·J‖² with A = (M − Mᵀ)/2: the antisymmetric part of the row-centred M, less the part of it that
-  row constants make (c·1ᵀ − 1·cᵀ)/2, which equals the antisymmetric part of the doubly-centred J·M·J. 0 for a
-  table a tied model of any width fits; 1 for a row-centred antisymmetric one.
-- `psd_rank_fit`: an achievable tied table of width D (the best positive semidefinite rank-≤D approximation of
-  the best symmetric target) and the share of ‖M·J‖² it leaves: an upper bound on what the best tied table
-  of that width must leave, as `antisymmetric_share` is a lower bound.
-
-Empirical tables (text) hold -inf for pairs never seen and nan rows for tokens never current. Tokens with no finite
-entry in their row are dropped as rows and columns (the table must stay square), and -inf is set to the smallest
-finite entry left: a pair never seen is as unlikely as the rarest pair seen. Above `MAX_DENSE` tokens the measures
-use a random principal submatrix of `MAX_DENSE` tokens (seed 0). The rank fit takes about 1 s at 256 tokens and
-2-10 s at 512 on 2 busy cores, so `summary` runs it only up to `max_rank_fit` tokens (default `MAX_RANK_FIT`).
+A tied model's logits E·Eᵀ are symmetric and the softmax ignores a constant added to each row, so a tied model can
+produce only tables X + c·1ᵀ with X symmetric (positive semidefinite of rank ≤ D, in fact). Of a target table
+M = log P(next | current) (V, V), what no such table fits is measured as a share of the row-centred variance ‖M·J‖²
+(J = I − 11ᵀ/V removes each row's mean, the part the softmax ignores): `antisymmetric_share` is a lower bound on
+what the best tied table of width D must leave, `psd_rank_fit` (an achievable one) an upper bound.
 """
 
 from __future__ import annotations
@@ -26,20 +13,19 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tied_embed.data.base import row_block
+from tied_embed.data.base import log_softmax, row_block
 
 MAX_DENSE = 4096  # a (V, V) float64 table of this size is 128 MB
-MAX_RANK_FIT = 256  # summary's default: the rank fit runs dozens of eigendecompositions of the (V, V) table
+MAX_RANK_FIT = 256  # the rank fit's dozens of eigendecompositions: ~1 s at 256 tokens, 2-10 s at 512 (2 busy cores)
 _GRID_POINTS = 11  # coarse search of the free constant shift, then golden-section refinement
 _GOLDEN_STEPS = 24
 
 
 def prepared_table(log_probs: Any, ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
   """The square table the measures read: (V, V) array or `LogProbRows` → table (K, K) float64, token ids (K,).
-
-  Only the tokens `ids` (default: all), less those whose row has no finite entry; -inf set to the table's
-  smallest finite entry (see the module docstring).
-  """
+  Empirical tables hold -inf for pairs never seen and nan rows for tokens never current: of the tokens `ids` (default:
+  all), those with no finite entry in their row are dropped as rows and columns, and -inf is set to the smallest
+  finite entry left (a pair never seen is as unlikely as the rarest pair seen)."""
   vocab_size = len(log_probs)
   ids = np.arange(vocab_size) if ids is None else np.asarray(ids)
   blocks = np.array_split(ids, max(1, -(-len(ids) // row_block(vocab_size))))
@@ -59,18 +45,14 @@ def row_centred(table: np.ndarray) -> np.ndarray:
 
 
 def antisymmetric_share(table: np.ndarray) -> float:
-  """‖J·A·J‖² / ‖M·J‖² of a finite square table (`prepared_table`'s): (K, K) → float in [0, 1]; 0 if constant rows."""
+  """min over X symmetric and row constants c of ‖M − X − c·1ᵀ‖², as a share of ‖M·J‖², of a finite square table
+  (`prepared_table`'s): (K, K) → float in [0, 1]; 0 for a table a tied model of any width fits (or constant rows), 1
+  for a row-centred antisymmetric one. The minimum is ‖J·A·J‖² with A = (M − Mᵀ)/2: the antisymmetric part of the
+  row-centred M, less the part of it that row constants make, (c·1ᵀ − 1·cᵀ)/2."""
   centred = row_centred(table)
   doubly = centred - centred.mean(axis=0, keepdims=True)  # J·A·J = (J·M·J − (J·M·J)ᵀ) / 2: what no X + c·1ᵀ fits
   total = np.sum(np.square(centred))
   return float(np.sum(np.square((doubly - doubly.T) / 2)) / total) if total > 0 else 0.0
-
-
-def best_symmetric_target(table: np.ndarray) -> np.ndarray:
-  """The symmetric X with M − X − c·1ᵀ = J·A·J for some c: sym(M) − (a·1ᵀ + 1·aᵀ)/K, a = A·1. (K, K) → (K, K)."""
-  size = len(table)
-  row_sums = ((table - table.T) / 2).sum(axis=1)
-  return (table + table.T) / 2 - (row_sums[:, None] + row_sums[None, :]) / size
 
 
 class RankFit(NamedTuple):
@@ -81,14 +63,16 @@ class RankFit(NamedTuple):
 
 
 def psd_rank_fit(table: np.ndarray, rank: int) -> RankFit:
-  """The PSD rank-≤`rank` truncation of N_t = best_symmetric_target(M) + t·11ᵀ, for a good shift t: (K, K) → RankFit.
+  """The PSD rank-≤`rank` truncation of N_t = X + t·11ᵀ, for a good shift t: (K, K) → RankFit. X is the best
+  symmetric target, the X with M − X − c·1ᵀ = J·A·J for some c: sym(M) − (a·1ᵀ + 1·aᵀ)/K, a = A·1.
 
   Every N_t is a best full-rank symmetric fit (row constants absorb t·11ᵀ), but their truncations differ. The
   residual is ‖J·A·J‖² + ‖(N_t − trunc N_t)·J‖² ≤ ‖J·A·J‖² + Σ of the squared eigenvalues the truncation drops,
   so t is chosen to minimise that bound (eigenvalues only: cheap), by a grid and then golden-section search; the
   bound need not be unimodal in t, so the result is a good fit, not provably the best.
   """
-  target = best_symmetric_target(table)
+  row_sums = ((table - table.T) / 2).sum(axis=1)
+  target = (table + table.T) / 2 - (row_sums[:, None] + row_sums[None, :]) / len(table)
 
   def dropped(shift: float) -> float:
     values = np.sort(np.linalg.eigvalsh(target + shift))[::-1]
@@ -123,34 +107,30 @@ def psd_rank_fit(table: np.ndarray, rank: int) -> RankFit:
 
 def excess_loss(log_probs: np.ndarray, logits: np.ndarray, weights: np.ndarray) -> float:
   """Σ_i w_i KL(P_i ‖ softmax(logits_i)) in nats: log P (K, K) (-inf allowed), logits (K, K), w (K,) → float.
-
-  Rows of P are renormalised over the K tokens (a row with no mass left counts 0); w is normalised to sum to 1.
-  """
+  Rows of P are renormalised over the K tokens (a row with no mass left counts 0); w is normalised to sum to 1."""
   with np.errstate(invalid="ignore"):
     log_p = log_probs - np.logaddexp.reduce(log_probs, axis=1, keepdims=True)
   log_p = np.where(np.isnan(log_p), -np.inf, log_p)
-  shifted = logits - logits.max(axis=1, keepdims=True)
-  log_q = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+  log_q = log_softmax(logits)
   probs = np.exp(log_p)
   kl = np.where(probs > 0, probs * (np.where(probs > 0, log_p, 0.0) - log_q), 0.0).sum(axis=1)
   return float(np.sum(weights * kl) / np.sum(weights))
 
 
-def summary(data: Any, d_model: int | None = None, max_rank_fit: int = MAX_RANK_FIT) -> dict[str, float]:
+def summary(data: Any, d_model: int | None = None) -> dict[str, float]:
   """The asymmetry budget of a run's task, for its log and report: BigramData (or anything with `.true_log_probs`
   and `.vocab_size`, optionally `.input_counts` (V,)) → {name: float}.
-
-  antisymmetric_share: the lower bound above; tokens: how many it was computed over; sampled: 1.0 if a random
-  `MAX_DENSE` of more. With `d_model` and at most `max_rank_fit` tokens also psd_rank_residual_share (what the
-  fitted width-D tied table leaves) and psd_rank_excess_loss (its excess loss over the reference in nats, weighted
-  by `input_counts`, else uniform): an upper bound on the best width-D tied table's.
-  """
+  antisymmetric_share: the lower bound above; tokens: how many it was computed over; sampled: 1.0 if over
+  `MAX_DENSE` tokens, so computed on a random `MAX_DENSE` of them (seed 0). With `d_model` and at most
+  `MAX_RANK_FIT` tokens also psd_rank_residual_share (what the fitted width-D tied table leaves) and
+  psd_rank_excess_loss (its excess loss over the reference in nats, weighted by `input_counts`, else uniform): an
+  upper bound on the best width-D tied table's."""
   vocab_size = int(data.vocab_size)
   sampled = vocab_size > MAX_DENSE
   ids = np.sort(np.random.default_rng(0).choice(vocab_size, MAX_DENSE, replace=False)) if sampled else None
   table, kept = prepared_table(data.true_log_probs, ids)
   result = {"antisymmetric_share": antisymmetric_share(table), "tokens": float(len(kept)), "sampled": float(sampled)}
-  if d_model is not None and not sampled and 0 < len(kept) <= max_rank_fit:
+  if d_model is not None and not sampled and 0 < len(kept) <= MAX_RANK_FIT:
     fit = psd_rank_fit(table, int(d_model))
     counts = getattr(data, "input_counts", None)
     weights = np.ones(len(kept)) if counts is None else np.asarray(counts, np.float64)[kept]
@@ -164,11 +144,9 @@ def summary(data: Any, d_model: int | None = None, max_rank_fit: int = MAX_RANK_
 
 def hidden_map_summary(kernel: np.ndarray, lookup_table: np.ndarray, projection_table: np.ndarray) -> dict[str, float]:
   """What a hidden map W adds: W (D, D), the scoring tables (E·W (V, D), E (V, D)) → {name: float}.
-
   identity_distance ‖W − I‖_F; kernel_antisymmetric_share ‖(W − Wᵀ)/2‖_F / ‖W‖_F; for V ≤ MAX_DENSE also
   learned_antisymmetric_share, `antisymmetric_share` of the learned log-probabilities (0 without W: E·Eᵀ is
-  symmetric).
-  """
+  symmetric)."""
   kernel = np.asarray(kernel, np.float64)
   result = {
       "identity_distance": float(np.linalg.norm(kernel - np.eye(len(kernel)))),

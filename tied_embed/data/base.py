@@ -1,24 +1,19 @@
 """What every data source provides, and the probability arithmetic they share (pure NumPy).
 
-A source is a bigram task: a current-token distribution and a table `log P(next | current)` (V, V). `Source` is
-the interface the dataset builder, validation and inspection use. The (V, V) table is never built whole:
-`LogProbRows` computes the rows asked for, in blocks of `row_block(V)` rows, so memory grows with the rows used.
+A source is a bigram task: a current-token distribution and a table `log P(next | current)` (V, V). The table is
+never built whole: `LogProbRows` computes the rows asked for, in blocks of `row_block(V)` rows.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-import math
 import pathlib
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import numpy as np
 
-from tied_embed.util import require
-
-MAX_PAIRS = 100_000_000  # pairs are held in memory as two int32 arrays (8 bytes a pair, more while sampling)
 _BLOCK_ELEMENTS = 1 << 18  # float64 entries of one block of rows: 2 MB (a few temporaries of that while computing)
 
 
@@ -44,12 +39,6 @@ def zipf_probs(vocab_size: int, exponent: float) -> np.ndarray:
   """Current-token distribution p_i ∝ (i + 1)^-exponent: () → (V,) float64 summing to 1 (exponent 0: uniform)."""
   weights = np.arange(1, vocab_size + 1, dtype=np.float64) ** -exponent
   return weights / weights.sum()
-
-
-def row_entropy_terms(log_probs: np.ndarray) -> np.ndarray:
-  """Σ_j P(j|i) log P(j|i) of each row: (K, V) → (K,) float64. Zero-probability entries contribute 0."""
-  probs = np.exp(log_probs)
-  return (probs * np.where(probs > 0, log_probs, 0.0)).sum(axis=1)
 
 
 @dataclasses.dataclass(eq=False)
@@ -112,17 +101,6 @@ def is_number(value: Any) -> bool:
   return isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
 
 
-def require_pairs(data: Any, field: str) -> None:
-  value = data.get(field)
-  require(is_int(value) and 1 <= value <= MAX_PAIRS, f"data.{field}", value,
-          f"an integer in [1, {MAX_PAIRS:,}] (pairs are held in memory, 8 bytes each and more while sampling)")
-
-
-def require_finite(data: Any, field: str) -> None:
-  value = data.get(field)
-  require(is_number(value) and math.isfinite(value) and value >= 0, f"data.{field}", value, "a finite number >= 0")
-
-
 class Source(abc.ABC):
   """One bigram task; subclasses set `name`, `reference_name` and `fields`, and call `register`. `settings` (plain
   JSON) determines the data, so the dataset builder can rebuild it from its builder config alone."""
@@ -130,8 +108,7 @@ class Source(abc.ABC):
   name: ClassVar[str]
   reference_name: ClassVar[str] = "true"  # 'true' or 'empirical': what the reference table is
   fields: ClassVar[tuple[str, ...]]  # the data.* config fields this source reads
-  # The value the resume check assumes for a saved config that lacks one of `fields`
-  field_defaults: ClassVar[dict[str, Any]] = {}
+  field_defaults: ClassVar[dict[str, Any]] = {}  # what the resume check assumes where a saved config lacks a field
 
   @abc.abstractmethod
   def validate(self, config: Any) -> None:
@@ -163,12 +140,10 @@ class Source(abc.ABC):
 
   def num_pairs_exact(self, settings: dict[str, Any]) -> bool:
     """Whether `num_pairs` is exact, not an estimate for the memory check."""
-    del settings
     return True
 
   def prepare(self, settings: dict[str, Any], data_dir: pathlib.Path) -> dict[str, Any]:
     """Makes what `splits` needs (a trained tokenizer) under `data_dir`: → settings to use, of the same identity."""
-    del data_dir  # nothing to make
     return settings
 
   def check_preparable(self, settings: dict[str, Any], data_dir: pathlib.Path) -> None:
@@ -178,19 +153,16 @@ class Source(abc.ABC):
 
   def prepared(self, settings: dict[str, Any], data_dir: pathlib.Path) -> dict[str, Any] | None:
     """`prepare`'s settings if what it makes is already under `data_dir`, else None; reads only, never writes."""
-    del data_dir  # nothing to make
     return settings
 
   def eval_references(
       self, settings: dict[str, Any], train: tuple[np.ndarray, np.ndarray], validation: tuple[np.ndarray, np.ndarray]
   ) -> dict[str, float]:
     """Further losses to compare eval/loss with, {name: nats}, from the loaded (ids, next_ids) pairs."""
-    del settings, train, validation
     return {}
 
   def tokenizer_from_record(self, record: dict[str, np.ndarray]) -> Any:
     """The run's `tokenizer.Tokenizer` from `Reference.record`, or None where tokens are plain ids."""
-    del record
     return None
 
   def token_label(self, token: int) -> str:
@@ -201,7 +173,6 @@ class Source(abc.ABC):
 REGISTRY: dict[str, Source] = {}
 
 
-def register(source: Source) -> Source:
+def register(source: Source) -> None:
   """Adds a source to the registry under its name."""
   REGISTRY[source.name] = source
-  return source

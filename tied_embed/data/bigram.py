@@ -1,11 +1,9 @@
-"""The bigram pairs as a TFDS dataset: generated locally, cached under the data dir, loaded once into NumPy.
+"""The bigram pairs as a TFDS dataset: generated under a lock on the data dir, cached, loaded once into NumPy.
 
-`load_bigram_data(config, workdir)` builds (or reuses) the `bigram_pairs` dataset of the config's task. The source
-(`tied_embed.data.sources`) says what the pairs are and first makes what it needs under the data dir; this module
-stores, verifies (on every load; a bad cache is regenerated, with a warning) and loads them, generating under an
-exclusive lock on the data dir. The selection split (`selection_pairs`) and data.train_fraction
-(`train_pairs_used`) are cut at load time: the stored dataset, the validation split, the floor and the references
-stay those of the whole dataset, so runs on different amounts of data share one cache and one eval.
+The source says what the pairs are; this module stores them, verifies them on every load (a bad cache is generated
+again, with a warning) and loads them. The selection split and data.train_fraction are cut at load time: the stored
+dataset, the validation split, the floor and the references stay the whole dataset's, so runs on different amounts
+of data share one cache and one eval.
 """
 
 from __future__ import annotations
@@ -35,32 +33,22 @@ DOCUMENT_ENDS = "document_ends"  # the TFDS metadata key of a by-document datase
 
 @dataclasses.dataclass
 class BigramData:
-  """Both splits in memory, with what the best possible model would score.
-
-  train_ids, train_next: (N,) int32, the train pairs used (`train_pairs_used`, less the selection share).
-  eval_ids, eval_next: (M,) int32, the whole validation split.
-  select_ids, select_next: (S,) int32, the last `selection_pairs` of the train split, never trained on.
-  loss_floor: H(next | current) in nats (exact for synthetic sources, empirical on the eval split for text).
-  true_log_probs: (V, V) log P(next=j | current=i), rows computed when indexed (`sources.LogProbRows`).
-  input_counts: (V,) int64, how often each token is current in the train pairs used.
-  identity: `dataset_identity`. reference: the source's `Reference`, of the whole dataset.
-  eval_references: further losses logged as eval/<name> beside eval/loss (fitted on the whole train split).
-  """
+  """Both splits in memory, with what the best possible model would score."""
 
   source: str
   vocab_size: int
-  train_ids: np.ndarray
+  train_ids: np.ndarray  # (N,) int32 each: the train pairs used (`train_pairs_used`, less the selection share)
   train_next: np.ndarray
-  eval_ids: np.ndarray
+  eval_ids: np.ndarray  # (M,) int32 each: the whole validation split
   eval_next: np.ndarray
-  loss_floor: float
-  true_log_probs: sources.LogProbRows
-  input_counts: np.ndarray
-  identity: str = ""
-  reference: sources.Reference | None = None
-  eval_references: dict[str, float] = dataclasses.field(default_factory=dict)
-  select_ids: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
-  select_next: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
+  select_ids: np.ndarray  # (S,) int32 each: the last `selection_pairs` of the train split, never trained on
+  select_next: np.ndarray
+  loss_floor: float  # H(next | current) in nats: exact for synthetic sources, empirical on validation for text
+  true_log_probs: sources.LogProbRows  # (V, V) log P(next=j | current=i), rows computed when indexed
+  input_counts: np.ndarray  # (V,) int64: how often each token is current in the train pairs used
+  identity: str  # `dataset_identity`
+  reference: sources.Reference  # the source's, of the whole dataset
+  eval_references: dict[str, float]  # logged as eval/<name> beside eval/loss (fitted on the whole train split)
 
 
 @dataclasses.dataclass(eq=False)
@@ -82,8 +70,7 @@ class BigramPairs(tfds.core.GeneratorBasedBuilder):
   def _info(self) -> tfds.core.DatasetInfo:
     block = tfds.features.Tensor(shape=(None,), dtype=np.int32, encoding=tfds.features.Encoding.BYTES)
     return tfds.core.DatasetInfo(
-        builder=self,
-        description="Next-token pairs of a bigram task; see tied_embed/data/sources/.",
+        builder=self, description="Next-token pairs of a bigram task; see tied_embed/data/sources/.",
         features=tfds.features.FeaturesDict({"ids": block, "next_ids": block}),
         disable_shuffling=True,  # loading returns exactly the generated order
         # only a dataset split by document has metadata (metadata.json): the others stay as they were written
@@ -120,7 +107,7 @@ def builder_config(config: Any) -> BigramConfig:
 
 
 def train_fraction(config: Any) -> float:
-  """data.train_fraction, in (0, 1]: the share of the train split a run trains on (1 where the config has none)."""
+  """data.train_fraction, in (0, 1]: the share of the train split a run trains on (1 if absent)."""
   return float(config.data.get("train_fraction", 1.0))
 
 
@@ -132,17 +119,12 @@ def selection_fraction(config: Any) -> float:
 def selection_pairs(num_train_pairs: int, fraction: float, document_ends: np.ndarray | None = None) -> int:
   """How many of the train split's last pairs are held out for selection: 0 for fraction 0, else round(fraction · N)
   clipped to [1, N - 1], so both sides hold pairs (the clip acts only where N was estimated, SentencePiece text).
-
-  With `document_ends` (ascending), the cut moves to the nearest document end that leaves pairs on both sides.
-  """
+  With `document_ends` (ascending), the cut moves to the nearest document end that leaves pairs on both sides."""
   if fraction == 0:
     return 0
   count = min(num_train_pairs - 1, max(1, round(fraction * num_train_pairs)))
   cuts = [int(end) for end in (() if document_ends is None else document_ends) if 0 < end < num_train_pairs]
-  if not cuts:
-    return count
-  kept = min(cuts, key=lambda cut: (abs(cut - (num_train_pairs - count)), cut))
-  return num_train_pairs - kept
+  return num_train_pairs - min(cuts, key=lambda cut: (abs(cut - (num_train_pairs - count)), cut)) if cuts else count
 
 
 def train_pairs_used(num_train_pairs: int, fraction: float) -> int:
@@ -154,11 +136,10 @@ def train_pairs_used(num_train_pairs: int, fraction: float) -> int:
 def dataset_identity(config: Any) -> str:
   """The data a config trains on: the builder config name, then '-select<fraction>' when data.selection_fraction is
   over 0 and '-train<fraction>' when data.train_fraction is under 1, so a run cannot resume on other data."""
-  source = sources.get(config.data.source)
-  return _identity(source.identity(source.settings(config)), train_fraction(config), selection_fraction(config))
+  return _identity(builder_config(config).name, train_fraction(config), selection_fraction(config))
 
 
-def _identity(builder_name: str, fraction: float, held_out: float = 0.0) -> str:
+def _identity(builder_name: str, fraction: float, held_out: float) -> str:
   selection = "" if held_out == 0 else f"-select{held_out!r}"
   return builder_name + selection + ("" if fraction == 1 else f"-train{fraction!r}")
 
@@ -183,21 +164,9 @@ def _read_split(builder: BigramPairs, split: str) -> tuple[np.ndarray, np.ndarra
                for key in ("ids", "next_ids"))
 
 
-def _problem(bc: BigramConfig, split: str, ids: np.ndarray, next_ids: np.ndarray) -> str | None:
-  """What is wrong with a loaded split, or None: pair count, shape, ids in [0, V)."""
-  source = sources.get(bc.source)
-  expected = source.num_pairs(bc.settings)[split] if source.num_pairs_exact(bc.settings) else len(ids)
-  vocab_size = bc.settings["vocab_size"]
-  if ids.ndim != 1 or ids.shape != (expected,) or next_ids.shape != (expected,):
-    return f"{split} holds {ids.shape[0]} / {next_ids.shape[0]} pairs, expected {expected}"
-  for array in (ids, next_ids):
-    if array.size and (array.min() < 0 or array.max() >= vocab_size):
-      return f"{split} has token ids outside [0, {vocab_size}) (a cache of another task?)"
-  return None
-
-
 def _read_verified(bc: BigramConfig, directory: pathlib.Path) -> tuple[dict[str, Any] | None, str]:
-  """The cached splits if they are there and check out: → (splits or None, why not: 'missing' or a problem)."""
+  """The cached splits if they are there and check out (pair counts, shapes, ids in [0, V), document ends):
+  → (splits or None, why not: 'missing' or a problem)."""
   if not _version_dir(bc, directory).exists():
     return None, "missing"
   try:
@@ -205,10 +174,13 @@ def _read_verified(bc: BigramConfig, directory: pathlib.Path) -> tuple[dict[str,
     splits = {split: _read_split(builder, split) for split in SPLITS}
   except Exception as error:  # noqa: BLE001 (TFDS and array_record report damaged files in many types)
     return None, f"cannot be read ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
-  for split, pairs in splits.items():
-    problem = _problem(bc, split, *pairs)
-    if problem:
-      return None, problem
+  source, vocab_size = sources.get(bc.source), bc.settings["vocab_size"]
+  for split, (ids, next_ids) in splits.items():
+    expected = source.num_pairs(bc.settings)[split] if source.num_pairs_exact(bc.settings) else len(ids)
+    if ids.ndim != 1 or ids.shape != (expected,) or next_ids.shape != (expected,):
+      return None, f"{split} holds {ids.shape[0]} / {next_ids.shape[0]} pairs, expected {expected}"
+    if any(array.size and (array.min() < 0 or array.max() >= vocab_size) for array in (ids, next_ids)):
+      return None, f"{split} has token ids outside [0, {vocab_size}) (a cache of another task?)"
   if by_document(bc):
     try:
       ends = {split: np.asarray(builder.info.metadata[DOCUMENT_ENDS][split], np.int64) for split in SPLITS}
@@ -286,23 +258,22 @@ def _bigram_data(bc: BigramConfig, splits: dict[str, Any], fraction: float, held
   reference = source.reference(bc.settings, eval_ids, eval_next)
   return BigramData(
       source=bc.source, vocab_size=vocab_size, train_ids=train_ids[:used], train_next=train_next[:used],
-      eval_ids=eval_ids, eval_next=eval_next, loss_floor=reference.loss_floor, true_log_probs=reference.log_probs,
+      eval_ids=eval_ids, eval_next=eval_next, select_ids=train_ids[kept:], select_next=train_next[kept:],
+      loss_floor=reference.loss_floor, true_log_probs=reference.log_probs,
       input_counts=np.bincount(train_ids[:used], minlength=vocab_size).astype(np.int64),
       identity=_identity(bc.name, fraction, held_out), reference=reference,
       eval_references=source.eval_references(bc.settings, splits["train"], splits["validation"]),
-      select_ids=train_ids[kept:], select_next=train_next[kept:],
   )
 
 
 def record_for_inspection(data: BigramData, config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
   """Writes WORKDIR/report_data.npz, what inspection needs of the data (see `tied_embed.data.record`), and a
   SentencePiece model as WORKDIR/tokenizer.model, so the workdir alone can tokenize."""
-  reference = data.reference or sources.get(data.source).reference(
-      builder_config(config).settings, data.eval_ids, data.eval_next)
+  del config  # the data carries its identity and reference
+  reference = data.reference
   facts = record_lib.InspectionData(
-      source=data.source, identity=data.identity or dataset_identity(config), vocab_size=data.vocab_size,
-      loss_floor=float(data.loss_floor), reference_name=reference.name, true_log_probs=reference.log_probs,
-      input_counts=data.input_counts,
+      source=data.source, identity=data.identity, vocab_size=data.vocab_size, loss_floor=float(data.loss_floor),
+      reference_name=reference.name, true_log_probs=reference.log_probs, input_counts=data.input_counts,
       eval_input_counts=np.bincount(data.eval_ids, minlength=data.vocab_size).astype(np.int64),
   )
   if "tokenizer_model" in reference.record:

@@ -43,11 +43,6 @@ def bucket_sizes(input_counts: np.ndarray, eval_input_counts: np.ndarray | None)
   counts = np.asarray(input_counts, np.int64)
   buckets = input_buckets(counts)
   eval_counts = None if eval_input_counts is None else np.asarray(eval_input_counts, np.int64)
-  return {
-      name: {
-          "tokens": int(np.sum(buckets == index)),
-          "train_pairs": int(counts[buckets == index].sum()),
-          "eval_pairs": None if eval_counts is None else int(eval_counts[buckets == index].sum()),
-      }
-      for index, name in enumerate(BUCKETS)
-  }
+  return {name: {"tokens": int(np.sum(buckets == index)), "train_pairs": int(counts[buckets == index].sum()),
+                 "eval_pairs": None if eval_counts is None else int(eval_counts[buckets == index].sum())}
+          for index, name in enumerate(BUCKETS)}

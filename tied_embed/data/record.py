@@ -33,7 +33,7 @@ class InspectionData:
   reference_name: str  # 'true' or 'empirical'
   true_log_probs: LogProbRows  # (V, V) log P(next | current), computed per row
   input_counts: np.ndarray  # (V,) int64: how often each token is current in the train pairs used
-  tokenizer: Any = None  # text sources: `sources.tokenizer.Tokenizer` (labels, encode/decode); else None
+  tokenizer: Any = None  # text sources: a `tied_embed.data.text.tokenizer.Tokenizer` (labels, encode/decode)
   eval_input_counts: np.ndarray | None = None  # (V,) int64: how often each token is current in validation
 
 
@@ -72,16 +72,15 @@ def read(workdir: str | pathlib.Path) -> InspectionData | None:
   source = sources.get(str(arrays["source"]))
   vocab_size = int(arrays["vocab_size"])
   record = {key[len(_RECORD_PREFIX):]: value for key, value in arrays.items() if key.startswith(_RECORD_PREFIX)}
-  input_counts = np.asarray(arrays["input_counts"], np.int64)
-  eval_input_counts = np.asarray(arrays["eval_input_counts"], np.int64) if "eval_input_counts" in arrays else None
-  for name, counts in (("input_counts", input_counts), ("eval_input_counts", eval_input_counts)):
-    if counts is not None and counts.shape != (vocab_size,):
-      raise ValueError(f"{path}: {name} has shape {counts.shape}, expected ({vocab_size},)")
-    if counts is not None and counts.min(initial=0) < 0:
+  counts = {key: np.asarray(arrays[key], np.int64) for key in ("input_counts", "eval_input_counts") if key in arrays}
+  for name, value in counts.items():
+    if value.shape != (vocab_size,):
+      raise ValueError(f"{path}: {name} has shape {value.shape}, expected ({vocab_size},)")
+    if value.min(initial=0) < 0:
       raise ValueError(f"{path}: {name} holds a negative count")
   return InspectionData(
       source=source.name, identity=str(arrays["identity"]), vocab_size=vocab_size,
       loss_floor=float(arrays["loss_floor"]), reference_name=str(arrays["reference_name"]),
-      true_log_probs=source.log_probs_from_record(vocab_size, record), input_counts=input_counts,
-      tokenizer=source.tokenizer_from_record(record), eval_input_counts=eval_input_counts,
+      true_log_probs=source.log_probs_from_record(vocab_size, record), input_counts=counts["input_counts"],
+      tokenizer=source.tokenizer_from_record(record), eval_input_counts=counts.get("eval_input_counts"),
   )

@@ -1,9 +1,7 @@
-"""The step and evaluation a config asks for: the story's plain paths, or the speed paths that give the same answers.
+"""The step a config asks for: the story's plain paths, or the speed paths that give the same answers.
 
-`loss.chunk_size = 0` with `model.dtype = float32` trains on exactly tied_embed/core (full (B, V) logits, dense
-path gradients); any other setting picks the chunked, distinct-row loss (each distinct id's logits once, at most
-(chunk, V) at a time, in `model.dtype`) and the sparse lookup path. Either way with tied_embed/fast/compilation.py's
-XLA options.
+`loss.chunk_size = 0` with `model.dtype = float32` trains on exactly tied_embed/core; any other setting picks the
+chunked, distinct-row loss and the sparse lookup path. Either way with XLA's options and a kept gradient buffer.
 """
 
 from __future__ import annotations
@@ -13,11 +11,13 @@ import logging
 from typing import TYPE_CHECKING
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from tied_embed.core import paths as plain_paths
 from tied_embed.core import step as step_lib
-from tied_embed.fast import chunked_loss, compilation, gradient_buffer, sparse_paths
+from tied_embed.fast import chunked_loss, compilation, sparse_paths
 from tied_embed.fast.kernels import fused_adamw
 
 if TYPE_CHECKING:
@@ -41,24 +41,19 @@ def mesh_devices(state_shardings) -> int:
 def paths_function(chunk_size: int, compute_dtype: str = "float32", shards: int = 1,
                    mkl_kernel: bool = True) -> step_lib.PathsFn:
   """paths_fn(model, ids (B,), next_ids (B,)) for these loss settings; `shards` divides B (data shards).
-  `mkl_kernel`: the chunked loss's dots on oneMKL where it runs (tied_embed/fast/kernels); False on a mesh of several
-  devices, where XLA cannot partition the kernel's custom call."""
+  `mkl_kernel`: the chunked loss's dots on oneMKL where it runs; False on a mesh (XLA cannot partition the call)."""
   if chunk_size == 0 and compute_dtype == "float32":  # the story's code alone: full logits, dense paths
     return plain_paths.path_gradients
   if chunk_size and not mkl_kernel:
     log.info("The chunked loss's matmuls run as XLA's dots: the oneMKL kernel runs on one device only.")
 
   def fast_paths(model, ids: jax.Array, next_ids: jax.Array) -> sparse_paths.PathGradients:
-    # The hidden vectors are looked-up rows (times W), equal wherever the ids are, so the chunked loss forms the
-    # logits of each distinct id once per data shard: exact, and cheaper by the repeats in the batch.
+    # The hidden vectors are looked-up rows (times W), equal where the ids are: each distinct id's logits once a shard.
     if chunk_size == 0:
       loss_fn = functools.partial(chunked_loss.full_cross_entropy, compute_dtype=compute_dtype)
     else:
-      def loss_fn(hidden, table, targets):
-        return chunked_loss.chunked_cross_entropy(
-            hidden, table, targets, chunk_size, row_keys=ids, groups=shards, compute_dtype=compute_dtype,
-            mkl_kernel=mkl_kernel,
-        )
+      loss_fn = functools.partial(chunked_loss.chunked_cross_entropy, chunk_size=chunk_size, row_keys=ids,
+                                  groups=shards, compute_dtype=compute_dtype, mkl_kernel=mkl_kernel)
     return sparse_paths.path_gradients(model, ids, next_ids, loss_fn)
 
   return fast_paths
@@ -70,9 +65,7 @@ SPLIT_CHECK_LOGITS_BYTES = 64 * 2**20  # the plain check's (S, V) float32 logits
 def split_check_tokens(batch_size: int, vocab_size: int, shards: int = 1) -> int | None:
   """None (check the whole batch) if its (B, V) logits fit SPLIT_CHECK_LOGITS_BYTES, else S < B pairs (S % shards 0)."""
   fits = SPLIT_CHECK_LOGITS_BYTES // (4 * vocab_size)
-  if batch_size <= fits:
-    return None
-  return max(fits // shards, 1) * shards
+  return None if batch_size <= fits else max(fits // shards, 1) * shards
 
 
 def make_train_step(
@@ -80,23 +73,68 @@ def make_train_step(
     projection_grad_scale: float = 1.0, compute_dtype: str = "float32", split_check: int | None = None,
     train_config: ml_collections.ConfigDict | None = None,
 ) -> step_lib.TrainStep:
-  """The train step these settings pick: their paths and update, the XLA options, the gradient in a kept buffer.
-
-  jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics), running
-  `tied_embed.core.step.make_train_step`'s step (tied_embed/fast/gradient_buffer.py). `split_check`: the pairs the
-  log step's split check uses (`split_check_tokens`; None: the whole batch). `train_config`: the config's `train`
-  section; with `optimizer = "adamw"` on one device the update runs AdamW's fused kernel where it pays off
-  (tied_embed/fast/kernels), else the optimizer's own update.
-  """
+  """The train step these settings pick. `split_check`: `split_check_tokens`'s pairs (None: the whole batch);
+  `train_config`: the config's `train` section (AdamW on one device updates on its fused kernel where it pays off)."""
   one_device = mesh_devices(state_shardings) == 1
   fused = train_config is not None and train_config.optimizer == "adamw" and one_device
-  step_fn = step_lib.make_step_function(
-      graphdef,
-      paths_function(chunk_size, compute_dtype, data_shards(state_shardings), one_device),
-      lookup_grad_scale=lookup_grad_scale, projection_grad_scale=projection_grad_scale,
-      split_check_tokens=split_check,
-      apply_update=fused_adamw.make_update(train_config) if fused else step_lib.optimizer_update,
-  )
-  return gradient_buffer.StepWithGradientBuffer(
-      graphdef, step_fn, state_shardings=state_shardings, compiler_options=compilation.compiler_options()
-  )
+  paths_fn = paths_function(chunk_size, compute_dtype, data_shards(state_shardings), one_device)
+  update = fused_adamw.make_update(train_config) if fused else step_lib.optimizer_update
+  step_fn = step_lib.make_step_function(graphdef, paths_fn, lookup_grad_scale=lookup_grad_scale,
+                                        projection_grad_scale=projection_grad_scale, split_check_tokens=split_check,
+                                        apply_update=update)
+  return StepWithGradientBuffer(graphdef, step_fn, state_shardings)
+
+
+def model_params(graphdef: nnx.GraphDef, state: nnx.State) -> nnx.State:
+  """The model's Params out of a train state's pytree, whatever its leaves (arrays, abstract arrays, shardings)."""
+  return nnx.state(nnx.merge(graphdef, state).model, nnx.Param)
+
+
+class StepWithGradientBuffer:
+  """jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics), donating `state`: `step_fn`
+  (`tied_embed.core.step.make_step_function`'s) writing its gradient into the buffer the last call returned.
+
+  XLA:CPU frees a step's temporaries after each call, and the next step faults their pages in again: for the (V, D)
+  gradient at GPT-2's V=50257, D=768, about 70 ms of system time a step (benchmarks/README.md).
+  """
+
+  def __init__(self, graphdef: nnx.GraphDef, step_fn: step_lib.StepFunction, state_shardings=None):
+    self._graphdef = graphdef
+    self._buffer = None
+
+    def step(state, ids, next_ids, buffer, with_stats=False):
+      del buffer  # only its memory is wanted: the new gradient is returned in it
+      return step_fn(state, ids, next_ids, with_stats)
+
+    gradients = None if state_shardings is None else model_params(graphdef, state_shardings)
+    out_shardings = None if state_shardings is None else (state_shardings, None, gradients)
+    # keep_unused: jit would otherwise drop the unread buffer from the program, and with it the donation.
+    self._jitted = jax.jit(step, donate_argnums=(0, 3), static_argnames="with_stats", out_shardings=out_shardings,
+                           compiler_options=compilation.compiler_options(), keep_unused=True)
+
+  def lower(self, state, ids, next_ids, with_stats: bool = False):
+    """The lowered step for these arguments (arrays, or `jax.ShapeDtypeStruct`s for compiling ahead)."""
+    concrete = all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(state))
+    # For a state of arrays, the very buffer the calls will donate: an abstract leaf counts as committed, the buffer
+    # beside an uncommitted state does not, and jit would compile again at the first call.
+    buffer = self._buffer_for(state) if concrete else jax.tree.map(
+        lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding),
+        model_params(self._graphdef, state))
+    return self._jitted.lower(state, ids, next_ids, buffer, with_stats=with_stats)
+
+  def _buffer_for(self, state) -> nnx.State:
+    # None before the first call; deleted if a call donated it and then failed before returning the new one.
+    if self._buffer is None or any(leaf.is_deleted() for leaf in jax.tree.leaves(self._buffer)):
+      # Host zeros (jnp.zeros would compile a program after the trainer compiled ahead), placed as the Params are:
+      # a committed buffer beside an uncommitted state would commit the outputs, and jit would compile again.
+      def zeros_like(param):
+        zeros = np.zeros(param.shape, param.dtype)
+        return jax.device_put(zeros, param.sharding) if param.committed else jnp.asarray(zeros)
+
+      self._buffer = jax.tree.map(zeros_like, model_params(self._graphdef, state))
+    return self._buffer
+
+  def __call__(self, state, ids, next_ids, with_stats: bool = False):
+    buffer = self._buffer_for(state)
+    new_state, metrics, self._buffer = self._jitted(state, ids, next_ids, buffer, with_stats=with_stats)
+    return new_state, metrics

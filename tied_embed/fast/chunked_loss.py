@@ -1,29 +1,12 @@
 """The chunked and distinct-row cross-entropy: tied_embed/core/loss.py's loss, never holding the (T, V) logits.
 
-The loss is a function of hidden vectors `x` and the projection table. `full_cross_entropy` (`chunk_size=0`) forms
-the (T, V) logits, which autodiff keeps, with a (T, V) gradient: 2·T·V·4 bytes, 2 GiB at T=8192, V=32768.
-`chunked_cross_entropy` walks the tokens with a `lax.scan` in chunks of C and for each forms its (V, C) logits,
-their exact logsumexp over the whole vocabulary, and at once the chunk's share of both gradients. With
+`chunked_cross_entropy` scans the tokens in chunks of C (the full loss's (T, V) logits and gradient: 2 GiB at T=8192,
+V=32768), forming each chunk's (V, C) logits, their exact logsumexp and at once its share of both gradients: with
 p = softmax(x Eᵀ) and one-hot targets Y,
   d loss / d x = (p E − E[targets]) / T,      d loss / d E = (pᵀ x − Yᵀ x) / T,
-so nothing larger than (V, C) is live and nothing is recomputed: three matmuls, like the full loss. Tokens, not
-vocabulary chunks: a vocabulary scan needs every token's final logsumexp before any p, so its backward pass must
-recompute the logits (a fourth matmul; 1.25x slower). MaxText's vocabulary tiling and Liger's fused linear
-cross-entropy chunk the same way.
-
-The logits are formed transposed, (V, C): `pᵀ x` with p stored (C, V) misses XLA:CPU's fast matmul path (20-60%
-slower), and dx = `pᵀ E` comes straight from the (V, C) exponentials, with no transposed table (benchmarks/README.md
-has the timings). The gradients are computed in the forward pass of a `jax.custom_vjp` and scaled by the cotangent
-in the backward pass: first derivatives only. Without differentiation (evaluation) it runs the loss-only scan.
-
-Each distinct row once: with `row_keys` (for a bigram, the looked-up ids), rows of `x` that share a key are equal,
-so each distinct row's logits are formed once, weighted by how many tokens share it, in a loop of ceil(distinct / C)
-chunks known only at run time: the same loss and gradients for a fraction of the work (text repeats most ids).
-`compute_dtype`: the matmuls' operand dtype (tied_embed/fast/precision.py).
-
-On the CPUs it was measured on, the three dots run on oneMKL and oneDNN (tied_embed/fast/kernels/gemm.py; float32
-1.1-1.7x XLA's dot on the chunk's shapes, bfloat16 on AMX where XLA:CPU widens it to float32): the same arithmetic
-in another order of sums. `mkl_kernel=False`, or another CPU, keeps XLA's dots.
+three matmuls like the full loss, in a `jax.custom_vjp`'s forward pass (a vocabulary scan would recompute the logits:
+1.25x slower). The logits are formed transposed, (V, C): p stored (C, V) misses XLA:CPU's fast matmul path for `pᵀ x`
+(20-60% slower; benchmarks/README.md), and dx = `pᵀ E` comes straight from the (V, C) exponentials.
 """
 
 from __future__ import annotations
@@ -37,47 +20,32 @@ from tied_embed.fast.kernels import gemm as mkl
 from tied_embed.fast.precision import as_dtype, dot, operand
 
 
-def full_cross_entropy(
-    x: jax.Array, projection_table: jax.Array, targets: jax.Array, compute_dtype=jnp.float32
-) -> jax.Array:
-  """Mean softmax cross-entropy with full logits: x (T, D), table (V, D), targets (T,) int → scalar float32 (the
-  (T, V) logits float32, from operands in `compute_dtype`)."""
+def full_cross_entropy(x: jax.Array, projection_table: jax.Array, targets: jax.Array,
+                       compute_dtype=jnp.float32) -> jax.Array:
+  """Mean softmax cross-entropy with full (T, V) float32 logits: x (T, D), table (V, D), targets (T,) int → scalar."""
   logits = dot(x, projection_table.T, as_dtype(compute_dtype))
   target_logits = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
   return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - target_logits)
 
 
-def cross_entropy(
-    x: jax.Array, projection_table: jax.Array, targets: jax.Array, chunk_size: int = 0, compute_dtype=jnp.float32
-) -> jax.Array:
-  """Mean cross-entropy of `x @ table.T` against `targets`; (T, D), (V, D), (T,) → scalar. `chunk_size=0` forms the
-  (T, V) logits, a positive one at most (chunk_size, V); `compute_dtype`: the matmuls' operand dtype."""
+def cross_entropy(x: jax.Array, projection_table: jax.Array, targets: jax.Array, chunk_size: int = 0,
+                  compute_dtype=jnp.float32) -> jax.Array:
+  """`full_cross_entropy` for `chunk_size=0`, else `chunked_cross_entropy` (at most (chunk_size, V) logits)."""
   if chunk_size == 0:
     return full_cross_entropy(x, projection_table, targets, compute_dtype)
   return chunked_cross_entropy(x, projection_table, targets, chunk_size, compute_dtype=compute_dtype)
 
 
-def chunked_cross_entropy(
-    x: jax.Array, projection_table: jax.Array, targets: jax.Array, chunk_size: int,
-    row_keys: jax.Array | None = None, groups: int = 1, compute_dtype=jnp.float32, mkl_kernel: bool = True,
-) -> jax.Array:
-  """Mean softmax cross-entropy of `x @ table.T`, never holding more than (V, chunk_size) logits.
-
-  Args:
-    x: (T, D) float hidden vectors; projection_table: (V, D) float; targets: (T,) int indices into the V rows.
-    chunk_size: tokens per chunk (a Python int > 0; values ≥ T use one chunk).
-    row_keys: optional (T,) int, equal where rows of `x` are equal (for a bigram model, the looked-up ids): each
-      distinct row's logits are formed once and the scan stops after the last distinct row, for a fraction
-      (distinct rows / T) of the work. Rows that share a key but differ give wrong results (the caller's promise).
-    groups: with `row_keys`, rows are made distinct within each of `groups` contiguous blocks of T (a static int
-      dividing T): on a mesh, one block per data shard, so each device scans its own rows.
-    compute_dtype: the matmuls' operand dtype, float32 or bfloat16 (float32 accumulation either way).
-    mkl_kernel: the three dots on oneMKL where `mkl.available(compute_dtype)` and `mkl.pays_off` (the same
-      arithmetic); False keeps XLA's dots (on a mesh, where XLA cannot partition the kernel's custom call).
-
-  Returns:
-    Scalar mean loss, equal to `full_cross_entropy` up to float rounding, and so are its gradients.
-  """
+def chunked_cross_entropy(x: jax.Array, projection_table: jax.Array, targets: jax.Array, chunk_size: int,
+                          row_keys: jax.Array | None = None, groups: int = 1, compute_dtype=jnp.float32,
+                          mkl_kernel: bool = True) -> jax.Array:
+  """Mean softmax cross-entropy of `x @ table.T`, never holding more than (V, chunk_size) logits: x (T, D),
+  projection_table (V, D), targets (T,) int → scalar, equal to `full_cross_entropy` up to float rounding, and so are
+  its gradients. chunk_size: tokens per chunk (an int > 0; ≥ T is one chunk). row_keys: optional (T,) int, equal
+  where rows of `x` are equal (the caller's promise; for a bigram, the looked-up ids): each distinct row's logits are
+  formed once. groups: with `row_keys`, rows are made distinct within each of `groups` contiguous blocks of T (a
+  static divisor of T; on a mesh, one per data shard). mkl_kernel: the dots on tied_embed/fast/kernels/gemm.py where
+  it runs and pays off; False keeps XLA's (on a mesh)."""
   if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0:
     raise ValueError(f"chunk_size={chunk_size!r} is not allowed: expected an int > 0")
   x, projection_table, targets = jnp.asarray(x), jnp.asarray(projection_table), jnp.asarray(targets)
@@ -88,18 +56,12 @@ def chunked_cross_entropy(
   if x.shape[0] % groups:
     raise ValueError(f"groups={groups} is not allowed: expected a divisor of the {x.shape[0]} tokens")
   per_block = max(chunk // groups, 1)  # rows of each block per iteration: about `chunk` rows in all
-  return _distinct_ce(
-      x, projection_table, targets, jnp.asarray(row_keys), per_block, groups, compute_dtype, kernel
-  )
+  return _distinct_ce(x, projection_table, targets, jnp.asarray(row_keys), per_block, groups, compute_dtype, kernel)
 
 
 def _token_chunks(x: jax.Array, chunk: int) -> jax.Array:
-  """(T, D) → (n, C, D) with n = ceil(T / C): chunk i holds tokens i, i + n, i + 2n, ...
-
-  Strided, not contiguous, so that a batch split over devices along T stays split along C inside every chunk:
-  each device then scans its own tokens, where contiguous chunks would be gathered onto every device. The tail
-  is padded with zero rows, which add nothing to d table (their p rows multiply x = 0) and are cut off again.
-  """
+  """(T, D) → (n, C, D) with n = ceil(T / C): chunk i holds tokens i, i + n, i + 2n, ... Strided, so that a batch
+  split over devices along T stays split along C inside every chunk; the zero rows padding the tail add nothing."""
   num_chunks = -(-x.shape[0] // chunk)
   padded = jnp.pad(x, ((0, num_chunks * chunk - x.shape[0]), (0, 0)))
   return jnp.swapaxes(padded.reshape(chunk, num_chunks, x.shape[1]), 0, 1)
@@ -123,19 +85,14 @@ def _chunk_logits(table, x_chunk, compute_dtype, kernel: bool) -> jax.Array:
 
 
 def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, kernel):
-  """One chunk's logsumexp and its share of both gradients (the p part of p − Y).
-
-  table (V, D) already in `compute_dtype` (cast once by the caller), d_table (V, D) float32 accumulator or None (the
-  first chunk: its product starts the sum, no (V, D) zeros written and read), x_chunk (C, D), weights (C,) or None
-  (how many tokens each row stands for), num_tokens T of the mean, kernel: the dots on oneMKL (`mkl.gemm`)
-  → (d_table + the chunk's d table, lse (C,), dx (C, D) per token), all float32.
-  """
+  """One chunk's logsumexp and its share of both gradients (the p part of p − Y), all float32: table (V, D) already
+  in `compute_dtype`, d_table (V, D) or None (the first chunk's product starts the sum: no (V, D) zeros written and
+  read), x_chunk (C, D), weights (C,) or None (tokens per row) → (d_table + the chunk's, lse (C,), dx (C, D))."""
   logits = _chunk_logits(table, x_chunk, compute_dtype, kernel)  # (V, C)
   top = jnp.max(logits, axis=0)
   exp = jnp.exp(logits - top)
   total = jnp.sum(exp, axis=0)
-  # p = exp / total, and the mean's 1/T: a per-token scale, applied to the (C, D) operand and product rather
-  # than to the (V, C) exponentials, which saves a pass over them and a (V, C) buffer.
+  # p = exp / total and the mean's 1/T scale the (C, D) operand and product: no pass over the (V, C) exponentials.
   scale = (1.0 / (num_tokens * total))[:, None]  # (C, 1)
   row_scale = scale if weights is None else scale * weights[:, None]
   if kernel:  # d_table accumulates in place (the kernel's output aliases it)
@@ -149,11 +106,8 @@ def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, ker
 
 
 def _add_target_rows(d_table, x, targets, num_tokens, piece):
-  """d table's −Y part, added in place: −x_t / T into row targets_t. (V, D), (T, D), (T,) → (V, D).
-
-  The scans start d table from the first chunk's product and add these rows to it, where a (V, D) start of zeros
-  would be written and reread; `piece` tokens at a time (where they divide T): no (T, D) temporary of scaled rows.
-  """
+  """d table's −Y part, added in place: −x_t / T into row targets_t. (V, D), (T, D), (T,) → (V, D); `piece` tokens
+  at a time (where they divide T): no (T, D) temporary of scaled rows."""
   pieces = x.shape[0] // piece if piece and x.shape[0] % piece == 0 else 1
 
   def add(d_table, rows):
@@ -173,9 +127,7 @@ def _finish(table, targets, lse, dx, d_table, mean_target, num_tokens):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _chunked_ce(
-    x: jax.Array, table: jax.Array, targets: jax.Array, chunk: int, compute_dtype, kernel: bool
-) -> jax.Array:
+def _chunked_ce(x: jax.Array, table: jax.Array, targets: jax.Array, chunk: int, compute_dtype, kernel: bool):
   """Mean loss, forward only; (T, D), (V, D), (T,) int, static chunk ≤ T, static dtype and kernel → scalar."""
   operand_table = operand(table, compute_dtype)
 
@@ -203,9 +155,8 @@ def _forward(x, table, targets, chunk, compute_dtype, kernel):
   return _finish(table, targets, lse, dx, d_table, mean_target, num_tokens)
 
 
-def _backward(chunk, compute_dtype, kernel, residuals, cotangent):
-  del chunk, compute_dtype, kernel
-  dx, d_table = residuals
+def _backward(*args):  # (the static arguments, residuals, cotangent) → cotangents of x, table, targets
+  (dx, d_table), cotangent = args[-2:]
   return cotangent * dx, cotangent * d_table, None
 
 
@@ -213,18 +164,13 @@ _chunked_ce.defvjp(_forward, _backward)
 
 
 def _distinct_p_part(x, table, targets, keys, chunk, num_tokens, compute_dtype, kernel):
-  """The lse and d table (its −Y part too), and dx's p part, each distinct row of each block computed once.
-
-  x (G, B, D) and keys (G, B): G blocks of B tokens, targets (G·B,) → (d table (V, D), lse (G, B), dx (G, B, D)).
-  In each block the distinct keys are sorted to the front (padded to whole chunks with weight-0 rows); a loop of
-  ceil(max distinct / C), known only at run time, takes chunk i of every block at once, G·C rows, each weighted by
-  how many of its block's tokens share its key.
-  """
+  """d table (its −Y part too), lse and dx's p part, each distinct row of each block once: x (G, B, D), keys (G, B),
+  targets (G·B,) → ((V, D), (G, B), (G, B, D)). Each block's distinct keys are sorted to the front; a loop of
+  ceil(max distinct / C) takes chunk i of every block at once, each row weighted by the block's tokens it stands for."""
   groups, size, d_model = x.shape
   padded = -(-size // chunk) * chunk
-  unique = functools.partial(
-      jnp.unique, size=size, fill_value=0, return_index=True, return_inverse=True, return_counts=True
-  )
+  unique = functools.partial(jnp.unique, size=size, fill_value=0, return_index=True, return_inverse=True,
+                             return_counts=True)
   _, first, inverse, counts = jax.vmap(unique)(keys)
   first = jnp.pad(first, ((0, 0), (0, padded - size)))
   weights = jnp.pad(counts, ((0, 0), (0, padded - size))).astype(x.dtype)
@@ -267,16 +213,13 @@ def _distinct_forward(x, table, targets, keys, chunk, groups, compute_dtype, ker
   """Loss and both gradients for cotangent 1 (residuals), `chunk` rows per block and loop iteration."""
   num_tokens = x.shape[0]
   mean_target = jnp.mean(_target_logits(x, table, targets))
-  d_table, lse, dx = _distinct_p_part(
-      x.reshape(groups, -1, x.shape[1]), table, targets, keys.reshape(groups, -1), chunk, num_tokens, compute_dtype,
-      kernel,
-  )
+  d_table, lse, dx = _distinct_p_part(x.reshape(groups, -1, x.shape[1]), table, targets, keys.reshape(groups, -1),
+                                      chunk, num_tokens, compute_dtype, kernel)
   return _finish(table, targets, lse.reshape(-1), dx.reshape(x.shape), d_table, mean_target, num_tokens)
 
 
-def _distinct_backward(chunk, groups, compute_dtype, kernel, residuals, cotangent):
-  del groups
-  return (*_backward(chunk, compute_dtype, kernel, residuals, cotangent), None)  # and None for the keys
+def _distinct_backward(*args):
+  return (*_backward(*args), None)  # and None for the keys
 
 
 _distinct_ce.defvjp(_distinct_forward, _distinct_backward)

@@ -1,9 +1,5 @@
-"""The process's own memory: handing the C heap's freed pages back to the operating system.
-
-XLA's compiler frees its many small heap allocations when done, but malloc keeps the pages for reuse while the
-step's temporaries come from fresh ones: a run would hold the compiler's working memory (about 70-140 MiB at
-V=32768) for its whole life. The trainer compiles its programs first, then calls `release_freed`.
-"""
+"""Handing the C heap's freed pages back to the OS: XLA's compiler frees its many small allocations when done, but
+malloc keeps the pages, so a run would hold the compiler's working memory (70-140 MiB at V=32768) for its life."""
 
 from __future__ import annotations
 

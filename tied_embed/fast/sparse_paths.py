@@ -1,9 +1,7 @@
 """The sparse lookup path: tied_embed/core/paths.py's path gradients without a dense (V, D) lookup gradient.
 
-The lookup path reaches only the rows a batch looks up, so `PathGradients` keeps it as one (D,) row per token and
-derives what the step needs (row norms, tracked rows, the tied gradient, the logged statistics) without a (V, D)
-array: the dense form's answers (tests/core/test_provenance.py) with one (V, D) gradient in the step, not two. On a
-mesh the lookup path crosses the data axis as the batch's rows and ids, never as a table shard.
+`PathGradients` keeps the lookup path as one (D,) row per token and derives what the step needs from those: the dense
+form's answers with one (V, D) gradient in the step, not two. On a mesh it crosses the data axis as rows and ids.
 """
 
 from __future__ import annotations
@@ -37,8 +35,8 @@ class PathGradients(NamedTuple):
     return grad.at[self.ids].add(rows)
 
   def lookup_sums(self) -> tuple[jax.Array, jax.Array]:
-    """The lookup-path gradient's non-zero rows: (rows (T,) int, their gradient (T, D)), repeats summed; each
-    distinct id once, then padding rows with id V (out of range) and gradient 0."""
+    """(rows (T,) int, their lookup-path gradient (T, D)), repeats summed: each distinct id once, then padding rows
+    with id V (out of range) and gradient 0."""
     vocab_size, num_tokens = self.projection.shape[0], self.ids.shape[0]
     rows, inverse = jnp.unique(self.ids, size=num_tokens, fill_value=vocab_size, return_inverse=True)
     return rows, jnp.zeros_like(self.lookup_rows).at[inverse.reshape(-1)].add(self.lookup_rows)
@@ -50,20 +48,14 @@ class PathGradients(NamedTuple):
     return norms.at[rows].add(row_norms(sums), mode="drop")  # the padding rows (id V) are dropped
 
   def split_stats(self) -> dict[str, jax.Array]:
-    """Scalar summaries of the split, for logging, from the sparse lookup path: no (V, D) array beyond P's.
-
-    lookup_norm ‖L‖, projection_norm ‖P‖, total_norm ‖L + P‖ (over the rows L misses and, separately, the
-    looked-up rows, so nothing cancels), cosine of L and P, rows_looked_up, and rows_projection_only (not looked up,
-    yet a non-zero gradient).
-    """
+    """The split's logged scalars with no (V, D) array beyond P's: ‖L‖, ‖P‖, ‖L + P‖ (the rows L misses apart from
+    the looked-up rows, so nothing cancels), cosine of L and P, rows looked up, rows with only a projection gradient."""
     rows, sums = self.lookup_sums()
-    vocab_size = self.projection.shape[0]
     projection_rows = self.projection.at[rows].get(mode="fill", fill_value=0)  # (T, D); 0 for padding
-    looked_up = looked_up_rows(self.ids, vocab_size)
+    looked_up = looked_up_rows(self.ids, self.projection.shape[0])
     projection_sq = jnp.sum(jnp.square(self.projection), axis=-1)  # (V,)
-    lookup_sq = jnp.sum(jnp.square(sums))
+    lookup_norm = jnp.sqrt(jnp.sum(jnp.square(sums)))
     projection_norm = jnp.sqrt(jnp.sum(projection_sq))
-    lookup_norm = jnp.sqrt(lookup_sq)
     total_sq = jnp.sum(jnp.where(looked_up, 0.0, projection_sq)) + jnp.sum(jnp.square(projection_rows + sums))
     tiny = jnp.finfo(jnp.float32).tiny
     return {
@@ -82,7 +74,6 @@ class PathGradients(NamedTuple):
 
 
 def path_gradients(model, ids: jax.Array, next_ids: jax.Array, loss_fn: paths.HiddenLoss) -> PathGradients:
-  """The batch's loss and its gradient through each use: ids, next_ids (T,) int → PathGradients (sparse lookup);
-  `tied_embed.core.paths.path_gradients`'s differentiation, without scattering the lookup rows."""
+  """`tied_embed.core.paths.path_gradients` without scattering the lookup rows: ids, next_ids (T,) → PathGradients."""
   loss, lookup_rows, projection, hidden = paths.differentiate_uses(model, ids, next_ids, loss_fn)
   return PathGradients(loss=loss, ids=ids, lookup_rows=lookup_rows, projection=projection, hidden=hidden)

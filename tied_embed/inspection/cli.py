@@ -19,9 +19,8 @@ import sys
 
 from absl import logging
 
-from tied_embed.inspection.continuation import continue_prompt, format_continuation
-from tied_embed.inspection.inspector import inspect_run
-from tied_embed.inspection.text import format_text, printable
+from tied_embed.inspection.inspector import continue_prompt, inspect_run
+from tied_embed.inspection.text import format_continuation, format_text, printable
 from tied_embed.util import UsageError, one_line
 
 _TOKEN = re.compile(r"-?[0-9]+")  # ASCII digits only: int() would also take '1_0' and other scripts' digits
@@ -51,11 +50,6 @@ def _ascii_int(text: str) -> int:
   return int(text)
 
 
-def _step(text: str) -> int | str:
-  """A checkpoint step, or 'best': the best checkpoint by select/loss of a run with a selection split."""
-  return text if text == "best" else _ascii_int(text)
-
-
 class _Parser(argparse.ArgumentParser):
   """argparse that raises UsageError instead of printing usage and exiting, so every error is one line."""
 
@@ -63,10 +57,11 @@ class _Parser(argparse.ArgumentParser):
     raise UsageError(message)
 
 
-def _parser() -> argparse.ArgumentParser:
+def main(argv: list[str] | None = None) -> int:
+  """The command line (the module docstring); absl's verbosity is quieted while it runs and restored after."""
   parser = _Parser(prog="python -m tied_embed.inspection", description=__doc__.splitlines()[0])
   parser.add_argument("--workdir", required=True, help="the run's workdir (holds checkpoints/ and event files)")
-  parser.add_argument("--step", type=_step, default=None,
+  parser.add_argument("--step", type=lambda text: text if text == "best" else _ascii_int(text), default=None,
                       help="checkpoint step, or best: the lowest select/loss (default: the latest)")
   parser.add_argument("--tokens", default=None, help="comma-separated token ids (default: 3 most frequent)")
   parser.add_argument("--top-k", type=_ascii_int, default=5, help="predicted next tokens shown per token")
@@ -78,26 +73,13 @@ def _parser() -> argparse.ArgumentParser:
                       help="with --next: also sample N tokens continuing PROMPT")
   parser.add_argument("--temperature", type=float, default=1.0, help="--generate: softmax temperature (0 = greedy)")
   parser.add_argument("--seed", type=_ascii_int, default=0, help="--generate: seed of the sampling")
-  return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-  """CLI: parse flags, run `inspect_run` (or `continue_prompt` for --next), print text or JSON; a UsageError →
-  `error: ...` on stderr, status 2. absl's verbosity is quieted while it runs and restored after."""
   # TensorFlow (under TFDS and the TensorBoard writer) and Orbax's read-only notices would bury the report.
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
   verbosity = logging.get_verbosity()
   logging.set_verbosity(logging.ERROR)
   try:
-    return _main(argv)
-  finally:
-    logging.set_verbosity(verbosity)
-
-
-def _main(argv: list[str] | None) -> int:
-  try:
-    args = _parser().parse_args(argv)
+    args = parser.parse_args(argv)
     if args.next is None and args.generate:
       raise UsageError.bad_value("--generate", args.generate, "--next PROMPT beside it (the text to continue)")
     if args.next is not None:
@@ -109,6 +91,8 @@ def _main(argv: list[str] | None) -> int:
   except UsageError as error:
     print(f"error: {printable(one_line(str(error)))}", file=sys.stderr)
     return 2
+  finally:
+    logging.set_verbosity(verbosity)
   for warning in output["warnings"]:
     print(f"warning: {printable(one_line(warning))}", file=sys.stderr)
   if args.json:

@@ -1,32 +1,33 @@
-"""Open a run from its workdir and report what the table learned: `inspect_run`, the library call.
+"""Open a run from its workdir alone: `inspect_run`, the report of what the table learned, and `continue_prompt`.
 
-It restores a checkpoint from the workdir alone (the newest readable one, with a warning when newer ones are
-damaged), reads the data facts from WORKDIR/report_data.npz (written at training time; else from the dataset cached
-under the data dir, never generated here) and the loss curves from the event files, computes the report (`report`)
-and draws its pictures into WORKDIR/report/ (`plots`), the only place it writes.
+They read a checkpoint, WORKDIR/report_data.npz (else the dataset cached under the data dir, never generated here)
+and the event files, and write only into WORKDIR/report/; never through a symbolic link, as a workdir may come from
+someone else.
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from tied_embed.data import asymmetry, frequency, sources
 from tied_embed.data import record as record_lib
-from tied_embed.inspection import files
+from tied_embed.data.base import log_softmax
 from tied_embed.inspection import report as report_lib
-from tied_embed.inspection.path_directions import path_direction_summary
 from tied_embed.inspection.text import format_markdown
-from tied_embed.inspection.undertrained import undertrained_summary
-from tied_embed.util import UsageError, first_line
+from tied_embed.util import UsageError, first_line, first_link, one_line, write_atomically
 
 _LOSS_TAGS = ("train/loss", "eval/loss", *map(frequency.scalar_name, frequency.BUCKETS))
 _DEFAULT_TOKENS = 3  # without --tokens: the most frequent input tokens
 _HEATMAP_MAX_TOKENS = 256  # a bigger vocabulary is drawn as the block of its most frequent current tokens,
 _HEATMAP_ZOOM_TOKENS = 128  # this many, as a V x V picture would be a uniform haze at screen resolution
+# What inspection reads, directly in the workdir: a link among them would show another run's numbers as this one's.
+_READ_NAMES = ("checkpoints", "data", "report_data.npz")
+MAX_GENERATE = 10_000  # sampled tokens at most: a few seconds at V = 8192, a continuation a person still reads
 
 
 def inspect_run(
@@ -42,7 +43,7 @@ def inspect_run(
   it can, for: no checkpoints, unreadable ones, a missing step, a token outside [0, V) or not in the vocabulary,
   top_k outside [1, V].
   """
-  from tied_embed.train.metrics import value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
+  from tied_embed.train.metrics import read_scalars, value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
 
   workdir = pathlib.Path(workdir)
   if top_k < 1:  # what is wrong whatever the checkpoint
@@ -61,13 +62,24 @@ def inspect_run(
       raise UsageError.bad_value("--top-k", top_k, f"an integer in [1, {vocab_size}]")
 
   restored, facts, steps = open_run(workdir, step, warnings, check=check_tokens)
-  config = restored.config
-  tokens = None if tokens is None else [resolve_token(token, facts.tokenizer) for token in tokens]
+  config, provenance = restored.config, restored.provenance
+  hidden = config.model.get("hidden", "none")
   if tokens is None:
     tokens = [int(i) for i in np.argsort(-facts.input_counts, kind="stable")[:_DEFAULT_TOKENS]]
-  series, eval_loss = _loss_series(workdir, restored.step, warnings)
+  else:
+    tokens = [resolve_token(token, facts.tokenizer) for token in tokens]
+  try:  # no loss curves where the events cannot be read: a damaged file must not hide the checkpoint's report
+    series = read_scalars(workdir, _LOSS_TAGS)
+  except Exception as error:  # noqa: BLE001 (TensorBoard's reader fails in many types)
+    warnings.append(f"the event files in {workdir} cannot be read ({first_line(error)}): no loss curves")
+    series = {}
+  eval_loss = value_at(series.get("eval/loss"), restored.step)
+  if eval_loss is None or eval_loss["step"] < restored.step:
+    newest = "none" if eval_loss is None else f"step {eval_loss['step']}"
+    warnings.append(f"the newest eval/loss in the events at or before step {restored.step} is {newest}, older"
+                    f" than the checkpoint shown: its eval loss and gap are not this checkpoint's")
   lookup_table, projection_table = (np.asarray(table) for table in restored.model.scoring_tables())
-  label = report_lib.token_label_of(facts.source, facts.tokenizer)
+  label = sources.get(facts.source).token_label if facts.tokenizer is None else facts.tokenizer.label
   sizes = frequency.bucket_sizes(facts.input_counts, facts.eval_input_counts)
   report = {
       "workdir": str(workdir), "step": restored.step, "available_steps": steps,
@@ -83,49 +95,69 @@ def inspect_run(
           for bucket, size in sizes.items()},
       **report_lib.build_report(
           lookup_table, projection_table, tied=bool(config.model.tied), source=facts.source,
-          true_log_probs=facts.true_log_probs, lookup_total=restored.provenance["lookup_total"],
-          projection_total=restored.provenance["projection_total"], tokens=tokens, top_k=top_k,
-          label=label, hidden=config.model.get("hidden", "none"),
+          true_log_probs=facts.true_log_probs, lookup_total=provenance["lookup_total"],
+          projection_total=provenance["projection_total"], tokens=tokens, top_k=top_k, label=label, hidden=hidden,
       ),
-      "undertrained": undertrained_summary(
-          np.asarray(restored.model.tables()[0]), restored.provenance["lookup_total"],
-          restored.provenance["projection_total"], facts.input_counts, top_k, label=label),
+      "undertrained": report_lib.undertrained_summary(
+          np.asarray(restored.model.tables()[0]), provenance["lookup_total"], provenance["projection_total"],
+          facts.input_counts, top_k, label=label),
       "warnings": warnings,
   }
-  report["path_directions"] = path_direction_summary(restored.path_directions, label=label)
+  report["path_directions"] = report_lib.path_direction_summary(restored.path_directions, label=label)
   report["asymmetry"] = asymmetry.summary(facts, d_model=int(config.model.d_model))
-  if config.model.get("hidden", "none") == "linear":
+  if hidden == "linear":
     report["asymmetry"]["hidden_map"] = asymmetry.hidden_map_summary(
         np.asarray(restored.model.hidden_map.kernel[...]), lookup_table, projection_table)
   if pictures:
     try:
-      _draw(report, files.report_dir(workdir), lookup_table, projection_table, facts, restored.provenance, series)
+      _draw(report, workdir, lookup_table, projection_table, facts, provenance, series)
     except OSError as error:
       warnings.append(f"pictures not written: {error}")
   return report
 
 
-def _loss_series(
-    workdir: pathlib.Path, step: int, warnings: list[str]
-) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, float] | None]:
-  """The loss curves in `workdir`'s event files, and the newest eval/loss at or before `step`.
+def continue_prompt(
+    workdir: str | pathlib.Path, prompt: str, top_k: int = 5, generate: int = 0, temperature: float = 1.0,
+    seed: int = 0, step: int | str | None = None,
+) -> dict[str, Any]:
+  """What a text run says follows `prompt`: the top-k next tokens after its last token (tokenized with the run's own
+  tokenizer) and, with `generate` > 0, a sampled continuation (`report.sample_tokens`): → JSON-ready dict.
 
-  Appends to `warnings` where the events cannot be read (no curves then: a damaged file must not hide the
-  checkpoint's report) or where that eval/loss is older than `step`.
+  Keys: workdir, step, prompt, prompt_tokens ([{id, label}]), next ([{id, label, prob}]), warnings, and with
+  `generate` also generated ([{id, label}]), text (prompt and continuation, decoded), temperature and seed.
+  UsageError for a run without text tokens, a prompt with no tokens, top_k outside [1, V], generate outside
+  [0, MAX_GENERATE], a seed outside [0, 2**31 - 1] (as for the config's seed), or a temperature < 0.
   """
-  from tied_embed.train.metrics import read_scalars, value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
-
-  try:
-    series = read_scalars(workdir, _LOSS_TAGS)
-  except Exception as error:  # noqa: BLE001 (TensorBoard's reader fails in many types)
-    warnings.append(f"the event files in {workdir} cannot be read ({first_line(error)}): no loss curves")
-    series = {}
-  eval_loss = value_at(series.get("eval/loss"), step)
-  if eval_loss is None or eval_loss["step"] < step:
-    newest = "none" if eval_loss is None else f"step {eval_loss['step']}"
-    warnings.append(f"the newest eval/loss in the events at or before step {step} is {newest}, older"
-                    f" than the checkpoint shown: its eval loss and gap are not this checkpoint's")
-  return series, eval_loss
+  if not 0 <= generate <= MAX_GENERATE:
+    raise UsageError.bad_value("--generate", generate, f"an integer in [0, {MAX_GENERATE:_}] (tokens to sample)")
+  if not 0 <= seed <= 2**31 - 1:
+    raise UsageError.bad_value("--seed", seed, "an integer in [0, 2**31 - 1]")
+  if not np.isfinite(temperature) or temperature < 0:
+    raise UsageError.bad_value("--temperature", temperature, "a finite number >= 0 (0 = always the likeliest)")
+  warnings: list[str] = []
+  restored, facts, _ = open_run(workdir, step, warnings)
+  tokenizer = facts.tokenizer
+  if tokenizer is None:
+    raise UsageError.bad_value("--next", prompt, f"a run on text (this one's source, {facts.source!r}, has no text)")
+  if not 1 <= top_k <= facts.vocab_size:
+    raise UsageError.bad_value("--top-k", top_k, f"an integer in [1, {facts.vocab_size}]")
+  ids = tokenizer.encode(prompt)
+  if not ids:
+    raise UsageError.bad_value("--next", prompt, "a prompt with at least one token")
+  lookup, projection = (np.asarray(table, np.float64) for table in restored.model.scoring_tables())
+  probs = np.exp(log_softmax((lookup[ids[-1]] @ projection.T)[None]))[0]  # P(next | last token)
+  order = np.argsort(-probs, kind="stable")[:top_k]
+  result = {
+      "workdir": str(workdir), "step": restored.step, "prompt": prompt,
+      "prompt_tokens": [{"id": int(i), "label": tokenizer.label(i)} for i in ids],
+      "next": [{"id": int(j), "label": tokenizer.label(j), "prob": float(probs[j])} for j in order],
+      "warnings": warnings,
+  }
+  if generate:
+    drawn = report_lib.sample_tokens(lookup, projection, ids[-1], generate, temperature, seed)
+    result.update(generated=[{"id": i, "label": tokenizer.label(i)} for i in drawn],
+                  text=tokenizer.decode(ids + drawn), temperature=temperature, seed=seed)
+  return result
 
 
 def resolve_token(token: int | str, tokenizer: Any) -> int:
@@ -143,22 +175,21 @@ def resolve_token(token: int | str, tokenizer: Any) -> int:
   return found
 
 
-class OpenedRun(NamedTuple):
-  restored: Any  # checkpoint.Restored
-  facts: record_lib.InspectionData
-  steps: list[int]  # every saved step
-
-
 def open_run(
     workdir: str | pathlib.Path, step: int | str | None, warnings: list[str],
     check: Callable[[Any], None] | None = None,
-) -> OpenedRun:
-  """The restored checkpoint `step` (default: the newest readable one, warning of each newer damaged one; 'best':
-  the best by select/loss), the run's data facts and the saved steps. `check(restored)` runs before the data is read."""
+) -> tuple[Any, record_lib.InspectionData, list[int]]:
+  """(the restored checkpoint `step`, the run's data facts, every saved step). Default step: the newest readable
+  one, warning of each newer damaged one; 'best': the best by select/loss. `check(restored)` runs before the data
+  is read. UsageError (one line) naming the first symbolic link among what is read: checkpoints/ or data/ or
+  anything in them, report_data.npz, an event file."""
   from tied_embed.train import checkpoint  # noqa: PLC0415 (Orbax stays out of `import tied_embed`)
 
   workdir = pathlib.Path(workdir)
-  files.refuse_links(workdir)  # only this workdir's own files are read
+  for path in [workdir / name for name in _READ_NAMES] + sorted(workdir.glob("events.out.tfevents.*")):
+    if (link := first_link(path)) is not None:
+      raise UsageError(f"{one_line(str(link))} is a symbolic link (to {one_line(os.readlink(link))}); inspection "
+                       f"reads only inside --workdir={str(workdir)!r}: put the files themselves there")
   try:
     steps = checkpoint.available_steps(workdir)
   except Exception as error:  # noqa: BLE001 (Orbax reports a foreign directory in many types)
@@ -172,38 +203,30 @@ def open_run(
   warnings.extend(f"{skipped}: showing an older one" for skipped in restored.skipped)
   if check is not None:
     check(restored)
-  facts = _data_facts(restored.config, workdir, restored.model.vocab_size, restored.dataset, warnings)
-  return OpenedRun(restored, facts, steps)
+  return restored, _data_facts(restored, workdir, warnings), steps
 
 
-def _data_facts(
-    config: Any, workdir: pathlib.Path, vocab_size: int, dataset: str, warnings: list[str]
-) -> record_lib.InspectionData:
-  """What the report needs of the data: WORKDIR/report_data.npz, or else the dataset cached under the data dir.
-
-  The file is used only if its V and dataset identity (the manifest's `dataset`: source, task settings, corpus hash,
-  train fraction) are the checkpoint's; one copied from another run, like a damaged one, is named in a warning and
-  the dataset read instead. Reads only: UsageError (one line) naming what is missing when neither is there.
-  """
-  path = workdir / record_lib.FILE_NAME
+def _data_facts(restored: Any, workdir: pathlib.Path, warnings: list[str]) -> record_lib.InspectionData:
+  """What the report needs of the data: WORKDIR/report_data.npz if it reads back and its V and dataset identity
+  (the manifest's `dataset`: source, task settings, corpus hash, train fraction) are the checkpoint's, else (with a
+  warning why) the dataset cached under the data dir. Reads only: UsageError (one line) when neither is there."""
+  path, vocab_size, dataset = workdir / record_lib.FILE_NAME, restored.model.vocab_size, restored.dataset
   try:
     facts = record_lib.read(workdir)
   except Exception as error:  # noqa: BLE001 (a damaged file: fall back as for an old workdir)
     warnings.append(f"{path} cannot be read ({first_line(error)}): using the dataset")
-    facts = None
-  if facts is not None and facts.vocab_size != vocab_size:
-    warnings.append(f"{path} is for V={facts.vocab_size}, the checkpoint has V={vocab_size}: using the dataset")
-    facts = None
-  if facts is not None and dataset and facts.identity != dataset:
-    warnings.append(f"{path} is another run's (its data is {facts.identity!r}, the checkpoint trained on "
-                    f"{dataset!r}): using the dataset")
-    facts = None
-  if facts is not None:
-    return facts
+  else:
+    if facts is not None and facts.vocab_size != vocab_size:
+      warnings.append(f"{path} is for V={facts.vocab_size}, the checkpoint has V={vocab_size}: using the dataset")
+    elif facts is not None and dataset and facts.identity != dataset:
+      warnings.append(f"{path} is another run's (its data is {facts.identity!r}, the checkpoint trained on "
+                      f"{dataset!r}): using the dataset")
+    elif facts is not None:
+      return facts
   from tied_embed.data import bigram as data  # noqa: PLC0415 (TFDS only for workdirs that have no report_data.npz)
 
   try:
-    bigrams = data.load_existing_bigram_data(config, str(workdir))
+    bigrams = data.load_existing_bigram_data(restored.config, str(workdir))
   except (UsageError, OSError) as error:
     raise UsageError(f"--workdir={str(workdir)!r} has no usable {record_lib.FILE_NAME}, and the dataset its config"
                      f" names cannot be read instead (inspection makes none): {error}") from None
@@ -217,21 +240,28 @@ def _data_facts(
 
 
 def _draw(
-    report: dict[str, Any], report_dir: pathlib.Path, lookup_table: np.ndarray, projection_table: np.ndarray,
+    report: dict[str, Any], workdir: pathlib.Path, lookup_table: np.ndarray, projection_table: np.ndarray,
     facts: record_lib.InspectionData, provenance: dict[str, np.ndarray],
     series: dict[str, tuple[np.ndarray, np.ndarray]],
 ) -> None:
-  """Write the PNGs, the TensorBoard images and report.md; record their paths in `report`."""
+  """Write the PNGs, the TensorBoard images and report.md into WORKDIR/report (replacing each file whole, a link
+  there replaced, never written through); record their paths in `report`. OSError saying why where it cannot."""
   from tied_embed.inspection import plots  # noqa: PLC0415 (CLU/TensorFlow only when drawing)
 
+  report_dir = workdir / "report"
+  if report_dir.is_symlink():
+    raise OSError(f"{report_dir} is a symbolic link (inspection writes only inside the workdir)")
+  try:
+    report_dir.mkdir(exist_ok=True)
+  except OSError as error:
+    raise OSError(f"{report_dir} cannot be created ({error.strerror or error})") from None  # e.g. a file there
   vocab_size = facts.vocab_size
   shown = np.arange(vocab_size) if vocab_size <= _HEATMAP_MAX_TOKENS else np.sort(
       np.argsort(-facts.input_counts, kind="stable")[:_HEATMAP_ZOOM_TOKENS])
-  learned = report_lib.learned_log_probs(lookup_table, projection_table, shown)[:, shown]
-  true = facts.true_log_probs.rows(shown)[:, shown]
+  learned = log_softmax(np.asarray(lookup_table, np.float64)[shown] @ np.asarray(projection_table, np.float64).T)
   figures = {
-      "heatmaps": plots.heatmaps_figure(learned, true, facts.reference_name,
-                                        None if len(shown) == vocab_size else shown, vocab_size,
+      "heatmaps": plots.heatmaps_figure(learned[:, shown], facts.true_log_probs.rows(shown)[:, shown],
+                                        facts.reference_name, None if len(shown) == vocab_size else shown, vocab_size,
                                         None if facts.tokenizer is None else facts.tokenizer.label),
       "loss_curves": plots.loss_curves_figure(series, facts.loss_floor, report["step"]),
       "provenance": plots.provenance_figure(provenance["lookup_total"], provenance["projection_total"],
@@ -240,7 +270,7 @@ def _draw(
   report["pictures"] = plots.write_pictures(report_dir, figures, report["step"])
   report["report_md"] = str(report_dir / "report.md")
   try:
-    files.write_bytes(report_dir, "report.md", format_markdown(report).encode())
+    write_atomically(report_dir / "report.md", format_markdown(report).encode())
   except OSError:
     del report["pictures"], report["report_md"]
     raise

@@ -1,9 +1,5 @@
-"""The report's pictures: matplotlib figures (Agg, no pyplot state), saved as PNGs and as TensorBoard images.
-
-Each `*_figure` function returns a `matplotlib.figure.Figure`; `write_pictures` renders them to
-`<report_dir>/<name>.png` and as image summaries (CLU's `SummaryWriter`): the TensorBoard run `report` beside the
-training curves, one events file per inspected step, replaced when that step is inspected again.
-"""
+"""The report's pictures: matplotlib figures (Agg, no pyplot state), saved as PNGs and as TensorBoard images (the
+TensorBoard run `report` beside the training curves, one events file per inspected step)."""
 
 from __future__ import annotations
 
@@ -15,7 +11,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tied_embed.inspection import files
+from tied_embed.util import write_atomically
 
 
 def heatmaps_figure(
@@ -24,11 +20,10 @@ def heatmaps_figure(
 ) -> Figure:
   """Learned and true log P(next | current), side by side on one colour scale: (V, V), (V, V) → Figure.
 
-  `token_ids` (K,) ascending restricts both axes to those tokens (a readable block of a big vocabulary), labelled
-  with the ids, or with `label(id)` when given (which also labels a whole small vocabulary). (K, K) matrices, the
-  block already cut, are drawn as they are (pass `vocab_size` for the title). -inf (never observed) and nan
-  (unknown row) true entries are blank. The scale starts at the 1st percentile of the finite values, so a few
-  near-impossible pairs don't wash out the rest.
+  `token_ids` (K,) ascending restricts both axes to those tokens, labelled with the ids or `label(id)` (which also
+  labels a whole small vocabulary); (K, K) matrices, the block already cut, are drawn as they are (pass `vocab_size`
+  for the title). -inf and nan true entries are blank. The scale starts at the 1st percentile of the finite values,
+  so a few near-impossible pairs don't wash out the rest.
   """
   vocab_size = vocab_size or len(learned_log_probs)
   shown = np.arange(vocab_size) if token_ids is None else np.asarray(token_ids)
@@ -76,11 +71,9 @@ def loss_curves_figure(series: dict[str, tuple[np.ndarray, np.ndarray]], loss_fl
 
 
 def provenance_figure(lookup_total: np.ndarray, projection_total: np.ndarray, input_counts: np.ndarray) -> Figure:
-  """Each row's accumulated gradient by path against its input count: (V,), (V,), (V,) → Figure.
-
-  Log axes (x symlog when some token is never input, so count 0 still appears). Rows that learned only through
-  the projection (a zero lookup total, which a log axis cannot show) are ringed in red at their projection total.
-  """
+  """Each row's accumulated gradient by path against its input count: (V,), (V,), (V,) → Figure. Log axes (x symlog
+  when some token is never input, so count 0 still appears); rows that learned only through the projection (a zero
+  lookup total, which a log axis cannot show) are ringed in red at their projection total."""
   counts = np.asarray(input_counts, np.float64)
   lookup_total, projection_total = np.asarray(lookup_total, np.float64), np.asarray(projection_total, np.float64)
   fig = Figure(figsize=(7, 4.2), layout="constrained")
@@ -103,11 +96,9 @@ def provenance_figure(lookup_total: np.ndarray, projection_total: np.ndarray, in
 
 
 def write_pictures(report_dir: pathlib.Path, figures: dict[str, Figure], step: int) -> dict[str, str]:
-  """Save each figure as `<report_dir>/<name>.png` and as TensorBoard image `report/<name>` at `step`.
-
-  Each file is replaced whole (`files.write_bytes`); an events file holding images of `step` from an earlier call
-  is deleted first (no second copy). Returns {name: PNG file name relative to report_dir}.
-  """
+  """Save each figure as `<report_dir>/<name>.png` and as TensorBoard image `report/<name>` at `step`; each file is
+  replaced whole, and an events file holding images of `step` from an earlier call is deleted first (no second copy).
+  Returns {name: PNG file name relative to report_dir}."""
   from clu.metric_writers import SummaryWriter  # noqa: PLC0415 (TensorFlow stays out of `import tied_embed`)
 
   report_dir.mkdir(parents=True, exist_ok=True)
@@ -115,7 +106,7 @@ def write_pictures(report_dir: pathlib.Path, figures: dict[str, Figure], step: i
   for name, fig in figures.items():
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
-    files.write_bytes(report_dir, f"{name}.png", buffer.getvalue())
+    write_atomically(report_dir / f"{name}.png", buffer.getvalue())
     pictures[name] = f"{name}.png"
     canvas = FigureCanvasAgg(fig)  # rendered with Agg: (H, W, 3) uint8
     canvas.draw()
@@ -125,7 +116,6 @@ def write_pictures(report_dir: pathlib.Path, figures: dict[str, Figure], step: i
       path.unlink()
   writer = SummaryWriter(str(report_dir))
   writer.write_images(step, images)
-  writer.flush()
   writer.close()
   return pictures
 

@@ -1,9 +1,7 @@
-"""What a restored table learned, in numbers: pure NumPy over the (V, D) tables and the bigram data.
+"""What a restored table learned, in numbers: pure NumPy on plain arrays, so a notebook can call it on any table.
 
-Every function takes plain arrays, so a notebook can call it on any table. The learned scores are
-`S = lookup @ projection.T` (V, V) (`E·Eᵀ` tied, `input·outputᵀ` untied); after token i the model predicts
-`softmax(S[i])`. `build_report` assembles the JSON-ready dict `python -m tied_embed.inspection` prints, forming S and
-the reference one block of rows at a time (`sources.LogProbRows`): memory grows with V·D and the rows shown, not V².
+The learned scores are `S = lookup @ projection.T` (V, V) (`E·Eᵀ` tied, `input·outputᵀ` untied); after token i the
+model predicts `softmax(S[i])`.
 """
 
 from __future__ import annotations
@@ -24,15 +22,12 @@ def score_matrix(lookup_table: np.ndarray, projection_table: np.ndarray) -> np.n
 
 
 def own_score_rank(scores: np.ndarray, token: int) -> tuple[float, int]:
-  """A token's own score (the squared norm when tied) and its rank in its row (1 = highest): scores (V, V), token i
-  → (S[i, i], 1 + #{j : S[i, j] > S[i, i]})."""
-  return row_own_rank(np.asarray(scores[token]), token)
-
-
-def row_own_rank(scores_row: np.ndarray, token: int) -> tuple[float, int]:
-  """`own_score_rank` from row i of S alone: (V,), i → (S[i, i], rank)."""
-  own = float(scores_row[token])
-  return own, 1 + int(np.sum(scores_row > own))
+  """A token's own score (the squared norm when tied) and its rank in its row (1 = highest): S (V, V) or its row i
+  (V,), token i → (S[i, i], 1 + #{j : S[i, j] > S[i, i]})."""
+  row = np.asarray(scores)
+  row = row[token] if row.ndim == 2 else row
+  own = float(row[token])
+  return own, 1 + int(np.sum(row > own))
 
 
 def top_next(scores_row: np.ndarray, true_log_probs_row: np.ndarray, k: int) -> list[dict[str, Any]]:
@@ -46,17 +41,15 @@ def top_next(scores_row: np.ndarray, true_log_probs_row: np.ndarray, k: int) -> 
 
 
 def fit_to_truth(scores: np.ndarray, true_log_probs: np.ndarray) -> dict[str, Any]:
-  """How well S fits the true log-probabilities once each row's additive constant is removed.
-
-  Both (V, V). Softmax ignores a per-row constant, so each row of both matrices is centred on its mean over the
-  row's finite true entries; -inf (never observed) and nan (unknown row) entries are skipped, as are rows with
-  fewer than two finite entries. Returns {correlation, mean_abs_error, entries, rows}.
-  """
+  """How well S fits the true log-probabilities once each row's additive constant (which softmax ignores) is
+  removed: (V, V), (V, V) → {correlation, mean_abs_error, entries, rows}. Each row of both is centred on its mean over
+  the row's finite true entries; -inf (never observed) and nan (unknown row) entries are skipped, as are rows with
+  fewer than two finite entries."""
   scores, true_log_probs = np.asarray(scores, np.float64), np.asarray(true_log_probs, np.float64)
-  return fit_by_rows(lambda ids: (scores[ids], true_log_probs[ids]), len(scores))
+  return _fit_by_rows(lambda ids: (scores[ids], true_log_probs[ids]), len(scores))
 
 
-def fit_by_rows(rows: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], vocab_size: int) -> dict[str, Any]:
+def _fit_by_rows(rows: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], vocab_size: int) -> dict[str, Any]:
   """`fit_to_truth` from a function of row ids (K,) → (scores (K, V), true log-probs (K, V)), summed by blocks."""
   totals = np.zeros(7)  # entries, Σx, Σy, Σx², Σy², Σxy, Σ|x - y| over centred learned x and true y
   rows_used = 0
@@ -81,13 +74,10 @@ def fit_by_rows(rows: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], voc
           "rows": rows_used}
 
 
-def lookup_share(lookup_total: np.ndarray, projection_total: np.ndarray) -> np.ndarray:
-  """Each row's share of accumulated gradient that came through the lookup: (V,), (V,) → (V,) float64 (the
-  projection's is 1 minus it; nan for rows that got no gradient)."""
-  lookup_total = np.asarray(lookup_total, np.float64)
-  total = lookup_total + np.asarray(projection_total, np.float64)
+def _share(part: np.ndarray, total: np.ndarray) -> np.ndarray:
+  """part / total per row, nan where the row got no gradient (total 0)."""
   with np.errstate(invalid="ignore", divide="ignore"):
-    return np.where(total > 0, lookup_total / total, np.nan)
+    return np.where(total > 0, part / total, np.nan)
 
 
 def provenance_summary(lookup_total: np.ndarray, projection_total: np.ndarray, k: int) -> dict[str, Any]:
@@ -99,7 +89,7 @@ def provenance_summary(lookup_total: np.ndarray, projection_total: np.ndarray, k
     rows that were looked up at all (the projection-only rows are listed above).
   """
   lookup_total, projection_total = np.asarray(lookup_total, np.float64), np.asarray(projection_total, np.float64)
-  share = lookup_share(lookup_total, projection_total)
+  share = _share(lookup_total, lookup_total + projection_total)
   projection_only = np.flatnonzero((lookup_total == 0) & (projection_total > 0))
   valid = np.flatnonzero(np.isfinite(share))
   looked_up = valid[lookup_total[valid] > 0]
@@ -115,13 +105,93 @@ def provenance_summary(lookup_total: np.ndarray, projection_total: np.ndarray, k
     stats = dict(zip(("min", "p25", "median", "p75", "max"), map(float, quantiles), strict=True))
     stats["mean"] = float(shares.mean())
   return {
-      "lookup_sum": float(lookup_total.sum()),
-      "projection_sum": float(projection_total.sum()),
-      "projection_only": [int(i) for i in projection_only],
-      "lookup_share": stats,
+      "lookup_sum": float(lookup_total.sum()), "projection_sum": float(projection_total.sum()),
+      "projection_only": [int(i) for i in projection_only], "lookup_share": stats,
       "most_lookup": rows(valid[np.argsort(-shares, kind="stable")[:k]]),
       "most_projection": rows(looked_up[np.argsort(share[looked_up], kind="stable")[:k]]),
   }
+
+
+def undertrained_summary(
+    lookup_table: np.ndarray, lookup_total: np.ndarray, projection_total: np.ndarray, input_counts: np.ndarray,
+    k: int, label: Callable[[int], str] = str,
+) -> dict[str, Any]:
+  """The rows to distrust: a row seldom the current token gets almost all of its gradient through the projection.
+
+  (V, D) lookup table, (V,) gradient totals and train counts, k → {never_looked_up (rows with no lookup gradient),
+  of_them_never_in_train, spearman (lookup total vs train count; None if either is constant), rows (the k least
+  looked up, fewest train counts first among ties: id, label, train_count, lookup_total, projection_share, norm,
+  neighbours: the 3 nearest by cosine [{id, label, cosine}])}.
+  """
+  from scipy import stats  # noqa: PLC0415 (only when a report is built)
+
+  table = np.asarray(lookup_table, np.float64)
+  lookup_total, projection_total = np.asarray(lookup_total, np.float64), np.asarray(projection_total, np.float64)
+  counts = np.asarray(input_counts, np.int64)
+  norms = np.linalg.norm(table, axis=1)
+  unit = table / np.maximum(norms, 1e-30)[:, None]
+  projection_share = _share(projection_total, lookup_total + projection_total)
+  never = lookup_total == 0
+  spearman = None
+  if np.ptp(lookup_total) > 0 and np.ptp(counts) > 0:
+    spearman = float(stats.spearmanr(lookup_total, counts).statistic)
+  rows = []
+  for i in np.lexsort((counts, lookup_total))[:k]:
+    cosines = unit @ unit[i]
+    cosines[i] = -np.inf
+    nearest = np.argsort(-cosines, kind="stable")[:3]
+    rows.append({
+        "id": int(i), "label": label(int(i)), "train_count": int(counts[i]), "lookup_total": float(lookup_total[i]),
+        "projection_share": None if np.isnan(projection_share[i]) else float(projection_share[i]),
+        "norm": float(norms[i]),
+        "neighbours": [{"id": int(j), "label": label(int(j)), "cosine": float(cosines[j])} for j in nearest],
+    })
+  return {"never_looked_up": int(never.sum()), "of_them_never_in_train": int((never & (counts == 0)).sum()),
+          "spearman": spearman, "rows": rows}
+
+
+def path_cosines(lookup: np.ndarray, projection: np.ndarray) -> np.ndarray:
+  """Row-wise cosine of two (K, D) arrays → (K,) float64; 0 where either row is all zero."""
+  lookup, projection = np.asarray(lookup, np.float64), np.asarray(projection, np.float64)
+  norms = np.linalg.norm(lookup, axis=1) * np.linalg.norm(projection, axis=1)
+  dots = np.sum(lookup * projection, axis=1)
+  return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+
+
+def path_direction_summary(directions: dict[str, np.ndarray], label: Callable[[int], str] = str) -> dict[str, Any]:
+  """Do the two paths pull a row the same way? Each tracked row's summed gradient through each path (the most
+  frequent rows, `tied_embed.core.step.TRACKED_ROWS`): {'rows': (K,), 'lookup': (K, D), 'projection': (K, D)} →
+  {'rows': [{id, label, cosine, lookup_norm, projection_norm}], 'median_cosine'}. A cosine near 1: the row's two
+  roles agree; near -1: they pull it apart; near 0: they act on unrelated directions."""
+  cosines = path_cosines(directions["lookup"], directions["projection"])
+  rows = [
+      {"id": int(row), "label": label(int(row)), "cosine": float(cosine),
+       "lookup_norm": float(np.linalg.norm(lookup)), "projection_norm": float(np.linalg.norm(projection))}
+      for row, cosine, lookup, projection in zip(
+          directions["rows"], cosines, directions["lookup"], directions["projection"], strict=True)
+  ]
+  return {"rows": rows, "median_cosine": float(np.median(cosines)) if len(cosines) else None}
+
+
+def sample_tokens(lookup_table: np.ndarray, projection_table: np.ndarray, start: int, num_tokens: int,
+                  temperature: float, seed: int) -> list[int]:
+  """`num_tokens` ids drawn one after another from softmax(S[current] / temperature), starting after `start`; a pure
+  function of (tables, start, seed). Temperature 0 takes the likeliest token each time; the scores are shifted by
+  their maximum before the division, so any temperature > 0 samples (among the likeliest tokens when the others
+  fall to -inf, as the limit T → 0 does)."""
+  lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
+  rng = np.random.default_rng(seed)
+  token, drawn = start, []
+  for _ in range(num_tokens):
+    scores = lookup[token] @ projection.T
+    if temperature == 0:
+      token = int(np.argmax(scores))
+    else:
+      with np.errstate(over="ignore"):  # scores far below the maximum become -inf: probability 0
+        probs = np.exp(log_softmax(((scores - scores.max()) / temperature)[None]))[0]
+      token = int(rng.choice(len(probs), p=probs / probs.sum()))
+    drawn.append(token)
+  return drawn
 
 
 def parameter_summary(vocab_size: int, d_model: int, tied: bool, hidden: str = "none") -> dict[str, Any]:
@@ -136,11 +206,6 @@ def token_label(token: int, source: str) -> str:
   return sources.get(source).token_label(token)
 
 
-def token_label_of(source: str, tokenizer: Any) -> Callable[[int], str]:
-  """How the report names tokens: the run's tokenizer's labels when it has one, else as the source shows them."""
-  return sources.get(source).token_label if tokenizer is None else tokenizer.label
-
-
 def build_report(
     lookup_table: np.ndarray, projection_table: np.ndarray, *, tied: bool, source: str,
     true_log_probs: np.ndarray | LogProbRows, lookup_total: np.ndarray, projection_total: np.ndarray,
@@ -150,8 +215,9 @@ def build_report(
 
   S = `lookup_table[ids] · projection_tableᵀ` (with a hidden map W, pass E_in · W as the lookup table). Keys: scores
   (what S is), parameters, tokens (one entry per requested token, ids already checked to lie in [0, V)), fit,
-  provenance. Only the requested rows of S and the true table are formed whole; the fit runs over blocks of rows.
-  `label(id)` names a token (default: as the source shows it).
+  provenance. Only the requested rows of S and the true table are formed whole, the fit running over blocks of rows
+  (`LogProbRows`): memory grows with V·D and the rows shown, not V². `label(id)` names a token (default: as the
+  source shows it).
   """
   vocab_size, d_model = np.shape(lookup_table)
   lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
@@ -162,34 +228,23 @@ def build_report(
   truth_rows = true_rows.rows(ids) if ids.size else np.zeros((0, vocab_size))
   token_entries = []
   for token, scores_row, truth_row in zip(tokens, score_rows, truth_rows, strict=True):
-    own, rank = row_own_rank(scores_row, token)
+    own, rank = own_score_rank(scores_row, token)
     predicted = top_next(scores_row, truth_row, top_k)
     for entry in predicted:
       entry["label"] = label(entry["id"])
     token_entries.append({"id": token, "label": label(token), "own_score": own, "own_rank": rank, "top": predicted})
   provenance = provenance_summary(lookup_total, projection_total, top_k)
-  for key in ("most_lookup", "most_projection"):
-    for entry in provenance[key]:
-      entry["label"] = label(entry["id"])
+  for entry in provenance["most_lookup"] + provenance["most_projection"]:
+    entry["label"] = label(entry["id"])
+  if hidden == "linear":
+    scores = ("E·W·Eᵀ (tied table with a hidden map W: W's antisymmetric part lets S differ from Sᵀ)" if tied
+              else "input·W·outputᵀ (untied model with a hidden map W)")
+  else:
+    scores = "E·Eᵀ (tied table)" if tied else "input·outputᵀ (untied model: input and output tables differ)"
   return {
-      "scores": _scores_name(tied, hidden),
+      "scores": scores,
       "parameters": parameter_summary(vocab_size, d_model, tied, hidden),
       "tokens": token_entries,
-      "fit": fit_by_rows(lambda ids: (lookup[ids] @ projection.T, true_rows.rows(ids)), vocab_size),
+      "fit": _fit_by_rows(lambda ids: (lookup[ids] @ projection.T, true_rows.rows(ids)), vocab_size),
       "provenance": provenance,
   }
-
-
-def _scores_name(tied: bool, hidden: str) -> str:
-  if hidden == "linear":
-    if tied:
-      return "E·W·Eᵀ (tied table with a hidden map W: W's antisymmetric part lets S differ from Sᵀ)"
-    return "input·W·outputᵀ (untied model with a hidden map W)"
-  return "E·Eᵀ (tied table)" if tied else "input·outputᵀ (untied model: input and output tables differ)"
-
-
-def learned_log_probs(lookup_table: np.ndarray, projection_table: np.ndarray, ids: np.ndarray) -> np.ndarray:
-  """Rows of log softmax(S): (V, D), (V, D), ids (K,) → (K, V) float64."""
-  lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
-  return log_softmax(lookup[ids] @ projection.T)
-

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from tied_embed.inspection.path_directions import format_path_directions
-from tied_embed.inspection.undertrained import format_undertrained
-
 _LIST_LIMIT = 20  # longer id lists are cut, with a count, so a big vocabulary doesn't flood the terminal
 
 
@@ -43,9 +40,10 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
   own_name = "|e_i|²" if cfg["tied"] else "in_i·out_i"
   probability_name = run["reference"]  # 'true' or 'empirical', as the source says
   for token in report["tokens"]:
+    name = str(token["id"]) if token["label"] == str(token["id"]) else f"{token['label']} (id {token['id']})"
     lines += [
         "",
-        f"token {_token_name(token)}: own score {own_name} = {token['own_score']:.4f},"
+        f"token {name}: own score {own_name} = {token['own_score']:.4f},"
         f" rank {token['own_rank']} of {vocab_size} in its row",
         f"  {'next':>8}  {'model':>7}  {probability_name:>9}",
         *(f"  {entry['label']:>8}  {entry['model_prob']:7.4f}  {_num(entry['true_prob']):>9}"
@@ -66,9 +64,29 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
       "  most projection-heavy looked-up rows: " + _skewed(prov["most_projection"]),
   ]
   if "undertrained" in report:
-    lines += ["", *format_undertrained(report["undertrained"])]
-  if report.get("path_directions"):
-    lines += ["", *format_path_directions(report["path_directions"])]
+    under = report["undertrained"]
+    lines += [
+        "",
+        f"under-trained rows (least lookup gradient; Spearman of lookup total vs train count: "
+        f"{_num(under['spearman'], '.3f')})",
+        f"  never looked up: {under['never_looked_up']} rows ({under['of_them_never_in_train']} of them never"
+        f" current in train)",
+        f"  {'token':>12}  {'train':>7}  {'lookup':>8}  {'proj share':>10}  {'norm':>6}  nearest (cosine)",
+    ]
+    for row in under["rows"]:
+      neighbours = ", ".join(f"{n['label']} ({n['cosine']:.2f})" for n in row["neighbours"])
+      lines.append(f"  {row['label']:>12}  {row['train_count']:7d}  {row['lookup_total']:8.3g}"
+                   f"  {_num(row['projection_share'], '.3f'):>10}  {row['norm']:6.3f}  {neighbours}")
+  if report.get("path_directions"):  # the first 8 tracked rows, most frequent first
+    paths = report["path_directions"]
+    lines += [
+        "",
+        f"path directions (the most frequent rows: cosine between each path's summed gradient; median "
+        f"{paths['median_cosine']:.3f})",
+        f"  {'token':>12} {'cosine':>8} {'|lookup|':>9} {'|projection|':>13}",
+        *(f"  {row['label']:>12} {row['cosine']:8.3f} {row['lookup_norm']:9.3g} {row['projection_norm']:13.3g}"
+          for row in paths["rows"][:8]),
+    ]
   if report.get("asymmetry"):
     budget = report["asymmetry"]
     sampled = f", estimated on {int(budget['tokens'])} sampled tokens" if budget["sampled"] else ""
@@ -93,6 +111,21 @@ def format_markdown(report: dict[str, Any]) -> str:
   for name, path in report["pictures"].items():
     parts += ["", f"## {titles.get(name, name)}", "", f"![{name}]({path})"]
   return "\n".join(parts) + "\n"
+
+
+def format_continuation(result: dict[str, Any]) -> str:
+  """The CLI's text for `continue_prompt`'s dict: control characters from the training text shown escaped
+  (`printable`); the sampled text keeps its line breaks, each following line indented as the first."""
+  tokens = " ".join(printable(token["label"]) for token in result["prompt_tokens"])
+  last = result["prompt_tokens"][-1]
+  lines = [f"prompt   {result['prompt']!r} → tokens {tokens}  (step {result['step']})",
+           f"after {printable(last['label'])} (id {last['id']}):", f"  {'next':>12}  {'prob':>7}"]
+  lines += [f"  {printable(entry['label']):>12}  {entry['prob']:7.4f}" for entry in result["next"]]
+  if "generated" in result:
+    shown = printable(result["text"], keep="\n").replace("\n", "\n  ")
+    lines += ["", f"sampled  {len(result['generated'])} tokens, temperature {result['temperature']:g},"
+              f" seed {result['seed']}:", f"  {shown}"]
+  return "\n".join(lines)
 
 
 def _by_input_frequency(buckets: dict[str, dict[str, Any]] | None) -> list[str]:
@@ -121,18 +154,13 @@ def _gap(run: dict[str, Any]) -> str:
   return f"{run['gap']:.4f} ({100 * run['gap'] / run['loss_floor']:.2f}% of floor)"
 
 
-def _num(value: float | None) -> str:
-  return "n/a" if value is None else f"{value:.4f}"
+def _num(value: float | None, spec: str = ".4f") -> str:
+  return "n/a" if value is None else format(value, spec)
 
 
 def _ids(ids: list[int]) -> str:
   shown = ", ".join(map(str, ids[:_LIST_LIMIT]))
   return shown + (f", … ({len(ids)} in all)" if len(ids) > _LIST_LIMIT else "")
-
-
-def _token_name(token: dict[str, Any]) -> str:
-  label, token_id = token["label"], str(token["id"])
-  return token_id if label == token_id else f"{label} (id {token_id})"
 
 
 def _skewed(rows: list[dict[str, Any]]) -> str:

@@ -1,11 +1,8 @@
-"""Model selection on the selection split: the best eval so far by select/loss, and early stopping's count.
+"""Model selection on the selection split (data.selection_fraction > 0, never trained on), and early stopping.
 
-With data.selection_fraction > 0 every eval also scores the selection split (never trained on). An eval whose
-select/loss is lower than the best so far by more than train.min_delta (0: any decrease) is the new best step; its
-checkpoint is kept beside the newest ones. So the best step's select/loss is within min_delta of the lowest seen, and
-a run that creeps down by less than that (converged, by that measure) keeps an earlier best step, as Flax's and
-Keras's early stopping judge an improvement. With train.early_stopping_patience = P > 0 the run stops at the P-th
-eval after the best one without a new best.
+An eval whose select/loss is below the best so far by more than train.min_delta (0: any decrease) is the new best
+step, as Flax's and Keras's early stopping judge an improvement: a run creeping down by less keeps an earlier best.
+With train.early_stopping_patience = P > 0 the run stops at the P-th eval after the best without a new best.
 `Selection` is saved in every checkpoint's manifest, so a resumed run stops at the same step as one that ran through.
 """
 

@@ -1,29 +1,31 @@
 """Orbax checkpoints of a run: WORKDIR/checkpoints/<step>/ with the train state (`TrainState`'s nnx.State as a pure
 dict), the config (JSON) and a manifest (JSON: array fingerprints, the config's checksum, the dataset's identity).
 
-The saved config rebuilds the state's structure and the arrays are read straight into the shardings asked for, so a
-checkpoint written on one mesh restores on another. A run killed mid-save leaves only a `.orbax-checkpoint-tmp`
-directory, deleted by the next run. A finalized checkpoint that does not read back whole, or disagrees with its
-manifest, is damaged: `restore` skips it and a resuming run moves it to WORKDIR/damaged_checkpoints/.
-
-With a selection split each checkpoint also carries Orbax metrics ({'step'}, and 'select_loss' at an eval), by which
-retention keeps the best one beside the newest; its manifest records the same select_loss and the run's `Selection`.
+Arrays are read straight into the shardings asked for, so a checkpoint written on one mesh restores on another. A
+save killed before it was finalized leaves a `.orbax-checkpoint-tmp` directory, deleted by the next run. A finalized
+checkpoint that does not read back whole, or disagrees with its manifest, is damaged: `restore` skips it and a
+resuming run moves it to WORKDIR/damaged_checkpoints/. With a selection split, Orbax metrics ({'step'}, and
+'select_loss' at an eval) let retention keep the best checkpoint beside the newest; the manifest records the same.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import json
 import logging
 import math
 import pathlib
+import re
 import shutil
 import traceback
 from typing import Any
 
 import jax
 import ml_collections
+import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 from jax.experimental import multihost_utils
@@ -32,12 +34,11 @@ from orbax.checkpoint.checkpoint_manager import METRIC_ITEM_NAME
 from orbax.checkpoint.checkpoint_managers import preservation_policy
 
 from tied_embed.core import optim
-from tied_embed.core.model import build_model
+from tied_embed.core.model import Model, build_model
 from tied_embed.core.step import TrainState
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.train.best_step import Selection
 from tied_embed.train.integrity import check_arrays, check_config, check_metrics, config_checksum, fingerprint
-from tied_embed.train.restored import Restored, reason, unreadable
 from tied_embed.util import RunStopped, UsageError, drop_unraisable, first_line
 
 log = logging.getLogger(__name__)
@@ -60,11 +61,70 @@ def damaged_dir(workdir: str | pathlib.Path) -> pathlib.Path:
   return pathlib.Path(workdir).absolute() / "damaged_checkpoints"
 
 
+# TensorStore appends what it was opening to its errors (` [tensorstore_spec='{...}']`, ` [source locations='...']`).
+_ANNOTATIONS = re.compile(r" \[(?:tensorstore_spec|source locations)\b")
+
+
+def reason(error: BaseException, limit: int = 400) -> str:
+  """Why a checkpoint did not read back: 'TypeName: message' on one line, cut to `limit` characters. Orbax wraps a
+  failed TensorStore read in an error dozens of lines long; the error it wraps is named instead, unannotated."""
+  while error.__cause__ is not None and "See full TensorStore details" in str(error):
+    error = error.__cause__
+  text = _ANNOTATIONS.split(first_line(error, limit=1 << 20))[0]
+  return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def unreadable(directory: pathlib.Path, step: int, error: BaseException) -> str:
+  """'checkpoint 60 at WORKDIR/checkpoints/60 is damaged: <reason>', `directory` being WORKDIR/checkpoints."""
+  return f"checkpoint {step} at {directory / str(step)} is damaged: {reason(error)}"
+
+
+@dataclasses.dataclass
+class Restored:
+  """A checkpoint `restore` read: its step, the config it was trained with, its manifest and its train state."""
+
+  step: int
+  config: ml_collections.ConfigDict
+  manifest: dict
+  state: nnx.State | None = None  # in the layout asked for; None when read with arrays=False
+  graphdef: nnx.GraphDef | None = None  # the saved config's, when that gave the layout (no `target`)
+  directory: pathlib.Path | None = None  # WORKDIR/checkpoints
+  damaged: list[tuple[int, Exception]] = dataclasses.field(default_factory=list)  # newer ones that failed, newest first
+
+  @functools.cached_property
+  def train_state(self) -> TrainState:
+    return nnx.merge(self.graphdef, self.state)
+
+  @property
+  def model(self) -> Model:
+    return self.train_state.model
+
+  @functools.cached_property
+  def provenance(self) -> dict[str, np.ndarray]:
+    """'lookup_total', 'projection_total': (V,) float32."""
+    return {name: np.asarray(self.state[name][...]) for name in ("lookup_total", "projection_total")}
+
+  @functools.cached_property
+  def path_directions(self) -> dict[str, np.ndarray]:
+    """'rows': (K,) int32 tracked rows; 'lookup', 'projection': (K, D) float32, each path's summed gradient rows."""
+    names = {"rows": "tracked_rows", "lookup": "tracked_lookup", "projection": "tracked_projection"}
+    return {key: np.asarray(self.state[name][...]) for key, name in names.items()}
+
+  @property
+  def dataset(self) -> str:
+    """The identity of the data it trained on, as its manifest records it ('' if none was given)."""
+    return str(self.manifest.get("dataset", ""))
+
+  @property
+  def skipped(self) -> list[str]:
+    """Why each newer checkpoint was not read, one line each."""
+    return [unreadable(self.directory, step, error) for step, error in self.damaged]
+
+
 def selection_rank(metrics: dict[str, Any]) -> tuple[float, int]:
   """Rank by selection (Orbax's 'min' mode): the lowest select_loss, on a tie the earlier step (as
-  `Selection.record`); a checkpoint saved between evals has none and ranks worst. With train.min_delta > 0 an eval
-  lower by less than that is no new best, so there each eval's checkpoint ranks by the best select_loss so far: the
-  earliest holding the lowest is the best step."""
+  `Selection.record`); a checkpoint saved between evals ranks worst. With train.min_delta > 0 each eval's checkpoint
+  ranks by the best select_loss so far, so the earliest holding the lowest is the best step."""
   return metrics.get("best_select_loss", metrics.get("select_loss", math.inf)), metrics["step"]
 
 
@@ -87,11 +147,17 @@ def _manager(workdir: str | pathlib.Path, keep: int | None = None, *, read_only:
   return ocp.CheckpointManager(checkpoint_dir(workdir), options=options, item_names=("state", "config", "manifest"))
 
 
-def _metrics_problems(workdir: str | pathlib.Path) -> list[tuple[int, Exception]]:
-  """[(step, error)] of the checkpoints whose Orbax metrics do not read back or disagree with their manifest.
+def available_steps(workdir: str | pathlib.Path) -> list[int]:
+  """The steps with a finished checkpoint in `workdir`, ascending; [] if there are none."""
+  if not checkpoint_dir(workdir).is_dir():
+    return []
+  with _manager(workdir) as manager:
+    return sorted(manager.all_steps())
 
-  A ranking manager reads (and fails on) the metrics as soon as it opens the directory, so they are checked first
-  through one that does not rank."""
+
+def _metrics_problems(workdir: str | pathlib.Path) -> list[tuple[int, Exception]]:
+  """[(step, error)] of the checkpoints whose Orbax metrics do not read back or disagree with their manifest,
+  checked through a manager that does not rank: a ranking one reads (and fails on) them as soon as it opens."""
   if not checkpoint_dir(workdir).is_dir():
     return []
   problems = []
@@ -103,14 +169,6 @@ def _metrics_problems(workdir: str | pathlib.Path) -> list[tuple[int, Exception]
       except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
         problems.append((step, error))
   return problems
-
-
-def available_steps(workdir: str | pathlib.Path) -> list[int]:
-  """The steps with a finished checkpoint in `workdir`, ascending; [] if there are none."""
-  if not checkpoint_dir(workdir).is_dir():
-    return []
-  with _manager(workdir) as manager:
-    return sorted(manager.all_steps())
 
 
 def abstract_state(config: ml_collections.ConfigDict, mesh: Mesh) -> tuple[nnx.GraphDef, nnx.State]:
@@ -163,11 +221,10 @@ class Checkpointer:
 
   def save(self, step: int, state: nnx.State, config: ml_collections.ConfigDict, dataset: str = "",
            selection: Selection | None = None, select_loss: float | None = None) -> None:
-    """Starts writing checkpoint `step`; the arrays are copied off the device before this returns.
-
-    `dataset`: `tied_embed.data.bigram.dataset_identity`, so a resume on other data can be refused. With a selection
-    split, the run's `Selection` and `select_loss` at `step` (None between evals) go into the manifest, select_loss
-    (and with train.min_delta > 0 the best so far) also into the Orbax metrics retention ranks by."""
+    """Starts writing checkpoint `step`; the arrays are copied off the device before this returns. `dataset`
+    (`tied_embed.data.bigram.dataset_identity`) lets a resume on other data be refused. With a selection split, the
+    run's `Selection` and `select_loss` at `step` (None between evals) go into the manifest, select_loss (and with
+    train.min_delta > 0 the best so far) also into the Orbax metrics retention ranks by."""
     with self._errors_as_write_failed():
       self._manager.wait_until_finished()  # a failure of the save before this one is reported as that save's
     config_dict = config.to_dict()

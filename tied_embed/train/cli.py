@@ -158,26 +158,25 @@ def _usage_error(message: str) -> None:
   sys.exit(2)
 
 
-def _stop_during_start_up(signum: int, frame: object) -> None:
-  """Ctrl-C or SIGTERM before training's own handlers: nothing is written yet, so end at once (`os._exit`: an
-  exception raised here can land inside a library callback that swallows it)."""
-  print(f"error: stopped by {signal.Signals(signum).name} during start-up; nothing was written", file=sys.stderr)
-  os._exit(128 + signum)
-
-
-def _end_completed_run(signum: int, frame: object) -> None:
-  """Ctrl-C or SIGTERM once the run has completed: everything is written, so end at once with its status, 0."""
-  del signum, frame
+def _exit_now(status: int) -> None:
+  """Flushes the console and ends the process at once (`os._exit`: an exception raised in a signal handler can land
+  inside a library callback that swallows it, and the interpreter's shutdown can wait on or crash in its threads)."""
   sys.stderr.flush()
   sys.stdout.flush()
-  os._exit(0)
+  os._exit(status)
+
+
+def _stop_during_start_up(signum: int, frame: object) -> None:
+  """Ctrl-C or SIGTERM before training's own handlers: nothing is written yet, so end at once."""
+  print(f"error: stopped by {signal.Signals(signum).name} during start-up; nothing was written", file=sys.stderr)
+  _exit_now(128 + signum)
 
 
 def _completed() -> None:
   """The run has written everything: from here on (its closing lines, freeing its arrays, the interpreter's
-  shutdown) a Ctrl-C or SIGTERM ends the command with 0."""
+  shutdown) a Ctrl-C or SIGTERM ends the command at once with 0."""
   for signum in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(signum, _end_completed_run)
+    signal.signal(signum, lambda signum, frame: _exit_now(0))
 
 
 def _main(argv: list[str]) -> None:
@@ -205,12 +204,8 @@ def _main(argv: list[str]) -> None:
     print(f"error: {one_line(str(stop))}", file=sys.stderr)
     from tied_embed.train.signals import Preempted  # noqa: PLC0415 (loaded by the trainer already)
 
-    if isinstance(stop, Preempted) and stop.step is None:
-      # A signal during set-up: nothing is left to save, and interpreter shutdown with a compile or a data thread
-      # still running can crash (exit -11), so end at once.
-      sys.stderr.flush()
-      sys.stdout.flush()
-      os._exit(stop.exit_status)
+    if isinstance(stop, Preempted) and stop.step is None:  # set-up: a compile or data thread may still run
+      _exit_now(stop.exit_status)
     sys.exit(stop.exit_status)
   except Exception as error:  # noqa: BLE001 (anything else, e.g. a full disk under TensorFlow: still one line)
     if FLAGS.verbose:

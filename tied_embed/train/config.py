@@ -1,9 +1,7 @@
-"""A training config: every field, declared once, and the one check of a whole config.
-
-`FIELDS` declares each field the run machinery reads: default, what it allows, whether a resume may change it
-(`RESUMABLE`), meaning; a source's own data.* fields are declared and checked by it (`Source.fields`, `.validate`).
-`validate(config)` checks a whole config once, where a run starts, and writes nothing: below that, everything takes
-the config as checked. `python -m tied_embed.train.config` prints the docs' field list.
+"""A training config: every field declared once (`FIELDS`: default, what it allows, whether a resume may change it,
+meaning), and `validate`, the one check of a whole config, where a run starts; below that, everything takes the
+config as checked. A source declares and checks its own data.* fields (`Source.fields`, `.validate`).
+`python -m tied_embed.train.config` prints the docs' field list.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from tied_embed.data.base import is_int, is_number
 from tied_embed.fast.precision import COMPUTE_DTYPES
 from tied_embed.train import config_memory
 from tied_embed.train import mesh as mesh_lib
-from tied_embed.util import UsageError
+from tied_embed.util import UsageError, require
 
 INT32_MAX = 2**31 - 1
 
@@ -215,9 +213,6 @@ def as_python_values(config: ml_collections.ConfigDict) -> None:
         config[key] = value.item()
 
 
-Refusal = tuple[str, Any, str]  # (field path, its value, what is allowed): `UsageError.bad_value`'s arguments
-
-
 def validate(config: Any, num_devices: int | None = None, memory_bytes: int | None = None) -> None:
   """Raises UsageError (field, value, what is allowed) for the first bad field; None if `config` can be trained.
   NumPy scalars become Python numbers. The mesh must fit `num_devices` (default: jax.device_count()), the estimate
@@ -225,121 +220,98 @@ def validate(config: Any, num_devices: int | None = None, memory_bytes: int | No
   if not isinstance(config, ml_collections.ConfigDict):
     raise UsageError.bad_value("config", f"<{type(config).__name__}>", "an ml_collections.ConfigDict")
   as_python_values(config)
-  refusal = _name_refusal(config) or _value_refusal(config)
-  if refusal is None:
-    refusal, settings = _data_refusal(config)
-    refusal = refusal or _mesh_refusal(config, num_devices) or _memory_refusal(config, memory_bytes, settings)
-  if refusal is not None:
-    raise UsageError.bad_value(*refusal)
+  _check_names(config)
+  _check_values(config)
+  settings = validate_data(config)
+  _check_mesh(config, num_devices)
+  _check_memory(config, memory_bytes, settings)
 
 
-def _name_refusal(config: ml_collections.ConfigDict) -> Refusal | None:
+def _check_names(config: ml_collections.ConfigDict) -> None:
   """A field no one knows is a misspelling, refused with the nearest known name; a missing field raises."""
   leaves, known = leaf_paths(config), known_fields()
   for path, value in leaves.items():
     if path not in known:
       guess = "".join(f"; did you mean {name}?" for name in difflib.get_close_matches(path, known, n=1))
-      return path, value, f"a known config field (see configs/default.py){guess}"
+      raise UsageError.bad_value(path, value, f"a known config field (see configs/default.py){guess}")
   if missing := sorted(REQUIRED_FIELDS - leaves.keys()):
     raise UsageError(f"{missing[0]} is missing from the config: expected every field of configs/default.py")
-  return None
 
 
-def _value_refusal(config: ml_collections.ConfigDict) -> Refusal | None:
+def _check_values(config: ml_collections.ConfigDict) -> None:
   """Each field of `FIELDS` against its check, then each `DEPENDENT` field: off where it does nothing."""
   for field in FIELDS:
     value = get(config, field.path)
-    if field.check is not None and not field.check(value):
-      return field.path, value, field.allowed
+    require(field.check is None or field.check(value), field.path, value, field.allowed)
   for dependent in DEPENDENT:
     value = get(config, dependent.path)
     if dependent.off is not None and value != dependent.off and not dependent.active(config):
-      return dependent.path, value, f"{dependent.off!r} (off) unless {dependent.needs}"
-  return None
+      raise UsageError.bad_value(dependent.path, value, f"{dependent.off!r} (off) unless {dependent.needs}")
 
 
 def validate_data(config: Any) -> dict[str, Any]:
-  """`validate`'s data checks alone (seed, model.* and data.* suffice): UsageError, or → the source's settings."""
-  refusal, settings = _data_refusal(config)
-  if refusal is not None:
-    raise UsageError.bad_value(*refusal)
+  """`validate`'s data checks alone (seed, model.* and data.* suffice): data.source, the source's own checks,
+  data.data_dir and the selection split; UsageError, or → the source's settings."""
+  data, names = config.data, tuple(sorted(sources.REGISTRY))
+  require(data.get("source") in names, "data.source", data.get("source"), f"one of {names}")
+  source = sources.get(data.source)
+  source.validate(config)
+  _check_data_dir(data.get("data_dir", ""))
+  settings = source.settings(config)
+  _check_selection(data.get("selection_fraction", 0.0), source.num_pairs(settings)["train"])
   return settings
 
 
-def _data_refusal(config: Any) -> tuple[Refusal | None, dict[str, Any]]:
-  """data.source, the source's own checks (they raise), data.data_dir and the selection split; → (the refusal,
-  the source's settings: empty where refused before them)."""
-  data, names = config.data, tuple(sorted(sources.REGISTRY))
-  if data.get("source") not in names:
-    return ("data.source", data.get("source"), f"one of {names}"), {}
-  source = sources.get(data.source)
-  source.validate(config)
-  if (refusal := _data_dir_refusal(data.get("data_dir", ""))) is not None:
-    return refusal, {}
-  settings = source.settings(config)
-  return _selection_refusal(data.get("selection_fraction", 0.0), source.num_pairs(settings)["train"]), settings
-
-
-def _data_dir_refusal(data_dir: Any) -> Refusal | None:
+def _check_data_dir(data_dir: Any) -> None:
   """Unless `data_dir` ('' = inside the workdir) is, or can be made, a writable directory."""
-  if not isinstance(data_dir, str):
-    return "data.data_dir", data_dir, "a path ('' = <workdir>/data)"
+  require(isinstance(data_dir, str), "data.data_dir", data_dir, "a path ('' = <workdir>/data)")
   if not data_dir:
-    return None
+    return
   path = pathlib.Path(data_dir).expanduser().absolute()
   existing = next(p for p in (path, *path.parents) if p.exists() or p == p.parent)
-  if existing == path and not path.is_dir():
-    return "data.data_dir", data_dir, "a directory (this is an existing file)"
-  if not existing.is_dir():
-    return "data.data_dir", data_dir, f"a path that can be created ({existing} is a file)"
-  if not os.access(existing, os.W_OK | os.X_OK):
-    return "data.data_dir", data_dir, f"a writable directory ({existing} is not writable)"
-  return None
+  require(existing != path or path.is_dir(), "data.data_dir", data_dir, "a directory (this is an existing file)")
+  require(existing.is_dir(), "data.data_dir", data_dir, f"a path that can be created ({existing} is a file)")
+  require(os.access(existing, os.W_OK | os.X_OK), "data.data_dir", data_dir,
+          f"a writable directory ({existing} is not writable)")
 
 
-def _selection_refusal(fraction: float, num_train: int) -> Refusal | None:
+def _check_selection(fraction: float, num_train: int) -> None:
   """The selection split holds round(fraction · N) of the N train pairs (the source's count): refused where that is
   no pair. What it leaves to train on is never empty (fraction < 0.5)."""
   held_out = round(fraction * num_train)
-  if fraction == 0 or held_out >= 1:
-    return None
-  return ("data.selection_fraction", fraction, f"0, or a share holding out at least 1 of the {num_train:,} train "
-          f"pairs (round({fraction!r} · {num_train:,}) = {held_out})")
+  require(fraction == 0 or held_out >= 1, "data.selection_fraction", fraction, f"0, or a share holding out at least "
+          f"1 of the {num_train:,} train pairs (round({fraction!r} · {num_train:,}) = {held_out})")
 
 
-def _mesh_refusal(config: ml_collections.ConfigDict, num_devices: int | None) -> Refusal | None:
+def _check_mesh(config: ml_collections.ConfigDict, num_devices: int | None) -> None:
   """V splits over mesh.model and the batch over mesh.data; mesh_lib refuses a mesh the devices can't hold."""
   num_devices = jax.device_count() if num_devices is None else num_devices
   data_size, model_size = mesh_lib.mesh_shape(config.mesh, num_devices)
   vocab_size, batch_size = config.model.vocab_size, config.train.batch_size
-  if vocab_size % model_size:
-    return "mesh.model", model_size, f"a divisor of model.vocab_size={vocab_size} (the table is split along V)"
-  if batch_size % data_size:
-    return "mesh.data", data_size, f"a divisor of train.batch_size={batch_size} (the batch is split along data)"
+  require(vocab_size % model_size == 0, "mesh.model", model_size,
+          f"a divisor of model.vocab_size={vocab_size} (the table is split along V)")
+  require(batch_size % data_size == 0, "mesh.data", data_size,
+          f"a divisor of train.batch_size={batch_size} (the batch is split along data)")
   mesh_lib.check_mesh_fits_processes(data_size, model_size, num_devices, jax.process_count())
-  return None
 
 
 def check_memory(config: ml_collections.ConfigDict, memory_bytes: int) -> None:
   """`validate`'s memory check alone: UsageError if the config does not fit in `memory_bytes`."""
-  if (refusal := _memory_refusal(config, memory_bytes, None)) is not None:
-    raise UsageError.bad_value(*refusal)
+  _check_memory(config, memory_bytes, None)
 
 
-def _memory_refusal(config: ml_collections.ConfigDict, memory_bytes: int | None,
-                    settings: dict[str, Any] | None) -> Refusal | None:
-  """Where the estimate + RUNTIME_BYTES > `memory_bytes` (default: this machine's): names the largest term and the
-  field it grows with that is set to the largest number."""
+def _check_memory(config: ml_collections.ConfigDict, memory_bytes: int | None, settings: dict[str, Any] | None) -> None:
+  """Refused where the estimate + RUNTIME_BYTES > `memory_bytes` (default: this machine's), naming the largest term
+  and, of the fields it grows with, the one set to the largest number."""
   memory_bytes = config_memory.available_memory() if memory_bytes is None else memory_bytes
   terms = config_memory.memory_estimate(config, settings)
   total = config_memory.RUNTIME_BYTES + sum(term.bytes for term in terms)
-  if total <= memory_bytes:
-    return None
-  largest = max(terms, key=lambda term: term.bytes)
-  field = max(largest.fields, key=lambda path: float(get(config, path)) if is_number(get(config, path)) else 0.0)
-  gib = config_memory.gib
-  return (field, get(config, field), f"a config that fits in this machine's {gib(memory_bytes)} of memory: it "
-          f"needs about {gib(total)}, {gib(largest.bytes)} of it for {largest.what}")
+  if total > memory_bytes:
+    largest = max(terms, key=lambda term: term.bytes)
+    field = max(largest.fields, key=lambda path: float(get(config, path)) if is_number(get(config, path)) else 0.0)
+    gib = config_memory.gib
+    raise UsageError.bad_value(field, get(config, field), f"a config that fits in this machine's {gib(memory_bytes)} "
+                               f"of memory: it needs about {gib(total)}, {gib(largest.bytes)} of it for {largest.what}")
 
 
 def hparams(config: ml_collections.ConfigDict) -> dict[str, Any]:

@@ -1,9 +1,5 @@
-"""The jitted evaluation: per-token losses of a batch, and a running total chained batch after batch; and
-`Evaluator`, which scores a whole held-out split on the mesh with it.
-
-Each pair is scored by the model itself (`model(ids)`, tied_embed/core/loss.py); with `model.dtype = bfloat16`
-the projection's matmul takes bfloat16 operands, as the step's does (tied_embed/fast/precision.py).
-"""
+"""The jitted evaluation, through the model itself (`model(ids)`, tied_embed/core/loss.py; with model.dtype =
+bfloat16 the projection's matmul takes bfloat16 operands, as the step's does), and the held-out splits it scores."""
 
 from __future__ import annotations
 
@@ -46,35 +42,17 @@ def _eval_losses(
 def make_eval_losses(
     graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str = "float32"
 ) -> Callable[..., jax.Array]:
-  """jit(state, ids (E,), next_ids (E,)) → per-token losses (E,) float32, matmuls in `compute_dtype`.
-
-  Tokens are scored `chunk_size` at a time (all at once if 0), so no more than (chunk_size, V) logits are live.
-  """
+  """jit(state, ids (E,), next_ids (E,)) → per-token losses (E,) float32, matmuls in `compute_dtype`, scored
+  `chunk_size` tokens at a time (all at once if 0), so no more than (chunk_size, V) logits are live."""
   return jax.jit(lambda state, ids, next_ids: _eval_losses(graphdef, chunk_size, compute_dtype, state, ids, next_ids))
-
-
-def make_eval_total(
-    graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str = "float32"
-) -> Callable[..., jax.Array]:
-  """jit(state, total () float32, ids (E,), next_ids (E,)) → total + the batch's summed per-token losses.
-
-  Each call consumes the previous call's total, so the batches of an evaluation run one after the other on
-  every device, never as independent programs in flight together.
-  """
-  return jax.jit(
-      lambda state, total, ids, next_ids: total
-      + _eval_losses(graphdef, chunk_size, compute_dtype, state, ids, next_ids).sum()
-  )
 
 
 def make_bucket_totals(
     graphdef: nnx.GraphDef, chunk_size: int, num_buckets: int, compute_dtype: str = "float32"
 ) -> Callable[..., tuple[jax.Array, jax.Array]]:
-  """jit(state, total (), bucket_totals (K,), ids (E,), next_ids (E,), buckets (E,) int32) → (total, bucket_totals).
-
-  `make_eval_total`'s running total, and beside it the batch's per-token losses summed by the bucket index each
-  pair carries (K = `num_buckets`, e.g. the current token's input-frequency bucket), from one pass over the batch.
-  """
+  """jit(state, total (), bucket_totals (K,), ids (E,), next_ids (E,), buckets (E,) int32) → (total, bucket_totals)
+  plus the batch's summed per-token losses, overall and by each pair's bucket (K = `num_buckets`). Each call consumes
+  the previous one's totals, so an evaluation's batches run one after the other, never in flight together."""
 
   def add(state, total, bucket_totals, ids, next_ids, buckets):
     batch_losses = _eval_losses(graphdef, chunk_size, compute_dtype, state, ids, next_ids)
@@ -85,11 +63,8 @@ def make_bucket_totals(
 
 
 class Evaluator:
-  """A whole held-out split (the validation split, or the selection split), placed on the mesh once, scored batch
-  after batch into one running total.
-
-  Beside the total it sums the losses by the input-frequency bucket of each pair's current token.
-  """
+  """A whole held-out split, placed on the mesh once and scored batch after batch into one running total, and
+  into one per input-frequency bucket of each pair's current token."""
 
   def __init__(self, graphdef: nnx.GraphDef, ids: np.ndarray, next_ids: np.ndarray, data: BigramData,
                config: ml_collections.ConfigDict, mesh):
@@ -135,7 +110,6 @@ class HeldOut:
     self.select = Evaluator(graphdef, data.select_ids, data.select_next, data, config, mesh) if selecting else None
 
   def compile_ahead(self, state: nnx.State) -> None:
-    """Compiles both splits' batch programs (`Evaluator.compile_ahead`)."""
-    self.evaluate.compile_ahead(state)
-    if self.select is not None:
-      self.select.compile_ahead(state)
+    for evaluator in (self.evaluate, self.select):
+      if evaluator is not None:
+        evaluator.compile_ahead(state)

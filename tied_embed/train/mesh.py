@@ -1,11 +1,9 @@
-"""Several devices and several processes: the ('data', 'model') mesh, where each array lives on it, how the
-processes start as one run, and each process's share of the data.
+"""The ('data', 'model') mesh, where each array lives on it, and how several processes (one per host) run as one.
 
-The batch is split along `data`; LOGICAL_AXIS_RULES splits 'vocab' (tables, optimizer moments, provenance totals)
-on `model`, the rest is replicated. A V that `model` doesn't divide is refused rather than padded, so no masked rows
-ever need to be kept out of the softmax. Several processes (one per host) each compute the same global batch and
-contribute the rows their devices hold; each host holds whole `data` rows of the mesh, so only the gradient sum
-crosses hosts. Free of TensorFlow, so `train.py` can start the processes and validate before any heavy import.
+The batch is split along `data`, 'vocab' (tables, optimizer moments, provenance totals) along `model`; a V that
+`model` doesn't divide is refused rather than padded, so no masked rows need keeping out of the softmax. Each process
+computes the same global batch and places the rows its devices hold; each host holds whole `data` rows of the mesh,
+so only the gradient sum crosses hosts. Free of TensorFlow, so `train.py` can use it before any heavy import.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from flax import nnx
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from tied_embed.util import UsageError
+from tied_embed.util import UsageError, require
 
 T = TypeVar("T")
 
@@ -31,19 +29,16 @@ LOGICAL_AXIS_RULES = {"vocab": "model", "embed": None}
 
 
 def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int]:
-  """(data, model) sizes for `num_devices`; one size may be -1 for 'all the remaining devices'."""
+  """(data, model) sizes of a checked mesh config for `num_devices`; one size may be -1 for 'all the remaining
+  devices'."""
   sizes = {axis: int(mesh_config[axis]) for axis in AXES}
-  for axis, size in sizes.items():
-    if size == 0 or size < -1:
-      raise UsageError.bad_value(f"mesh.{axis}", size, "a positive integer, or -1 for all remaining devices")
   if all(size == -1 for size in sizes.values()):
     raise UsageError.bad_value("mesh.model", -1, "a positive size when mesh.data is -1 (only one axis may be -1)")
   for axis, size in sizes.items():
     if size == -1:
       other = sizes[AXES[1 - AXES.index(axis)]]
-      if num_devices % other:
-        allowed = f"a size that fits {num_devices} devices (the other axis is {other})"
-        raise UsageError.bad_value(f"mesh.{axis}", -1, allowed)
+      require(num_devices % other == 0, f"mesh.{axis}", -1,
+              f"a size that fits {num_devices} devices (the other axis is {other})")
       sizes[axis] = num_devices // other
   if sizes["data"] * sizes["model"] > num_devices:
     raise UsageError.bad_value("mesh.data x mesh.model", f"{sizes['data']}x{sizes['model']}",
@@ -72,16 +67,15 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
-  """Every device holds the whole array."""
   return NamedSharding(mesh, PartitionSpec())
 
 
 def state_shardings(state: nnx.State, mesh: Mesh) -> Any:
-  """A NamedSharding per leaf of an (abstract) nnx.State, from its Variables' `out_sharding` annotations (the
-  optimizer's moments inherit the Param's); anything unannotated is replicated."""
+  """A NamedSharding per leaf of an (abstract) nnx.State, from its Variables' `out_sharding` logical axis names
+  (the optimizer's moments inherit the Param's) under LOGICAL_AXIS_RULES; anything unannotated is replicated."""
 
   def sharding(variable: nnx.Variable) -> nnx.Variable:
-    names = variable.get_metadata().get("out_sharding")  # logical axis names, under LOGICAL_AXIS_RULES
+    names = variable.get_metadata().get("out_sharding")
     spec = PartitionSpec(*(LOGICAL_AXIS_RULES.get(name) for name in names)) if names else PartitionSpec()
     return variable.replace(NamedSharding(mesh, spec))
 
@@ -94,21 +88,20 @@ COORDINATOR, NUM_PROCESSES, PROCESS_ID = "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PRO
 _LAUNCHER_SIZES = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
 
 
-def _env_int(environ: dict[str, str], name: str, default: int | None = None) -> int:
+def _env_int(environ: dict[str, str], name: str, default: int) -> int:
   """The integer in environment variable `name` (`default` if unset); UsageError if it isn't one."""
-  text = environ.get(name)
-  if text is None and default is not None:
+  if (text := environ.get(name)) is None:
     return default
   try:
     return int(text)
-  except (TypeError, ValueError):
+  except ValueError:
     raise UsageError(f"{name}={text!r} is not allowed: expected an integer") from None
 
 
 def initialize_from_environment(environ: dict[str, str] | None = None) -> bool:
   """Joins the other processes if the environment describes several (JAX_COORDINATOR_ADDRESS=host:port,
-  JAX_NUM_PROCESSES=n > 1, JAX_PROCESS_ID=i; or Slurm / Open MPI with several tasks); returns whether it did.
-  Must run before anything touches a device."""
+  JAX_NUM_PROCESSES=n > 1, JAX_PROCESS_ID=i; or Slurm / Open MPI with several tasks), before anything touches a
+  device; → whether it did."""
   environ = os.environ if environ is None else environ
   num_processes = _env_int(environ, NUM_PROCESSES, default=1)
   if num_processes > 1:
@@ -135,8 +128,8 @@ def process_slice(batch: np.ndarray, process_index: int, process_count: int) -> 
 
 
 def global_batch(batch: tuple[np.ndarray, ...], sharding: NamedSharding) -> tuple[jax.Array, ...]:
-  """The same global (B,) arrays on every process → global jax.Arrays with `sharding`, from local rows only: each
-  process places its `process_slice`, its share because the mesh puts whole `data` rows on each, in order."""
+  """The same global (B,) arrays on every process → global jax.Arrays with `sharding`: each process places its
+  `process_slice` (its devices' rows, as the mesh puts whole `data` rows on each host, in order)."""
   if jax.process_count() == 1:
     return jax.device_put(batch, sharding)
   index, count = jax.process_index(), jax.process_count()

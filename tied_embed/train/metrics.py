@@ -1,11 +1,6 @@
-"""What a training run says while it runs: its opening lines, one compact console line per log step, full detail
-in TensorBoard, and its closing lines.
-
-The console gets, at each log step, the step, the train loss, the eval loss and its gap to the floor when there
-is an eval, the provenance split in a few numbers (lookup and projection gradient norms, their cosine, the rows
-that learned only through the projection), the speed and the time left. Everything (every scalar, the provenance
-histograms) goes to the TensorBoard event files; `verbose` also echoes every scalar and histogram to the log,
-as CLU's default writer does.
+"""What a training run says: its opening lines, one compact console line per log step, every scalar and the
+provenance histograms in TensorBoard (`verbose`: also in the log, as CLU's default writer does), its closing lines;
+and the scalar series read back from the event files.
 """
 
 from __future__ import annotations
@@ -49,23 +44,16 @@ def write_log_step(writer, step: int, learning_rate: float, metrics: dict, state
   metrics.pop("loss")
   scalars.update({name if "/" in name else f"grad/{name}": float(value) for name, value in metrics.items()})
   writer.write_scalars(step, scalars)
-  writer.write_histograms(
-      step,
-      {
-          "provenance/lookup_total": np.asarray(state["lookup_total"][...]),
-          "provenance/projection_total": np.asarray(state["projection_total"][...]),
-      },
-  )
+  writer.write_histograms(step, {f"provenance/{name}": np.asarray(state[name][...])
+                                 for name in ("lookup_total", "projection_total")})
   return scalars
 
 
 def write_eval(
     writer, step: int, eval_loss: float, by_bucket: dict[str, float], data: data_lib.BigramData
 ) -> dict[str, float]:
-  """eval/loss, the floor, the gap to it, the bucket losses and the data's further references; returns them.
-
-  A bucket's loss (eval/loss_<bucket>_inputs) is written only where the bucket holds eval pairs.
-  """
+  """eval/loss, the floor, the gap to it, the bucket losses (eval/loss_<bucket>_inputs, for the buckets that hold
+  eval pairs) and the data's further references; returns them."""
   scalars = {"eval/loss": eval_loss, "eval/loss_floor": data.loss_floor, "eval/gap": eval_loss - data.loss_floor}
   scalars.update({frequency.scalar_name(bucket): loss for bucket, loss in by_bucket.items()})
   scalars.update({f"eval/{name}": value for name, value in data.eval_references.items()})
@@ -107,10 +95,8 @@ class ProgressLine:
     if "select/loss" in scalars:
       parts.append(f"select {scalars['select/loss']:.4f} best@{int(scalars['select/best_step'])}")
     if "grad/cosine" in scalars:
-      parts.append(
-          f"grad lookup {scalars['grad/lookup_norm']:.3g} proj {scalars['grad/projection_norm']:.3g} "
-          f"cos {scalars['grad/cosine']:.2f} proj-only rows {int(scalars['grad/rows_projection_only'])}"
-      )
+      parts.append(f"grad lookup {scalars['grad/lookup_norm']:.3g} proj {scalars['grad/projection_norm']:.3g} "
+                   f"cos {scalars['grad/cosine']:.2f} proj-only rows {int(scalars['grad/rows_projection_only'])}")
     left = (self._num_steps - step) / rate if rate > 0 else float("inf")
     parts.append(f"{rate:.0f} steps/s, {left:.0f} s left")
     return " | ".join(parts)
@@ -147,7 +133,7 @@ def opening_lines(config: ml_collections.ConfigDict, data: data_lib.BigramData, 
              int(config.data.task_d_model), int(config.model.d_model))
   if data_lib.train_fraction(config) < 1:
     log.info("Training on the first %d pairs of the train split (data.train_fraction=%g); the eval, the floor "
-                 "and the references are the whole dataset's.", len(data.train_ids), data_lib.train_fraction(config))
+             "and the references are the whole dataset's.", len(data.train_ids), data_lib.train_fraction(config))
   if data_lib.selection_fraction(config) > 0:
     log.info("Holding out the train split's last %d pairs for selection (data.selection_fraction=%g): select/loss "
              "at every eval picks the best checkpoint%s%s.", len(data.select_ids), data_lib.selection_fraction(config),
@@ -161,18 +147,13 @@ def opening_lines(config: ml_collections.ConfigDict, data: data_lib.BigramData, 
 
 
 def _log_asymmetry(data: data_lib.BigramData, d_model: int) -> None:
-  """How much of the task a tied table cannot express (its logits E·Eᵀ are symmetric).
-
-  Computed from the task's (V, V) reference table, so only for V up to asymmetry.MAX_DENSE (inspection covers
-  larger vocabularies by sampling).
-  """
+  """How much of the task a tied table cannot express (its logits E·Eᵀ are symmetric), from the task's (V, V)
+  reference table: only for V up to asymmetry.MAX_DENSE (inspection samples larger vocabularies)."""
   if data.vocab_size > asymmetry.MAX_DENSE:
     return
   budget = asymmetry.summary(data, d_model=d_model)
-  log.info(
-      "Asymmetry budget: %.3f of the task's row-centred log-probabilities is antisymmetric, which a tied table "
-      "(symmetric logits E·Eᵀ) cannot fit; an untied one can.", budget["antisymmetric_share"],
-  )
+  log.info("Asymmetry budget: %.3f of the task's row-centred log-probabilities is antisymmetric, which a tied table "
+           "(symmetric logits E·Eᵀ) cannot fit; an untied one can.", budget["antisymmetric_share"])
 
 
 def closing_lines(workdir: pathlib.Path, step: int, best_step: int | None = None) -> None:
@@ -184,32 +165,23 @@ def closing_lines(workdir: pathlib.Path, step: int, best_step: int | None = None
   if best_step is not None:
     kept = (pathlib.Path(workdir) / "checkpoints" / str(best_step)).is_dir()
     best = f", best: step {best_step}, " + ("inspect it with --step best" if kept else "its checkpoint is gone")
-  log.info(
-      "Checkpoints in %s (latest: step %d%s). Inspect: %s --workdir %s | Watch: %s --logdir %s",
-      shell_quote(shown_path(pathlib.Path(workdir) / "checkpoints")), step, best,
-      venv_command("tied-embed-inspect", "tied_embed.inspection"), shown, venv_command("tensorboard"), shown,
-  )
+  log.info("Checkpoints in %s (latest: step %d%s). Inspect: %s --workdir %s | Watch: %s --logdir %s",
+           shell_quote(shown_path(pathlib.Path(workdir) / "checkpoints")), step, best,
+           venv_command("tied-embed-inspect", "tied_embed.inspection"), shown, venv_command("tensorboard"), shown)
 
-
-# Read scalar series back from a run's TensorBoard event files (as CLU's writer left them in WORKDIR).
 
 def read_scalars(logdir: str | pathlib.Path, tags: tuple[str, ...]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-  """Scalar series from the event files directly in `logdir` (not its subfolders, e.g. report/).
-
-  Returns {tag: (steps (N,) int64, values (N,) float64)} sorted by step, for each tag that occurs. When a step
-  was written twice (a resumed run repeats the steps after its last checkpoint), the later write wins.
-  """
+  """{tag: (steps (N,) int64, values (N,) float64)}, sorted by step, for each of `tags` in the event files directly
+  in `logdir` (not its subfolders, e.g. report/). A step written twice (a resumed run repeats the steps after its
+  last checkpoint) keeps the later write."""
   from tensorboard.backend.event_processing.event_file_loader import EventFileLoader  # noqa: PLC0415
   from tensorboard.util.tensor_util import make_ndarray  # noqa: PLC0415
 
   wanted = set(tags)
   series: dict[str, dict[int, float]] = {}
   for path in sorted(pathlib.Path(logdir).glob("events.out.tfevents.*")):
-    events = sorted(EventFileLoader(str(path)).Load(), key=lambda event: event.wall_time)
-    for event in events:
-      for value in event.summary.value:
-        if value.tag not in wanted:
-          continue
+    for event in sorted(EventFileLoader(str(path)).Load(), key=lambda event: event.wall_time):
+      for value in (value for value in event.summary.value if value.tag in wanted):
         number = float(make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
         series.setdefault(value.tag, {})[int(event.step)] = number
   result = {}

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from flax import nnx
 
+from tied_embed.train.config import FLOAT32_MAX
 from tied_embed.util import RunStopped
 
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 _LEARNING_RATE_ADVICE = "Try a lower train.learning_rate or a train.grad_clip_norm."
 
 
@@ -31,7 +30,7 @@ def advice(config: Any | None) -> str:
   if config is None or config.model.get("hidden", "none") != "linear":
     return _LEARNING_RATE_ADVICE
   l2, d_model = float(config.model.get("hidden_l2", 0.0)), int(config.model.d_model)
-  overflows = 2 * l2 * d_model * d_model >= _FLOAT32_MAX
+  overflows = 2 * l2 * d_model * d_model >= FLOAT32_MAX
   overshoots = str(config.train.optimizer) == "sgd" and l2 * float(config.train.learning_rate) >= 1
   if not (overflows or overshoots):
     return _LEARNING_RATE_ADVICE

@@ -1,10 +1,4 @@
-"""`open_run(config, workdir, stack)`: a run's set-up, from validating its config to opening its metric writer.
-
-It refuses what cannot run before writing anything (an invalid config, a workdir another run holds, checkpoints
-of another run or of other data), takes the workdir, compiles the train step from the abstract state, resumes from
-the newest intact checkpoint, loads the data, and hands the loop an `OpenRun`. A signal during it ends it at once
-(signals_lib.Interrupted): there is nothing to save yet.
-"""
+"""`open_run(config, workdir, stack)`: a run's set-up, from taking its workdir to opening its metric writer."""
 
 from __future__ import annotations
 
@@ -35,9 +29,6 @@ from tied_embed.util import RunStopped, UsageError, first_line
 
 log = logging.getLogger(__name__)
 
-# The newest checkpoint's (step, config, manifest), as checkpoint.restore reads it without its arrays.
-Saved = tuple[int, ml_collections.ConfigDict, dict]
-
 
 class DataFailed(RunStopped):
   """Preparing the dataset failed for a reason outside the config (a full disk, a vanished directory): exit 1."""
@@ -64,119 +55,91 @@ class OpenRun:
   selection: Selection
   stopped_early: bool  # the checkpoint's count of evals since the best had reached the patience
   complete: bool  # nothing left to train, and the start is the newest checkpoint: a rerun writes nothing
-
-  @property
-  def num_steps(self) -> int:
-    """train.num_steps."""
-    return int(self.config.train.num_steps)
-
-  @property
-  def patience(self) -> int:
-    """train.early_stopping_patience (0: no early stopping)."""
-    return int(self.config.train.early_stopping_patience)
-
-  @property
-  def selecting(self) -> bool:
-    """Whether the run holds out a selection split (data.selection_fraction > 0)."""
-    return data_lib.selection_fraction(self.config) > 0
-
-  @property
-  def param_count(self) -> int:
-    """The model's parameter count, whatever the model is (its Params)."""
-    return sum(leaf.size for leaf in jax.tree.leaves(self.target["model"]))
+  num_steps: int
+  patience: int  # train.early_stopping_patience (0: no early stopping)
+  selecting: bool  # the run holds out a selection split (data.selection_fraction > 0)
+  param_count: int
 
 
 def open_run(
     config: ml_collections.ConfigDict, workdir: str | pathlib.Path, stack: contextlib.ExitStack, *, verbose: bool
 ) -> OpenRun:
-  """Takes `workdir` for a `config` that `tied_embed.train.config.validate` has passed, compiles the train step,
-  resumes, loads the data and opens the writer; the signal handlers, the lock, the checkpointer and the writer are
-  `stack`'s to close.
+  """Takes `workdir` for a `config` that `tied_embed.train.config.validate` has passed, compiles the train step
+  (from the abstract state), resumes, loads the data and opens the writer; the signal handlers, the lock, the
+  checkpointer and the writer are `stack`'s to close.
 
-  Refuses (UsageError) as `trainer.train_and_evaluate` says, before anything is written; a signal during it raises
-  signals_lib.Interrupted, or signals_lib.Preempted where the processes agree on one at its end.
+  Before anything is written or compiled, UsageError if the corpus cannot support the config's SentencePiece
+  vocabulary, if the workdir cannot be written or another run holds it, or if its checkpoints are of a different
+  run (config_lib.RESUMABLE), of other data or past train.num_steps, or none of them reads back. A signal raises
+  signals_lib.Interrupted (nothing to save yet), or signals_lib.Preempted where the processes agree on one at the end.
   """
-  data_lib.check_preparable(config, workdir)  # a vocabulary the corpus cannot support is refused before any write
+  data_lib.check_preparable(config, workdir)
   workdir = workdir_lib.ensure_writable(workdir)
   signals = stack.enter_context(signals_lib.StopSignals(interrupting=True))  # set-up ends at once on a signal
-  dataset, saved, record_holder = _take_workdir(config, workdir, stack)
-  # A run refused above leaves the workdir as it found it, its .lock included; so does a rerun of a finished
-  # run, which writes nothing (recorded below if its newest checkpoint turns out damaged after all).
-  trains = _steps_left(config, saved)
+  dataset, newest, record_holder = _take_workdir(config, workdir, stack)
+  num_steps, patience = int(config.train.num_steps), int(config.train.early_stopping_patience)
+  # The run trains unless its newest checkpoint is at num_steps or early stopping's count in it reached the patience.
+  # A refused run leaves the workdir as it found it, its .lock included; so does a rerun of a finished run, which
+  # writes nothing (recorded below if its newest checkpoint turns out damaged after all).
+  trains = newest is None or (
+      newest.step < num_steps and not Selection.from_manifest(newest.manifest).exhausted(patience))
   if trains:
     record_holder()
   mesh = mesh_lib.make_mesh(config.mesh)
   graphdef, target = checkpoint.abstract_state(config, mesh)
-  selecting, num_steps = data_lib.selection_fraction(config) > 0, int(config.train.num_steps)
+  selecting = data_lib.selection_fraction(config) > 0
   checkpointer = checkpoint.Checkpointer(workdir, int(config.train.keep_checkpoints), select=selecting)
   stack.enter_context(contextlib.closing(checkpointer))
   train_step = _make_train_step(config, graphdef, target)
   if trains:
-    # Compiled from the abstract state, before the state exists: the compiler's working memory and the state never
-    # add up (then the compiler's freed memory goes back to the OS; jit reuses the programs).
+    # Compiled before the state exists, so the compiler's working memory and the state never add up (then the
+    # compiler's freed memory goes back to the OS; jit reuses the programs).
     batch = jax.ShapeDtypeStruct((int(config.train.batch_size),), jnp.int32, sharding=mesh_lib.batch_sharding(mesh))
     compilation.compile_ahead(train_step, target, batch, batch)
   start, state, selection = _resume(config, target, checkpointer, dataset)
   data = _load_data(config, workdir)
   if start == 0:
     state = _track_most_frequent_rows(state, data.input_counts)
-  # The run ends at num_steps, or where early stopping's count (saved in the checkpoint) reaches the patience.
-  stopped_early = selection.exhausted(int(config.train.early_stopping_patience)) and start < num_steps
-  complete = (start == num_steps or stopped_early) and checkpointer.latest_step() == start  # a rerun writes nothing
+  stopped_early = selection.exhausted(patience) and start < num_steps
+  complete = (start == num_steps or stopped_early) and checkpointer.latest_step() == start
   if not complete:
     record_holder()
-  if jax.process_index() == 0 and not complete:
+  events = jax.process_index() == 0 and not complete
+  if events:
     _record_for_inspection(data, config, workdir)
     kernels = in_use.kernel_set(config, target["model"], mesh.size)
     in_use.record(workdir, kernels, resuming=start > 0)  # a resume on another kernel set is not bitwise
-  events = jax.process_index() == 0 and not complete
   writer = stack.enter_context(contextlib.closing(metrics_lib.make_writer(workdir, events=events, verbose=verbose)))
-  stop = signals.agreed(sync_point=True)
-  if stop:
+  if stop := signals.agreed(sync_point=True):
     raise signals_lib.Preempted(stop, None)
   signals.interrupting = False  # from here on a signal stops the loop at the next step, after saving it
   return OpenRun(
       config=config, workdir=workdir, dataset=dataset, data=data, mesh=mesh, graphdef=graphdef, target=target,
       train_step=train_step, checkpointer=checkpointer, writer=writer, signals=signals, start=start, state=state,
-      selection=selection, stopped_early=stopped_early, complete=complete,
+      selection=selection, stopped_early=stopped_early, complete=complete, num_steps=num_steps, patience=patience,
+      selecting=selecting, param_count=sum(leaf.size for leaf in jax.tree.leaves(target["model"])),
   )
 
 
 def _take_workdir(
     config: ml_collections.ConfigDict, workdir: pathlib.Path, stack: contextlib.ExitStack
-) -> tuple[str, Saved | None, Callable[[], None]]:
-  """Locks `workdir` until `stack` closes, and refuses a run its checkpoints cannot continue.
-
-  Returns the data's identity, the newest checkpoint's (step, config, manifest) (None in a workdir without
-  checkpoints), and the lock's `record_holder` (`workdir_lib.exclusive`), for the run to name itself the holder
-  once it writes.
-  """
+) -> tuple[str, checkpoint.Restored | None, Callable[[], None]]:
+  """Locks `workdir` until `stack` closes, and refuses a run its checkpoints cannot continue; → the data's identity,
+  the newest checkpoint read without its arrays (None: no checkpoints), and the lock's `record_holder`."""
   record_holder = stack.enter_context(workdir_lib.exclusive(workdir))
   workdir_lib.check_layout(workdir)
   dataset = data_lib.dataset_identity(config)
   newest = checkpoint.restore(workdir, arrays=False, resuming=True)  # the refusals of a rerun, read cheaply
-  saved = None if newest is None else (newest.step, newest.config, newest.manifest)
-  if saved is not None:
-    newest_step, newest_config, newest_manifest = saved
-    workdir_lib.check_compatible(newest_config, config, str(checkpoint.checkpoint_dir(workdir)))
-    _check_resumable(newest_step, newest_manifest, config, dataset)
-  return dataset, saved, record_holder
-
-
-def _steps_left(config: ml_collections.ConfigDict, saved: Saved | None) -> bool:
-  """Whether the run trains: no checkpoint yet, or the newest is before train.num_steps and early stopping's count
-  in it has not reached the patience."""
-  if saved is None:
-    return True
-  step, _, manifest = saved
-  patience = int(config.train.early_stopping_patience)
-  return step < int(config.train.num_steps) and not Selection.from_manifest(manifest).exhausted(patience)
+  if newest is not None:
+    workdir_lib.check_compatible(newest.config, config, str(checkpoint.checkpoint_dir(workdir)))
+    _check_resumable(newest.step, newest.manifest, config, dataset)
+  return dataset, newest, record_holder
 
 
 def _make_train_step(
     config: ml_collections.ConfigDict, graphdef: nnx.GraphDef, target: nnx.State
 ) -> Callable[..., tuple[nnx.State, dict[str, Any]]]:
-  """The jitted train step of `config` for states laid out as `target` (the abstract state), as `choose` picks it."""
+  """The jitted train step of `config` for states laid out as `target`, as `choose` picks it."""
   train = config.train
   shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
   shards = choose.data_shards(shardings)
@@ -192,19 +155,15 @@ def _make_train_step(
 def _resume(
     config: ml_collections.ConfigDict, target: nnx.State, checkpointer: checkpoint.Checkpointer, dataset: str
 ) -> tuple[int, nnx.State, Selection]:
-  """The step, train state and selection record to start from: the newest intact checkpoint's, or a fresh state
-  at step 0.
-
-  UsageError if the checkpoint is past train.num_steps, or was trained on other data than `dataset`.
-  """
+  """The step, train state and selection record to start from: the newest intact checkpoint's (newer damaged ones
+  moved aside), or a fresh state at step 0."""
   restored = checkpoint.restore(checkpointer.workdir, target=target, resuming=True)
   if restored is None:
     return 0, checkpoint.fresh_state(config, target), Selection()
   checkpointer.move_aside(restored.damaged, f"resuming from step {restored.step}")
-  start, state, manifest = restored.step, restored.state, restored.manifest
-  _check_resumable(start, manifest, config, dataset)
-  log.info("Resuming from the checkpoint at step %d.", start)
-  return start, state, Selection.from_manifest(manifest)
+  _check_resumable(restored.step, restored.manifest, config, dataset)
+  log.info("Resuming from the checkpoint at step %d.", restored.step)
+  return restored.step, restored.state, Selection.from_manifest(restored.manifest)
 
 
 def _check_resumable(step: int, manifest: dict, config: ml_collections.ConfigDict, dataset: str) -> None:
@@ -220,9 +179,7 @@ def _check_resumable(step: int, manifest: dict, config: ml_collections.ConfigDic
 
 def _load_data(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> data_lib.BigramData:
   """The run's data, generated by process 0 first; TFDS's console chatter about 'downloading' is dropped.
-
-  UsageError for what the config got wrong; DataFailed (one line) for a failure to write or read the dataset.
-  """
+  DataFailed (one line) for a failure to write or read the dataset."""
   try:
     with contextlib.redirect_stdout(io.StringIO()):
       return mesh_lib.process_0_first(lambda: data_lib.load_bigram_data(config, workdir), "bigram dataset ready")
@@ -244,7 +201,7 @@ def _record_for_inspection(data: data_lib.BigramData, config: ml_collections.Con
 
 
 def _track_most_frequent_rows(state: nnx.State, input_counts: np.ndarray) -> nnx.State:
-  """A fresh state whose tracked rows (train_step.TRACKED_ROWS) are the most frequent current tokens in train."""
+  """A fresh state whose tracked rows (tied_embed.core.step.TRACKED_ROWS) are the most frequent train inputs."""
   rows = state["tracked_rows"][...]
   most_frequent = np.argsort(-np.asarray(input_counts), kind="stable")[: rows.shape[0]].astype(np.int32)
   state["tracked_rows"][...] = jax.device_put(most_frequent, rows.sharding)

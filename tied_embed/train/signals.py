@@ -1,8 +1,5 @@
-"""SIGTERM/SIGINT as a request to stop at the next step boundary, and the exit status a preempted run ends with.
-
-The handler only records the signal; the loop sees it after the step in flight, saves a checkpoint, flushes its logs
-and raises `Preempted`. A second signal gets the default action at once (a restart ignores a half-written save).
-"""
+"""SIGTERM/SIGINT as a request to stop after the step in flight, saving it first (`Preempted`); a second signal
+gets the default action at once (a restart ignores a half-written save)."""
 
 from __future__ import annotations
 

@@ -1,28 +1,11 @@
 """`train_and_evaluate(config, workdir)`: the training loop, its logging and its checkpoints.
 
-A run opens (`run_setup.open_run`: validate, take the workdir, compile, resume, load the data, open the writer), is
-announced (`announce`), trains (`train_loop`) and ends with its summary and closing lines (`finish`).
-
-Step s (0-based) trains on the batch `data.train_batch(data, seed, s, batch_size)` and leaves the run at step
-s + 1, the number every log line, eval and checkpoint is labelled with. A workdir holding checkpoints resumes
-from the newest one that reads back whole; since batches depend only on (seed, step) and a checkpoint holds the
-whole train state (running train metrics included), the resumed run repeats the uninterrupted one bit for bit.
-
-With a selection split (data.selection_fraction > 0) every eval also scores it (select/loss); an eval that lowers it
-(by more than train.min_delta) is the best step and is saved, and Orbax keeps that checkpoint beside the newest
-ones. Early stopping (train.early_stopping_patience) ends the run at the eval where the count of evals since the
-best reaches the patience; the count is saved in each checkpoint (`tied_embed.train.best_step`), so a resumed run
-stops at the same step as one that ran through.
-
-On a mesh, the loop keeps what runs on the devices ordered and bounded. XLA:CPU runs each device's part of a
-program on a shared thread pool, and a collective holds its thread until every participant arrives; with a
-hundred steps dispatched ahead (JAX's asynchronous dispatch between two log steps), the threads can all end up
-waiting in collectives whose other participants never get a thread, and the run aborts after a 40 s rendezvous
-timeout. So at most two steps are in flight (the loop waits for step s - 1 once step s is dispatched, which
-still overlaps the Python loop with the device work), each step consumes the state the previous one produced, a
-log step's statistics come out of the step itself, evaluation batches are chained through their running total,
-and at every sync point (log, eval, checkpoint) the loop waits for the step before anything else (an eval, a
-save, the processes' stop agreement) runs on the devices.
+Step s (0-based) trains on `data.train_batch(data, seed, s, batch_size)` and leaves the run at step s + 1, the number
+its logs, evals and checkpoints carry. Batches depend only on (seed, step) and a checkpoint holds the whole train
+state (running metrics included), so a run resumed from its newest intact checkpoint repeats the uninterrupted one
+bit for bit. With a selection split, every eval also scores it (select/loss) and the best step is saved
+(`tied_embed.train.best_step`); early stopping's count is saved too, so a resumed run stops where one that ran
+through would.
 """
 
 from __future__ import annotations
@@ -56,21 +39,18 @@ class RunSummary:
   """Where a run ended: its final eval loss against the floor, its size and time, its final state, and with a
   selection split its best step by select/loss."""
 
-  step: int  # the step the run ended at: train.num_steps, or where early stopping stopped it
+  step: int  # train.num_steps, or where early stopping stopped the run
   eval_loss: float
   loss_floor: float
   gap: float  # eval_loss - loss_floor
   relative_gap: float  # gap / loss_floor
   param_count: int
-  # eval loss over the pairs whose current token is in each input-frequency bucket (`tied_embed.data.frequency`),
-  # {'rare': nats, ...}, for the buckets that hold eval pairs
-  loss_by_input_frequency: dict[str, float]
-  train_seconds: float  # the training loop of this invocation (after data loading), including evals
-  state: nnx.State  # the final TrainState's state (model, optimizer, provenance totals, metrics), on the mesh
-  # With a selection split (data.selection_fraction > 0; else None, None, None, {}, None): the step of the eval with
-  # the lowest select/loss (its checkpoint is kept: `tied-embed-inspect --step best`), that select/loss, the eval
-  # loss there, and every eval/* scalar logged there ({'eval/loss': ..., 'eval/loss_rare_inputs': ..., ...});
-  # and select/loss at the final step.
+  loss_by_input_frequency: dict[str, float]  # {'rare': nats, ...}: eval loss per bucket that holds eval pairs
+  train_seconds: float  # this invocation's training loop (after data loading), evals included
+  state: nnx.State  # the final TrainState's state, on the mesh
+  # With a selection split (else None, None, None, {}, None): the step with the lowest select/loss (its checkpoint
+  # is kept: `tied-embed-inspect --step best`), that select/loss, the eval loss and every eval/* scalar there; and
+  # select/loss at the final step.
   best_step: int | None = None
   best_select_loss: float | None = None
   best_eval_loss: float | None = None
@@ -83,23 +63,14 @@ def train_and_evaluate(
     config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, verbose: bool = False, checked: bool = False,
     on_complete: Callable[[], None] | None = None,
 ) -> RunSummary:
-  """Trains `config` in `workdir` (resuming from its newest intact checkpoint) and returns where it ended.
+  """Trains `config` in `workdir`, resuming from its newest intact checkpoint, to train.num_steps or to where early
+  stopping stops it; → where it ended.
 
-  `config` is checked here (`config_lib.validate`) unless `checked` says the caller has done it: the command line
-  checks before it imports TensorFlow, so that a refusal is immediate, and the config is checked once a run.
-
-  Logs one line per log step (`verbose`: also every scalar and histogram, as CLU's default writer does). Returns
-  at train.num_steps, or earlier where early stopping stops the run (`RunSummary.stopped_early`).
-
-  Raises, before loading data or compiling anything, UsageError if the config is invalid or its corpus cannot
-  support its SentencePiece vocabulary (nothing written), if the workdir cannot be written or another run holds
-  it, if its checkpoints were made by a different run (config_lib.RESUMABLE) or on other data, or if none
-  of them reads back. Stops with
-  signals_lib.Preempted on SIGTERM/SIGINT (after saving, once the loop has started), with
-  nonfinite.NonFinite at a non-finite loss or gradient (saving nothing after it), with
-  checkpoint.WriteFailed. Whatever the outcome, the saves already started finish and the logs are flushed
-  before it returns or raises. `on_complete()` runs once everything is written, before the closing lines: the
-  command line makes a signal from then on end it with 0.
+  `checked`: the caller ran `config_lib.validate` (the command line does, before importing TensorFlow). `verbose`:
+  also log every scalar and histogram. Raises UsageError as `run_setup.open_run` says, before anything is written;
+  signals_lib.Preempted on SIGTERM/SIGINT (after saving, once the loop runs); nonfinite.NonFinite;
+  checkpoint.WriteFailed. Started saves finish and the logs flush either way. `on_complete()` runs once everything
+  is written, before the closing lines (the command line makes a signal from then on end it with 0).
   """
   if not checked:
     config_lib.validate(config)
@@ -116,13 +87,10 @@ def train_and_evaluate(
 
 
 def announce(run: OpenRun) -> None:
-  """A fresh run's hyperparameters (to TensorBoard), and the run's opening lines (`metrics_lib.opening_lines`)."""
+  """A fresh run's hyperparameters (to TensorBoard), and the run's opening lines."""
   if run.start == 0:
     run.writer.write_hparams(config_lib.hparams(run.config))
   metrics_lib.opening_lines(run.config, run.data, run.param_count)
-
-
-# The loop.
 
 
 @dataclasses.dataclass
@@ -138,12 +106,8 @@ class _Ended:
 
 
 def train_loop(run: OpenRun) -> _Ended:
-  """Trains from run.start to train.num_steps, or to the eval where early stopping ends the run, logging, evaluating
-  and saving on schedule; then evaluates and saves the end step if no step did (a fresh run of num_steps=0).
-
-  A complete run is only evaluated. Raises signals_lib.Preempted after saving the step a signal stopped, and
-  nonfinite.NonFinite at a non-finite loss or gradient.
-  """
+  """Trains from run.start to train.num_steps or to where early stopping ends the run, logging, evaluating and
+  saving on schedule; a complete run is only evaluated, and a fresh run of num_steps=0 evaluated and saved."""
   held_out = evaluation.HeldOut(run.graphdef, run.data, run.config, run.mesh, selecting=run.selecting)
   if run.start < run.num_steps:  # the evaluations' programs too, then hand the compiler's freed memory back to the OS
     held_out.compile_ahead(run.state)
@@ -167,36 +131,35 @@ def train_loop(run: OpenRun) -> _Ended:
   return ended
 
 
-def _on_schedule(step: int, every: int, num_steps: int) -> bool:
-  """Whether the run, now at `step`, logs/evaluates/saves: every `every` steps and at the last step."""
-  return step % every == 0 or step == num_steps
-
-
 def _train_steps(
     run: OpenRun, held_out: evaluation.HeldOut, progress: metrics_lib.ProgressLine, ended: _Ended,
     saved_step: int | None,
 ) -> int | None:
   """Steps the run from run.start to ended.step (moved to the eval where early stopping ends the run); → the step
-  of the newest checkpoint."""
+  of the newest checkpoint. Raises signals_lib.Preempted after saving the step a signal stopped.
+
+  At most two steps are in flight, and at each sync point (log, eval, save) the loop waits for the step before
+  anything else (an eval, a save, the processes' stop agreement) runs on the devices: on XLA:CPU a collective holds
+  its thread of a shared pool until every participant arrives, so with many steps dispatched ahead all the threads
+  can wait on participants that never get one, until a 40 s rendezvous timeout aborts the run.
+  """
   config, train, num_steps = run.config, run.config.train, run.num_steps
   seed, batch_size, batch_sharding = int(config.seed), int(train.batch_size), mesh_lib.batch_sharding(run.mesh)
-  log_every, eval_every, save_every = int(train.log_every), int(train.eval_every), int(train.checkpoint_every)
+  every = [int(train[name]) for name in ("log_every", "eval_every", "checkpoint_every")]
   schedule = optim.learning_rate_schedule(train)
   in_flight = None
   for step in range(run.start, ended.step):
     pairs = data_lib.train_batch(run.data, seed, step, batch_size)  # the same global batch on every process
     ids, next_ids = mesh_lib.global_batch(pairs, batch_sharding)
     done = step + 1
-    log_now = _on_schedule(done, log_every, num_steps)
-    eval_now = _on_schedule(done, eval_every, num_steps)
-    save_now = _on_schedule(done, save_every, num_steps)
+    log_now, eval_now, save_now = (done % n == 0 or done == num_steps for n in every)  # and at the last step
     run.state, metrics = run.train_step(run.state, ids, next_ids, with_stats=log_now)
     if in_flight is not None:
-      in_flight.block_until_ready()  # step s - 1: at most two steps in flight
+      in_flight.block_until_ready()  # step s - 1
     in_flight = metrics["loss"]
     sync_now = log_now or eval_now or save_now
     if sync_now:
-      jax.block_until_ready(run.state)  # nothing else runs on the devices while a step's collectives are in flight
+      jax.block_until_ready(run.state)
     stop = run.signals.agreed(sync_now) if done < num_steps else None  # at the last step, finish normally
     if sync_now or stop:
       nonfinite.check_finite(run.state, saved_step, config)
@@ -247,24 +210,14 @@ def finish(run: OpenRun, ended: _Ended) -> RunSummary:
   data, selection = run.data, run.selection
   gap = ended.eval_loss - data.loss_floor
   summary = RunSummary(
-      step=ended.step,
-      eval_loss=ended.eval_loss,
-      loss_floor=data.loss_floor,
-      gap=gap,
-      relative_gap=gap / data.loss_floor if data.loss_floor > 0 else float("inf"),
-      param_count=run.param_count,
-      loss_by_input_frequency=ended.by_bucket,
-      train_seconds=ended.train_seconds,
-      state=run.state,
-      best_step=selection.best_step,
-      best_select_loss=selection.best_select_loss,
-      best_eval_loss=selection.best_eval.get("eval/loss"),
-      best_eval=dict(selection.best_eval),
-      select_loss=ended.select_loss,
-      stopped_early=ended.stopped_early,
+      step=ended.step, eval_loss=ended.eval_loss, loss_floor=data.loss_floor, gap=gap,
+      relative_gap=gap / data.loss_floor if data.loss_floor > 0 else float("inf"), param_count=run.param_count,
+      loss_by_input_frequency=ended.by_bucket, train_seconds=ended.train_seconds, state=run.state,
+      best_step=selection.best_step, best_select_loss=selection.best_select_loss,
+      best_eval_loss=selection.best_eval.get("eval/loss"), best_eval=dict(selection.best_eval),
+      select_loss=ended.select_loss, stopped_early=ended.stopped_early,
   )
-  # A rerun of a finished run trains nothing.
-  trained = "" if run.complete else f", {ended.train_seconds:.1f} s of training"
+  trained = "" if run.complete else f", {ended.train_seconds:.1f} s of training"  # a rerun of a finished run: none
   best = "" if selection.best_step is None else (
       f"; best step {selection.best_step} by select/loss: select loss {selection.best_select_loss:.4f}, "
       f"eval loss {summary.best_eval_loss:.4f}")

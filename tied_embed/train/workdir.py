@@ -8,7 +8,7 @@ import contextlib
 import os
 import pathlib
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import jax
 import ml_collections
@@ -42,15 +42,12 @@ def probe_writable(directory: pathlib.Path) -> None:
   os.utime(directory, ns=(times.st_atime_ns, times.st_mtime_ns))
 
 
-@contextlib.contextmanager
-def exclusive(workdir: pathlib.Path) -> Iterator[Callable[[], None]]:
-  """One run per workdir: holds WORKDIR/.lock while inside (process 0 holds it for all); UsageError naming the
-  holder if another run holds it. Yields `record()`, which writes the holder in once the run's checks pass."""
+def exclusive(workdir: pathlib.Path) -> contextlib.AbstractContextManager[Callable[[], None]]:
+  """One run per workdir: WORKDIR/.lock, held while inside (by process 0 for all); UsageError naming the holder if
+  another run holds it. Yields `record()`, which writes the holder in once the run's checks pass."""
   if jax.process_index() != 0:
-    yield lambda: None
-    return
-  with util.exclusive(workdir, f"--workdir={str(workdir)!r}", record_now=False) as record:
-    yield record
+    return contextlib.nullcontext(lambda: None)
+  return util.exclusive(workdir, f"--workdir={str(workdir)!r}", record_now=False)
 
 
 def check_layout(workdir: pathlib.Path) -> None:

@@ -1,8 +1,8 @@
 """directed: P(j|i) = softmax_j(e*_i · e*_{j-1}), the planted logits shifted by one column.
 
-The peak sits on the cycle i → i+1 (and the reverse step is as unlikely as any other token): strongly one-way.
-An untied model of width D represents it exactly (input row e*_i, output row e*_{j-1}); a tied one cannot, as
-E·Eᵀ is symmetric.
+The peak sits on the cycle i → i+1 (the reverse step is as unlikely as any other token): strongly one-way. An
+untied model of width D represents it exactly (input row e*_i, output row e*_{j-1}); a tied one cannot (E·Eᵀ is
+symmetric).
 """
 
 from __future__ import annotations

@@ -2,18 +2,24 @@
 
 P(j|i) = softmax_j(e*_i · out_j), each task naming its output table `out` (V, D). Current tokens follow
 p_i ∝ (i + 1)^-s, so high ids are rarely looked up and get most of their gradient through the output projection.
-(V, V) quantities are computed in blocks of rows (`base.row_blocks`), so memory holds a block, not the table.
 """
 
 from __future__ import annotations
 
 import abc
+import math
 from typing import Any
 
 import numpy as np
 
 from tied_embed.data import base
 from tied_embed.util import require
+
+MAX_PAIRS = 100_000_000  # pairs are held in memory as two int32 arrays (8 bytes a pair, more while sampling)
+# Generating a synthetic dataset computes the (V, V) table TABLE_PASSES times (train, eval, floor): V = 16,384 took
+# 111 s on 2 busy CPU cores (~140 ns an entry), so MAX_VOCAB_SIZE takes minutes and V = 10⁶ would take days.
+TABLE_PASSES = 3
+MAX_VOCAB_SIZE = 32_768
 
 
 def hidden_table(vocab_size: int, d_model: int, logit_scale: float, seed: int) -> np.ndarray:
@@ -29,10 +35,14 @@ def table_rows(table: np.ndarray, output: np.ndarray) -> base.LogProbRows:
 
 
 def conditional_entropy(current_probs: np.ndarray, log_probs: Any) -> float:
-  """H(next | current) in nats: p (V,), log P (V, V) array or LogProbRows → float, one block of rows at a time."""
-  blocks = base.row_blocks(len(current_probs))
-  terms = np.concatenate([base.row_entropy_terms(np.asarray(log_probs[ids])) for ids in blocks])
-  return float(-(current_probs * terms).sum())
+  """H(next | current) in nats: p (V,), log P (V, V) array or LogProbRows → float, one block of rows at a time.
+  Zero-probability entries contribute 0."""
+  terms = []
+  for ids in base.row_blocks(len(current_probs)):
+    block = np.asarray(log_probs[ids])
+    probs = np.exp(block)
+    terms.append((probs * np.where(probs > 0, block, 0.0)).sum(axis=1))  # Σ_j P(j|i) log P(j|i) of each row
+  return float(-(current_probs * np.concatenate(terms)).sum())
 
 
 def sample_pairs(
@@ -64,12 +74,6 @@ def synthetic_splits(
   return {"train": train, "validation": sample_pairs(current_probs, log_probs, num_eval, rng)}
 
 
-# Generating a synthetic dataset computes the (V, V) table TABLE_PASSES times (train, eval, floor): V = 16,384 took
-# 111 s on 2 busy CPU cores (~140 ns an entry), so MAX_VOCAB_SIZE takes minutes and V = 10⁶ would take days.
-TABLE_PASSES = 3
-MAX_VOCAB_SIZE = 32_768
-
-
 class SyntheticSource(base.Source):
   """A task defined by a hidden table; subclasses say which output table its logits score against."""
 
@@ -90,9 +94,13 @@ class SyntheticSource(base.Source):
     require(base.is_int(data.get("task_seed")) and data.task_seed >= 0, "data.task_seed", data.get("task_seed"),
             "an integer >= 0")
     for field in ("num_train_pairs", "num_eval_pairs"):
-      base.require_pairs(data, field)
+      value = data.get(field)
+      require(base.is_int(value) and 1 <= value <= MAX_PAIRS, f"data.{field}", value,
+              f"an integer in [1, {MAX_PAIRS:,}] (pairs are held in memory, 8 bytes each and more while sampling)")
     for field in ("logit_scale", "zipf_exponent"):
-      base.require_finite(data, field)
+      value = data.get(field)
+      require(base.is_number(value) and math.isfinite(value) and value >= 0, f"data.{field}", value,
+              "a finite number >= 0")
 
   def settings(self, config: Any) -> dict[str, Any]:
     """The task's parameters; 'd_model' is the hidden table's width, data.task_d_model (not the model's width)."""

@@ -1,9 +1,7 @@
-"""text: bigrams of a local corpus (a file, a directory or a glob), as bytes or SentencePiece pieces.
+"""text: bigrams of a local corpus (a file, a directory or a glob; read and split by `corpus`), as bytes or pieces.
 
-How the corpus is read and split (data.split) is `corpus`'s. The reference table and the floor are the bigram
-statistics of the validation tokens; the dataset's identity includes a hash of the corpus's contents, so editing a
-file makes a new dataset and an unchanged corpus is never tokenized twice. data.tokenizer='sentencepiece' needs
-UTF-8 (other input is refused, naming the file and byte); 'bytes' takes any bytes.
+The dataset's identity includes a hash of the corpus's contents, so editing a file makes a new dataset and an
+unchanged corpus is never tokenized twice. data.tokenizer='sentencepiece' needs UTF-8; 'bytes' takes any bytes.
 """
 
 from __future__ import annotations
@@ -60,9 +58,8 @@ class Text(TextSource):
             f"a corpus of at least {_MIN_BYTES} bytes ({', '.join(map(str, files[:3]))} has {size})")
     vocab_size = config.model.get("vocab_size")
     if config.data.get("tokenizer") == tokenizer_lib.SENTENCEPIECE:  # a hopeless size fails now, not after training
-      resolved = [p.resolve() for p in files]
-      train_bytes = (size - _validation_bytes(resolved, corpus.document_order(resolved))
-                     if _by_document(config, files) else corpus.split_point(size))
+      by_document = _by_document(config, files)
+      train_bytes = size - _document_split([p.resolve() for p in files])[2] if by_document else corpus.split_point(size)
       most = train_bytes // MIN_BYTES_PER_PIECE
       require(vocab_size <= most, "model.vocab_size", vocab_size,
               f"at most {most} pieces for the {train_bytes:,} bytes of train text in data.text_path="
@@ -79,11 +76,10 @@ class Text(TextSource):
     if _by_document(config, files):
       # The content hash stays that of the files in sorted order; the label beside it names the split and its
       # seed, so the tokenizer and the dataset of this split never share a cache entry with the contiguous ones.
-      order = corpus.document_order(files)
-      validation = _validation_bytes(files, order)
+      order, documents, validation = _document_split(files)
       return {"text_path": text_path, "files": [str(p) for p in files],
-              "content": f"sha{scan.sha256}-{corpus.document_label()}", "split": corpus.BY_DOCUMENT,
-              "document_order": order, "validation_documents": corpus.validation_documents(_sizes(files, order)),
+              "content": f"sha{scan.sha256}-{corpus.DOCUMENT_LABEL}", "split": corpus.BY_DOCUMENT,
+              "document_order": order, "validation_documents": documents,
               "num_bytes": {"train": scan.num_bytes - validation, "validation": validation}}
     split_at = corpus.split_point(scan.num_bytes)
     if utf8:
@@ -155,13 +151,12 @@ def _by_document(config: Any, files: list[pathlib.Path]) -> bool:
   return config.data.get("split", corpus.CONTIGUOUS) == corpus.BY_DOCUMENT and len(files) > 1
 
 
-def _sizes(files: list[pathlib.Path], order: list[int]) -> list[int]:
-  return [files[i].stat().st_size for i in order]
-
-
-def _validation_bytes(files: list[pathlib.Path], order: list[int]) -> int:
-  sizes = _sizes(files, order)
-  return sum(sizes[len(sizes) - corpus.validation_documents(sizes):])
+def _document_split(files: list[pathlib.Path]) -> tuple[list[int], int, int]:
+  """'by_document''s order of `files`, how many of the last are validation, and their bytes."""
+  order = corpus.document_order(files)
+  sizes = [files[i].stat().st_size for i in order]
+  count = corpus.validation_documents(sizes)
+  return order, count, sum(sizes[len(sizes) - count:])
 
 
 def document_pairs(tokens: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

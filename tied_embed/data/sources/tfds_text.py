@@ -49,8 +49,7 @@ class Tfds(TextSource):
       require(isinstance(data.get(field), str) and (empty_ok or data.get(field)), f"data.{field}", data.get(field),
               "a path ('' = TFDS's default data_dir)" if empty_ok else "a non-empty string")
     builder = _builder(data.tfds_name, data.tfds_data_dir)
-    features = builder.info.features
-    text_features = sorted(key for key, value in features.items() if type(value).__name__ == "Text")
+    text_features = sorted(key for key, value in builder.info.features.items() if type(value).__name__ == "Text")
     require(data.text_feature in text_features, "data.text_feature", data.text_feature,
             f"a text feature of {data.tfds_name}: one of {text_features}")
     known = list(builder.info.splits)

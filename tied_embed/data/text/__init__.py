@@ -1,2 +1,1 @@
-"""Text for the text sources: reading a corpus (`corpus`), tokenizers (`tokenizer`), the token stream and its
-references (`tokenized`), and sparse pair counts (`count_bigram`)."""
+"""What the text sources share: corpora, tokenizers, the token stream and its references, sparse pair counts."""

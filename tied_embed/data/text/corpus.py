@@ -1,18 +1,13 @@
 """A local text corpus: `data.text_path` as a file, a directory (read recursively) or a glob, read in bounded memory.
 
-The corpus is its files in sorted path order, split (before tokenizing, so a tokenizer trains on train text alone)
-as `data.split` says:
-
+Its non-empty, non-hidden files in sorted path order, split before tokenizing (so a tokenizer trains on train text
+alone) as `data.split` says:
 - 'contiguous' (the default): the files concatenated; the first 90% of the bytes is train, the rest validation
   (moved back to a character boundary). Sorted by name, train prefixes and validation can be different kinds of
   text (Vim's help files: the change notes version*.txt come last).
-- 'by_document': whole files in a fixed pseudo-random order (`document_order`); the last files, about
-  VALIDATION_FRACTION of the bytes (`validation_documents`), are validation and the others train, so every train
-  prefix and validation draw from one mix. No pair runs from one file into the next. A one-file corpus is split
-  contiguously.
-
-Hidden and empty files are skipped. `scan` hashes the corpus (and checks UTF-8 when asked) once per process per
-(path, size, mtime).
+- 'by_document': whole files in a fixed pseudo-random order; the last files, about VALIDATION_FRACTION of the
+  bytes, are validation, so every train prefix and validation draw from one mix. No pair runs from one file into
+  the next. A one-file corpus is split contiguously.
 """
 
 from __future__ import annotations
@@ -23,48 +18,48 @@ import hashlib
 import os
 import pathlib
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from tied_embed.util import UsageError
 
 VALIDATION_FRACTION = 0.1
 CONTIGUOUS, BY_DOCUMENT = "contiguous", "by_document"  # the values of data.split
 SPLITS = (CONTIGUOUS, BY_DOCUMENT)
-DOCUMENT_SEED = 0  # the shuffled order of 'by_document'; named in the dataset's identity (`document_label`)
+DOCUMENT_SEED = 0  # the shuffled order of 'by_document'
+DOCUMENT_LABEL = f"bydoc{DOCUMENT_SEED}"  # what 'by_document' adds to the corpus's content hash in the identity
 READ_BYTES = 1 << 20  # bytes read at a time: memory stays bounded however large the corpus
-_GLOB_CHARS = frozenset("*?[")
+_FIELD = "data.text_path"
 _scans: dict[tuple, tuple[Scan, bool]] = {}  # files' (path, size, mtime, inode) → (scan, whether UTF-8 checked)
 
 
 class Scan(NamedTuple):
-  """What one pass over a corpus learns: a content hash (16 hex digits), the total size, the file count."""
+  """What one pass over a corpus learns: a content hash (16 hex digits) and the total size."""
 
   sha256: str
   num_bytes: int
-  num_files: int
 
 
 def resolve(text_path: str, default: pathlib.Path) -> list[pathlib.Path]:
   """The corpus files of `data.text_path` ('' = `default`): a file, every non-hidden file below a directory, or a
   glob (* ? [); sorted, each file once; UsageError if there are none."""
-  field, shown = "data.text_path", text_path
   path = pathlib.Path(text_path).expanduser() if text_path else default
-  if any(c in _GLOB_CHARS for c in text_path):
+  if any(c in "*?[" for c in text_path):
     candidates = [pathlib.Path(p) for p in glob.glob(os.path.expanduser(text_path), recursive=True)]
     files = sorted(p for p in candidates if p.is_file() and not p.name.startswith("."))
     if not files:
-      raise UsageError.bad_value(field, shown, "a file, a directory or a glob that matches files (it matches none)")
+      raise UsageError.bad_value(_FIELD, text_path,
+                                 "a file, a directory or a glob that matches files (it matches none)")
   elif path.is_dir():
     files = sorted(p for p in path.rglob("*")
                    if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
   elif path.exists():
     files = [path]
   else:
-    raise UsageError.bad_value(field, shown, f"a readable file, directory or glob ({path}: no such file)")
+    raise UsageError.bad_value(_FIELD, text_path, f"a readable file, directory or glob ({path}: no such file)")
   readable = [p for p in _distinct(files) if _size(p) > 0]
   if not readable:
     where = f"{path} (a directory)" if path.is_dir() else f"{len(files)} file(s)"
-    raise UsageError.bad_value(field, shown, f"a corpus with readable text ({where} holds no non-empty file)")
+    raise UsageError.bad_value(_FIELD, text_path, f"a corpus with readable text ({where} holds no non-empty file)")
   return readable
 
 
@@ -85,9 +80,10 @@ def _size(path: pathlib.Path) -> int:
     return 0
 
 
-def scan(files: list[pathlib.Path], check_utf8: bool, field: str = "data.text_path") -> Scan:
-  """Hashes the corpus (a lone file hashes as its bytes) and sums its size. With `check_utf8`, a file that is not
-  UTF-8 is a UsageError naming it and the byte offset: refused, not replaced, so tokens mean what the file says."""
+def scan(files: list[pathlib.Path], check_utf8: bool) -> Scan:
+  """Hashes the corpus (a lone file hashes as its bytes) and sums its size, once per process per (path, size, mtime).
+  With `check_utf8`, a file that is not UTF-8 is a UsageError naming it and the byte offset: refused, not replaced,
+  so tokens mean what the file says."""
   key = tuple((str(p), s.st_size, s.st_mtime_ns, s.st_ino) for p in files for s in [p.stat()])
   if key in _scans and (_scans[key][1] or not check_utf8):
     return _scans[key][0]
@@ -95,32 +91,26 @@ def scan(files: list[pathlib.Path], check_utf8: bool, field: str = "data.text_pa
   for path in files:
     if len(files) > 1:
       digest.update(f"\0{path.name}\0".encode())  # so moving bytes from one file to the next changes the hash
-    decoder = codecs.getincrementaldecoder("utf-8")() if check_utf8 else None
-    offset = 0
+    decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
     try:
       with path.open("rb") as f:
         while chunk := f.read(READ_BYTES):
           digest.update(chunk)
-          if decoder is not None:
-            _decode_or_refuse(decoder, chunk, False, path, offset, field)
+          if check_utf8:
+            decoder.decode(chunk)
           offset += len(chunk)
-        if decoder is not None:
-          _decode_or_refuse(decoder, b"", True, path, offset, field)
+        if check_utf8:
+          decoder.decode(b"", True)
     except OSError as e:
-      raise UsageError.bad_value(field, str(path), f"a readable file ({e.strerror or e})") from None
+      raise UsageError.bad_value(_FIELD, str(path), f"a readable file ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+      raise UsageError.bad_value(
+          _FIELD, str(path), f"UTF-8 text for a subword tokenizer (byte {offset + e.start} is not UTF-8; convert the"
+          f" file, e.g. with iconv, or use data.tokenizer='bytes')") from None
     total += offset
-  result = Scan(digest.hexdigest()[:16], total, len(files))
+  result = Scan(digest.hexdigest()[:16], total)
   _scans[key] = (result, check_utf8)
   return result
-
-
-def _decode_or_refuse(decoder: Any, chunk: bytes, final: bool, path: pathlib.Path, offset: int, field: str) -> None:
-  try:
-    decoder.decode(chunk, final)
-  except UnicodeDecodeError as e:
-    raise UsageError.bad_value(
-        field, str(path), f"UTF-8 text for a subword tokenizer (byte {offset + e.start} is not UTF-8; convert the"
-        f" file, e.g. with iconv, or use data.tokenizer='bytes')") from None
 
 
 def split_point(num_bytes: int) -> int:
@@ -128,17 +118,11 @@ def split_point(num_bytes: int) -> int:
   return num_bytes - int(num_bytes * VALIDATION_FRACTION)
 
 
-def document_label(seed: int = DOCUMENT_SEED) -> str:
-  """What 'by_document' adds to the corpus's content hash in the dataset's identity: the split and its seed."""
-  return f"bydoc{seed}"
-
-
-def document_order(files: list[pathlib.Path], seed: int = DOCUMENT_SEED) -> list[int]:
+def document_order(files: list[pathlib.Path]) -> list[int]:
   """The indices of `files` in the order 'by_document' splits them: by sha256 of (seed, file name), ties by path.
   Hashing names keeps the order the same on every machine and leaves it as it was when a file is added."""
-  def key(index: int) -> tuple[str, str]:
-    return hashlib.sha256(f"{seed}\0{files[index].name}".encode()).hexdigest(), str(files[index])
-  return sorted(range(len(files)), key=key)
+  return sorted(range(len(files)), key=lambda index: (
+      hashlib.sha256(f"{DOCUMENT_SEED}\0{files[index].name}".encode()).hexdigest(), str(files[index])))
 
 
 def validation_documents(sizes: list[int]) -> int:

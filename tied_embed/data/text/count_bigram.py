@@ -1,10 +1,8 @@
 """Bigram statistics of a token stream held sparsely: only the pairs that occur, never a dense (V, V) array.
 
-`PairCounts` is count(i, j) of the observed pairs sorted by the code i·V + j, so a row's pairs are one slice. On it:
-`empirical_rows`, log(count(i, j) / count(i)), the text sources' reference table, whose mean on the counted pairs
-(`empirical_entropy`) is the validation floor; and `count_bigram_loss`, the add-k model
-P(j | i) = (count(i, j) + k) / (count(i) + k·V) fitted on train (k from `K_GRID`, chosen on a held-out slice) and
-scored on validation: what a full-rank untied table can reach by counting alone.
+`empirical_rows` is the text sources' reference table and `empirical_entropy` their floor. `count_bigram_loss` is
+the add-k model P(j | i) = (count(i, j) + k) / (count(i) + k·V) fitted on train and scored on validation: what a
+full-rank untied table can reach by counting alone.
 """
 
 from __future__ import annotations
@@ -21,7 +19,8 @@ HELD_OUT_FRACTION = 0.1
 
 @dataclasses.dataclass
 class PairCounts:
-  """Observed pairs of a vocabulary of V: codes (U,) int64 ascending (i·V + j), counts (U,) int64, rows (V,) int64."""
+  """Observed pairs of a vocabulary of V: codes (U,) int64 ascending (i·V + j, so a row's pairs are one slice),
+  counts (U,) int64, row totals (V,) int64."""
 
   vocab_size: int
   codes: np.ndarray

@@ -1,9 +1,9 @@
 """What the text sources share: a tokenizer (`data.tokenizer`), the token stream's pairs, sparse references.
 
 A `TextSource` subclass (`text`, `tfds`) gives each split's text; this module pairs each token with the next. The
-reference is the empirical bigram table of the validation pairs, the floor their empirical entropy, and
-`eval_references` the add-k count model (`count_bigram`), all sparse. `data.tokenizer`: 'bytes' (V = 256),
-'sentencepiece' (trained on a sample of the train text, cached under the data dir), or the path of a `.model`.
+reference is the validation pairs' empirical bigram table, the floor their empirical entropy, `eval_references` the
+add-k count model. `data.tokenizer`: 'bytes' (V = 256), 'sentencepiece' (trained on a sample of the train text,
+cached under the data dir), or the path of a `.model`.
 """
 
 from __future__ import annotations
@@ -62,6 +62,10 @@ class TextSource(base.Source):
   def sample_lines(self, settings: dict[str, Any]) -> Iterator[str]:
     """A bounded, fixed sample (about `tokenizer.SAMPLE_BYTES`) of the train text, line by line."""
 
+  @abc.abstractmethod
+  def corpus_name(self, settings: dict[str, Any]) -> str:
+    """The corpus as the config names it, for messages: the source's own fields."""
+
   def validate(self, config: Any) -> None:
     vocab_size, choice = config.model.get("vocab_size"), tokenizer_setting(config)
     require(isinstance(choice, str), "data.tokenizer", choice, "'bytes', 'sentencepiece' or a .model file path")
@@ -104,21 +108,15 @@ class TextSource(base.Source):
   def num_pairs_exact(self, settings: dict[str, Any]) -> bool:
     return settings["tokenizer"] == tokenizer_lib.BYTES and self.sizes_exact
 
-  def corpus_name(self, settings: dict[str, Any]) -> str:
-    """The corpus as the config names it, for messages: the source's own fields."""
-    del settings
-    return f"data.source={self.name!r}"
-
   def check_preparable(self, settings: dict[str, Any], data_dir: pathlib.Path) -> None:
-    if settings["tokenizer"] == tokenizer_lib.SENTENCEPIECE and settings["tokenizer_key"] not in _trained_models:
-      if not _usable(self._model_path(settings, data_dir), settings["vocab_size"]):
-        _trained_models[settings["tokenizer_key"]] = self._train(settings)
+    key = settings.get("tokenizer_key")
+    if key not in _trained_models and self.prepared(settings, data_dir) is None:
+      _trained_models[key] = self._train(settings)
 
   def prepare(self, settings: dict[str, Any], data_dir: pathlib.Path) -> dict[str, Any]:
-    if settings["tokenizer"] != tokenizer_lib.SENTENCEPIECE:
-      return settings
-    path = self._model_path(settings, data_dir)
-    if not _usable(path, settings["vocab_size"]):
+    prepared = self.prepared(settings, data_dir)
+    if prepared is None:
+      path = self._model_path(settings, data_dir)
       data_dir.mkdir(parents=True, exist_ok=True)
       with util.exclusive(data_dir, f"data.data_dir={str(data_dir)!r}"):
         if not _usable(path, settings["vocab_size"]):
@@ -126,8 +124,9 @@ class TextSource(base.Source):
           path.parent.mkdir(exist_ok=True)
           util.write_atomically(path, model)
           log.info("SentencePiece model cached at %s.", path)
-    _trained_models.pop(settings["tokenizer_key"], None)
-    return {**settings, "tokenizer_file": str(path)}
+      prepared = {**settings, "tokenizer_file": str(path)}
+    _trained_models.pop(settings.get("tokenizer_key"), None)
+    return prepared
 
   def prepared(self, settings: dict[str, Any], data_dir: pathlib.Path) -> dict[str, Any] | None:
     if settings["tokenizer"] != tokenizer_lib.SENTENCEPIECE:
@@ -169,10 +168,9 @@ class TextSource(base.Source):
                           count_bigram.empirical_rows(counts), record)
 
   def log_probs_from_record(self, vocab_size: int, record: dict[str, np.ndarray]) -> base.LogProbRows:
-    if "pair_counts" in record:  # a dense (V, V) count table
-      dense = np.asarray(record["pair_counts"], np.int64)
-      codes = np.flatnonzero(dense)
-      return count_bigram.empirical_rows(count_bigram.PairCounts.from_record(vocab_size, codes, dense.ravel()[codes]))
+    if "pair_counts" in record:  # a dense (V, V) count table, as older workdirs hold
+      dense = np.asarray(record["pair_counts"], np.int64).ravel()
+      record = {"pair_codes": np.flatnonzero(dense), "pair_code_counts": dense[dense != 0]}
     counts = count_bigram.PairCounts.from_record(vocab_size, record["pair_codes"], record["pair_code_counts"])
     return count_bigram.empirical_rows(counts)
 

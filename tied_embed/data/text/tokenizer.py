@@ -15,7 +15,7 @@ import io
 import itertools
 import logging
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -29,8 +29,7 @@ SAMPLE_BYTES = 10_000_000  # text SentencePiece trains on, at most (lm1b: max_co
 SAMPLE_WINDOWS = 100  # the sample is this many evenly spaced stretches of the train split
 TRAINER_SETTINGS = dict(  # spelled out in the cache key: changing one makes a new model
     model_type="unigram", character_coverage=1.0, unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1,
-    max_sentence_length=1 << 16, num_threads=1,
-)
+    max_sentence_length=1 << 16, num_threads=1)
 # A longer line trains as pieces of at most this many bytes (the trainer checks the raw text, before normalization)
 SENTENCE_BYTES = TRAINER_SETTINGS["max_sentence_length"]
 PROGRESS_BYTES = 64 << 20  # one log line per this much text tokenized
@@ -116,16 +115,17 @@ class SentencePieceTokenizer(Tokenizer):
     return None
 
 
-def load_model_file(path: str, field: str = "data.tokenizer") -> SentencePieceTokenizer:
-  """A SentencePiece `.model` file as a tokenizer; UsageError naming `field` if it cannot be read as one."""
+def load_model_file(path: str) -> SentencePieceTokenizer:
+  """A SentencePiece `.model` file as a tokenizer; UsageError on data.tokenizer if it cannot be read as one."""
   try:
     with open(path, "rb") as f:
       return SentencePieceTokenizer(f.read())
   except OSError as e:
-    raise UsageError.bad_value(field, path, f"'bytes', 'sentencepiece' or a readable SentencePiece .model file"
-                               f" ({e.strerror or e})") from None
+    raise UsageError.bad_value("data.tokenizer", path, "'bytes', 'sentencepiece' or a readable SentencePiece .model"
+                               f" file ({e.strerror or e})") from None
   except RuntimeError as e:
-    raise UsageError.bad_value(field, path, f"a SentencePiece .model file ({str(e).splitlines()[0]})") from None
+    raise UsageError.bad_value("data.tokenizer", path,
+                               f"a SentencePiece .model file ({str(e).splitlines()[0]})") from None
 
 
 def cache_key(content_key: str, vocab_size: int) -> str:
@@ -183,27 +183,35 @@ def bounded_sentences(lines: Iterable[str], limit: int = SENTENCE_BYTES) -> Iter
     yield encoded[start:].decode() if start else line
 
 
-def sample_windows(total: int, budget: int = SAMPLE_BYTES, windows: int = SAMPLE_WINDOWS) -> list[tuple[int, int]]:
+def sample_windows(total: int) -> list[tuple[int, int]]:
   """Byte ranges [start, stop) of a text of `total` bytes to train on: all of it, or evenly spaced windows."""
-  if total <= budget:
+  if total <= SAMPLE_BYTES:
     return [(0, total)]
-  width, stride = budget // windows, total // windows
-  return [(k * stride, k * stride + width) for k in range(windows)]
+  width, stride = SAMPLE_BYTES // SAMPLE_WINDOWS, total // SAMPLE_WINDOWS
+  return [(k * stride, k * stride + width) for k in range(SAMPLE_WINDOWS)]
 
 
-def encode_stream(tokenizer: Tokenizer, lines: Iterator[str], what: str, batch: int = 4096) -> np.ndarray:
+def _batches(tokenizer: Tokenizer, lines: Iterable[str], batch: int) -> Iterator[tuple[int, bool, np.ndarray]]:
+  """Encodes `lines` `batch` at a time: → per batch (characters read, whether it is full, (n,) int32 ids)."""
+  encode = getattr(tokenizer, "encode_lines", lambda texts: [tokenizer.encode(t) for t in texts])
+  lines = iter(lines)
+  while pending := list(itertools.islice(lines, batch)):
+    texts = [line for line in pending if line.strip()]
+    encoded = encode(texts) if texts else []
+    ids = np.fromiter((t for line_ids in encoded for t in line_ids), np.int32, sum(map(len, encoded)))
+    yield sum(len(line) for line in pending), len(pending) == batch, ids
+
+
+def encode_stream(tokenizer: Tokenizer, lines: Iterable[str], what: str, batch: int = 4096) -> np.ndarray:
   """Tokenizes `lines` in batches, logging progress: → (N,) int32 ids, the lines' tokens concatenated (holding one
   batch of lines at a time, never the text whole)."""
-  encode = _encoder(tokenizer)
-  parts, pending, done, next_log = [], [], 0, PROGRESS_BYTES
-  for line in lines:
-    pending.append(line)
-    if len(pending) == batch:
-      done += _flush(encode, pending, parts)
-      if done >= next_log:
-        log.info("Tokenized %.0f MB of %s (%d tokens so far).", done / 2**20, what, sum(map(len, parts)))
-        next_log += PROGRESS_BYTES
-  done += _flush(encode, pending, parts)
+  parts, done, next_log = [], 0, PROGRESS_BYTES
+  for size, full, ids in _batches(tokenizer, lines, batch):
+    parts.append(ids)
+    done += size
+    if full and done >= next_log:
+      log.info("Tokenized %.0f MB of %s (%d tokens so far).", done / 2**20, what, sum(map(len, parts)))
+      next_log += PROGRESS_BYTES
   ids = np.concatenate(parts) if parts else np.zeros(0, np.int32)
   log.info("Tokenized %s: %.1f MB of text, %d tokens.", what, done / 2**20, len(ids))
   return ids
@@ -214,33 +222,12 @@ def encode_documents(
 ) -> tuple[np.ndarray, np.ndarray]:
   """Tokenizes each document's lines as `encode_stream` does: → (N,) int32 ids of the documents concatenated, and
   (D,) int64 ends, where document d's tokens are ids[ends[d - 1]:ends[d]] (ids[:ends[0]] for the first)."""
-  encode = _encoder(tokenizer)
-  parts: list[np.ndarray] = []
-  pending, ends, done, count = [], [], 0, 0
+  parts, ends, done, count = [], [], 0, 0
   for lines in documents:
-    # None marks the document's end: its last lines are flushed there, so each part belongs to one document
-    for line in itertools.chain(lines, [None]):
-      if line is not None:
-        pending.append(line)
-      if len(pending) == batch or (line is None and pending):
-        held = len(parts)
-        done += _flush(encode, pending, parts)
-        count += len(parts[-1]) if len(parts) > held else 0
+    for size, _, ids in _batches(tokenizer, lines, batch):
+      parts.append(ids)
+      done, count = done + size, count + len(ids)
     ends.append(count)
   ids = np.concatenate(parts) if parts else np.zeros(0, np.int32)
   log.info("Tokenized %s: %.1f MB of text in %d documents, %d tokens.", what, done / 2**20, len(ends), len(ids))
   return ids, np.asarray(ends, np.int64)
-
-
-def _encoder(tokenizer: Tokenizer) -> Callable[[list[str]], list[list[int]]]:
-  return getattr(tokenizer, "encode_lines", lambda texts: [tokenizer.encode(t) for t in texts])
-
-
-def _flush(encode: Callable[[list[str]], list[list[int]]], pending: list[str], parts: list[np.ndarray]) -> int:
-  size = sum(len(line) for line in pending)
-  texts = [line for line in pending if line.strip()]
-  if texts:
-    encoded = encode(texts)
-    parts.append(np.fromiter((t for ids in encoded for t in ids), np.int32, sum(map(len, encoded))))
-  pending.clear()
-  return size

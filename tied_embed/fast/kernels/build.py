@@ -1,13 +1,8 @@
-"""Compiles the step's CPU kernels against jaxlib's FFI headers: `make kernels`, or from a package pip installed
+"""Compiles the step's CPU kernels with g++ against jaxlib's FFI headers into `library.kernel_dir()`, each with its
+build record: `make kernels`, or `python -m tied_embed.fast.kernels.build [--force]` from a package pip installed.
 
-  python -m tied_embed.fast.kernels.build [--force]
-
-Writes, with the machine's g++, into `library.kernel_dir()`: _gemm.so and _gemm_onednn.so (the chunked loss's GEMMs,
-against oneMKL and oneDNN) and _adamw.so (AdamW's update, plain C++ for this machine's CPU), each with its build
-record (library.py). oneMKL's and oneDNN's headers and libraries come from the environment's prefix (<venv>/include,
-<venv>/lib: the wheels of requirements-kernels.txt, the `kernels` extra). A library whose record still matches is
-kept (--force rebuilds it). One that cannot be built is named in one `info:` line, its old build removed, and the
-build exits 0: the step runs XLA's own code instead, so a machine without a compiler or the libraries still trains.
+oneMKL and oneDNN come from the environment's prefix (requirements-kernels.txt). A library whose record matches is
+kept; one that cannot be built is named in an `info:` line, its old build removed, and the build exits 0.
 """
 
 from __future__ import annotations
@@ -22,10 +17,9 @@ import jax
 
 from tied_embed import util
 from tied_embed.fast.kernels import library
-from tied_embed.fast.kernels.library import LIBRARIES, Library
 
 
-def command(kernel: Library, output: pathlib.Path) -> list[str] | str:
+def command(kernel: library.Library, output: pathlib.Path) -> list[str] | str:
   """The g++ command line building `kernel` into `output`, or why it cannot be built here (a str)."""
   compiler = shutil.which("g++") or shutil.which("c++")
   if compiler is None:
@@ -42,7 +36,7 @@ def command(kernel: Library, output: pathlib.Path) -> list[str] | str:
   return [*args, f"-I{prefix / 'include'}", str(runtime), f"-Wl,-rpath,{runtime.resolve().parent}"]
 
 
-def build(kernel: Library, output: pathlib.Path) -> str | None:
+def build(kernel: library.Library, output: pathlib.Path) -> str | None:
   """Builds `kernel` into `output` and writes its record; None on success, else why not (one line)."""
   args = command(kernel, output)
   if isinstance(args, str):
@@ -65,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
   force = "--force" in (sys.argv[1:] if argv is None else argv)
   directory = library.kernel_dir()
   directory.mkdir(parents=True, exist_ok=True)
-  for kernel in LIBRARIES:
+  for kernel in library.LIBRARIES:
     output = directory / kernel.file
     if not force and library.check(kernel, output) is None:
       output.touch()  # newer than its sources again, so that make sees it up to date

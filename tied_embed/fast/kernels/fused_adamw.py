@@ -1,23 +1,14 @@
 """AdamW in one pass over memory: the train step's optimizer update and its finite check, as one CPU kernel.
 
-At GPT-2's shape (a V=50257, D=768 float32 table) the step's tail is memory-bound: XLA:CPU compiles optax's AdamW
-into three passes over each (V, D) array (first moment, second, parameter, each reading what the one before wrote),
-and the finite check (tied_embed/core/step.py `all_finite`) reads all three once more: about 64 ms of a 780 ms step.
-adamw.cc does the same arithmetic in one pass, reading g, mu, nu and p once, writing mu, nu and p in place, and
-checking each value it writes: about 25 ms (benchmarks/README.md).
-
-The arithmetic is optax.adamw's after the project's clip (tied_embed/core/optim.py), element by element:
+XLA:CPU runs optax's AdamW as three passes over each (V, D) array and the finite check as a fourth; adamw.cc reads g,
+mu, nu and p once and writes mu, nu and p in place (at GPT-2's shape 25 ms, not 64 ms, of a 780 ms step;
+benchmarks/README.md). The arithmetic is optax.adamw's after the project's clip (tied_embed/core/optim.py):
     g' = g · s,  s = min(1, max_norm / ‖g‖) (1 without clipping)
     mu = (1 − b1)·g' + b1·mu,   nu = (1 − b2)·g'² + b2·nu
     p  = p − lr(t)·((mu · c1) / (sqrt(nu · c2) + eps) + wd·p),   c1 = 1 / (1 − b1^(t+1)), c2 = 1 / (1 − b2^(t+1))
-with t the update count before this step and optax's b1, b2, eps. The scalars are computed in JAX as optax computes
-them; the bias corrections multiply by their reciprocals, as XLA:CPU compiles optax's divisions by a scalar. The
-results equal optax's up to float rounding (tests/fast/test_kernels_fused_adamw.py), and the optimizer state keeps
-optax's layout: checkpoints are the same either way.
-
-`make_update` returns the step's `apply_update` (`tied_embed.core.step.make_step_function`'s), on the kernel where
-it runs and pays off (the CPU backend, built and loaded, not switched off by TIED_EMBED_FUSED_ADAMW=0, one device,
-float32 Params of at least MIN_PARAMS entries in all); elsewhere the optimizer's own update (optax), unchanged.
+with t the update count before this step, the scalars computed in JAX as optax computes them (the bias corrections
+as reciprocals, as XLA:CPU compiles optax's divisions by a scalar): optax's results up to float rounding
+(tests/fast/test_kernels_fused_adamw.py), in optax's state layout.
 """
 
 from __future__ import annotations
@@ -41,11 +32,8 @@ if TYPE_CHECKING:
 
 SWITCH = "TIED_EMBED_FUSED_ADAMW"  # "0" keeps optax's update
 TARGET = "tied_embed_fused_adamw"
-# Below this many parameter entries the model's passes fit in cache and the kernel's call costs more than it saves;
-# configs/default.py (V=1024, D=32) stays on optax's update, and on its bits.
+# Below this many parameter entries the kernel's call costs more than it saves; configs/default.py stays on optax's.
 MIN_PARAMS = 2**19
-# The hyperparameters tied_embed/core/optim.py's make_optimizer gives optax.adamw.
-B1, B2, EPS = optim.ADAM_B1, optim.ADAM_B2, optim.ADAM_EPS
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +48,7 @@ def unavailable_reason() -> str | None:
 
 
 @functools.cache
-def _log_once(message: str) -> None:
-  """One info line per message per process (each compile of the step traces the update again)."""
+def _log_once(message: str) -> None:  # each compile of the step traces the update again
   log.info("%s", message)
 
 
@@ -77,9 +64,8 @@ def pays_off(params) -> bool:
 
 
 def update_arrays(grad, mu, nu, param, scalars: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-  """One parameter's update on the kernel: (new mu, new nu, new param, check) from four float32 arrays of a shape.
-  scalars: (10,) float32, `scalars_for`'s. check: () float32, 0 if every value written is finite, else NaN. The new
-  arrays alias mu, nu and param (donate them to update in place)."""
+  """One parameter's update on the kernel, from float32 arrays of a shape and `scalars_for`'s: (new mu, new nu, new
+  param, aliasing the old ones, and check: () float32, 0 if every value written is finite, else NaN)."""
   shape = jax.ShapeDtypeStruct(param.shape, jnp.float32)
   call = jax.ffi.ffi_call(TARGET, (shape, shape, shape, jax.ShapeDtypeStruct((), jnp.float32)),
                           input_output_aliases={1: 0, 2: 1, 3: 2})
@@ -90,17 +76,16 @@ def scalars_for(clip_scale, learning_rate, count, weight_decay: float) -> jax.Ar
   """The kernel's (10,) float32 scalars: the clip's scale, b1, 1 − b1, b2, 1 − b2, c1, c2, eps, wd, −lr. `count`:
   the update count after this update (optax's `count_inc`). 1 − b is taken in Python, as optax's `(1 - decay) * g`
   is, and c = 1 / (1 − b^count) by optax's own bias correction of a 1."""
-  corrections = [optax.tree.bias_correction(jnp.float32(1), decay, count) for decay in (B1, B2)]
-  values = [clip_scale, B1, 1 - B1, B2, 1 - B2, *corrections, EPS, weight_decay, -learning_rate]
+  b1, b2 = optim.ADAM_B1, optim.ADAM_B2  # what make_optimizer gives optax.adamw
+  corrections = [optax.tree.bias_correction(jnp.float32(1), decay, count) for decay in (b1, b2)]
+  values = [clip_scale, b1, 1 - b1, b2, 1 - b2, *corrections, optim.ADAM_EPS, weight_decay, -learning_rate]
   return jnp.stack([jnp.asarray(value, jnp.float32) for value in values])
 
 
 def make_update(train: ml_collections.ConfigDict):
-  """apply_update(train_state, grads) → check or None, for `train` (the config's section), with train.optimizer adamw.
-
-  Applies the Params' gradients `grads` (an nnx.State) as `optim.make_optimizer(train)` would; returns the kernel's
-  finite check of everything it wrote (0 or NaN), or None where it ran optax's update (nothing checked).
-  """
+  """apply_update(train_state, grads) → check or None for the config's `train` section (optimizer adamw): the
+  Params' update `optim.make_optimizer(train)` makes, on the kernel where it runs and pays off, returning its finite
+  check (0 or NaN); else optax's own update, returning None (nothing checked)."""
   if train.optimizer != "adamw":
     raise ValueError(f"train.optimizer={train.optimizer!r} is not allowed here: the fused update is AdamW's")
   schedule = optim.learning_rate_schedule(train)

@@ -1,21 +1,11 @@
-"""The chunked loss's matmuls on Intel's libraries: float32 on oneMKL (AVX-512), bfloat16 on the CPU's matrix units
-(AMX) through oneDNN and oneMKL. A jax.ffi kernel.
+"""The chunked loss's matmuls as jax.ffi kernels: float32 on oneMKL (AVX-512), bfloat16 on AMX (oneDNN and oneMKL).
 
-XLA:CPU (jaxlib 0.10.2) has two gaps on the chunk's matmul shapes ((V, D)·(D, C), (C, V)·(V, D), (V, C)·(C, D)):
-  - float32: its dot runs at 190–240 GFLOP/s on 2 cores of an AVX-512 Xeon, oneMKL's sgemm at 300–360
-    (benchmarks/README.md): the same float32 arithmetic, in another order of sums.
-  - bfloat16: it widens every bfloat16 dot's operands to float32 (its operand upcaster and bf16 float
-    normalization), so `model.dtype = "bfloat16"` runs at float32 speed. oneMKL's `cblas_gemm_bf16bf16f32` (dx,
-    d table) and oneDNN's matmul (the logits, where oneMKL's is slowest) multiply bfloat16 on AMX tiles with float32
-    accumulation: XLA's bfloat16 dot's arithmetic, at bfloat16 speed.
-The chunked loss calls `gemm` for its three dots inside its custom VJP (tied_embed/fast/chunked_loss.py), so nothing
-differentiates through it.
-
-`make kernels` compiles gemm.cc (oneMKL) and gemm_onednn.cc (oneDNN) into two libraries: a float32 run never loads
-oneDNN. `available(dtype)` is False, and the loss takes XLA's dots, where the libraries are not built or fail their
-check (library.py), on other backends, with TIED_EMBED_MKL=0, and on a CPU the route was not measured on: float32
-needs an Intel CPU with AVX-512 (`avx512f`, `GenuineIntel`; on AMD EPYC oneMKL is not measured against XLA's dot),
-bfloat16 needs AMX (`amx_bf16`, `amx_tile`).
+On the chunk's shapes oneMKL's sgemm runs at 300–360 GFLOP/s on 2 cores of an AVX-512 Xeon, XLA:CPU's dot at 190–240,
+and XLA:CPU widens bfloat16 operands to float32 where oneMKL and oneDNN multiply them on AMX tiles with float32
+accumulation: XLA's arithmetic in another order of sums (benchmarks/README.md). No VJP: the chunked loss calls `gemm`
+inside its own. `available(dtype)` is False (XLA's dots instead) where the libraries are not built or fail their
+check, on other backends, with TIED_EMBED_MKL=0, and on CPUs the route was not measured on: float32 needs an Intel
+CPU with AVX-512, bfloat16 needs AMX.
 """
 
 from __future__ import annotations
@@ -40,35 +30,25 @@ TARGETS = {  # dtype → {FFI target name: (library, its handler symbol)}; each 
 }
 _PREFIX = {jnp.dtype(jnp.float32): "tied_embed_f32_gemm", jnp.dtype(jnp.bfloat16): "tied_embed_bf16_gemm"}
 
-# float32 runs on the kernel only for tables of at least this many entries (V·D): below, each call's overhead
-# outweighs the faster GEMM (the step at V=2048, D=64: 13.9 ms against 10.6 on XLA's dots; at V=8192: 65.5 against
-# 79.6 ms; 2 cores, benchmarks/README.md). bfloat16 takes it at any size: XLA's bfloat16 dots run at float32 speed.
+# float32 takes the kernel for tables of at least this many entries (V·D): below, each call's overhead outweighs the
+# faster GEMM (the step at V=2048, D=64: 13.9 ms against XLA's 10.6). bfloat16 takes it at any size.
 FLOAT32_MIN_TABLE_SIZE = 2**19
 
 log = logging.getLogger(__name__)
 
 
-def _cpu(cpuinfo: pathlib.Path) -> tuple[str, set[str]]:
-  """(vendor_id, flags) of the first processor in /proc/cpuinfo; ("", set()) where it cannot be read."""
-  try:
-    lines = cpuinfo.read_text().splitlines()
-  except OSError:
-    return "", set()
-  def field(name: str) -> str:
-    return next((line.partition(":")[2].strip() for line in lines if line.startswith(name)), "")
-
-  return field("vendor_id"), set(field("flags").split())
+def _cpu_flags(cpuinfo: pathlib.Path) -> set[str]:
+  return set((library.cpuinfo_field("flags", cpuinfo) or "").split())
 
 
 def cpu_has_amx_bf16(cpuinfo: pathlib.Path = pathlib.Path("/proc/cpuinfo")) -> bool:
   """Whether this CPU multiplies bfloat16 on AMX tiles (`amx_bf16` and `amx_tile` among its flags)."""
-  return {"amx_bf16", "amx_tile"} <= _cpu(cpuinfo)[1]
+  return {"amx_bf16", "amx_tile"} <= _cpu_flags(cpuinfo)
 
 
 def cpu_is_intel_avx512(cpuinfo: pathlib.Path = pathlib.Path("/proc/cpuinfo")) -> bool:
   """Whether this CPU is an Intel one with AVX-512 (`GenuineIntel`, `avx512f`): where float32 on oneMKL was measured."""
-  vendor, flags = _cpu(cpuinfo)
-  return vendor == "GenuineIntel" and "avx512f" in flags
+  return library.cpuinfo_field("vendor_id", cpuinfo) == "GenuineIntel" and "avx512f" in _cpu_flags(cpuinfo)
 
 
 @functools.cache
@@ -77,12 +57,11 @@ def unavailable_reason(dtype="float32") -> str | None:
   dtype = jnp.dtype(dtype)
   if dtype not in _PREFIX:
     raise ValueError(f"dtype={dtype} is not allowed: expected float32 or bfloat16")
+  cpu = None
   if dtype == jnp.bfloat16 and not cpu_has_amx_bf16():
     cpu = "this CPU has no AMX bfloat16 unit (amx_bf16)"
   elif dtype == jnp.float32 and not cpu_is_intel_avx512():
     cpu = "this CPU is not an Intel one with AVX-512, where oneMKL's sgemm was measured faster"
-  else:
-    cpu = None
   reason = library.switched_off(SWITCH) or cpu or library.register(TARGETS[dtype.name])
   routine = (f"oneMKL's cblas_sgemm, for tables of at least {FLOAT32_MIN_TABLE_SIZE} entries"
              if dtype == jnp.float32 else "oneMKL's cblas_gemm_bf16bf16f32 and (the logits) oneDNN's matmul, on AMX")
@@ -105,11 +84,8 @@ def pays_off(table_shape: tuple[int, ...], dtype="float32") -> bool:
 
 def gemm(a: jax.Array, b: jax.Array, *, trans_a: bool = False, trans_b: bool = False,
          add_to: jax.Array | None = None, dtype="float32") -> jax.Array:
-  """op(a) @ op(b) (+ add_to) in float32 from `dtype` operands: (M, K)·(K, N) → (M, N); op transposes if asked.
-
-  a: (M, K), or (K, M) with trans_a; b: (K, N), or (N, K) with trans_b; both cast to `dtype` (float32 | bfloat16).
-  add_to: an optional (M, N) float32 addend, updated in place (aliased). RuntimeError where not `available(dtype)`.
-  """
+  """op(a) @ op(b) (+ add_to, an (M, N) float32 addend updated in place) in float32 from operands cast to `dtype`:
+  (M, K)·(K, N) → (M, N), op transposing with trans_a / trans_b. RuntimeError where not `available(dtype)`."""
   dtype = jnp.dtype(dtype)
   if not available(dtype):  # also registers the kernel's targets on first use
     raise RuntimeError(f"the oneMKL {dtype} kernel cannot run here: {unavailable_reason(dtype.name)}")
@@ -119,11 +95,10 @@ def gemm(a: jax.Array, b: jax.Array, *, trans_a: bool = False, trans_b: bool = F
   result = jax.ShapeDtypeStruct((rows, cols), jnp.float32)
   # The handler takes matrices only: under vmap (per-token losses, tests/core/test_losses.py) it runs once per element.
   if add_to is None:
-    # oneMKL's bfloat16 GEMM is slowest on a·bᵀ, the chunk's logits E·xᵀ, where oneDNN's matmul runs it 1.4-2.3x
-    # faster; dx runs as fast or faster on oneMKL except at GPT-2's shape, d table faster (benchmarks/README.md).
+    # oneDNN runs bfloat16 a·bᵀ (the logits E·xᵀ) 1.4-2.3x faster than oneMKL; oneMKL runs dx as fast or faster
+    # (but at GPT-2's shape) and d table faster (benchmarks/README.md).
     onednn = dtype == jnp.bfloat16 and trans_b and not trans_a
     target = f"{_PREFIX[dtype]}_onednn" if onednn else _PREFIX[dtype]
     return jax.ffi.ffi_call(target, result, vmap_method="sequential")(a, b, trans_a=trans_a, trans_b=trans_b)
-  call = jax.ffi.ffi_call(
-      f"{_PREFIX[dtype]}_accumulate", result, input_output_aliases={2: 0}, vmap_method="sequential")
+  call = jax.ffi.ffi_call(f"{_PREFIX[dtype]}_accumulate", result, input_output_aliases={2: 0}, vmap_method="sequential")
   return call(a, b, add_to.astype(jnp.float32), trans_a=trans_a, trans_b=trans_b)

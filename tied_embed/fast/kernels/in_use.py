@@ -1,9 +1,5 @@
-"""Which kernels a run's step uses, kept in its workdir so that a resume on another set says so.
-
-The kernels match XLA's dots and optax's update up to float rounding, not bit for bit (another order of sums), so a
-resume on another kernel set than the checkpoints were written with (a build added or lost, another CPU,
-TIED_EMBED_MKL=0) continues correctly but says in one line that it is no longer bitwise (docs/failures.md).
-"""
+"""Which kernels a run's step uses, kept in its workdir: they match XLA's dots and optax's update up to float rounding,
+not bit for bit, so a resume on another kernel set continues but says it is no longer bitwise."""
 
 from __future__ import annotations
 
@@ -26,11 +22,8 @@ log = logging.getLogger(__name__)
 
 
 def kernel_set(config: ml_collections.ConfigDict, params, devices: int = 1) -> str:
-  """The kernels `config`'s step uses here, e.g. "gemm-f32,adamw"; "none" where it runs XLA's own code throughout.
-
-  params: the model's Params (arrays or abstract arrays); devices: how many the state spans (on several none runs:
-  XLA cannot partition a custom call). The same choices as tied_embed/fast/choose.py's step makes.
-  """
+  """The kernels `config`'s step uses here for these Params on this many devices, as tied_embed/fast/choose.py picks
+  them: e.g. "gemm-f32,adamw"; "none" where it runs XLA's own code throughout (always on a mesh)."""
   if devices != 1:
     return "none"
   dtype, table = str(config.model.dtype), (int(config.model.vocab_size), int(config.model.d_model))
@@ -43,8 +36,7 @@ def kernel_set(config: ml_collections.ConfigDict, params, devices: int = 1) -> s
 
 
 def record(workdir: str | pathlib.Path, kernels: str, resuming: bool) -> None:
-  """Keeps `kernels` (`kernel_set`'s) in WORKDIR/kernels.json; on a resume from checkpoints written with another set,
-  first logs one warning that the run will not be bitwise equal to an uninterrupted one. Process 0 only."""
+  """Keeps `kernels` in WORKDIR/kernels.json (process 0), first warning if a resume's checkpoints had another set."""
   if jax.process_index() != 0:
     return
   path = pathlib.Path(workdir) / FILE

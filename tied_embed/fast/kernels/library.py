@@ -1,18 +1,11 @@
 """Where the step's C++ kernels are built, and loading them only once their build record vouches for them.
 
-Three libraries of jax.ffi handlers for XLA:CPU: _gemm.so (gemm.cc, oneMKL's GEMMs) and _gemm_onednn.so
-(gemm_onednn.cc, oneDNN's bfloat16 matmul) for the chunked loss's dots (gemm.py), _adamw.so (adamw.cc) for AdamW's
-one-pass update (fused_adamw.py). `make kernels` (`python -m tied_embed.fast.kernels.build`) compiles them into
-`kernel_dir()`: $TIED_EMBED_KERNEL_DIR where set, else beside these sources in a checkout (the folder holding
-pyproject.toml), else the user's cache ($XDG_CACHE_HOME/tied-embed/kernels/<key>, the key naming these sources and
-this environment), so a package pip installed builds its kernels without a checkout.
-
-Beside each library the build writes its record, NAME.json: the hash of its sources and flags, jaxlib's version, the
-machine (and CPU flags where compiled for this CPU), and the file's size and sha256. `register` checks it before
-opening a library: a truncated one kills the process (a bus error inside dlopen), another library copied over it
-lacks the handlers, and one built from other sources or for another jaxlib decodes XLA's operands wrongly. A library
-missing, damaged, foreign or stale is never opened: the step runs XLA's own code, and the kernel's module says why
-in one line with the command that rebuilds it.
+`make kernels` builds _gemm.so (gemm.cc, oneMKL), _gemm_onednn.so (gemm_onednn.cc, oneDNN) and _adamw.so (adamw.cc)
+into `kernel_dir()`: $TIED_EMBED_KERNEL_DIR, else beside these sources in a checkout, else the user's cache.
+Beside each the build writes its record, NAME.json (the hash of its sources and flags, jaxlib's version, the machine
+and CPU, the file's size and sha256), which `register` checks before opening it: a truncated library kills the
+process (a bus error inside dlopen), and one built from other sources or for another jaxlib decodes XLA's operands
+wrongly. One that fails the check is never opened: the step runs XLA's own code, and the kernel's module says why.
 """
 
 from __future__ import annotations
@@ -36,10 +29,6 @@ CHECKOUT = (HERE.parents[2] / "pyproject.toml").exists()  # run from the source 
 DIR_VARIABLE = "TIED_EMBED_KERNEL_DIR"
 REBUILD = "make kernels" if CHECKOUT else "python -m tied_embed.fast.kernels.build"
 INSTALL = "make kernels" if CHECKOUT else "pip install 'tied-embed[kernels]'"  # the libraries the kernels link
-# The update loop is written to vectorise: for this machine's widest registers (512 bits where it has AVX-512),
-# with sqrt inlined (no errno) and no fused multiply-adds, so its roundings are the ones the source spells out.
-ADAMW_FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno", "-ffp-contract=off")
-GEMM_FLAGS = ("-O2",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,10 +42,12 @@ class Library:
   header: str | None = None  # a header the runtime's devel wheel installs in <venv>/include
 
 
-ADAMW = Library("_adamw.so", ("adamw.cc",), ADAMW_FLAGS)
-GEMM_ONEDNN = Library("_gemm_onednn.so", ("gemm_onednn.cc", "gemm.h"), GEMM_FLAGS, "libdnnl.so.3",
-                      "oneapi/dnnl/dnnl.hpp")
-GEMM = Library("_gemm.so", ("gemm.cc", "gemm.h"), GEMM_FLAGS, "libmkl_rt.so.3", "mkl_cblas.h")
+# AdamW's loop vectorises for this machine's widest registers (512 bits where it has AVX-512), with sqrt inlined (no
+# errno) and no fused multiply-adds, so its roundings are the ones the source spells out.
+ADAMW = Library("_adamw.so", ("adamw.cc",),
+                ("-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno", "-ffp-contract=off"))
+GEMM_ONEDNN = Library("_gemm_onednn.so", ("gemm_onednn.cc", "gemm.h"), ("-O2",), "libdnnl.so.3", "oneapi/dnnl/dnnl.hpp")
+GEMM = Library("_gemm.so", ("gemm.cc", "gemm.h"), ("-O2",), "libmkl_rt.so.3", "mkl_cblas.h")
 LIBRARIES = (ADAMW, GEMM_ONEDNN, GEMM)
 
 
@@ -64,14 +55,13 @@ def _sha256(data: bytes) -> str:
   return hashlib.sha256(data).hexdigest()
 
 
-def _cpu_flags() -> str:
-  """The hash of this CPU's flags (/proc/cpuinfo), what a -march=native build depends on; "" where unreadable."""
+def cpuinfo_field(names: str | tuple[str, ...], cpuinfo: pathlib.Path = pathlib.Path("/proc/cpuinfo")) -> str | None:
+  """The first processor's field `names` ("" if it has none); None where /proc/cpuinfo cannot be read."""
   try:
-    lines = pathlib.Path("/proc/cpuinfo").read_text().splitlines()
+    lines = cpuinfo.read_text().splitlines()
   except OSError:
-    return ""
-  flags = next((line.partition(":")[2] for line in lines if line.startswith(("flags", "Features"))), "")
-  return _sha256(" ".join(sorted(flags.split())).encode())[:16]
+    return None
+  return next((line.partition(":")[2].strip() for line in lines if line.startswith(names)), "")
 
 
 def fingerprint(library: Library) -> dict[str, str]:
@@ -81,12 +71,14 @@ def fingerprint(library: Library) -> dict[str, str]:
   digest = hashlib.sha256(" ".join(library.flags).encode())
   for name in library.sources:
     digest.update(f"\0{name}\0".encode() + (HERE / name).read_bytes())
-  return {"sources": digest.hexdigest(), "jaxlib": jaxlib.__version__, "machine": platform.machine(),
-          "cpu": _cpu_flags() if "-march=native" in library.flags else ""}  # compiled for this CPU
+  # A build for this CPU (-march=native) depends on its flags: their hash, "" where /proc/cpuinfo is unreadable.
+  flags = cpuinfo_field(("flags", "Features")) if "-march=native" in library.flags else None
+  cpu = "" if flags is None else _sha256(" ".join(sorted(flags.split())).encode())[:16]
+  return {"sources": digest.hexdigest(), "jaxlib": jaxlib.__version__, "machine": platform.machine(), "cpu": cpu}
 
 
 def kernel_dir() -> pathlib.Path:
-  """Where the libraries are built and loaded from (the module docstring)."""
+  """Where the libraries are built and loaded from; the cache's folder is named for these sources and sys.prefix."""
   if os.environ.get(DIR_VARIABLE):
     return pathlib.Path(os.environ[DIR_VARIABLE])
   if CHECKOUT:
@@ -140,8 +132,7 @@ def check(library: Library, path: pathlib.Path) -> str | None:
 
 
 def _load_error(path: pathlib.Path, error: OSError) -> str:
-  """dlopen's error in words: a missing dependency is named as missing (glibc says "No such file or directory",
-  as if the library itself were absent)."""
+  """dlopen's error in words: a missing dependency named as missing (glibc: "No such file or directory")."""
   message = str(error)
   missing = re.match(r"(\S+): cannot open shared object file", message)
   if missing and missing.group(1) == str(path):  # glibc's words for a library of another machine, too
@@ -181,9 +172,8 @@ def switched_off(switch: str) -> str | None:
 
 
 def register(targets: dict[str, tuple[Library, str]], directory: pathlib.Path | None = None) -> str | None:
-  """Registers FFI targets {name: (library, its handler symbol)} for the CPU; None on success, else why not. Each
-  library is opened once (`load`), from `directory` (default `kernel_dir()`); no target is registered unless all
-  their libraries load and hold their handlers."""
+  """Registers FFI targets {name: (library, its handler symbol)} for the CPU from `directory` (default `kernel_dir()`);
+  None on success, else why not, and then none of them."""
   directory = kernel_dir() if directory is None else pathlib.Path(directory)
   handlers = {}
   for target, (library, symbol) in targets.items():
