@@ -4,7 +4,7 @@
   python train.py --config configs/directed.py --config.model.tied=False --workdir runs/directed_untied
 
 The untied model ends near the floor; the tied model's gap stays several times larger. The source is
-tied_embed/data/sources/directed.py.
+tied_embed/data/sources/synthetic.py.
 """
 
 import ml_collections

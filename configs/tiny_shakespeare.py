@@ -6,7 +6,7 @@
       --config.data.tokenizer=sentencepiece --config.model.vocab_size=2048
 
 Without a prepared copy the run stops at once with the command that prepares it. The source is
-tied_embed/data/sources/tfds_text.py.
+tied_embed/data/sources/text.py.
 """
 
 import ml_collections

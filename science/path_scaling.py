@@ -40,8 +40,7 @@ from tied_embed.core import step as step_lib  # noqa: E402
 from tied_embed.core.model import TiedEmbed, UntiedEmbed  # noqa: E402
 from tied_embed.data import asymmetry  # noqa: E402
 from tied_embed.data.sources import text  # noqa: E402
-from tied_embed.data.sources.directed import Directed  # noqa: E402
-from tied_embed.data.sources.planted import Planted  # noqa: E402
+from tied_embed.data.sources.synthetic import Directed, Planted  # noqa: E402
 from tied_embed.fast import choose
 from tied_embed.train import nonfinite
 

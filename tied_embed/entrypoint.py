@@ -2,8 +2,7 @@
 
 A call runs two compiled programs, the initialisation (compiled once per (V, D)) and the forward pass (once per
 (V, D, T)). The seed goes in as a dynamic array, so a new seed or new id values reuse both programs, and a new
-number of tokens only compiles the cheap forward pass, not the random-number generator.
-"""
+number of tokens only compiles the cheap forward pass, not the random-number generator."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ from tied_embed.core.model import TiedEmbed
 
 def _at_least_one(name: str, value) -> int:
   """`int(value)`, or a ValueError naming the argument if that is below 1."""
-  size = int(value)
-  if size < 1:
+  if (size := int(value)) < 1:
     raise ValueError(f"{name}={value!r} is not allowed: expected an integer >= 1 (int({value!r}) = {size})")
   return size
 
@@ -49,8 +47,7 @@ def tied_io_embed(seed, token_ids, vocab_size, d_model) -> jax.Array:
 
   `seed`, `vocab_size` (V) and `d_model` (D) are integers, possibly given as floats (Python, NumPy or concrete jax
   scalars), and static under a caller's jit; ValueError if V or D is below 1 after `int()`. `token_ids` (T,) are ids
-  in [0, V), possibly given as floats, and may be traced.
-  """
+  in [0, V), possibly given as floats, and may be traced."""
   vocab_size, d_model = _at_least_one("vocab_size", vocab_size), _at_least_one("d_model", d_model)
   # `jax.random.key(python_int)` turns the int into an int64 NumPy scalar, which JAX then narrows to its
   # canonical integer type (int32 unless x64 is on); jit narrows this argument the same way, at call time.

@@ -80,8 +80,7 @@ def drop_unraisable(matches: Callable[[Any], bool]) -> None:
   """Stops Python printing a traceback for the unraisable exceptions `matches(unraisable)` picks out.
 
   An exception a callback cannot pass on (JAX's gc callback, TensorStore calling into an event loop Orbax closed)
-  would print beside the command's one-line outcome. Every other one still reaches the previous hook.
-  """
+  would print beside the command's one-line outcome. Every other one still reaches the previous hook."""
   _DROPPED_UNRAISABLE.add(matches)
   if getattr(sys.unraisablehook, "drops_unraisable", False):
     return
@@ -109,7 +108,6 @@ def first_link(path: pathlib.Path) -> pathlib.Path | None:
 
 # Exclusive locks on directories (a workdir, a dataset being generated): `fcntl.flock` on `<directory>/.lock`, which
 # the OS releases however the holder's process ends (SIGKILL too), so a dead run leaves no stale lock.
-
 LOCK_NAME = ".lock"
 
 
@@ -168,10 +166,20 @@ def _refuse_odd_lock_file(path: pathlib.Path, what: str) -> None:
                      f"another directory")
 
 
-def _open_lock(directory: pathlib.Path, path: pathlib.Path, what: str) -> int:
-  """A read-write descriptor on the lock file `path` (created if needed), never through a link."""
+@contextlib.contextmanager
+def exclusive(directory: str | pathlib.Path, what: str, *, record_now: bool = True) -> Iterator[Callable[[], None]]:
+  """Holds the lock of `directory` (created if needed) while inside; UsageError naming the holder at once if taken.
+
+  `what` names the directory in errors, e.g. '--workdir=runs/default'. Yields `record()`, which writes the holder
+  into the file; with `record_now=False` the caller calls it once its own checks pass (or never): until then the
+  file is left as found, and removed on the way out (the directory's times put back) if this call created it, so a
+  refused run changes nothing."""
+  directory = pathlib.Path(directory)
+  path = directory / LOCK_NAME
+  existed = os.path.lexists(path)
+  times = None if existed else directory.stat()
   _refuse_odd_lock_file(path, what)
-  try:
+  try:  # read-write, created if needed, never through a link
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
   except OSError as error:
     if error.errno == errno.ELOOP:  # made a link since the check above
@@ -183,23 +191,6 @@ def _open_lock(directory: pathlib.Path, path: pathlib.Path, what: str) -> int:
   if not stat.S_ISREG(os.fstat(fd).st_mode):  # made something else since the check above
     os.close(fd)
     _refuse_odd_lock_file(path, what)
-  return fd
-
-
-@contextlib.contextmanager
-def exclusive(directory: str | pathlib.Path, what: str, *, record_now: bool = True) -> Iterator[Callable[[], None]]:
-  """Holds the lock of `directory` (created if needed) while inside; UsageError naming the holder at once if taken.
-
-  `what` names the directory in errors, e.g. '--workdir=runs/default'. Yields `record()`, which writes the holder
-  into the file; with `record_now=False` the caller calls it once its own checks pass (or never): until then the
-  file is left as found, and removed on the way out (the directory's times put back) if this call created it, so a
-  refused run changes nothing.
-  """
-  directory = pathlib.Path(directory)
-  path = directory / LOCK_NAME
-  existed = os.path.lexists(path)
-  times = None if existed else directory.stat()
-  fd = _open_lock(directory, path, what)
   created = None if existed else directory.stat()  # the directory's times with the new lock in it
   locked = recorded = False
 
@@ -239,8 +230,7 @@ def write_atomically(path: str | pathlib.Path, payload: bytes | Callable[[Binary
   The file gets `mode` less the umask, as open() (0o666) or a linker (0o777) would make it (mkstemp's is
   owner-only). `fsync`: the bytes and the rename reach the disk before this returns. `remove_stale`: first removes
   the temporary files a killed writer left (only for a path no other process writes, e.g. under a held lock). On
-  failure the temporary file is removed and the OSError raised names `path` (errno and reason kept).
-  """
+  failure the temporary file is removed and the OSError raised names `path` (errno and reason kept)."""
   path = pathlib.Path(path)
   if remove_stale:
     for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):

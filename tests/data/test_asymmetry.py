@@ -9,8 +9,7 @@ import pytest
 
 from tied_embed.data import asymmetry
 from tied_embed.data.sources import text
-from tied_embed.data.sources.directed import Directed
-from tied_embed.data.sources.planted import Planted
+from tied_embed.data.sources.synthetic import Directed, Planted
 
 # Hand-made 3 x 3 parts: both have zero row sums, so no row constant can absorb any of either.
 SYMMETRIC = np.array([[2.0, -1.0, -1.0], [-1.0, 2.0, -1.0], [-1.0, -1.0, 2.0]])  # ‖S‖² = 4·3 + 1·6 = 18

@@ -149,16 +149,16 @@ def test_the_default_split_keeps_every_existing_identity(tmp_path):
 
 def test_a_checkpoint_config_from_before_the_field_resumes_under_the_default():
   from configs import default  # noqa: PLC0415
-  from tied_embed.train import workdir  # noqa: PLC0415
+  from tied_embed.train import run_setup  # noqa: PLC0415
 
   saved = default.get_config()
   del saved.data["split"]  # what a checkpoint written before data.split existed holds
   saved.data.source = "text"
   current = saved.copy_and_resolve_references()
   current.data.split = "contiguous"
-  assert workdir.config_differences(saved, current) == []
+  assert run_setup.config_differences(saved, current) == []
   current.data.split = "by_document"
-  assert workdir.config_differences(saved, current) == [
+  assert run_setup.config_differences(saved, current) == [
       "data.split: 'contiguous' in the checkpoints, 'by_document' now"]
 
 

@@ -19,7 +19,7 @@ from conftest import ROOT
 from helpers import smoke_with
 
 from tied_embed.train import config as config_lib
-from tied_embed.train import workdir
+from tied_embed.train import run_setup
 from tied_embed.train.config import check_memory
 from tied_embed.train.config import validate as validate_config
 from tied_embed.train.config_file import load_config_file, unparsed_override
@@ -90,16 +90,16 @@ def test_a_lambda_without_the_hidden_map_is_refused_and_with_it_accepted():
 
 def test_a_field_that_does_nothing_in_both_configs_does_not_block_a_resume():
   dead_lambda = smoke_with("model.hidden_l2", 0.5)  # what an older checkpoint may hold
-  assert workdir.config_differences(dead_lambda, smoke_with("seed", 0)) == []
-  assert workdir.config_differences(_hidden(0.5), _hidden(0.0)) == [
+  assert run_setup.config_differences(dead_lambda, smoke_with("seed", 0)) == []
+  assert run_setup.config_differences(_hidden(0.5), _hidden(0.0)) == [
       "model.hidden_l2: 0.5 in the checkpoints, 0.0 now"]  # with the hidden map, λ trains: a different run
   text = smoke_with("data.source", "text")
   text.model.vocab_size = 256
   other_width = text.copy_and_resolve_references()
   other_width.data.task_d_model = 64  # read by the synthetic tasks only
   other_width.data.tfds_name = "some_other_dataset"  # read by the tfds source only
-  assert workdir.config_differences(text, other_width) == []
-  assert workdir.config_differences(smoke_with("data.task_d_model", 8), smoke_with("data.task_d_model", 64)) == [
+  assert run_setup.config_differences(text, other_width) == []
+  assert run_setup.config_differences(smoke_with("data.task_d_model", 8), smoke_with("data.task_d_model", 64)) == [
       "data.task_d_model: 8 in the checkpoints, 64 now"]
 
 

@@ -31,7 +31,7 @@ from tied_embed.core import optim
 from tied_embed.core import step as step_lib
 from tied_embed.core.model import build_model
 from tied_embed.data import bigram as data_lib
-from tied_embed.train import checkpoint, integrity, nonfinite, signals
+from tied_embed.train import checkpoint, nonfinite, signals
 from tied_embed.train.trainer import train_and_evaluate
 from tied_embed.util import UsageError
 
@@ -108,16 +108,16 @@ def test_fingerprints_are_the_same_on_any_layout_and_see_one_changed_element():
   state = nnx.State({"table": nnx.Param(jax.numpy.asarray(values))})
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
   placed = jax.device_put(state, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("model")))
-  assert integrity.fingerprint(placed) == integrity.fingerprint(state)
+  assert checkpoint.fingerprint(placed) == checkpoint.fingerprint(state)
   for row, column in ((0, 0), (31, 7), (5, 3)):
     changed = values.copy()
     changed[row, column] = np.nextafter(changed[row, column], np.float32(np.inf))  # one ulp
-    assert integrity.fingerprint(nnx.State({"table": nnx.Param(jax.numpy.asarray(changed))})) != \
-        integrity.fingerprint(state)
+    assert checkpoint.fingerprint(nnx.State({"table": nnx.Param(jax.numpy.asarray(changed))})) != \
+        checkpoint.fingerprint(state)
   swapped = values.copy()
   swapped[[0, 1]] = swapped[[1, 0]]  # the same values in another order
-  assert integrity.fingerprint(nnx.State({"table": nnx.Param(jax.numpy.asarray(swapped))})) != \
-      integrity.fingerprint(state)
+  assert checkpoint.fingerprint(nnx.State({"table": nnx.Param(jax.numpy.asarray(swapped))})) != \
+      checkpoint.fingerprint(state)
 
 
 def test_training_moves_a_checkpoint_with_a_wrong_array_aside_and_resumes_bitwise(smoke_run, tmp_path):
@@ -391,7 +391,7 @@ def test_the_advice_names_the_learning_rate_when_the_penalty_is_not_the_cause():
 
 
 def test_an_exact_tie_in_select_loss_keeps_the_earlier_step():
-  from tied_embed.train.best_step import Selection  # noqa: PLC0415
+  from tied_embed.train.evaluation import Selection  # noqa: PLC0415
 
   selection = Selection()
   assert selection.record(10, 1.5, {"eval/loss": 2.0})

@@ -17,10 +17,9 @@ from helpers import smoke_with
 
 from tied_embed.data import sources
 from tied_embed.train import config as config_lib
-from tied_embed.train.config import check_memory
+from tied_embed.train.config import RUNTIME_BYTES, available_memory, check_memory, memory_estimate
 from tied_embed.train.config import validate as validate_config
 from tied_embed.train.config_file import load_config_file
-from tied_embed.train.config_memory import RUNTIME_BYTES, available_memory, memory_estimate
 from tied_embed.util import UsageError
 
 GIB = 2**30

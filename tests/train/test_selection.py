@@ -332,7 +332,7 @@ def test_train_py_refuses_a_patience_without_a_selection_split_with_exit_2(tmp_p
 
 
 def test_min_delta_by_hand():
-  from tied_embed.train.best_step import Selection  # noqa: PLC0415
+  from tied_embed.train.evaluation import Selection  # noqa: PLC0415
 
   selection, bests = Selection(), []
   for step, loss in [(1, 5.0), (2, 4.0), (3, 3.9996), (4, 3.9992), (5, 3.9988), (6, 3.5)]:

@@ -10,8 +10,7 @@ Every model answers the same questions, so the step never asks which class it ha
   - `tables()`: which (V, D) arrays the lookup and the projection read (the same array when tied);
   - `hidden(rows, params)`: what happens between them, as a pure function of the hidden map's arrays;
   - `param_gradients(add_lookup, projection, hidden)`: how the two paths' gradients become the Params' gradients
-    (tied: they add up in the one table; untied: each goes to its own table).
-"""
+    (tied: they add up in the one table; untied: each goes to its own table)."""
 
 from __future__ import annotations
 
@@ -45,8 +44,7 @@ def init_table(key: jax.Array, vocab_size: int, d_model: int) -> jax.Array:
   """One normal draw scaled by 1/sqrt(D): key → (V, D) float32 with entry variance 1/D.
 
   Under jit, XLA would fold the 1/sqrt(D) into `normal`'s own constant scale and change last bits; the
-  optimization barrier keeps the jitted table bitwise equal to the literal eager `normal(...) / sqrt(D)`.
-  """
+  optimization barrier keeps the jitted table bitwise equal to the literal eager `normal(...) / sqrt(D)`."""
   draw = jax.random.normal(key, (vocab_size, d_model), dtype=jnp.float32)
   return jax.lax.optimization_barrier(draw) / math.sqrt(d_model)
 

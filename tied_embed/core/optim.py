@@ -34,8 +34,7 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
 
   optax writes the clipped update as (g / ‖g‖) · max_norm. XLA:CPU counts a division as too expensive to repeat
   in each of its readers, so it stores that (V, D) update before Adam's two moments read it; a multiply by one
-  scalar fuses into both. Unclipped updates are exactly g; clipped ones differ from optax's by rounding.
-  """
+  scalar fuses into both. Unclipped updates are exactly g; clipped ones differ from optax's by rounding."""
 
   def update_fn(updates, state, params=None):
     scale = clip_scale(optax.tree.norm(updates), max_norm)
@@ -48,8 +47,7 @@ def make_optimizer(train: ml_collections.ConfigDict) -> optax.GradientTransforma
   """clip_by_global_norm (if `grad_clip_norm` > 0) followed by the optimizer `train.optimizer`.
 
   adamw decays weights decoupled from the gradient; for adam and sgd a positive `weight_decay` adds the classic L2
-  term `weight_decay * params` to the gradient instead. A name not in `OPTIMIZERS` raises ValueError.
-  """
+  term `weight_decay * params` to the gradient instead. A name not in `OPTIMIZERS` raises ValueError."""
   schedule = learning_rate_schedule(train)
   weight_decay = float(train.weight_decay)
   name = train.optimizer

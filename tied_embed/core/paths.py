@@ -11,8 +11,7 @@ model has the same two paths, each in its own table. With a hidden map W between
 still the gradient through `E[ids]` (now through W as well), and W gets a gradient of its own.
 
 `path_gradients` here is the plain form: both paths as dense (V, D) arrays. tied_embed/fast/sparse_paths.py keeps
-the lookup path as one row per token instead, and is tested equal to this.
-"""
+the lookup path as one row per token instead, and is tested equal to this."""
 
 from __future__ import annotations
 
@@ -66,14 +65,11 @@ class PathGradients(NamedTuple):
     looked_up = looked_up_rows(self.ids, projection.shape[0])
     lookup_norm, projection_norm = jnp.linalg.norm(lookup), jnp.linalg.norm(projection)
     tiny = jnp.finfo(jnp.float32).tiny
-    return {
-        "lookup_norm": lookup_norm,
-        "projection_norm": projection_norm,
-        "total_norm": jnp.linalg.norm(lookup + projection),
-        "cosine": jnp.vdot(lookup, projection) / jnp.maximum(lookup_norm * projection_norm, tiny),
-        "rows_looked_up": jnp.sum(looked_up),
-        "rows_projection_only": jnp.sum((row_norms(projection) > 0) & ~looked_up),
-    }
+    return {"lookup_norm": lookup_norm, "projection_norm": projection_norm,
+            "total_norm": jnp.linalg.norm(lookup + projection),
+            "cosine": jnp.vdot(lookup, projection) / jnp.maximum(lookup_norm * projection_norm, tiny),
+            "rows_looked_up": jnp.sum(looked_up),
+            "rows_projection_only": jnp.sum((row_norms(projection) > 0) & ~looked_up)}
 
 
 def differentiate_uses(model, ids: jax.Array, next_ids: jax.Array,
@@ -82,8 +78,7 @@ def differentiate_uses(model, ids: jax.Array, next_ids: jax.Array,
 
   The loss is written as a function of (looked-up rows (T, D), projection table (V, D), the hidden map's arrays), so
   differentiating it with respect to each argument separates the paths: the rows carry the lookup path, the table
-  the projection path. → (loss (), d rows (T, D), d projection table (V, D), {name: d hidden array}).
-  """
+  the projection path. → (loss (), d rows (T, D), d projection table (V, D), {name: d hidden array})."""
 
   def loss(rows: jax.Array, projection_table: jax.Array, hidden: dict) -> jax.Array:
     value = loss_fn(model.hidden(rows, hidden), projection_table, next_ids)

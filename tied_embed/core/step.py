@@ -2,8 +2,7 @@
 
 Everything a step reads and writes lives in one `TrainState` module, and the jitted step takes and returns its
 `nnx.State`: the Python loop only passes arrays, a checkpoint of the state is everything a resumed run needs, and
-the step donates the old state.
-"""
+the step donates the old state."""
 
 from __future__ import annotations
 
@@ -62,9 +61,8 @@ class TrainState(nnx.Module):
 
 
 def param_gradients(model: Model, paths, lookup_scale: float = 1.0, projection_scale: float = 1.0) -> nnx.State:
-  """The Params' gradients from the two paths, each weighted by its scale and routed by the model: what the
-  optimizer applies. A scale of exactly 1 multiplies nothing, so the default step is the same program, and the
-  same bits, as a step that never scales."""
+  """The Params' gradients from the two paths, each weighted by its scale and routed by the model. A scale of exactly 1
+  multiplies nothing: the default step is the same program, and bits, as one that never scales."""
   projection = paths.projection if projection_scale == 1.0 else projection_scale * paths.projection
   values = model.param_gradients(lambda grad: paths.add_lookup(grad, lookup_scale), projection, paths.hidden)
   grads = nnx.state(model, nnx.Param)
@@ -73,9 +71,8 @@ def param_gradients(model: Model, paths, lookup_scale: float = 1.0, projection_s
 
 
 def split_error(model: Model, grads: nnx.State, ids: jax.Array, next_ids: jax.Array) -> jax.Array:
-  """‖g − Σ paths‖ / ‖g‖ over all Params, a scalar: `grads` (the paths' unscaled gradients) against g = `nnx.grad`
-  of `tied_embed.core.loss.model_loss`, which differentiates `model(ids)` itself, so a bug in a speed path's loss or
-  gradients does not cancel out."""
+  """‖g − Σ paths‖ / ‖g‖ over all Params, a scalar: `grads` (the paths' unscaled gradients) against g = `nnx.grad` of
+  `loss_lib.model_loss`, which differentiates `model(ids)` itself, so a speed path's bug cannot cancel out."""
   direct = nnx.grad(loss_lib.model_loss)(model, ids, next_ids)
   residual = jax.tree.map(lambda d, g: jnp.sum(jnp.square(d - g)), direct, grads)
   direct_sq = jax.tree.map(lambda d: jnp.sum(jnp.square(d)), direct)
@@ -89,8 +86,7 @@ def all_finite(loss: jax.Array, state: nnx.State) -> jax.Array:
   A sum of |x| is finite exactly when every x is, unless the sum overflows, and XLA reads each array once for it,
   where `isfinite(x).all()` writes and rereads a bool array the table's size. So the exact test runs only when
   the sum is not finite: a non-finite value, or values near float32's limit. Arrays of one shape (a table and its
-  two optimizer moments) are summed as one reduction of |a| + |b| + |c|, which XLA:CPU runs faster than three.
-  """
+  two optimizer moments) are summed as one reduction of |a| + |b| + |c|, which XLA:CPU runs faster than three."""
   floats = [loss] + [leaf for leaf in jax.tree.leaves(state) if jnp.issubdtype(leaf.dtype, jnp.floating)]
 
   def exact():
@@ -108,18 +104,16 @@ def optimizer_update(train_state: TrainState, grads: nnx.State) -> None:
   train_state.optimizer.update(train_state.model, grads)
 
 
-def make_step_function(
-    graphdef: nnx.GraphDef, paths_fn: PathsFn = paths_lib.path_gradients, *, lookup_grad_scale: float = 1.0,
-    projection_grad_scale: float = 1.0, split_check_tokens: int | None = None,
-    apply_update: UpdateFn = optimizer_update,
-) -> StepFunction:
+def make_step_function(graphdef: nnx.GraphDef, paths_fn: PathsFn = paths_lib.path_gradients, *,
+                       lookup_grad_scale: float = 1.0, projection_grad_scale: float = 1.0,
+                       split_check_tokens: int | None = None,
+                       apply_update: UpdateFn = optimizer_update) -> StepFunction:
   """step(state, ids (B,), next_ids (B,), with_stats=False) → (new state, metrics, grads), to be jitted.
 
   `paths_fn` gives the batch's path gradients (tied_embed/core/paths.py, or a speed path with the same answers); the
   model turns them, weighted by `lookup_grad_scale` and `projection_grad_scale`, into its Params' gradients `grads`
-  (tied: they add up in the one table; any clipping sees that weighted sum). `apply_update(train_state, grads)`
-  applies them: the optimizer's own update (returning None), or the same arithmetic faster (tied_embed/fast/kernels)
-  returning a scalar finite exactly when every value it wrote is (those are then not reread for the finite check).
+  (tied: they add up in the one table; any clipping sees that weighted sum), applied by `apply_update` (`UpdateFn`):
+  the optimizer's own update, or the same arithmetic faster (tied_embed/fast/kernels), checking what it writes.
 
   metrics: {'loss'}; with `with_stats` (log steps) also the split statistics of the unweighted path gradients (at
   the parameters before the update), 'split_error', 'hidden_norm' (‖dW‖, with a hidden map), the model's
@@ -128,8 +122,7 @@ def make_step_function(
 
   The split check (`split_error`) runs on the whole batch or, with `split_check_tokens` = S < B (where the (B, V)
   logits would not fit), on the first S pairs. A non-finite loss or new state is recorded in `first_nonfinite_step`
-  (the loop checks it where it syncs anyway), so a state that passes is safe to save.
-  """
+  (the loop checks it where it syncs anyway), so a state that passes is safe to save."""
 
   def log_metrics(model, paths, grads, ids, next_ids) -> Metrics:
     metrics = dict(paths.split_stats())
@@ -181,15 +174,10 @@ def make_step_function(
   return step
 
 
-def make_train_step(
-    graphdef: nnx.GraphDef, paths_fn: PathsFn = paths_lib.path_gradients, *, state_shardings=None,
-    compiler_options: dict | None = None, **step_options,
-) -> TrainStep:
-  """jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics): `make_step_function`'s step.
-
-  Donates `state`. `step_options` are `make_step_function`'s (the path scales, `split_check_tokens`, `apply_update`);
-  `state_shardings` pins the new state's shardings.
-  """
+def make_train_step(graphdef: nnx.GraphDef, paths_fn: PathsFn = paths_lib.path_gradients, *, state_shardings=None,
+                    compiler_options: dict | None = None, **step_options) -> TrainStep:
+  """jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics), donating `state`: the step of
+  `make_step_function(graphdef, paths_fn, **step_options)`, its new state pinned to `state_shardings`."""
   step_fn = make_step_function(graphdef, paths_fn, **step_options)
 
   def step(state: nnx.State, ids: jax.Array, next_ids: jax.Array, with_stats: bool = False):

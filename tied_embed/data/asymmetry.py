@@ -22,10 +22,9 @@ _GOLDEN_STEPS = 24
 
 
 def prepared_table(log_probs: Any, ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-  """The square table the measures read: (V, V) array or `LogProbRows` → table (K, K) float64, token ids (K,).
-  Empirical tables hold -inf for pairs never seen and nan rows for tokens never current: of the tokens `ids` (default:
-  all), those with no finite entry in their row are dropped as rows and columns, and -inf is set to the smallest
-  finite entry left (a pair never seen is as unlikely as the rarest pair seen)."""
+  """The square table the measures read: (V, V) array or `LogProbRows` → table (K, K) float64, token ids (K,). Of
+  the tokens `ids` (default: all), those whose row has no finite entry (never current) are dropped as rows and
+  columns, and -inf (a pair never seen) becomes the smallest finite entry left, as unlikely as the rarest pair seen."""
   vocab_size = len(log_probs)
   ids = np.arange(vocab_size) if ids is None else np.asarray(ids)
   blocks = np.array_split(ids, max(1, -(-len(ids) // row_block(vocab_size))))
@@ -119,12 +118,11 @@ def excess_loss(log_probs: np.ndarray, logits: np.ndarray, weights: np.ndarray) 
 
 def summary(data: Any, d_model: int | None = None) -> dict[str, float]:
   """The asymmetry budget of a run's task, for its log and report: BigramData (or anything with `.true_log_probs`
-  and `.vocab_size`, optionally `.input_counts` (V,)) → {name: float}.
-  antisymmetric_share: the lower bound above; tokens: how many it was computed over; sampled: 1.0 if over
-  `MAX_DENSE` tokens, so computed on a random `MAX_DENSE` of them (seed 0). With `d_model` and at most
-  `MAX_RANK_FIT` tokens also psd_rank_residual_share (what the fitted width-D tied table leaves) and
-  psd_rank_excess_loss (its excess loss over the reference in nats, weighted by `input_counts`, else uniform): an
-  upper bound on the best width-D tied table's."""
+  and `.vocab_size`, optionally `.input_counts` (V,)) → {name: float}. antisymmetric_share: the lower bound above;
+  tokens: how many it was computed over; sampled: 1.0 if over `MAX_DENSE` tokens, so computed on a random `MAX_DENSE`
+  of them (seed 0). With `d_model` and at most `MAX_RANK_FIT` tokens also psd_rank_residual_share (what the fitted
+  width-D tied table leaves) and psd_rank_excess_loss (its excess loss over the reference in nats, weighted by
+  `input_counts`, else uniform): an upper bound on the best width-D tied table's."""
   vocab_size = int(data.vocab_size)
   sampled = vocab_size > MAX_DENSE
   ids = np.sort(np.random.default_rng(0).choice(vocab_size, MAX_DENSE, replace=False)) if sampled else None
@@ -134,8 +132,7 @@ def summary(data: Any, d_model: int | None = None) -> dict[str, float]:
     fit = psd_rank_fit(table, int(d_model))
     counts = getattr(data, "input_counts", None)
     weights = np.ones(len(kept)) if counts is None else np.asarray(counts, np.float64)[kept]
-    if weights.sum() <= 0:
-      weights = np.ones(len(kept))
+    weights = weights if weights.sum() > 0 else np.ones(len(kept))
     original = np.asarray(data.true_log_probs[kept], np.float64)[:, kept]
     result["psd_rank_residual_share"] = fit.residual_share
     result["psd_rank_excess_loss"] = excess_loss(original, fit.table @ fit.table.T, weights)
@@ -143,10 +140,9 @@ def summary(data: Any, d_model: int | None = None) -> dict[str, float]:
 
 
 def hidden_map_summary(kernel: np.ndarray, lookup_table: np.ndarray, projection_table: np.ndarray) -> dict[str, float]:
-  """What a hidden map W adds: W (D, D), the scoring tables (E·W (V, D), E (V, D)) → {name: float}.
-  identity_distance ‖W − I‖_F; kernel_antisymmetric_share ‖(W − Wᵀ)/2‖_F / ‖W‖_F; for V ≤ MAX_DENSE also
-  learned_antisymmetric_share, `antisymmetric_share` of the learned log-probabilities (0 without W: E·Eᵀ is
-  symmetric)."""
+  """What a hidden map W adds: W (D, D), the scoring tables (E·W (V, D), E (V, D)) → {name: float}. identity_distance
+  ‖W − I‖_F; kernel_antisymmetric_share ‖(W − Wᵀ)/2‖_F / ‖W‖_F; for V ≤ MAX_DENSE also learned_antisymmetric_share,
+  `antisymmetric_share` of the learned log-probabilities (0 without W: E·Eᵀ is symmetric)."""
   kernel = np.asarray(kernel, np.float64)
   result = {
       "identity_distance": float(np.linalg.norm(kernel - np.eye(len(kernel)))),

@@ -147,8 +147,7 @@ class Source(abc.ABC):
     return settings
 
   def check_preparable(self, settings: dict[str, Any], data_dir: pathlib.Path) -> None:
-    """Does in memory what in `prepare` can refuse the config (UsageError), before a run writes anything;
-    `prepare` reuses the result."""
+    """Raises the UsageError `prepare` would, in memory before a run writes anything; `prepare` reuses the work."""
     del settings, data_dir  # nothing that can refuse
 
   def prepared(self, settings: dict[str, Any], data_dir: pathlib.Path) -> dict[str, Any] | None:
@@ -174,5 +173,4 @@ REGISTRY: dict[str, Source] = {}
 
 
 def register(source: Source) -> None:
-  """Adds a source to the registry under its name."""
   REGISTRY[source.name] = source

@@ -1,9 +1,8 @@
 """The bigram pairs as a TFDS dataset: generated under a lock on the data dir, cached, loaded once into NumPy.
 
 The source says what the pairs are; this module stores them, verifies them on every load (a bad cache is generated
-again, with a warning) and loads them. The selection split and data.train_fraction are cut at load time: the stored
-dataset, the validation split, the floor and the references stay the whole dataset's, so runs on different amounts
-of data share one cache and one eval.
+again, with a warning) and loads them. The selection split and data.train_fraction are cut at load time, so runs on
+different amounts of data share one stored dataset, validation split, floor and references.
 """
 
 from __future__ import annotations
@@ -157,13 +156,6 @@ def _version_dir(bc: BigramConfig, directory: pathlib.Path) -> pathlib.Path:
   return directory / BigramPairs.name / bc.name / str(BigramPairs.VERSION)
 
 
-def _read_split(builder: BigramPairs, split: str) -> tuple[np.ndarray, np.ndarray]:
-  blocks = builder.as_data_source(split=split)
-  examples = [blocks[i] for i in range(len(blocks))]
-  return tuple(np.concatenate([np.zeros(0, np.int32)] + [e[key] for e in examples]).astype(np.int32)
-               for key in ("ids", "next_ids"))
-
-
 def _read_verified(bc: BigramConfig, directory: pathlib.Path) -> tuple[dict[str, Any] | None, str]:
   """The cached splits if they are there and check out (pair counts, shapes, ids in [0, V), document ends):
   → (splits or None, why not: 'missing' or a problem)."""
@@ -171,7 +163,12 @@ def _read_verified(bc: BigramConfig, directory: pathlib.Path) -> tuple[dict[str,
     return None, "missing"
   try:
     builder = _builder(bc, directory)
-    splits = {split: _read_split(builder, split) for split in SPLITS}
+    splits = {}
+    for split in SPLITS:
+      blocks = builder.as_data_source(split=split)
+      examples = [blocks[i] for i in range(len(blocks))]
+      splits[split] = tuple(np.concatenate([np.zeros(0, np.int32)] + [e[key] for e in examples]).astype(np.int32)
+                            for key in ("ids", "next_ids"))
   except Exception as error:  # noqa: BLE001 (TFDS and array_record report damaged files in many types)
     return None, f"cannot be read ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
   source, vocab_size = sources.get(bc.source), bc.settings["vocab_size"]
@@ -232,8 +229,7 @@ def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
 
 
 def load_existing_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
-  """The dataset as cached under the data dir, writing nothing: config → BigramData; UsageError saying what is
-  missing (the corpus, the tokenizer, the dataset) or wrong."""
+  """The dataset as cached under the data dir, writing nothing; UsageError saying what is missing or wrong."""
   bc = builder_config(config)
   directory = data_dir(config, workdir)
   settings = sources.get(bc.source).prepared(bc.settings, directory)

@@ -1,9 +1,6 @@
-"""What inspection needs of a run's data, kept in its workdir: WORKDIR/report_data.npz.
-
-Written at training time (`tied_embed.data.bigram.record_for_inspection`), so inspecting a workdir needs nothing
-outside it. It holds the reference's small record (a hidden table (V, D), or sparse validation pair counts and a
-SentencePiece model), the input counts (V,) and the floor.
-"""
+"""What inspection needs of a run's data, kept in its workdir as WORKDIR/report_data.npz (written at training time by
+`tied_embed.data.bigram.record_for_inspection`): the reference's small record (a hidden table (V, D), or sparse
+validation pair counts and a SentencePiece model), the input counts (V,) and the floor."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The step a config asks for: the story's plain paths, or the speed paths that give the same answers.
-
-`loss.chunk_size = 0` with `model.dtype = float32` trains on exactly tied_embed/core; any other setting picks the
-chunked, distinct-row loss and the sparse lookup path. Either way with XLA's options and a kept gradient buffer.
-"""
+"""The step a config asks for: `loss.chunk_size = 0` with `model.dtype = float32` trains on exactly tied_embed/core;
+any other setting picks the speed paths with the same answers (the chunked, distinct-row loss and the sparse lookup
+path). Either way with XLA's options and a kept gradient buffer."""
 
 from __future__ import annotations
 
@@ -68,11 +66,9 @@ def split_check_tokens(batch_size: int, vocab_size: int, shards: int = 1) -> int
   return None if batch_size <= fits else max(fits // shards, 1) * shards
 
 
-def make_train_step(
-    graphdef: nnx.GraphDef, chunk_size: int, state_shardings=None, lookup_grad_scale: float = 1.0,
-    projection_grad_scale: float = 1.0, compute_dtype: str = "float32", split_check: int | None = None,
-    train_config: ml_collections.ConfigDict | None = None,
-) -> step_lib.TrainStep:
+def make_train_step(graphdef: nnx.GraphDef, chunk_size: int, state_shardings=None, lookup_grad_scale: float = 1.0,
+                    projection_grad_scale: float = 1.0, compute_dtype: str = "float32", split_check: int | None = None,
+                    train_config: ml_collections.ConfigDict | None = None) -> step_lib.TrainStep:
   """The train step these settings pick. `split_check`: `split_check_tokens`'s pairs (None: the whole batch);
   `train_config`: the config's `train` section (AdamW on one device updates on its fused kernel where it pays off)."""
   one_device = mesh_devices(state_shardings) == 1
@@ -92,11 +88,9 @@ def model_params(graphdef: nnx.GraphDef, state: nnx.State) -> nnx.State:
 
 class StepWithGradientBuffer:
   """jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics), donating `state`: `step_fn`
-  (`tied_embed.core.step.make_step_function`'s) writing its gradient into the buffer the last call returned.
-
-  XLA:CPU frees a step's temporaries after each call, and the next step faults their pages in again: for the (V, D)
-  gradient at GPT-2's V=50257, D=768, about 70 ms of system time a step (benchmarks/README.md).
-  """
+  (`tied_embed.core.step.make_step_function`'s) writing its gradient into the buffer the last call returned. XLA:CPU
+  frees a step's temporaries after each call, and the next step faults their pages in again: for the (V, D) gradient
+  at GPT-2's V=50257, D=768, about 70 ms of system time a step (benchmarks/README.md)."""
 
   def __init__(self, graphdef: nnx.GraphDef, step_fn: step_lib.StepFunction, state_shardings=None):
     self._graphdef = graphdef

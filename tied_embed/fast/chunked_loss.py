@@ -6,8 +6,7 @@ p = softmax(x Eᵀ) and one-hot targets Y,
   d loss / d x = (p E − E[targets]) / T,      d loss / d E = (pᵀ x − Yᵀ x) / T,
 three matmuls like the full loss, in a `jax.custom_vjp`'s forward pass (a vocabulary scan would recompute the logits:
 1.25x slower). The logits are formed transposed, (V, C): p stored (C, V) misses XLA:CPU's fast matmul path for `pᵀ x`
-(20-60% slower; benchmarks/README.md), and dx = `pᵀ E` comes straight from the (V, C) exponentials.
-"""
+(20-60% slower; benchmarks/README.md), and dx = `pᵀ E` comes straight from the (V, C) exponentials."""
 
 from __future__ import annotations
 
@@ -39,13 +38,12 @@ def cross_entropy(x: jax.Array, projection_table: jax.Array, targets: jax.Array,
 def chunked_cross_entropy(x: jax.Array, projection_table: jax.Array, targets: jax.Array, chunk_size: int,
                           row_keys: jax.Array | None = None, groups: int = 1, compute_dtype=jnp.float32,
                           mkl_kernel: bool = True) -> jax.Array:
-  """Mean softmax cross-entropy of `x @ table.T`, never holding more than (V, chunk_size) logits: x (T, D),
-  projection_table (V, D), targets (T,) int → scalar, equal to `full_cross_entropy` up to float rounding, and so are
-  its gradients. chunk_size: tokens per chunk (an int > 0; ≥ T is one chunk). row_keys: optional (T,) int, equal
-  where rows of `x` are equal (the caller's promise; for a bigram, the looked-up ids): each distinct row's logits are
-  formed once. groups: with `row_keys`, rows are made distinct within each of `groups` contiguous blocks of T (a
-  static divisor of T; on a mesh, one per data shard). mkl_kernel: the dots on tied_embed/fast/kernels/gemm.py where
-  it runs and pays off; False keeps XLA's (on a mesh)."""
+  """Mean softmax cross-entropy of `x @ table.T` (x (T, D), projection_table (V, D), targets (T,) int → scalar) and
+  its gradients, equal to `full_cross_entropy`'s up to rounding, never holding more than (V, chunk_size) logits
+  (chunk_size: an int > 0; ≥ T is one chunk). row_keys: optional (T,) int, equal where rows of `x` are (the caller's
+  promise; for a bigram, the looked-up ids): each distinct row's logits are formed once within each of `groups`
+  contiguous blocks of T (a static divisor of T; on a mesh, one per data shard). mkl_kernel: the dots on
+  tied_embed/fast/kernels/gemm.py where it runs and pays off; False keeps XLA's (on a mesh)."""
   if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0:
     raise ValueError(f"chunk_size={chunk_size!r} is not allowed: expected an int > 0")
   x, projection_table, targets = jnp.asarray(x), jnp.asarray(projection_table), jnp.asarray(targets)
@@ -218,8 +216,4 @@ def _distinct_forward(x, table, targets, keys, chunk, groups, compute_dtype, ker
   return _finish(table, targets, lse.reshape(-1), dx.reshape(x.shape), d_table, mean_target, num_tokens)
 
 
-def _distinct_backward(*args):
-  return (*_backward(*args), None)  # and None for the keys
-
-
-_distinct_ce.defvjp(_distinct_forward, _distinct_backward)
+_distinct_ce.defvjp(_distinct_forward, lambda *args: (*_backward(*args), None))  # and None for the keys

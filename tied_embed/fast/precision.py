@@ -2,8 +2,7 @@
 
 bfloat16 casts the matmul operands and accumulates every dot in float32 (autodiff of the full loss rounds each cast
 operand's gradient to bfloat16 once); everything else stays float32. The gradients move by a few 1e-3 relative in
-norm (tests/fast/test_precision.py). On a CPU with AMX the chunked loss's dots run on tied_embed/fast/kernels/gemm.py.
-"""
+norm (tests/fast/test_precision.py)."""
 
 from __future__ import annotations
 

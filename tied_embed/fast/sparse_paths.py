@@ -1,8 +1,7 @@
 """The sparse lookup path: tied_embed/core/paths.py's path gradients without a dense (V, D) lookup gradient.
 
 `PathGradients` keeps the lookup path as one (D,) row per token and derives what the step needs from those: the dense
-form's answers with one (V, D) gradient in the step, not two. On a mesh it crosses the data axis as rows and ids.
-"""
+form's answers with one (V, D) gradient in the step, not two. On a mesh it crosses the data axis as rows and ids."""
 
 from __future__ import annotations
 
@@ -58,14 +57,9 @@ class PathGradients(NamedTuple):
     projection_norm = jnp.sqrt(jnp.sum(projection_sq))
     total_sq = jnp.sum(jnp.where(looked_up, 0.0, projection_sq)) + jnp.sum(jnp.square(projection_rows + sums))
     tiny = jnp.finfo(jnp.float32).tiny
-    return {
-        "lookup_norm": lookup_norm,
-        "projection_norm": projection_norm,
-        "total_norm": jnp.sqrt(total_sq),
-        "cosine": jnp.vdot(sums, projection_rows) / jnp.maximum(lookup_norm * projection_norm, tiny),
-        "rows_looked_up": jnp.sum(looked_up),
-        "rows_projection_only": jnp.sum((projection_sq > 0) & ~looked_up),
-    }
+    return {"lookup_norm": lookup_norm, "projection_norm": projection_norm, "total_norm": jnp.sqrt(total_sq),
+            "cosine": jnp.vdot(sums, projection_rows) / jnp.maximum(lookup_norm * projection_norm, tiny),
+            "rows_looked_up": jnp.sum(looked_up), "rows_projection_only": jnp.sum((projection_sq > 0) & ~looked_up)}
 
   def lookup_at(self, rows: jax.Array) -> jax.Array:
     """The lookup-path gradient's rows `rows` (K,) int → (K, D)."""

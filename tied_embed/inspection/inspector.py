@@ -1,8 +1,7 @@
 """Open a run from its workdir alone: `inspect_run`, the report of what the table learned, and `continue_prompt`.
 
 They read a checkpoint, WORKDIR/report_data.npz (else the dataset cached under the data dir, never generated here)
-and the event files, and write only into WORKDIR/report/; never through a symbolic link, as a workdir may come from
-someone else.
+and the event files, and write only into WORKDIR/report/: never through a symbolic link (a workdir may be another's).
 """
 
 from __future__ import annotations
@@ -30,20 +29,17 @@ _READ_NAMES = ("checkpoints", "data", "report_data.npz")
 MAX_GENERATE = 10_000  # sampled tokens at most: a few seconds at V = 8192, a continuation a person still reads
 
 
-def inspect_run(
-    workdir: str | pathlib.Path, step: int | str | None = None, tokens: list[int | str] | None = None,
-    top_k: int = 5, pictures: bool = True,
-) -> dict[str, Any]:
+def inspect_run(workdir: str | pathlib.Path, step: int | str | None = None, tokens: list[int | str] | None = None,
+                top_k: int = 5, pictures: bool = True) -> dict[str, Any]:
   """The JSON-ready report of checkpoint `step` (default: the newest readable one; 'best': the best by select/loss).
 
   Keys: workdir, step, available_steps, run, loss_by_input_frequency, scores, parameters, tokens, fit, provenance,
   undertrained, path_directions, asymmetry, warnings, and when the pictures were written pictures ({name: PNG path
   relative to WORKDIR/report}) and report_md. A token is an id or, for a text run, a string of its vocabulary (a
   piece such as '▁the', or a byte's label such as '\\n'). UsageError, before anything is restored or written where
-  it can, for: no checkpoints, unreadable ones, a missing step, a token outside [0, V) or not in the vocabulary,
-  top_k outside [1, V].
-  """
-  from tied_embed.train.metrics import read_scalars, value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
+  it can, for: no or unreadable checkpoints, a missing step, a token outside [0, V) or not in the vocabulary, top_k
+  outside [1, V]."""
+  from tied_embed.train.metrics import value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
 
   workdir = pathlib.Path(workdir)
   if top_k < 1:  # what is wrong whatever the checkpoint
@@ -68,16 +64,7 @@ def inspect_run(
     tokens = [int(i) for i in np.argsort(-facts.input_counts, kind="stable")[:_DEFAULT_TOKENS]]
   else:
     tokens = [resolve_token(token, facts.tokenizer) for token in tokens]
-  try:  # no loss curves where the events cannot be read: a damaged file must not hide the checkpoint's report
-    series = read_scalars(workdir, _LOSS_TAGS)
-  except Exception as error:  # noqa: BLE001 (TensorBoard's reader fails in many types)
-    warnings.append(f"the event files in {workdir} cannot be read ({first_line(error)}): no loss curves")
-    series = {}
-  eval_loss = value_at(series.get("eval/loss"), restored.step)
-  if eval_loss is None or eval_loss["step"] < restored.step:
-    newest = "none" if eval_loss is None else f"step {eval_loss['step']}"
-    warnings.append(f"the newest eval/loss in the events at or before step {restored.step} is {newest}, older"
-                    f" than the checkpoint shown: its eval loss and gap are not this checkpoint's")
+  series, eval_loss = _loss_series(workdir, restored.step, warnings)
   lookup_table, projection_table = (np.asarray(table) for table in restored.model.scoring_tables())
   label = sources.get(facts.source).token_label if facts.tokenizer is None else facts.tokenizer.label
   sizes = frequency.bucket_sizes(facts.input_counts, facts.eval_input_counts)
@@ -116,18 +103,31 @@ def inspect_run(
   return report
 
 
-def continue_prompt(
-    workdir: str | pathlib.Path, prompt: str, top_k: int = 5, generate: int = 0, temperature: float = 1.0,
-    seed: int = 0, step: int | str | None = None,
-) -> dict[str, Any]:
+def _loss_series(workdir: pathlib.Path, step: int, warnings: list[str]) -> tuple[dict[str, Any], Any]:
+  """The run's logged loss series, and the eval/loss at or before `step`; a warning where either is missing."""
+  from tied_embed.train.metrics import read_scalars, value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
+
+  try:  # no loss curves where the events cannot be read: a damaged file must not hide the checkpoint's report
+    series = read_scalars(workdir, _LOSS_TAGS)
+  except Exception as error:  # noqa: BLE001 (TensorBoard's reader fails in many types)
+    warnings.append(f"the event files in {workdir} cannot be read ({first_line(error)}): no loss curves")
+    series = {}
+  eval_loss = value_at(series.get("eval/loss"), step)
+  if eval_loss is None or eval_loss["step"] < step:
+    newest = "none" if eval_loss is None else f"step {eval_loss['step']}"
+    warnings.append(f"the newest eval/loss in the events at or before step {step} is {newest}, older"
+                    f" than the checkpoint shown: its eval loss and gap are not this checkpoint's")
+  return series, eval_loss
+
+
+def continue_prompt(workdir: str | pathlib.Path, prompt: str, top_k: int = 5, generate: int = 0,
+                    temperature: float = 1.0, seed: int = 0, step: int | str | None = None) -> dict[str, Any]:
   """What a text run says follows `prompt`: the top-k next tokens after its last token (tokenized with the run's own
   tokenizer) and, with `generate` > 0, a sampled continuation (`report.sample_tokens`): → JSON-ready dict.
 
   Keys: workdir, step, prompt, prompt_tokens ([{id, label}]), next ([{id, label, prob}]), warnings, and with
   `generate` also generated ([{id, label}]), text (prompt and continuation, decoded), temperature and seed.
-  UsageError for a run without text tokens, a prompt with no tokens, top_k outside [1, V], generate outside
-  [0, MAX_GENERATE], a seed outside [0, 2**31 - 1] (as for the config's seed), or a temperature < 0.
-  """
+  UsageError for a run without text tokens, a prompt with no tokens, or an argument out of range."""
   if not 0 <= generate <= MAX_GENERATE:
     raise UsageError.bad_value("--generate", generate, f"an integer in [0, {MAX_GENERATE:_}] (tokens to sample)")
   if not 0 <= seed <= 2**31 - 1:
@@ -175,10 +175,8 @@ def resolve_token(token: int | str, tokenizer: Any) -> int:
   return found
 
 
-def open_run(
-    workdir: str | pathlib.Path, step: int | str | None, warnings: list[str],
-    check: Callable[[Any], None] | None = None,
-) -> tuple[Any, record_lib.InspectionData, list[int]]:
+def open_run(workdir: str | pathlib.Path, step: int | str | None, warnings: list[str],
+             check: Callable[[Any], None] | None = None) -> tuple[Any, record_lib.InspectionData, list[int]]:
   """(the restored checkpoint `step`, the run's data facts, every saved step). Default step: the newest readable
   one, warning of each newer damaged one; 'best': the best by select/loss. `check(restored)` runs before the data
   is read. UsageError (one line) naming the first symbolic link among what is read: checkpoints/ or data/ or
@@ -239,11 +237,9 @@ def _data_facts(restored: Any, workdir: pathlib.Path, warnings: list[str]) -> re
   )
 
 
-def _draw(
-    report: dict[str, Any], workdir: pathlib.Path, lookup_table: np.ndarray, projection_table: np.ndarray,
-    facts: record_lib.InspectionData, provenance: dict[str, np.ndarray],
-    series: dict[str, tuple[np.ndarray, np.ndarray]],
-) -> None:
+def _draw(report: dict[str, Any], workdir: pathlib.Path, lookup_table: np.ndarray, projection_table: np.ndarray,
+          facts: record_lib.InspectionData, provenance: dict[str, np.ndarray],
+          series: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
   """Write the PNGs, the TensorBoard images and report.md into WORKDIR/report (replacing each file whole, a link
   there replaced, never written through); record their paths in `report`. OSError saying why where it cannot."""
   from tied_embed.inspection import plots  # noqa: PLC0415 (CLU/TensorFlow only when drawing)
@@ -279,11 +275,9 @@ def _draw(
 def _config_summary(config: Any) -> dict[str, Any]:
   """The config fields the report's header shows."""
   model, data, train = config.model, config.data, config.train
-  return {
-      "seed": int(config.seed), "source": str(data.source), "vocab_size": int(model.vocab_size),
-      "d_model": int(model.d_model), "tied": bool(model.tied), "hidden": str(model.get("hidden", "none")),
-      "hidden_l2": float(model.get("hidden_l2", 0.0)), "train_fraction": float(data.get("train_fraction", 1.0)),
-      "selection_fraction": float(data.get("selection_fraction", 0.0)), "optimizer": str(train.optimizer),
-      "learning_rate": float(train.learning_rate), "batch_size": int(train.batch_size),
-      "num_steps": int(train.num_steps),
-  }
+  return {"seed": int(config.seed), "source": str(data.source), "vocab_size": int(model.vocab_size),
+          "d_model": int(model.d_model), "tied": bool(model.tied), "hidden": str(model.get("hidden", "none")),
+          "hidden_l2": float(model.get("hidden_l2", 0.0)), "train_fraction": float(data.get("train_fraction", 1.0)),
+          "selection_fraction": float(data.get("selection_fraction", 0.0)), "optimizer": str(train.optimizer),
+          "learning_rate": float(train.learning_rate), "batch_size": int(train.batch_size),
+          "num_steps": int(train.num_steps)}

@@ -14,17 +14,15 @@ from matplotlib.figure import Figure
 from tied_embed.util import write_atomically
 
 
-def heatmaps_figure(
-    learned_log_probs: np.ndarray, true_log_probs: np.ndarray, true_name: str, token_ids: np.ndarray | None = None,
-    vocab_size: int | None = None, label: Callable[[int], str] | None = None,
-) -> Figure:
+def heatmaps_figure(learned_log_probs: np.ndarray, true_log_probs: np.ndarray, true_name: str,
+                    token_ids: np.ndarray | None = None, vocab_size: int | None = None,
+                    label: Callable[[int], str] | None = None) -> Figure:
   """Learned and true log P(next | current), side by side on one colour scale: (V, V), (V, V) → Figure.
 
   `token_ids` (K,) ascending restricts both axes to those tokens, labelled with the ids or `label(id)` (which also
   labels a whole small vocabulary); (K, K) matrices, the block already cut, are drawn as they are (pass `vocab_size`
   for the title). -inf and nan true entries are blank. The scale starts at the 1st percentile of the finite values,
-  so a few near-impossible pairs don't wash out the rest.
-  """
+  so a few near-impossible pairs don't wash out the rest."""
   vocab_size = vocab_size or len(learned_log_probs)
   shown = np.arange(vocab_size) if token_ids is None else np.asarray(token_ids)
   block = np.ix_(shown, shown) if len(learned_log_probs) != len(shown) else (slice(None), slice(None))
@@ -35,10 +33,8 @@ def heatmaps_figure(
   vmin, vmax = float(np.percentile(finite, 1)), float(finite.max())
   fig = Figure(figsize=(11, 5.6), layout="constrained")
   axes = fig.subplots(1, 2, sharey=True)
-  for ax, matrix, title in (
-      (axes[0], learned, "learned: log softmax(S)"),
-      (axes[1], true_masked, f"{true_name}: log P(next | current)"),
-  ):
+  for ax, matrix, title in ((axes[0], learned, "learned: log softmax(S)"),
+                            (axes[1], true_masked, f"{true_name}: log P(next | current)")):
     image = ax.imshow(matrix, vmin=vmin, vmax=vmax, cmap="viridis")  # antialiased when V exceeds the pixels
     ax.set_title(title)
     ax.set_xlabel("next token j")
@@ -96,9 +92,8 @@ def provenance_figure(lookup_total: np.ndarray, projection_total: np.ndarray, in
 
 
 def write_pictures(report_dir: pathlib.Path, figures: dict[str, Figure], step: int) -> dict[str, str]:
-  """Save each figure as `<report_dir>/<name>.png` and as TensorBoard image `report/<name>` at `step`; each file is
-  replaced whole, and an events file holding images of `step` from an earlier call is deleted first (no second copy).
-  Returns {name: PNG file name relative to report_dir}."""
+  """Save each figure as `<report_dir>/<name>.png` and as TensorBoard image `report/<name>` at `step` → {name: PNG
+  file name}; each file replaced whole, an events file holding images of `step` from an earlier call deleted first."""
   from clu.metric_writers import SummaryWriter  # noqa: PLC0415 (TensorFlow stays out of `import tied_embed`)
 
   report_dir.mkdir(parents=True, exist_ok=True)

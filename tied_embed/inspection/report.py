@@ -1,8 +1,7 @@
 """What a restored table learned, in numbers: pure NumPy on plain arrays, so a notebook can call it on any table.
 
 The learned scores are `S = lookup @ projection.T` (V, V) (`E·Eᵀ` tied, `input·outputᵀ` untied); after token i the
-model predicts `softmax(S[i])`.
-"""
+model predicts `softmax(S[i])`."""
 
 from __future__ import annotations
 
@@ -81,13 +80,10 @@ def _share(part: np.ndarray, total: np.ndarray) -> np.ndarray:
 
 
 def provenance_summary(lookup_total: np.ndarray, projection_total: np.ndarray, k: int) -> dict[str, Any]:
-  """Summary of the per-row gradient totals of each path: (V,), (V,) float, k → JSON-ready dict.
-
-  - `projection_only`: rows never looked up (zero lookup total) that still got projection gradient;
-  - `lookup_share`: quantiles and mean of the per-row lookup share over rows with any gradient;
-  - `most_lookup` / `most_projection`: the k rows with the highest / lowest lookup share, the latter among
-    rows that were looked up at all (the projection-only rows are listed above).
-  """
+  """Summary of the per-row gradient totals of each path: (V,), (V,) float, k → JSON-ready dict. `projection_only`:
+  rows never looked up (zero lookup total) that still got projection gradient; `lookup_share`: quantiles and mean of
+  the per-row lookup share over rows with any gradient; `most_lookup` / `most_projection`: the k rows with the
+  highest / lowest lookup share, the latter among rows looked up at all (the projection-only rows are listed apart)."""
   lookup_total, projection_total = np.asarray(lookup_total, np.float64), np.asarray(projection_total, np.float64)
   share = _share(lookup_total, lookup_total + projection_total)
   projection_only = np.flatnonzero((lookup_total == 0) & (projection_total > 0))
@@ -112,17 +108,14 @@ def provenance_summary(lookup_total: np.ndarray, projection_total: np.ndarray, k
   }
 
 
-def undertrained_summary(
-    lookup_table: np.ndarray, lookup_total: np.ndarray, projection_total: np.ndarray, input_counts: np.ndarray,
-    k: int, label: Callable[[int], str] = str,
-) -> dict[str, Any]:
+def undertrained_summary(lookup_table: np.ndarray, lookup_total: np.ndarray, projection_total: np.ndarray,
+                         input_counts: np.ndarray, k: int, label: Callable[[int], str] = str) -> dict[str, Any]:
   """The rows to distrust: a row seldom the current token gets almost all of its gradient through the projection.
 
   (V, D) lookup table, (V,) gradient totals and train counts, k → {never_looked_up (rows with no lookup gradient),
   of_them_never_in_train, spearman (lookup total vs train count; None if either is constant), rows (the k least
   looked up, fewest train counts first among ties: id, label, train_count, lookup_total, projection_share, norm,
-  neighbours: the 3 nearest by cosine [{id, label, cosine}])}.
-  """
+  neighbours: the 3 nearest by cosine [{id, label, cosine}])}."""
   from scipy import stats  # noqa: PLC0415 (only when a report is built)
 
   table = np.asarray(lookup_table, np.float64)
@@ -164,12 +157,10 @@ def path_direction_summary(directions: dict[str, np.ndarray], label: Callable[[i
   {'rows': [{id, label, cosine, lookup_norm, projection_norm}], 'median_cosine'}. A cosine near 1: the row's two
   roles agree; near -1: they pull it apart; near 0: they act on unrelated directions."""
   cosines = path_cosines(directions["lookup"], directions["projection"])
-  rows = [
-      {"id": int(row), "label": label(int(row)), "cosine": float(cosine),
-       "lookup_norm": float(np.linalg.norm(lookup)), "projection_norm": float(np.linalg.norm(projection))}
-      for row, cosine, lookup, projection in zip(
-          directions["rows"], cosines, directions["lookup"], directions["projection"], strict=True)
-  ]
+  rows = [{"id": int(row), "label": label(int(row)), "cosine": float(cosine),
+           "lookup_norm": float(np.linalg.norm(lookup)), "projection_norm": float(np.linalg.norm(projection))}
+          for row, cosine, lookup, projection in zip(directions["rows"], cosines, directions["lookup"],
+                                                     directions["projection"], strict=True)]
   return {"rows": rows, "median_cosine": float(np.median(cosines)) if len(cosines) else None}
 
 
@@ -206,19 +197,15 @@ def token_label(token: int, source: str) -> str:
   return sources.get(source).token_label(token)
 
 
-def build_report(
-    lookup_table: np.ndarray, projection_table: np.ndarray, *, tied: bool, source: str,
-    true_log_probs: np.ndarray | LogProbRows, lookup_total: np.ndarray, projection_total: np.ndarray,
-    tokens: list[int], top_k: int, label: Callable[[int], str] | None = None, hidden: str = "none",
-) -> dict[str, Any]:
-  """The table-dependent part of the report: tables (V, D), true_log_probs (V, V), totals (V,) → dict.
-
-  S = `lookup_table[ids] · projection_tableᵀ` (with a hidden map W, pass E_in · W as the lookup table). Keys: scores
-  (what S is), parameters, tokens (one entry per requested token, ids already checked to lie in [0, V)), fit,
-  provenance. Only the requested rows of S and the true table are formed whole, the fit running over blocks of rows
-  (`LogProbRows`): memory grows with V·D and the rows shown, not V². `label(id)` names a token (default: as the
-  source shows it).
-  """
+def build_report(lookup_table: np.ndarray, projection_table: np.ndarray, *, tied: bool, source: str,
+                 true_log_probs: np.ndarray | LogProbRows, lookup_total: np.ndarray, projection_total: np.ndarray,
+                 tokens: list[int], top_k: int, label: Callable[[int], str] | None = None,
+                 hidden: str = "none") -> dict[str, Any]:
+  """The table-dependent part of the report: tables (V, D), true_log_probs (V, V), totals (V,) → dict with keys
+  scores (what S = `lookup_table[ids] · projection_tableᵀ` is; with a hidden map W, pass E_in · W as the lookup
+  table), parameters, tokens (one entry per requested token, ids already checked to lie in [0, V)), fit, provenance.
+  Only the rows shown of S and the true table are formed whole, the fit running over row blocks (`LogProbRows`):
+  memory grows with V·D and the rows shown, not V². `label(id)` names a token (default: as the source shows it)."""
   vocab_size, d_model = np.shape(lookup_table)
   lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
   true_rows = true_log_probs if isinstance(true_log_probs, LogProbRows) else dense_rows(true_log_probs)

@@ -63,6 +63,15 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
       "  most lookup-heavy rows: " + _skewed(prov["most_lookup"]),
       "  most projection-heavy looked-up rows: " + _skewed(prov["most_projection"]),
   ]
+  lines += _optional_sections(report)
+  if pictures_line and report.get("pictures"):
+    lines += ["", f"pictures {report['report_md']}"]
+  return "\n".join(lines)
+
+
+def _optional_sections(report: dict[str, Any]) -> list[str]:
+  """The report's under-trained rows, path directions and asymmetry budget, where it has them."""
+  lines: list[str] = []
   if "undertrained" in report:
     under = report["undertrained"]
     lines += [
@@ -98,9 +107,7 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
       fitted = "" if learned is None else f"; the learned log-probabilities' antisymmetric share is {learned:.3f}"
       lines += [f"hidden map ‖W − I‖ = {hidden['identity_distance']:.3f}, W's antisymmetric share "
                 f"{hidden['kernel_antisymmetric_share']:.3f}: what lets E·W·Eᵀ fit that part{fitted}"]
-  if pictures_line and report.get("pictures"):
-    lines += ["", f"pictures {report['report_md']}"]
-  return "\n".join(lines)
+  return lines
 
 
 def format_markdown(report: dict[str, Any]) -> str:

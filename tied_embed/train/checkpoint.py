@@ -2,10 +2,10 @@
 dict), the config (JSON) and a manifest (JSON: array fingerprints, the config's checksum, the dataset's identity).
 
 Arrays are read straight into the shardings asked for, so a checkpoint written on one mesh restores on another. A
-save killed before it was finalized leaves a `.orbax-checkpoint-tmp` directory, deleted by the next run. A finalized
-checkpoint that does not read back whole, or disagrees with its manifest, is damaged: `restore` skips it and a
-resuming run moves it to WORKDIR/damaged_checkpoints/. With a selection split, Orbax metrics ({'step'}, and
-'select_loss' at an eval) let retention keep the best checkpoint beside the newest; the manifest records the same.
+finalized checkpoint that does not read back whole, or disagrees with its manifest (bytes changed on disk), is damaged:
+`restore` skips it and a resuming run moves it to WORKDIR/damaged_checkpoints/. A save killed before it was finalized
+leaves a `.orbax-checkpoint-tmp` directory, deleted by the next run. With a selection split, Orbax metrics ({'step'},
+and 'select_loss' at an eval) let retention keep the best checkpoint beside the newest; the manifest records the same.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -24,6 +25,7 @@ import traceback
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
@@ -37,8 +39,7 @@ from tied_embed.core import optim
 from tied_embed.core.model import Model, build_model
 from tied_embed.core.step import TrainState
 from tied_embed.train import mesh as mesh_lib
-from tied_embed.train.best_step import Selection
-from tied_embed.train.integrity import check_arrays, check_config, check_metrics, config_checksum, fingerprint
+from tied_embed.train.evaluation import Selection
 from tied_embed.util import RunStopped, UsageError, drop_unraisable, first_line
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,39 @@ class WriteFailed(RunStopped):
   def __init__(self, directory: pathlib.Path, step: int | None, error: BaseException):
     what = "checkpoints" if step is None else f"checkpoint {step}"
     super().__init__(f"writing {what} in {directory} failed: {first_line(error)}")
+
+
+@jax.jit
+def _fingerprints(arrays: list[jax.Array]) -> list[jax.Array]:
+  """Two order-sensitive 32-bit sums per array of its raw bits (one or two uint32 words per element): Σ bits_i · w_i
+  (mod 2³²) with odd weights w_i, for two weightings. Exact and associative, so the same on any sharding; changing
+  one element changes both (odd weights invert)."""
+  prints = []
+  for array in arrays:
+    unsigned = {1: jnp.uint8, 2: jnp.uint16}.get(array.dtype.itemsize, jnp.uint32)
+    bits = jax.lax.bitcast_convert_type(array, unsigned).astype(jnp.uint32).reshape(-1)
+    index = jnp.arange(bits.shape[0], dtype=jnp.uint32)
+    for multiplier in (jnp.uint32(2654435761), jnp.uint32(2246822519)):
+      weights = index * multiplier * jnp.uint32(2) + jnp.uint32(1)
+      prints.append(jnp.sum(bits * weights, dtype=jnp.uint32))
+  return prints
+
+
+def fingerprint(state: nnx.State) -> dict[str, str]:
+  """{'model/embedding': '<16 hex digits>', ...}: a fingerprint of every array of `state`, layout-independent."""
+  flat = jax.tree_util.tree_leaves_with_path(nnx.to_pure_dict(state))
+  values = np.asarray(jax.device_get(_fingerprints([leaf for _, leaf in flat])), np.uint32).reshape(-1, 2)
+  return {"/".join(str(getattr(key, "key", key)) for key in path): f"{int(a):08x}{int(b):08x}"
+          for (path, _), (a, b) in zip(flat, values, strict=True)}
+
+
+def config_checksum(config: dict) -> str:
+  """sha256 of the config's canonical JSON (sorted keys)."""
+  return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+class Damaged(Exception):
+  """A checkpoint whose items read back but do not match its manifest."""
 
 
 def checkpoint_dir(workdir: str | pathlib.Path) -> pathlib.Path:
@@ -165,10 +199,22 @@ def _metrics_problems(workdir: str | pathlib.Path) -> list[tuple[int, Exception]
     for step in sorted(manager.all_steps()):
       try:
         metrics = json.loads((checkpoint_dir(workdir) / str(step) / METRIC_ITEM_NAME / METRIC_ITEM_NAME).read_text())
-        check_metrics(step, metrics, _read_config_and_manifest(manager, step)[1])
+        if metrics != (expected := _metrics_of(step, _read_config_and_manifest(manager, step)[1])):
+          raise Damaged(f"its metrics {metrics} are not its manifest's {expected}")
       except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
         problems.append((step, error))
   return problems
+
+
+def _metrics_of(step: int, manifest: dict) -> dict[str, Any]:
+  """The Orbax metrics of checkpoint `step`: {'step': step}, with the select_loss `manifest` recorded where it
+  recorded one (and its selection's best_select_loss where it ran with a min_delta)."""
+  metrics = {"step": step}
+  if manifest.get("select_loss") is not None:
+    metrics["select_loss"] = manifest["select_loss"]
+    if manifest.get("min_delta"):
+      metrics["best_select_loss"] = manifest["selection"]["best_select_loss"]
+  return metrics
 
 
 def abstract_state(config: ml_collections.ConfigDict, mesh: Mesh) -> tuple[nnx.GraphDef, nnx.State]:
@@ -199,7 +245,8 @@ def _read_config_and_manifest(manager: ocp.CheckpointManager, step: int) -> tupl
   """The config and manifest of checkpoint `step`, the config checked against the manifest's checksum."""
   items = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore(), manifest=ocp.args.JsonRestore()))
   config, manifest = dict(items.config), dict(items.manifest)
-  check_config(config, manifest)
+  if config_checksum(config) != manifest.get("config_sha256"):
+    raise Damaged("its config does not match the checksum in its manifest")
   return ml_collections.ConfigDict(config), manifest
 
 
@@ -232,11 +279,9 @@ class Checkpointer:
     metrics = None
     if self._select:
       manifest.update(select_loss=select_loss, selection=(selection or Selection()).to_json())
-      metrics = {"step": step} if select_loss is None else {"step": step, "select_loss": select_loss}
       if min_delta := float(config.train.get("min_delta", 0.0)):
         manifest["min_delta"] = min_delta
-        if select_loss is not None:
-          metrics["best_select_loss"] = manifest["selection"]["best_select_loss"]
+      metrics = _metrics_of(step, manifest)
     with self._errors_as_write_failed():
       self._writing = step
       self._manager.save(step, metrics=metrics, args=ocp.args.Composite(
@@ -316,7 +361,9 @@ def restore(workdir: str | pathlib.Path, step: int | str | None = None, *, mesh:
             one_device = ml_collections.ConfigDict({"data": 1, "model": 1})
             graphdef, layout = abstract_state(config, mesh or mesh_lib.make_mesh(one_device, jax.devices()[:1]))
           state = _read_state(manager, candidate, layout)
-          check_arrays(state, manifest)
+          saved, found = manifest.get("arrays", {}), fingerprint(state)
+          if bad := sorted(path for path in set(saved) | set(found) if saved.get(path) != found.get(path)):
+            raise Damaged(f"{len(bad)} array(s) do not match their fingerprints in the manifest, e.g. {bad[0]}")
         return Restored(candidate, config, manifest, state, graphdef, directory, damaged)
       except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
         damaged.append((candidate, error))

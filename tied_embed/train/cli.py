@@ -60,15 +60,6 @@ class ConsoleFormatter(logging.Formatter):
     return ("error: " if level >= logging.ERROR else "warning: " if level >= logging.WARNING else "") + message
 
 
-def configure_console(verbose: bool) -> None:
-  """The project's log lines in its own format; the libraries' (through absl's logger, and JAX's) only if
-  `verbose`: they report failures by raising, which `main` prints as one line."""
-  absl_logging.get_absl_handler().setFormatter(ConsoleFormatter())
-  logging.getLogger("tied_embed").setLevel(logging.INFO)
-  logging.getLogger("absl").setLevel(logging.INFO if verbose else logging.CRITICAL)
-  logging.getLogger("jax").setLevel(logging.INFO if verbose else logging.WARNING)
-
-
 def unknown_override(config, argv: list[str]) -> str:
   """The first `--config.<path>=...` in `argv` whose path is not a field of `config`: → its one-line error."""
   from tied_embed.train.config import known_fields  # noqa: PLC0415
@@ -180,7 +171,12 @@ def _completed() -> None:
 
 
 def _main(argv: list[str]) -> None:
-  configure_console(FLAGS.verbose)
+  # The project's log lines in its own format; the libraries' (through absl's logger, and JAX's) only with --verbose:
+  # they report failures by raising, which is printed as one line below.
+  absl_logging.get_absl_handler().setFormatter(ConsoleFormatter())
+  logging.getLogger("tied_embed").setLevel(logging.INFO)
+  logging.getLogger("absl").setLevel(logging.INFO if FLAGS.verbose else logging.CRITICAL)
+  logging.getLogger("jax").setLevel(logging.INFO if FLAGS.verbose else logging.WARNING)
   if len(argv) > 1:
     _usage_error(f"unexpected arguments {argv[1:]}: use --config and --workdir")
   import jax  # noqa: PLC0415 (loaded with tied_embed already)

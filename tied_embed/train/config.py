@@ -1,7 +1,7 @@
 """A training config: every field declared once (`FIELDS`: default, what it allows, whether a resume may change it,
-meaning), and `validate`, the one check of a whole config, where a run starts; below that, everything takes the
-config as checked. A source declares and checks its own data.* fields (`Source.fields`, `.validate`).
-`python -m tied_embed.train.config` prints the docs' field list.
+meaning), and `validate`, the one check of a whole config (that it fits in memory included), where a run starts;
+below that, everything takes the config as checked. A source declares and checks its own data.* fields
+(`Source.fields`, `.validate`). `python -m tied_embed.train.config` prints the docs' field list.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 import os
 import pathlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import ml_collections
@@ -23,7 +23,6 @@ from tied_embed.core.optim import OPTIMIZERS
 from tied_embed.data import sources
 from tied_embed.data.base import is_int, is_number
 from tied_embed.fast.precision import COMPUTE_DTYPES
-from tied_embed.train import config_memory
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.util import UsageError, require
 
@@ -216,37 +215,27 @@ def as_python_values(config: ml_collections.ConfigDict) -> None:
 def validate(config: Any, num_devices: int | None = None, memory_bytes: int | None = None) -> None:
   """Raises UsageError (field, value, what is allowed) for the first bad field; None if `config` can be trained.
   NumPy scalars become Python numbers. The mesh must fit `num_devices` (default: jax.device_count()), the estimate
-  `memory_bytes` (default: `config_memory.available_memory()`)."""
+  `memory_bytes` (default: `available_memory()`)."""
   if not isinstance(config, ml_collections.ConfigDict):
     raise UsageError.bad_value("config", f"<{type(config).__name__}>", "an ml_collections.ConfigDict")
   as_python_values(config)
-  _check_names(config)
-  _check_values(config)
-  settings = validate_data(config)
-  _check_mesh(config, num_devices)
-  _check_memory(config, memory_bytes, settings)
-
-
-def _check_names(config: ml_collections.ConfigDict) -> None:
-  """A field no one knows is a misspelling, refused with the nearest known name; a missing field raises."""
   leaves, known = leaf_paths(config), known_fields()
-  for path, value in leaves.items():
+  for path, value in leaves.items():  # a field no one knows is a misspelling: refused with the nearest known name
     if path not in known:
       guess = "".join(f"; did you mean {name}?" for name in difflib.get_close_matches(path, known, n=1))
       raise UsageError.bad_value(path, value, f"a known config field (see configs/default.py){guess}")
   if missing := sorted(REQUIRED_FIELDS - leaves.keys()):
     raise UsageError(f"{missing[0]} is missing from the config: expected every field of configs/default.py")
-
-
-def _check_values(config: ml_collections.ConfigDict) -> None:
-  """Each field of `FIELDS` against its check, then each `DEPENDENT` field: off where it does nothing."""
   for field in FIELDS:
     value = get(config, field.path)
     require(field.check is None or field.check(value), field.path, value, field.allowed)
-  for dependent in DEPENDENT:
+  for dependent in DEPENDENT:  # `off` where it does nothing
     value = get(config, dependent.path)
     if dependent.off is not None and value != dependent.off and not dependent.active(config):
       raise UsageError.bad_value(dependent.path, value, f"{dependent.off!r} (off) unless {dependent.needs}")
+  settings = validate_data(config)
+  _check_mesh(config, num_devices)
+  check_memory(config, memory_bytes, settings)
 
 
 def validate_data(config: Any) -> dict[str, Any]:
@@ -258,7 +247,12 @@ def validate_data(config: Any) -> dict[str, Any]:
   source.validate(config)
   _check_data_dir(data.get("data_dir", ""))
   settings = source.settings(config)
-  _check_selection(data.get("selection_fraction", 0.0), source.num_pairs(settings)["train"])
+  # The selection split holds round(fraction · N) of the N train pairs: refused where that is no pair. What it leaves
+  # to train on is never empty (fraction < 0.5).
+  fraction, num_train = data.get("selection_fraction", 0.0), source.num_pairs(settings)["train"]
+  held_out = round(fraction * num_train)
+  require(fraction == 0 or held_out >= 1, "data.selection_fraction", fraction, f"0, or a share holding out at least "
+          f"1 of the {num_train:,} train pairs (round({fraction!r} · {num_train:,}) = {held_out})")
   return settings
 
 
@@ -275,14 +269,6 @@ def _check_data_dir(data_dir: Any) -> None:
           f"a writable directory ({existing} is not writable)")
 
 
-def _check_selection(fraction: float, num_train: int) -> None:
-  """The selection split holds round(fraction · N) of the N train pairs (the source's count): refused where that is
-  no pair. What it leaves to train on is never empty (fraction < 0.5)."""
-  held_out = round(fraction * num_train)
-  require(fraction == 0 or held_out >= 1, "data.selection_fraction", fraction, f"0, or a share holding out at least "
-          f"1 of the {num_train:,} train pairs (round({fraction!r} · {num_train:,}) = {held_out})")
-
-
 def _check_mesh(config: ml_collections.ConfigDict, num_devices: int | None) -> None:
   """V splits over mesh.model and the batch over mesh.data; mesh_lib refuses a mesh the devices can't hold."""
   num_devices = jax.device_count() if num_devices is None else num_devices
@@ -295,21 +281,76 @@ def _check_mesh(config: ml_collections.ConfigDict, num_devices: int | None) -> N
   mesh_lib.check_mesh_fits_processes(data_size, model_size, num_devices, jax.process_count())
 
 
-def check_memory(config: ml_collections.ConfigDict, memory_bytes: int) -> None:
-  """`validate`'s memory check alone: UsageError if the config does not fit in `memory_bytes`."""
-  _check_memory(config, memory_bytes, None)
+# Python, JAX, TensorFlow and the compiled programs: configs/smoke.py, whose arrays are ~1 MB, peaks at 0.9 GiB.
+RUNTIME_BYTES = 2**30
 
 
-def _check_memory(config: ml_collections.ConfigDict, memory_bytes: int | None, settings: dict[str, Any] | None) -> None:
-  """Refused where the estimate + RUNTIME_BYTES > `memory_bytes` (default: this machine's), naming the largest term
-  and, of the fields it grows with, the one set to the largest number."""
-  memory_bytes = config_memory.available_memory() if memory_bytes is None else memory_bytes
-  terms = config_memory.memory_estimate(config, settings)
-  total = config_memory.RUNTIME_BYTES + sum(term.bytes for term in terms)
+class MemoryTerm(NamedTuple):
+  """One part of a run's memory: what it is, its bytes, and the config fields it grows with."""
+
+  what: str
+  bytes: int
+  fields: tuple[str, ...]
+
+
+def memory_estimate(config: ml_collections.ConfigDict, settings: dict[str, Any] | None = None) -> list[MemoryTerm]:
+  """The memory a run of a valid config needs on one host, as named terms (bytes; float32 = 4): the (V, D) tables
+  6 times (the parameter, two Adam moments, the gradient and its lookup and projection parts); a synthetic task's
+  hidden table (float64); the train logits 3 times (the logits, their exponentials and gradient); the hidden vectors
+  twice (the looked-up rows and their gradient); the eval logits twice (the logits and their exponentials); and the
+  dataset, 32 bytes per train or validation pair (while generating, the int32 pair, a float64 uniform draw and an
+  int64 sort order; then the int32 pair loaded). Not counted: (V, V) tables (the sources compute them a few MB at a
+  time); every array is counted whole, as if unsharded. `settings`: `Source.settings(config)`, computed if not given.
+  """
+  vocab_size, d_model = int(config.model.vocab_size), int(config.model.d_model)
+  batch_size, eval_batch_size = int(config.train.batch_size), int(config.train.eval_batch_size)
+  chunk_size, num_tables = int(config.loss.chunk_size), 1 if config.model.tied else 2
+  source = sources.get(config.data.source)
+  pairs = sum(source.num_pairs(source.settings(config) if settings is None else settings).values())
+  counts = [f"data.{field}" for field in source.fields if field.startswith("num_")]
+  pair_fields = tuple(counts or [f"data.{field}" for field in source.fields] or ["data.source"])
+  train_rows, eval_rows = (min(chunk_size or rows, rows) for rows in (batch_size, eval_batch_size))
+  task_d_model = int(config.data.task_d_model) if config.data.source in sources.SYNTHETIC_SOURCES else 0
+  return [
+      MemoryTerm("the (V, D) tables and their optimizer state", vocab_size * d_model * num_tables * 4 * 6,
+                 ("model.vocab_size", "model.d_model")),
+      MemoryTerm("the task's hidden table e*", vocab_size * task_d_model * 8,
+                 ("data.task_d_model", "model.vocab_size")),
+      MemoryTerm("the train logits (loss.chunk_size > 0 bounds them)", train_rows * vocab_size * 4 * 3,
+                 ("train.batch_size" if train_rows == batch_size else "loss.chunk_size", "model.vocab_size")),
+      MemoryTerm("the hidden vectors of a batch", batch_size * d_model * 4 * 2, ("train.batch_size", "model.d_model")),
+      MemoryTerm("the eval logits", eval_rows * vocab_size * 4 * 2,
+                 ("train.eval_batch_size" if eval_rows == eval_batch_size else "loss.chunk_size", "model.vocab_size")),
+      MemoryTerm("the dataset", pairs * 32, pair_fields),
+  ]
+
+
+def available_memory() -> int:
+  """This machine's physical memory in bytes, or its cgroup's memory limit when that is smaller."""
+  limits = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")]
+  for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+    try:
+      with open(path) as f:
+        limits.append(int(f.read().strip()))
+    except (OSError, ValueError):  # no such cgroup file, or "max"
+      pass
+  return min(limits)
+
+
+def check_memory(config: ml_collections.ConfigDict, memory_bytes: int | None = None,
+                 settings: dict[str, Any] | None = None) -> None:
+  """`validate`'s memory check: UsageError where the estimate + RUNTIME_BYTES > `memory_bytes` (default: this
+  machine's), naming the largest term and, of the fields it grows with, the one set to the largest number."""
+  memory_bytes = available_memory() if memory_bytes is None else memory_bytes
+  terms = memory_estimate(config, settings)
+  total = RUNTIME_BYTES + sum(term.bytes for term in terms)
+
+  def gib(num_bytes: int) -> str:  # '4.0 GiB'
+    return f"{num_bytes / 2**30:,.1f} GiB"
+
   if total > memory_bytes:
     largest = max(terms, key=lambda term: term.bytes)
     field = max(largest.fields, key=lambda path: float(get(config, path)) if is_number(get(config, path)) else 0.0)
-    gib = config_memory.gib
     raise UsageError.bad_value(field, get(config, field), f"a config that fits in this machine's {gib(memory_bytes)} "
                                f"of memory: it needs about {gib(total)}, {gib(largest.bytes)} of it for {largest.what}")
 

@@ -1,10 +1,12 @@
 """The jitted evaluation, through the model itself (`model(ids)`, tied_embed/core/loss.py; with model.dtype =
-bfloat16 the projection's matmul takes bfloat16 operands, as the step's does), and the held-out splits it scores."""
+bfloat16 the projection's matmul takes bfloat16 operands, as the step's does), the held-out splits it scores, and
+model selection and early stopping on the selection split (`Selection`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -21,10 +23,8 @@ if TYPE_CHECKING:
   from tied_embed.data.bigram import BigramData
 
 
-def _eval_losses(
-    graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str, state: nnx.State, ids: jax.Array,
-    next_ids: jax.Array,
-):
+def _eval_losses(graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str, state: nnx.State, ids: jax.Array,
+                 next_ids: jax.Array) -> jax.Array:
   model = nnx.merge(graphdef, state).model
 
   def one(pair: tuple[jax.Array, jax.Array]) -> jax.Array:
@@ -39,27 +39,11 @@ def _eval_losses(
   return jax.lax.map(one, (ids, next_ids), batch_size=chunk_size)
 
 
-def make_eval_losses(
-    graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str = "float32"
-) -> Callable[..., jax.Array]:
+def make_eval_losses(graphdef: nnx.GraphDef, chunk_size: int,
+                     compute_dtype: str = "float32") -> Callable[..., jax.Array]:
   """jit(state, ids (E,), next_ids (E,)) → per-token losses (E,) float32, matmuls in `compute_dtype`, scored
   `chunk_size` tokens at a time (all at once if 0), so no more than (chunk_size, V) logits are live."""
   return jax.jit(lambda state, ids, next_ids: _eval_losses(graphdef, chunk_size, compute_dtype, state, ids, next_ids))
-
-
-def make_bucket_totals(
-    graphdef: nnx.GraphDef, chunk_size: int, num_buckets: int, compute_dtype: str = "float32"
-) -> Callable[..., tuple[jax.Array, jax.Array]]:
-  """jit(state, total (), bucket_totals (K,), ids (E,), next_ids (E,), buckets (E,) int32) → (total, bucket_totals)
-  plus the batch's summed per-token losses, overall and by each pair's bucket (K = `num_buckets`). Each call consumes
-  the previous one's totals, so an evaluation's batches run one after the other, never in flight together."""
-
-  def add(state, total, bucket_totals, ids, next_ids, buckets):
-    batch_losses = _eval_losses(graphdef, chunk_size, compute_dtype, state, ids, next_ids)
-    by_bucket = jax.ops.segment_sum(batch_losses, buckets, num_segments=num_buckets)
-    return total + batch_losses.sum(), bucket_totals + by_bucket
-
-  return jax.jit(add)
 
 
 class Evaluator:
@@ -69,8 +53,17 @@ class Evaluator:
   def __init__(self, graphdef: nnx.GraphDef, ids: np.ndarray, next_ids: np.ndarray, data: BigramData,
                config: ml_collections.ConfigDict, mesh):
     """`ids`, `next_ids`: (M,) int32, the split's pairs; `data` gives the train counts that define the buckets."""
-    num_buckets = len(frequency.BUCKETS)
-    self._add_batch = make_bucket_totals(graphdef, int(config.loss.chunk_size), num_buckets, str(config.model.dtype))
+    num_buckets, chunk_size, dtype = len(frequency.BUCKETS), int(config.loss.chunk_size), str(config.model.dtype)
+
+    def add(state, total, bucket_totals, batch_ids, batch_next_ids, buckets):
+      batch_losses = _eval_losses(graphdef, chunk_size, dtype, state, batch_ids, batch_next_ids)
+      by_bucket = jax.ops.segment_sum(batch_losses, buckets, num_segments=num_buckets)
+      return total + batch_losses.sum(), bucket_totals + by_bucket
+
+    # jit(state, total (), bucket_totals (K,), ids, next_ids, buckets (E,) int32) → the totals plus the batch's summed
+    # losses, overall and by bucket. Each call consumes the previous one's totals, so an evaluation's batches run one
+    # after the other, never in flight together.
+    self._add_batch = jax.jit(add)
     self._totals = jax.device_put((jnp.float32(0), jnp.zeros(num_buckets, jnp.float32)), mesh_lib.replicated(mesh))
     size, data_size = int(config.train.eval_batch_size), mesh.shape["data"]
     self._count = len(ids)
@@ -113,3 +106,42 @@ class HeldOut:
     for evaluator in (self.evaluate, self.select):
       if evaluator is not None:
         evaluator.compile_ahead(state)
+
+
+@dataclasses.dataclass
+class Selection:
+  """The best eval so far by select/loss on the selection split (data.selection_fraction > 0, never trained on): its
+  step, select/loss and eval/* scalars; and the evals since, early stopping's count. Saved in every checkpoint's
+  manifest, so a resumed run stops where one that ran through would."""
+
+  best_step: int | None = None
+  best_select_loss: float | None = None
+  best_eval: dict[str, float] = dataclasses.field(default_factory=dict)  # the eval/* scalars logged at the best step
+  evals_since_best: int = 0  # evals after the best one, none a new best
+
+  def record(self, step: int, select_loss: float, eval_scalars: dict[str, float], min_delta: float = 0.0) -> bool:
+    """Counts the eval at `step`; → whether it is a new best: the first eval, or a select/loss below the best so far
+    by more than `min_delta` (nats; 0: strictly lower), as Flax's and Keras's early stopping judge an improvement: a
+    run creeping down by less keeps an earlier best."""
+    if self.best_select_loss is None or self.best_select_loss - select_loss > min_delta:
+      self.best_step, self.best_select_loss = step, select_loss
+      self.best_eval, self.evals_since_best = dict(eval_scalars), 0
+      return True
+    self.evals_since_best += 1
+    return False
+
+  def exhausted(self, patience: int) -> bool:
+    """Whether early stopping with `patience` (0 = off) ends the run here: `patience` evals without a new best."""
+    return patience > 0 and self.best_step is not None and self.evals_since_best >= patience
+
+  def to_json(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_manifest(cls, manifest: dict[str, Any] | None) -> Selection:
+    """The selection a checkpoint's manifest recorded; a fresh one for a checkpoint without (no selection split)."""
+    saved = (manifest or {}).get("selection")
+    if not saved:
+      return cls()
+    return cls(best_step=saved["best_step"], best_select_loss=saved["best_select_loss"],
+               best_eval=dict(saved["best_eval"]), evals_since_best=int(saved["evals_since_best"]))

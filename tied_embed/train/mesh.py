@@ -29,8 +29,7 @@ LOGICAL_AXIS_RULES = {"vocab": "model", "embed": None}
 
 
 def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int]:
-  """(data, model) sizes of a checked mesh config for `num_devices`; one size may be -1 for 'all the remaining
-  devices'."""
+  """(data, model) sizes of a checked mesh config for `num_devices`; one may be -1: all the remaining devices."""
   sizes = {axis: int(mesh_config[axis]) for axis in AXES}
   if all(size == -1 for size in sizes.values()):
     raise UsageError.bad_value("mesh.model", -1, "a positive size when mesh.data is -1 (only one axis may be -1)")

@@ -21,8 +21,6 @@ from tied_embed.util import shell_quote
 if TYPE_CHECKING:
   import ml_collections
 
-  from tied_embed.train.best_step import Selection
-
 log = logging.getLogger(__name__)
 
 
@@ -57,14 +55,6 @@ def write_eval(
   scalars = {"eval/loss": eval_loss, "eval/loss_floor": data.loss_floor, "eval/gap": eval_loss - data.loss_floor}
   scalars.update({frequency.scalar_name(bucket): loss for bucket, loss in by_bucket.items()})
   scalars.update({f"eval/{name}": value for name, value in data.eval_references.items()})
-  writer.write_scalars(step, scalars)
-  return scalars
-
-
-def write_selection(writer, step: int, select_loss: float, selection: Selection) -> dict[str, float]:
-  """select/loss (the mean loss over the selection split) and select/best_step (the eval with the lowest one so
-  far, this one included); returns them."""
-  scalars = {"select/loss": select_loss, "select/best_step": float(selection.best_step)}
   writer.write_scalars(step, scalars)
   return scalars
 
@@ -124,8 +114,8 @@ def venv_command(name: str, *module: str) -> str:
 
 def opening_lines(config: ml_collections.ConfigDict, data: data_lib.BigramData, param_count: int) -> None:
   """The lines that open a run: the data, the model's size and the floor, then what the config makes of the task
-  (the hidden table's width, a train fraction, a selection split, too few train pairs for a batch, the asymmetry a
-  tied table cannot fit)."""
+  (the hidden table's width, a train fraction, a selection split, too few train pairs for a batch) and, for V up to
+  asymmetry.MAX_DENSE (inspection samples larger ones), how much of the task a tied table cannot fit."""
   train, patience = config.train, int(config.train.early_stopping_patience)
   log.info("%s, %d parameters, loss floor %.4f nats.", data.source, param_count, data.loss_floor)
   if data.source in sources.SYNTHETIC_SOURCES:
@@ -143,17 +133,10 @@ def opening_lines(config: ml_collections.ConfigDict, data: data_lib.BigramData, 
     log.warning("data.train_fraction=%g leaves %d train pairs, fewer than one batch (train.batch_size=%d): every "
                 "batch draws the same few pairs again.", data_lib.train_fraction(config), len(data.train_ids),
                 int(train.batch_size))
-  _log_asymmetry(data, int(config.model.d_model))
-
-
-def _log_asymmetry(data: data_lib.BigramData, d_model: int) -> None:
-  """How much of the task a tied table cannot express (its logits E·Eᵀ are symmetric), from the task's (V, V)
-  reference table: only for V up to asymmetry.MAX_DENSE (inspection samples larger vocabularies)."""
-  if data.vocab_size > asymmetry.MAX_DENSE:
-    return
-  budget = asymmetry.summary(data, d_model=d_model)
-  log.info("Asymmetry budget: %.3f of the task's row-centred log-probabilities is antisymmetric, which a tied table "
-           "(symmetric logits E·Eᵀ) cannot fit; an untied one can.", budget["antisymmetric_share"])
+  if data.vocab_size <= asymmetry.MAX_DENSE:
+    budget = asymmetry.summary(data, d_model=int(config.model.d_model))
+    log.info("Asymmetry budget: %.3f of the task's row-centred log-probabilities is antisymmetric, which a tied "
+             "table (symmetric logits E·Eᵀ) cannot fit; an untied one can.", budget["antisymmetric_share"])
 
 
 def closing_lines(workdir: pathlib.Path, step: int, best_step: int | None = None) -> None:

@@ -23,10 +23,9 @@ class NonFinite(RunStopped):
 
 
 def advice(config: Any | None) -> str:
-  """What to change: model.hidden_l2 where the hidden map's penalty is what overflows, else the learning rate.
-
-  The penalty λ·‖W − I‖²_F is the suspect when 2λ·D² exceeds float32 (it overflows once W's entries have moved by
-  one), or with plain SGD when λ · train.learning_rate >= 1 (a step on the penalty alone overshoots)."""
+  """What to change: model.hidden_l2 where the hidden map's penalty λ·‖W − I‖²_F is the suspect, else the learning
+  rate. It is when 2λ·D² exceeds float32 (it overflows once W's entries have moved by one), or with plain SGD when
+  λ · train.learning_rate >= 1 (a step on the penalty alone overshoots)."""
   if config is None or config.model.get("hidden", "none") != "linear":
     return _LEARNING_RATE_ADVICE
   l2, d_model = float(config.model.get("hidden_l2", 0.0)), int(config.model.d_model)

@@ -1,4 +1,6 @@
-"""`open_run(config, workdir, stack)`: a run's set-up, from taking its workdir to opening its metric writer."""
+"""`open_run(config, workdir, stack)`: a run's set-up, from taking its workdir to opening its metric writer. A config
+that differs from the workdir's checkpoints in more than how the run is carried out or watched
+(`tied_embed.train.config.RESUMABLE`) would mix two runs, so it is refused."""
 
 from __future__ import annotations
 
@@ -6,7 +8,9 @@ import contextlib
 import dataclasses
 import io
 import logging
+import os
 import pathlib
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -16,15 +20,17 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from tied_embed import util
 from tied_embed.data import bigram as data_lib
+from tied_embed.data import sources
 from tied_embed.fast import choose, compilation
 from tied_embed.fast.kernels import in_use
 from tied_embed.train import checkpoint
+from tied_embed.train import config as config_lib
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.train import metrics as metrics_lib
 from tied_embed.train import signals as signals_lib
-from tied_embed.train import workdir as workdir_lib
-from tied_embed.train.best_step import Selection
+from tied_embed.train.evaluation import Selection
 from tied_embed.util import RunStopped, UsageError, first_line
 
 log = logging.getLogger(__name__)
@@ -61,9 +67,8 @@ class OpenRun:
   param_count: int
 
 
-def open_run(
-    config: ml_collections.ConfigDict, workdir: str | pathlib.Path, stack: contextlib.ExitStack, *, verbose: bool
-) -> OpenRun:
+def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, stack: contextlib.ExitStack, *,
+             verbose: bool) -> OpenRun:
   """Takes `workdir` for a `config` that `tied_embed.train.config.validate` has passed, compiles the train step
   (from the abstract state), resumes, loads the data and opens the writer; the signal handlers, the lock, the
   checkpointer and the writer are `stack`'s to close.
@@ -74,7 +79,7 @@ def open_run(
   signals_lib.Interrupted (nothing to save yet), or signals_lib.Preempted where the processes agree on one at the end.
   """
   data_lib.check_preparable(config, workdir)
-  workdir = workdir_lib.ensure_writable(workdir)
+  workdir = _ensure_writable(workdir)
   signals = stack.enter_context(signals_lib.StopSignals(interrupting=True))  # set-up ends at once on a signal
   dataset, newest, record_holder = _take_workdir(config, workdir, stack)
   num_steps, patience = int(config.train.num_steps), int(config.train.early_stopping_patience)
@@ -98,15 +103,20 @@ def open_run(
     compilation.compile_ahead(train_step, target, batch, batch)
   start, state, selection = _resume(config, target, checkpointer, dataset)
   data = _load_data(config, workdir)
-  if start == 0:
-    state = _track_most_frequent_rows(state, data.input_counts)
+  if start == 0:  # the tracked rows (tied_embed.core.step.TRACKED_ROWS) are the most frequent train inputs
+    rows = state["tracked_rows"][...]
+    most_frequent = np.argsort(-np.asarray(data.input_counts), kind="stable")[: rows.shape[0]].astype(np.int32)
+    state["tracked_rows"][...] = jax.device_put(most_frequent, rows.sharding)
   stopped_early = selection.exhausted(patience) and start < num_steps
   complete = (start == num_steps or stopped_early) and checkpointer.latest_step() == start
   if not complete:
     record_holder()
   events = jax.process_index() == 0 and not complete
   if events:
-    _record_for_inspection(data, config, workdir)
+    try:  # WORKDIR/report_data.npz, so inspection needs nothing outside the workdir
+      data_lib.record_for_inspection(data, config, workdir)
+    except OSError as error:  # a full disk, a file size limit
+      raise DataFailed(f"writing {error.filename or workdir} failed: {error.strerror or first_line(error)}") from error
     kernels = in_use.kernel_set(config, target["model"], mesh.size)
     in_use.record(workdir, kernels, resuming=start > 0)  # a resume on another kernel set is not bitwise
   writer = stack.enter_context(contextlib.closing(metrics_lib.make_writer(workdir, events=events, verbose=verbose)))
@@ -117,44 +127,97 @@ def open_run(
       config=config, workdir=workdir, dataset=dataset, data=data, mesh=mesh, graphdef=graphdef, target=target,
       train_step=train_step, checkpointer=checkpointer, writer=writer, signals=signals, start=start, state=state,
       selection=selection, stopped_early=stopped_early, complete=complete, num_steps=num_steps, patience=patience,
-      selecting=selecting, param_count=sum(leaf.size for leaf in jax.tree.leaves(target["model"])),
-  )
+      selecting=selecting, param_count=sum(leaf.size for leaf in jax.tree.leaves(target["model"])))
 
 
-def _take_workdir(
-    config: ml_collections.ConfigDict, workdir: pathlib.Path, stack: contextlib.ExitStack
-) -> tuple[str, checkpoint.Restored | None, Callable[[], None]]:
+def _take_workdir(config: ml_collections.ConfigDict, workdir: pathlib.Path,
+                  stack: contextlib.ExitStack) -> tuple[str, checkpoint.Restored | None, Callable[[], None]]:
   """Locks `workdir` until `stack` closes, and refuses a run its checkpoints cannot continue; → the data's identity,
-  the newest checkpoint read without its arrays (None: no checkpoints), and the lock's `record_holder`."""
-  record_holder = stack.enter_context(workdir_lib.exclusive(workdir))
-  workdir_lib.check_layout(workdir)
+  the newest checkpoint read without its arrays (None: no checkpoints), and the lock's `record_holder`, which writes
+  the holder into WORKDIR/.lock once the run's checks pass. One run per workdir: process 0 holds the lock for all."""
+  lock = util.exclusive(workdir, f"--workdir={str(workdir)!r}", record_now=False)
+  record_holder = stack.enter_context(lock if jax.process_index() == 0 else contextlib.nullcontext(lambda: None))
+  _check_layout(workdir)
   dataset = data_lib.dataset_identity(config)
   newest = checkpoint.restore(workdir, arrays=False, resuming=True)  # the refusals of a rerun, read cheaply
   if newest is not None:
-    workdir_lib.check_compatible(newest.config, config, str(checkpoint.checkpoint_dir(workdir)))
+    if differences := config_differences(newest.config, config):
+      raise UsageError(f"{checkpoint.checkpoint_dir(workdir)} holds checkpoints of a different run "
+                       f"({'; '.join(differences)}); use another --workdir, or the config those checkpoints were made "
+                       f"with")
     _check_resumable(newest.step, newest.manifest, config, dataset)
   return dataset, newest, record_holder
 
 
-def _make_train_step(
-    config: ml_collections.ConfigDict, graphdef: nnx.GraphDef, target: nnx.State
-) -> Callable[..., tuple[nnx.State, dict[str, Any]]]:
+def _ensure_writable(workdir: str | pathlib.Path) -> pathlib.Path:
+  """Creates `workdir` if needed and checks a file can be written in it; UsageError (one line) if not."""
+  path = pathlib.Path(workdir)
+  try:
+    path.mkdir(parents=True, exist_ok=True)
+    _probe_writable(path)
+  except OSError as error:
+    reason = error.strerror or type(error).__name__
+    raise UsageError(f"--workdir={str(workdir)!r} cannot be written: {reason} ({error.filename or path})") from None
+  return path
+
+
+def _probe_writable(directory: pathlib.Path) -> None:
+  """OSError unless a file can be created (and deleted) in `directory`; its times are put back, so a run refused
+  after this check leaves the workdir as it found it."""
+  times = directory.stat()
+  with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-"):
+    pass
+  os.utime(directory, ns=(times.st_atime_ns, times.st_mtime_ns))
+
+
+def _check_layout(workdir: pathlib.Path) -> None:
+  """UsageError if a path the run writes as a directory (checkpoints/, ...) is not one or cannot be written: found
+  before training, not at the first save. A symbolic link is refused too: through it the run would write (and
+  delete old checkpoints) in another run's directory."""
+  for name in ("checkpoints", "damaged_checkpoints", "data", "report"):
+    path = workdir / name
+    if path.is_symlink():
+      raise UsageError(f"{path} is a symbolic link; the run keeps its {name} inside the workdir: replace the link "
+                       f"with a directory, or use another --workdir")
+    if name != "report" and (link := util.first_link(path)) is not None:  # a step or dataset file from elsewhere
+      raise UsageError(f"{link} is a symbolic link (to {os.readlink(link)}); the run keeps its {name} inside the "
+                       f"workdir: replace the link with the files themselves, or use another --workdir")
+    if path.exists() and not path.is_dir():
+      raise UsageError(f"{path} is not a directory; the run keeps its {name} there: move it away")
+    if path.is_dir():
+      try:
+        _probe_writable(path)
+      except OSError as error:
+        raise UsageError(f"{path} cannot be written: {error.strerror or type(error).__name__}") from None
+
+
+def config_differences(saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> list[str]:
+  """The fields outside config_lib.RESUMABLE where `config` differs from `saved`, as 'path: saved → new'. A field
+  that does nothing in both is no difference; one `saved` lacks is compared as its default (what runs did before)."""
+  new = config_lib.leaf_paths(config)
+  added = {**config_lib.defaults(), **{f"data.{name}": value for source in sources.REGISTRY.values()
+                                       for name, value in source.field_defaults.items()}}
+  old = {**{path: value for path, value in added.items() if path in new}, **config_lib.leaf_paths(saved)}
+  ignored = config_lib.RESUMABLE | (config_lib.inactive_paths(saved) & config_lib.inactive_paths(config))
+  return [f"{path}: {old.get(path, '<absent>')!r} in the checkpoints, {new.get(path, '<absent>')!r} now"
+          for path in sorted(set(old) | set(new))
+          if path not in ignored and old.get(path, "<absent>") != new.get(path, "<absent>")]
+
+
+def _make_train_step(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef,
+                     target: nnx.State) -> Callable[..., tuple[nnx.State, dict[str, Any]]]:
   """The jitted train step of `config` for states laid out as `target`, as `choose` picks it."""
-  train = config.train
-  shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
-  shards = choose.data_shards(shardings)
+  train, shardings = config.train, jax.tree.map(lambda leaf: leaf.sharding, target)
+  split_check = choose.split_check_tokens(int(train.batch_size), int(config.model.vocab_size),
+                                          choose.data_shards(shardings))
   return choose.make_train_step(
-      graphdef, int(config.loss.chunk_size), shardings,
-      lookup_grad_scale=float(train.lookup_grad_scale), projection_grad_scale=float(train.projection_grad_scale),
-      compute_dtype=str(config.model.dtype),
-      split_check=choose.split_check_tokens(int(train.batch_size), int(config.model.vocab_size), shards),
-      train_config=train,
-  )
+      graphdef, int(config.loss.chunk_size), shardings, lookup_grad_scale=float(train.lookup_grad_scale),
+      projection_grad_scale=float(train.projection_grad_scale), compute_dtype=str(config.model.dtype),
+      split_check=split_check, train_config=train)
 
 
-def _resume(
-    config: ml_collections.ConfigDict, target: nnx.State, checkpointer: checkpoint.Checkpointer, dataset: str
-) -> tuple[int, nnx.State, Selection]:
+def _resume(config: ml_collections.ConfigDict, target: nnx.State, checkpointer: checkpoint.Checkpointer,
+            dataset: str) -> tuple[int, nnx.State, Selection]:
   """The step, train state and selection record to start from: the newest intact checkpoint's (newer damaged ones
   moved aside), or a fresh state at step 0."""
   restored = checkpoint.restore(checkpointer.workdir, target=target, resuming=True)
@@ -171,10 +234,9 @@ def _check_resumable(step: int, manifest: dict, config: ml_collections.ConfigDic
   if step > int(config.train.num_steps):
     raise UsageError.bad_value("train.num_steps", config.train.num_steps, f"at least {step}, the latest checkpoint")
   if manifest.get("dataset") != dataset:
-    raise UsageError(
-        f"the data changed since checkpoint {step} was written (it trained on {manifest.get('dataset')!r}, the "
-        f"config now gives {dataset!r}): resuming would train on other data; start fresh with another --workdir"
-    )
+    raise UsageError(f"the data changed since checkpoint {step} was written (it trained on "
+                     f"{manifest.get('dataset')!r}, the config now gives {dataset!r}): resuming would train on other "
+                     f"data; start fresh with another --workdir")
 
 
 def _load_data(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> data_lib.BigramData:
@@ -186,23 +248,5 @@ def _load_data(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> data
   except (UsageError, RunStopped):
     raise
   except Exception as error:  # noqa: BLE001 (TFDS and array_record report I/O failures in many types)
-    raise DataFailed(
-        f"preparing the dataset in {data_lib.data_dir(config, workdir)} failed: {first_line(error)}"
-    ) from error
-
-
-def _record_for_inspection(data: data_lib.BigramData, config: ml_collections.ConfigDict, workdir: pathlib.Path) -> None:
-  """WORKDIR/report_data.npz, so inspection needs nothing outside the workdir; DataFailed naming the file if the
-  write fails (a full disk, a file size limit)."""
-  try:
-    data_lib.record_for_inspection(data, config, workdir)
-  except OSError as error:
-    raise DataFailed(f"writing {error.filename or workdir} failed: {error.strerror or first_line(error)}") from error
-
-
-def _track_most_frequent_rows(state: nnx.State, input_counts: np.ndarray) -> nnx.State:
-  """A fresh state whose tracked rows (tied_embed.core.step.TRACKED_ROWS) are the most frequent train inputs."""
-  rows = state["tracked_rows"][...]
-  most_frequent = np.argsort(-np.asarray(input_counts), kind="stable")[: rows.shape[0]].astype(np.int32)
-  state["tracked_rows"][...] = jax.device_put(most_frequent, rows.sharding)
-  return state
+    where = data_lib.data_dir(config, workdir)
+    raise DataFailed(f"preparing the dataset in {where} failed: {first_line(error)}") from error

@@ -16,8 +16,6 @@ from tied_embed.util import RunStopped, drop_unraisable
 
 log = logging.getLogger(__name__)
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
 
 class Preempted(RunStopped):
   """The run stopped early on a signal at step `step` (saved first; None: during set-up, before step 1): exit
@@ -54,7 +52,7 @@ class StopSignals:
 
   def __enter__(self) -> StopSignals:
     if threading.current_thread() is threading.main_thread():
-      self._previous = {signum: signal.signal(signum, self._handle) for signum in SIGNALS}
+      self._previous = {signum: signal.signal(signum, self._handle) for signum in (signal.SIGTERM, signal.SIGINT)}
       drop_unraisable(_is_swallowed_interrupt)
     return self
 

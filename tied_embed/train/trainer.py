@@ -3,9 +3,8 @@
 Step s (0-based) trains on `data.train_batch(data, seed, s, batch_size)` and leaves the run at step s + 1, the number
 its logs, evals and checkpoints carry. Batches depend only on (seed, step) and a checkpoint holds the whole train
 state (running metrics included), so a run resumed from its newest intact checkpoint repeats the uninterrupted one
-bit for bit. With a selection split, every eval also scores it (select/loss) and the best step is saved
-(`tied_embed.train.best_step`); early stopping's count is saved too, so a resumed run stops where one that ran
-through would.
+bit for bit. With a selection split, every eval also scores it (select/loss); `evaluation.Selection` keeps the best
+step and early stopping's count.
 """
 
 from __future__ import annotations
@@ -59,10 +58,8 @@ class RunSummary:
   stopped_early: bool = False  # early stopping ended the run before train.num_steps
 
 
-def train_and_evaluate(
-    config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, verbose: bool = False, checked: bool = False,
-    on_complete: Callable[[], None] | None = None,
-) -> RunSummary:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, verbose: bool = False,
+                       checked: bool = False, on_complete: Callable[[], None] | None = None) -> RunSummary:
   """Trains `config` in `workdir`, resuming from its newest intact checkpoint, to train.num_steps or to where early
   stopping stops it; → where it ended.
 
@@ -77,20 +74,15 @@ def train_and_evaluate(
   try:
     with contextlib.ExitStack() as stack:  # on the way out the checkpointer's saves finish and the writer flushes
       run = run_setup.open_run(config, workdir, stack, verbose=verbose)
-      announce(run)
+      if run.start == 0:  # a fresh run's hyperparameters, to TensorBoard
+        run.writer.write_hparams(config_lib.hparams(run.config))
+      metrics_lib.opening_lines(run.config, run.data, run.param_count)
       ended = train_loop(run)
   except signals_lib.Interrupted as interrupted:  # a signal during set-up: nothing to save yet
     raise signals_lib.Preempted(interrupted.signum, None) from None
   if on_complete is not None:
     on_complete()
   return finish(run, ended)
-
-
-def announce(run: OpenRun) -> None:
-  """A fresh run's hyperparameters (to TensorBoard), and the run's opening lines."""
-  if run.start == 0:
-    run.writer.write_hparams(config_lib.hparams(run.config))
-  metrics_lib.opening_lines(run.config, run.data, run.param_count)
 
 
 @dataclasses.dataclass
@@ -112,9 +104,8 @@ def train_loop(run: OpenRun) -> _Ended:
   if run.start < run.num_steps:  # the evaluations' programs too, then hand the compiler's freed memory back to the OS
     held_out.compile_ahead(run.state)
     host_memory.release_freed()
-  progress = metrics_lib.ProgressLine(run.start, run.num_steps)  # steps/s and the time left count from here, compiled
   ended = _Ended(step=run.start if run.stopped_early else run.num_steps, stopped_early=run.stopped_early)
-  saved_step, started = run.checkpointer.latest_step(), time.perf_counter()
+  started = time.perf_counter()
   if run.complete:
     if run.stopped_early:
       log.info("The run stopped early at step %d (%d evals without a lower select/loss than step %d's): nothing "
@@ -123,7 +114,7 @@ def train_loop(run: OpenRun) -> _Ended:
       log.info("The run is already complete at step %d: nothing to train, nothing written.", run.num_steps)
     ended.eval_loss, ended.by_bucket = held_out.evaluate(run.state)
     ended.select_loss = held_out.select(run.state)[0] if held_out.select is not None else None
-  saved_step = _train_steps(run, held_out, progress, ended, saved_step)
+  saved_step = _train_steps(run, held_out, ended)
   if saved_step != ended.step:  # a fresh run of num_steps=0
     _evaluate(run, held_out, ended, ended.step)
     run.checkpointer.save(ended.step, run.state, run.config, run.dataset, run.selection, ended.select_loss)
@@ -131,10 +122,7 @@ def train_loop(run: OpenRun) -> _Ended:
   return ended
 
 
-def _train_steps(
-    run: OpenRun, held_out: evaluation.HeldOut, progress: metrics_lib.ProgressLine, ended: _Ended,
-    saved_step: int | None,
-) -> int | None:
+def _train_steps(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended) -> int | None:
   """Steps the run from run.start to ended.step (moved to the eval where early stopping ends the run); → the step
   of the newest checkpoint. Raises signals_lib.Preempted after saving the step a signal stopped.
 
@@ -147,7 +135,8 @@ def _train_steps(
   seed, batch_size, batch_sharding = int(config.seed), int(train.batch_size), mesh_lib.batch_sharding(run.mesh)
   every = [int(train[name]) for name in ("log_every", "eval_every", "checkpoint_every")]
   schedule = optim.learning_rate_schedule(train)
-  in_flight = None
+  progress = metrics_lib.ProgressLine(run.start, num_steps)  # steps/s and the time left count from here, compiled
+  in_flight, saved_step = None, run.checkpointer.latest_step()
   for step in range(run.start, ended.step):
     pairs = data_lib.train_batch(run.data, seed, step, batch_size)  # the same global batch on every process
     ids, next_ids = mesh_lib.global_batch(pairs, batch_sharding)
@@ -200,7 +189,9 @@ def _evaluate(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended, step: i
   if held_out.select is not None:
     ended.select_loss = held_out.select(run.state)[0]
     new_best = run.selection.record(step, ended.select_loss, eval_scalars, float(run.config.train.min_delta))
-    scalars.update(metrics_lib.write_selection(run.writer, step, ended.select_loss, run.selection))
+    select_scalars = {"select/loss": ended.select_loss, "select/best_step": float(run.selection.best_step)}
+    run.writer.write_scalars(step, select_scalars)
+    scalars.update(select_scalars)
   return scalars, new_best
 
 
@@ -215,15 +206,12 @@ def finish(run: OpenRun, ended: _Ended) -> RunSummary:
       loss_by_input_frequency=ended.by_bucket, train_seconds=ended.train_seconds, state=run.state,
       best_step=selection.best_step, best_select_loss=selection.best_select_loss,
       best_eval_loss=selection.best_eval.get("eval/loss"), best_eval=dict(selection.best_eval),
-      select_loss=ended.select_loss, stopped_early=ended.stopped_early,
-  )
+      select_loss=ended.select_loss, stopped_early=ended.stopped_early)
   trained = "" if run.complete else f", {ended.train_seconds:.1f} s of training"  # a rerun of a finished run: none
   best = "" if selection.best_step is None else (
       f"; best step {selection.best_step} by select/loss: select loss {selection.best_select_loss:.4f}, "
       f"eval loss {summary.best_eval_loss:.4f}")
-  log.info(
-      "Step %d: eval loss %.4f, floor %.4f, gap %.4f (%.2f%% of the floor), %d parameters%s%s.",
-      ended.step, ended.eval_loss, data.loss_floor, gap, 100 * summary.relative_gap, run.param_count, trained, best,
-  )
+  log.info("Step %d: eval loss %.4f, floor %.4f, gap %.4f (%.2f%% of the floor), %d parameters%s%s.", ended.step,
+           ended.eval_loss, data.loss_floor, gap, 100 * summary.relative_gap, run.param_count, trained, best)
   metrics_lib.closing_lines(pathlib.Path(run.workdir).absolute(), ended.step, selection.best_step)
   return summary

@@ -1,10 +1,6 @@
-"""The bigram tasks: one module per source, each a `base.Source` that registers itself when this package imports it.
-A task's loss floor is H(next | current) = -Σ_i p_i Σ_j P(j|i) log P(j|i).
-
-- `planted`: symmetric logits e*_i · e*_j, which a tied table represents exactly;
-- `directed`: e*_i · e*_{j-1}, a one-way cycle a tied table cannot represent;
-- `text`: bigrams of a local corpus (bytes or SentencePiece pieces), with an empirical floor;
-- `tfds`: the same over a TFDS text dataset.
+"""The bigram tasks, each a `base.Source` its module registers when this package imports it: `synthetic` ('planted',
+symmetric logits a tied table represents exactly; 'directed', a one-way cycle it cannot) and `text` ('text', a local
+corpus; 'tfds', a TFDS text dataset). A task's loss floor is H(next | current) = -Σ_i p_i Σ_j P(j|i) log P(j|i).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the synthetic tasks share: a hidden table e* (V, D), Zipf current tokens, sampled pairs, an exact floor.
+"""planted and directed: a hidden table e* (V, D), Zipf current tokens, sampled pairs, an exact floor.
 
 P(j|i) = softmax_j(e*_i · out_j), each task naming its output table `out` (V, D). Current tokens follow
 p_i ∝ (i + 1)^-s, so high ids are rarely looked up and get most of their gradient through the output projection.
@@ -35,8 +35,7 @@ def table_rows(table: np.ndarray, output: np.ndarray) -> base.LogProbRows:
 
 
 def conditional_entropy(current_probs: np.ndarray, log_probs: Any) -> float:
-  """H(next | current) in nats: p (V,), log P (V, V) array or LogProbRows → float, one block of rows at a time.
-  Zero-probability entries contribute 0."""
+  """H(next | current) in nats, a block of rows at a time: p (V,), log P (V, V) array or LogProbRows → float."""
   terms = []
   for ids in base.row_blocks(len(current_probs)):
     block = np.asarray(log_probs[ids])
@@ -138,3 +137,27 @@ class SyntheticSource(base.Source):
   def log_probs_from_record(self, vocab_size: int, record: dict[str, np.ndarray]) -> base.LogProbRows:
     table = np.asarray(record["hidden_table"], np.float64)
     return table_rows(table, self.output_table(table))
+
+
+class Planted(SyntheticSource):
+  """P(j|i) = softmax_j(e*_i · e*_j): symmetric logits, which a tied model of width D represents exactly."""
+
+  name = "planted"
+
+  def output_table(self, table: np.ndarray) -> np.ndarray:
+    return table
+
+
+class Directed(SyntheticSource):
+  """P(j|i) = softmax_j(e*_i · e*_{j-1}), the planted logits shifted by one column: peaked on the cycle i → i+1 (the
+  reverse step as unlikely as any other token). An untied model of width D represents it exactly (input row e*_i,
+  output row e*_{j-1}); a tied one cannot (E·Eᵀ is symmetric)."""
+
+  name = "directed"
+
+  def output_table(self, table: np.ndarray) -> np.ndarray:
+    return np.roll(table, 1, axis=0)  # column j scores against row j-1
+
+
+base.register(Directed())
+base.register(Planted())

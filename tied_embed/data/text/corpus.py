@@ -1,13 +1,9 @@
 """A local text corpus: `data.text_path` as a file, a directory (read recursively) or a glob, read in bounded memory.
 
 Its non-empty, non-hidden files in sorted path order, split before tokenizing (so a tokenizer trains on train text
-alone) as `data.split` says:
-- 'contiguous' (the default): the files concatenated; the first 90% of the bytes is train, the rest validation
-  (moved back to a character boundary). Sorted by name, train prefixes and validation can be different kinds of
-  text (Vim's help files: the change notes version*.txt come last).
-- 'by_document': whole files in a fixed pseudo-random order; the last files, about VALIDATION_FRACTION of the
-  bytes, are validation, so every train prefix and validation draw from one mix. No pair runs from one file into
-  the next. A one-file corpus is split contiguously.
+alone) as `data.split` says: 'contiguous' (the default) concatenates the files, the last VALIDATION_FRACTION of the
+bytes validation; 'by_document' (for several files) takes whole files in a fixed pseudo-random order, the last of them
+(about VALIDATION_FRACTION of the bytes) validation, so every train prefix and validation draw from one mix.
 """
 
 from __future__ import annotations
@@ -56,21 +52,16 @@ def resolve(text_path: str, default: pathlib.Path) -> list[pathlib.Path]:
     files = [path]
   else:
     raise UsageError.bad_value(_FIELD, text_path, f"a readable file, directory or glob ({path}: no such file)")
-  readable = [p for p in _distinct(files) if _size(p) > 0]
+  shortest: dict[pathlib.Path, pathlib.Path] = {}  # each file once, named by its shortest path (links, `self -> .`)
+  for file in files:
+    known = shortest.setdefault(file.resolve(), file)
+    if (len(file.parts), str(file)) < (len(known.parts), str(known)):
+      shortest[file.resolve()] = file
+  readable = [p for p in sorted(shortest.values()) if _size(p) > 0]
   if not readable:
     where = f"{path} (a directory)" if path.is_dir() else f"{len(files)} file(s)"
     raise UsageError.bad_value(_FIELD, text_path, f"a corpus with readable text ({where} holds no non-empty file)")
   return readable
-
-
-def _distinct(files: list[pathlib.Path]) -> list[pathlib.Path]:
-  """Each file once, sorted, named by the shortest of its paths (links, or a glob through a loop like `self -> .`)."""
-  shortest: dict[pathlib.Path, pathlib.Path] = {}
-  for path in files:
-    known = shortest.setdefault(path.resolve(), path)
-    if (len(path.parts), str(path)) < (len(known.parts), str(known)):
-      shortest[path.resolve()] = path
-  return sorted(shortest.values())
 
 
 def _size(path: pathlib.Path) -> int:

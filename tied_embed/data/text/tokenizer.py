@@ -3,8 +3,7 @@
 SentencePiece is trained as in the Flax lm1b example (unigram, a bounded sample of the train split), with no
 BOS/EOS/padding ids, so every id but `<unk>` (0) is a piece of text. Training is deterministic (one thread, a sample
 at fixed positions, the model written from memory), so the same corpus and settings give the same model file byte
-for byte. Lines are encoded one at a time and their tokens concatenated: newlines leave no token of their own. The
-trainer silently drops a sentence longer than `max_sentence_length`, so longer lines are cut at spaces first.
+for byte. Lines are encoded one at a time and their tokens concatenated: newlines leave no token of their own.
 """
 
 from __future__ import annotations
@@ -30,9 +29,10 @@ SAMPLE_WINDOWS = 100  # the sample is this many evenly spaced stretches of the t
 TRAINER_SETTINGS = dict(  # spelled out in the cache key: changing one makes a new model
     model_type="unigram", character_coverage=1.0, unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1,
     max_sentence_length=1 << 16, num_threads=1)
-# A longer line trains as pieces of at most this many bytes (the trainer checks the raw text, before normalization)
+# The trainer silently drops a longer sentence (in raw bytes, before normalization): longer lines train as pieces
 SENTENCE_BYTES = TRAINER_SETTINGS["max_sentence_length"]
 PROGRESS_BYTES = 64 << 20  # one log line per this much text tokenized
+ENCODE_BATCH = 4096  # lines encoded at a time
 WORD_START = "\u2581"  # SentencePiece's '▁': the piece begins a word
 
 
@@ -191,22 +191,21 @@ def sample_windows(total: int) -> list[tuple[int, int]]:
   return [(k * stride, k * stride + width) for k in range(SAMPLE_WINDOWS)]
 
 
-def _batches(tokenizer: Tokenizer, lines: Iterable[str], batch: int) -> Iterator[tuple[int, bool, np.ndarray]]:
-  """Encodes `lines` `batch` at a time: → per batch (characters read, whether it is full, (n,) int32 ids)."""
+def _batches(tokenizer: Tokenizer, lines: Iterable[str]) -> Iterator[tuple[int, bool, np.ndarray]]:
+  """Encodes `lines` ENCODE_BATCH at a time: → per batch (characters read, whether it is full, (n,) int32 ids)."""
   encode = getattr(tokenizer, "encode_lines", lambda texts: [tokenizer.encode(t) for t in texts])
   lines = iter(lines)
-  while pending := list(itertools.islice(lines, batch)):
+  while pending := list(itertools.islice(lines, ENCODE_BATCH)):
     texts = [line for line in pending if line.strip()]
     encoded = encode(texts) if texts else []
     ids = np.fromiter((t for line_ids in encoded for t in line_ids), np.int32, sum(map(len, encoded)))
-    yield sum(len(line) for line in pending), len(pending) == batch, ids
+    yield sum(len(line) for line in pending), len(pending) == ENCODE_BATCH, ids
 
 
-def encode_stream(tokenizer: Tokenizer, lines: Iterable[str], what: str, batch: int = 4096) -> np.ndarray:
-  """Tokenizes `lines` in batches, logging progress: → (N,) int32 ids, the lines' tokens concatenated (holding one
-  batch of lines at a time, never the text whole)."""
+def encode_stream(tokenizer: Tokenizer, lines: Iterable[str], what: str) -> np.ndarray:
+  """Tokenizes `lines` a batch at a time (never the text whole), logging progress: → (N,) int32 ids, concatenated."""
   parts, done, next_log = [], 0, PROGRESS_BYTES
-  for size, full, ids in _batches(tokenizer, lines, batch):
+  for size, full, ids in _batches(tokenizer, lines):
     parts.append(ids)
     done += size
     if full and done >= next_log:
@@ -218,13 +217,13 @@ def encode_stream(tokenizer: Tokenizer, lines: Iterable[str], what: str, batch: 
 
 
 def encode_documents(
-    tokenizer: Tokenizer, documents: Iterable[Iterable[str]], what: str, batch: int = 4096
+    tokenizer: Tokenizer, documents: Iterable[Iterable[str]], what: str
 ) -> tuple[np.ndarray, np.ndarray]:
   """Tokenizes each document's lines as `encode_stream` does: → (N,) int32 ids of the documents concatenated, and
   (D,) int64 ends, where document d's tokens are ids[ends[d - 1]:ends[d]] (ids[:ends[0]] for the first)."""
   parts, ends, done, count = [], [], 0, 0
   for lines in documents:
-    for size, _, ids in _batches(tokenizer, lines, batch):
+    for size, _, ids in _batches(tokenizer, lines):
       parts.append(ids)
       done, count = done + size, count + len(ids)
     ends.append(count)

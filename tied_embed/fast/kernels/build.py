@@ -2,8 +2,7 @@
 build record: `make kernels`, or `python -m tied_embed.fast.kernels.build [--force]` from a package pip installed.
 
 oneMKL and oneDNN come from the environment's prefix (requirements-kernels.txt). A library whose record matches is
-kept; one that cannot be built is named in an `info:` line, its old build removed, and the build exits 0.
-"""
+kept; one that cannot be built is named in an `info:` line, its old build removed, and the build exits 0."""
 
 from __future__ import annotations
 
@@ -69,10 +68,9 @@ def main(argv: list[str] | None = None) -> None:
     if reason is None:
       print(f"built {output}")
       continue
-    stale = output.exists()
+    removed = "; its old build is removed" if output.exists() else ""
     output.unlink(missing_ok=True)  # a library of other sources must not stay to be mistaken for this build
     library.record_path(output).unlink(missing_ok=True)
-    removed = "; its old build is removed" if stale else ""
     print(f"info: {output} is not built ({reason}){removed}; the step runs XLA's own code instead of it")
 
 

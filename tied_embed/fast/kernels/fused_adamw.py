@@ -8,8 +8,7 @@ benchmarks/README.md). The arithmetic is optax.adamw's after the project's clip 
     p  = p − lr(t)·((mu · c1) / (sqrt(nu · c2) + eps) + wd·p),   c1 = 1 / (1 − b1^(t+1)), c2 = 1 / (1 − b2^(t+1))
 with t the update count before this step, the scalars computed in JAX as optax computes them (the bias corrections
 as reciprocals, as XLA:CPU compiles optax's divisions by a scalar): optax's results up to float rounding
-(tests/fast/test_kernels_fused_adamw.py), in optax's state layout.
-"""
+(tests/fast/test_kernels_fused_adamw.py), in optax's state layout."""
 
 from __future__ import annotations
 

@@ -4,9 +4,8 @@ On the chunk's shapes oneMKL's sgemm runs at 300–360 GFLOP/s on 2 cores of an 
 and XLA:CPU widens bfloat16 operands to float32 where oneMKL and oneDNN multiply them on AMX tiles with float32
 accumulation: XLA's arithmetic in another order of sums (benchmarks/README.md). No VJP: the chunked loss calls `gemm`
 inside its own. `available(dtype)` is False (XLA's dots instead) where the libraries are not built or fail their
-check, on other backends, with TIED_EMBED_MKL=0, and on CPUs the route was not measured on: float32 needs an Intel
-CPU with AVX-512, bfloat16 needs AMX.
-"""
+check, on other backends, with TIED_EMBED_MKL=0, and on CPUs the route was not measured on (float32: Intel with
+AVX-512; bfloat16: AMX)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,7 @@ into `kernel_dir()`: $TIED_EMBED_KERNEL_DIR, else beside these sources in a chec
 Beside each the build writes its record, NAME.json (the hash of its sources and flags, jaxlib's version, the machine
 and CPU, the file's size and sha256), which `register` checks before opening it: a truncated library kills the
 process (a bus error inside dlopen), and one built from other sources or for another jaxlib decodes XLA's operands
-wrongly. One that fails the check is never opened: the step runs XLA's own code, and the kernel's module says why.
-"""
+wrongly. One that fails the check is never opened: the step runs XLA's own code, and the kernel's module says why."""
 
 from __future__ import annotations
 
@@ -51,10 +50,6 @@ GEMM = Library("_gemm.so", ("gemm.cc", "gemm.h"), ("-O2",), "libmkl_rt.so.3", "m
 LIBRARIES = (ADAMW, GEMM_ONEDNN, GEMM)
 
 
-def _sha256(data: bytes) -> str:
-  return hashlib.sha256(data).hexdigest()
-
-
 def cpuinfo_field(names: str | tuple[str, ...], cpuinfo: pathlib.Path = pathlib.Path("/proc/cpuinfo")) -> str | None:
   """The first processor's field `names` ("" if it has none); None where /proc/cpuinfo cannot be read."""
   try:
@@ -73,7 +68,7 @@ def fingerprint(library: Library) -> dict[str, str]:
     digest.update(f"\0{name}\0".encode() + (HERE / name).read_bytes())
   # A build for this CPU (-march=native) depends on its flags: their hash, "" where /proc/cpuinfo is unreadable.
   flags = cpuinfo_field(("flags", "Features")) if "-march=native" in library.flags else None
-  cpu = "" if flags is None else _sha256(" ".join(sorted(flags.split())).encode())[:16]
+  cpu = "" if flags is None else hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:16]
   return {"sources": digest.hexdigest(), "jaxlib": jaxlib.__version__, "machine": platform.machine(), "cpu": cpu}
 
 
@@ -96,7 +91,7 @@ def record_path(path: pathlib.Path) -> pathlib.Path:
 def write_record(library: Library, path: pathlib.Path) -> None:
   """Writes the record of the library just built at `path` (its fingerprint, size and sha256)."""
   data = path.read_bytes()
-  record = {**fingerprint(library), "size": len(data), "sha256": _sha256(data)}
+  record = {**fingerprint(library), "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
   util.write_atomically(record_path(path), (json.dumps(record, indent=1) + "\n").encode())
 
 
@@ -124,7 +119,7 @@ def check(library: Library, path: pathlib.Path) -> str | None:
       return f"{path} cannot be read: {error.strerror}"
     if len(data) != record.get("size"):
       problem = f"is not the file its build wrote ({len(data)} bytes, not {record.get('size')}): damaged or replaced"
-    elif _sha256(data) != record.get("sha256"):
+    elif hashlib.sha256(data).hexdigest() != record.get("sha256"):
       problem = "is not the file its build wrote (another sha256): damaged or replaced"
     else:
       return None
