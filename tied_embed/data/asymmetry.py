@@ -4,8 +4,7 @@ A tied model's logits E·Eᵀ are symmetric and the softmax ignores a constant a
 produce only tables X + c·1ᵀ with X symmetric (positive semidefinite of rank ≤ D, in fact). Of a target table
 M = log P(next | current) (V, V), what no such table fits is measured as a share of the row-centred variance ‖M·J‖²
 (J = I − 11ᵀ/V removes each row's mean, the part the softmax ignores): `antisymmetric_share` is a lower bound on
-what the best tied table of width D must leave, `psd_rank_fit` (an achievable one) an upper bound.
-"""
+what the best tied table of width D must leave, `psd_rank_fit` (an achievable one) an upper bound."""
 
 from __future__ import annotations
 
@@ -68,8 +67,7 @@ def psd_rank_fit(table: np.ndarray, rank: int) -> RankFit:
   Every N_t is a best full-rank symmetric fit (row constants absorb t·11ᵀ), but their truncations differ. The
   residual is ‖J·A·J‖² + ‖(N_t − trunc N_t)·J‖² ≤ ‖J·A·J‖² + Σ of the squared eigenvalues the truncation drops,
   so t is chosen to minimise that bound (eigenvalues only: cheap), by a grid and then golden-section search; the
-  bound need not be unimodal in t, so the result is a good fit, not provably the best.
-  """
+  bound need not be unimodal in t, so the result is a good fit, not provably the best."""
   row_sums = ((table - table.T) / 2).sum(axis=1)
   target = (table + table.T) / 2 - (row_sums[:, None] + row_sums[None, :]) / len(table)
 

@@ -1,8 +1,7 @@
 """What every data source provides, and the probability arithmetic they share (pure NumPy).
 
 A source is a bigram task: a current-token distribution and a table `log P(next | current)` (V, V). The table is
-never built whole: `LogProbRows` computes the rows asked for, in blocks of `row_block(V)` rows.
-"""
+never built whole: `LogProbRows` computes the rows asked for, in blocks of `row_block(V)` rows."""
 
 from __future__ import annotations
 

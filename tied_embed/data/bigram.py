@@ -2,8 +2,7 @@
 
 The source says what the pairs are; this module stores them, verifies them on every load (a bad cache is generated
 again, with a warning) and loads them. The selection split and data.train_fraction are cut at load time, so runs on
-different amounts of data share one stored dataset, validation split, floor and references.
-"""
+different amounts of data share one stored dataset, validation split, floor and references."""
 
 from __future__ import annotations
 

@@ -4,8 +4,7 @@ A tied table's rows are trained through the lookup only as often as the token is
 hurts shows most on rare inputs. Tokens are sorted by train count, most frequent first (ties: smaller id first), and
 the N train occurrences laid out in that order; a token goes to the bucket its first occurrence falls in: frequent
 before 0.5·N (so the token straddling 0.5·N too), rare at 0.9·N or later (all its occurrences in the last 10%) or
-never current in train, middle the rest (the token straddling 0.9·N too).
-"""
+never current in train, middle the rest (the token straddling 0.9·N too)."""
 
 from __future__ import annotations
 

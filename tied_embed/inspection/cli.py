@@ -6,8 +6,7 @@
   python -m tied_embed.inspection --workdir runs/subword --next "the king" [--generate 20 --temperature 0.8 --seed 0]
 
 `main` only parses flags, calls `inspect_run` and prints: the report on stdout, each warning as one
-`warning: ...` line on stderr, and any problem with what was asked as one `error: ...` line (exit status 2).
-"""
+`warning: ...` line on stderr, and any problem with what was asked as one `error: ...` line (exit status 2)."""
 
 from __future__ import annotations
 

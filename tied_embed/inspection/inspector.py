@@ -1,8 +1,7 @@
 """Open a run from its workdir alone: `inspect_run`, the report of what the table learned, and `continue_prompt`.
 
 They read a checkpoint, WORKDIR/report_data.npz (else the dataset cached under the data dir, never generated here)
-and the event files, and write only into WORKDIR/report/: never through a symbolic link (a workdir may be another's).
-"""
+and the event files, and write only into WORKDIR/report/: never through a symbolic link (a workdir may be another's)."""
 
 from __future__ import annotations
 
@@ -36,9 +35,8 @@ def inspect_run(workdir: str | pathlib.Path, step: int | str | None = None, toke
   Keys: workdir, step, available_steps, run, loss_by_input_frequency, scores, parameters, tokens, fit, provenance,
   undertrained, path_directions, asymmetry, warnings, and when the pictures were written pictures ({name: PNG path
   relative to WORKDIR/report}) and report_md. A token is an id or, for a text run, a string of its vocabulary (a
-  piece such as '▁the', or a byte's label such as '\\n'). UsageError, before anything is restored or written where
-  it can, for: no or unreadable checkpoints, a missing step, a token outside [0, V) or not in the vocabulary, top_k
-  outside [1, V]."""
+  piece such as '▁the', or a byte's label such as '\\n'). UsageError (before restoring or writing, where it can) for
+  no or unreadable checkpoints, a missing step, a token outside [0, V) or the vocabulary, top_k outside [1, V]."""
   from tied_embed.train.metrics import value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
 
   workdir = pathlib.Path(workdir)

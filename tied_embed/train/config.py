@@ -1,8 +1,7 @@
 """A training config: every field declared once (`FIELDS`: default, what it allows, whether a resume may change it,
 meaning), and `validate`, the one check of a whole config (that it fits in memory included), where a run starts;
 below that, everything takes the config as checked. A source declares and checks its own data.* fields
-(`Source.fields`, `.validate`). `python -m tied_embed.train.config` prints the docs' field list.
-"""
+(`Source.fields`, `.validate`). `python -m tied_embed.train.config` prints the docs' field list."""
 
 from __future__ import annotations
 
@@ -234,7 +233,15 @@ def validate(config: Any, num_devices: int | None = None, memory_bytes: int | No
     if dependent.off is not None and value != dependent.off and not dependent.active(config):
       raise UsageError.bad_value(dependent.path, value, f"{dependent.off!r} (off) unless {dependent.needs}")
   settings = validate_data(config)
-  _check_mesh(config, num_devices)
+  # V splits over mesh.model and the batch over mesh.data; mesh_lib refuses a mesh the devices can't hold.
+  num_devices = jax.device_count() if num_devices is None else num_devices
+  data_size, model_size = mesh_lib.mesh_shape(config.mesh, num_devices)
+  vocab_size, batch_size = config.model.vocab_size, config.train.batch_size
+  require(vocab_size % model_size == 0, "mesh.model", model_size,
+          f"a divisor of model.vocab_size={vocab_size} (the table is split along V)")
+  require(batch_size % data_size == 0, "mesh.data", data_size,
+          f"a divisor of train.batch_size={batch_size} (the batch is split along data)")
+  mesh_lib.check_mesh_fits_processes(data_size, model_size, num_devices, jax.process_count())
   check_memory(config, memory_bytes, settings)
 
 
@@ -269,17 +276,6 @@ def _check_data_dir(data_dir: Any) -> None:
           f"a writable directory ({existing} is not writable)")
 
 
-def _check_mesh(config: ml_collections.ConfigDict, num_devices: int | None) -> None:
-  """V splits over mesh.model and the batch over mesh.data; mesh_lib refuses a mesh the devices can't hold."""
-  num_devices = jax.device_count() if num_devices is None else num_devices
-  data_size, model_size = mesh_lib.mesh_shape(config.mesh, num_devices)
-  vocab_size, batch_size = config.model.vocab_size, config.train.batch_size
-  require(vocab_size % model_size == 0, "mesh.model", model_size,
-          f"a divisor of model.vocab_size={vocab_size} (the table is split along V)")
-  require(batch_size % data_size == 0, "mesh.data", data_size,
-          f"a divisor of train.batch_size={batch_size} (the batch is split along data)")
-  mesh_lib.check_mesh_fits_processes(data_size, model_size, num_devices, jax.process_count())
-
 
 # Python, JAX, TensorFlow and the compiled programs: configs/smoke.py, whose arrays are ~1 MB, peaks at 0.9 GiB.
 RUNTIME_BYTES = 2**30
@@ -300,8 +296,7 @@ def memory_estimate(config: ml_collections.ConfigDict, settings: dict[str, Any] 
   twice (the looked-up rows and their gradient); the eval logits twice (the logits and their exponentials); and the
   dataset, 32 bytes per train or validation pair (while generating, the int32 pair, a float64 uniform draw and an
   int64 sort order; then the int32 pair loaded). Not counted: (V, V) tables (the sources compute them a few MB at a
-  time); every array is counted whole, as if unsharded. `settings`: `Source.settings(config)`, computed if not given.
-  """
+  time); every array is counted whole, as if unsharded. `settings`: `Source.settings(config)`, computed if not given."""
   vocab_size, d_model = int(config.model.vocab_size), int(config.model.d_model)
   batch_size, eval_batch_size = int(config.train.batch_size), int(config.train.eval_batch_size)
   chunk_size, num_tables = int(config.loss.chunk_size), 1 if config.model.tied else 2

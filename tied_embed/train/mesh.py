@@ -3,8 +3,7 @@
 The batch is split along `data`, 'vocab' (tables, optimizer moments, provenance totals) along `model`; a V that
 `model` doesn't divide is refused rather than padded, so no masked rows need keeping out of the softmax. Each process
 computes the same global batch and places the rows its devices hold; each host holds whole `data` rows of the mesh,
-so only the gradient sum crosses hosts. Free of TensorFlow, so `train.py` can use it before any heavy import.
-"""
+so only the gradient sum crosses hosts. Free of TensorFlow, so `train.py` can use it before any heavy import."""
 
 from __future__ import annotations
 

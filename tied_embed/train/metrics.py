@@ -1,7 +1,6 @@
 """What a training run says: its opening lines, one compact console line per log step, every scalar and the
 provenance histograms in TensorBoard (`verbose`: also in the log, as CLU's default writer does), its closing lines;
-and the scalar series read back from the event files.
-"""
+and the scalar series read back from the event files."""
 
 from __future__ import annotations
 

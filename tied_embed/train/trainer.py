@@ -4,8 +4,7 @@ Step s (0-based) trains on `data.train_batch(data, seed, s, batch_size)` and lea
 its logs, evals and checkpoints carry. Batches depend only on (seed, step) and a checkpoint holds the whole train
 state (running metrics included), so a run resumed from its newest intact checkpoint repeats the uninterrupted one
 bit for bit. With a selection split, every eval also scores it (select/loss); `evaluation.Selection` keeps the best
-step and early stopping's count.
-"""
+step and early stopping's count."""
 
 from __future__ import annotations
 
@@ -67,8 +66,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
   also log every scalar and histogram. Raises UsageError as `run_setup.open_run` says, before anything is written;
   signals_lib.Preempted on SIGTERM/SIGINT (after saving, once the loop runs); nonfinite.NonFinite;
   checkpoint.WriteFailed. Started saves finish and the logs flush either way. `on_complete()` runs once everything
-  is written, before the closing lines (the command line makes a signal from then on end it with 0).
-  """
+  is written, before the closing lines (the command line makes a signal from then on end it with 0)."""
   if not checked:
     config_lib.validate(config)
   try:
@@ -129,8 +127,7 @@ def _train_steps(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended) -> i
   At most two steps are in flight, and at each sync point (log, eval, save) the loop waits for the step before
   anything else (an eval, a save, the processes' stop agreement) runs on the devices: on XLA:CPU a collective holds
   its thread of a shared pool until every participant arrives, so with many steps dispatched ahead all the threads
-  can wait on participants that never get one, until a 40 s rendezvous timeout aborts the run.
-  """
+  can wait on participants that never get one, until a 40 s rendezvous timeout aborts the run."""
   config, train, num_steps = run.config, run.config.train, run.num_steps
   seed, batch_size, batch_sharding = int(config.seed), int(train.batch_size), mesh_lib.batch_sharding(run.mesh)
   every = [int(train[name]) for name in ("log_every", "eval_every", "checkpoint_every")]

@@ -1,7 +1,6 @@
 """The bigram tasks, each a `base.Source` its module registers when this package imports it: `synthetic` ('planted',
 symmetric logits a tied table represents exactly; 'directed', a one-way cycle it cannot) and `text` ('text', a local
-corpus; 'tfds', a TFDS text dataset). A task's loss floor is H(next | current) = -Σ_i p_i Σ_j P(j|i) log P(j|i).
-"""
+corpus; 'tfds', a TFDS text dataset). A task's loss floor is H(next | current) = -Σ_i p_i Σ_j P(j|i) log P(j|i)."""
 
 from __future__ import annotations
 

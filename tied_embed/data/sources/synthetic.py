@@ -1,8 +1,7 @@
 """planted and directed: a hidden table e* (V, D), Zipf current tokens, sampled pairs, an exact floor.
 
 P(j|i) = softmax_j(e*_i · out_j), each task naming its output table `out` (V, D). Current tokens follow
-p_i ∝ (i + 1)^-s, so high ids are rarely looked up and get most of their gradient through the output projection.
-"""
+p_i ∝ (i + 1)^-s, so high ids are rarely looked up and get most of their gradient through the output projection."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 split by `corpus`), and 'tfds', bigrams of a TFDS text dataset (e.g. tiny_shakespeare, lm1b).
 
 A 'text' dataset's identity includes a hash of the corpus's contents, so editing a file makes a new dataset and an
-unchanged corpus is never tokenized twice. data.tokenizer='sentencepiece' needs UTF-8; 'bytes' takes any bytes.
-"""
+unchanged corpus is never tokenized twice. data.tokenizer='sentencepiece' needs UTF-8; 'bytes' takes any bytes."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 Its non-empty, non-hidden files in sorted path order, split before tokenizing (so a tokenizer trains on train text
 alone) as `data.split` says: 'contiguous' (the default) concatenates the files, the last VALIDATION_FRACTION of the
 bytes validation; 'by_document' (for several files) takes whole files in a fixed pseudo-random order, the last of them
-(about VALIDATION_FRACTION of the bytes) validation, so every train prefix and validation draw from one mix.
-"""
+(about VALIDATION_FRACTION of the bytes) validation, so every train prefix and validation draw from one mix."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Bigram statistics of a token stream held sparsely: only the pairs that occur, never a dense (V, V) array.
 
 `count_bigram_loss` is the add-k model P(j | i) = (count(i, j) + k) / (count(i) + k·V) fitted on train and scored on
-validation: what a full-rank untied table can reach by counting alone.
-"""
+validation: what a full-rank untied table can reach by counting alone."""
 
 from __future__ import annotations
 

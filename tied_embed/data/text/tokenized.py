@@ -2,8 +2,7 @@
 
 A `TextSource` subclass (`text`, `tfds`) gives each split's text; this module pairs each token with the next. The
 reference is the validation pairs' empirical bigram table, the floor their empirical entropy, `eval_references` the
-add-k count model. `data.tokenizer` is 'bytes', 'sentencepiece' (cached under the data dir) or a `.model` path.
-"""
+add-k count model. `data.tokenizer` is 'bytes', 'sentencepiece' (cached under the data dir) or a `.model` path."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 SentencePiece is trained as in the Flax lm1b example (unigram, a bounded sample of the train split), with no
 BOS/EOS/padding ids, so every id but `<unk>` (0) is a piece of text. Training is deterministic (one thread, a sample
 at fixed positions, the model written from memory), so the same corpus and settings give the same model file byte
-for byte. Lines are encoded one at a time and their tokens concatenated: newlines leave no token of their own.
-"""
+for byte. Lines are encoded one at a time and their tokens concatenated: newlines leave no token of their own."""
 
 from __future__ import annotations
 
