@@ -6,7 +6,7 @@
 Each configuration runs in a fresh process, so its peak (the kernel's VmHWM) is its own: `baseline` builds the
 parameters and optimizer state and stops; `full`, `chunked` and `chunked_bf16` (model.dtype bfloat16) also
 compile the real train step the way the trainer does (compile first, then hand the compiler's freed memory back to
-the OS: tied_embed/fast/host_memory.py), start the peak afresh and run it: the step's peak. The compile's own peak is
+the OS: tied_embed/fast/compilation.py), start the peak afresh and run it: the step's peak. The compile's own peak is
 reported beside it, as is XLA's count of the step's temporary buffers. `torch_baseline` and `torch_chunked` do the
 same for PyTorch with its chunked `F.linear_cross_entropy` (nothing to compile), so each framework's step is
 measured against its own baseline (the runtimes' own footprints differ). The step times, JAX's and every PyTorch

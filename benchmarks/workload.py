@@ -22,7 +22,7 @@ from configs import default
 from tied_embed.core import optim
 from tied_embed.core import step as step_lib
 from tied_embed.core.model import build_model
-from tied_embed.fast import choose, chunked_loss, compilation, host_memory
+from tied_embed.fast import choose, chunked_loss, compilation
 from tied_embed.train import checkpoint
 from tied_embed.train import mesh as mesh_lib
 
@@ -138,7 +138,7 @@ class Stepper:
       self.batch = batch
       self._step = make_plain_step(graphdef, chunk_size)
       self._step.lower(self.state, *self.batch).compile()
-      host_memory.release_freed()
+      compilation.release_freed()
       self.compile_peak_mib = peak_mib()
       return
     mesh = mesh_lib.make_mesh(config.mesh)

@@ -155,14 +155,13 @@ def test_a_step_compiled_ahead_runs_without_compiling_again():
   import jax  # noqa: PLC0415
 
   from configs import smoke  # noqa: PLC0415
-  from tied_embed.fast import host_memory  # noqa: PLC0415
 
   config = smoke.get_config()
   graphdef, state = nnx.split(step_lib.TrainState(build_model(config), optim.make_optimizer(config.train)))
   step = choose.make_train_step(graphdef, int(config.loss.chunk_size))
   ids = jnp.arange(64, dtype=jnp.int32) % 32
   compilation.compile_ahead(step, state, ids, ids[::-1])
-  host_memory.release_freed()  # True on glibc; either way harmless
+  compilation.release_freed()  # True on glibc; either way harmless
   compiles = []
   jax.monitoring.register_event_duration_secs_listener(
       lambda event, _duration, **_: compiles.append(event) if event.endswith("backend_compile_duration") else None

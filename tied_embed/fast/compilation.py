@@ -1,14 +1,13 @@
 """How the train step is compiled: XLA:CPU's options, and compiling ahead of the first step so that the compiler's
-freed memory goes back to the OS (tied_embed/fast/host_memory.py) before any step's temporaries exist."""
+freed memory goes back to the OS (`release_freed`) before any step's temporaries exist."""
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 
 import jax
 from flax import nnx
-
-from tied_embed.fast import host_memory
 
 # XLA:CPU options for the step (measured in benchmarks/README.md):
 # - YNNPACK fuses each dot with its elementwise neighbours, so the chunked loss's `d_table + exp @ x` accumulates inside
@@ -30,4 +29,16 @@ def compile_ahead(train_step: Callable, state: nnx.State, ids: jax.Array, next_i
   shardings). Call the step with `with_stats` given: jit keys a call that leaves it out apart, and compiles again."""
   for with_stats in (False, True):
     train_step.lower(state, ids, next_ids, with_stats=with_stats).compile()
-    host_memory.release_freed()  # before the next compile, so the two compilers' heaps never add up
+    release_freed()  # before the next compile, so the two compilers' heaps never add up
+
+
+def release_freed() -> bool:
+  """Returns the C heap's free pages to the OS (glibc's `malloc_trim(0)`); False where the C library has none. XLA's
+  compiler frees its many small allocations when done, but malloc keeps the pages, so a run would otherwise hold the
+  compiler's working memory (70-140 MiB at V=32768) for its life."""
+  try:
+    trim = ctypes.CDLL(None).malloc_trim  # the C library the process already runs on
+  except (OSError, AttributeError):
+    return False
+  trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+  return bool(trim(0))

@@ -21,7 +21,7 @@ from flax import nnx
 
 from tied_embed.core import optim
 from tied_embed.data import bigram as data_lib
-from tied_embed.fast import host_memory
+from tied_embed.fast import compilation
 from tied_embed.train import config as config_lib
 from tied_embed.train import evaluation, nonfinite, run_setup
 from tied_embed.train import mesh as mesh_lib
@@ -101,7 +101,7 @@ def train_loop(run: OpenRun) -> _Ended:
   held_out = evaluation.HeldOut(run.graphdef, run.data, run.config, run.mesh, selecting=run.selecting)
   if run.start < run.num_steps:  # the evaluations' programs too, then hand the compiler's freed memory back to the OS
     held_out.compile_ahead(run.state)
-    host_memory.release_freed()
+    compilation.release_freed()
   ended = _Ended(step=run.start if run.stopped_early else run.num_steps, stopped_early=run.stopped_early)
   started = time.perf_counter()
   if run.complete:
