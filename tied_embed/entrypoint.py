@@ -17,7 +17,6 @@ from tied_embed.core.model import TiedEmbed
 
 
 def _at_least_one(name: str, value) -> int:
-  """`int(value)`, or a ValueError naming the argument if that is below 1."""
   if (size := int(value)) < 1:
     raise ValueError(f"{name}={value!r} is not allowed: expected an integer >= 1 (int({value!r}) = {size})")
   return size

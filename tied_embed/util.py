@@ -28,7 +28,6 @@ class UsageError(Exception):
 
   @classmethod
   def bad_value(cls, field: str, value: Any, allowed: str) -> UsageError:
-    """`field=value` is not allowed; `allowed` says what is, e.g. 'an integer > 0'."""
     return cls(f"{field}={value!r} is not allowed: expected {allowed}")
 
 
@@ -67,8 +66,7 @@ def shell_quote(text: str) -> str:
 
 
 class RunStopped(Exception):
-  """A valid run that ended before its last step (a signal, a non-finite loss, a failed write): `exit_status` for the
-  command line, `str()` its one-line message."""
+  """A valid run that ended before its last step (a signal, a non-finite loss, a failed write), in a one-line str()."""
 
   exit_status = 1
 
@@ -126,9 +124,8 @@ def holder(directory: str | pathlib.Path) -> str:
 def is_locked(directory: str | pathlib.Path) -> bool:
   """Whether some process holds the lock of `directory` now (a probe: takes and releases it if free). Read-only (it
   answers on a read-only workdir too), never through a link: a .lock that is not a regular file is no lock (False)."""
-  path = pathlib.Path(directory) / LOCK_NAME
   try:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = os.open(pathlib.Path(directory) / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
   except OSError:
     return False  # none there, a link, or unreadable: no lock another run of ours could hold
   try:

@@ -96,9 +96,8 @@ def psd_rank_fit(table: np.ndarray, rank: int) -> RankFit:
   top = np.argsort(values)[::-1][:rank]
   top = top[values[top] > 0]  # the largest positive eigenvalues
   factor = vectors[:, top] * np.sqrt(values[top])
-  logits = factor @ factor.T
   total = np.sum(np.square(row_centred(table)))
-  residual = np.sum(np.square(row_centred(table - logits)))
+  residual = np.sum(np.square(row_centred(table - factor @ factor.T)))
   return RankFit(factor, float(residual / total) if total > 0 else 0.0)
 
 
@@ -108,9 +107,8 @@ def excess_loss(log_probs: np.ndarray, logits: np.ndarray, weights: np.ndarray) 
   with np.errstate(invalid="ignore"):
     log_p = log_probs - np.logaddexp.reduce(log_probs, axis=1, keepdims=True)
   log_p = np.where(np.isnan(log_p), -np.inf, log_p)
-  log_q = log_softmax(logits)
   probs = np.exp(log_p)
-  kl = np.where(probs > 0, probs * (np.where(probs > 0, log_p, 0.0) - log_q), 0.0).sum(axis=1)
+  kl = np.where(probs > 0, probs * (np.where(probs > 0, log_p, 0.0) - log_softmax(logits)), 0.0).sum(axis=1)
   return float(np.sum(weights * kl) / np.sum(weights))
 
 

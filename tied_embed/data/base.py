@@ -91,12 +91,10 @@ class Reference:
 
 
 def is_int(value: Any) -> bool:
-  """A Python or NumPy integer, not a bool."""
   return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def is_number(value: Any) -> bool:
-  """A Python or NumPy real number, not a bool."""
   return isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
 
 

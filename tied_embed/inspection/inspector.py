@@ -134,8 +134,7 @@ def continue_prompt(workdir: str | pathlib.Path, prompt: str, top_k: int = 5, ge
     raise UsageError.bad_value("--temperature", temperature, "a finite number >= 0 (0 = always the likeliest)")
   warnings: list[str] = []
   restored, facts, _ = open_run(workdir, step, warnings)
-  tokenizer = facts.tokenizer
-  if tokenizer is None:
+  if (tokenizer := facts.tokenizer) is None:
     raise UsageError.bad_value("--next", prompt, f"a run on text (this one's source, {facts.source!r}, has no text)")
   if not 1 <= top_k <= facts.vocab_size:
     raise UsageError.bad_value("--top-k", top_k, f"an integer in [1, {facts.vocab_size}]")

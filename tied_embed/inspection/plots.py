@@ -3,7 +3,7 @@ TensorBoard run `report` beside the training curves, one events file per inspect
 
 from __future__ import annotations
 
-import io
+import functools
 import pathlib
 from collections.abc import Callable
 
@@ -36,8 +36,7 @@ def heatmaps_figure(learned_log_probs: np.ndarray, true_log_probs: np.ndarray, t
   for ax, matrix, title in ((axes[0], learned, "learned: log softmax(S)"),
                             (axes[1], true_masked, f"{true_name}: log P(next | current)")):
     image = ax.imshow(matrix, vmin=vmin, vmax=vmax, cmap="viridis")  # antialiased when V exceeds the pixels
-    ax.set_title(title)
-    ax.set_xlabel("next token j")
+    ax.set(title=title, xlabel="next token j")
   if token_ids is not None or label is not None:
     ticks = np.unique(np.linspace(0, len(shown) - 1, 9 if label else 5).round().astype(int))
     names = [(label or str)(int(shown[t])) for t in ticks]
@@ -99,9 +98,7 @@ def write_pictures(report_dir: pathlib.Path, figures: dict[str, Figure], step: i
   report_dir.mkdir(parents=True, exist_ok=True)
   pictures, images = {}, {}
   for name, fig in figures.items():
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    write_atomically(report_dir / f"{name}.png", buffer.getvalue())
+    write_atomically(report_dir / f"{name}.png", functools.partial(fig.savefig, format="png", dpi=100))
     pictures[name] = f"{name}.png"
     canvas = FigureCanvasAgg(fig)  # rendered with Agg: (H, W, 3) uint8
     canvas.draw()

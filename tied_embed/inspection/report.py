@@ -74,7 +74,6 @@ def _fit_by_rows(rows: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], vo
 
 
 def _share(part: np.ndarray, total: np.ndarray) -> np.ndarray:
-  """part / total per row, nan where the row got no gradient (total 0)."""
   with np.errstate(invalid="ignore", divide="ignore"):
     return np.where(total > 0, part / total, np.nan)
 
@@ -97,9 +96,8 @@ def provenance_summary(lookup_total: np.ndarray, projection_total: np.ndarray, k
   shares = share[valid]
   stats = dict.fromkeys(("min", "p25", "median", "p75", "max", "mean"))
   if shares.size:
-    quantiles = np.quantile(shares, [0, 0.25, 0.5, 0.75, 1])
-    stats = dict(zip(("min", "p25", "median", "p75", "max"), map(float, quantiles), strict=True))
-    stats["mean"] = float(shares.mean())
+    quantiles = np.quantile(shares, [0, 0.25, 0.5, 0.75, 1]).tolist()
+    stats = dict(zip(stats, [*quantiles, float(shares.mean())], strict=True))
   return {
       "lookup_sum": float(lookup_total.sum()), "projection_sum": float(projection_total.sum()),
       "projection_only": [int(i) for i in projection_only], "lookup_share": stats,
@@ -125,9 +123,8 @@ def undertrained_summary(lookup_table: np.ndarray, lookup_total: np.ndarray, pro
   unit = table / np.maximum(norms, 1e-30)[:, None]
   projection_share = _share(projection_total, lookup_total + projection_total)
   never = lookup_total == 0
-  spearman = None
-  if np.ptp(lookup_total) > 0 and np.ptp(counts) > 0:
-    spearman = float(stats.spearmanr(lookup_total, counts).statistic)
+  varies = np.ptp(lookup_total) > 0 and np.ptp(counts) > 0
+  spearman = float(stats.spearmanr(lookup_total, counts).statistic) if varies else None
   rows = []
   for i in np.lexsort((counts, lookup_total))[:k]:
     cosines = unit @ unit[i]
@@ -216,9 +213,7 @@ def build_report(lookup_table: np.ndarray, projection_table: np.ndarray, *, tied
   token_entries = []
   for token, scores_row, truth_row in zip(tokens, score_rows, truth_rows, strict=True):
     own, rank = own_score_rank(scores_row, token)
-    predicted = top_next(scores_row, truth_row, top_k)
-    for entry in predicted:
-      entry["label"] = label(entry["id"])
+    predicted = [{**entry, "label": label(entry["id"])} for entry in top_next(scores_row, truth_row, top_k)]
     token_entries.append({"id": token, "label": label(token), "own_score": own, "own_rank": rank, "top": predicted})
   provenance = provenance_summary(lookup_total, projection_total, top_k)
   for entry in provenance["most_lookup"] + provenance["most_projection"]:

@@ -78,7 +78,6 @@ def fingerprint(state: nnx.State) -> dict[str, str]:
 
 
 def config_checksum(config: dict) -> str:
-  """sha256 of the config's canonical JSON (sorted keys)."""
   return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
@@ -126,12 +125,8 @@ class Restored:
   damaged: list[tuple[int, Exception]] = dataclasses.field(default_factory=list)  # newer ones that failed, newest first
 
   @functools.cached_property
-  def train_state(self) -> TrainState:
-    return nnx.merge(self.graphdef, self.state)
-
-  @property
   def model(self) -> Model:
-    return self.train_state.model
+    return nnx.merge(self.graphdef, self.state).model
 
   @functools.cached_property
   def provenance(self) -> dict[str, np.ndarray]:

@@ -5,6 +5,7 @@ below that, everything takes the config as checked. A source declares and checks
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import math
@@ -165,7 +166,6 @@ DEPENDENT: tuple[Dependent, ...] = (
 
 
 def known_fields() -> frozenset[str]:
-  """`REQUIRED_FIELDS` and the data.* fields of every registered source."""
   return REQUIRED_FIELDS | {f"data.{name}" for source in sources.REGISTRY.values() for name in source.fields}
 
 
@@ -179,20 +179,17 @@ def leaf_paths(config: ml_collections.ConfigDict, prefix: str = "") -> dict[str,
 
 
 def get(config: ml_collections.ConfigDict, path: str) -> Any:
-  """The value at dotted `path` of `config`."""
   for key in path.split("."):
     config = config[key]
   return config
 
 
 def defaults() -> dict[str, Any]:
-  """{path: default} of every field in `FIELDS`."""
   return {field.path: field.default for field in FIELDS}
 
 
 def inactive_paths(config: ml_collections.ConfigDict) -> frozenset[str]:
-  """The fields that do nothing in `config`: the `DEPENDENT` ones where inactive, and the data.* fields that only
-  other sources read."""
+  """The fields that do nothing in `config`: inactive `DEPENDENT` ones and the data.* fields only other sources read."""
   paths = {dependent.path for dependent in DEPENDENT if not dependent.active(config)}
   source = sources.REGISTRY.get(config.data.get("source"))
   if source is not None:
@@ -276,7 +273,6 @@ def _check_data_dir(data_dir: Any) -> None:
           f"a writable directory ({existing} is not writable)")
 
 
-
 # Python, JAX, TensorFlow and the compiled programs: configs/smoke.py, whose arrays are ~1 MB, peaks at 0.9 GiB.
 RUNTIME_BYTES = 2**30
 
@@ -324,11 +320,8 @@ def available_memory() -> int:
   """This machine's physical memory in bytes, or its cgroup's memory limit when that is smaller."""
   limits = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")]
   for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-    try:
-      with open(path) as f:
-        limits.append(int(f.read().strip()))
-    except (OSError, ValueError):  # no such cgroup file, or "max"
-      pass
+    with contextlib.suppress(OSError, ValueError), open(path) as f:  # no such cgroup file, or "max"
+      limits.append(int(f.read().strip()))
   return min(limits)
 
 
@@ -352,9 +345,8 @@ def check_memory(config: ml_collections.ConfigDict, memory_bytes: int | None = N
 
 def hparams(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """The run's hyperparameters for TensorBoard: every field of `FIELDS`, and the data.* fields its source reads."""
-  values = {field.path: get(config, field.path) for field in FIELDS}
-  values.update({f"data.{name}": config.data[name] for name in sources.get(config.data.source).fields})
-  return values
+  return {**{field.path: get(config, field.path) for field in FIELDS},
+          **{f"data.{name}": config.data[name] for name in sources.get(config.data.source).fields}}
 
 
 def markdown_table() -> str:

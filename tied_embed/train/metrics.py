@@ -46,9 +46,8 @@ def write_log_step(writer, step: int, learning_rate: float, metrics: dict, state
   return scalars
 
 
-def write_eval(
-    writer, step: int, eval_loss: float, by_bucket: dict[str, float], data: data_lib.BigramData
-) -> dict[str, float]:
+def write_eval(writer, step: int, eval_loss: float, by_bucket: dict[str, float],
+               data: data_lib.BigramData) -> dict[str, float]:
   """eval/loss, the floor, the gap to it, the bucket losses (eval/loss_<bucket>_inputs, for the buckets that hold
   eval pairs) and the data's further references; returns them."""
   scalars = {"eval/loss": eval_loss, "eval/loss_floor": data.loss_floor, "eval/gap": eval_loss - data.loss_floor}

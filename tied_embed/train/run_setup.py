@@ -206,7 +206,6 @@ def config_differences(saved: ml_collections.ConfigDict, config: ml_collections.
 
 def _make_train_step(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef,
                      target: nnx.State) -> Callable[..., tuple[nnx.State, dict[str, Any]]]:
-  """The jitted train step of `config` for states laid out as `target`, as `choose` picks it."""
   train, shardings = config.train, jax.tree.map(lambda leaf: leaf.sharding, target)
   split_check = choose.split_check_tokens(int(train.batch_size), int(config.model.vocab_size),
                                           choose.data_shards(shardings))

@@ -4,8 +4,6 @@ corpus; 'tfds', a TFDS text dataset). A task's loss floor is H(next | current) =
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import Any
 
 import numpy as np
@@ -14,9 +12,6 @@ from tied_embed.data.base import REGISTRY, LogProbRows, Reference, Source, zipf_
 from tied_embed.data.sources import synthetic
 from tied_embed.data.sources.synthetic import conditional_entropy, sample_pairs, synthetic_splits
 from tied_embed.data.sources.text import text_pairs
-
-for _module in pkgutil.iter_modules(__path__):  # each source module registers itself
-  importlib.import_module(f"{__name__}.{_module.name}")
 
 SYNTHETIC_SOURCES = tuple(sorted(name for name, s in REGISTRY.items() if isinstance(s, synthetic.SyntheticSource)))
 

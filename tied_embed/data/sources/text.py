@@ -149,7 +149,6 @@ class Text(TextSource):
 
 
 def _by_document(config: Any, files: list[pathlib.Path]) -> bool:
-  """Whether the corpus is split by whole files: data.split='by_document' and more than one file to split."""
   return config.data.get("split", corpus.CONTIGUOUS) == corpus.BY_DOCUMENT and len(files) > 1
 
 
@@ -236,8 +235,7 @@ class Tfds(TextSource):
     data = config.data
     builder = _tfds_builder(data.tfds_name, data.tfds_data_dir)
     spec = f"{data.tfds_train_split}|{data.tfds_eval_split}|{data.text_feature}"
-    content = (f"{re.sub('[^A-Za-z0-9]+', '_', builder.info.full_name)}-"
-               f"{hashlib.sha256(spec.encode()).hexdigest()[:8]}")
+    content = f"{re.sub('[^A-Za-z0-9]+', '_', builder.info.full_name)}-{hashlib.sha256(spec.encode()).hexdigest()[:8]}"
     splits = {"train": data.tfds_train_split, "validation": data.tfds_eval_split}
     num_bytes = {}
     for split, name in splits.items():
@@ -252,7 +250,6 @@ class Tfds(TextSource):
     return f"data.tfds_name={settings['tfds_name']!r}"
 
   def _texts(self, settings: dict[str, Any], split: str) -> Iterator[str]:
-    """The text of each example of `split`, in the dataset's order."""
     import tensorflow_datasets as tfds  # noqa: PLC0415
 
     builder = _tfds_builder(settings["tfds_name"], settings["tfds_data_dir"])

@@ -52,10 +52,8 @@ def resolve(text_path: str, default: pathlib.Path) -> list[pathlib.Path]:
   else:
     raise UsageError.bad_value(_FIELD, text_path, f"a readable file, directory or glob ({path}: no such file)")
   shortest: dict[pathlib.Path, pathlib.Path] = {}  # each file once, named by its shortest path (links, `self -> .`)
-  for file in files:
-    known = shortest.setdefault(file.resolve(), file)
-    if (len(file.parts), str(file)) < (len(known.parts), str(known)):
-      shortest[file.resolve()] = file
+  for file in sorted(files, key=lambda p: (len(p.parts), str(p))):
+    shortest.setdefault(file.resolve(), file)
   readable = [p for p in sorted(shortest.values()) if _size(p) > 0]
   if not readable:
     where = f"{path} (a directory)" if path.is_dir() else f"{len(files)} file(s)"

@@ -64,8 +64,7 @@ def main(argv: list[str] | None = None) -> None:
       output.touch()  # newer than its sources again, so that make sees it up to date
       print(f"kept {output} (its record matches these sources)")
       continue
-    reason = build(kernel, output)
-    if reason is None:
+    if (reason := build(kernel, output)) is None:
       print(f"built {output}")
       continue
     removed = "; its old build is removed" if output.exists() else ""

@@ -145,8 +145,7 @@ def load(library: Library, directory: pathlib.Path) -> ctypes.CDLL | str:
   path = directory / library.file
   if path in _OPENED:
     return _OPENED[path]
-  reason = check(library, path)
-  if reason is not None:
+  if (reason := check(library, path)) is not None:
     return reason
   # MKL's OpenMP threads otherwise spin 200 ms after each call, on the cores XLA's own threads need next.
   os.environ.setdefault("KMP_BLOCKTIME", "0")
