@@ -57,6 +57,20 @@ def smoke_with(path: str, value):
   return config
 
 
+HIDDEN_STEPS = 20  # tests/core/test_hidden_map.py and tests/sharded_run.py train it this long
+
+
+def hidden_smoke_config():
+  """configs/smoke.py with a hidden map W and its penalty, for HIDDEN_STEPS steps."""
+  config = smoke_with("model.hidden", "linear")
+  config.model.hidden_l2 = 0.01
+  config.train.num_steps = HIDDEN_STEPS
+  config.train.checkpoint_every = 10
+  config.train.log_every = 10
+  config.train.eval_every = 10
+  return config
+
+
 def event_series(path: str | pathlib.Path) -> dict[str, dict[int, float]]:
   """{tag: {step: value}} from one event file, scalars and histograms (their sum), in the order written.
 

@@ -46,8 +46,9 @@ def config_on(data: int, model: int):
 
 
 def hidden_config_on(data: int, model: int):
-  """tests/core/test_hidden_map.py's config (a hidden map W with its penalty) on a data x model mesh."""
-  from core.test_hidden_map import hidden_smoke_config  # noqa: PLC0415 (tests/ is this script's sys.path[0])
+  """tests/core/test_hidden_map.py's config (`helpers.hidden_smoke_config`: a hidden map W with its penalty) on a
+  data x model mesh."""
+  from helpers import hidden_smoke_config  # noqa: PLC0415 (tests/ is this script's sys.path[0])
 
   config = hidden_smoke_config()
   config.mesh.data, config.mesh.model = data, model

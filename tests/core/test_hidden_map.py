@@ -10,23 +10,10 @@ import shutil
 import jax
 import numpy as np
 import pytest
-from helpers import all_series, assert_close, smoke_with
+from helpers import HIDDEN_STEPS, all_series, assert_close, hidden_smoke_config
 
 from tied_embed.train import checkpoint
 from tied_embed.train.trainer import train_and_evaluate
-
-HIDDEN_STEPS = 20  # as tests/sharded_run.py trains it
-
-
-def hidden_smoke_config():
-  """configs/smoke.py with a hidden map W and its penalty, for HIDDEN_STEPS steps."""
-  config = smoke_with("model.hidden", "linear")
-  config.model.hidden_l2 = 0.01
-  config.train.num_steps = HIDDEN_STEPS
-  config.train.checkpoint_every = 10
-  config.train.log_every = 10
-  config.train.eval_every = 10
-  return config
 
 
 def _leaves(state) -> dict[str, np.ndarray]:
