@@ -30,10 +30,9 @@ SUBWORD_VOCAB = 2048  # 8192 pieces cost ~4× the steps and evals, and do not co
 EPOCHS = 10  # a run's schedule: 10 passes over its train pairs, within [MIN_STEPS, Plan.max_steps]
 MIN_STEPS = 200
 MIN_EVAL_EVERY = 10
-# The convergence check's steps at 100%, as a multiple of the sweep's: the 1× runs at 100% end still improving (best
-# step = last step), and 3× is what the budget allowed on the 2-core build machine at 2,000 subword steps (~1.5 min
-# CPU per run); with 12,000 subword steps the check ran at 2× (--convergence-factor 2) and, added by --add-convergence,
-# at 3× (~1.7 min a run on 2 cores).
+# The convergence check's steps at 100%, as a multiple of the sweep's: it reruns each model's chosen setting longer, to
+# see how far the 1× numbers are from converged. The published subword row ran it at 2× (--convergence-factor 2:
+# ~5.5 min of CPU a run at 58,832 steps on the 2-core build machine); the bytes at 3×.
 CONVERGENCE_FACTOR = 3
 VIM_DOCS = "/usr/share/vim/vim*/doc"
 
@@ -55,9 +54,9 @@ class Plan:
   min_delta: float = 0.0  # train.min_delta: a new best must be this many nats of select/loss below the best so far
 
 
-# subword: at most 30,000 steps, so 10 passes at every size as on the bytes (at 12,000 the 100% runs made ~4 passes
-# and every model still improved at its last step). A longer schedule rather than early stopping: patience would stop
-# on the plateau at the peak learning rate (see PATIENCE); a cosine that ends sooner is a short schedule. Converged is
+# subword: at most 30,000 steps, so 10 passes at every size as on the bytes (with ~4 passes at 100% every model still
+# improved at its last step). A longer schedule rather than early stopping: patience would stop on the plateau at
+# the peak learning rate (see PATIENCE); a cosine that ends sooner is a short schedule. Converged is
 # judged with min_delta: at 10 passes on 100% a probe's last eval interval (8% of the schedule) gained 0.003 nats of
 # select/loss for tied and untied, against 0.007-0.03 for each interval before it, so with 0.005 nats the best step is
 # the last eval that still gained that much, and the chosen model is within 0.005 nats of the lowest select/loss seen.
