@@ -15,9 +15,11 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import inspect
 import json
 import logging
 import math
+import os
 import pathlib
 import re
 import shutil
@@ -252,7 +254,7 @@ class Checkpointer:
   def __init__(self, workdir: str | pathlib.Path, keep: int, *, select: bool = False):
     """`select`: the run has a selection split; its saves carry a `Selection` and the best checkpoint is kept."""
     self.workdir, self._writing, self._select = pathlib.Path(workdir), None, select
-    drop_unraisable(_is_call_into_closed_loop)  # a failed save's cut-off writes call back at any moment
+    drop_unraisable(_is_cut_off_io)  # a failed save's cut-off writes call back at any moment
     for step, error in _metrics_problems(workdir) if select else []:  # before a ranking manager reads them
       _move_to_damaged(self.workdir, step, error, "its select/loss can't be trusted to rank it")
     with self._errors_as_write_failed():
@@ -318,10 +320,15 @@ def _move_to_damaged(workdir: pathlib.Path, step: int, error: Exception, consequ
   log.warning("Checkpoint %d is damaged (%s): moved it to %s; %s.", step, reason(error), destination, consequence)
 
 
-def _is_call_into_closed_loop(unraisable) -> bool:
-  """Whether an unraisable exception is a RuntimeError raised in a method of a closed asyncio loop: Orbax closes
-  its loop as soon as one write (or read) fails, and TensorStore calls back into it for each of the others."""
-  return isinstance(unraisable.exc_value, RuntimeError) and any(
+def _is_cut_off_io(unraisable) -> bool:
+  """Whether an unraisable exception comes from Orbax I/O that one failed write (or read) cut off. Orbax closes its
+  asyncio loop as soon as one fails: TensorStore calls back into it for each of the others (a RuntimeError in a
+  method of the closed loop), and their coroutines, never awaited again, raise their own error from GeneratorExit
+  when they are collected."""
+  error, source = unraisable.exc_value, unraisable.object
+  if inspect.iscoroutine(source) and isinstance(getattr(error, "__cause__", None), GeneratorExit):
+    return f"{os.sep}orbax{os.sep}" in source.cr_code.co_filename
+  return isinstance(error, RuntimeError) and any(
       isinstance(owner := frame.f_locals.get("self"), asyncio.AbstractEventLoop) and owner.is_closed()
       for frame, _ in traceback.walk_tb(unraisable.exc_traceback))
 
@@ -335,7 +342,7 @@ def restore(workdir: str | pathlib.Path, step: int | str | None = None, *, mesh:
   Without `step`, newer damaged checkpoints are skipped into `Restored.damaged`, not moved. UsageError if there are
   no checkpoints, none at `step`, or the one asked for (or every one) is damaged. `resuming`: None where there are
   none, and a refusal to start from step 0 where none reads back."""
-  drop_unraisable(_is_call_into_closed_loop)  # a failed read's other reads call back into Orbax's closed loop
+  drop_unraisable(_is_cut_off_io)  # a failed read's other reads call back into Orbax's closed loop
   directory, steps = checkpoint_dir(workdir), available_steps(workdir)
   if not steps:
     if resuming:
