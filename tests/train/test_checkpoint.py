@@ -3,7 +3,9 @@ round trip."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import logging
 import os
 import re
 import sys
@@ -133,3 +135,49 @@ def test_an_abandoned_orbax_read_prints_nothing_once_checkpoints_are_read(tmp_pa
     assert seen == ["Encountered error while reading array index"]
   finally:
     sys.unraisablehook = previous
+
+
+_TASK = '''
+async def deserialize():
+  raise Exception("Encountered error while reading array index")
+'''
+
+
+def _abandon_task(filename: str) -> None:
+  """Runs a task of a coroutine defined in `filename` to its exception and drops it unretrieved: asyncio logs
+  'Task exception was never retrieved' when it is collected (what a failed checkpoint read's other tasks do)."""
+  namespace = {}
+  exec(compile(_TASK, filename, "exec"), namespace)  # noqa: S102 (a fixed snippet, under a chosen file name)
+  loop = asyncio.new_event_loop()
+  task = loop.create_task(namespace["deserialize"]())
+  loop.run_until_complete(asyncio.wait([task]))  # done, its exception never asked for
+  loop.close()
+  del task
+  gc.collect()
+
+
+def test_an_abandoned_orbax_task_logs_nothing_once_checkpoints_are_read(tmp_path, caplog):
+  assert checkpoint.restore(tmp_path, resuming=True) is None  # no checkpoints: the filter is in place regardless
+  with caplog.at_level(logging.ERROR, logger="asyncio"):
+    _abandon_task(os.path.join(os.sep, "site-packages", "orbax", "checkpoint", "serialization.py"))
+    assert caplog.records == []
+    _abandon_task(os.path.join(os.sep, "site-packages", "mine", "reader.py"))  # anyone else's still shows
+  assert [record.getMessage().splitlines()[0] for record in caplog.records] == ["Task exception was never retrieved"]
+
+
+@pytest.mark.parametrize("future", [
+    "<_GatheringFuture finished exception=Exception(\"Encountered error while reading array index: (). See full "
+    "TensorStore details: <bound method ...>\")>",
+    "<Future finished exception=ValueError('OUT_OF_RANGE: Error reading \"lookup_total/0\" in OCDBT database at "
+    "local file \"/w/checkpoints/3000/state/\": Requested byte range [0, 3730) is not valid for value of size 0')>",
+])
+def test_abandoned_tensorstore_futures_log_nothing_once_checkpoints_are_read(tmp_path, caplog, future):
+  """The other forms asyncio logs a failed checkpoint read's leftovers in, as it words them."""
+  assert checkpoint.restore(tmp_path, resuming=True) is None
+  with caplog.at_level(logging.ERROR, logger="asyncio"):
+    kind = future[1:].split(" ")[0]
+    logging.getLogger("asyncio").error(f"{kind} exception was never retrieved\nfuture: {future}")
+    assert caplog.records == []
+    logging.getLogger("asyncio").error("Future exception was never retrieved\nfuture: <Future finished "
+                                       "exception=ValueError('mine')>")  # anyone else's still shows
+  assert len(caplog.records) == 1

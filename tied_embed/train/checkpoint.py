@@ -254,7 +254,7 @@ class Checkpointer:
   def __init__(self, workdir: str | pathlib.Path, keep: int, *, select: bool = False):
     """`select`: the run has a selection split; its saves carry a `Selection` and the best checkpoint is kept."""
     self.workdir, self._writing, self._select = pathlib.Path(workdir), None, select
-    drop_unraisable(_is_cut_off_io)  # a failed save's cut-off writes call back at any moment
+    _quiet_cut_off_io()  # a failed save's cut-off writes call back at any moment
     for step, error in _metrics_problems(workdir) if select else []:  # before a ranking manager reads them
       _move_to_damaged(self.workdir, step, error, "its select/loss can't be trusted to rank it")
     with self._errors_as_write_failed():
@@ -333,6 +333,26 @@ def _is_cut_off_io(unraisable) -> bool:
       for frame, _ in traceback.walk_tb(unraisable.exc_traceback))
 
 
+class _CutOffOrbaxTasks(logging.Filter):
+  """Drops asyncio's '... exception was never retrieved' for the tasks and futures of Orbax's cut-off reads and
+  writes (a checkpoint whose failure is already reported in one line). They name Orbax's code ('Task' of one of its
+  coroutines), TensorStore ('_GatheringFuture') or the OCDBT store (a TensorStore 'Future')."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    return not ("exception was never retrieved" in message
+                and any(mark in message for mark in (f"{os.sep}orbax{os.sep}", "TensorStore", "OCDBT database")))
+
+
+_CUT_OFF_TASKS = _CutOffOrbaxTasks()
+
+
+def _quiet_cut_off_io() -> None:
+  """What Orbax's cut-off I/O leaves behind prints nothing: its unraisable exceptions and asyncio's log records."""
+  drop_unraisable(_is_cut_off_io)
+  logging.getLogger("asyncio").addFilter(_CUT_OFF_TASKS)  # once: a logger keeps one copy of a filter
+
+
 def restore(workdir: str | pathlib.Path, step: int | str | None = None, *, mesh: Mesh | None = None,
             target: nnx.State | None = None, arrays: bool = True, resuming: bool = False) -> Restored | None:
   """Checkpoint `step` of `workdir` (default: the newest that reads back whole; 'best': by select/loss), every
@@ -342,7 +362,7 @@ def restore(workdir: str | pathlib.Path, step: int | str | None = None, *, mesh:
   Without `step`, newer damaged checkpoints are skipped into `Restored.damaged`, not moved. UsageError if there are
   no checkpoints, none at `step`, or the one asked for (or every one) is damaged. `resuming`: None where there are
   none, and a refusal to start from step 0 where none reads back."""
-  drop_unraisable(_is_cut_off_io)  # a failed read's other reads call back into Orbax's closed loop
+  _quiet_cut_off_io()  # a failed read's other reads call back into Orbax's closed loop
   directory, steps = checkpoint_dir(workdir), available_steps(workdir)
   if not steps:
     if resuming:
