@@ -195,7 +195,8 @@ def open_run(workdir: str | pathlib.Path, step: int | str | None, warnings: list
   if step not in (None, "best") and step not in steps:
     raise UsageError.bad_value("--step", step, f"one of the saved steps {', '.join(map(str, steps))}")
   restored = checkpoint.restore(workdir, step)
-  warnings.extend(f"{skipped}: showing an older one" for skipped in restored.skipped)
+  warnings.extend(f"{checkpoint.unreadable(restored.directory, skipped, error)}: showing an older one"
+                  for skipped, error in restored.damaged)  # newer ones that do not read back whole
   if check is not None:
     check(restored)
   return restored, _data_facts(restored, workdir, warnings), steps
@@ -205,7 +206,8 @@ def _data_facts(restored: Any, workdir: pathlib.Path, warnings: list[str]) -> re
   """What the report needs of the data: WORKDIR/report_data.npz if it reads back and its V and dataset identity
   (the manifest's `dataset`: source, task settings, corpus hash, train fraction) are the checkpoint's, else (with a
   warning why) the dataset cached under the data dir. Reads only: UsageError (one line) when neither is there."""
-  path, vocab_size, dataset = workdir / record_lib.FILE_NAME, restored.model.vocab_size, restored.dataset
+  path, vocab_size = workdir / record_lib.FILE_NAME, restored.model.vocab_size
+  dataset = str(restored.manifest.get("dataset", ""))  # '' for a checkpoint saved without one
   try:
     facts = record_lib.read(workdir)
   except Exception as error:  # noqa: BLE001 (a damaged file: fall back as for an old workdir)

@@ -5,8 +5,7 @@ Arrays are read straight into the shardings asked for, so a checkpoint written o
 finalized checkpoint that does not read back whole, or disagrees with its manifest (bytes changed on disk), is damaged:
 `restore` skips it and a resuming run moves it to WORKDIR/damaged_checkpoints/. A save killed before it was finalized
 leaves a `.orbax-checkpoint-tmp` directory, deleted by the next run. With a selection split, Orbax metrics ({'step'},
-and 'select_loss' at an eval) let retention keep the best checkpoint beside the newest; the manifest records the same.
-"""
+and 'select_loss' at an eval) let retention keep the best checkpoint beside the newest; the manifest has them too."""
 
 from __future__ import annotations
 
@@ -140,16 +139,6 @@ class Restored:
     """'rows': (K,) int32 tracked rows; 'lookup', 'projection': (K, D) float32, each path's summed gradient rows."""
     names = {"rows": "tracked_rows", "lookup": "tracked_lookup", "projection": "tracked_projection"}
     return {key: np.asarray(self.state[name][...]) for key, name in names.items()}
-
-  @property
-  def dataset(self) -> str:
-    """The identity of the data it trained on, as its manifest records it ('' if none was given)."""
-    return str(self.manifest.get("dataset", ""))
-
-  @property
-  def skipped(self) -> list[str]:
-    """Why each newer checkpoint was not read, one line each."""
-    return [unreadable(self.directory, step, error) for step, error in self.damaged]
 
 
 def selection_rank(metrics: dict[str, Any]) -> tuple[float, int]:
@@ -321,10 +310,8 @@ def _move_to_damaged(workdir: pathlib.Path, step: int, error: Exception, consequ
 
 
 def _is_cut_off_io(unraisable) -> bool:
-  """Whether an unraisable exception comes from Orbax I/O that one failed write (or read) cut off. Orbax closes its
-  asyncio loop as soon as one fails: TensorStore calls back into it for each of the others (a RuntimeError in a
-  method of the closed loop), and their coroutines, never awaited again, raise their own error from GeneratorExit
-  when they are collected."""
+  """Whether an unraisable exception comes from Orbax I/O that one failed read or write cut off: TensorStore calls
+  back into Orbax's closed asyncio loop (a RuntimeError there), and the coroutines left raise from GeneratorExit."""
   error, source = unraisable.exc_value, unraisable.object
   if inspect.iscoroutine(source) and isinstance(getattr(error, "__cause__", None), GeneratorExit):
     return f"{os.sep}orbax{os.sep}" in source.cr_code.co_filename
@@ -333,24 +320,17 @@ def _is_cut_off_io(unraisable) -> bool:
       for frame, _ in traceback.walk_tb(unraisable.exc_traceback))
 
 
-class _CutOffOrbaxTasks(logging.Filter):
-  """Drops asyncio's '... exception was never retrieved' for the tasks and futures of Orbax's cut-off reads and
-  writes (a checkpoint whose failure is already reported in one line). They name Orbax's code ('Task' of one of its
-  coroutines), TensorStore ('_GatheringFuture') or the OCDBT store (a TensorStore 'Future')."""
-
-  def filter(self, record: logging.LogRecord) -> bool:
-    message = record.getMessage()
-    return not ("exception was never retrieved" in message
-                and any(mark in message for mark in (f"{os.sep}orbax{os.sep}", "TensorStore", "OCDBT database")))
-
-
-_CUT_OFF_TASKS = _CutOffOrbaxTasks()
+def _is_not_cut_off_task(record: logging.LogRecord) -> bool:
+  """Keeps all but asyncio's '... exception was never retrieved' of those (Orbax's tasks, TensorStore's futures)."""
+  message = record.getMessage()
+  return "exception was never retrieved" not in message or not any(
+      mark in message for mark in (f"{os.sep}orbax{os.sep}", "TensorStore", "OCDBT database"))
 
 
 def _quiet_cut_off_io() -> None:
-  """What Orbax's cut-off I/O leaves behind prints nothing: its unraisable exceptions and asyncio's log records."""
+  """Orbax's cut-off I/O prints nothing, neither unraisable exceptions nor asyncio's records (each filter once)."""
   drop_unraisable(_is_cut_off_io)
-  logging.getLogger("asyncio").addFilter(_CUT_OFF_TASKS)  # once: a logger keeps one copy of a filter
+  logging.getLogger("asyncio").addFilter(_is_not_cut_off_task)
 
 
 def restore(workdir: str | pathlib.Path, step: int | str | None = None, *, mesh: Mesh | None = None,

@@ -25,9 +25,7 @@ log = logging.getLogger(__name__)
 
 def make_writer(workdir: pathlib.Path, *, events: bool, verbose: bool) -> metric_writers.MetricWriter:
   """The run's metric writer: TensorBoard events in `workdir` if `events`, plus every value logged if `verbose`."""
-  writers: list[metric_writers.MetricWriter] = []
-  if verbose:
-    writers.append(metric_writers.LoggingWriter())
+  writers = [metric_writers.LoggingWriter()] if verbose else []
   if events:
     writers.append(metric_writers.SummaryWriter(str(workdir)))
   return metric_writers.AsyncMultiWriter(writers)
