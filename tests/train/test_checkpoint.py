@@ -111,12 +111,17 @@ async def read_shard():
 '''
 
 
+def _defined_in(filename: str, snippet: str, name: str):
+  """The function `name` of `snippet`, compiled as if it were the code of `filename`."""
+  namespace = {}
+  exec(compile(snippet, filename, "exec"), namespace)  # noqa: S102 (a fixed snippet, under a chosen file name)
+  return namespace[name]
+
+
 def _abandon_coroutine(filename: str) -> None:
   """Starts a coroutine defined in `filename` and drops it unawaited: closing it raises from GeneratorExit, an
   unraisable exception (what a read left behind by a failed checkpoint read does when it is collected)."""
-  namespace = {}
-  exec(compile(_READ, filename, "exec"), namespace)  # noqa: S102 (a fixed snippet, under a chosen file name)
-  coroutine = namespace["read_shard"]()
+  coroutine = _defined_in(filename, _READ, "read_shard")()
   coroutine.send(None)
   del coroutine
   gc.collect()
@@ -146,10 +151,8 @@ async def deserialize():
 def _abandon_task(filename: str) -> None:
   """Runs a task of a coroutine defined in `filename` to its exception and drops it unretrieved: asyncio logs
   'Task exception was never retrieved' when it is collected (what a failed checkpoint read's other tasks do)."""
-  namespace = {}
-  exec(compile(_TASK, filename, "exec"), namespace)  # noqa: S102 (a fixed snippet, under a chosen file name)
   loop = asyncio.new_event_loop()
-  task = loop.create_task(namespace["deserialize"]())
+  task = loop.create_task(_defined_in(filename, _TASK, "deserialize")())
   loop.run_until_complete(asyncio.wait([task]))  # done, its exception never asked for
   loop.close()
   del task
