@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed
 NOTEBOOK_STAMP := $(VENV)/.notebook-installed
 JUPYTER_STAMP := $(VENV)/.jupyter-installed
 KERNEL_STAMP := $(VENV)/.kernels-installed
+TEST_STAMP := $(VENV)/.test-installed
 KERNELS := $(addprefix tied_embed/fast/kernels/,_gemm.so _gemm_onednn.so _adamw.so)
 export TF_CPP_MIN_LOG_LEVEL := 3
 
@@ -44,8 +45,16 @@ $(KERNELS) &: $(KERNEL_STAMP) $(wildcard tied_embed/fast/kernels/*.cc tied_embed
 train: $(STAMP)
 	$(PY) train.py --config $(CONFIG) --workdir $(WORKDIR)
 
-test: $(STAMP) $(KERNELS) $(NOTEBOOK_STAMP)
-	$(PY) -m pytest -q
+# The tests on TEST_WORKERS pytest-xdist workers (requirements-test.txt). One test: `.venv/bin/python -m pytest -q
+# tests/core/test_model.py`, in one process.
+TEST_WORKERS ?= 2
+
+test: $(STAMP) $(TEST_STAMP) $(KERNELS) $(NOTEBOOK_STAMP)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+
+$(TEST_STAMP): $(STAMP) requirements-test.txt
+	$(PY) -m pip install --quiet -r requirements-test.txt
+	touch $(TEST_STAMP)
 
 # The tutorial's runner and kernel (jupytext, nbclient, ipykernel): `make test` runs the notebook, `make train` never
 # needs them. `make notebook` opens docs/tutorial.ipynb in Jupyter Notebook (installing it on first use; Ctrl-C stops

@@ -20,16 +20,24 @@ from helpers import compilation_cache_env, compilation_cache_options, subprocess
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+def shared_tmp_path(factory: pytest.TempPathFactory) -> pathlib.Path:
+  """The session's temporary tree that every pytest-xdist worker of one `make test` shares (a worker's own tree is a
+  folder in it); without xdist, the session's tree."""
+  return factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else factory.getbasetemp()
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
   """JAX's persistent compilation cache in a fresh directory of this session's temporary tree (so every session,
-  a fresh clone's included, starts it empty), before anything compiles: in os.environ for the subprocesses, through
-  jax.config for this process (JAX read the environment when it was imported)."""
+  a fresh clone's included, starts it empty; xdist's workers share it), before anything compiles: in os.environ for
+  the subprocesses, through jax.config for this process (JAX read the environment when it was imported)."""
   import importlib.util  # noqa: PLC0415
 
   if importlib.util.find_spec("filelock") is None:  # with a size limit set, JAX reads no entry without it
-    raise pytest.UsageError("the suite's compilation cache needs the filelock package: pip install -r requirements.txt")
+    raise pytest.UsageError("the suite's compilation cache needs the filelock package: "
+                            "pip install -r requirements-test.txt")
   factory = getattr(session.config, "_tmp_path_factory", None)  # pytest's tmp_path_factory, made at configure
-  directory = factory.mktemp("jax_compilation_cache") if factory else pathlib.Path(tempfile.mkdtemp())
+  directory = shared_tmp_path(factory) / "jax_compilation_cache" if factory else pathlib.Path(tempfile.mkdtemp())
+  directory.mkdir(exist_ok=True)
   os.environ.update(compilation_cache_env(directory))
   import jax  # noqa: PLC0415
 
@@ -64,13 +72,20 @@ def smoke_workdir(smoke_run: SmokeRun) -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def sharded(tmp_path_factory):
-  """OUT of tests/sharded_run.py: the smoke run on a 4x2 mesh of 8 CPU devices and its restores."""
-  out = tmp_path_factory.mktemp("sharded")
-  result = subprocess.run(
-      [sys.executable, "tests/sharded_run.py", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
-      env=subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=8"),
-  )
-  assert result.returncode == 0, result.stderr[-3000:]
+  """OUT of tests/sharded_run.py: the smoke run on a 4x2 mesh of 8 CPU devices and its restores. Run once per
+  `make test`: the first xdist worker that needs it runs it while the others wait on the lock, then read its files."""
+  from filelock import FileLock  # noqa: PLC0415
+
+  out = shared_tmp_path(tmp_path_factory) / "sharded"
+  with FileLock(f"{out}.lock"):
+    if not (out / "finished").exists():
+      out.mkdir(exist_ok=True)
+      result = subprocess.run(
+          [sys.executable, "tests/sharded_run.py", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
+          env=subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=8"),
+      )
+      assert result.returncode == 0, result.stderr[-3000:]
+      (out / "finished").touch()
   return out
 
 
