@@ -33,9 +33,11 @@ SHAPES = [  # (T, V, D, chunk of tokens)
 @pytest.mark.parametrize("num_tokens, vocab_size, d_model, chunk", SHAPES)
 def test_loss_and_both_gradients_equal_full_logits_and_closed_form(num_tokens, vocab_size, d_model, chunk):
   x, table, targets = random_problem(num_tokens, vocab_size, d_model)
-  grad_fn = jax.value_and_grad(chunked_cross_entropy, argnums=(0, 1))
+  # Under jit, as the train step runs it (one compile instead of one per operation; eager calls: below).
+  grad_fn = jax.jit(jax.value_and_grad(chunked_cross_entropy, argnums=(0, 1)), static_argnums=3)
   loss, (dx, d_table) = grad_fn(x, table, targets, chunk)
-  full_loss, (full_dx, full_d_table) = jax.value_and_grad(full_cross_entropy, argnums=(0, 1))(x, table, targets)
+  full_loss, (full_dx, full_d_table) = jax.jit(jax.value_and_grad(full_cross_entropy, argnums=(0, 1)))(
+      x, table, targets)
   ref_loss, ref_dx, ref_d_table = numpy_loss_and_grads(x, table, targets)
   triples = [(loss, full_loss, ref_loss), (dx, full_dx, ref_dx), (d_table, full_d_table, ref_d_table)]
   for actual, full, reference in triples:
@@ -81,7 +83,7 @@ def test_provenance_split_is_the_same_with_chunked_and_full_loss():
     def loss_fn(x, projection):
       return cross_entropy(x, projection, next_ids, chunk_size)
 
-    return loss_and_path_gradients(jnp.asarray(table), jnp.asarray(table), ids, loss_fn)
+    return jax.jit(lambda e: loss_and_path_gradients(e, e, ids, loss_fn))(jnp.asarray(table))
 
   full_loss, full_lookup, full_projection = split(0)
   loss, lookup, projection = split(3)
@@ -151,7 +153,7 @@ def test_each_distinct_row_once_gives_the_closed_form_loss_and_gradients(ids, ch
   def loss_fn(a, e):
     return chunked_cross_entropy(a, e, targets, chunk, row_keys=ids, groups=groups)
 
-  loss, (dx, d_table) = jax.value_and_grad(loss_fn, argnums=(0, 1))(x, table)
+  loss, (dx, d_table) = jax.jit(jax.value_and_grad(loss_fn, argnums=(0, 1)))(x, table)
   ref_loss, ref_dx, ref_d_table = numpy_loss_and_grads(x, table, targets)
   _assert_close(loss, ref_loss)
   _assert_close(dx, ref_dx)  # per token, as if every row had been scored on its own
@@ -202,7 +204,7 @@ def test_the_speed_paths_loss_and_gradients_equal_the_plain_loss_of_tied_embed_c
       return full_cross_entropy(a, e, targets)
     return chunked_cross_entropy(a, e, targets, chunk, row_keys=keys)
 
-  plain = jax.value_and_grad(lambda a, e: hidden_cross_entropy(a, e, targets), argnums=(0, 1))(x, table)
-  got = jax.value_and_grad(fast, argnums=(0, 1))(x, table)
+  plain = jax.jit(jax.value_and_grad(lambda a, e: hidden_cross_entropy(a, e, targets), argnums=(0, 1)))(x, table)
+  got = jax.jit(jax.value_and_grad(fast, argnums=(0, 1)))(x, table)
   for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(plain), strict=True):
     np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-7)
