@@ -31,8 +31,8 @@ EPOCHS = 10  # a run's schedule: 10 passes over its train pairs, within [MIN_STE
 MIN_STEPS = 200
 MIN_EVAL_EVERY = 10
 # The convergence check's steps at 100%, as a multiple of the sweep's: it reruns each model's chosen setting longer, to
-# see how far the 1× numbers are from converged. The published subword row ran it at 2× (--convergence-factor 2:
-# ~5.5 min of CPU a run at 58,832 steps on the 2-core build machine); the bytes at 3×.
+# see how far the 1× numbers are from converged. The published bytes row ran it at 3×; the subword row at 4× (added with
+# --add-convergence --convergence-factor 4: ~22 min of CPU a run at 117,664 steps on the 2-core build machine).
 CONVERGENCE_FACTOR = 3
 VIM_DOCS = "/usr/share/vim/vim*/doc"
 
