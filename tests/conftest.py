@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -79,7 +80,8 @@ def sharded(tmp_path_factory):
   out = shared_tmp_path(tmp_path_factory) / "sharded"
   with FileLock(f"{out}.lock"):
     if not (out / "finished").exists():
-      out.mkdir(exist_ok=True)
+      shutil.rmtree(out, ignore_errors=True)  # what a failed run left: the rerun starts fresh, it does not resume
+      out.mkdir()
       result = subprocess.run(
           [sys.executable, "tests/sharded_run.py", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
           env=subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=8"),
