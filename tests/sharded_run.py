@@ -86,7 +86,7 @@ def collectives(compiled) -> list[dict]:
 def compiled_programs(config) -> dict:
   """The step (plain and at a log step) and eval of `config`, compiled for a PROBE_BATCH batch on its mesh."""
   mesh = mesh_lib.make_mesh(config.mesh)
-  graphdef, target = checkpoint.abstract_state(config, mesh)
+  graphdef, target = mesh_lib.abstract_state(mesh_lib.state_builder(config), mesh)
   shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
   batch = [jax.ShapeDtypeStruct((PROBE_BATCH,), np.int32, sharding=mesh_lib.batch_sharding(mesh))] * 2
   chunk_size = int(config.loss.chunk_size)

@@ -339,7 +339,8 @@ def test_the_inspection_record_replaces_links_in_the_workdir(tmp_path):
     (workdir / name).symlink_to(outside)
   facts = record.InspectionData(source="planted", identity="x", vocab_size=2, loss_floor=0.5, reference_name="true",
                                 true_log_probs=None, input_counts=np.array([1, 2]))
-  record.write(workdir, facts, {"table": np.zeros((2, 2), np.float32)})
-  record.write_file(workdir, record.TOKENIZER_FILE, b"model bytes")
+  model = np.frombuffer(b"model bytes", np.uint8)
+  record.write(workdir, facts, {"table": np.zeros((2, 2), np.float32), "tokenizer_model": model})
   assert outside.read_bytes() == b"precious"
   assert not any((workdir / name).is_symlink() for name in (record.FILE_NAME, record.TOKENIZER_FILE))
+  assert (workdir / record.TOKENIZER_FILE).read_bytes() == b"model bytes"

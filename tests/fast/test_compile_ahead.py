@@ -1,8 +1,8 @@
 """The trainer compiles its train step from the abstract state, before any state exists, and jit reuses it.
 
 Compiling on the state put the XLA compiler's working memory on top of the parameters and optimizer moments (120-135
-MiB above them at V=32768, benchmarks/README.md); compiling from `checkpoint.abstract_state`'s ShapeDtypeStructs
-before `checkpoint.fresh_state` (or a restore) keeps the two apart. That only pays if the step is not compiled again
+MiB above them at V=32768, benchmarks/README.md); compiling from `mesh_lib.abstract_state`'s ShapeDtypeStructs
+before `mesh_lib.fresh_state` (or a restore) keeps the two apart. That only pays if the step is not compiled again
 when the real arrays arrive, so the test counts the train step's compiles too.
 """
 
@@ -15,23 +15,24 @@ import pytest
 from helpers import smoke_with
 
 from tied_embed.fast import compilation
-from tied_embed.train import checkpoint, trainer
+from tied_embed.train import mesh as mesh_lib
+from tied_embed.train import trainer
 
 
 def test_the_step_is_compiled_once_per_variant_before_the_state_exists(tmp_path, monkeypatch, caplog):
   events = []
-  compile_ahead, fresh_state = compilation.compile_ahead, checkpoint.fresh_state
+  compile_ahead, fresh_state = compilation.compile_ahead, mesh_lib.fresh_state
 
   def spy_compile(step, state, ids, next_ids):
     events.append(("compile", all(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(state))))
     return compile_ahead(step, state, ids, next_ids)
 
-  def spy_fresh(config, target):
+  def spy_fresh(build, target):
     events.append(("state", None))
-    return fresh_state(config, target)
+    return fresh_state(build, target)
 
   monkeypatch.setattr(compilation, "compile_ahead", spy_compile)
-  monkeypatch.setattr(checkpoint, "fresh_state", spy_fresh)
+  monkeypatch.setattr(mesh_lib, "fresh_state", spy_fresh)
   config = smoke_with("train.num_steps", 20)
   with jax.log_compiles(True), caplog.at_level(logging.WARNING, logger="jax._src.interpreters.pxla"):
     trainer.train_and_evaluate(config, tmp_path / "run")

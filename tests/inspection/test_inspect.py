@@ -303,7 +303,7 @@ def test_recorded_data_makes_inspection_need_nothing_outside_the_workdir(inspect
   from tied_embed.train import checkpoint
 
   config = checkpoint.restore(run_copy, arrays=False).config
-  path = data.record_for_inspection(data.load_bigram_data(config, run_copy), config, run_copy)
+  path = data.record_for_inspection(data.load_bigram_data(config, run_copy), run_copy)
   assert path == run_copy / "report_data.npz"
   vocab_size, d_model = config.model.vocab_size, config.model.d_model
   assert path.stat().st_size < 8 * vocab_size * (d_model + 2) + 4096  # the hidden table, the counts, a header
@@ -336,7 +336,7 @@ def test_text_record_round_trips_the_empirical_table_without_the_file(tmp_path):
   path.write_bytes(("the cat sat on the mat; ünïcödé bytes too. " * 7).encode())
   config = make_config(source="text", text_path=str(path))
   bigrams = data.load_bigram_data(config, tmp_path / "work")
-  data.record_for_inspection(bigrams, config, tmp_path)
+  data.record_for_inspection(bigrams, tmp_path)
   path.unlink()  # inspection must not need the text file
   facts = record.read(tmp_path)
   assert (facts.source, facts.reference_name, facts.vocab_size) == ("text", "empirical", 256)

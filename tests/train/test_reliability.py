@@ -45,7 +45,7 @@ def _run(workdir, *fault, extra=()) -> subprocess.CompletedProcess:
 def _saved_state(workdir, config, step):
   """The whole train state of checkpoint `step` (model, optimizer, totals) on one device."""
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), mesh_lib.AXES)
-  _, target = checkpoint.abstract_state(config, mesh)
+  _, target = mesh_lib.abstract_state(mesh_lib.state_builder(config), mesh)
   return checkpoint.restore(workdir, step, target=target).state
 
 

@@ -90,7 +90,7 @@ def test_shardings_follow_the_annotations_whatever_the_optimizer_chain(tied, gra
   config = smoke.get_config()
   config.model.tied, config.train.grad_clip_norm = tied, grad_clip_norm
   config.model.d_model = config.model.vocab_size  # a (V, V) table: shapes alone could not tell the axes apart
-  _, target = checkpoint.abstract_state(config, mesh_lib.make_mesh(config.mesh))
+  _, target = mesh_lib.abstract_state(mesh_lib.state_builder(config), mesh_lib.make_mesh(config.mesh))
   leaves = jax.tree_util.tree_leaves_with_path(target)
   specs = {jax.tree_util.keystr(path): tuple(leaf.sharding.spec) for path, leaf in leaves}
   tables = [name for name in specs if "embedding']" in name]

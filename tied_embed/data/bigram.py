@@ -261,18 +261,15 @@ def _bigram_data(bc: BigramConfig, splits: dict[str, Any], fraction: float, held
   )
 
 
-def record_for_inspection(data: BigramData, config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
-  """Writes WORKDIR/report_data.npz, what inspection needs of the data (see `tied_embed.data.record`), and a
-  SentencePiece model as WORKDIR/tokenizer.model, so the workdir alone can tokenize."""
-  del config  # the data carries its identity and reference
+def record_for_inspection(data: BigramData, workdir: str | pathlib.Path) -> pathlib.Path:
+  """Writes WORKDIR/report_data.npz, what inspection needs of the data (and a SentencePiece model as
+  WORKDIR/tokenizer.model; see `tied_embed.data.record`)."""
   reference = data.reference
   facts = record_lib.InspectionData(
       source=data.source, identity=data.identity, vocab_size=data.vocab_size, loss_floor=float(data.loss_floor),
       reference_name=reference.name, true_log_probs=reference.log_probs, input_counts=data.input_counts,
       eval_input_counts=np.bincount(data.eval_ids, minlength=data.vocab_size).astype(np.int64),
   )
-  if "tokenizer_model" in reference.record:
-    record_lib.write_file(workdir, record_lib.TOKENIZER_FILE, np.asarray(reference.record["tokenizer_model"]).tobytes())
   return record_lib.write(workdir, facts, reference.record)
 
 

@@ -35,7 +35,8 @@ class InspectionData:
 
 
 def write(workdir: str | pathlib.Path, data: InspectionData, record: dict[str, np.ndarray]) -> pathlib.Path:
-  """Writes WORKDIR/report_data.npz whole or not at all; OSError naming it if it cannot be written."""
+  """Writes WORKDIR/report_data.npz, and a record's SentencePiece model as WORKDIR/tokenizer.model (so the workdir
+  alone can tokenize), each whole or not at all; OSError naming the file that cannot be written."""
   arrays = {
       "source": np.array(data.source), "identity": np.array(data.identity), "vocab_size": np.array(data.vocab_size),
       "loss_floor": np.array(data.loss_floor), "reference_name": np.array(data.reference_name),
@@ -44,13 +45,11 @@ def write(workdir: str | pathlib.Path, data: InspectionData, record: dict[str, n
       **{_RECORD_PREFIX + key: value for key, value in record.items()},
   }
   # Only the run holding the workdir's lock writes here: a killed writer's temporary files can go.
+  if "tokenizer_model" in record:
+    model = np.asarray(record["tokenizer_model"]).tobytes()
+    util.write_atomically(pathlib.Path(workdir) / TOKENIZER_FILE, model, remove_stale=True)
   return util.write_atomically(pathlib.Path(workdir) / FILE_NAME, lambda f: np.savez_compressed(f, **arrays),
                                remove_stale=True)
-
-
-def write_file(workdir: str | pathlib.Path, name: str, payload: bytes) -> pathlib.Path:
-  """Writes WORKDIR/name whole or not at all; OSError naming it if it cannot be written."""
-  return util.write_atomically(pathlib.Path(workdir) / name, payload, remove_stale=True)
 
 
 def read(workdir: str | pathlib.Path) -> InspectionData | None:

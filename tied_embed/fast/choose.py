@@ -81,6 +81,16 @@ def make_train_step(graphdef: nnx.GraphDef, chunk_size: int, state_shardings=Non
   return StepWithGradientBuffer(graphdef, step_fn, state_shardings)
 
 
+def train_step_for(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef, target: nnx.State) -> step_lib.TrainStep:
+  """The train step `config` asks for, for the state `target` (abstract arrays with their shardings)."""
+  train, shardings = config.train, jax.tree.map(lambda leaf: leaf.sharding, target)
+  split_check = split_check_tokens(int(train.batch_size), int(config.model.vocab_size), data_shards(shardings))
+  return make_train_step(
+      graphdef, int(config.loss.chunk_size), shardings, lookup_grad_scale=float(train.lookup_grad_scale),
+      projection_grad_scale=float(train.projection_grad_scale), compute_dtype=str(config.model.dtype),
+      split_check=split_check, train_config=train)
+
+
 def model_params(graphdef: nnx.GraphDef, state: nnx.State) -> nnx.State:
   """The model's Params out of a train state's pytree, whatever its leaves (arrays, abstract arrays, shardings)."""
   return nnx.state(nnx.merge(graphdef, state).model, nnx.Param)

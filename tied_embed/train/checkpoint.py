@@ -36,9 +36,7 @@ from jax.sharding import Mesh
 from orbax.checkpoint.checkpoint_manager import METRIC_ITEM_NAME
 from orbax.checkpoint.checkpoint_managers import preservation_policy
 
-from tied_embed.core import optim
-from tied_embed.core.model import Model, build_model
-from tied_embed.core.step import TrainState
+from tied_embed.core.model import Model
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.train.evaluation import Selection
 from tied_embed.util import RunStopped, UsageError, drop_unraisable, first_line
@@ -125,6 +123,11 @@ class Restored:
   directory: pathlib.Path | None = None  # WORKDIR/checkpoints
   damaged: list[tuple[int, Exception]] = dataclasses.field(default_factory=list)  # newer ones that failed, newest first
 
+  @property
+  def selection(self) -> Selection:
+    """The selection record saved with it: the best step by select/loss, and early stopping's count."""
+    return Selection.from_manifest(self.manifest)
+
   @functools.cached_property
   def model(self) -> Model:
     return nnx.merge(self.graphdef, self.state).model
@@ -201,22 +204,6 @@ def _metrics_of(step: int, manifest: dict) -> dict[str, Any]:
     if manifest.get("min_delta"):
       metrics["best_select_loss"] = manifest["selection"]["best_select_loss"]
   return metrics
-
-
-def abstract_state(config: ml_collections.ConfigDict, mesh: Mesh) -> tuple[nnx.GraphDef, nnx.State]:
-  """The graphdef and the shape/dtype/sharding-only state of the TrainState `config` describes, on `mesh`."""
-  tx = optim.make_optimizer(config.train)
-  graphdef, shapes = nnx.split(nnx.eval_shape(lambda: TrainState(build_model(config), tx)))
-  shardings = mesh_lib.state_shardings(shapes, mesh)
-  return graphdef, jax.tree.map(lambda shape, sharding: jax.ShapeDtypeStruct(shape.shape, shape.dtype,
-                                                                                sharding=sharding), shapes, shardings)
-
-
-def fresh_state(config: ml_collections.ConfigDict, target: nnx.State) -> nnx.State:
-  """A new TrainState's state for `config`, created directly in the shardings of `target` (`abstract_state`'s)."""
-  shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
-  tx = optim.make_optimizer(config.train)
-  return jax.jit(lambda: nnx.state(TrainState(build_model(config), tx)), out_shardings=shardings)()
 
 
 def _read_state(manager: ocp.CheckpointManager, step: int, target: nnx.State) -> nnx.State:
@@ -360,8 +347,8 @@ def restore(workdir: str | pathlib.Path, step: int | str | None = None, *, mesh:
         graphdef, layout, state = None, target, None
         if arrays:
           if layout is None:  # each candidate's own config: a damaged newer one may describe another state
-            one_device = ml_collections.ConfigDict({"data": 1, "model": 1})
-            graphdef, layout = abstract_state(config, mesh or mesh_lib.make_mesh(one_device, jax.devices()[:1]))
+            mesh = mesh or mesh_lib.make_mesh(ml_collections.ConfigDict({"data": 1, "model": 1}), jax.devices()[:1])
+            graphdef, layout = mesh_lib.abstract_state(mesh_lib.state_builder(config), mesh)
           state = _read_state(manager, candidate, layout)
           saved, found = manifest.get("arrays", {}), fingerprint(state)
           if bad := sorted(path for path in set(saved) | set(found) if saved.get(path) != found.get(path)):
@@ -382,7 +369,7 @@ def _best_step(workdir: str | pathlib.Path, steps: list[int]) -> int:
   """The step the newest readable manifest's `Selection` names as best. UsageError if it names none, if any
   checkpoint's metrics disagree with its manifest (retention ranks by them), or if that checkpoint is gone."""
   directory, newest = checkpoint_dir(workdir), restore(workdir, arrays=False)
-  best = Selection.from_manifest(newest.manifest).best_step
+  best = newest.selection.best_step
   if best is None:
     raise UsageError(f"no checkpoint in {directory} has a select/loss: the run has no selection split "
                      f"(data.selection_fraction = 0) or stopped before its first eval")

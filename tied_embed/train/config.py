@@ -223,13 +223,14 @@ def validate(config: Any, num_devices: int | None = None, memory_bytes: int | No
   if missing := sorted(REQUIRED_FIELDS - leaves.keys()):
     raise UsageError(f"{missing[0]} is missing from the config: expected every field of configs/default.py")
   for field in FIELDS:
-    value = get(config, field.path)
-    require(field.check is None or field.check(value), field.path, value, field.allowed)
+    if field.check is not None and not field.check(value := get(config, field.path)):
+      raise UsageError.bad_value(field.path, value, field.allowed)
   for dependent in DEPENDENT:  # `off` where it does nothing
     value = get(config, dependent.path)
     if dependent.off is not None and value != dependent.off and not dependent.active(config):
       raise UsageError.bad_value(dependent.path, value, f"{dependent.off!r} (off) unless {dependent.needs}")
   settings = validate_data(config)
+  check_memory(config, memory_bytes, settings)
   # V splits over mesh.model and the batch over mesh.data; mesh_lib refuses a mesh the devices can't hold.
   num_devices = jax.device_count() if num_devices is None else num_devices
   data_size, model_size = mesh_lib.mesh_shape(config.mesh, num_devices)
@@ -239,7 +240,6 @@ def validate(config: Any, num_devices: int | None = None, memory_bytes: int | No
   require(batch_size % data_size == 0, "mesh.data", data_size,
           f"a divisor of train.batch_size={batch_size} (the batch is split along data)")
   mesh_lib.check_mesh_fits_processes(data_size, model_size, num_devices, jax.process_count())
-  check_memory(config, memory_bytes, settings)
 
 
 def validate_data(config: Any) -> dict[str, Any]:

@@ -4,21 +4,19 @@ and the scalar series read back from the event files."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pathlib
 import sys
 import time
-from typing import TYPE_CHECKING
 
+import ml_collections
 import numpy as np
 from clu import metric_writers
 
 from tied_embed.data import asymmetry, frequency, sources
 from tied_embed.data import bigram as data_lib
 from tied_embed.util import shell_quote
-
-if TYPE_CHECKING:
-  import ml_collections
 
 log = logging.getLogger(__name__)
 
@@ -89,22 +87,22 @@ class ProgressLine:
 
 
 def shown_path(path: pathlib.Path) -> str:
-  """`path` relative to the current directory when it is inside it ('runs/default'), else absolute."""
+  """`path` as a shell word to paste: relative to the current directory when it is inside it ('runs/default'),
+  else absolute; quoted as `shell_quote` quotes it."""
   path = pathlib.Path(path).absolute()
-  try:
-    return str(path.relative_to(pathlib.Path.cwd())) or "."
-  except ValueError:
-    return str(path)
+  with contextlib.suppress(ValueError):  # outside the current directory: shown absolute
+    path = path.relative_to(pathlib.Path.cwd())
+  return shell_quote(str(path))
 
 
 def venv_command(name: str, *module: str) -> str:
   """How to start the console script `name` as pasted into a shell without this venv activated: the script beside
-  this Python (.venv/bin/tied-embed-inspect), else `python -m module` with this Python; quoted, as `shown_path`."""
+  this Python (.venv/bin/tied-embed-inspect), else `python -m module` with this Python; as `shown_path` shows paths."""
   beside = pathlib.Path(sys.executable).parent / name
   if beside.is_file():
-    return shell_quote(shown_path(beside))
+    return shown_path(beside)
   if module:
-    return " ".join([shell_quote(shown_path(pathlib.Path(sys.executable))), "-m", *module])
+    return " ".join([shown_path(pathlib.Path(sys.executable)), "-m", *module])
   return name
 
 
@@ -137,16 +135,16 @@ def opening_lines(config: ml_collections.ConfigDict, data: data_lib.BigramData, 
 
 def closing_lines(workdir: pathlib.Path, step: int, best_step: int | None = None) -> None:
   """Where the run left its checkpoints (the best one by select/loss too, when there is one), and the commands that
-  look at them, to paste as they are (paths as `shown_path` gives them, quoted for the shell). --step best is
-  offered only while the best step's checkpoint is there: someone may have deleted or moved it."""
-  shown = shell_quote(shown_path(workdir))
+  look at them, to paste as they are (paths as `shown_path` shows them). --step best is offered only while the best
+  step's checkpoint is there: someone may have deleted or moved it."""
+  shown, checkpoints = (shown_path(path) for path in (workdir, pathlib.Path(workdir) / "checkpoints"))
   best = ""
   if best_step is not None:
     kept = (pathlib.Path(workdir) / "checkpoints" / str(best_step)).is_dir()
     best = f", best: step {best_step}, " + ("inspect it with --step best" if kept else "its checkpoint is gone")
   log.info("Checkpoints in %s (latest: step %d%s). Inspect: %s --workdir %s | Watch: %s --logdir %s",
-           shell_quote(shown_path(pathlib.Path(workdir) / "checkpoints")), step, best,
-           venv_command("tied-embed-inspect", "tied_embed.inspection"), shown, venv_command("tensorboard"), shown)
+           checkpoints, step, best, venv_command("tied-embed-inspect", "tied_embed.inspection"), shown,
+           venv_command("tensorboard"), shown)
 
 
 def read_scalars(logdir: str | pathlib.Path, tags: tuple[str, ...]) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -78,30 +78,32 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
   run (config_lib.RESUMABLE), of other data or past train.num_steps, or none of them reads back. A signal raises
   signals_lib.Interrupted (nothing to save yet), or signals_lib.Preempted where the processes agree on one at the end.
   """
+  dataset = data_lib.dataset_identity(config)
   data_lib.check_preparable(config, workdir)
   workdir = _ensure_writable(workdir)
   signals = stack.enter_context(signals_lib.StopSignals(interrupting=True))  # set-up ends at once on a signal
-  dataset, newest, record_holder = _take_workdir(config, workdir, stack)
+  newest, record_holder = _take_workdir(config, workdir, stack, dataset)
   num_steps, patience = int(config.train.num_steps), int(config.train.early_stopping_patience)
   # The run trains unless its newest checkpoint is at num_steps or early stopping's count in it reached the patience.
   # A refused run leaves the workdir as it found it, its .lock included; so does a rerun of a finished run, which
   # writes nothing (recorded below if its newest checkpoint turns out damaged after all).
-  trains = newest is None or (
-      newest.step < num_steps and not Selection.from_manifest(newest.manifest).exhausted(patience))
+  trains = newest is None or (newest.step < num_steps and not newest.selection.exhausted(patience))
   if trains:
     record_holder()
   mesh = mesh_lib.make_mesh(config.mesh)
-  graphdef, target = checkpoint.abstract_state(config, mesh)
+  batch_sharding = mesh_lib.batch_sharding(mesh)
+  build_state = mesh_lib.state_builder(config)
+  graphdef, target = mesh_lib.abstract_state(build_state, mesh)
   selecting = data_lib.selection_fraction(config) > 0
   checkpointer = checkpoint.Checkpointer(workdir, int(config.train.keep_checkpoints), select=selecting)
   stack.enter_context(contextlib.closing(checkpointer))
-  train_step = _make_train_step(config, graphdef, target)
+  train_step = choose.train_step_for(config, graphdef, target)
   if trains:
     # Compiled before the state exists, so the compiler's working memory and the state never add up (then the
     # compiler's freed memory goes back to the OS; jit reuses the programs).
-    batch = jax.ShapeDtypeStruct((int(config.train.batch_size),), jnp.int32, sharding=mesh_lib.batch_sharding(mesh))
+    batch = jax.ShapeDtypeStruct((int(config.train.batch_size),), jnp.int32, sharding=batch_sharding)
     compilation.compile_ahead(train_step, target, batch, batch)
-  start, state, selection = _resume(config, target, checkpointer, dataset)
+  start, state, selection = _resume(config, build_state, target, checkpointer, dataset)
   data = _load_data(config, workdir)
   if start == 0:  # the tracked rows (tied_embed.core.step.TRACKED_ROWS) are the most frequent train inputs
     rows = state["tracked_rows"][...]
@@ -114,7 +116,7 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
   events = jax.process_index() == 0 and not complete
   if events:
     try:  # WORKDIR/report_data.npz, so inspection needs nothing outside the workdir
-      data_lib.record_for_inspection(data, config, workdir)
+      data_lib.record_for_inspection(data, workdir)
     except OSError as error:  # a full disk, a file size limit
       raise DataFailed(f"writing {error.filename or workdir} failed: {error.strerror or first_line(error)}") from error
     kernels = in_use.kernel_set(config, target["model"], mesh.size)
@@ -130,15 +132,14 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
       selecting=selecting, param_count=sum(leaf.size for leaf in jax.tree.leaves(target["model"])))
 
 
-def _take_workdir(config: ml_collections.ConfigDict, workdir: pathlib.Path,
-                  stack: contextlib.ExitStack) -> tuple[str, checkpoint.Restored | None, Callable[[], None]]:
-  """Locks `workdir` until `stack` closes, and refuses a run its checkpoints cannot continue; → the data's identity,
-  the newest checkpoint read without its arrays (None: no checkpoints), and the lock's `record_holder`, which writes
+def _take_workdir(config: ml_collections.ConfigDict, workdir: pathlib.Path, stack: contextlib.ExitStack,
+                  dataset: str) -> tuple[checkpoint.Restored | None, Callable[[], None]]:
+  """Locks `workdir` until `stack` closes, and refuses a run its checkpoints cannot continue on `dataset`; → the
+  newest checkpoint read without its arrays (None: no checkpoints), and the lock's `record_holder`, which writes
   the holder into WORKDIR/.lock once the run's checks pass. One run per workdir: process 0 holds the lock for all."""
   lock = util.exclusive(workdir, f"--workdir={str(workdir)!r}", record_now=False)
   record_holder = stack.enter_context(lock if jax.process_index() == 0 else contextlib.nullcontext(lambda: None))
   _check_layout(workdir)
-  dataset = data_lib.dataset_identity(config)
   newest = checkpoint.restore(workdir, arrays=False, resuming=True)  # the refusals of a rerun, read cheaply
   if newest is not None:
     if differences := config_differences(newest.config, config):
@@ -146,7 +147,7 @@ def _take_workdir(config: ml_collections.ConfigDict, workdir: pathlib.Path,
                        f"({'; '.join(differences)}); use another --workdir, or the config those checkpoints were made "
                        f"with")
     _check_resumable(newest.step, newest.manifest, config, dataset)
-  return dataset, newest, record_holder
+  return newest, record_holder
 
 
 def _ensure_writable(workdir: str | pathlib.Path) -> pathlib.Path:
@@ -204,28 +205,17 @@ def config_differences(saved: ml_collections.ConfigDict, config: ml_collections.
           if path not in ignored and old.get(path, "<absent>") != new.get(path, "<absent>")]
 
 
-def _make_train_step(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef,
-                     target: nnx.State) -> Callable[..., tuple[nnx.State, dict[str, Any]]]:
-  train, shardings = config.train, jax.tree.map(lambda leaf: leaf.sharding, target)
-  split_check = choose.split_check_tokens(int(train.batch_size), int(config.model.vocab_size),
-                                          choose.data_shards(shardings))
-  return choose.make_train_step(
-      graphdef, int(config.loss.chunk_size), shardings, lookup_grad_scale=float(train.lookup_grad_scale),
-      projection_grad_scale=float(train.projection_grad_scale), compute_dtype=str(config.model.dtype),
-      split_check=split_check, train_config=train)
-
-
-def _resume(config: ml_collections.ConfigDict, target: nnx.State, checkpointer: checkpoint.Checkpointer,
-            dataset: str) -> tuple[int, nnx.State, Selection]:
+def _resume(config: ml_collections.ConfigDict, build_state: Callable[[], Any], target: nnx.State,
+            checkpointer: checkpoint.Checkpointer, dataset: str) -> tuple[int, nnx.State, Selection]:
   """The step, train state and selection record to start from: the newest intact checkpoint's (newer damaged ones
-  moved aside), or a fresh state at step 0."""
+  moved aside), or a fresh state at step 0 (`build_state`'s, `mesh_lib.state_builder`)."""
   restored = checkpoint.restore(checkpointer.workdir, target=target, resuming=True)
   if restored is None:
-    return 0, checkpoint.fresh_state(config, target), Selection()
+    return 0, mesh_lib.fresh_state(build_state, target), Selection()
   checkpointer.move_aside(restored.damaged, f"resuming from step {restored.step}")
   _check_resumable(restored.step, restored.manifest, config, dataset)
   log.info("Resuming from the checkpoint at step %d.", restored.step)
-  return restored.step, restored.state, Selection.from_manifest(restored.manifest)
+  return restored.step, restored.state, restored.selection
 
 
 def _check_resumable(step: int, manifest: dict, config: ml_collections.ConfigDict, dataset: str) -> None:
