@@ -48,9 +48,9 @@ def main() -> None:
   parser.add_argument("--wait-at", type=int)
   args, train_args = parser.parse_known_args()
   sys.path.insert(0, str(ROOT))
-  from tied_embed.data import bigram as data  # noqa: PLC0415
+  from tied_embed.train import trainer  # noqa: PLC0415
 
-  train_batch = data.train_batch
+  train_batch = trainer.train_batch
 
   def faulty_train_batch(bigram_data, seed, step, batch_size):
     if step == args.kill_at:
@@ -59,7 +59,7 @@ def main() -> None:
       _wait_for_signal(step)
     return train_batch(bigram_data, seed, step, batch_size)
 
-  data.train_batch = faulty_train_batch
+  trainer.train_batch = faulty_train_batch
   sys.argv = [str(ROOT / "train.py"), *[arg for arg in train_args if arg != "--"]]
   runpy.run_path(str(ROOT / "train.py"), run_name="__main__")
 

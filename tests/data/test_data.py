@@ -11,6 +11,7 @@ from tied_embed.data import base, sources
 from tied_embed.data import bigram as data
 from tied_embed.train import config as config_lib
 from tied_embed.train import mesh as mesh_lib
+from tied_embed.train.trainer import train_batch
 from tied_embed.util import UsageError
 
 # A 3-token table small enough to push through softmax by hand.
@@ -154,13 +155,13 @@ def test_text_cache_follows_the_file_contents(tmp_path):
 
 def test_train_batch_is_a_function_of_seed_and_step(planted_workdir):
   _, loaded = planted_workdir
-  ids, next_ids = data.train_batch(loaded, seed=7, step=11, batch_size=64)
-  again = data.train_batch(loaded, seed=7, step=11, batch_size=64)
+  ids, next_ids = train_batch(loaded, seed=7, step=11, batch_size=64)
+  again = train_batch(loaded, seed=7, step=11, batch_size=64)
   assert ids.shape == (64,) and ids.dtype == np.int32
   np.testing.assert_array_equal(ids, again[0])
   np.testing.assert_array_equal(next_ids, again[1])
-  assert not np.array_equal(ids, data.train_batch(loaded, seed=7, step=12, batch_size=64)[0])
-  assert not np.array_equal(ids, data.train_batch(loaded, seed=8, step=11, batch_size=64)[0])
+  assert not np.array_equal(ids, train_batch(loaded, seed=7, step=12, batch_size=64)[0])
+  assert not np.array_equal(ids, train_batch(loaded, seed=8, step=11, batch_size=64)[0])
   # Every pair is a real train pair.
   train_pairs = set(zip(loaded.train_ids.tolist(), loaded.train_next.tolist(), strict=True))
   assert set(zip(ids.tolist(), next_ids.tolist(), strict=True)) <= train_pairs

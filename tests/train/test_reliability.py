@@ -24,8 +24,7 @@ from helpers import BAD_VALUES, all_series, event_series, smoke_with
 
 from tied_embed.core import optim
 from tied_embed.core import step as step_lib
-from tied_embed.data import bigram as data_lib
-from tied_embed.train import checkpoint, nonfinite, signals
+from tied_embed.train import checkpoint, nonfinite, signals, trainer
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.train.trainer import train_and_evaluate
 from tied_embed.util import UsageError
@@ -141,7 +140,7 @@ def test_sigterm_saves_the_current_step_exits_143_and_resumes_bitwise(smoke_run,
 
 
 def test_sigint_saves_the_current_step_and_resumes_bitwise(smoke_run, tmp_path, monkeypatch):
-  train_batch = data_lib.train_batch
+  train_batch = trainer.train_batch
 
   def interrupted_at_13(data, seed, step, batch_size):
     if step == 13:
@@ -151,7 +150,7 @@ def test_sigint_saves_the_current_step_and_resumes_bitwise(smoke_run, tmp_path, 
   workdir = tmp_path / "run"
   handler = signal.getsignal(signal.SIGINT)  # Python's default_int_handler; SIG_IGN in a shell's background job
   with monkeypatch.context() as patch:
-    patch.setattr(data_lib, "train_batch", interrupted_at_13)
+    patch.setattr(trainer, "train_batch", interrupted_at_13)
     with pytest.raises(signals.Preempted) as stopped:
       train_and_evaluate(smoke_run.config, workdir)
   assert stopped.value.exit_status == 128 + signal.SIGINT and stopped.value.step == 14
@@ -329,7 +328,7 @@ def test_workdir_that_cannot_be_created_is_exit_2_before_any_work(tmp_path):
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # Orbax's writer threads, cut off
 def test_failed_checkpoint_write_is_one_line_and_nonzero(smoke_run, tmp_path, monkeypatch):
-  train_batch = data_lib.train_batch
+  train_batch = trainer.train_batch
   workdir = tmp_path / "run"
 
   def checkpoints_replaced_at_30(data, seed, step, batch_size):
@@ -338,7 +337,7 @@ def test_failed_checkpoint_write_is_one_line_and_nonzero(smoke_run, tmp_path, mo
       checkpoint.checkpoint_dir(workdir).write_text("")
     return train_batch(data, seed, step, batch_size)
 
-  monkeypatch.setattr(data_lib, "train_batch", checkpoints_replaced_at_30)
+  monkeypatch.setattr(trainer, "train_batch", checkpoints_replaced_at_30)
   with pytest.raises(checkpoint.WriteFailed) as failed:
     train_and_evaluate(smoke_run.config, workdir)
   message = str(failed.value)
@@ -351,12 +350,11 @@ import asyncio, os, pathlib, sys
 import tensorstore as ts
 from absl import logging
 from configs import smoke
-from tied_embed.data import bigram as data_lib
-from tied_embed.train import checkpoint
+from tied_embed.train import checkpoint, trainer
 from tied_embed.train.trainer import train_and_evaluate
 
 workdir = pathlib.Path(sys.argv[1])
-train_batch = data_lib.train_batch
+train_batch = trainer.train_batch
 
 def checkpoints_replaced_at_30(data, seed, step, batch_size):
   if step == 30:  # checkpoints/ becomes a file: the next save cannot write
@@ -364,7 +362,7 @@ def checkpoints_replaced_at_30(data, seed, step, batch_size):
     checkpoint.checkpoint_dir(workdir).write_text("")
   return train_batch(data, seed, step, batch_size)
 
-data_lib.train_batch = checkpoints_replaced_at_30
+trainer.train_batch = checkpoints_replaced_at_30
 logging.set_verbosity(logging.FATAL)  # Orbax logs each failed write with its traceback (train.py drops those)
 try:
   train_and_evaluate(smoke.get_config(), workdir)

@@ -25,7 +25,7 @@ from helpers import all_series, smoke_with, subprocess_env
 from tied_embed.data import bigram as data_lib
 from tied_embed.data.sources import text
 from tied_embed.inspection.cli import main as inspect_main
-from tied_embed.train import checkpoint, signals
+from tied_embed.train import checkpoint, signals, trainer
 from tied_embed.train.trainer import train_and_evaluate
 from tied_embed.util import UsageError
 
@@ -257,7 +257,7 @@ def test_a_run_stopped_between_evals_resumes_to_the_same_stop_and_bits(selected,
   # After the first eval past the best (so the saved count of evals since the best is 1, not 0) and before the
   # stop, at a step with no checkpoint of its own.
   interrupt_at = selected.summary.best_step + EVAL_EVERY + 4
-  train_batch = data_lib.train_batch
+  train_batch = trainer.train_batch
 
   def interrupted(data, seed, step, batch_size):
     if step == interrupt_at:
@@ -266,7 +266,7 @@ def test_a_run_stopped_between_evals_resumes_to_the_same_stop_and_bits(selected,
 
   config = _overfitting_config(pathlib.Path(selected.config.data.data_dir))
   with monkeypatch.context() as patch:
-    patch.setattr(data_lib, "train_batch", interrupted)
+    patch.setattr(trainer, "train_batch", interrupted)
     with pytest.raises(signals.Preempted):
       train_and_evaluate(config, tmp_path / "run")
   assert checkpoint.available_steps(tmp_path / "run") == [selected.summary.best_step, interrupt_at + 1]

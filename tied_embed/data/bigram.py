@@ -271,10 +271,3 @@ def record_for_inspection(data: BigramData, workdir: str | pathlib.Path) -> path
       eval_input_counts=np.bincount(data.eval_ids, minlength=data.vocab_size).astype(np.int64),
   )
   return record_lib.write(workdir, facts, reference.record)
-
-
-def train_batch(data: BigramData, seed: int, step: int, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-  """The global batch of `step`: pairs drawn uniformly with replacement from train, → ids, next_ids (B,) int32.
-  A pure function of (seed, step), so resuming at step s reproduces the uninterrupted run."""
-  rows = np.random.default_rng([seed, step]).integers(0, len(data.train_ids), size=batch_size)
-  return data.train_ids[rows], data.train_next[rows]

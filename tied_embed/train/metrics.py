@@ -87,8 +87,7 @@ class ProgressLine:
 
 
 def shown_path(path: pathlib.Path) -> str:
-  """`path` as a shell word to paste: relative to the current directory when it is inside it ('runs/default'),
-  else absolute; quoted as `shell_quote` quotes it."""
+  """`path` as a shell word (`shell_quote`): relative to the current directory inside it ('runs/a'), else absolute."""
   path = pathlib.Path(path).absolute()
   with contextlib.suppress(ValueError):  # outside the current directory: shown absolute
     path = path.relative_to(pathlib.Path.cwd())

@@ -1,6 +1,6 @@
 """`train_and_evaluate(config, workdir)`: the training loop, its logging and its checkpoints.
 
-Step s (0-based) trains on `data.train_batch(data, seed, s, batch_size)` and leaves the run at step s + 1, the number
+Step s (0-based) trains on `train_batch(data, seed, s, batch_size)` and leaves the run at step s + 1, the number
 its logs, evals and checkpoints carry. Batches depend only on (seed, step) and a checkpoint holds the whole train
 state (running metrics included), so a run resumed from its newest intact checkpoint repeats the uninterrupted one
 bit for bit. With a selection split, every eval also scores it (select/loss); `evaluation.Selection` keeps the best
@@ -17,10 +17,11 @@ from collections.abc import Callable
 
 import jax
 import ml_collections
+import numpy as np
 from flax import nnx
 
 from tied_embed.core import optim
-from tied_embed.data import bigram as data_lib
+from tied_embed.data.bigram import BigramData
 from tied_embed.fast import compilation
 from tied_embed.train import config as config_lib
 from tied_embed.train import evaluation, nonfinite, run_setup
@@ -135,7 +136,7 @@ def _train_steps(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended) -> i
   progress = metrics_lib.ProgressLine(run.start, num_steps)  # steps/s and the time left count from here, compiled
   in_flight, saved_step = None, run.checkpointer.latest_step()
   for step in range(run.start, ended.step):
-    pairs = data_lib.train_batch(run.data, seed, step, batch_size)  # the same global batch on every process
+    pairs = train_batch(run.data, seed, step, batch_size)  # the same global batch on every process
     ids, next_ids = mesh_lib.global_batch(pairs, batch_sharding)
     done = step + 1
     log_now, eval_now, save_now = (done % n == 0 or done == num_steps for n in every)  # and at the last step
@@ -175,6 +176,13 @@ def _train_steps(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended) -> i
       log.warning("Stopped at step %d after saving its checkpoint: rerun the same command to resume.", done)
       raise signals_lib.Preempted(stop, done)
   return saved_step
+
+
+def train_batch(data: BigramData, seed: int, step: int, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+  """The global batch of `step`: pairs drawn uniformly with replacement from train, → ids, next_ids (B,) int32.
+  A pure function of (seed, step), so resuming at step s reproduces the uninterrupted run."""
+  rows = np.random.default_rng([seed, step]).integers(0, len(data.train_ids), size=batch_size)
+  return data.train_ids[rows], data.train_next[rows]
 
 
 def _evaluate(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended, step: int) -> tuple[dict[str, float], bool]:
