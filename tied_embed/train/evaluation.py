@@ -97,10 +97,10 @@ class HeldOut:
   """The held-out splits a run scores at every eval: `evaluate` (the validation split) and, with a selection split,
   `select` (else None)."""
 
-  def __init__(self, graphdef: nnx.GraphDef, data: BigramData, config: ml_collections.ConfigDict, mesh, *,
-               selecting: bool):
+  def __init__(self, graphdef: nnx.GraphDef, data: BigramData, config: ml_collections.ConfigDict, mesh):
     self.evaluate = Evaluator(graphdef, data.eval_ids, data.eval_next, data, config, mesh)
-    self.select = Evaluator(graphdef, data.select_ids, data.select_next, data, config, mesh) if selecting else None
+    select = (data.select_ids, data.select_next)  # empty without a selection split
+    self.select = Evaluator(graphdef, *select, data, config, mesh) if len(data.select_ids) else None
 
   def compile_ahead(self, state: nnx.State) -> None:
     for evaluator in (self.evaluate, self.select):

@@ -14,8 +14,8 @@ import ml_collections
 import numpy as np
 from clu import metric_writers
 
-from tied_embed.data import asymmetry, frequency, sources
 from tied_embed.data import bigram as data_lib
+from tied_embed.data import frequency, sources
 from tied_embed.util import shell_quote
 
 log = logging.getLogger(__name__)
@@ -105,10 +105,11 @@ def venv_command(name: str, *module: str) -> str:
   return name
 
 
-def opening_lines(config: ml_collections.ConfigDict, data: data_lib.BigramData, param_count: int) -> None:
+def opening_lines(config: ml_collections.ConfigDict, data: data_lib.BigramData, param_count: int,
+                  antisymmetric_share: float | None) -> None:
   """The lines that open a run: the data, the model's size and the floor, then what the config makes of the task
-  (the hidden table's width, a train fraction, a selection split, too few train pairs for a batch) and, for V up to
-  asymmetry.MAX_DENSE (inspection samples larger ones), how much of the task a tied table cannot fit."""
+  (the hidden table's width, a train fraction, a selection split, too few train pairs for a batch) and, where
+  given, how much of the task a tied table cannot fit (`antisymmetric_share`, `tied_embed.data.asymmetry`)."""
   train, patience = config.train, int(config.train.early_stopping_patience)
   log.info("%s, %d parameters, loss floor %.4f nats.", data.source, param_count, data.loss_floor)
   if data.source in sources.SYNTHETIC_SOURCES:
@@ -126,10 +127,9 @@ def opening_lines(config: ml_collections.ConfigDict, data: data_lib.BigramData, 
     log.warning("data.train_fraction=%g leaves %d train pairs, fewer than one batch (train.batch_size=%d): every "
                 "batch draws the same few pairs again.", data_lib.train_fraction(config), len(data.train_ids),
                 int(train.batch_size))
-  if data.vocab_size <= asymmetry.MAX_DENSE:
-    budget = asymmetry.summary(data, d_model=int(config.model.d_model))
+  if antisymmetric_share is not None:
     log.info("Asymmetry budget: %.3f of the task's row-centred log-probabilities is antisymmetric, which a tied "
-             "table (symmetric logits E·Eᵀ) cannot fit; an untied one can.", budget["antisymmetric_share"])
+             "table (symmetric logits E·Eᵀ) cannot fit; an untied one can.", antisymmetric_share)
 
 
 def closing_lines(workdir: pathlib.Path, step: int, best_step: int | None = None) -> None:

@@ -21,8 +21,8 @@ import numpy as np
 from flax import nnx
 
 from tied_embed import util
+from tied_embed.data import asymmetry, sources
 from tied_embed.data import bigram as data_lib
-from tied_embed.data import sources
 from tied_embed.fast import choose, compilation
 from tied_embed.fast.kernels import in_use
 from tied_embed.train import checkpoint
@@ -62,9 +62,8 @@ class OpenRun:
   stopped_early: bool  # the checkpoint's count of evals since the best had reached the patience
   complete: bool  # nothing left to train, and the start is the newest checkpoint: a rerun writes nothing
   num_steps: int
-  patience: int  # train.early_stopping_patience (0: no early stopping)
-  selecting: bool  # the run holds out a selection split (data.selection_fraction > 0)
   param_count: int
+  antisymmetric_share: float | None  # of the task: what a tied table cannot fit (None: V > asymmetry.MAX_DENSE)
 
 
 def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, stack: contextlib.ExitStack, *,
@@ -121,6 +120,7 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
       raise DataFailed(f"writing {error.filename or workdir} failed: {error.strerror or first_line(error)}") from error
     kernels = in_use.kernel_set(config, target["model"], mesh.size)
     in_use.record(workdir, kernels, resuming=start > 0)  # a resume on another kernel set is not bitwise
+  share = asymmetry.summary(data)["antisymmetric_share"] if data.vocab_size <= asymmetry.MAX_DENSE else None
   writer = stack.enter_context(contextlib.closing(metrics_lib.make_writer(workdir, events=events, verbose=verbose)))
   if stop := signals.agreed(sync_point=True):
     raise signals_lib.Preempted(stop, None)
@@ -128,8 +128,8 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
   return OpenRun(
       config=config, workdir=workdir, dataset=dataset, data=data, mesh=mesh, graphdef=graphdef, target=target,
       train_step=train_step, checkpointer=checkpointer, writer=writer, signals=signals, start=start, state=state,
-      selection=selection, stopped_early=stopped_early, complete=complete, num_steps=num_steps, patience=patience,
-      selecting=selecting, param_count=sum(leaf.size for leaf in jax.tree.leaves(target["model"])))
+      selection=selection, stopped_early=stopped_early, complete=complete, num_steps=num_steps,
+      param_count=sum(leaf.size for leaf in jax.tree.leaves(target["model"])), antisymmetric_share=share)
 
 
 def _take_workdir(config: ml_collections.ConfigDict, workdir: pathlib.Path, stack: contextlib.ExitStack,

@@ -75,7 +75,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
       run = run_setup.open_run(config, workdir, stack, verbose=verbose)
       if run.start == 0:  # a fresh run's hyperparameters, to TensorBoard
         run.writer.write_hparams(config_lib.hparams(run.config))
-      metrics_lib.opening_lines(run.config, run.data, run.param_count)
+      metrics_lib.opening_lines(run.config, run.data, run.param_count, run.antisymmetric_share)
       ended = train_loop(run)
   except signals_lib.Interrupted as interrupted:  # a signal during set-up: nothing to save yet
     raise signals_lib.Preempted(interrupted.signum, None) from None
@@ -99,7 +99,7 @@ class _Ended:
 def train_loop(run: OpenRun) -> _Ended:
   """Trains from run.start to train.num_steps or to where early stopping ends the run, logging, evaluating and
   saving on schedule; a complete run is only evaluated, and a fresh run of num_steps=0 evaluated and saved."""
-  held_out = evaluation.HeldOut(run.graphdef, run.data, run.config, run.mesh, selecting=run.selecting)
+  held_out = evaluation.HeldOut(run.graphdef, run.data, run.config, run.mesh)
   if run.start < run.num_steps:  # the evaluations' programs too, then hand the compiler's freed memory back to the OS
     held_out.compile_ahead(run.state)
     compilation.release_freed()
@@ -159,7 +159,7 @@ def _train_steps(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended) -> i
       scalars.update(eval_scalars)
       save_now |= new_best  # the best step always has a checkpoint
       if held_out.select is not None:
-        ended.stopped_early = run.selection.exhausted(run.patience) and done < num_steps
+        ended.stopped_early = run.selection.exhausted(int(train.early_stopping_patience)) and done < num_steps
     if scalars:
       rate = progress.steps_per_second(done)
       run.writer.write_scalars(done, {"train/steps_per_sec": rate})
