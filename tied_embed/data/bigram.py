@@ -6,7 +6,9 @@ different amounts of data share one stored dataset, validation split, floor and 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import logging
 import pathlib
 import shutil
@@ -219,12 +221,23 @@ def check_preparable(config: Any, workdir: str | pathlib.Path) -> None:
   sources.get(bc.source).check_preparable(bc.settings, data_dir(config, workdir))
 
 
+class DataFailed(util.RunStopped):
+  """Preparing the dataset failed for a reason outside the config (a full disk, a vanished directory): exit 1."""
+
+
 def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
-  """Generates the dataset unless cached, then loads both splits into memory: config → BigramData."""
-  bc = builder_config(config)
+  """Generates the dataset unless cached, then loads both splits into memory: config → BigramData. TFDS's console
+  chatter about 'downloading' is dropped; DataFailed (one line) for a failure to write or read the dataset."""
   directory = data_dir(config, workdir)
-  bc = BigramConfig(name=bc.name, source=bc.source, settings=sources.get(bc.source).prepare(bc.settings, directory))
-  return _bigram_data(bc, _prepare(bc, directory), train_fraction(config), selection_fraction(config))
+  try:
+    with contextlib.redirect_stdout(io.StringIO()):
+      bc = builder_config(config)
+      bc = BigramConfig(name=bc.name, source=bc.source, settings=sources.get(bc.source).prepare(bc.settings, directory))
+      return _bigram_data(bc, _prepare(bc, directory), train_fraction(config), selection_fraction(config))
+  except (UsageError, util.RunStopped):
+    raise
+  except Exception as error:  # noqa: BLE001 (TFDS and array_record report I/O failures in many types)
+    raise DataFailed(f"preparing the dataset in {directory} failed: {util.first_line(error)}") from error
 
 
 def load_existing_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import logging
 import os
 import pathlib
@@ -31,13 +30,9 @@ from tied_embed.train import mesh as mesh_lib
 from tied_embed.train import metrics as metrics_lib
 from tied_embed.train import signals as signals_lib
 from tied_embed.train.evaluation import Selection
-from tied_embed.util import RunStopped, UsageError, first_line
+from tied_embed.util import UsageError, first_line
 
 log = logging.getLogger(__name__)
-
-
-class DataFailed(RunStopped):
-  """Preparing the dataset failed for a reason outside the config (a full disk, a vanished directory): exit 1."""
 
 
 @dataclasses.dataclass
@@ -103,7 +98,7 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
     batch = jax.ShapeDtypeStruct((int(config.train.batch_size),), jnp.int32, sharding=batch_sharding)
     compilation.compile_ahead(train_step, target, batch, batch)
   start, state, selection = _resume(config, build_state, target, checkpointer, dataset)
-  data = mesh_lib.process_0_first(lambda: _load_data(config, workdir), "bigram dataset ready")  # 0 generates it
+  data = mesh_lib.process_0_first(lambda: data_lib.load_bigram_data(config, workdir), "bigram dataset ready")
   if start == 0:  # the tracked rows (tied_embed.core.step.TRACKED_ROWS) are the most frequent train inputs
     rows = state["tracked_rows"][...]
     most_frequent = np.argsort(-np.asarray(data.input_counts), kind="stable")[: rows.shape[0]].astype(np.int32)
@@ -117,7 +112,8 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
     try:  # WORKDIR/report_data.npz, so inspection needs nothing outside the workdir
       data_lib.record_for_inspection(data, workdir)
     except OSError as error:  # a full disk, a file size limit
-      raise DataFailed(f"writing {error.filename or workdir} failed: {error.strerror or first_line(error)}") from error
+      why = error.strerror or first_line(error)
+      raise data_lib.DataFailed(f"writing {error.filename or workdir} failed: {why}") from error
     kernels = in_use.kernel_set(config, target["model"], mesh.size)
     in_use.record(workdir, kernels, resuming=start > 0)  # a resume on another kernel set is not bitwise
   share = asymmetry.summary(data)["antisymmetric_share"] if data.vocab_size <= asymmetry.MAX_DENSE else None
@@ -226,16 +222,3 @@ def _check_resumable(step: int, manifest: dict, config: ml_collections.ConfigDic
     raise UsageError(f"the data changed since checkpoint {step} was written (it trained on "
                      f"{manifest.get('dataset')!r}, the config now gives {dataset!r}): resuming would train on other "
                      f"data; start fresh with another --workdir")
-
-
-def _load_data(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> data_lib.BigramData:
-  """The run's data; TFDS's console chatter about 'downloading' is dropped. DataFailed (one line) for a failure to
-  write or read the dataset."""
-  try:
-    with contextlib.redirect_stdout(io.StringIO()):
-      return data_lib.load_bigram_data(config, workdir)
-  except (UsageError, RunStopped):
-    raise
-  except Exception as error:  # noqa: BLE001 (TFDS and array_record report I/O failures in many types)
-    where = data_lib.data_dir(config, workdir)
-    raise DataFailed(f"preparing the dataset in {where} failed: {first_line(error)}") from error
