@@ -151,15 +151,15 @@ def _train_steps(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended) -> i
     if sync_now or stop:
       nonfinite.check_finite(run.state, saved_step, config)
     scalars, ended.select_loss = {}, None
-    if log_now:
-      learning_rate = float(schedule(step))
-      scalars.update(metrics_lib.write_log_step(run.writer, done, learning_rate, jax.device_get(metrics), run.state))
     if eval_now:
       eval_scalars, new_best = _evaluate(run, held_out, ended, done)
       scalars.update(eval_scalars)
       save_now |= new_best  # the best step always has a checkpoint
       if held_out.select is not None:
         ended.stopped_early = run.selection.exhausted(int(train.early_stopping_patience)) and done < num_steps
+    if log_now:
+      learning_rate = float(schedule(step))
+      scalars.update(metrics_lib.write_log_step(run.writer, done, learning_rate, jax.device_get(metrics), run.state))
     if scalars:
       rate = progress.steps_per_second(done)
       run.writer.write_scalars(done, {"train/steps_per_sec": rate})
