@@ -1,4 +1,5 @@
-"""The ('data', 'model') mesh, where each array lives on it, and how several processes (one per host) run as one.
+"""The ('data', 'model') mesh, where each array lives on it (the train state made there: abstract to compile, or new),
+and how several processes (one per host) run as one.
 
 The batch is split along `data`, 'vocab' (tables, optimizer moments, provenance totals) along `model`; a V that
 `model` doesn't divide is refused rather than padded, so no masked rows need keeping out of the softmax. Each process
