@@ -1,6 +1,6 @@
 """The jitted evaluation, through the model itself (`model(ids)`, tied_embed/core/loss.py; with model.dtype =
-bfloat16 the projection's matmul takes bfloat16 operands, as the step's does), the held-out splits it scores, and
-model selection and early stopping on the selection split (`Selection`)."""
+bfloat16 the projection's matmul takes bfloat16 operands, as the step's does), the held-out splits it scores, the
+eval/* scalars an eval logs, and model selection and early stopping on the selection split (`Selection`)."""
 
 from __future__ import annotations
 
@@ -91,6 +91,15 @@ class Evaluator:
     by_bucket = {name: float(bucket_totals[k]) / int(self._bucket_counts[k])
                  for k, name in enumerate(frequency.BUCKETS) if self._bucket_counts[k]}
     return float(total) / self._count, by_bucket
+
+
+def eval_scalars(eval_loss: float, by_bucket: dict[str, float], data: BigramData) -> dict[str, float]:
+  """The eval/* scalars of an eval: the validation loss, the floor and the gap to it, the loss per input-frequency
+  bucket that holds eval pairs (eval/loss_<bucket>_inputs) and the data's further references (eval/<name>)."""
+  scalars = {"eval/loss": eval_loss, "eval/loss_floor": data.loss_floor, "eval/gap": eval_loss - data.loss_floor}
+  scalars.update({frequency.scalar_name(bucket): loss for bucket, loss in by_bucket.items()})
+  scalars.update({f"eval/{name}": value for name, value in data.eval_references.items()})
+  return scalars
 
 
 class HeldOut:

@@ -15,7 +15,7 @@ import numpy as np
 from clu import metric_writers
 
 from tied_embed.data import bigram as data_lib
-from tied_embed.data import frequency, sources
+from tied_embed.data import sources
 from tied_embed.util import shell_quote
 
 log = logging.getLogger(__name__)
@@ -39,17 +39,6 @@ def write_log_step(writer, step: int, learning_rate: float, metrics: dict, state
   writer.write_scalars(step, scalars)
   writer.write_histograms(step, {f"provenance/{name}": np.asarray(state[name][...])
                                  for name in ("lookup_total", "projection_total")})
-  return scalars
-
-
-def write_eval(writer, step: int, eval_loss: float, by_bucket: dict[str, float],
-               data: data_lib.BigramData) -> dict[str, float]:
-  """eval/loss, the floor, the gap to it, the bucket losses (eval/loss_<bucket>_inputs, for the buckets that hold
-  eval pairs) and the data's further references; returns them."""
-  scalars = {"eval/loss": eval_loss, "eval/loss_floor": data.loss_floor, "eval/gap": eval_loss - data.loss_floor}
-  scalars.update({frequency.scalar_name(bucket): loss for bucket, loss in by_bucket.items()})
-  scalars.update({f"eval/{name}": value for name, value in data.eval_references.items()})
-  writer.write_scalars(step, scalars)
   return scalars
 
 

@@ -189,14 +189,12 @@ def _evaluate(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended, step: i
   """Evaluates run.state on the held-out splits, writes the eval/* (and select/*) scalars at `step` and keeps the
   losses in `ended`; → those scalars, and whether `step` is the new best by select/loss."""
   ended.eval_loss, ended.by_bucket = held_out.evaluate(run.state)
-  eval_scalars = metrics_lib.write_eval(run.writer, step, ended.eval_loss, ended.by_bucket, run.data)
-  scalars, new_best = dict(eval_scalars), False
+  scalars, new_best = evaluation.eval_scalars(ended.eval_loss, ended.by_bucket, run.data), False
   if held_out.select is not None:
     ended.select_loss = held_out.select(run.state)[0]
-    new_best = run.selection.record(step, ended.select_loss, eval_scalars, float(run.config.train.min_delta))
-    select_scalars = {"select/loss": ended.select_loss, "select/best_step": float(run.selection.best_step)}
-    run.writer.write_scalars(step, select_scalars)
-    scalars.update(select_scalars)
+    new_best = run.selection.record(step, ended.select_loss, scalars, float(run.config.train.min_delta))
+    scalars.update({"select/loss": ended.select_loss, "select/best_step": float(run.selection.best_step)})
+  run.writer.write_scalars(step, scalars)
   return scalars, new_best
 
 
