@@ -9,6 +9,7 @@ import os
 import pathlib
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import science.when_to_tie
@@ -23,6 +24,7 @@ from science.when_to_tie.plan import (
   PLANS,
   QUICK_GRIDS,
   QUICK_PLAN,
+  RECHECK_EVALS,
   REPO,
   SEEDS,
   THIRD_SEED,
@@ -71,6 +73,9 @@ def _parser() -> _Parser:
                            f"(0: no check; default {CONVERGENCE_FACTOR})")
   parser.add_argument("--add-convergence", action="store_true",
                       help="with --from-json: train only the convergence check and add it to that JSON's results")
+  parser.add_argument("--recheck-ends", action="store_true",
+                      help=f"with --from-json: rerun each run whose best step is at the end of its schedule as it "
+                           f"was, with {RECHECK_EVALS}× the evals, and add them to that JSON's results")
   parser.add_argument("--no-third-seed", action="store_true",
                       help=f"skip seed {THIRD_SEED} where the two best models' spreads overlap")
   parser.add_argument("--keep-runs", action="store_true",
@@ -91,6 +96,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     raise UsageError(f"--convergence-factor={args.convergence_factor}: expected 0 (no check) or an integer ≥ 2")
   if args.add_convergence and not args.from_json:
     raise UsageError("--add-convergence: needs --from-json, the sweep to add the check to")
+  if args.recheck_ends and not args.from_json:
+    raise UsageError("--recheck-ends: needs --from-json, the sweep whose runs it rechecks")
   if args.add_convergence and args.convergence_factor == 0:
     raise UsageError("--add-convergence with --convergence-factor=0: expected a factor ≥ 2")
   out = pathlib.Path(args.out)
@@ -132,6 +139,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
     if args.results is not None and args.add_convergence:
       add_convergence(args.results, args)
+    if args.results is not None and args.recheck_ends:
+      recheck_ends(args.results, args)
   except UsageError as error:
     print(f"error: {error}", file=sys.stderr)
     raise SystemExit(2) from None
@@ -156,23 +165,49 @@ def setup_jax(args: argparse.Namespace, out: pathlib.Path) -> None:
 def add_convergence(results: dict[str, Any], args: argparse.Namespace) -> None:
   """The convergence check of each chosen corpus in `results` (an existing sweep), on the same datasets (rebuilt
   under <out>/data/ if absent; UsageError if they differ from the sweep's), added to its entries."""
-  out = pathlib.Path(args.out)
   swept = {model["key"] for model in results["models"]}
   models = tuple(model for model in MODELS if model.key in swept)
+  for name, entry, sweep in _existing_sweeps(results, args):
+    print(f"{name}: convergence check, {args.convergence_factor}× {sweep.plan.max_steps} steps at most", flush=True)
+    entry["convergence"] = convergence_check(sweep, entry, models, args.convergence_factor)
+  results["convergence_factor"] = args.convergence_factor
+
+
+def recheck_ends(results: dict[str, Any], args: argparse.Namespace) -> None:
+  """Each run of the chosen corpora in `results` whose best step is at the end of its schedule, rerun as it was
+  (seed, settings, steps and so batches) with RECHECK_EVALS× the evals: where in the cosine decay its last
+  interval's gain came. Added to the corpus entry as "recheck" (a corpus with no such run gets none)."""
+  models = {model.key: model for model in MODELS}
+  for name, entry, sweep in _existing_sweeps(results, args):
+    ends = [(key, fraction, run) for key, by_fraction in entry["runs"].items()
+            for fraction, runs in by_fraction.items() for run in runs if report.at_the_end(run)]
+    print(f"{name}: {len(ends)} runs with their best step at the end, rerun with {RECHECK_EVALS}× the evals",
+          flush=True)
+    started, cpu_started, rechecked = time.perf_counter(), time.process_time(), []
+    for key, fraction, run in ends:
+      dense = sweep.train(models[key], float(fraction), run["seed"], run["settings"], evals_factor=RECHECK_EVALS)
+      base = {field: run[field] for field in ("eval_every", "best_step", "end_step", "select_loss", "eval_loss")}
+      rechecked.append({"model": key, "fraction": fraction, "base": base, "dense": dense})
+    if rechecked:
+      entry["recheck"] = {"evals_factor": RECHECK_EVALS, "runs": rechecked, "seconds": time.perf_counter() - started,
+                          "cpu_seconds": time.process_time() - cpu_started}
+
+
+def _existing_sweeps(results: dict[str, Any], args: argparse.Namespace) -> Iterator[tuple[str, dict[str, Any], Sweep]]:
+  """(name, entry, Sweep) of each chosen corpus of `results`, on the sweep's own dataset (rebuilt under <out>/data/
+  if absent); UsageError, before any training, for a corpus not in `results`, and where the data differs."""
   missing = [name for name in args.chosen if name not in results["corpora"]]
   if missing:
     raise UsageError(f"--corpora: {missing[0]!r} is not in {args.from_json}")
+  out = pathlib.Path(args.out)
   setup_jax(args, out)
   for name in args.chosen:
     entry = results["corpora"][name]
-    plan = Plan(**entry["plan"])
-    sweep = Sweep(args.available[name], plan, out, args.keep_runs)
+    sweep = Sweep(args.available[name], Plan(**entry["plan"]), out, args.keep_runs)
     if sweep.data.identity != entry["dataset"]:
       raise UsageError(f"--from-json={args.from_json}: its {name} dataset is {entry['dataset']!r}, the one under "
                        f"{sweep.data_dir} is {sweep.data.identity!r}")
-    print(f"{name}: convergence check, {args.convergence_factor}× {plan.max_steps} steps at most", flush=True)
-    entry["convergence"] = convergence_check(sweep, entry, models, args.convergence_factor)
-  results["convergence_factor"] = args.convergence_factor
+    yield name, entry, sweep
 
 
 def run_sweep(args: argparse.Namespace) -> dict[str, Any]:

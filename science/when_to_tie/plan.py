@@ -34,6 +34,10 @@ MIN_EVAL_EVERY = 10
 # see how far the 1× numbers are from converged. The published bytes row ran it at 3×; the subword row at 4× (added with
 # --add-convergence --convergence-factor 4: ~22 min of CPU a run at 117,664 steps on the 2-core build machine).
 CONVERGENCE_FACTOR = 3
+# --recheck-ends reruns a run whose best step is at the end of its schedule with this many times the evals (the same
+# training): the sweep's evals are 8% of a schedule apart, too coarse to see where in the cosine decay the last
+# interval's gain came.
+RECHECK_EVALS = 4
 VIM_DOCS = "/usr/share/vim/vim*/doc"
 
 

@@ -49,10 +49,48 @@ def at_the_end(run: dict[str, Any]) -> bool:
 
 
 def unconverged(results: dict[str, Any]) -> list[str]:
-  """Every run whose best step is at the end of its schedule (it may still have been improving when it ended)."""
+  """Every run whose best step is at the end of its schedule (it may still have been improving when it ended) and
+  stays there when rechecked with more evals (`recheck_lines`)."""
+  before_the_end = {(corpus, checked["model"], checked["fraction"], checked["dense"]["seed"])
+                    for corpus, entry in results["corpora"].items()
+                    for checked in entry.get("recheck", {}).get("runs", []) if not at_the_end(checked["dense"])}
   return [f"{corpus} {key} {100 * float(fraction):g}% seed {run['seed']}"
           for corpus, entry in results["corpora"].items() for key, by_fraction in entry["runs"].items()
-          for fraction, runs in by_fraction.items() for run in runs if at_the_end(run)]
+          for fraction, runs in by_fraction.items() for run in runs
+          if at_the_end(run) and (corpus, key, fraction, run["seed"]) not in before_the_end]
+
+
+def recheck_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
+  """The table of the runs whose best step was at the end of their schedule, rerun with more evals: where their
+  best step is then, and how much the selection loss still fell after it."""
+  check = entry["recheck"]
+  factor = check["evals_factor"]
+  lines = [
+      "", f"### Best steps at the end, rechecked with {factor}× the evals", "",
+      f"Each run above whose best step is at the end of its schedule, rerun as it was (the same seed, settings, "
+      f"steps and batches: the same training) with {factor}× as many evals, and scored at its best step as above. "
+      f"Written in {check['seconds'] / 60:.1f} min ({check['cpu_seconds'] / 60:.1f} min CPU).", "",
+      "| train data | model | seed | steps between evals | best step / end | select loss at the best step | "
+      "after it, to the end | eval loss at the best step | best before the end? |",
+      "|---" * 9 + "|",
+  ]
+  for checked in check["runs"]:
+    base, dense = checked["base"], checked["dense"]
+    lines.append(
+        f"| {100 * float(checked['fraction']):g}% | {labels[checked['model']]} | {dense['seed']} | "
+        f"{base['eval_every']} → {dense['eval_every']} | {base['best_step']} → {dense['best_step']} / "
+        f"{dense['end_step']} | {base['select_loss']:.4f} → {dense['select_loss']:.4f} | "
+        f"{dense['end_select_loss'] - dense['select_loss']:+.4f} | "
+        f"{base['eval_loss']:.4f} → {dense['eval_loss']:.4f} | "
+        f"{'no' if at_the_end(dense) else 'yes'} |")
+  still = [checked for checked in check["runs"] if at_the_end(checked["dense"])]
+  if still:
+    lines += ["", f"{len(still)} of them still have their best step at the end with {factor}× the evals."]
+  else:
+    lines += ["", f"With {factor}× the evals every one of them has its best step before the end: what the sweep's "
+              "last eval interval gained came earlier in the cosine decay, and after the best step the selection "
+              "loss fell by less than min_delta. The tables above keep the sweep's own best steps."]
+  return lines
 
 
 
@@ -70,9 +108,12 @@ def markdown(results: dict[str, Any], png_name: str, notes: str = "") -> str:
     lines += [NOTES_START, notes.strip("\n"), NOTES_END, ""]
   lines.append(_method(results, labels))
   failing = unconverged(results)
+  rechecked = sum(len(entry.get("recheck", {}).get("runs", [])) for entry in results["corpora"].values())
   lines += ["", "Best step before the end of the schedule: " + (
-      "every run." if not failing else f"all but {len(failing)} runs, whose best step is their last or within the "
-      f"last 1% of their steps (still improving when the schedule ended): {'; '.join(failing)}.")]
+      "every run" if not failing else f"all but {len(failing)} runs, whose best step is their last or within the "
+      f"last 1% of their steps (still improving when the schedule ended): {'; '.join(failing)}")
+      + (f" (of the {rechecked} runs whose best step was at the end, rechecked with more evals, those that are "
+         "before the end then count as before it)." if rechecked else ".")]
   for corpus, entry in results["corpora"].items():
     lines += _corpus_lines(corpus, entry, labels)
   lines += ["", f"![best-step eval loss and self-argmax share against train data]({png_name})", ""]
@@ -157,6 +198,8 @@ def _corpus_lines(corpus: str, entry: dict[str, Any], labels: dict[str, str]) ->
                  f"({count['k']:g}) | " + " | ".join(cells) + f" | {labels[ranking(entry, fraction)[0]]} |")
   lines += _per_model_lines(entry, labels)
   lines += ["", "Pick per data size: " + "; ".join(picks(entry, labels)) + "."]
+  if "recheck" in entry:
+    lines += recheck_lines(entry, labels)
   if "convergence" in entry:
     lines += convergence_lines(entry, labels)
   return lines

@@ -123,17 +123,18 @@ class Sweep:
     return frequency.input_buckets(counts) == frequency.BUCKETS.index("rare")
 
   def train(self, model: Model, fraction: float, seed: int, settings: dict[str, float],
-            steps_factor: int = 1) -> dict[str, Any]:
+            steps_factor: int = 1, evals_factor: int = 1) -> dict[str, Any]:
     """One run, scored at its best step: → its numbers. `steps_factor` stretches its schedule: that many times the
-    steps and the steps between evals (the same warmup share, cosine decay and eval count; the convergence check)."""
+    steps and the steps between evals (the same warmup share, cosine decay and eval count; the convergence check).
+    `evals_factor`: that many times the evals, the training unchanged (a best step's recheck)."""
     from tied_embed.train import checkpoint, trainer  # noqa: PLC0415
 
     steps, every = schedule(self.plan, len(self.train_pairs(fraction)[0]), self.batch_size)
-    steps, every = steps * steps_factor, every * steps_factor
+    steps, every = steps * steps_factor, max(1, every * steps_factor // evals_factor)
     config = run_config(self.corpus, model, fraction, seed, settings, steps, every, self.data_dir,
                         self.plan.selection_share, self.plan.min_delta)
     name = "-".join(f"{key}={value:g}" for key, value in sorted(settings.items()))
-    stretched = "" if steps_factor == 1 else f"-x{steps_factor}"
+    stretched = ("" if steps_factor == 1 else f"-x{steps_factor}") + ("" if evals_factor == 1 else f"-e{evals_factor}")
     workdir = self.runs_dir / f"{model.key}-{name}-f{fraction:g}-s{seed}{stretched}"
     started, cpu_started = time.perf_counter(), time.process_time()
     summary = trainer.train_and_evaluate(config, workdir)
@@ -147,7 +148,7 @@ class Sweep:
         "select_loss": summary.best_select_loss, "eval_loss": summary.best_eval_loss,
         "gap_percent": 100 * (summary.best_eval_loss - summary.loss_floor) / summary.loss_floor,
         "loss_rare_inputs": summary.best_eval.get("eval/loss_rare_inputs", float("nan")),
-        "end_eval_loss": summary.eval_loss,
+        "end_eval_loss": summary.eval_loss, "end_select_loss": summary.select_loss,
         "float64_eval_loss": scores["eval_loss"],  # the restored best checkpoint rescored in NumPy
         "predicts_self": scores["predicts_self"], "predicts_self_rare": scores["predicts_self_rare"],
         "param_count": summary.param_count,
@@ -156,7 +157,8 @@ class Sweep:
     if not self.keep_runs:  # the numbers are all the sweep needs of it
       shutil.rmtree(workdir)
     print(f"  {self.corpus.key:7s} {model.key:7s} {name:28s} f={fraction:<5g} seed {seed}"
-          f"{'' if steps_factor == 1 else f' ×{steps_factor}'}: best step "
+          f"{'' if steps_factor == 1 else f' ×{steps_factor}'}{'' if evals_factor == 1 else f' {evals_factor}× evals'}"
+          f": best step "
           f"{run['best_step']:>4}/{run['end_step']:<4} select {run['select_loss']:.4f} eval {run['eval_loss']:.4f} "
           f"self-argmax {100 * run['predicts_self']:5.1f}%  [{run['seconds']:.1f} s, {run['cpu_seconds']:.1f} s CPU]",
           flush=True)

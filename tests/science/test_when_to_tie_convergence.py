@@ -1,11 +1,13 @@
 """science/when_to_tie's convergence check (its flags are checked with the others in test_when_to_tie_usage.py):
 it reruns each model's chosen settings on seed 0 at the largest size with the steps stretched, and its report says
-which criterion is met."""
+which criterion is met; and the recheck of the runs whose best step is at the end, with more evals."""
+
+import argparse
 
 import pytest
 
+from science.when_to_tie import cli, report, sweep
 from science.when_to_tie import plan as plans
-from science.when_to_tie import report, sweep
 
 
 def _run(seed, best, end, select, evaluation, steps=100):
@@ -90,3 +92,42 @@ def test_readme_clause_names_the_pick_and_its_distance_only_when_the_check_chang
       entry, plans.MODELS, 3)
   assert report.convergence_readme(entry, labels) == (
       " (with 3× the steps, seed 0: U, 0.010 ahead of the count model)")
+
+
+class _DenseEvalSweep:
+  """Stands in for Sweep.train: records each call; a run with `evals_factor` evals that often, its best step set."""
+
+  def __init__(self, dense_best):
+    self.dense_best, self.calls = dense_best, []
+
+  def train(self, model, fraction, seed, settings, steps_factor=1, evals_factor=1):
+    self.calls.append((model.key, fraction, seed, dict(settings), evals_factor))
+    run = {**_run(seed, self.dense_best[model.key], 100, 2.29, 2.005), "settings": dict(settings),
+           "end_select_loss": 2.289}
+    run["eval_every"] //= evals_factor
+    return run
+
+
+def test_recheck_reruns_the_runs_whose_best_step_is_at_the_end_with_more_evals_and_counts_the_result(monkeypatch):
+  wd = {"weight_decay": 0.1}
+  entry = {"runs": {
+      "tied": {"1": [{**_run(0, 60, 100, 2.6, 2.3), "settings": wd}]},  # before the end: not rechecked
+      "untied": {"1": [{**_run(0, 100, 100, 2.3, 2.0), "settings": wd}]},
+      "tied_w": {"1": [{**_run(0, 70, 100, 2.3, 2.0), "settings": wd},
+                       {**_run(1, 100, 100, 2.3, 2.0), "settings": wd}]},
+  }}
+  results = {"corpora": {"subword": entry}}
+  assert report.unconverged(results) == ["subword untied 100% seed 0", "subword tied_w 100% seed 1"]
+  stub = _DenseEvalSweep({"untied": 80, "tied_w": 100})  # with more evals untied's best comes before the end
+  monkeypatch.setattr(cli, "_existing_sweeps", lambda results, args: iter([("subword", entry, stub)]))
+  cli.recheck_ends(results, argparse.Namespace())
+  assert stub.calls == [("untied", 1.0, 0, wd, plans.RECHECK_EVALS), ("tied_w", 1.0, 1, wd, plans.RECHECK_EVALS)]
+  check = entry["recheck"]
+  assert check["evals_factor"] == plans.RECHECK_EVALS == 4
+  assert [(c["model"], c["fraction"], c["base"]["best_step"], c["dense"]["best_step"]) for c in check["runs"]] == [
+      ("untied", "1", 100, 80), ("tied_w", "1", 100, 100)]
+  assert report.unconverged(results) == ["subword tied_w 100% seed 1"]  # untied's recheck puts it before the end
+  text = "\n".join(report.recheck_lines(entry, {"tied": "T", "untied": "U", "tied_w": "W"}))
+  assert "| 100% | U | 0 | 10 → 2 | 100 → 80 / 100 | 2.3000 → 2.2900 | -0.0010 | 2.0000 → 2.0050 | yes |" in text
+  assert "| 100% | W | 1 | 10 → 2 | 100 → 100 / 100 |" in text
+  assert text.endswith("| no |\n\n1 of them still have their best step at the end with 4× the evals.")

@@ -19,6 +19,7 @@ from science.when_to_tie import plan as plans
     (["--convergence-factor=-3"], "--convergence-factor=-3"),
     (["--convergence-factor=two"], "--convergence-factor"),
     (["--add-convergence"], "--add-convergence"),
+    (["--recheck-ends"], "--recheck-ends"),
 ])
 def test_bad_flags_are_one_line_errors_before_any_work(tmp_path, capsys, flags, named):
   out = tmp_path / "out"
