@@ -181,13 +181,18 @@ def recheck_ends(results: dict[str, Any], args: argparse.Namespace) -> None:
   for name, entry, sweep in _existing_sweeps(results, args):
     ends = [(key, fraction, run) for key, by_fraction in entry["runs"].items()
             for fraction, runs in by_fraction.items() for run in runs if report.at_the_end(run)]
+    check = entry.get("convergence", {"runs": {}})  # its longer runs too
+    ends += [(key, check["fraction"], run["long"]) for key, run in check["runs"].items()
+             if report.at_the_end(run["long"])]
     print(f"{name}: {len(ends)} runs with their best step at the end, rerun with {RECHECK_EVALS}× the evals",
           flush=True)
     started, cpu_started, rechecked = time.perf_counter(), time.process_time(), []
     for key, fraction, run in ends:
-      dense = sweep.train(models[key], float(fraction), run["seed"], run["settings"], evals_factor=RECHECK_EVALS)
+      factor = run.get("steps_factor", 1)
+      dense = sweep.train(models[key], float(fraction), run["seed"], run["settings"], steps_factor=factor,
+                          evals_factor=RECHECK_EVALS)
       base = {field: run[field] for field in ("eval_every", "best_step", "end_step", "select_loss", "eval_loss")}
-      rechecked.append({"model": key, "fraction": fraction, "base": base, "dense": dense})
+      rechecked.append({"model": key, "fraction": fraction, "steps_factor": factor, "base": base, "dense": dense})
     if rechecked:
       entry["recheck"] = {"evals_factor": RECHECK_EVALS, "runs": rechecked, "seconds": time.perf_counter() - started,
                           "cpu_seconds": time.process_time() - cpu_started}

@@ -48,16 +48,20 @@ def at_the_end(run: dict[str, Any]) -> bool:
   return run["end_step"] - run["best_step"] < max(1, run["end_step"] // 100)
 
 
+def rechecked_before_the_end(entry: dict[str, Any]) -> set[tuple[str, str, int, int]]:
+  """(model, fraction, seed, steps factor) of each run of a corpus whose best step was at the end of its schedule
+  and is before it when rechecked with more evals (`recheck_lines`)."""
+  return {(checked["model"], checked["fraction"], checked["dense"]["seed"], checked.get("steps_factor", 1))
+          for checked in entry.get("recheck", {}).get("runs", []) if not at_the_end(checked["dense"])}
+
+
 def unconverged(results: dict[str, Any]) -> list[str]:
   """Every run whose best step is at the end of its schedule (it may still have been improving when it ended) and
-  stays there when rechecked with more evals (`recheck_lines`)."""
-  before_the_end = {(corpus, checked["model"], checked["fraction"], checked["dense"]["seed"])
-                    for corpus, entry in results["corpora"].items()
-                    for checked in entry.get("recheck", {}).get("runs", []) if not at_the_end(checked["dense"])}
+  stays there when rechecked with more evals."""
   return [f"{corpus} {key} {100 * float(fraction):g}% seed {run['seed']}"
           for corpus, entry in results["corpora"].items() for key, by_fraction in entry["runs"].items()
           for fraction, runs in by_fraction.items() for run in runs
-          if at_the_end(run) and (corpus, key, fraction, run["seed"]) not in before_the_end]
+          if at_the_end(run) and (key, fraction, run["seed"], 1) not in rechecked_before_the_end(entry)]
 
 
 def recheck_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
@@ -76,8 +80,9 @@ def recheck_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
   ]
   for checked in check["runs"]:
     base, dense = checked["base"], checked["dense"]
+    longer = "" if checked.get("steps_factor", 1) == 1 else f" ({checked['steps_factor']}× the steps)"
     lines.append(
-        f"| {100 * float(checked['fraction']):g}% | {labels[checked['model']]} | {dense['seed']} | "
+        f"| {100 * float(checked['fraction']):g}%{longer} | {labels[checked['model']]} | {dense['seed']} | "
         f"{base['eval_every']} → {dense['eval_every']} | {base['best_step']} → {dense['best_step']} / "
         f"{dense['end_step']} | {base['select_loss']:.4f} → {dense['select_loss']:.4f} | "
         f"{dense['end_select_loss'] - dense['select_loss']:+.4f} | "
@@ -108,12 +113,13 @@ def markdown(results: dict[str, Any], png_name: str, notes: str = "") -> str:
     lines += [NOTES_START, notes.strip("\n"), NOTES_END, ""]
   lines.append(_method(results, labels))
   failing = unconverged(results)
-  rechecked = sum(len(entry.get("recheck", {}).get("runs", [])) for entry in results["corpora"].values())
+  rechecked = sum(1 for entry in results["corpora"].values() for _, _, _, factor in rechecked_before_the_end(entry)
+                  if factor == 1)
   lines += ["", "Best step before the end of the schedule: " + (
       "every run" if not failing else f"all but {len(failing)} runs, whose best step is their last or within the "
       f"last 1% of their steps (still improving when the schedule ended): {'; '.join(failing)}")
-      + (f" (of the {rechecked} runs whose best step was at the end, rechecked with more evals, those that are "
-         "before the end then count as before it)." if rechecked else ".")]
+      + (f"; {rechecked} more had it at the end at the sweep's evals, and before the end when rechecked with more "
+         "evals." if rechecked else ".")]
   for corpus, entry in results["corpora"].items():
     lines += _corpus_lines(corpus, entry, labels)
   lines += ["", f"![best-step eval loss and self-argmax share against train data]({png_name})", ""]
@@ -247,20 +253,25 @@ def convergence_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str
       "best before the end? |",
       "|---" * 9 + "|",
   ]
+  before = rechecked_before_the_end(entry)
+  rechecked = {key for key, run in check["runs"].items()
+               if at_the_end(run["long"]) and (key, fraction, run["long"]["seed"], factor) in before}
   for key, run in check["runs"].items():
     base, long = run["base"], run["long"]
+    verdict = "yes (with more evals)" if key in rechecked else "no" if at_the_end(long) else "yes"
     lines.append(
         f"| {labels[key]} | {base['num_steps']} | {base['best_step']} / {base['end_step']} | "
         f"{base['eval_loss']:.4f} ({base['eval_loss'] - count:+.3f}) | {long['num_steps']} | "
         f"{long['best_step']} / {long['end_step']} | {long['eval_loss']:.4f} ({long['eval_loss'] - count:+.3f}) | "
         f"{run['change_select']:+.4f} / {run['change_eval']:+.4f} | "
-        f"{'no' if at_the_end(long) else 'yes'} |")
-  still = [labels[key] for key, run in check["runs"].items() if at_the_end(run["long"])]
+        f"{verdict} |")
+  still = [labels[key] for key, run in check["runs"].items() if at_the_end(run["long"]) and key not in rechecked]
   most = max(check["runs"], key=lambda key: abs(check["runs"][key]["change_eval"]))
   moved = f"{abs(check['runs'][most]['change_eval']):.4f} nats ({labels[most]})"
   if not still:
+    dense = f" ({', '.join(labels[key] for key in rechecked)} when rechecked with more evals)" if rechecked else ""
     verdict = (f"Criterion met: enough steps. At {factor}× every model's best step comes before the end of its "
-               f"schedule, and from 1× to {factor}× the eval loss moved by at most {moved}: the 1× runs are "
+               f"schedule{dense}, and from 1× to {factor}× the eval loss moved by at most {moved}: the 1× runs are "
                "converged to within that.")
   else:
     verdict = (f"Best step before the end: not met for {', '.join(still)}, whose best step is still at the end at "

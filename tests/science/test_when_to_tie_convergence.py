@@ -101,9 +101,10 @@ class _DenseEvalSweep:
     self.dense_best, self.calls = dense_best, []
 
   def train(self, model, fraction, seed, settings, steps_factor=1, evals_factor=1):
-    self.calls.append((model.key, fraction, seed, dict(settings), evals_factor))
-    run = {**_run(seed, self.dense_best[model.key], 100, 2.29, 2.005), "settings": dict(settings),
-           "end_select_loss": 2.289}
+    self.calls.append((model.key, fraction, seed, dict(settings), steps_factor, evals_factor))
+    end = 100 * steps_factor
+    run = {**_run(seed, self.dense_best[model.key] * steps_factor, end, 2.29, 2.005, steps=end),
+           "settings": dict(settings), "steps_factor": steps_factor, "end_select_loss": 2.289}
     run["eval_every"] //= evals_factor
     return run
 
@@ -116,18 +117,31 @@ def test_recheck_reruns_the_runs_whose_best_step_is_at_the_end_with_more_evals_a
       "tied_w": {"1": [{**_run(0, 70, 100, 2.3, 2.0), "settings": wd},
                        {**_run(1, 100, 100, 2.3, 2.0), "settings": wd}]},
   }}
+  # The convergence check's 3× runs: untied's best step at the end of its 300 steps, tied's before it.
+  long = {key: {**_run(0, best, 300, 2.3, 2.0, steps=300), "settings": wd, "steps_factor": 3}
+          for key, best in (("tied", 200), ("untied", 300))}
+  entry["convergence"] = {"fraction": "1", "factor": 3, "count_eval_loss": 1.9, "seconds": 60, "cpu_seconds": 90,
+                          "runs": {key: {"base": entry["runs"][key]["1"][0], "long": run, "change_select": -0.01,
+                                         "change_eval": -0.001} for key, run in long.items()}}
+  entry["count"] = {"1": {"eval_loss": 1.9}}
   results = {"corpora": {"subword": entry}}
   assert report.unconverged(results) == ["subword untied 100% seed 0", "subword tied_w 100% seed 1"]
   stub = _DenseEvalSweep({"untied": 80, "tied_w": 100})  # with more evals untied's best comes before the end
   monkeypatch.setattr(cli, "_existing_sweeps", lambda results, args: iter([("subword", entry, stub)]))
   cli.recheck_ends(results, argparse.Namespace())
-  assert stub.calls == [("untied", 1.0, 0, wd, plans.RECHECK_EVALS), ("tied_w", 1.0, 1, wd, plans.RECHECK_EVALS)]
+  evals = plans.RECHECK_EVALS
+  assert stub.calls == [("untied", 1.0, 0, wd, 1, evals), ("tied_w", 1.0, 1, wd, 1, evals),
+                        ("untied", 1.0, 0, wd, 3, evals)]  # the longer run as long as it was
   check = entry["recheck"]
   assert check["evals_factor"] == plans.RECHECK_EVALS == 4
-  assert [(c["model"], c["fraction"], c["base"]["best_step"], c["dense"]["best_step"]) for c in check["runs"]] == [
-      ("untied", "1", 100, 80), ("tied_w", "1", 100, 100)]
+  assert [(c["model"], c["steps_factor"], c["base"]["best_step"], c["dense"]["best_step"]) for c in check["runs"]] == [
+      ("untied", 1, 100, 80), ("tied_w", 1, 100, 100), ("untied", 3, 300, 240)]
   assert report.unconverged(results) == ["subword tied_w 100% seed 1"]  # untied's recheck puts it before the end
+  convergence = "\n".join(report.convergence_lines(entry, {"tied": "T", "untied": "U", "tied_w": "W"}))
+  assert "| yes (with more evals) |" in convergence and "Criterion met" in convergence
+  assert "(U when rechecked with more evals)" in convergence
   text = "\n".join(report.recheck_lines(entry, {"tied": "T", "untied": "U", "tied_w": "W"}))
   assert "| 100% | U | 0 | 10 → 2 | 100 → 80 / 100 | 2.3000 → 2.2900 | -0.0010 | 2.0000 → 2.0050 | yes |" in text
   assert "| 100% | W | 1 | 10 → 2 | 100 → 100 / 100 |" in text
-  assert text.endswith("| no |\n\n1 of them still have their best step at the end with 4× the evals.")
+  assert "| 100% (3× the steps) | U | 0 | 30 → 7 | 300 → 240 / 300 |" in text
+  assert text.endswith("| yes |\n\n1 of them still have their best step at the end with 4× the evals.")
