@@ -94,7 +94,7 @@ def recheck_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
   else:
     lines += ["", f"With {factor}× the evals every one of them has its best step before the end: what the sweep's "
               "last eval interval gained came earlier in the cosine decay, and after the best step the selection "
-              "loss fell by less than min_delta. The tables above keep the sweep's own best steps."]
+              "loss moved by less than min_delta. The tables above keep the sweep's own best steps."]
   return lines
 
 
