@@ -58,10 +58,13 @@ def rechecked_before_the_end(entry: dict[str, Any]) -> set[tuple[str, str, int, 
 def unconverged(results: dict[str, Any]) -> list[str]:
   """Every run whose best step is at the end of its schedule (it may still have been improving when it ended) and
   stays there when rechecked with more evals."""
-  return [f"{corpus} {key} {100 * float(fraction):g}% seed {run['seed']}"
-          for corpus, entry in results["corpora"].items() for key, by_fraction in entry["runs"].items()
-          for fraction, runs in by_fraction.items() for run in runs
-          if at_the_end(run) and (key, fraction, run["seed"], 1) not in rechecked_before_the_end(entry)]
+  failing = []
+  for corpus, entry in results["corpora"].items():
+    before = rechecked_before_the_end(entry)
+    failing += [f"{corpus} {key} {100 * float(fraction):g}% seed {run['seed']}"
+                for key, by_fraction in entry["runs"].items() for fraction, runs in by_fraction.items()
+                for run in runs if at_the_end(run) and (key, fraction, run["seed"], 1) not in before]
+  return failing
 
 
 def recheck_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
