@@ -95,15 +95,14 @@ def test_text_tokens_are_shown_as_printable_characters():
 
 
 def test_event_reader_keeps_the_later_write_of_a_repeated_step(tmp_path):
-  from clu.metric_writers import SummaryWriter
-
+  from tied_embed.train.events import EventWriter
   from tied_embed.train.metrics import read_scalars, value_at
 
-  first = SummaryWriter(str(tmp_path))
+  first = EventWriter(tmp_path)
   first.write_scalars(1, {"train/loss": 3.0})
   first.write_scalars(2, {"train/loss": 2.5, "eval/loss": 2.7})
   first.close()
-  second = SummaryWriter(str(tmp_path))  # a resumed run rewrites step 2
+  second = EventWriter(tmp_path)  # a resumed run rewrites step 2
   second.write_scalars(2, {"train/loss": 2.4})
   second.close()
   series = read_scalars(tmp_path, ("train/loss", "eval/loss"))

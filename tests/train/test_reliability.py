@@ -73,6 +73,18 @@ def _events(workdir) -> set:
   return set(workdir.glob("events.out.tfevents.*"))
 
 
+def _assert_events_survive_the_kill(workdir, reference) -> None:
+  """What a run SIGKILLed at step 27 logged before the kill reads back with TensorBoard's EventAccumulator: the
+  train and eval losses of steps 10 and 20, equal to the uninterrupted run's."""
+  from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: PLC0415
+  from tensorboard.util.tensor_util import make_ndarray  # noqa: PLC0415
+
+  events = EventAccumulator(str(workdir)).Reload()
+  for tag, steps in (("train/loss", [10, 20]), ("eval/loss", [20])):
+    logged = {event.step: float(make_ndarray(event.tensor_proto)) for event in events.Tensors(tag)}
+    assert logged == {step: reference[tag][step] for step in steps}, tag
+
+
 # 1. Exact resume after SIGKILL.
 
 
@@ -81,6 +93,7 @@ def test_sigkill_between_checkpoints_and_mid_save_resumes_bitwise(smoke_run, tmp
   killed = _run(workdir, "--kill-at", "27")  # between checkpoints 20 and 40, mid log window
   assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
   assert set(checkpoint.available_steps(workdir)) <= {20}  # 20 if its async save finished in time
+  _assert_events_survive_the_kill(workdir, all_series(smoke_run.workdir))
   killed = _run(workdir, "--kill-at", "41")  # resumes, then dies as checkpoint 40 is being written
   assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
   resumed_from = max(checkpoint.available_steps(workdir))

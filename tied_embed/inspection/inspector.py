@@ -241,7 +241,7 @@ def _draw(report: dict[str, Any], workdir: pathlib.Path, lookup_table: np.ndarra
           series: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
   """Write the PNGs, the TensorBoard images and report.md into WORKDIR/report (replacing each file whole, a link
   there replaced, never written through); record their paths in `report`. OSError saying why where it cannot."""
-  from tied_embed.inspection import plots  # noqa: PLC0415 (CLU/TensorFlow only when drawing)
+  from tied_embed.inspection import plots  # noqa: PLC0415 (matplotlib and TensorBoard only when drawing)
 
   report_dir = workdir / "report"
   if report_dir.is_symlink():

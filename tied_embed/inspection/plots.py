@@ -92,8 +92,9 @@ def provenance_figure(lookup_total: np.ndarray, projection_total: np.ndarray, in
 
 def write_pictures(report_dir: pathlib.Path, figures: dict[str, Figure], step: int) -> dict[str, str]:
   """Save each figure as `<report_dir>/<name>.png` and as TensorBoard image `report/<name>` at `step` → {name: PNG
-  file name}; each file replaced whole, an events file holding images of `step` from an earlier call deleted first."""
-  from clu.metric_writers import SummaryWriter  # noqa: PLC0415 (TensorFlow stays out of `import tied_embed`)
+  file name}; each file replaced whole, an events file holding images of `step` from an earlier call deleted first.
+  OSError where a file cannot be written."""
+  from tied_embed.train.events import EventsFailed, EventWriter  # noqa: PLC0415 (TensorBoard only when drawing)
 
   report_dir.mkdir(parents=True, exist_ok=True)
   pictures, images = {}, {}
@@ -106,18 +107,21 @@ def write_pictures(report_dir: pathlib.Path, figures: dict[str, Figure], step: i
   for path in report_dir.glob("events.out.tfevents.*"):
     if path.is_symlink() or step in _image_steps(path):
       path.unlink()
-  writer = SummaryWriter(str(report_dir))
-  writer.write_images(step, images)
-  writer.close()
+  writer = EventWriter(report_dir)
+  try:
+    writer.write_images(step, images)
+    writer.close()
+  except EventsFailed as error:
+    raise OSError(str(error)) from None
   return pictures
 
 
 def _image_steps(path: pathlib.Path) -> set[int]:
   """The steps an events file holds report images for; empty if it cannot be read."""
-  from tensorboard.backend.event_processing.event_file_loader import EventFileLoader  # noqa: PLC0415
+  from tied_embed.train.events import load_events  # noqa: PLC0415
 
   try:
-    return {int(event.step) for event in EventFileLoader(str(path)).Load()
+    return {int(event.step) for event in load_events(path)
             if any(value.tag.startswith("report/") for value in event.summary.value)}
   except Exception:  # noqa: BLE001 (a damaged events file is left alone)
     return set()

@@ -1,6 +1,6 @@
 """What a training run says: its opening lines, one compact console line per log step, every scalar and the
-provenance histograms in TensorBoard (`verbose`: also in the log, as CLU's default writer does), its closing lines;
-and the scalar series read back from the event files."""
+provenance histograms in TensorBoard event files (`tied_embed.train.events`; `verbose`: also in the log), its
+closing lines; and the scalar series read back from the event files."""
 
 from __future__ import annotations
 
@@ -12,21 +12,18 @@ import time
 
 import ml_collections
 import numpy as np
-from clu import metric_writers
 
 from tied_embed.data import bigram as data_lib
 from tied_embed.data import sources
+from tied_embed.train import events as events_lib
 from tied_embed.util import shell_quote
 
 log = logging.getLogger(__name__)
 
 
-def make_writer(workdir: pathlib.Path, *, events: bool, verbose: bool) -> metric_writers.MetricWriter:
+def make_writer(workdir: pathlib.Path, *, events: bool, verbose: bool) -> events_lib.EventWriter:
   """The run's metric writer: TensorBoard events in `workdir` if `events`, plus every value logged if `verbose`."""
-  writers = [metric_writers.LoggingWriter()] if verbose else []
-  if events:
-    writers.append(metric_writers.SummaryWriter(str(workdir)))
-  return metric_writers.AsyncMultiWriter(writers)
+  return events_lib.EventWriter(workdir if events else None, verbose=verbose)
 
 
 def write_log_step(writer, step: int, learning_rate: float, metrics: dict, state) -> dict[str, float]:
@@ -95,12 +92,15 @@ def venv_command(name: str, *module: str) -> str:
 
 
 def opening_lines(config: ml_collections.ConfigDict, data: data_lib.BigramData, param_count: int,
-                  antisymmetric_share: float | None) -> None:
-  """The lines that open a run: the data, the model's size and the floor, then what the config makes of the task
-  (the hidden table's width, a train fraction, a selection split, too few train pairs for a batch) and, where
-  given, how much of the task a tied table cannot fit (`antisymmetric_share`, `tied_embed.data.asymmetry`)."""
+                  antisymmetric_share: float | None, param_table: str = "") -> None:
+  """The lines that open a run: the data, the model's size and the floor, the table of its arrays (`param_table`,
+  clu.parameter_overview's), then what the config makes of the task (the hidden table's width, a train fraction, a
+  selection split, too few train pairs for a batch) and, where given, how much of the task a tied table cannot fit
+  (`antisymmetric_share`, `tied_embed.data.asymmetry`)."""
   train, patience = config.train, int(config.train.early_stopping_patience)
   log.info("%s, %d parameters, loss floor %.4f nats.", data.source, param_count, data.loss_floor)
+  for line in param_table.splitlines():
+    log.info("%s", line)
   if data.source in sources.SYNTHETIC_SOURCES:
     log.info("The task's hidden table e* is %d wide (data.task_d_model); the model's rows are %d (model.d_model).",
              int(config.data.task_d_model), int(config.model.d_model))
@@ -139,13 +139,12 @@ def read_scalars(logdir: str | pathlib.Path, tags: tuple[str, ...]) -> dict[str,
   """{tag: (steps (N,) int64, values (N,) float64)}, sorted by step, for each of `tags` in the event files directly
   in `logdir` (not its subfolders, e.g. report/). A step written twice (a resumed run repeats the steps after its
   last checkpoint) keeps the later write."""
-  from tensorboard.backend.event_processing.event_file_loader import EventFileLoader  # noqa: PLC0415
   from tensorboard.util.tensor_util import make_ndarray  # noqa: PLC0415
 
   wanted = set(tags)
   series: dict[str, dict[int, float]] = {}
   for path in sorted(pathlib.Path(logdir).glob("events.out.tfevents.*")):
-    for event in sorted(EventFileLoader(str(path)).Load(), key=lambda event: event.wall_time):
+    for event in sorted(events_lib.load_events(path), key=lambda event: event.wall_time):
       for value in (value for value in event.summary.value if value.tag in wanted):
         number = float(make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
         series.setdefault(value.tag, {})[int(event.step)] = number

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from clu import parameter_overview
 from flax import nnx
 
 from tied_embed import util
@@ -58,6 +59,7 @@ class OpenRun:
   complete: bool  # nothing left to train, and the start is the newest checkpoint: a rerun writes nothing
   num_steps: int
   param_count: int
+  param_table: str  # the model's arrays: name, shape, dtype, size (clu.parameter_overview's table)
   antisymmetric_share: float | None  # of the task: what a tied table cannot fit (None: V > asymmetry.MAX_DENSE)
 
 
@@ -128,7 +130,8 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
       config=config, workdir=workdir, dataset=dataset, data=data, mesh=mesh, graphdef=graphdef, target=target,
       train_step=train_step, checkpointer=checkpointer, writer=writer, signals=signals, start=start, state=state,
       selection=selection, stopped_early=stopped_early, complete=complete, num_steps=num_steps,
-      param_count=sum(leaf.size for leaf in jax.tree.leaves(target["model"])), antisymmetric_share=share)
+      param_count=sum(leaf.size for leaf in jax.tree.leaves(target["model"])), antisymmetric_share=share,
+      param_table=parameter_overview.get_parameter_overview(target["model"].to_pure_dict(), include_stats=False))
 
 
 def _take_workdir(config: ml_collections.ConfigDict, workdir: pathlib.Path, stack: contextlib.ExitStack,

@@ -75,7 +75,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
       run = run_setup.open_run(config, workdir, stack, verbose=verbose)
       if run.start == 0:  # a fresh run's hyperparameters, to TensorBoard
         run.writer.write_hparams(config_lib.hparams(run.config))
-      metrics_lib.opening_lines(run.config, run.data, run.param_count, run.antisymmetric_share)
+      metrics_lib.opening_lines(run.config, run.data, run.param_count, run.antisymmetric_share, run.param_table)
       ended = train_loop(run)
   except signals_lib.Interrupted as interrupted:  # a signal during set-up: nothing to save yet
     raise signals_lib.Preempted(interrupted.signum, None) from None
@@ -165,6 +165,7 @@ def _train_steps(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended) -> i
       run.writer.write_scalars(done, {"train/steps_per_sec": rate})
       log.info("%s", progress.format(done, scalars, rate))
     if save_now or stop or ended.stopped_early:
+      run.writer.flush()  # a checkpoint's events are on disk before it: a run killed after it has logged them
       run.checkpointer.save(done, run.state, config, run.dataset, run.selection, ended.select_loss)
       saved_step = done
     if ended.stopped_early:
