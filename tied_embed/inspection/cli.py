@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                       help="with --next: also sample N tokens continuing PROMPT")
   parser.add_argument("--temperature", type=float, default=1.0, help="--generate: softmax temperature (0 = greedy)")
   parser.add_argument("--seed", type=_ascii_int, default=0, help="--generate: seed of the sampling")
-  # TensorFlow (under TFDS and the TensorBoard writer) and Orbax's read-only notices would bury the report.
+  # TensorFlow's notices (should a library load it) and Orbax's read-only ones would bury the report.
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
   verbosity = logging.get_verbosity()

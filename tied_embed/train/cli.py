@@ -3,8 +3,8 @@
   tied-embed-train --config configs/default.py --workdir runs/default [--config.train.learning_rate=0.05 ...]
 
 A bad flag, config file or value, or a busy workdir, is one line `error: ...` on stderr and exit status 2, before
-anything is written (and before TensorFlow is imported). The console shows the project's log lines as they are
-(warnings as `warning: ...`); the libraries' own logs (Orbax, CLU, TFDS, JAX) only with --verbose."""
+anything is written (and before TFDS, Orbax and TensorBoard are imported). The console shows the project's log lines
+as they are (warnings as `warning: ...`); the libraries' own logs (Orbax, CLU, TFDS, JAX) only with --verbose."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-# TensorFlow (imported by TFDS and the TensorBoard writer) is chatty otherwise, even before a usage error.
+# TensorFlow is chatty should a library load it where a venv holds it (the project needs none).
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
@@ -190,7 +190,7 @@ def _main(argv: list[str]) -> None:
     if jax.process_index() == 0:  # the process that will hold the lock
       refuse_if_held(FLAGS.workdir, f"--workdir={FLAGS.workdir!r}")
     config_lib.validate(FLAGS.config)
-    from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415 (TensorFlow, CLU, Orbax: seconds)
+    from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415 (TFDS, Orbax, TensorBoard: seconds)
 
     train_and_evaluate(FLAGS.config, FLAGS.workdir, verbose=FLAGS.verbose, checked=True, on_complete=_completed)
   except UsageError as error:
@@ -202,7 +202,7 @@ def _main(argv: list[str]) -> None:
     if isinstance(stop, Preempted) and stop.step is None:  # set-up: a compile or data thread may still run
       _exit_now(stop.exit_status)
     sys.exit(stop.exit_status)
-  except Exception as error:  # noqa: BLE001 (anything else, e.g. a full disk under TensorFlow: still one line)
+  except Exception as error:  # noqa: BLE001 (anything else, e.g. a library's own failure: still one line)
     if FLAGS.verbose:
       raise
     print(f"error: {first_line(error)} (rerun with --verbose for the traceback)", file=sys.stderr)

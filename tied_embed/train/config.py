@@ -273,7 +273,7 @@ def _check_data_dir(data_dir: Any) -> None:
           f"a writable directory ({existing} is not writable)")
 
 
-# Python, JAX, TensorFlow and the compiled programs: configs/smoke.py, whose arrays are ~1 MB, peaks at 0.9 GiB.
+# Python, JAX, the libraries and the compiled programs: configs/smoke.py, whose arrays are ~1 MB, peaks at 0.9 GiB.
 RUNTIME_BYTES = 2**30
 
 

@@ -63,11 +63,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
   """Trains `config` in `workdir`, resuming from its newest intact checkpoint, to train.num_steps or to where early
   stopping stops it; → where it ended.
 
-  `checked`: the caller ran `config_lib.validate` (the command line does, before importing TensorFlow). `verbose`:
+  `checked`: the caller ran `config_lib.validate` (the command line does, before importing TFDS and Orbax). `verbose`:
   also log every scalar and histogram. Raises UsageError as `run_setup.open_run` says, before anything is written;
   signals_lib.Preempted on SIGTERM/SIGINT (after saving, once the loop runs); nonfinite.NonFinite;
-  checkpoint.WriteFailed. Started saves finish and the logs flush either way. `on_complete()` runs once everything
-  is written, before the closing lines (the command line makes a signal from then on end it with 0)."""
+  checkpoint.WriteFailed; events.EventsFailed. Started saves finish and the logs flush either way. `on_complete()`
+  runs once everything is written, before the closing lines (the command line makes a signal from then on end it
+  with 0)."""
   if not checked:
     config_lib.validate(config)
   try:
