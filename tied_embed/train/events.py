@@ -5,7 +5,7 @@ The files are the ones TensorFlow's summary writer makes (CLU's `SummaryWriter` 
 summary with its TensorBoard plugin's metadata, built by TensorBoard's own TensorFlow-free functions (`scalar_pb`,
 `histogram_pb`, `hparams_pb`, the image plugin's metadata) and framed by its `RecordWriter`. So TensorBoard, its
 `EventAccumulator` and `read_scalars` read a workdir the same way whichever writer wrote it, and a run resumed in
-an older workdir adds files of the same kind. Why not CLU's writers: `clu.metric_writers` imports TensorFlow in its
+a workdir CLU's writer wrote adds files of the same kind. Why not CLU's writers: `clu.metric_writers` imports TensorFlow in its
 `__init__`, half of the install and seconds of every start (docs/performance.md).
 """
 
