@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import io
 import logging
+import os
 import pathlib
 import shutil
 from typing import Any
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 1 << 16  # pairs per stored example: whole blocks, since per-pair Python generators are slow
 SPLITS = ("train", "validation")
+TOKENIZERS = "tokenizers"  # the data dir's folder of SentencePiece models (tied_embed.data.text.tokenized)
 DOCUMENT_ENDS = "document_ends"  # the TFDS metadata key of a by-document dataset: {split: [pair end of each doc]}
 
 
@@ -157,6 +159,25 @@ def _version_dir(bc: BigramConfig, directory: pathlib.Path) -> pathlib.Path:
   return directory / BigramPairs.name / bc.name / str(BigramPairs.VERSION)
 
 
+def refuse_links(bc: BigramConfig, directory: pathlib.Path) -> None:
+  """UsageError (one line) if a path the dataset of `bc` is written or deleted through under the data dir
+  `directory` is a symbolic link or holds one: the run deletes a damaged dataset and writes a new one there, and
+  through a link it would do so in a folder it never made (a shared data dir is no safer than the workdir)."""
+  pairs = directory / BigramPairs.name
+  for path in (pairs, directory / TOKENIZERS):
+    if path.is_symlink():
+      raise _link_refused(path, directory)
+  for path in (pairs / bc.name, directory / TOKENIZERS):
+    if (link := util.first_link(path)) is not None:
+      raise _link_refused(link, directory)
+
+
+def _link_refused(link: pathlib.Path, directory: pathlib.Path) -> UsageError:
+  return UsageError(f"data.data_dir={util.one_line(str(directory))!r}: {util.one_line(str(link))} is a symbolic link "
+                    f"(to {util.one_line(os.readlink(link))}); the run writes and deletes its dataset there and never "
+                    f"through a link: replace the link with the files themselves, or use another data.data_dir")
+
+
 def _read_verified(bc: BigramConfig, directory: pathlib.Path) -> tuple[dict[str, Any] | None, str]:
   """The cached splits if they are there and check out (pair counts, shapes, ids in [0, V), document ends):
   → (splits or None, why not: 'missing' or a problem)."""
@@ -199,6 +220,7 @@ def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
     return splits
   directory.mkdir(parents=True, exist_ok=True)
   with util.exclusive(directory, f"data.data_dir={str(directory)!r}"):
+    refuse_links(bc, directory)  # under the lock: no run of ours makes one while this one writes
     splits, why = _read_verified(bc, directory)  # another run may have finished it meanwhile
     if splits is not None:
       return splits
@@ -215,9 +237,10 @@ def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
 
 
 def check_preparable(config: Any, workdir: str | pathlib.Path) -> None:
-  """UsageError if the source refuses the config in what it makes before the pairs (a SentencePiece vocabulary),
+  """UsageError if a link is where the dataset is written (`refuse_links`), or if the source refuses the config in what it makes before the pairs (a SentencePiece vocabulary),
   found in memory before anything is written; `load_bigram_data` reuses the work."""
   bc = builder_config(config)
+  refuse_links(bc, data_dir(config, workdir))
   sources.get(bc.source).check_preparable(bc.settings, data_dir(config, workdir))
 
 
@@ -232,6 +255,7 @@ def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
   try:
     with contextlib.redirect_stdout(io.StringIO()):
       bc = builder_config(config)
+      refuse_links(bc, directory)  # before the source writes its tokenizer there
       bc = BigramConfig(name=bc.name, source=bc.source, settings=sources.get(bc.source).prepare(bc.settings, directory))
       return _bigram_data(bc, _prepare(bc, directory), train_fraction(config), selection_fraction(config))
   except (UsageError, util.RunStopped):
