@@ -39,7 +39,7 @@ from orbax.checkpoint.checkpoint_managers import preservation_policy
 from tied_embed.core.model import Model
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.train.evaluation import Selection
-from tied_embed.util import RunStopped, UsageError, drop_unraisable, first_line
+from tied_embed.util import RunStopped, UsageError, drop_unraisable, first_line, irregular_file
 
 log = logging.getLogger(__name__)
 
@@ -187,12 +187,20 @@ def _metrics_problems(workdir: str | pathlib.Path) -> list[tuple[int, Exception]
   with _manager(workdir) as manager:
     for step in sorted(manager.all_steps()):
       try:
+        _check_regular(workdir, step)
         metrics = json.loads((checkpoint_dir(workdir) / str(step) / METRIC_ITEM_NAME / METRIC_ITEM_NAME).read_text())
         if metrics != (expected := _metrics_of(step, _read_config_and_manifest(manager, step)[1])):
           raise Damaged(f"its metrics {metrics} are not its manifest's {expected}")
       except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
         problems.append((step, error))
   return problems
+
+
+def _check_regular(workdir: str | pathlib.Path, step: int) -> None:
+  """Damaged unless every file of checkpoint `step` is a regular file: Orbax and TensorStore open them as they are,
+  and a FIFO among them would be waited on for ever (a device read without end). Checked before Orbax opens any."""
+  if (found := irregular_file(checkpoint_dir(workdir) / str(step))) is not None:
+    raise Damaged(f"{found[0]} is {found[1]}, not a regular file")
 
 
 def _metrics_of(step: int, manifest: dict) -> dict[str, Any]:
@@ -343,6 +351,7 @@ def restore(workdir: str | pathlib.Path, step: int | str | None = None, *, mesh:
   with _manager(workdir) as manager:
     for candidate in sorted(steps, reverse=True) if step is None else [step]:
       try:
+        _check_regular(workdir, candidate)
         config, manifest = _read_config_and_manifest(manager, candidate)
         graphdef, layout, state = None, target, None
         if arrays:

@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import os
 import pathlib
+import stat
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,7 @@ from flax import nnx
 from tied_embed import util
 from tied_embed.data import asymmetry, sources
 from tied_embed.data import bigram as data_lib
+from tied_embed.data import record as record_lib
 from tied_embed.fast import choose, compilation
 from tied_embed.fast.kernels import in_use
 from tied_embed.train import checkpoint
@@ -170,10 +172,21 @@ def _probe_writable(directory: pathlib.Path) -> None:
   os.utime(directory, ns=(times.st_atime_ns, times.st_mtime_ns))
 
 
+# The files the run keeps in its workdir, each replaced whole (a link there is replaced, never written through).
+_OWN_FILES = (in_use.FILE, record_lib.FILE_NAME, record_lib.TOKENIZER_FILE)
+
+
 def _check_layout(workdir: pathlib.Path) -> None:
-  """UsageError if a path the run writes as a directory (checkpoints/, ...) is not one or cannot be written: found
-  before training, not at the first save. A symbolic link is refused too: through it the run would write (and
-  delete old checkpoints) in another run's directory."""
+  """UsageError if a path the run writes as a directory (checkpoints/, ...) is not one or cannot be written, or one
+  it writes as a file (kernels.json, ...) is something else, a FIFO or a directory: found before training, not at
+  the first save. A symbolic link is refused too: through it the run would write (and delete old checkpoints) in
+  another run's directory."""
+  for name in _OWN_FILES:
+    with contextlib.suppress(FileNotFoundError):
+      mode = (path := workdir / name).lstat().st_mode
+      if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise UsageError(f"{util.one_line(str(path))} is {util.file_kind(mode)}, not a regular file; the run keeps "
+                         f"its {name} there: move it away")
   for name in ("checkpoints", "damaged_checkpoints", "data", "report"):
     path = workdir / name
     if path.is_symlink():

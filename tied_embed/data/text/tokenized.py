@@ -191,6 +191,7 @@ class TextSource(base.Source):
 def _usable(path: pathlib.Path, vocab_size: int) -> bool:
   """A cached model that loads and has the pieces asked for (a damaged one is trained again)."""
   try:
-    return path.is_file() and tokenizer_lib.SentencePieceTokenizer(path.read_bytes()).vocab_size == vocab_size
+    model = util.read_regular(path, tokenizer_lib.MAX_MODEL_BYTES)  # never waits on a FIFO
+    return tokenizer_lib.SentencePieceTokenizer(model).vocab_size == vocab_size
   except (OSError, RuntimeError):
     return False
