@@ -237,8 +237,9 @@ def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
 
 
 def check_preparable(config: Any, workdir: str | pathlib.Path) -> None:
-  """UsageError if a link is where the dataset is written (`refuse_links`), or if the source refuses the config in what it makes before the pairs (a SentencePiece vocabulary),
-  found in memory before anything is written; `load_bigram_data` reuses the work."""
+  """UsageError if a link is where the dataset is written (`refuse_links`), or if the source refuses the config in
+  what it makes before the pairs (a SentencePiece vocabulary), found in memory before anything is written;
+  `load_bigram_data` reuses the work."""
   bc = builder_config(config)
   refuse_links(bc, data_dir(config, workdir))
   sources.get(bc.source).check_preparable(bc.settings, data_dir(config, workdir))
