@@ -238,6 +238,7 @@ class Checkpointer:
   def __init__(self, workdir: str | pathlib.Path, keep: int, *, select: bool = False):
     """`select`: the run has a selection split; its saves carry a `Selection` and the best checkpoint is kept."""
     self.workdir, self._writing, self._select = pathlib.Path(workdir), None, select
+    self.dataset_sha256: dict[str, str] = {}  # {split: digest} of the stored pairs, kept in every manifest
     _quiet_cut_off_io()  # a failed save's cut-off writes call back at any moment
     for step, error in _metrics_problems(workdir) if select else []:  # before a ranking manager reads them
       _move_to_damaged(self.workdir, step, error, "its select/loss can't be trusted to rank it")
@@ -257,6 +258,8 @@ class Checkpointer:
       self._manager.wait_until_finished()  # a failure of the save before this one is reported as that save's
     config_dict = config.to_dict()
     manifest = {"arrays": fingerprint(state), "config_sha256": config_checksum(config_dict), "dataset": dataset}
+    if self.dataset_sha256:
+      manifest["dataset_sha256"] = self.dataset_sha256
     metrics = None
     if self._select:
       manifest.update(select_loss=select_loss, selection=(selection or Selection()).to_json())

@@ -99,8 +99,10 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
     # compiler's freed memory goes back to the OS; jit reuses the programs).
     batch = jax.ShapeDtypeStruct((int(config.train.batch_size),), jnp.int32, sharding=batch_sharding)
     compilation.compile_ahead(train_step, target, batch, batch)
-  start, state, selection = _resume(config, build_state, target, checkpointer, dataset)
+  start, state, selection, manifest = _resume(config, build_state, target, checkpointer, dataset)
   data = mesh_lib.process_0_first(lambda: data_lib.load_bigram_data(config, workdir), "bigram dataset ready")
+  _check_same_pairs(start, manifest, data, data_lib.split_files(config, workdir))
+  checkpointer.dataset_sha256 = data.digests
   if start == 0:  # the tracked rows (tied_embed.core.step.TRACKED_ROWS) are the most frequent train inputs
     rows = state["tracked_rows"][...]
     most_frequent = np.argsort(-np.asarray(data.input_counts), kind="stable")[: rows.shape[0]].astype(np.int32)
@@ -218,16 +220,28 @@ def config_differences(saved: ml_collections.ConfigDict, config: ml_collections.
 
 
 def _resume(config: ml_collections.ConfigDict, build_state: Callable[[], Any], target: nnx.State,
-            checkpointer: checkpoint.Checkpointer, dataset: str) -> tuple[int, nnx.State, Selection]:
-  """The step, train state and selection record to start from: the newest intact checkpoint's (newer damaged ones
-  moved aside), or a fresh state at step 0 (`build_state`'s, `mesh_lib.state_builder`)."""
+            checkpointer: checkpoint.Checkpointer, dataset: str) -> tuple[int, nnx.State, Selection, dict]:
+  """The step, train state, selection record and manifest to start from: the newest intact checkpoint's (newer
+  damaged ones moved aside), or a fresh state at step 0 (`build_state`'s, `mesh_lib.state_builder`; manifest {})."""
   restored = checkpoint.restore(checkpointer.workdir, target=target, resuming=True)
   if restored is not None:
     checkpointer.move_aside(restored.damaged, f"resuming from step {restored.step}")
     _check_resumable(restored.step, restored.manifest, config, dataset)
     log.info("Resuming from the checkpoint at step %d.", restored.step)
-    return restored.step, restored.state, restored.selection
-  return 0, mesh_lib.fresh_state(build_state, target), Selection()
+    return restored.step, restored.state, restored.selection, restored.manifest
+  return 0, mesh_lib.fresh_state(build_state, target), Selection(), {}
+
+
+def _check_same_pairs(step: int, manifest: dict, data: data_lib.BigramData, files: pathlib.Path) -> None:
+  """UsageError naming the split's files if the pairs loaded are not those checkpoint `step` was trained on (by the
+  digests its manifest keeps; a checkpoint without them is not checked): the stored dataset was rewritten whole,
+  its digests with it, so it cannot be generated again to match."""
+  for split, digest in (manifest.get("dataset_sha256") or {}).items():
+    if data.digests.get(split) != digest:
+      raise UsageError(f"{util.one_line(str(files))}/bigram_pairs-{split}.array_record* holds other pairs than "
+                       f"checkpoint {step} was trained on (sha256 {str(data.digests.get(split))[:16]}..., the "
+                       f"checkpoint's {str(digest)[:16]}...): delete {util.one_line(str(files))} to have it generated "
+                       f"again, or start fresh with another --workdir")
 
 
 def _check_resumable(step: int, manifest: dict, config: ml_collections.ConfigDict, dataset: str) -> None:
