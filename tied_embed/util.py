@@ -43,9 +43,34 @@ def first_line(error: BaseException, limit: int = 300) -> str:
   return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def printable(text: str, keep: str = "") -> str:
+  """`text` as a terminal shows it without acting on it: each character it would act on (line breaks, ESC and the
+  other control characters, bidirectional overrides) written as in a Python string literal (\\n, \\x1b, \\u202e),
+  and a byte that is not UTF-8 (a name's surrogate escape) as \\xNN; the characters in `keep` are left as they are."""
+  if text.isprintable():
+    return text
+  return "".join(c if c in keep or c.isprintable() else _escaped(c) for c in text)
+
+
+def _escaped(character: str) -> str:
+  if "\udc80" <= character <= "\udcff":  # os.fsdecode's stand-in for an undecodable byte
+    return f"\\x{ord(character) - 0xDC00:02x}"
+  return repr(character)[1:-1]
+
+
 def one_line(text: str) -> str:
-  """`text` with its line breaks written as \\n and \\r: an error naming a path that holds one stays one line."""
-  return text.replace("\r", "\\r").replace("\n", "\\n")
+  """`text` on one line, as the terminal shows it (`printable`): an error naming a path that holds a line break or
+  an escape sequence stays one line and leaves the terminal as it was."""
+  return printable(text)
+
+
+def is_utf8(text: str) -> bool:
+  """Whether `text` (a path as Python holds it) is valid UTF-8: not a name holding a byte that is not."""
+  try:
+    text.encode("utf-8")
+  except UnicodeEncodeError:
+    return False
+  return True
 
 
 _ANSI_C_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}

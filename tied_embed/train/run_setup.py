@@ -154,8 +154,10 @@ def _take_workdir(config: ml_collections.ConfigDict, workdir: pathlib.Path, stac
 
 
 def _ensure_writable(workdir: str | pathlib.Path) -> pathlib.Path:
-  """Creates `workdir` if needed and checks a file can be written in it; UsageError (one line) if not."""
+  """Creates `workdir` if needed and checks a file can be written in it; UsageError (one line) if not, or if its path
+  is not valid UTF-8 (array_record, which stores the dataset, takes no other)."""
   path = pathlib.Path(workdir)
+  util.require(util.is_utf8(str(path)), "--workdir", str(workdir), "a path that is valid UTF-8")
   try:
     path.mkdir(parents=True, exist_ok=True)
     _probe_writable(path)
