@@ -57,7 +57,7 @@ class Tokenizer:
         text = ast.literal_eval(text)
       except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):  # the parser's limits: no literal
         return None
-      if not isinstance(text, str):  # e.g. the bytes b'a' written as 'b'a'' is no piece either
+      if not isinstance(text, str):  # e.g. "'a', 'b'", a tuple of two, is no piece either
         return None
     return self._lookup(text)
 
