@@ -109,13 +109,14 @@ def test_inspection_skips_a_checkpoint_holding_a_fifo_with_a_warning(run_copy):
   assert any("checkpoint 60" in w and "FIFO" in w for w in report["warnings"]), report["warnings"]
 
 
-def test_a_resume_moves_a_checkpoint_holding_a_fifo_aside_and_goes_on(run_copy):
+@pytest.mark.parametrize("inside", ["state/_METADATA", "_CHECKPOINT_METADATA", "manifest/metadata"])
+def test_a_resume_moves_a_checkpoint_holding_a_fifo_aside_and_goes_on(run_copy, inside):
   from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415
 
-  _fifo(run_copy / "checkpoints" / "60" / "state" / "_METADATA")
+  _fifo(run_copy / "checkpoints" / "60" / inside)
   within(300, train_and_evaluate, smoke_with("train.num_steps", 60), run_copy)
   assert (run_copy / "damaged_checkpoints" / "60").is_dir()
-  assert (run_copy / "checkpoints" / "60" / "state" / "_METADATA").is_file()  # trained again from 40
+  assert (run_copy / "checkpoints" / "60" / inside).is_file()  # trained again from 40
 
 
 def test_inspection_skips_an_event_file_that_is_a_fifo(run_copy):

@@ -203,6 +203,17 @@ def _check_regular(workdir: str | pathlib.Path, step: int) -> None:
     raise Damaged(f"{found[0]} is {found[1]}, not a regular file")
 
 
+def _irregular_steps(workdir: str | pathlib.Path) -> list[tuple[int, Exception]]:
+  """[(step, Damaged)] of the checkpoints holding a file that is not a regular file (`_check_regular`)."""
+  problems = []
+  for step in available_steps(workdir):
+    try:
+      _check_regular(workdir, step)
+    except Damaged as error:
+      problems.append((step, error))
+  return problems
+
+
 def _metrics_of(step: int, manifest: dict) -> dict[str, Any]:
   """The Orbax metrics of checkpoint `step`: {'step': step}, with the select_loss `manifest` recorded where it
   recorded one (and its selection's best_select_loss where it ran with a min_delta)."""
@@ -240,6 +251,8 @@ class Checkpointer:
     self.workdir, self._writing, self._select = pathlib.Path(workdir), None, select
     self.dataset_sha256: dict[str, str] = {}  # {split: digest} of the stored pairs, kept in every manifest
     _quiet_cut_off_io()  # a failed save's cut-off writes call back at any moment
+    for step, error in _irregular_steps(workdir):  # before Orbax's writing manager opens their metadata
+      _move_to_damaged(self.workdir, step, error, "Orbax would wait on it for ever")
     for step, error in _metrics_problems(workdir) if select else []:  # before a ranking manager reads them
       _move_to_damaged(self.workdir, step, error, "its select/loss can't be trusted to rank it")
     with self._errors_as_write_failed():
