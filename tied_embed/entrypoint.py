@@ -7,6 +7,8 @@ number of tokens only compiles the cheap forward pass, not the random-number gen
 from __future__ import annotations
 
 import functools
+import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +22,28 @@ def _at_least_one(name: str, value) -> int:
   if (size := int(value)) < 1:
     raise ValueError(f"{name}={value!r} is not allowed: expected an integer >= 1 (int({value!r}) = {size})")
   return size
+
+
+_FLOAT32_BYTES = 4
+
+
+@functools.cache
+def _memory_bytes() -> int:
+  """The memory of the default device: its allocator's limit where it reports one (GPU, TPU), else the host's RAM."""
+  stats = jax.devices()[0].memory_stats() or {}
+  if stats.get("bytes_limit"):
+    return int(stats["bytes_limit"])
+  return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _check_fits(vocab_size: int, d_model: int, token_count: int) -> None:
+  """ValueError unless the (V, D) float32 table and the (T, V) logits fit in the device's memory: XLA aborts the
+  interpreter on a shape whose size overflows its 64-bit arithmetic, so an impossible table never reaches it."""
+  needed = _FLOAT32_BYTES * (vocab_size * d_model + token_count * vocab_size)
+  if needed > (available := _memory_bytes()):
+    raise ValueError(f"vocab_size={vocab_size}, d_model={d_model} is not allowed: the ({vocab_size}, {d_model}) "
+                     f"float32 table and the ({token_count}, {vocab_size}) logits need {needed:,} bytes, more than the "
+                     f"{available:,} bytes of memory of {jax.devices()[0]}")
 
 
 @functools.cache
@@ -45,9 +69,11 @@ def tied_io_embed(seed, token_ids, vocab_size, d_model) -> jax.Array:
   (V, D)) / sqrt(D)` from `nnx.Rngs(int(seed))`.
 
   `seed`, `vocab_size` (V) and `d_model` (D) are integers, possibly given as floats (Python, NumPy or concrete jax
-  scalars), and static under a caller's jit; ValueError if V or D is below 1 after `int()`. `token_ids` (T,) are ids
-  in [0, V), possibly given as floats, and may be traced."""
+  scalars), and static under a caller's jit; ValueError if V or D is below 1 after `int()`, or if the table and the
+  logits need more bytes than the device has (V, D and the bytes named in the message). `token_ids` (T,) are ids in
+  [0, V), possibly given as floats, and may be traced."""
   vocab_size, d_model = _at_least_one("vocab_size", vocab_size), _at_least_one("d_model", d_model)
+  _check_fits(vocab_size, d_model, math.prod(np.shape(token_ids)))
   # `jax.random.key(python_int)` turns the int into an int64 NumPy scalar, which JAX then narrows to its
   # canonical integer type (int32 unless x64 is on); jit narrows this argument the same way, at call time.
   state = _fresh_state(np.int64(int(seed)), vocab_size, d_model)

@@ -43,9 +43,34 @@ def first_line(error: BaseException, limit: int = 300) -> str:
   return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def printable(text: str, keep: str = "") -> str:
+  """`text` as a terminal shows it without acting on it: each character it would act on (line breaks, ESC and the
+  other control characters, bidirectional overrides) written as in a Python string literal (\\n, \\x1b, \\u202e),
+  and a byte that is not UTF-8 (a name's surrogate escape) as \\xNN; the characters in `keep` are left as they are."""
+  if text.isprintable():
+    return text
+  return "".join(c if c in keep or c.isprintable() else _escaped(c) for c in text)
+
+
+def _escaped(character: str) -> str:
+  if "\udc80" <= character <= "\udcff":  # os.fsdecode's stand-in for an undecodable byte
+    return f"\\x{ord(character) - 0xDC00:02x}"
+  return repr(character)[1:-1]
+
+
 def one_line(text: str) -> str:
-  """`text` with its line breaks written as \\n and \\r: an error naming a path that holds one stays one line."""
-  return text.replace("\r", "\\r").replace("\n", "\\n")
+  """`text` on one line, as the terminal shows it (`printable`): an error naming a path that holds a line break or
+  an escape sequence stays one line and leaves the terminal as it was."""
+  return printable(text)
+
+
+def is_utf8(text: str) -> bool:
+  """Whether `text` (a path as Python holds it) is valid UTF-8: not a name holding a byte that is not."""
+  try:
+    text.encode("utf-8")
+  except UnicodeEncodeError:
+    return False
+  return True
 
 
 _ANSI_C_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
@@ -101,6 +126,49 @@ def first_link(path: pathlib.Path) -> pathlib.Path | None:
     for name in sorted(names + files):
       if (inside := pathlib.Path(parent, name)).is_symlink():
         return inside
+  return None
+
+
+def file_kind(mode: int) -> str:
+  """What a file of `mode` (st_mode) is, in words: 'a regular file', 'a FIFO', 'a directory', 'a symbolic link'..."""
+  kinds = ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"),
+           (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+           (stat.S_ISSOCK, "a socket"))
+  return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def read_regular(path: str | pathlib.Path, limit: int) -> bytes:
+  """The bytes of `path` if it is a regular file of at most `limit` bytes. Opened without blocking and checked before
+  a byte is read, so a FIFO, a device or a directory in its place is an OSError at once (naming `path` and what it
+  is), never a read that waits for a writer or never ends (/dev/zero)."""
+  fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+  try:
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
+      raise OSError(errno.EINVAL, f"{file_kind(status.st_mode)}, not a regular file", str(path))
+    if status.st_size > limit:
+      raise OSError(errno.EFBIG, f"{status.st_size:,} bytes, more than the {limit:,} allowed", str(path))
+    chunks, left = [], limit + 1  # one byte over the limit tells a file that grew since the fstat
+    while left > 0 and (chunk := os.read(fd, min(left, 1 << 24))):
+      chunks.append(chunk)
+      left -= len(chunk)
+    if left <= 0:
+      raise OSError(errno.EFBIG, f"more than the {limit:,} bytes allowed", str(path))
+    return b"".join(chunks)
+  finally:
+    os.close(fd)
+
+
+def irregular_file(directory: str | pathlib.Path) -> tuple[pathlib.Path, str] | None:
+  """(the first path under `directory`, what it is) that is neither a directory nor a regular file (a FIFO, a
+  device, a socket, a link), in sorted order, links not followed; None if there is none (or no `directory`). A
+  reader opening it would wait on it (a FIFO) or read without end (a device)."""
+  for parent, names, files in os.walk(directory):
+    names.sort()
+    for name in sorted(names + files):
+      mode = (path := pathlib.Path(parent, name)).lstat().st_mode
+      if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return path, file_kind(mode)
   return None
 
 

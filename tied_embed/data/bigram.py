@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import io
+import json
 import logging
+import os
 import pathlib
 import shutil
 from typing import Any
@@ -28,7 +31,10 @@ log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 1 << 16  # pairs per stored example: whole blocks, since per-pair Python generators are slow
 SPLITS = ("train", "validation")
+TOKENIZERS = "tokenizers"  # the data dir's folder of SentencePiece models (tied_embed.data.text.tokenized)
 DOCUMENT_ENDS = "document_ends"  # the TFDS metadata key of a by-document dataset: {split: [pair end of each doc]}
+DIGESTS = "sha256"  # the loaded splits' key of {split: `pairs_digest`}
+DIGEST_FILE = "pairs_sha256.json"  # in the dataset's version folder: {split: `pairs_digest`} as stored when built
 
 
 @dataclasses.dataclass
@@ -49,6 +55,7 @@ class BigramData:
   identity: str  # `dataset_identity`
   reference: sources.Reference  # the source's, of the whole dataset
   eval_references: dict[str, float]  # logged as eval/<name> beside eval/loss (fitted on the whole train split)
+  digests: dict[str, str] = dataclasses.field(default_factory=dict)  # {split: `pairs_digest`} of the whole splits
 
 
 @dataclasses.dataclass(eq=False)
@@ -157,9 +164,73 @@ def _version_dir(bc: BigramConfig, directory: pathlib.Path) -> pathlib.Path:
   return directory / BigramPairs.name / bc.name / str(BigramPairs.VERSION)
 
 
+def refuse_links(bc: BigramConfig, directory: pathlib.Path) -> None:
+  """UsageError (one line) if a path the dataset of `bc` is written or deleted through under the data dir
+  `directory` is a symbolic link or holds one: the run deletes a damaged dataset and writes a new one there, and
+  through a link it would do so in a folder it never made (a shared data dir is no safer than the workdir)."""
+  pairs = directory / BigramPairs.name
+  for path in (pairs, directory / TOKENIZERS):
+    if path.is_symlink():
+      raise _link_refused(path, directory)
+  for path in (pairs / bc.name, directory / TOKENIZERS):
+    if (link := util.first_link(path)) is not None:
+      raise _link_refused(link, directory)
+
+
+def _link_refused(link: pathlib.Path, directory: pathlib.Path) -> UsageError:
+  return UsageError(f"data.data_dir={util.one_line(str(directory))!r}: {util.one_line(str(link))} is a symbolic link "
+                    f"(to {util.one_line(os.readlink(link))}); the run writes and deletes its dataset there and never "
+                    f"through a link: replace the link with the files themselves, or use another data.data_dir")
+
+
+def pairs_digest(ids: np.ndarray, next_ids: np.ndarray) -> str:
+  """sha256 (hex) of a split's pairs: the (N,) ids then the (N,) next ids, as int32 little-endian bytes."""
+  digest = hashlib.sha256()
+  for array in (ids, next_ids):
+    digest.update(np.ascontiguousarray(array, "<i4").tobytes())
+  return digest.hexdigest()
+
+
+def split_files(config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
+  """The folder holding the stored splits' array_record files of `config`'s dataset (its version folder)."""
+  return _version_dir(builder_config(config), data_dir(config, workdir))
+
+
+def _recorded_digests(bc: BigramConfig, directory: pathlib.Path) -> dict[str, str] | None:
+  """The digests stored beside the dataset when it was built; None if there are none. ValueError or OSError if
+  the file is not a small regular file holding {split: hex digest}."""
+  path = _version_dir(bc, directory) / DIGEST_FILE
+  if not os.path.lexists(path):
+    return None
+  recorded = json.loads(util.read_regular(path, 1 << 12))
+  if not isinstance(recorded, dict) or sorted(recorded) != sorted(SPLITS):
+    raise ValueError(f"{path} holds no digest of each split")
+  return recorded
+
+
+def _record_digests(bc: BigramConfig, directory: pathlib.Path, digests: dict[str, str]) -> None:
+  """Stores `digests` beside the dataset (under the data dir's lock, which the caller holds)."""
+  util.write_atomically(_version_dir(bc, directory) / DIGEST_FILE, json.dumps(digests, sort_keys=True).encode())
+
+
+def _check_digests(bc: BigramConfig, directory: pathlib.Path, splits: dict[str, Any]) -> str:
+  """Adds {split: digest} to `splits` under DIGESTS; → '' if they are the digests recorded when it was built (or
+  none were), else why not, naming the split's files: a swapped or rewritten file is generated again."""
+  splits[DIGESTS] = {split: pairs_digest(*splits[split]) for split in SPLITS}
+  try:
+    recorded = _recorded_digests(bc, directory)
+  except (OSError, ValueError) as error:
+    return f"its digests cannot be read ({util.first_line(error)})"
+  for split in SPLITS:
+    if recorded is not None and recorded[split] != splits[DIGESTS][split]:
+      return (f"{_version_dir(bc, directory)}/bigram_pairs-{split}.array_record* holds other pairs than when it "
+              f"was built (sha256 {splits[DIGESTS][split][:16]}..., recorded {str(recorded[split])[:16]}...)")
+  return ""
+
+
 def _read_verified(bc: BigramConfig, directory: pathlib.Path) -> tuple[dict[str, Any] | None, str]:
-  """The cached splits if they are there and check out (pair counts, shapes, ids in [0, V), document ends):
-  → (splits or None, why not: 'missing' or a problem)."""
+  """The cached splits if they are there and check out (pair counts, shapes, ids in [0, V), document ends, the
+  digests recorded when it was built): → (splits or None, why not: 'missing' or a problem)."""
   if not _version_dir(bc, directory).exists():
     return None, "missing"
   try:
@@ -189,18 +260,23 @@ def _read_verified(bc: BigramConfig, directory: pathlib.Path) -> tuple[dict[str,
       if split_ends.ndim != 1 or np.any(np.diff(split_ends) < 0) or (len(split_ends) and split_ends[-1] != count):
         return None, f"{split}'s document ends do not fit its {count} pairs"
     splits[DOCUMENT_ENDS] = ends["train"]
+  if why := _check_digests(bc, directory, splits):
+    return None, why
   return splits, ""
 
 
 def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
   """The verified splits (and DOCUMENT_ENDS), generated under the data dir's lock unless a good cache exists."""
   splits, why = _read_verified(bc, directory)
-  if splits is not None:
+  if splits is not None and os.path.lexists(_version_dir(bc, directory) / DIGEST_FILE):
     return splits
   directory.mkdir(parents=True, exist_ok=True)
   with util.exclusive(directory, f"data.data_dir={str(directory)!r}"):
+    refuse_links(bc, directory)  # under the lock: no run of ours makes one while this one writes
     splits, why = _read_verified(bc, directory)  # another run may have finished it meanwhile
     if splits is not None:
+      if not os.path.lexists(_version_dir(bc, directory) / DIGEST_FILE):  # built without: recorded as first read
+        _record_digests(bc, directory, splits[DIGESTS])
       return splits
     version_dir = _version_dir(bc, directory)
     if why != "missing":
@@ -209,15 +285,19 @@ def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
     tfds.disable_progress_bar()  # generation takes about a second; bars would only clutter the training log
     _builder(bc, directory).download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
     splits, why = _read_verified(bc, directory)
+    if splits is not None:
+      _record_digests(bc, directory, splits[DIGESTS])
   if splits is None:
     raise UsageError(f"the dataset generated in {version_dir} is unusable ({why}): delete {directory} and run again")
   return splits
 
 
 def check_preparable(config: Any, workdir: str | pathlib.Path) -> None:
-  """UsageError if the source refuses the config in what it makes before the pairs (a SentencePiece vocabulary),
-  found in memory before anything is written; `load_bigram_data` reuses the work."""
+  """UsageError if a link is where the dataset is written (`refuse_links`), or if the source refuses the config in
+  what it makes before the pairs (a SentencePiece vocabulary), found in memory before anything is written;
+  `load_bigram_data` reuses the work."""
   bc = builder_config(config)
+  refuse_links(bc, data_dir(config, workdir))
   sources.get(bc.source).check_preparable(bc.settings, data_dir(config, workdir))
 
 
@@ -232,6 +312,7 @@ def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
   try:
     with contextlib.redirect_stdout(io.StringIO()):
       bc = builder_config(config)
+      refuse_links(bc, directory)  # before the source writes its tokenizer there
       bc = BigramConfig(name=bc.name, source=bc.source, settings=sources.get(bc.source).prepare(bc.settings, directory))
       return _bigram_data(bc, _prepare(bc, directory), train_fraction(config), selection_fraction(config))
   except (UsageError, util.RunStopped):
@@ -271,6 +352,7 @@ def _bigram_data(bc: BigramConfig, splits: dict[str, Any], fraction: float, held
       input_counts=np.bincount(train_ids[:used], minlength=vocab_size).astype(np.int64),
       identity=_identity(bc.name, fraction, held_out), reference=reference,
       eval_references=source.eval_references(bc.settings, splits["train"], splits["validation"]),
+      digests=splits[DIGESTS],
   )
 
 

@@ -5,7 +5,10 @@ validation pair counts and a SentencePiece model), the input counts (V,) and the
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
+import stat
+import zipfile
 from typing import Any
 
 import numpy as np
@@ -17,6 +20,10 @@ from tied_embed.data.base import LogProbRows
 FILE_NAME = "report_data.npz"
 TOKENIZER_FILE = "tokenizer.model"
 _RECORD_PREFIX = "record."
+# What the arrays of a report_data.npz may expand to: this much, plus this many times the file's own size. Float
+# tables barely compress and counts a few times; a file that expands further is not one a run wrote (a zip bomb).
+_EXPANDED_BYTES = 64 << 20
+_EXPANSION = 64
 
 
 @dataclasses.dataclass
@@ -56,8 +63,15 @@ def read(workdir: str | pathlib.Path) -> InspectionData | None:
   """WORKDIR/report_data.npz as InspectionData; None if the workdir has none. ValueError (or OSError) if it cannot
   be read back or holds what no run writes (a number not finite, a negative floor or count)."""
   path = pathlib.Path(workdir) / FILE_NAME
-  if not path.is_file() or path.is_symlink():
+  try:
+    mode = path.lstat().st_mode
+  except FileNotFoundError:
     return None
+  if stat.S_ISLNK(mode):
+    return None
+  if not stat.S_ISREG(mode):  # a FIFO would be waited on, a device read without end
+    raise ValueError(f"{path} is {util.file_kind(mode)}, not a regular file")
+  _check_expanded_size(path)
   with np.load(path, allow_pickle=False) as saved:
     arrays = {key: saved[key] for key in saved.files}
   for key, value in arrays.items():
@@ -80,3 +94,21 @@ def read(workdir: str | pathlib.Path) -> InspectionData | None:
       true_log_probs=source.log_probs_from_record(vocab_size, record), input_counts=counts["input_counts"],
       tokenizer=source.tokenizer_from_record(record), eval_input_counts=counts.get("eval_input_counts"),
   )
+
+
+def _check_expanded_size(path: pathlib.Path) -> None:
+  """ValueError if the arrays in the .npz `path` would take more memory than a run's record can (`_EXPANDED_BYTES`
+  + `_EXPANSION` times the file's size), by each array's header (shape and dtype) and by the size the zip declares,
+  read before any array is: np.load allocates what a header claims."""
+  limit = _EXPANDED_BYTES + _EXPANSION * os.stat(path).st_size
+  total = 0
+  with zipfile.ZipFile(path) as archive:
+    for member in archive.infolist():
+      with archive.open(member) as f:
+        version = np.lib.format.read_magic(f)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read_header(f)
+      total += max(member.file_size, int(np.prod(shape, dtype=object)) * dtype.itemsize)
+      if total > limit:
+        raise ValueError(f"{path} expands to more than {limit:,} bytes ({member.filename} and those before it "
+                         f"{total:,}): not a record a run writes")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import stat
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +18,7 @@ from tied_embed.data import record as record_lib
 from tied_embed.data.base import log_softmax
 from tied_embed.inspection import report as report_lib
 from tied_embed.inspection.text import format_markdown
-from tied_embed.util import UsageError, first_line, first_link, one_line, write_atomically
+from tied_embed.util import UsageError, file_kind, first_line, first_link, one_line, write_atomically
 
 _LOSS_TAGS = ("train/loss", "eval/loss", *map(frequency.scalar_name, frequency.BUCKETS))
 _DEFAULT_TOKENS = 3  # without --tokens: the most frequent input tokens
@@ -106,6 +107,9 @@ def _loss_series(workdir: pathlib.Path, step: int, warnings: list[str]) -> tuple
   from tied_embed.train.metrics import read_scalars, value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
 
   try:  # no loss curves where the events cannot be read: a damaged file must not hide the checkpoint's report
+    for path in sorted(workdir.glob("events.out.tfevents.*")):  # the reader would wait on a FIFO for ever
+      if not stat.S_ISREG(mode := path.lstat().st_mode):
+        raise OSError(f"{one_line(str(path))} is {file_kind(mode)}, not a regular file")
     series = read_scalars(workdir, _LOSS_TAGS)
   except Exception as error:  # noqa: BLE001 (TensorBoard's reader fails in many types)
     warnings.append(f"the event files in {workdir} cannot be read ({first_line(error)}): no loss curves")

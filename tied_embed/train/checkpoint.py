@@ -39,7 +39,7 @@ from orbax.checkpoint.checkpoint_managers import preservation_policy
 from tied_embed.core.model import Model
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.train.evaluation import Selection
-from tied_embed.util import RunStopped, UsageError, drop_unraisable, first_line
+from tied_embed.util import RunStopped, UsageError, drop_unraisable, first_line, irregular_file
 
 log = logging.getLogger(__name__)
 
@@ -187,11 +187,30 @@ def _metrics_problems(workdir: str | pathlib.Path) -> list[tuple[int, Exception]
   with _manager(workdir) as manager:
     for step in sorted(manager.all_steps()):
       try:
+        _check_regular(workdir, step)
         metrics = json.loads((checkpoint_dir(workdir) / str(step) / METRIC_ITEM_NAME / METRIC_ITEM_NAME).read_text())
         if metrics != (expected := _metrics_of(step, _read_config_and_manifest(manager, step)[1])):
           raise Damaged(f"its metrics {metrics} are not its manifest's {expected}")
       except Exception as error:  # noqa: BLE001 (whatever fails to read back, the checkpoint can't be trusted)
         problems.append((step, error))
+  return problems
+
+
+def _check_regular(workdir: str | pathlib.Path, step: int) -> None:
+  """Damaged unless every file of checkpoint `step` is a regular file: Orbax and TensorStore open them as they are,
+  and a FIFO among them would be waited on for ever (a device read without end). Checked before Orbax opens any."""
+  if (found := irregular_file(checkpoint_dir(workdir) / str(step))) is not None:
+    raise Damaged(f"{found[0]} is {found[1]}, not a regular file")
+
+
+def _irregular_steps(workdir: str | pathlib.Path) -> list[tuple[int, Exception]]:
+  """[(step, Damaged)] of the checkpoints holding a file that is not a regular file (`_check_regular`)."""
+  problems = []
+  for step in available_steps(workdir):
+    try:
+      _check_regular(workdir, step)
+    except Damaged as error:
+      problems.append((step, error))
   return problems
 
 
@@ -230,7 +249,10 @@ class Checkpointer:
   def __init__(self, workdir: str | pathlib.Path, keep: int, *, select: bool = False):
     """`select`: the run has a selection split; its saves carry a `Selection` and the best checkpoint is kept."""
     self.workdir, self._writing, self._select = pathlib.Path(workdir), None, select
+    self.dataset_sha256: dict[str, str] = {}  # {split: digest} of the stored pairs, kept in every manifest
     _quiet_cut_off_io()  # a failed save's cut-off writes call back at any moment
+    for step, error in _irregular_steps(workdir):  # before Orbax's writing manager opens their metadata
+      _move_to_damaged(self.workdir, step, error, "Orbax would wait on it for ever")
     for step, error in _metrics_problems(workdir) if select else []:  # before a ranking manager reads them
       _move_to_damaged(self.workdir, step, error, "its select/loss can't be trusted to rank it")
     with self._errors_as_write_failed():
@@ -249,6 +271,8 @@ class Checkpointer:
       self._manager.wait_until_finished()  # a failure of the save before this one is reported as that save's
     config_dict = config.to_dict()
     manifest = {"arrays": fingerprint(state), "config_sha256": config_checksum(config_dict), "dataset": dataset}
+    if self.dataset_sha256:
+      manifest["dataset_sha256"] = self.dataset_sha256
     metrics = None
     if self._select:
       manifest.update(select_loss=select_loss, selection=(selection or Selection()).to_json())
@@ -343,6 +367,7 @@ def restore(workdir: str | pathlib.Path, step: int | str | None = None, *, mesh:
   with _manager(workdir) as manager:
     for candidate in sorted(steps, reverse=True) if step is None else [step]:
       try:
+        _check_regular(workdir, candidate)
         config, manifest = _read_config_and_manifest(manager, candidate)
         graphdef, layout, state = None, target, None
         if arrays:

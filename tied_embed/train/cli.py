@@ -55,7 +55,9 @@ class ConsoleFormatter(logging.Formatter):
   """A log record as the console shows it: the message alone, `warning: ` or `error: ` before the others."""
 
   def format(self, record: logging.LogRecord) -> str:
-    level, message = record.levelno, record.getMessage()
+    from tied_embed.util import printable  # noqa: PLC0415 (as `_usage_error` imports it)
+
+    level, message = record.levelno, printable(record.getMessage(), keep="\n")  # a path's ESC is shown, not obeyed
     return ("error: " if level >= logging.ERROR else "warning: " if level >= logging.WARNING else "") + message
 
 
@@ -182,10 +184,13 @@ def _main(argv: list[str]) -> None:
 
   from tied_embed.train import config as config_lib  # noqa: PLC0415
   from tied_embed.train import mesh as mesh_lib
-  from tied_embed.util import RunStopped, UsageError, first_line, one_line, refuse_if_held, require  # noqa: PLC0415
+  from tied_embed.util import (  # noqa: PLC0415
+      RunStopped, UsageError, first_line, is_utf8, one_line, refuse_if_held, require)
 
   try:
     require(bool(FLAGS.workdir.strip()), "--workdir", FLAGS.workdir, "a directory path")
+    require(is_utf8(FLAGS.workdir), "--workdir", FLAGS.workdir, "a path that is valid UTF-8 (array_record, which "
+            "stores the dataset, takes no other)")
     mesh_lib.initialize_from_environment()  # several processes (hosts) only; before anything touches a device
     if jax.process_index() == 0:  # the process that will hold the lock
       refuse_if_held(FLAGS.workdir, f"--workdir={FLAGS.workdir!r}")
@@ -205,7 +210,7 @@ def _main(argv: list[str]) -> None:
   except Exception as error:  # noqa: BLE001 (anything else, e.g. a library's own failure: still one line)
     if FLAGS.verbose:
       raise
-    print(f"error: {first_line(error)} (rerun with --verbose for the traceback)", file=sys.stderr)
+    print(f"error: {one_line(first_line(error))} (rerun with --verbose for the traceback)", file=sys.stderr)
     sys.exit(1)
 
 

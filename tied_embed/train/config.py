@@ -24,7 +24,7 @@ from tied_embed.data import sources
 from tied_embed.data.base import is_int, is_number
 from tied_embed.fast.precision import COMPUTE_DTYPES
 from tied_embed.train import mesh as mesh_lib
-from tied_embed.util import UsageError, require
+from tied_embed.util import UsageError, is_utf8, require
 
 INT32_MAX = 2**31 - 1
 
@@ -265,6 +265,7 @@ def _check_data_dir(data_dir: Any) -> None:
   require(isinstance(data_dir, str), "data.data_dir", data_dir, "a path ('' = <workdir>/data)")
   if not data_dir:
     return
+  require(is_utf8(data_dir), "data.data_dir", data_dir, "a path that is valid UTF-8 (array_record takes no other)")
   path = pathlib.Path(data_dir).expanduser().absolute()
   existing = next(p for p in (path, *path.parents) if p.exists() or p == p.parent)
   require(existing != path or path.is_dir(), "data.data_dir", data_dir, "a directory (this is an existing file)")

@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import os
 import pathlib
+import stat
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,7 @@ from flax import nnx
 from tied_embed import util
 from tied_embed.data import asymmetry, sources
 from tied_embed.data import bigram as data_lib
+from tied_embed.data import record as record_lib
 from tied_embed.fast import choose, compilation
 from tied_embed.fast.kernels import in_use
 from tied_embed.train import checkpoint
@@ -99,8 +101,10 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
     # compiler's freed memory goes back to the OS; jit reuses the programs).
     batch = jax.ShapeDtypeStruct((int(config.train.batch_size),), jnp.int32, sharding=batch_sharding)
     compilation.compile_ahead(train_step, target, batch, batch)
-  start, state, selection = _resume(config, build_state, target, checkpointer, dataset)
+  start, state, selection, manifest = _resume(config, build_state, target, checkpointer, dataset)
   data = mesh_lib.process_0_first(lambda: data_lib.load_bigram_data(config, workdir), "bigram dataset ready")
+  _check_same_pairs(start, manifest, data, data_lib.split_files(config, workdir))
+  checkpointer.dataset_sha256 = data.digests
   if start == 0:  # the tracked rows (tied_embed.core.step.TRACKED_ROWS) are the most frequent train inputs
     rows = state["tracked_rows"][...]
     most_frequent = np.argsort(-np.asarray(data.input_counts), kind="stable")[: rows.shape[0]].astype(np.int32)
@@ -153,8 +157,10 @@ def _take_workdir(config: ml_collections.ConfigDict, workdir: pathlib.Path, stac
 
 
 def _ensure_writable(workdir: str | pathlib.Path) -> pathlib.Path:
-  """Creates `workdir` if needed and checks a file can be written in it; UsageError (one line) if not."""
+  """Creates `workdir` if needed and checks a file can be written in it; UsageError (one line) if not, or if its path
+  is not valid UTF-8 (array_record, which stores the dataset, takes no other)."""
   path = pathlib.Path(workdir)
+  util.require(util.is_utf8(str(path)), "--workdir", str(workdir), "a path that is valid UTF-8")
   try:
     path.mkdir(parents=True, exist_ok=True)
     _probe_writable(path)
@@ -173,10 +179,21 @@ def _probe_writable(directory: pathlib.Path) -> None:
   os.utime(directory, ns=(times.st_atime_ns, times.st_mtime_ns))
 
 
+# The files the run keeps in its workdir, each replaced whole (a link there is replaced, never written through).
+_OWN_FILES = (in_use.FILE, record_lib.FILE_NAME, record_lib.TOKENIZER_FILE)
+
+
 def _check_layout(workdir: pathlib.Path) -> None:
-  """UsageError if a path the run writes as a directory (checkpoints/, ...) is not one or cannot be written: found
-  before training, not at the first save. A symbolic link is refused too: through it the run would write (and
-  delete old checkpoints) in another run's directory."""
+  """UsageError if a path the run writes as a directory (checkpoints/, ...) is not one or cannot be written, or one
+  it writes as a file (kernels.json, ...) is something else, a FIFO or a directory: found before training, not at
+  the first save. A symbolic link is refused too: through it the run would write (and delete old checkpoints) in
+  another run's directory."""
+  for name in _OWN_FILES:
+    with contextlib.suppress(FileNotFoundError):
+      mode = (path := workdir / name).lstat().st_mode
+      if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise UsageError(f"{util.one_line(str(path))} is {util.file_kind(mode)}, not a regular file; the run keeps "
+                         f"its {name} there: move it away")
   for name in ("checkpoints", "damaged_checkpoints", "data", "report"):
     path = workdir / name
     if path.is_symlink():
@@ -208,16 +225,28 @@ def config_differences(saved: ml_collections.ConfigDict, config: ml_collections.
 
 
 def _resume(config: ml_collections.ConfigDict, build_state: Callable[[], Any], target: nnx.State,
-            checkpointer: checkpoint.Checkpointer, dataset: str) -> tuple[int, nnx.State, Selection]:
-  """The step, train state and selection record to start from: the newest intact checkpoint's (newer damaged ones
-  moved aside), or a fresh state at step 0 (`build_state`'s, `mesh_lib.state_builder`)."""
+            checkpointer: checkpoint.Checkpointer, dataset: str) -> tuple[int, nnx.State, Selection, dict]:
+  """The step, train state, selection record and manifest to start from: the newest intact checkpoint's (newer
+  damaged ones moved aside), or a fresh state at step 0 (`build_state`'s, `mesh_lib.state_builder`; manifest {})."""
   restored = checkpoint.restore(checkpointer.workdir, target=target, resuming=True)
   if restored is not None:
     checkpointer.move_aside(restored.damaged, f"resuming from step {restored.step}")
     _check_resumable(restored.step, restored.manifest, config, dataset)
     log.info("Resuming from the checkpoint at step %d.", restored.step)
-    return restored.step, restored.state, restored.selection
-  return 0, mesh_lib.fresh_state(build_state, target), Selection()
+    return restored.step, restored.state, restored.selection, restored.manifest
+  return 0, mesh_lib.fresh_state(build_state, target), Selection(), {}
+
+
+def _check_same_pairs(step: int, manifest: dict, data: data_lib.BigramData, files: pathlib.Path) -> None:
+  """UsageError naming the split's files if the pairs loaded are not those checkpoint `step` was trained on (by the
+  digests its manifest keeps; a checkpoint without them is not checked): the stored dataset was rewritten whole,
+  its digests with it, so it cannot be generated again to match."""
+  for split, digest in (manifest.get("dataset_sha256") or {}).items():
+    if data.digests.get(split) != digest:
+      raise UsageError(f"{util.one_line(str(files))}/bigram_pairs-{split}.array_record* holds other pairs than "
+                       f"checkpoint {step} was trained on (sha256 {str(data.digests.get(split))[:16]}..., the "
+                       f"checkpoint's {str(digest)[:16]}...): delete {util.one_line(str(files))} to have it generated "
+                       f"again, or start fresh with another --workdir")
 
 
 def _check_resumable(step: int, manifest: dict, config: ml_collections.ConfigDict, dataset: str) -> None:

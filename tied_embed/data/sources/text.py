@@ -121,6 +121,13 @@ class Text(TextSource):
   def split_lines(self, settings: dict[str, Any], split: str) -> Iterator[str]:
     return corpus.read_lines(*self._range(settings, split))
 
+  def split_documents(self, settings: dict[str, Any], split: str) -> Iterator[Iterator[str]]:
+    if settings.get("split") != corpus.BY_DOCUMENT:
+      yield from super().split_documents(settings, split)
+      return
+    for path in self._range(settings, split)[0]:
+      yield corpus.read_lines([path])
+
   def sample_lines(self, settings: dict[str, Any]) -> Iterator[str]:
     files, _, _ = self._range(settings, "train")
     for start, end in tokenizer_lib.sample_windows(settings["num_bytes"]["train"]):

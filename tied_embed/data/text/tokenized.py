@@ -110,6 +110,33 @@ class TextSource(base.Source):
     key = settings.get("tokenizer_key")
     if key not in _trained_models and self.prepared(settings, data_dir) is None:
       _trained_models[key] = self._train(settings)
+    self._check_pairs(settings, data_dir)
+
+  def split_documents(self, settings: dict[str, Any], split: str) -> Iterator[Iterator[str]]:
+    """The lines of each document of a split, whose pairs never cross into the next: here one, the whole split."""
+    yield self.split_lines(settings, split)
+
+  def _check_pairs(self, settings: dict[str, Any], data_dir: pathlib.Path) -> None:
+    """UsageError naming the corpus if a split would hold no pair of tokens (a one-byte or blank validation
+    document, a last tenth of blank lines): TFDS would fail at the end of writing it. From the exact counts where
+    there are some, else reading each split only until a document of two tokens."""
+    if self.num_pairs_exact(settings):
+      empty = [split for split, count in self.num_pairs(settings).items() if count < 1]
+    elif settings["tokenizer"] == tokenizer_lib.BYTES:
+      empty = [split for split in ("train", "validation")
+               if not _at_least(2, (len(chunk) for chunk in self.split_bytes(settings, split)))]
+    else:
+      key = settings.get("tokenizer_key")
+      model = _trained_models.get(key)
+      tokenizer = (tokenizer_lib.SentencePieceTokenizer(model) if model is not None
+                   else self.tokenizer(self.prepared(settings, data_dir) or settings))
+      empty = [split for split in ("train", "validation") if not any(
+          _at_least(2, (len(tokenizer.encode(line)) for line in lines))
+          for lines in self.split_documents(settings, split))]
+    for split in empty:
+      raise util.UsageError(f"{self.corpus_name(settings)} is not allowed: expected text whose {split} split holds at "
+                            f"least one pair of tokens (two tokens in a row, within one document where split by "
+                            f"document); its {split} split holds none")
 
   def prepare(self, settings: dict[str, Any], data_dir: pathlib.Path) -> dict[str, Any]:
     prepared = self.prepared(settings, data_dir)
@@ -188,9 +215,20 @@ class TextSource(base.Source):
     return tokenizer_lib.ByteTokenizer().label(token)
 
 
+def _at_least(count: int, sizes: Iterator[int]) -> bool:
+  """Whether `sizes` add up to `count` or more, read only as far as needed."""
+  total = 0
+  for size in sizes:
+    total += size
+    if total >= count:
+      return True
+  return False
+
+
 def _usable(path: pathlib.Path, vocab_size: int) -> bool:
   """A cached model that loads and has the pieces asked for (a damaged one is trained again)."""
   try:
-    return path.is_file() and tokenizer_lib.SentencePieceTokenizer(path.read_bytes()).vocab_size == vocab_size
+    model = util.read_regular(path, tokenizer_lib.MAX_MODEL_BYTES)  # never waits on a FIFO
+    return tokenizer_lib.SentencePieceTokenizer(model).vocab_size == vocab_size
   except (OSError, RuntimeError):
     return False

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from tied_embed.util import UsageError
+from tied_embed.util import UsageError, read_regular
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,7 @@ SENTENCE_BYTES = TRAINER_SETTINGS["max_sentence_length"]
 PROGRESS_BYTES = 64 << 20  # one log line per this much text tokenized
 ENCODE_BATCH = 4096  # lines encoded at a time
 WORD_START = "\u2581"  # SentencePiece's '▁': the piece begins a word
+MAX_MODEL_BYTES = 1 << 28  # a SentencePiece model file, at most (one of a million pieces is about 20 MB)
 
 
 class Tokenizer:
@@ -54,7 +55,9 @@ class Tokenizer:
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
       try:
         text = ast.literal_eval(text)
-      except (SyntaxError, ValueError):
+      except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):  # the parser's limits: no literal
+        return None
+      if not isinstance(text, str):  # e.g. "'a', 'b'", a tuple of two, is no piece either
         return None
     return self._lookup(text)
 
@@ -116,9 +119,8 @@ class SentencePieceTokenizer(Tokenizer):
 
 def load_model_file(path: str) -> SentencePieceTokenizer:
   """A SentencePiece `.model` file as a tokenizer; UsageError on data.tokenizer if it cannot be read as one."""
-  try:
-    with open(path, "rb") as f:
-      return SentencePieceTokenizer(f.read())
+  try:  # a regular file of a bounded size: a FIFO is not waited on, /dev/zero not read until memory runs out
+    return SentencePieceTokenizer(read_regular(path, MAX_MODEL_BYTES))
   except OSError as e:
     raise UsageError.bad_value("data.tokenizer", path, "'bytes', 'sentencepiece' or a readable SentencePiece .model"
                                f" file ({e.strerror or e})") from None
@@ -155,6 +157,10 @@ def train_sentencepiece(lines: Iterable[str], vocab_size: int, corpus: str = "th
 def _refusal_reason(message: str) -> str:
   """SentencePiece's refusal in words: its message after the failed check, or what the check means."""
   first = (message.splitlines() or [""])[0]
+  # Its advice for too few pieces names its own flag (--character_coverage), which the config does not have.
+  if counts := re.search(r"smaller than required_chars\. (\d+) vs (\d+)", first):
+    return (f"its sample holds characters enough to need {counts[2]} pieces, each kept as a piece of its own: use a "
+            f"model.vocab_size of at least {counts[2]}, or data.tokenizer='bytes'")
   reason = first.split("] ", 1)[-1].strip() if "] " in first else ""
   if reason:
     return f"SentencePiece: {reason}"

@@ -43,7 +43,7 @@ def record(workdir: str | pathlib.Path, kernels: str, resuming: bool) -> None:
   try:
     if path.is_symlink():  # not this workdir's record: read nothing through it
       raise OSError(f"{path} is a symbolic link")
-    before = json.loads(path.read_text())["kernels"]
+    before = json.loads(util.read_regular(path, 1 << 16))["kernels"]  # a FIFO there is not waited on
   except (OSError, ValueError, KeyError, TypeError):
     before = None  # a run from before the record, or none yet: nothing to compare
   if resuming and before is not None and before != kernels:
