@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import pathlib
@@ -11,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from science import common
-from science.when_to_tie.plan import EPOCHS, MIN_STEPS, REPO, THIRD_SEED
-from science.when_to_tie.sweep import mean_sd
+from science.when_to_tie.plan import EPOCHS, MIN_STEPS, REPO
+from science.when_to_tie.stats import CONFIDENCE, Interval, against, mean_sd, paired
 
 COMMAND = "python -m science.when_to_tie"  # how the pages name the command that wrote them
 NOTES_START, NOTES_END = "<!-- NOTES (kept by --write-docs) -->", "<!-- /NOTES -->"
@@ -30,15 +31,75 @@ def ranking(entry: dict[str, Any], fraction: str) -> list[str]:
   return sorted(entry["runs"], key=lambda key: mean_sd(entry["runs"][key][fraction], "eval_loss")[0])
 
 
+BASELINES = {"count": "add-k", "kneser_ney": "Kneser-Ney"}  # an entry's count-model keys and their names
+
+
+@dataclasses.dataclass(frozen=True)
+class Pick:
+  """One data size's answer: the model with the lowest mean eval loss (`first`), the next one, their paired
+  difference second − first, whether `first` is named (its interval against every other model excludes 0), the
+  strongest count model by eval loss and first − that count model."""
+
+  first: str
+  second: str
+  margin: Interval
+  named: bool
+  baseline: str
+  behind: Interval
+
+
+def baseline(entry: dict[str, Any], fraction: str) -> tuple[str, dict[str, Any]]:
+  """The strongest count model of a size, by eval loss: (its key in BASELINES, its numbers)."""
+  present = [key for key in BASELINES if fraction in entry.get(key, {})]
+  key = min(present, key=lambda key: entry[key][fraction]["eval_loss"])
+  return key, entry[key][fraction]
+
+
+def by_draw(numbers: dict[str, Any]) -> dict[int, float]:
+  """A count model's eval loss per data draw: {draw: loss} ("by_draw" where the sweep drew several, else draw 0)."""
+  return {int(draw): loss for draw, loss in numbers.get("by_draw", {"0": numbers["eval_loss"]}).items()}
+
+
+def pick(entry: dict[str, Any], fraction: str) -> Pick:
+  """The pick at one size from its runs' paired differences (same seed, same draw)."""
+  order = ranking(entry, fraction)
+  runs = {key: entry["runs"][key][fraction] for key in order}
+  first, second = order[:2]
+  named = all(paired(runs[first], runs[other]).low > 0 for other in order[1:])
+  key, numbers = baseline(entry, fraction)
+  return Pick(first, second, paired(runs[first], runs[second]), named, key, against(runs[first], by_draw(numbers)))
+
+
+def _range(value: Interval) -> str:
+  return f"{value.low:.3f} to {value.high:.3f}" if value.n >= 2 else "one seed: no interval"
+
+
+def pick_text(entry: dict[str, Any], fraction: str, labels: dict[str, str]) -> str:
+  """'10% tied + W by 0.077 (0.051 to 0.103)', or '3% tied + W ≈ untied (-0.010 to 0.040)', then the strongest
+  count model where it is ahead (or its interval holds 0)."""
+  chosen = pick(entry, fraction)
+  size = f"{100 * float(fraction):g}%"
+  if chosen.named:
+    text = f"{size} {labels[chosen.first]} by {chosen.margin.mean:.3f} ({_range(chosen.margin)})"
+  else:
+    text = f"{size} {labels[chosen.first]} ≈ {labels[chosen.second]} ({_range(chosen.margin)})"
+  count = f"the {BASELINES[chosen.baseline]} count model"
+  if chosen.behind.excludes_zero and chosen.behind.mean > 0:
+    text += f", {count} {chosen.behind.mean:.3f} ahead ({_range(chosen.behind)})"
+  elif not chosen.behind.excludes_zero:
+    text += f", ≈ {count} ({chosen.behind.mean:+.3f}, {_range(chosen.behind)})"
+  return text
+
+
 def picks(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
-  """Per data size, the model to pick and by how much it leads (or that the seeds cannot separate the two best)."""
-  lines = []
-  for fraction in entry["count"]:
-    first, second = ranking(entry, fraction)[:2]
-    (m1, s1), (m2, s2) = (mean_sd(entry["runs"][k][fraction], "eval_loss") for k in (first, second))
-    tie = " (within the seeds' spread of " + labels[second] + ")" if m2 - s2 <= m1 + s1 else ""
-    lines.append(f"{100 * float(fraction):g}%: {labels[first]}, {m2 - m1:.3f} nats ahead{tie}")
-  return lines
+  """Per data size, the pick and its paired margin with its interval, or "≈" where the interval holds 0."""
+  return [pick_text(entry, fraction, labels) for fraction in entry["count"]]
+
+
+INTERVALS_NOTE = (f"Margins: the paired difference in eval loss (nats) between the two best models over the seeds both "
+                  f"ran (same seed, same data draw), with its {100 * CONFIDENCE:g}% t-interval; a model is named only "
+                  "where its interval against every other model excludes 0, \"≈\" elsewhere. The count model is the "
+                  "stronger of add-k and Kneser-Ney (where swept) by eval loss.")
 
 
 def at_the_end(run: dict[str, Any]) -> bool:
@@ -145,9 +206,10 @@ def _method(results: dict[str, Any], labels: dict[str, str]) -> str:
       f"eval: weight decay (AdamW, decoupled) from {_values(grids['weight_decay'])} for every model"
       + _own_grids(results, "weight_decay") + ", then for tied + W the penalty λ‖W − I‖² from "
       f"{_values(grids['hidden_l2'])}" + _own_grids(results, "hidden_l2") + ". "
-      f"Seeds {', '.join(map(str, results['seeds']))} (seed {THIRD_SEED} too for the two best models where their "
-      "spreads overlap): mean ± standard deviation. The count model is add-k counts of exactly the pairs the models "
-      "train on, k chosen on the selection split; Δ count = model − count model (negative: the model beats it). "
+      f"Seeds {', '.join(map(str, results['seeds']))}: mean ± standard deviation (ddof = 1). " + INTERVALS_NOTE
+      + " The count models count exactly the pairs the models train on: add-k, k chosen on the selection split, and "
+      "(where swept) interpolated Kneser-Ney, its discount chosen there too; Δ count = model − add-k count model "
+      "(negative: the model beats it). "
       "Rare inputs: validation pairs whose current token is among the least frequent making up the last 10% of the "
       "train occurrences used, or never current in them (`tied_embed/data/frequency.py`). Self-argmax: the share of "
       "validation pairs whose predicted likeliest next token is the current token, from the restored best "
@@ -195,16 +257,21 @@ def _corpus_lines(corpus: str, entry: dict[str, Any], labels: dict[str, str]) ->
       "",
       "Best-step eval loss (nats) and its distance from the count model:",
       "",
-      "| train data | count model (k) | " + " | ".join(f"{labels[k]} (Δ count)" for k in keys) + " | pick |",
-      "|---" * (3 + len(keys)) + "|",
+      "| train data | count model (k) | " + ("Kneser-Ney (discount) | " if "kneser_ney" in entry else "")
+      + " | ".join(f"{labels[k]} (Δ count)" for k in keys) + " | pick |",
+      "|---" * (3 + len(keys) + ("kneser_ney" in entry)) + "|",
   ]
   for fraction, count in entry["count"].items():
     cells = []
+    if "kneser_ney" in entry:
+      cells.append(f"{entry['kneser_ney'][fraction]['eval_loss']:.4f} ({entry['kneser_ney'][fraction]['discount']:g})")
     for k in keys:
       mean, sd = mean_sd(entry["runs"][k][fraction], "eval_loss")
       cells.append(f"{mean:.4f} ± {sd:.4f} ({mean - count['eval_loss']:+.3f})")
+    chosen = pick(entry, fraction)
+    named = labels[chosen.first] if chosen.named else f"{labels[chosen.first]} ≈ {labels[chosen.second]}"
     lines.append(f"| {100 * float(fraction):g}% ({len_used(entry, fraction):,} pairs) | {count['eval_loss']:.4f} "
-                 f"({count['k']:g}) | " + " | ".join(cells) + f" | {labels[ranking(entry, fraction)[0]]} |")
+                 f"({count['k']:g}) | " + " | ".join(cells) + f" | {named} |")
   lines += _per_model_lines(entry, labels)
   lines += ["", "Pick per data size: " + "; ".join(picks(entry, labels)) + "."]
   if "recheck" in entry:
@@ -338,22 +405,16 @@ def len_used(entry: dict[str, Any], fraction: str) -> int:
 
 
 def readme_block(results: dict[str, Any]) -> str:
-  """The README's first-screen answer: per corpus and data size the model to pick, by how much (nats of eval loss
-  at the best step) or that the seeds cannot separate it from the next one, and where the count model is ahead."""
+  """The README's first-screen answer: per corpus and data size the model to pick and its paired margin with the
+  margin's 95% interval, or "≈" where the interval holds 0, and where the strongest count model is ahead."""
   labels = {model["key"]: model["label"].split("  ")[0] for model in results["models"]}
   lines = []
   for corpus, entry in results["corpora"].items():
-    sizes = []
-    for fraction, count in entry["count"].items():
-      first, second = ranking(entry, fraction)[:2]
-      (m1, s1), (m2, s2) = (mean_sd(entry["runs"][k][fraction], "eval_loss") for k in (first, second))
-      pick = (f"{labels[first]} ≈ {labels[second]}" if m2 - s2 <= m1 + s1
-              else f"{labels[first]} by {m2 - m1:.3f}")
-      behind = f", count model {m1 - count['eval_loss']:.3f} ahead" if count["eval_loss"] < m1 else ""
-      sizes.append(f"{100 * float(fraction):g}% {pick}{behind}")
+    sizes = [pick_text(entry, fraction, labels) for fraction in entry["count"]]
     lines.append(f"- **{corpus}** ({entry['note'].split(' (')[0]}, V = {entry['vocab_size']}): " + "; ".join(sizes))
     if "convergence" in entry:
       lines[-1] += convergence_readme(entry, labels)
+  lines.append(f"\n{INTERVALS_NOTE}")
   lines.append(f"\nMeasured by `{COMMAND}` in {results['seconds'] / 60:.0f} min "
                f"({results['cpu_seconds'] / 60:.0f} min of CPU time) on {results['machine']}.")
   return "\n".join(lines)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from science.when_to_tie.stats import mean_sd
 from science.when_to_tie.plan import (
   CONVERGENCE_FACTOR,
   MIN_STEPS,
@@ -252,9 +253,3 @@ def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, gr
   entry["seconds"] = time.perf_counter() - started
   entry["cpu_seconds"] = time.process_time() - cpu_started
   return entry
-
-
-def mean_sd(runs: list[dict[str, Any]], key: str) -> tuple[float, float]:
-  """The mean and standard deviation of `key` over runs (the seeds of one model at one size)."""
-  values = np.array([run[key] for run in runs], np.float64)
-  return float(np.mean(values)), float(np.std(values))
