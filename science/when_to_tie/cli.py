@@ -27,7 +27,7 @@ from science.when_to_tie.plan import (
   RECHECK_EVALS,
   REPO,
   SEEDS,
-  THIRD_SEED,
+  TUNE_SEED,
   Plan,
   UsageError,
   corpora,
@@ -76,8 +76,6 @@ def _parser() -> _Parser:
   parser.add_argument("--recheck-ends", action="store_true",
                       help=f"with --from-json: rerun each run whose best step is at the end of its schedule as it "
                            f"was, with {RECHECK_EVALS}× the evals, and add them to that JSON's results")
-  parser.add_argument("--no-third-seed", action="store_true",
-                      help=f"skip seed {THIRD_SEED} where the two best models' spreads overlap")
   parser.add_argument("--keep-runs", action="store_true",
                       help="keep every run's workdir under <out>/runs/ for inspection")
   parser.add_argument("--no-compile-cache", action="store_true",
@@ -227,15 +225,15 @@ def run_sweep(args: argparse.Namespace) -> dict[str, Any]:
   results: dict[str, Any] = {
       "models": [dataclasses.asdict(model) for model in MODELS], "fractions": list(fractions),
       "convergence_factor": args.convergence_factor,
-      "seeds": list(seeds), "grids": {axis: list(values) for axis, values in grids.items()},
+      "seeds": list(seeds), "tune_seed": TUNE_SEED, "grids": {axis: list(values) for axis, values in grids.items()},
       "patience": PATIENCE, "machine": machine(), "corpora": {},
   }
   for name in args.chosen:
     plan = QUICK_PLAN if args.quick else dataclasses.replace(PLANS[name], max_steps=getattr(args, f"{name}_steps"))
     print(f"{name}: {args.available[name].note}, at most {plan.max_steps} steps per run", flush=True)
-    entry = sweep_corpus(args.available[name], MODELS, fractions, seeds, corpus_grids(name, grids), plan, out,
-                         args.keep_runs,
-                         third_seed=not args.no_third_seed, convergence_factor=args.convergence_factor)
+    corpus = args.available[name]
+    entry = sweep_corpus(corpus, MODELS, fractions, seeds, corpus_grids(corpus, grids), plan, out, args.keep_runs,
+                         convergence_factor=args.convergence_factor, quick=args.quick)
     results["corpora"][name] = entry
     print(f"{name}: {entry['seconds'] / 60:.1f} min, {entry['cpu_seconds'] / 60:.1f} min CPU", flush=True)
   results["seconds"] = time.perf_counter() - started

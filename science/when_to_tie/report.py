@@ -164,7 +164,7 @@ def recheck_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
 
 
 def _settings_text(settings: dict[str, float]) -> str:
-  names = {"weight_decay": "wd", "hidden_l2": "λ"}
+  names = {"learning_rate": "lr", "weight_decay": "wd", "hidden_l2": "λ"}
   return ", ".join(f"{names[axis]} {value:g}" for axis, value in settings.items())
 
 
@@ -202,10 +202,7 @@ def _method(results: dict[str, Any], labels: dict[str, str]) -> str:
       + " and is scored at its best step: the eval with the lowest selection loss" + _min_deltas(results)
       + "; its schedule "
       f"(warmup, then cosine decay to 0) is {EPOCHS} passes over its train pairs, within [{MIN_STEPS}, the corpus's "
-      "most steps]. Each model's regulariser is chosen per data size on the selection split (seed 0), never on "
-      f"eval: weight decay (AdamW, decoupled) from {_values(grids['weight_decay'])} for every model"
-      + _own_grids(results, "weight_decay") + ", then for tied + W the penalty λ‖W − I‖² from "
-      f"{_values(grids['hidden_l2'])}" + _own_grids(results, "hidden_l2") + ". "
+      "most steps]. " + _tuning_text(results) + " "
       f"Seeds {', '.join(map(str, results['seeds']))}: mean ± standard deviation (ddof = 1). " + INTERVALS_NOTE
       + " The count models count exactly the pairs the models train on: add-k, k chosen on the selection split, and "
       "(where swept) interpolated Kneser-Ney, its discount chosen there too; Δ count = model − add-k count model "
@@ -214,6 +211,24 @@ def _method(results: dict[str, Any], labels: dict[str, str]) -> str:
       "train occurrences used, or never current in them (`tied_embed/data/frequency.py`). Self-argmax: the share of "
       "validation pairs whose predicted likeliest next token is the current token, from the restored best "
       "checkpoint in NumPy float64; beside it the data's own rate of repeats (next = current).")
+
+
+def _tuning_text(results: dict[str, Any]) -> str:
+  """How each model's settings were chosen: the equal-budget trials on an unscored seed, or (a results file
+  without "tune_seed") the coordinate search on seed 0."""
+  grids = results["grids"]
+  if "tune_seed" not in results:
+    return ("Each model's regulariser is chosen per data size on the selection split (seed 0), never on eval: "
+            f"weight decay (AdamW, decoupled) from {_values(grids['weight_decay'])} for every model"
+            + _own_grids(results, "weight_decay") + ", then for tied + W the penalty λ‖W − I‖² from "
+            f"{_values(grids['hidden_l2'])}" + _own_grids(results, "hidden_l2") + ".")
+  rates = "; ".join(f"{_values(entry['grids']['learning_rate'])} on {name}" for name, entry in results["corpora"].items())
+  return (f"Every model gets the same tuning budget per data size: its peak learning rate ({rates}) crossed with "
+          f"weight decay (AdamW, decoupled) from {_values(grids['weight_decay'])}"
+          + _own_grids(results, "weight_decay") + "; tied + W's penalty λ‖W − I‖² from "
+          f"{_values(grids['hidden_l2'])} is spread over those same trials (a Latin square), not searched on top. "
+          f"The trials run on seed {results['tune_seed']}, which is never scored, and the setting with the lowest "
+          "selection loss at its best step is chosen, never by eval.")
 
 
 def _min_deltas(results: dict[str, Any]) -> str:
