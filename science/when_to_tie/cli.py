@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from typing import Any
 
 import science.when_to_tie
 from science import common
-from science.when_to_tie import report
+from science.when_to_tie import checks, report
 from science.when_to_tie.plan import (
   CONVERGENCE_FACTOR,
   FRACTIONS,
@@ -33,7 +34,7 @@ from science.when_to_tie.plan import (
   corpora,
   corpus_grids,
 )
-from science.when_to_tie.sweep import Sweep, convergence_check, sweep_corpus
+from science.when_to_tie.sweep import FINISHED, Sweep, convergence_check, sweep_corpus
 
 
 def machine() -> str:
@@ -113,6 +114,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
   bad = [f for f in args.fraction_list if not 0 < f <= 1]
   if bad:
     raise UsageError(f"--fractions={args.fractions!r}: {bad[0]:g} is not in (0, 1]")
+  problem = checks.link_problem(out, [out / f"when_to_tie.{suffix}" for suffix in report.SUFFIXES]
+                                + [out / FINISHED, out / "jax_cache"]
+                                + [out / folder / name for folder in ("runs", "data") for name in args.chosen])
+  if problem:
+    raise UsageError(f"--out={args.out}: {problem}")
   args.results = read_results(args.from_json) if args.from_json else None
   args.available = corpora(args.quick, args.subword_corpus)
   return args
@@ -133,19 +139,32 @@ def read_results(path: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+  """The command line: one line and exit 2 for bad input; on SIGTERM or SIGINT, one line and exit 128 + the signal,
+  the finished runs kept in <out>/finished_runs.json for the same command to resume from."""
+  from tied_embed.train import signals  # noqa: PLC0415
+
+  out = None
   try:
-    args = parse(argv)
-    if args.results is not None and args.add_convergence:
-      add_convergence(args.results, args)
-    if args.results is not None and args.recheck_ends:
-      recheck_ends(args.results, args)
+    with signals.StopSignals(interrupting=True):  # a trainer run installs its own while it runs
+      args = parse(argv)
+      out = pathlib.Path(args.out)
+      if args.results is not None and args.add_convergence:
+        add_convergence(args.results, args)
+      if args.results is not None and args.recheck_ends:
+        recheck_ends(args.results, args)
+      if args.results is not None:
+        report.publish(args.results, out, args.write_docs)
+        return args.results
+      return run_sweep(args)
   except UsageError as error:
     print(f"error: {error}", file=sys.stderr)
     raise SystemExit(2) from None
-  if args.results is not None:
-    report.publish(args.results, pathlib.Path(args.out), args.write_docs)
-    return args.results
-  return run_sweep(args)
+  except (signals.Interrupted, signals.Preempted) as stop:  # in our own set-up, or in a run (saved first)
+    signum = stop.signum
+    kept = "" if out is None else f"; the finished runs are kept in {out / FINISHED}"
+    print(f"error: stopped by {signal.Signals(signum).name}{kept}: rerun the same command to resume",
+          file=sys.stderr)
+    raise SystemExit(128 + signum) from None
 
 
 def setup_jax(args: argparse.Namespace, out: pathlib.Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import pathlib
 import shutil
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from science import common
+from science.when_to_tie import checks
 from science.when_to_tie.plan import EPOCHS, MIN_STEPS, REPO
 from science.when_to_tie.stats import CONFIDENCE, Interval, against, mean_sd, paired
 
@@ -482,7 +484,8 @@ def figure(results: dict[str, Any]):
 
 
 def results_problem(results: Any) -> str:
-  """Why `results` is not a sweep's results file ('' where it is): a missing key, or tables that cannot be made."""
+  """Why `results` is not a sweep's results file ('' where it is): a missing key, a value that cannot be published
+  (`checks.values_problem`), or tables that cannot be made."""
   if not isinstance(results, dict):
     return f"expected a JSON object, got {type(results).__name__}"
   missing = [key for key in RESULTS_KEYS if key not in results]
@@ -495,6 +498,9 @@ def results_problem(results: Any) -> str:
     if missing:
       return f"its {name!r} corpus has no {missing[0]!r} key"
   try:
+    wrong = checks.values_problem(results)
+    if wrong:
+      return wrong
     markdown(results, "when_to_tie.png")
     readme_block(results)
   except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as error:
@@ -517,10 +523,11 @@ def write(results: dict[str, Any], out: pathlib.Path, notes: str = "") -> list[p
   paths = [out / f"when_to_tie.{suffix}" for suffix in SUFFIXES]
   for path, suffix in zip(paths, SUFFIXES, strict=True):
     data = contents[suffix]
-    if isinstance(data, bytes):
-      path.write_bytes(data)
-    else:
-      path.write_text(data)
+    # a new file renamed over the old: a link at the path is replaced, never written through
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.unlink(missing_ok=True)
+    temporary.write_bytes(data if isinstance(data, bytes) else data.encode())
+    os.replace(temporary, path)
   return paths
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from science.when_to_tie import checks
 from science.when_to_tie.stats import mean_sd
 from science.when_to_tie.plan import (
   CONVERGENCE_FACTOR,
@@ -27,6 +28,7 @@ from science.when_to_tie.plan import (
   Corpus,
   Model,
   Plan,
+  UsageError,
   draws,
   run_config,
   schedule,
@@ -117,7 +119,7 @@ class Sweep:
   def __init__(self, corpus: Corpus, plan: Plan, out: pathlib.Path, keep_runs: bool):
     from tied_embed.data import bigram as data_lib  # noqa: PLC0415
 
-    self.corpus, self.plan, self.keep_runs = corpus, plan, keep_runs
+    self.corpus, self.plan, self.keep_runs, self.out = corpus, plan, keep_runs, out
     self.data_dir = out / "data" / corpus.key
     self.runs_dir = out / "runs" / corpus.key
     self.finished_path = out / FINISHED
@@ -161,6 +163,9 @@ class Sweep:
     key = f"{self.corpus.key}/{workdir.name}-n{steps}-e{every}"  # the steps too: --<corpus>-steps makes other runs
     if key in self.finished:
       return self.finished[key]
+    problem = checks.link_problem(self.out, [workdir])  # a link made since the command line was checked
+    if problem:
+      raise UsageError(problem)
     started, cpu_started = time.perf_counter(), time.process_time()
     summary = trainer.train_and_evaluate(config, workdir)
     best = checkpoint.restore(workdir, step=summary.best_step).model

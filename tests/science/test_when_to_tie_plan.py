@@ -59,7 +59,7 @@ def _fake_sweep(tmp_path, monkeypatch, calls):
   made = sweep.Sweep.__new__(sweep.Sweep)
   corpus = plans.corpora(quick=True, subword_corpus="")["bytes"]
   ids = np.arange(50, dtype=np.int32) % 4
-  made.corpus, made.plan, made.keep_runs, made.batch_size = corpus, plans.QUICK_PLAN, False, 8
+  made.corpus, made.plan, made.keep_runs, made.batch_size, made.out = corpus, plans.QUICK_PLAN, False, 8, tmp_path
   made.data_dir, made.runs_dir = tmp_path / "data", tmp_path / "runs" / "bytes"
   made.finished_path = tmp_path / sweep.FINISHED
   made.finished = sweep.read_finished(made.finished_path)
