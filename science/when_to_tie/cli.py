@@ -33,6 +33,7 @@ from science.when_to_tie.plan import (
   UsageError,
   corpora,
   corpus_grids,
+  split_of,
 )
 from science.when_to_tie.sweep import FINISHED, Sweep, convergence_check, sweep_corpus
 
@@ -225,7 +226,8 @@ def _existing_sweeps(results: dict[str, Any], args: argparse.Namespace) -> Itera
   setup_jax(args, out)
   for name in args.chosen:
     entry = results["corpora"][name]
-    sweep = Sweep(args.available[name], Plan(**entry["plan"]), out, args.keep_runs)
+    corpus = dataclasses.replace(args.available[name], split=split_of(entry["dataset"]))  # as that sweep split it
+    sweep = Sweep(corpus, Plan(**entry["plan"]), out, args.keep_runs)
     if sweep.data.identity != entry["dataset"]:
       raise UsageError(f"--from-json={args.from_json}: its {name} dataset is {entry['dataset']!r}, the one under "
                        f"{sweep.data_dir} is {sweep.data.identity!r}")

@@ -198,7 +198,7 @@ def corpora(quick: bool, subword_corpus: str) -> dict[str, Corpus]:
   from configs import subword, text  # noqa: PLC0415
 
   byte_corpus = Corpus("bytes", text, "", 256, "bytes of Python's pydoc topics (configs/text.py's default)")
-  if quick:
+  if quick:  # the one fixed split of each corpus: the quick sweep scores one draw
     return {"bytes": byte_corpus,
             "subword": Corpus("subword", subword, "", 512, "SentencePiece, 512 pieces, of Python's pydoc topics",
                               "by_document")}
@@ -208,11 +208,17 @@ def corpora(quick: bool, subword_corpus: str) -> dict[str, Corpus]:
     raise UsageError(f"--subword-corpus={subword_corpus!r}: no such file, directory or glob")
   size = sum(_size(p) for p in files)
   return {
-      "bytes": byte_corpus,
+      "bytes": dataclasses.replace(byte_corpus, note=byte_corpus.note + ", drawn as random blocks of ~8 KiB",
+                                   split=DRAWN),
       "subword": Corpus("subword", subword, path, SUBWORD_VOCAB,
                         f"SentencePiece, {SUBWORD_VOCAB} pieces, of {path} ({size / 1e6:.1f} MB; Vim's help files "
-                        "by default), split by whole files in a seeded shuffled order", "by_document"),
+                        "by default), drawn as random whole files", DRAWN),
   }
+
+
+def split_of(dataset: str) -> str:
+  """The data.split kind a results entry's dataset identity was made with: DRAWN, by_document or contiguous."""
+  return DRAWN if "-draw" in dataset else "by_document" if "-bydoc" in dataset else "contiguous"
 
 
 def _size(path: str) -> int:
@@ -240,14 +246,15 @@ def schedule(plan: Plan, train_pairs: int, batch_size: int) -> tuple[int, int]:
 
 
 def run_config(corpus: Corpus, model: Model, fraction: float, seed: int, settings: dict[str, float], steps: int,
-               every: int, data_dir: pathlib.Path, selection_share: float, min_delta: float = 0.0):
+               every: int, data_dir: pathlib.Path, selection_share: float, min_delta: float = 0.0, draw: int = 0):
   """The config of one run: the corpus's config, the model, its learning rate and regulariser, the train fraction,
   the selection split, evals (and checkpoints of the best) every `every` steps, the best step's min_delta and early
-  stopping."""
+  stopping; on a drawn corpus, data draw `draw` (data.split = 'drawn-<draw>')."""
   config = corpus.base.get_config()
   config.seed = seed
   config.data.text_path = corpus.text_path
-  config.data.split = corpus.split  # set here, not left to the base config: the bytes stay contiguous
+  # set here, not left to the base config: the bytes stay contiguous where the corpus does not draw
+  config.data.split = f"{DRAWN}-{draw}" if corpus.split == DRAWN else corpus.split
   config.data.data_dir = str(data_dir)
   config.data.train_fraction = fraction
   config.data.selection_fraction = selection_share

@@ -124,23 +124,34 @@ class Sweep:
     self.runs_dir = out / "runs" / corpus.key
     self.finished_path = out / FINISHED
     self.finished = read_finished(self.finished_path)
-    probe = run_config(corpus, MODELS[0], 1.0, 0, {}, MIN_STEPS, MIN_STEPS, self.data_dir, plan.selection_share)
-    with contextlib.redirect_stdout(io.StringIO()):  # TFDS's 'downloading' chatter, as the trainer drops it
-      self.data = data_lib.load_bigram_data(probe, self.runs_dir / "probe")  # builds the shared dataset once
-    self.batch_size = int(probe.train.batch_size)
+    self.draws: dict[int, Any] = {}
+    self.data = self.drawn(0)
+    self.batch_size = int(corpus.base.get_config().train.batch_size)
 
-  def train_pairs(self, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+  def drawn(self, draw: int):
+    """The BigramData of data draw `draw` (the corpus's one split where it does not draw), built once per draw."""
+    from tied_embed.data import bigram as data_lib  # noqa: PLC0415
+
+    if draw not in self.draws:
+      probe = run_config(self.corpus, MODELS[0], 1.0, 0, {}, MIN_STEPS, MIN_STEPS, self.data_dir,
+                         self.plan.selection_share, draw=draw)
+      with contextlib.redirect_stdout(io.StringIO()):  # TFDS's 'downloading' chatter, as the trainer drops it
+        self.draws[draw] = data_lib.load_bigram_data(probe, self.runs_dir / "probe")  # shared by the draw's runs
+    return self.draws[draw]
+
+  def train_pairs(self, fraction: float, draw: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Exactly the pairs a run at `fraction` trains on (the trainer's `train_pairs_used` of what selection leaves)."""
     from tied_embed.data import bigram as data_lib  # noqa: PLC0415
 
-    used = data_lib.train_pairs_used(len(self.data.train_ids), fraction)
-    return self.data.train_ids[:used], self.data.train_next[:used]
+    data = self.drawn(draw)
+    used = data_lib.train_pairs_used(len(data.train_ids), fraction)
+    return data.train_ids[:used], data.train_next[:used]
 
-  def rare_inputs(self, fraction: float) -> np.ndarray:
+  def rare_inputs(self, fraction: float, draw: int = 0) -> np.ndarray:
     """(V,) bool: the tokens in the rare bucket of the train pairs used at `fraction` (tied_embed/data/frequency.py)."""
     from tied_embed.data import frequency  # noqa: PLC0415
 
-    counts = np.bincount(self.train_pairs(fraction)[0], minlength=self.corpus.vocab_size)
+    counts = np.bincount(self.train_pairs(fraction, draw)[0], minlength=self.corpus.vocab_size)
     return frequency.input_buckets(counts) == frequency.BUCKETS.index("rare")
 
   def train(self, model: Model, fraction: float, seed: int, settings: dict[str, float],
@@ -152,10 +163,10 @@ class Sweep:
     the data draw (0 alone until the corpus's split draws; plan.draws)."""
     from tied_embed.train import checkpoint, trainer  # noqa: PLC0415
 
-    steps, every = schedule(self.plan, len(self.train_pairs(fraction)[0]), self.batch_size)
+    steps, every = schedule(self.plan, len(self.train_pairs(fraction, draw)[0]), self.batch_size)
     steps, every = steps * steps_factor, max(1, every * steps_factor // evals_factor)
     config = run_config(self.corpus, model, fraction, seed, settings, steps, every, self.data_dir,
-                        self.plan.selection_share, self.plan.min_delta)
+                        self.plan.selection_share, self.plan.min_delta, draw=draw)
     name = "-".join(f"{key}={value:g}" for key, value in sorted(settings.items()))
     stretched = ("" if steps_factor == 1 else f"-x{steps_factor}") + ("" if evals_factor == 1 else f"-e{evals_factor}")
     drawn = "" if draw == 0 else f"-d{draw}"
@@ -170,7 +181,8 @@ class Sweep:
     summary = trainer.train_and_evaluate(config, workdir)
     best = checkpoint.restore(workdir, step=summary.best_step).model
     lookup, projection = (np.asarray(table) for table in best.scoring_tables())
-    scores = best_step_scores(lookup, projection, self.data.eval_ids, self.data.eval_next, self.rare_inputs(fraction))
+    data = self.drawn(draw)
+    scores = best_step_scores(lookup, projection, data.eval_ids, data.eval_next, self.rare_inputs(fraction, draw))
     run = {
         "seed": seed, "draw": draw, "settings": dict(settings), "steps_factor": steps_factor, "eval_every": every,
         "num_steps": steps,
@@ -195,6 +207,22 @@ class Sweep:
           f"self-argmax {100 * run['predicts_self']:5.1f}%  [{run['seconds']:.1f} s, {run['cpu_seconds']:.1f} s CPU]",
           flush=True)
     return run
+
+
+def count_references(sweep: Sweep, fraction: float, scored_draws: tuple[int, ...]):
+  """The add-k and Kneser-Ney count models at one size, each fitted on a draw's train pairs and tuned on its selection
+  pairs: → (add-k, Kneser-Ney), each draw 0's numbers with {"by_draw": {draw: eval loss}} where several are scored."""
+  found = {}
+  for draw in scored_draws:
+    data = sweep.drawn(draw)
+    splits = sweep.train_pairs(fraction, draw), (data.select_ids, data.select_next), (data.eval_ids, data.eval_next)
+    found[draw] = (count_reference(*splits, sweep.corpus.vocab_size),
+                   kneser_ney_reference(*splits, sweep.corpus.vocab_size))
+  add_k, kneser_ney = found[scored_draws[0]]
+  if len(scored_draws) > 1:
+    add_k["by_draw"] = {str(draw): found[draw][0]["eval_loss"] for draw in scored_draws}
+    kneser_ney["by_draw"] = {str(draw): found[draw][1]["eval_loss"] for draw in scored_draws}
+  return add_k, kneser_ney
 
 
 def tune(sweep: Sweep, model: Model, fraction: float, grids: dict[str, tuple[float, ...]]):
@@ -265,9 +293,8 @@ def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, gr
   }
   for fraction in fractions:
     key = f"{fraction:g}"
-    splits = sweep.train_pairs(fraction), (data.select_ids, data.select_next), (data.eval_ids, data.eval_next)
-    entry["count"][key] = count_reference(*splits, corpus.vocab_size)
-    entry["kneser_ney"][key] = kneser_ney_reference(*splits, corpus.vocab_size)
+    scored_draws = draws(fraction, quick or corpus.split != DRAWN)
+    entry["count"][key], entry["kneser_ney"][key] = count_references(sweep, fraction, scored_draws)
     entry["repeats"][key] = repeat_shares(data.eval_ids, data.eval_next, sweep.rare_inputs(fraction))
     print(f"  {corpus.key:7s} count models f={fraction:g}: add-k (k = {entry['count'][key]['k']:g}) eval "
           f"{entry['count'][key]['eval_loss']:.4f}, Kneser-Ney (discount {entry['kneser_ney'][key]['discount']:g}) "
@@ -276,7 +303,7 @@ def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, gr
       settings, tried = tune(sweep, model, fraction, grids)
       entry["tuning"][model.key][key] = {"chosen": settings, "trials": tried}
       entry["runs"][model.key][key] = [sweep.train(model, fraction, seed, settings, draw=draw)
-                                       for draw in draws(fraction, quick or corpus.split != DRAWN) for seed in seeds]
+                                       for draw in scored_draws for seed in seeds]
   if convergence_factor:
     entry["convergence"] = convergence_check(sweep, entry, models, convergence_factor)
   entry["seconds"] = time.perf_counter() - started

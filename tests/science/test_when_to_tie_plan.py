@@ -64,6 +64,7 @@ def _fake_sweep(tmp_path, monkeypatch, calls):
   made.finished_path = tmp_path / sweep.FINISHED
   made.finished = sweep.read_finished(made.finished_path)
   made.data = types.SimpleNamespace(train_ids=ids, train_next=ids, eval_ids=ids, eval_next=ids)
+  made.draws = {0: made.data}
   return made
 
 
@@ -86,3 +87,29 @@ def test_a_killed_sweep_resumes_from_its_record_without_training_finished_runs(t
   assert len(calls) == 3
   assert len(json.loads((tmp_path / sweep.FINISHED).read_text())) == 3
   assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_tiny_drawn_sweep_scores_every_seed_on_every_draw_and_reports_paired_intervals(tmp_path):
+  from science.when_to_tie import report  # noqa: PLC0415
+
+  corpus = plans.dataclasses.replace(plans.corpora(quick=True, subword_corpus="")["bytes"], split=plans.DRAWN)
+  plan = plans.dataclasses.replace(plans.QUICK_PLAN, max_steps=plans.MIN_STEPS)
+  grids = plans.corpus_grids(corpus, plans.QUICK_GRIDS)
+  models = plans.MODELS[:2]
+  entry = sweep.sweep_corpus(corpus, models, (0.01,), (0,), grids, plan, tmp_path, convergence_factor=0)
+  for model in models:
+    runs = entry["runs"][model.key]["0.01"]
+    assert sorted((run["seed"], run["draw"]) for run in runs) == [(0, d) for d in range(plans.DRAWS)]
+    assert all(run["num_steps"] == plans.MIN_STEPS for run in runs)
+    assert [trial["settings"] for trial in entry["tuning"][model.key]["0.01"]["trials"]] == plans.trials(model, grids)
+  by_draw = entry["count"]["0.01"]["by_draw"]
+  assert len(set(by_draw.values())) == plans.DRAWS  # each draw's count model is fitted on that draw's pairs
+  assert "draw0" in entry["dataset"] and len(entry["kneser_ney"]["0.01"]["by_draw"]) == plans.DRAWS
+  # 3 paired differences (1 seed × 3 draws) behind each pick
+  assert report.pick(entry, "0.01").margin.n == plans.DRAWS
+  results = {"models": [plans.dataclasses.asdict(m) for m in models], "grids": grids, "seeds": [0],
+             "tune_seed": plans.TUNE_SEED, "seconds": 1.0, "cpu_seconds": 1.0, "machine": "test", "patience": 0,
+             "corpora": {"bytes": entry}}
+  assert report.results_problem(json.loads(json.dumps(results))) == ""
+  recorded = json.loads((tmp_path / sweep.FINISHED).read_text())
+  assert len(recorded) == 2 * (1 + plans.DRAWS)  # each model: one trial, three scored runs
