@@ -9,8 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 # Losses that may be nan: a size whose validation pairs have no rare input has no rare-input loss or share.
-MAY_BE_NAN = ("loss_rare_inputs", "predicts_self_rare")
-SHARES = ("predicts_self", "predicts_self_rare", "repeats", "repeats_rare", "rare_pair_share")
+MAY_BE_NAN = ("loss_rare_inputs", "predicts_self_rare", "repeats_rare", "count_self_rare")
+SHARES = ("predicts_self", "predicts_self_rare", "repeats", "repeats_rare", "rare_pair_share", "count_self",
+          "count_self_rare")
 STEPS = ("best_step", "end_step", "num_steps", "eval_every", "steps_factor")
 
 

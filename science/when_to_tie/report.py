@@ -224,7 +224,8 @@ def _tuning_text(results: dict[str, Any]) -> str:
             f"weight decay (AdamW, decoupled) from {_values(grids['weight_decay'])} for every model"
             + _own_grids(results, "weight_decay") + ", then for tied + W the penalty λ‖W − I‖² from "
             f"{_values(grids['hidden_l2'])}" + _own_grids(results, "hidden_l2") + ".")
-  rates = "; ".join(f"{_values(entry['grids']['learning_rate'])} on {name}" for name, entry in results["corpora"].items())
+  rates = "; ".join(f"{_values(entry['grids']['learning_rate'])} on {name}"
+                    for name, entry in results["corpora"].items())
   return (f"Every model gets the same tuning budget per data size: its peak learning rate ({rates}) crossed with "
           f"weight decay (AdamW, decoupled) from {_values(grids['weight_decay'])}"
           + _own_grids(results, "weight_decay") + "; tied + W's penalty λ‖W − I‖² from "
@@ -300,14 +301,16 @@ def _corpus_lines(corpus: str, entry: dict[str, Any], labels: dict[str, str]) ->
 
 def _per_model_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
   """The table of each model at each size: its chosen regulariser, best steps, gap, rare-input loss, self-argmax."""
+  own = any("count_self" in repeats for repeats in entry["repeats"].values())
   lines = [
       "",
       "Per model: the chosen regulariser, the best step / the step it ended at (per seed), the gap to the floor, "
-      "the rare-input loss, and the self-argmax share (all pairs / rare inputs) against the data's repeats:",
+      "the rare-input loss, and the self-argmax share (all pairs / rare inputs) against the data's repeats"
+      + (" and the Kneser-Ney count model's own self-argmax share" if own else "") + ":",
       "",
       "| train data | model | chosen | best / end step | gap % of floor | rare-input loss | self-argmax "
-      "| data repeats |",
-      "|---|---|---|---|---|---|---|---|",
+      "| data repeats |" + (" count model's self-argmax |" if own else ""),
+      "|---|---|---|---|---|---|---|---|" + ("---|" if own else ""),
   ]
   for fraction, repeats in entry["repeats"].items():
     for k in entry["runs"]:
@@ -319,7 +322,9 @@ def _per_model_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str]
       lines.append(
           f"| {100 * float(fraction):g}% | {labels[k]} | {_settings_text(entry['tuning'][k][fraction]['chosen'])} "
           f"| {steps} | {gap:.2f} ± {gap_sd:.2f} | {rare:.4f} | {100 * own:.1f}% / {100 * own_rare:.1f}% | "
-          f"{100 * repeats['repeats']:.1f}% / {100 * repeats['repeats_rare']:.1f}% |")
+          f"{100 * repeats['repeats']:.1f}% / {100 * repeats['repeats_rare']:.1f}% |"
+          + (f" {100 * repeats['count_self']:.1f}% / {100 * repeats['count_self_rare']:.1f}% |"
+             if "count_self" in repeats else ""))
   return lines
 
 

@@ -107,6 +107,23 @@ def repeat_shares(eval_ids: np.ndarray, eval_next: np.ndarray, rare: np.ndarray)
           "rare_pair_share": float(rare[eval_ids].mean())}
 
 
+def count_self_shares(train: tuple[np.ndarray, np.ndarray], discount: float, eval_ids: np.ndarray,
+                      rare: np.ndarray, vocab_size: int, rows: int = 256) -> dict[str, float]:
+  """The count model's own "same token again": the share of eval pairs (all, rare inputs) whose current token is its
+  own likeliest next token under the Kneser-Ney bigram of the train pairs (N,), (N,) (`discount` as chosen), the
+  reference line for a model's self-argmax share. Ties go to the lowest token id, as np.argmax breaks them."""
+  from tied_embed.data.text import count_bigram  # noqa: PLC0415
+
+  fit = count_bigram.PairCounts.of(*train, vocab_size)
+  argmax = np.empty(vocab_size, np.int64)
+  for start in range(0, vocab_size, rows):
+    ids = np.arange(start, min(start + rows, vocab_size))
+    block = np.repeat(ids, vocab_size), np.tile(np.arange(vocab_size), len(ids))
+    argmax[ids] = count_bigram.kneser_ney_probs(fit, *block, discount).reshape(len(ids), vocab_size).argmax(axis=1)
+  own = argmax[eval_ids] == eval_ids
+  return {"count_self": float(own.mean()), "count_self_rare": _mean(own[rare[eval_ids]])}
+
+
 def _mean(values: np.ndarray) -> float:
   return float(np.mean(values, dtype=np.float64)) if len(values) else float("nan")
 
@@ -295,7 +312,10 @@ def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, gr
     key = f"{fraction:g}"
     scored_draws = draws(fraction, quick or corpus.split != DRAWN)
     entry["count"][key], entry["kneser_ney"][key] = count_references(sweep, fraction, scored_draws)
-    entry["repeats"][key] = repeat_shares(data.eval_ids, data.eval_next, sweep.rare_inputs(fraction))
+    entry["repeats"][key] = {
+        **repeat_shares(data.eval_ids, data.eval_next, sweep.rare_inputs(fraction)),
+        **count_self_shares(sweep.train_pairs(fraction), entry["kneser_ney"][key]["discount"], data.eval_ids,
+                            sweep.rare_inputs(fraction), corpus.vocab_size)}
     print(f"  {corpus.key:7s} count models f={fraction:g}: add-k (k = {entry['count'][key]['k']:g}) eval "
           f"{entry['count'][key]['eval_loss']:.4f}, Kneser-Ney (discount {entry['kneser_ney'][key]['discount']:g}) "
           f"eval {entry['kneser_ney'][key]['eval_loss']:.4f}", flush=True)

@@ -67,10 +67,11 @@ class Text(TextSource):
     vocab_size = config.model.get("vocab_size")
     if config.data.get("tokenizer") == tokenizer_lib.SENTENCEPIECE:  # a hopeless size fails now, not after training
       by_document, seed = _by_document(config, files), draw.seed_of(config.data.get("split"))
+      resolved = [p.resolve() for p in files]
       if seed is not None:
-        train_bytes = size - draw.draw([p.resolve() for p in files], seed)[2]
+        train_bytes = size - draw.draw(resolved, seed)[2]
       else:
-        train_bytes = size - _document_split([p.resolve() for p in files])[2] if by_document else corpus.split_point(size)
+        train_bytes = size - _document_split(resolved)[2] if by_document else corpus.split_point(size)
       most = train_bytes // MIN_BYTES_PER_PIECE
       require(vocab_size <= most, "model.vocab_size", vocab_size,
               f"at most {most} pieces for the {train_bytes:,} bytes of train text in data.text_path="
