@@ -467,9 +467,15 @@ def figure(results: dict[str, Any]):
                        label=labels[key])
     loss_ax.plot(pairs, [entry["count"][f]["eval_loss"] for f in fractions], "k--", marker="s",
                  label="count bigram (add-k)")
+    if "kneser_ney" in entry:
+      loss_ax.plot(pairs, [entry["kneser_ney"][f]["eval_loss"] for f in fractions], "k-.", marker="^",
+                   label="count bigram (Kneser-Ney)")
     loss_ax.axhline(entry["floor"], color="grey", linestyle=":", label="floor (unreachable)")
     self_ax.plot(pairs, [100 * entry["repeats"][f]["repeats"] for f in fractions], "k--",
                  label="data: next = current")
+    if all("count_self" in entry["repeats"][f] for f in fractions):
+      self_ax.plot(pairs, [100 * entry["repeats"][f]["count_self"] for f in fractions], "k-.",
+                   label="count model (Kneser-Ney): its own argmax")
     loss_ax.set_ylabel("best-step eval loss (nats)")
     self_ax.set_ylabel("predicted next = current (% of eval pairs)")
     loss_ax.set_title(f"{corpus}: best-step eval loss")
