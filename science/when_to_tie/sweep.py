@@ -188,7 +188,9 @@ class Sweep:
     stretched = ("" if steps_factor == 1 else f"-x{steps_factor}") + ("" if evals_factor == 1 else f"-e{evals_factor}")
     drawn = "" if draw == 0 else f"-d{draw}"
     workdir = self.runs_dir / f"{model.key}-{name}-f{fraction:g}-s{seed}{drawn}{stretched}"
-    key = f"{self.corpus.key}/{workdir.name}-n{steps}-e{every}"  # the steps too: --<corpus>-steps makes other runs
+    # the dataset (corpus contents, split, draw, selection share) and the steps too: another --subword-corpus or
+    # --<corpus>-steps on the same --out makes other runs
+    key = f"{self.drawn(draw).identity}/{workdir.name}-n{steps}-e{every}-m{self.plan.min_delta:g}"
     if key in self.finished:
       return self.finished[key]
     problem = checks.link_problem(self.out, [workdir])  # a link made since the command line was checked

@@ -63,7 +63,7 @@ def _fake_sweep(tmp_path, monkeypatch, calls):
   made.data_dir, made.runs_dir = tmp_path / "data", tmp_path / "runs" / "bytes"
   made.finished_path = tmp_path / sweep.FINISHED
   made.finished = sweep.read_finished(made.finished_path)
-  made.data = types.SimpleNamespace(train_ids=ids, train_next=ids, eval_ids=ids, eval_next=ids)
+  made.data = types.SimpleNamespace(train_ids=ids, train_next=ids, eval_ids=ids, eval_next=ids, identity="text-v4")
   made.draws = {0: made.data}
   return made
 
