@@ -7,42 +7,50 @@
                                            # only the convergence check, added to an existing sweep's JSON
 
 Three models: tied (logits E[i]·Eᵀ), untied (A[i]·Bᵀ) and tied + W (E[i]·W·Eᵀ, model.hidden="linear", W a D×D
-matrix that starts at the identity, with the penalty λ·‖W − I‖², model.hidden_l2 = λ, whose grid holds 0). Each
-trains on the first 1%, 3%, 10%, 30% and 100% of what the selection split leaves of the train split
-(data.train_fraction), on two corpora: (a) `bytes`, byte bigrams of the default text corpus (configs/text.py:
-Python's pydoc topics, ~750 KB); (b) `subword`, SentencePiece bigrams with V = SUBWORD_VOCAB (configs/subword.py)
-of Vim's help files (/usr/share/vim/vim*/doc/*.txt, ~9.5 MB, the largest real English text on the build machine),
-split by whole files in a seeded shuffled order (data.split="by_document"), so every size draws from one mix of files.
+matrix that starts at the identity, with the penalty λ·‖W − I‖², model.hidden_l2 = λ, whose grid holds 0), on two
+corpora: (a) `bytes`, byte bigrams of the default text corpus (configs/text.py: Python's pydoc topics, ~750 KB);
+(b) `subword`, SentencePiece bigrams with V = SUBWORD_VOCAB (configs/subword.py) of Vim's help files
+(/usr/share/vim/vim*/doc/*.txt, ~9.5 MB). Each corpus is split with data.split="drawn-<draw>" (tied_embed/data/text/
+draw.py): whole documents (files; ~8 KiB blocks of the one byte file) in one shuffle seeded by the draw, validation
+and the selection split (`Plan.selection_share`, never trained on) drawn from that one pool, and each train size
+(plan.FRACTIONS of what selection leaves, data.train_fraction) a prefix of the rest, so smaller sizes are subsets of
+larger ones within a draw. plan.DRAWS draws at plan.DRAW_FRACTIONS, draw 0 elsewhere.
 
-Every model gets the same care. The last share of the train split (`Plan.selection_share`) is the selection split
-(data.selection_fraction), never trained on; every run scores it at every eval (select/loss), keeps the checkpoint
-with the lowest select/loss, runs its whole schedule (PATIENCE = 0: early stopping off, see there) and is scored
-at that best step: its eval loss, its loss on rare inputs, and (from the restored best checkpoint, in NumPy float64)
-how often its likeliest next token is the current token itself. Each model's regulariser is chosen on the selection
-split, never on eval: on seed 0, for each data size, by a coordinate search over its `GRIDS` (weight decay for
-all three; then λ for tied + W at the chosen weight decay); the chosen setting's seed-0 run is that model's seed-0
-run, and seed 1 reruns it. Where the two best models' spreads overlap, both get a third seed.
+Every model gets the same care (plan.trials): the same learning rate × weight decay trials, tied + W's λ spread over
+them as a Latin square, run on plan.TUNE_SEED (never scored) and chosen by the lowest select/loss at the best step,
+never by eval. Every run scores the selection split at every eval, keeps the checkpoint with the lowest select/loss,
+runs its whole schedule (PATIENCE = 0) and is scored at that best step: its eval loss, its loss on rare inputs, and
+(from the restored best checkpoint, in NumPy float64) how often its likeliest next token is the current token. The
+chosen setting is then scored on plan.SEEDS on every draw. Picks are paired differences (same seed, same draw) with
+95% t-intervals (stats.py): a model is named only where its interval against every other model excludes 0.
 
-Beside the models, at every size, the count-bigram reference: add-k counts of exactly the pairs the models train
-on, k chosen from count_bigram.K_GRID on the selection split; each model is reported as its distance from it.
-The floor (the validation split's own bigram entropy, unreachable) stays beside it.
+Beside the models, at every size and draw, two count-bigram references of exactly the pairs the models train on,
+each tuned on the selection split: add-k (k from count_bigram.K_GRID) and interpolated Kneser-Ney (the discount from
+count_bigram.DISCOUNT_GRID). The floor (the validation split's own bigram entropy, unreachable) stays beside them.
 
 The convergence check (--convergence-factor F, default CONVERGENCE_FACTOR; 0: off): at the largest data size (100%),
 each model at the settings chosen there reruns seed 0 with F times the steps, the same schedule shape (warmup, then
-cosine decay to 0 over the longer run) and as many evals, scored at its best step as every run is. It says whether
-the best step comes before the end once the schedule is long enough, or how far the loss still moves; the ranking
-uses the 1× runs. --from-json with --add-convergence trains only these runs and adds them to that JSON.
+cosine decay to 0 over the longer run) and as many evals, scored at its best step as every run is. --from-json with
+--add-convergence trains only these runs and adds them to that JSON.
+
+A sweep that fits and resumes: each finished run's numbers are written to <out>/finished_runs.json (whole, renamed
+into place); the same command run again takes them from there and trains only the rest (an unfinished run resumes
+from its checkpoint). SIGTERM or SIGINT stops it in one line (exit 128 + the signal). plan.block_seconds sizes each
+(corpus, model family) block to at most plan.BLOCK_SECONDS on 2 cores. The controls (output bias, symmetric S,
+untied at D/2) and the model axis (MLP and transformer context) are planned in plan.FAMILIES; plan.unavailable says
+what each still needs. Nothing is written or deleted through a link under --out.
 
 Compiled programs are cached on disk (JAX's persistent compilation cache, under <out>/jax_cache): runs that differ
 only in seed or data size share their step and eval programs. The sweep prints each run and its own wall and CPU
 time. It writes <out>/when_to_tie.{md,json,png}; --write-docs also copies them to docs/when_to_tie.* (keeping the
 hand-written notes between the NOTES markers there) and rewrites the README's block between the WHEN_TO_TIE
-markers. The datasets are built once per corpus under <out>/data/; each run's workdir under <out>/runs/ is deleted
-once its numbers are taken, unless --keep-runs.
+markers. The datasets are built once per corpus and draw under <out>/data/; each run's workdir under <out>/runs/ is
+deleted once its numbers are taken, unless --keep-runs.
 
-The package: `plan` (models, corpora, grids, schedules, run configs), `sweep` (the runs, the tuning, the
-convergence check and the NumPy references they are scored against), `report` (markdown, figure, docs and README),
-`cli` (the command line; `__main__` runs it).
+The package: `plan` (models, corpora, grids, trials, blocks, schedules, run configs), `sweep` (the runs, the tuning,
+the convergence check and the NumPy references they are scored against), `stats` (means, paired intervals), `report`
+(markdown, figure, docs and README), `checks` (what --from-json and --out must hold), `cli` (the command line;
+`__main__` runs it).
 """
 
 import os

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from typing import Any
 
 import science.when_to_tie
 from science import common
-from science.when_to_tie import report
+from science.when_to_tie import checks, report
 from science.when_to_tie.plan import (
   CONVERGENCE_FACTOR,
   FRACTIONS,
@@ -27,13 +28,14 @@ from science.when_to_tie.plan import (
   RECHECK_EVALS,
   REPO,
   SEEDS,
-  THIRD_SEED,
+  TUNE_SEED,
   Plan,
   UsageError,
   corpora,
   corpus_grids,
+  split_of,
 )
-from science.when_to_tie.sweep import Sweep, convergence_check, sweep_corpus
+from science.when_to_tie.sweep import FINISHED, Sweep, convergence_check, sweep_corpus
 
 
 def machine() -> str:
@@ -76,8 +78,6 @@ def _parser() -> _Parser:
   parser.add_argument("--recheck-ends", action="store_true",
                       help=f"with --from-json: rerun each run whose best step is at the end of its schedule as it "
                            f"was, with {RECHECK_EVALS}× the evals, and add them to that JSON's results")
-  parser.add_argument("--no-third-seed", action="store_true",
-                      help=f"skip seed {THIRD_SEED} where the two best models' spreads overlap")
   parser.add_argument("--keep-runs", action="store_true",
                       help="keep every run's workdir under <out>/runs/ for inspection")
   parser.add_argument("--no-compile-cache", action="store_true",
@@ -115,6 +115,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
   bad = [f for f in args.fraction_list if not 0 < f <= 1]
   if bad:
     raise UsageError(f"--fractions={args.fractions!r}: {bad[0]:g} is not in (0, 1]")
+  problem = checks.link_problem(out, [out / f"when_to_tie.{suffix}" for suffix in report.SUFFIXES]
+                                + [out / FINISHED, out / "jax_cache"]
+                                + [out / folder / name for folder in ("runs", "data") for name in args.chosen])
+  if problem:
+    raise UsageError(f"--out={args.out}: {problem}")
   args.results = read_results(args.from_json) if args.from_json else None
   args.available = corpora(args.quick, args.subword_corpus)
   return args
@@ -135,19 +140,32 @@ def read_results(path: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+  """The command line: one line and exit 2 for bad input; on SIGTERM or SIGINT, one line and exit 128 + the signal,
+  the finished runs kept in <out>/finished_runs.json for the same command to resume from."""
+  from tied_embed.train import signals  # noqa: PLC0415
+
+  out = None
   try:
-    args = parse(argv)
-    if args.results is not None and args.add_convergence:
-      add_convergence(args.results, args)
-    if args.results is not None and args.recheck_ends:
-      recheck_ends(args.results, args)
+    with signals.StopSignals(interrupting=True):  # a trainer run installs its own while it runs
+      args = parse(argv)
+      out = pathlib.Path(args.out)
+      if args.results is not None and args.add_convergence:
+        add_convergence(args.results, args)
+      if args.results is not None and args.recheck_ends:
+        recheck_ends(args.results, args)
+      if args.results is not None:
+        report.publish(args.results, out, args.write_docs)
+        return args.results
+      return run_sweep(args)
   except UsageError as error:
     print(f"error: {error}", file=sys.stderr)
     raise SystemExit(2) from None
-  if args.results is not None:
-    report.publish(args.results, pathlib.Path(args.out), args.write_docs)
-    return args.results
-  return run_sweep(args)
+  except (signals.Interrupted, signals.Preempted) as stop:  # in our own set-up, or in a run (saved first)
+    signum = stop.signum
+    kept = "" if out is None else f"; the finished runs are kept in {out / FINISHED}"
+    print(f"error: stopped by {signal.Signals(signum).name}{kept}: rerun the same command to resume",
+          file=sys.stderr)
+    raise SystemExit(128 + signum) from None
 
 
 def setup_jax(args: argparse.Namespace, out: pathlib.Path) -> None:
@@ -208,7 +226,8 @@ def _existing_sweeps(results: dict[str, Any], args: argparse.Namespace) -> Itera
   setup_jax(args, out)
   for name in args.chosen:
     entry = results["corpora"][name]
-    sweep = Sweep(args.available[name], Plan(**entry["plan"]), out, args.keep_runs)
+    corpus = dataclasses.replace(args.available[name], split=split_of(entry["dataset"]))  # as that sweep split it
+    sweep = Sweep(corpus, Plan(**entry["plan"]), out, args.keep_runs)
     if sweep.data.identity != entry["dataset"]:
       raise UsageError(f"--from-json={args.from_json}: its {name} dataset is {entry['dataset']!r}, the one under "
                        f"{sweep.data_dir} is {sweep.data.identity!r}")
@@ -227,15 +246,15 @@ def run_sweep(args: argparse.Namespace) -> dict[str, Any]:
   results: dict[str, Any] = {
       "models": [dataclasses.asdict(model) for model in MODELS], "fractions": list(fractions),
       "convergence_factor": args.convergence_factor,
-      "seeds": list(seeds), "grids": {axis: list(values) for axis, values in grids.items()},
+      "seeds": list(seeds), "tune_seed": TUNE_SEED, "grids": {axis: list(values) for axis, values in grids.items()},
       "patience": PATIENCE, "machine": machine(), "corpora": {},
   }
   for name in args.chosen:
     plan = QUICK_PLAN if args.quick else dataclasses.replace(PLANS[name], max_steps=getattr(args, f"{name}_steps"))
     print(f"{name}: {args.available[name].note}, at most {plan.max_steps} steps per run", flush=True)
-    entry = sweep_corpus(args.available[name], MODELS, fractions, seeds, corpus_grids(name, grids), plan, out,
-                         args.keep_runs,
-                         third_seed=not args.no_third_seed, convergence_factor=args.convergence_factor)
+    corpus = args.available[name]
+    entry = sweep_corpus(corpus, MODELS, fractions, seeds, corpus_grids(corpus, grids), plan, out, args.keep_runs,
+                         convergence_factor=args.convergence_factor, quick=args.quick)
     results["corpora"][name] = entry
     print(f"{name}: {entry['seconds'] / 60:.1f} min, {entry['cpu_seconds'] / 60:.1f} min CPU", flush=True)
   results["seconds"] = time.perf_counter() - started

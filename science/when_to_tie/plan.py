@@ -4,28 +4,39 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import math
 import os
 import pathlib
 from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-FRACTIONS = (0.01, 0.03, 0.1, 0.3, 1.0)
-SEEDS = (0, 1)
-THIRD_SEED = 2  # for the two best models of a size whose mean ± sd ranges overlap
+FRACTIONS = (0.01, 0.1, 1.0)  # three sizes a decade apart: what fits a (corpus, family) block in BLOCK_SECONDS
+SEEDS = (0, 1, 2, 3, 4)  # the scored seeds: five per cell, each model at its chosen settings
+TUNE_SEED = 100  # the seed of every tuning trial: never one of SEEDS, so no scored run is the run a choice was made on
+DRAWS = 3  # data draws (data.draw_seed) at DRAW_FRACTIONS, where which documents a size holds can change the answer
+DRAW_FRACTIONS = (0.01, 0.1)
 # train.early_stopping_patience: off. With patience 3 the untied model on all the byte data plateaued at the peak
 # learning rate and stopped at step 1,050 of 3,000 (best 600, eval 1.731), where running on through the cosine
 # decay reaches ~1.69: stopping on a plateau before the decay judges the schedule, not the model. So every run
 # goes through its whole schedule and is scored at the eval with the lowest select/loss.
 PATIENCE = 0
-# AdamW's decay shrinks weights by exp(-weight_decay · Σ learning rate): Σ lr is ~1-5 where small data stops
-# early and ~20-75 at 100%, so 0.1 and 1 span mild to strong at every size. λ: 0 (tied + W without the penalty)
-# and three strengths a decade apart.
-GRIDS = {"weight_decay": (0.0, 0.1, 1.0), "hidden_l2": (0.0, 0.001, 0.01, 0.1)}
-# A corpus's own grids, over GRIDS: on the subword pieces the top weight decay, 1, was chosen by every model at 1-3%
-# (on the alphabetical split), so the grid goes on to 3 there; 3 was then chosen by plain tying at 1% (by document),
-# so it goes on to 10. The bytes keep GRIDS (their results were swept on it).
-CORPUS_GRIDS = {"subword": {"weight_decay": (0.0, 0.1, 1.0, 3.0, 10.0)}}
-QUICK_GRIDS = {"weight_decay": (0.0,), "hidden_l2": (0.1,)}  # one run per model (tune: its own test)
+# Every model gets the same tuning budget, `trials`: the learning rate (these multiples of its corpus config's peak
+# learning rate) crossed with the weight decay, 3 × 3 = 9 trials; tied + W's λ is spread over those same 9 trials
+# (a Latin square), not searched on top. AdamW's decay shrinks weights by exp(-weight_decay · Σ learning rate): Σ lr
+# is ~1-5 where the data is small and ~20-75 at 100%, so 0.1 and 1 span mild to strong at every size.
+LEARNING_RATE_FACTORS = (1 / 3, 1.0, 3.0)
+GRIDS = {"weight_decay": (0.0, 0.1, 1.0), "hidden_l2": (0.0, 0.001, 0.01)}
+# A corpus's own grids over GRIDS: on the subword pieces the published choices ranged from 0 to 3.
+CORPUS_GRIDS = {"subword": {"weight_decay": (0.0, 0.3, 3.0)}}
+QUICK_GRIDS = {"learning_rate": (1.0,), "weight_decay": (0.0,), "hidden_l2": (0.1,)}  # one trial per model
+# A (corpus, model family) block of runs: at most this long on the 2-core build machine, so a block is one sitting.
+BLOCK_SECONDS = 2 * 3600
+# Wall seconds of one run by corpus and size on 2 cores: the mean of the published sweep's runs (docs/when_to_tie.json:
+# bytes on the 2-core Xeon, subword on the 2-core AVX-512 EPYC) at the same schedule (EPOCHS passes, each corpus's
+# max_steps); a block's estimate is its runs times these (`block_seconds`).
+# The controls cost what the bigram models cost; a context model's run has not been timed yet (issue 44).
+RUN_SECONDS = {"bytes": {0.01: 6.6, 0.1: 5.9, 1.0: 10.3}, "subword": {0.01: 11.5, 0.1: 22.1, 1.0: 91.5}}
+TIMED_FAMILIES = ("bigram", "controls")
 SUBWORD_VOCAB = 2048  # 8192 pieces cost ~4× the steps and evals, and do not converge at 100% in the budget
 EPOCHS = 10  # a run's schedule: 10 passes over its train pairs, within [MIN_STEPS, Plan.max_steps]
 MIN_STEPS = 200
@@ -39,6 +50,9 @@ CONVERGENCE_FACTOR = 3
 # interval's gain came.
 RECHECK_EVALS = 4
 VIM_DOCS = "/usr/share/vim/vim*/doc"
+# The data.split that draws selection and validation from one pool with data.draw_seed (issue 45, point 1): a corpus
+# on it is scored on DRAWS draws at DRAW_FRACTIONS; on any other split, on its one fixed split.
+DRAWN = "drawn"
 
 
 class UsageError(Exception):
@@ -71,20 +85,92 @@ QUICK_PLAN = Plan(0.1, 20, 1, 4)
 
 @dataclasses.dataclass(frozen=True)
 class Model:
-  """One of the compared models: its key, its label in tables and plots, its model.* settings and what it tunes."""
+  """One of the compared models: its key, its label in tables and plots, its model.* settings, what it tunes, and
+  for a model the trainer cannot build yet, the config fields it needs (`needs`: {field: value})."""
 
   key: str
   label: str
   tied: bool
   hidden: str = "none"
-  tuned: tuple[str, ...] = ("weight_decay",)  # the GRIDS axes searched, in this order
+  tuned: tuple[str, ...] = ("learning_rate", "weight_decay")  # the axes of its `trials`
+  d_model_factor: float = 1.0  # × the corpus config's model.d_model (the equal-parameter control: 0.5)
+  needs: tuple[tuple[str, Any], ...] = ()  # (config field, value) the model sets beyond tied / hidden
 
 
 MODELS = (
     Model("tied", "tied E·Eᵀ", tied=True),
     Model("untied", "untied A·Bᵀ", tied=False),
-    Model("tied_w", "tied + W  E·W·Eᵀ", tied=True, hidden="linear", tuned=("weight_decay", "hidden_l2")),
+    Model("tied_w", "tied + W  E·W·Eᵀ", tied=True, hidden="linear",
+          tuned=("learning_rate", "weight_decay", "hidden_l2")),
 )
+# The controls that test the mechanism (issue 45, point 5), each tuned as the models are. The output bias and the
+# symmetric S need model fields the trainer does not have yet: they are planned, and `unavailable` says why not run.
+CONTROLS = (
+    Model("tied_bias", "tied + bias  E·Eᵀ + b", tied=True, needs=(("model.output_bias", True),)),
+    Model("tied_sym", "tied + S  E·S·Eᵀ, S = Sᵀ", tied=True, hidden="symmetric",
+          tuned=("learning_rate", "weight_decay", "hidden_l2")),
+    Model("untied_half", "untied at D/2  A·Bᵀ", tied=False, d_model_factor=0.5),  # tied's parameter count
+)
+# The model axis (point 6): the bigram models again with a context of the previous tokens (issue 44's model.context).
+CONTEXTS = ("mlp", "transformer")
+FAMILIES = {"bigram": MODELS, "controls": CONTROLS,
+            **{context: tuple(dataclasses.replace(model, key=f"{model.key}_{context}",
+                                                  label=f"{model.label.split('  ')[0]} + {context}",
+                                                  needs=(("model.context", context),))
+                              for model in MODELS) for context in CONTEXTS}}
+
+
+def trials(model: Model, grids: dict[str, tuple[float, ...]]) -> list[dict[str, float]]:
+  """The settings a model is tuned over: the learning rate × weight decay grid, in that order, and for a model that
+  also tunes hidden_l2 (λ) its value (i + j) mod len(λ grid) at learning rate i and weight decay j (a Latin square:
+  each λ once per learning rate and once per weight decay). Every model has len(lr) · len(wd) trials."""
+  out = []
+  for i, rate in enumerate(grids["learning_rate"]):
+    for j, decay in enumerate(grids["weight_decay"]):
+      settings = {"learning_rate": rate, "weight_decay": decay}
+      if "hidden_l2" in model.tuned:
+        settings["hidden_l2"] = grids["hidden_l2"][(i + j) % len(grids["hidden_l2"])]
+      out.append(settings)
+  return out
+
+
+def draws(fraction: float, single: bool = False) -> tuple[int, ...]:
+  """The data draws scored at a size: DRAWS of them at DRAW_FRACTIONS, else draw 0 alone (and with `single`: --quick,
+  or a corpus whose split does not draw)."""
+  return tuple(range(DRAWS)) if fraction in DRAW_FRACTIONS and not single else (0,)
+
+
+def block_seconds(corpus_key: str, family: str, fractions=FRACTIONS, seeds=SEEDS) -> float:
+  """The estimated wall seconds of one (corpus, family) block on 2 cores: per size, each model's trials (on draw 0)
+  and its scored runs (seeds × draws), times RUN_SECONDS (the convergence check is a block of its own); nan for a
+  family not yet timed."""
+  if family not in TIMED_FAMILIES:
+    return math.nan
+  grids = {"learning_rate": LEARNING_RATE_FACTORS, **GRIDS, **CORPUS_GRIDS.get(corpus_key, {})}
+  return sum(RUN_SECONDS[corpus_key][fraction] * sum(len(trials(model, grids)) + len(seeds) * len(draws(fraction))
+                                                     for model in FAMILIES[family])
+             for fraction in fractions)
+
+
+def unavailable(model: Model) -> str:
+  """Why the trainer cannot build `model` yet ('' where it can): the first field of `model.needs` its config lacks
+  or refuses."""
+  from configs import default  # noqa: PLC0415
+  from tied_embed.train.config import validate  # noqa: PLC0415
+
+  config = default.get_config()
+  settings = (("model.hidden", model.hidden), *model.needs)
+  for field, value in settings:
+    section, name = field.split(".")
+    if name not in config[section]:
+      return f"{field} does not exist yet"
+    with config.unlocked():
+      config[section][name] = value
+  try:
+    validate(config)
+  except Exception as error:  # noqa: BLE001 (a refused value: UsageError, or the field's own type check)
+    return f"{', '.join(f'{field}={value!r}' for field, value in settings)}: {error}"
+  return ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +198,7 @@ def corpora(quick: bool, subword_corpus: str) -> dict[str, Corpus]:
   from configs import subword, text  # noqa: PLC0415
 
   byte_corpus = Corpus("bytes", text, "", 256, "bytes of Python's pydoc topics (configs/text.py's default)")
-  if quick:
+  if quick:  # the one fixed split of each corpus: the quick sweep scores one draw
     return {"bytes": byte_corpus,
             "subword": Corpus("subword", subword, "", 512, "SentencePiece, 512 pieces, of Python's pydoc topics",
                               "by_document")}
@@ -122,11 +208,17 @@ def corpora(quick: bool, subword_corpus: str) -> dict[str, Corpus]:
     raise UsageError(f"--subword-corpus={subword_corpus!r}: no such file, directory or glob")
   size = sum(_size(p) for p in files)
   return {
-      "bytes": byte_corpus,
+      "bytes": dataclasses.replace(byte_corpus, note=byte_corpus.note + ", drawn as random blocks of ~8 KiB",
+                                   split=DRAWN),
       "subword": Corpus("subword", subword, path, SUBWORD_VOCAB,
                         f"SentencePiece, {SUBWORD_VOCAB} pieces, of {path} ({size / 1e6:.1f} MB; Vim's help files "
-                        "by default), split by whole files in a seeded shuffled order", "by_document"),
+                        "by default), drawn as random whole files", DRAWN),
   }
+
+
+def split_of(dataset: str) -> str:
+  """The data.split kind a results entry's dataset identity was made with: DRAWN, by_document or contiguous."""
+  return DRAWN if "-draw" in dataset else "by_document" if "-bydoc" in dataset else "contiguous"
 
 
 def _size(path: str) -> int:
@@ -134,9 +226,13 @@ def _size(path: str) -> int:
   return sum(p.stat().st_size for p in target.rglob("*") if p.is_file()) if target.is_dir() else target.stat().st_size
 
 
-def corpus_grids(corpus_key: str, grids: dict[str, tuple[float, ...]]) -> dict[str, tuple[float, ...]]:
-  """The grids a corpus is tuned on: `grids` with the corpus's CORPUS_GRIDS over them (QUICK_GRIDS stay as they are)."""
-  return grids if grids is QUICK_GRIDS else {**grids, **CORPUS_GRIDS.get(corpus_key, {})}
+def corpus_grids(corpus: Corpus, grids: dict[str, tuple[float, ...]]) -> dict[str, tuple[float, ...]]:
+  """The grids a corpus is tuned on: `grids` with the corpus's CORPUS_GRIDS over them, and the learning rates as
+  LEARNING_RATE_FACTORS (QUICK_GRIDS: its own factor) times the corpus config's peak learning rate."""
+  factors = grids.get("learning_rate", LEARNING_RATE_FACTORS)
+  base = float(corpus.base.get_config().train.learning_rate)
+  own = {} if grids is QUICK_GRIDS else CORPUS_GRIDS.get(corpus.key, {})
+  return {**grids, **own, "learning_rate": tuple(float(f"{base * factor:.6g}") for factor in factors)}
 
 
 def schedule(plan: Plan, train_pairs: int, batch_size: int) -> tuple[int, int]:
@@ -150,13 +246,15 @@ def schedule(plan: Plan, train_pairs: int, batch_size: int) -> tuple[int, int]:
 
 
 def run_config(corpus: Corpus, model: Model, fraction: float, seed: int, settings: dict[str, float], steps: int,
-               every: int, data_dir: pathlib.Path, selection_share: float, min_delta: float = 0.0):
-  """The config of one run: the corpus's config, the model and its regulariser, the train fraction, the selection
-  split, evals (and checkpoints of the best) every `every` steps, the best step's min_delta and early stopping."""
+               every: int, data_dir: pathlib.Path, selection_share: float, min_delta: float = 0.0, draw: int = 0):
+  """The config of one run: the corpus's config, the model, its learning rate and regulariser, the train fraction,
+  the selection split, evals (and checkpoints of the best) every `every` steps, the best step's min_delta and early
+  stopping; on a drawn corpus, data draw `draw` (data.split = 'drawn-<draw>')."""
   config = corpus.base.get_config()
   config.seed = seed
   config.data.text_path = corpus.text_path
-  config.data.split = corpus.split  # set here, not left to the base config: the bytes stay contiguous
+  # set here, not left to the base config: the bytes stay contiguous where the corpus does not draw
+  config.data.split = f"{DRAWN}-{draw}" if corpus.split == DRAWN else corpus.split
   config.data.data_dir = str(data_dir)
   config.data.train_fraction = fraction
   config.data.selection_fraction = selection_share
@@ -165,6 +263,9 @@ def run_config(corpus: Corpus, model: Model, fraction: float, seed: int, setting
   config.model.hidden = model.hidden
   config.model.hidden_l2 = float(settings.get("hidden_l2", 0.0)) if model.hidden != "none" else 0.0
   config.train.weight_decay = float(settings.get("weight_decay", 0.0))
+  if "learning_rate" in settings:
+    config.train.learning_rate = float(settings["learning_rate"])
+  config.model.d_model = max(1, round(config.model.d_model * model.d_model_factor))
   config.train.update(num_steps=steps, warmup_steps=max(1, steps // 10), log_every=steps, eval_every=every,
                       checkpoint_every=steps, keep_checkpoints=1, early_stopping_patience=PATIENCE,
                       min_delta=min_delta)

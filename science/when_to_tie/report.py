@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import os
 import pathlib
 import shutil
 from typing import Any
@@ -11,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from science import common
-from science.when_to_tie.plan import EPOCHS, MIN_STEPS, REPO, THIRD_SEED
-from science.when_to_tie.sweep import mean_sd
+from science.when_to_tie import checks
+from science.when_to_tie.plan import EPOCHS, MIN_STEPS, REPO
+from science.when_to_tie.stats import CONFIDENCE, Interval, against, mean_sd, paired
 
 COMMAND = "python -m science.when_to_tie"  # how the pages name the command that wrote them
 NOTES_START, NOTES_END = "<!-- NOTES (kept by --write-docs) -->", "<!-- /NOTES -->"
@@ -30,15 +33,75 @@ def ranking(entry: dict[str, Any], fraction: str) -> list[str]:
   return sorted(entry["runs"], key=lambda key: mean_sd(entry["runs"][key][fraction], "eval_loss")[0])
 
 
+BASELINES = {"count": "add-k", "kneser_ney": "Kneser-Ney"}  # an entry's count-model keys and their names
+
+
+@dataclasses.dataclass(frozen=True)
+class Pick:
+  """One data size's answer: the model with the lowest mean eval loss (`first`), the next one, their paired
+  difference second − first, whether `first` is named (its interval against every other model excludes 0), the
+  strongest count model by eval loss and first − that count model."""
+
+  first: str
+  second: str
+  margin: Interval
+  named: bool
+  baseline: str
+  behind: Interval
+
+
+def baseline(entry: dict[str, Any], fraction: str) -> tuple[str, dict[str, Any]]:
+  """The strongest count model of a size, by eval loss: (its key in BASELINES, its numbers)."""
+  present = [key for key in BASELINES if fraction in entry.get(key, {})]
+  key = min(present, key=lambda key: entry[key][fraction]["eval_loss"])
+  return key, entry[key][fraction]
+
+
+def by_draw(numbers: dict[str, Any]) -> dict[int, float]:
+  """A count model's eval loss per data draw: {draw: loss} ("by_draw" where the sweep drew several, else draw 0)."""
+  return {int(draw): loss for draw, loss in numbers.get("by_draw", {"0": numbers["eval_loss"]}).items()}
+
+
+def pick(entry: dict[str, Any], fraction: str) -> Pick:
+  """The pick at one size from its runs' paired differences (same seed, same draw)."""
+  order = ranking(entry, fraction)
+  runs = {key: entry["runs"][key][fraction] for key in order}
+  first, second = order[:2]
+  named = all(paired(runs[first], runs[other]).low > 0 for other in order[1:])
+  key, numbers = baseline(entry, fraction)
+  return Pick(first, second, paired(runs[first], runs[second]), named, key, against(runs[first], by_draw(numbers)))
+
+
+def _range(value: Interval) -> str:
+  return f"{value.low:.3f} to {value.high:.3f}" if value.n >= 2 else "one seed: no interval"
+
+
+def pick_text(entry: dict[str, Any], fraction: str, labels: dict[str, str]) -> str:
+  """'10% tied + W by 0.077 (0.051 to 0.103)', or '3% tied + W ≈ untied (-0.010 to 0.040)', then the strongest
+  count model where it is ahead (or its interval holds 0)."""
+  chosen = pick(entry, fraction)
+  size = f"{100 * float(fraction):g}%"
+  if chosen.named:
+    text = f"{size} {labels[chosen.first]} by {chosen.margin.mean:.3f} ({_range(chosen.margin)})"
+  else:
+    text = f"{size} {labels[chosen.first]} ≈ {labels[chosen.second]} ({_range(chosen.margin)})"
+  count = f"the {BASELINES[chosen.baseline]} count model"
+  if chosen.behind.excludes_zero and chosen.behind.mean > 0:
+    text += f", {count} {chosen.behind.mean:.3f} ahead ({_range(chosen.behind)})"
+  elif not chosen.behind.excludes_zero:
+    text += f", ≈ {count} ({chosen.behind.mean:+.3f}, {_range(chosen.behind)})"
+  return text
+
+
 def picks(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
-  """Per data size, the model to pick and by how much it leads (or that the seeds cannot separate the two best)."""
-  lines = []
-  for fraction in entry["count"]:
-    first, second = ranking(entry, fraction)[:2]
-    (m1, s1), (m2, s2) = (mean_sd(entry["runs"][k][fraction], "eval_loss") for k in (first, second))
-    tie = " (within the seeds' spread of " + labels[second] + ")" if m2 - s2 <= m1 + s1 else ""
-    lines.append(f"{100 * float(fraction):g}%: {labels[first]}, {m2 - m1:.3f} nats ahead{tie}")
-  return lines
+  """Per data size, the pick and its paired margin with its interval, or "≈" where the interval holds 0."""
+  return [pick_text(entry, fraction, labels) for fraction in entry["count"]]
+
+
+INTERVALS_NOTE = (f"Margins: the paired difference in eval loss (nats) between the two best models over the seeds both "
+                  f"ran (same seed, same data draw), with its {100 * CONFIDENCE:g}% t-interval; a model is named only "
+                  "where its interval against every other model excludes 0, \"≈\" elsewhere. The count model is the "
+                  "stronger of add-k and Kneser-Ney (where swept) by eval loss.")
 
 
 def at_the_end(run: dict[str, Any]) -> bool:
@@ -103,7 +166,7 @@ def recheck_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
 
 
 def _settings_text(settings: dict[str, float]) -> str:
-  names = {"weight_decay": "wd", "hidden_l2": "λ"}
+  names = {"learning_rate": "lr", "weight_decay": "wd", "hidden_l2": "λ"}
   return ", ".join(f"{names[axis]} {value:g}" for axis, value in settings.items())
 
 
@@ -141,17 +204,34 @@ def _method(results: dict[str, Any], labels: dict[str, str]) -> str:
       + " and is scored at its best step: the eval with the lowest selection loss" + _min_deltas(results)
       + "; its schedule "
       f"(warmup, then cosine decay to 0) is {EPOCHS} passes over its train pairs, within [{MIN_STEPS}, the corpus's "
-      "most steps]. Each model's regulariser is chosen per data size on the selection split (seed 0), never on "
-      f"eval: weight decay (AdamW, decoupled) from {_values(grids['weight_decay'])} for every model"
-      + _own_grids(results, "weight_decay") + ", then for tied + W the penalty λ‖W − I‖² from "
-      f"{_values(grids['hidden_l2'])}" + _own_grids(results, "hidden_l2") + ". "
-      f"Seeds {', '.join(map(str, results['seeds']))} (seed {THIRD_SEED} too for the two best models where their "
-      "spreads overlap): mean ± standard deviation. The count model is add-k counts of exactly the pairs the models "
-      "train on, k chosen on the selection split; Δ count = model − count model (negative: the model beats it). "
+      "most steps]. " + _tuning_text(results) + " "
+      f"Seeds {', '.join(map(str, results['seeds']))}: mean ± standard deviation (ddof = 1). " + INTERVALS_NOTE
+      + " The count models count exactly the pairs the models train on: add-k, k chosen on the selection split, and "
+      "(where swept) interpolated Kneser-Ney, its discount chosen there too; Δ count = model − add-k count model "
+      "(negative: the model beats it). "
       "Rare inputs: validation pairs whose current token is among the least frequent making up the last 10% of the "
       "train occurrences used, or never current in them (`tied_embed/data/frequency.py`). Self-argmax: the share of "
       "validation pairs whose predicted likeliest next token is the current token, from the restored best "
       "checkpoint in NumPy float64; beside it the data's own rate of repeats (next = current).")
+
+
+def _tuning_text(results: dict[str, Any]) -> str:
+  """How each model's settings were chosen: the equal-budget trials on an unscored seed, or (a results file
+  without "tune_seed") the coordinate search on seed 0."""
+  grids = results["grids"]
+  if "tune_seed" not in results:
+    return ("Each model's regulariser is chosen per data size on the selection split (seed 0), never on eval: "
+            f"weight decay (AdamW, decoupled) from {_values(grids['weight_decay'])} for every model"
+            + _own_grids(results, "weight_decay") + ", then for tied + W the penalty λ‖W − I‖² from "
+            f"{_values(grids['hidden_l2'])}" + _own_grids(results, "hidden_l2") + ".")
+  rates = "; ".join(f"{_values(entry['grids']['learning_rate'])} on {name}"
+                    for name, entry in results["corpora"].items())
+  return (f"Every model gets the same tuning budget per data size: its peak learning rate ({rates}) crossed with "
+          f"weight decay (AdamW, decoupled) from {_values(grids['weight_decay'])}"
+          + _own_grids(results, "weight_decay") + "; tied + W's penalty λ‖W − I‖² from "
+          f"{_values(grids['hidden_l2'])} is spread over those same trials (a Latin square), not searched on top. "
+          f"The trials run on seed {results['tune_seed']}, which is never scored, and the setting with the lowest "
+          "selection loss at its best step is chosen, never by eval.")
 
 
 def _min_deltas(results: dict[str, Any]) -> str:
@@ -195,16 +275,21 @@ def _corpus_lines(corpus: str, entry: dict[str, Any], labels: dict[str, str]) ->
       "",
       "Best-step eval loss (nats) and its distance from the count model:",
       "",
-      "| train data | count model (k) | " + " | ".join(f"{labels[k]} (Δ count)" for k in keys) + " | pick |",
-      "|---" * (3 + len(keys)) + "|",
+      "| train data | count model (k) | " + ("Kneser-Ney (discount) | " if "kneser_ney" in entry else "")
+      + " | ".join(f"{labels[k]} (Δ count)" for k in keys) + " | pick |",
+      "|---" * (3 + len(keys) + ("kneser_ney" in entry)) + "|",
   ]
   for fraction, count in entry["count"].items():
     cells = []
+    if "kneser_ney" in entry:
+      cells.append(f"{entry['kneser_ney'][fraction]['eval_loss']:.4f} ({entry['kneser_ney'][fraction]['discount']:g})")
     for k in keys:
       mean, sd = mean_sd(entry["runs"][k][fraction], "eval_loss")
       cells.append(f"{mean:.4f} ± {sd:.4f} ({mean - count['eval_loss']:+.3f})")
+    chosen = pick(entry, fraction)
+    named = labels[chosen.first] if chosen.named else f"{labels[chosen.first]} ≈ {labels[chosen.second]}"
     lines.append(f"| {100 * float(fraction):g}% ({len_used(entry, fraction):,} pairs) | {count['eval_loss']:.4f} "
-                 f"({count['k']:g}) | " + " | ".join(cells) + f" | {labels[ranking(entry, fraction)[0]]} |")
+                 f"({count['k']:g}) | " + " | ".join(cells) + f" | {named} |")
   lines += _per_model_lines(entry, labels)
   lines += ["", "Pick per data size: " + "; ".join(picks(entry, labels)) + "."]
   if "recheck" in entry:
@@ -216,14 +301,16 @@ def _corpus_lines(corpus: str, entry: dict[str, Any], labels: dict[str, str]) ->
 
 def _per_model_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
   """The table of each model at each size: its chosen regulariser, best steps, gap, rare-input loss, self-argmax."""
+  own = any("count_self" in repeats for repeats in entry["repeats"].values())
   lines = [
       "",
       "Per model: the chosen regulariser, the best step / the step it ended at (per seed), the gap to the floor, "
-      "the rare-input loss, and the self-argmax share (all pairs / rare inputs) against the data's repeats:",
+      "the rare-input loss, and the self-argmax share (all pairs / rare inputs) against the data's repeats"
+      + (" and the Kneser-Ney count model's own self-argmax share" if own else "") + ":",
       "",
       "| train data | model | chosen | best / end step | gap % of floor | rare-input loss | self-argmax "
-      "| data repeats |",
-      "|---|---|---|---|---|---|---|---|",
+      "| data repeats |" + (" count model's self-argmax |" if own else ""),
+      "|---|---|---|---|---|---|---|---|" + ("---|" if own else ""),
   ]
   for fraction, repeats in entry["repeats"].items():
     for k in entry["runs"]:
@@ -235,7 +322,9 @@ def _per_model_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str]
       lines.append(
           f"| {100 * float(fraction):g}% | {labels[k]} | {_settings_text(entry['tuning'][k][fraction]['chosen'])} "
           f"| {steps} | {gap:.2f} ± {gap_sd:.2f} | {rare:.4f} | {100 * own:.1f}% / {100 * own_rare:.1f}% | "
-          f"{100 * repeats['repeats']:.1f}% / {100 * repeats['repeats_rare']:.1f}% |")
+          f"{100 * repeats['repeats']:.1f}% / {100 * repeats['repeats_rare']:.1f}% |"
+          + (f" {100 * repeats['count_self']:.1f}% / {100 * repeats['count_self_rare']:.1f}% |"
+             if "count_self" in repeats else ""))
   return lines
 
 
@@ -338,22 +427,16 @@ def len_used(entry: dict[str, Any], fraction: str) -> int:
 
 
 def readme_block(results: dict[str, Any]) -> str:
-  """The README's first-screen answer: per corpus and data size the model to pick, by how much (nats of eval loss
-  at the best step) or that the seeds cannot separate it from the next one, and where the count model is ahead."""
+  """The README's first-screen answer: per corpus and data size the model to pick and its paired margin with the
+  margin's 95% interval, or "≈" where the interval holds 0, and where the strongest count model is ahead."""
   labels = {model["key"]: model["label"].split("  ")[0] for model in results["models"]}
   lines = []
   for corpus, entry in results["corpora"].items():
-    sizes = []
-    for fraction, count in entry["count"].items():
-      first, second = ranking(entry, fraction)[:2]
-      (m1, s1), (m2, s2) = (mean_sd(entry["runs"][k][fraction], "eval_loss") for k in (first, second))
-      pick = (f"{labels[first]} ≈ {labels[second]}" if m2 - s2 <= m1 + s1
-              else f"{labels[first]} by {m2 - m1:.3f}")
-      behind = f", count model {m1 - count['eval_loss']:.3f} ahead" if count["eval_loss"] < m1 else ""
-      sizes.append(f"{100 * float(fraction):g}% {pick}{behind}")
+    sizes = [pick_text(entry, fraction, labels) for fraction in entry["count"]]
     lines.append(f"- **{corpus}** ({entry['note'].split(' (')[0]}, V = {entry['vocab_size']}): " + "; ".join(sizes))
     if "convergence" in entry:
       lines[-1] += convergence_readme(entry, labels)
+  lines.append(f"\n{INTERVALS_NOTE}")
   lines.append(f"\nMeasured by `{COMMAND}` in {results['seconds'] / 60:.0f} min "
                f"({results['cpu_seconds'] / 60:.0f} min of CPU time) on {results['machine']}.")
   return "\n".join(lines)
@@ -384,9 +467,15 @@ def figure(results: dict[str, Any]):
                        label=labels[key])
     loss_ax.plot(pairs, [entry["count"][f]["eval_loss"] for f in fractions], "k--", marker="s",
                  label="count bigram (add-k)")
+    if "kneser_ney" in entry:
+      loss_ax.plot(pairs, [entry["kneser_ney"][f]["eval_loss"] for f in fractions], "k-.", marker="^",
+                   label="count bigram (Kneser-Ney)")
     loss_ax.axhline(entry["floor"], color="grey", linestyle=":", label="floor (unreachable)")
     self_ax.plot(pairs, [100 * entry["repeats"][f]["repeats"] for f in fractions], "k--",
                  label="data: next = current")
+    if all("count_self" in entry["repeats"][f] for f in fractions):
+      self_ax.plot(pairs, [100 * entry["repeats"][f]["count_self"] for f in fractions], "k-.",
+                   label="count model (Kneser-Ney): its own argmax")
     loss_ax.set_ylabel("best-step eval loss (nats)")
     self_ax.set_ylabel("predicted next = current (% of eval pairs)")
     loss_ax.set_title(f"{corpus}: best-step eval loss")
@@ -406,7 +495,8 @@ def figure(results: dict[str, Any]):
 
 
 def results_problem(results: Any) -> str:
-  """Why `results` is not a sweep's results file ('' where it is): a missing key, or tables that cannot be made."""
+  """Why `results` is not a sweep's results file ('' where it is): a missing key, a value that cannot be published
+  (`checks.values_problem`), or tables that cannot be made."""
   if not isinstance(results, dict):
     return f"expected a JSON object, got {type(results).__name__}"
   missing = [key for key in RESULTS_KEYS if key not in results]
@@ -419,6 +509,9 @@ def results_problem(results: Any) -> str:
     if missing:
       return f"its {name!r} corpus has no {missing[0]!r} key"
   try:
+    wrong = checks.values_problem(results)
+    if wrong:
+      return wrong
     markdown(results, "when_to_tie.png")
     readme_block(results)
   except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as error:
@@ -441,10 +534,11 @@ def write(results: dict[str, Any], out: pathlib.Path, notes: str = "") -> list[p
   paths = [out / f"when_to_tie.{suffix}" for suffix in SUFFIXES]
   for path, suffix in zip(paths, SUFFIXES, strict=True):
     data = contents[suffix]
-    if isinstance(data, bytes):
-      path.write_bytes(data)
-    else:
-      path.write_text(data)
+    # a new file renamed over the old: a link at the path is replaced, never written through
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.unlink(missing_ok=True)
+    temporary.write_bytes(data if isinstance(data, bytes) else data.encode())
+    os.replace(temporary, path)
   return paths
 
 

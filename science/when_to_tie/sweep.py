@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import math
+import os
 import pathlib
 import shutil
 import time
@@ -14,17 +16,23 @@ from typing import Any
 
 import numpy as np
 
+from science.when_to_tie import checks
+from science.when_to_tie.stats import mean_sd
 from science.when_to_tie.plan import (
   CONVERGENCE_FACTOR,
+  DRAWN,
   MIN_STEPS,
   MODELS,
   PATIENCE,
-  THIRD_SEED,
+  TUNE_SEED,
   Corpus,
   Model,
   Plan,
+  UsageError,
+  draws,
   run_config,
   schedule,
+  trials,
 )
 
 # --- the count-bigram reference and the repeat shares: plain NumPy, independent of the trainer --------------------
@@ -40,6 +48,18 @@ def count_reference(train: tuple[np.ndarray, np.ndarray], selection: tuple[np.nd
   k = count_bigram.best_k(fit, *selection)
   return {"k": k, "select_loss": count_bigram.add_k_loss(fit, *selection, k),
           "eval_loss": count_bigram.add_k_loss(fit, *evaluation, k)}
+
+
+def kneser_ney_reference(train: tuple[np.ndarray, np.ndarray], selection: tuple[np.ndarray, np.ndarray],
+                         evaluation: tuple[np.ndarray, np.ndarray], vocab_size: int) -> dict[str, float]:
+  """The interpolated Kneser-Ney bigram of the train pairs (N,), (N,), its discount chosen on the selection pairs:
+  → {discount, select_loss, eval_loss} (nats)."""
+  from tied_embed.data.text import count_bigram  # noqa: PLC0415
+
+  fit = count_bigram.PairCounts.of(*train, vocab_size)
+  discount = count_bigram.best_discount(fit, *selection)
+  return {"discount": discount, "select_loss": count_bigram.kneser_ney_loss(fit, *selection, discount),
+          "eval_loss": count_bigram.kneser_ney_loss(fit, *evaluation, discount)}
 
 
 def row_predictions(lookup: np.ndarray, projection: np.ndarray, rows: int = 512) -> tuple[np.ndarray, np.ndarray]:
@@ -87,6 +107,23 @@ def repeat_shares(eval_ids: np.ndarray, eval_next: np.ndarray, rare: np.ndarray)
           "rare_pair_share": float(rare[eval_ids].mean())}
 
 
+def count_self_shares(train: tuple[np.ndarray, np.ndarray], discount: float, eval_ids: np.ndarray,
+                      rare: np.ndarray, vocab_size: int, rows: int = 256) -> dict[str, float]:
+  """The count model's own "same token again": the share of eval pairs (all, rare inputs) whose current token is its
+  own likeliest next token under the Kneser-Ney bigram of the train pairs (N,), (N,) (`discount` as chosen), the
+  reference line for a model's self-argmax share. Ties go to the lowest token id, as np.argmax breaks them."""
+  from tied_embed.data.text import count_bigram  # noqa: PLC0415
+
+  fit = count_bigram.PairCounts.of(*train, vocab_size)
+  argmax = np.empty(vocab_size, np.int64)
+  for start in range(0, vocab_size, rows):
+    ids = np.arange(start, min(start + rows, vocab_size))
+    block = np.repeat(ids, vocab_size), np.tile(np.arange(vocab_size), len(ids))
+    argmax[ids] = count_bigram.kneser_ney_probs(fit, *block, discount).reshape(len(ids), vocab_size).argmax(axis=1)
+  own = argmax[eval_ids] == eval_ids
+  return {"count_self": float(own.mean()), "count_self_rare": _mean(own[rare[eval_ids]])}
+
+
 def _mean(values: np.ndarray) -> float:
   return float(np.mean(values, dtype=np.float64)) if len(values) else float("nan")
 
@@ -99,50 +136,74 @@ class Sweep:
   def __init__(self, corpus: Corpus, plan: Plan, out: pathlib.Path, keep_runs: bool):
     from tied_embed.data import bigram as data_lib  # noqa: PLC0415
 
-    self.corpus, self.plan, self.keep_runs = corpus, plan, keep_runs
+    self.corpus, self.plan, self.keep_runs, self.out = corpus, plan, keep_runs, out
     self.data_dir = out / "data" / corpus.key
     self.runs_dir = out / "runs" / corpus.key
-    shutil.rmtree(self.runs_dir, ignore_errors=True)  # a rerun trains afresh, whatever the steps were
-    probe = run_config(corpus, MODELS[0], 1.0, 0, {}, MIN_STEPS, MIN_STEPS, self.data_dir, plan.selection_share)
-    with contextlib.redirect_stdout(io.StringIO()):  # TFDS's 'downloading' chatter, as the trainer drops it
-      self.data = data_lib.load_bigram_data(probe, self.runs_dir / "probe")  # builds the shared dataset once
-    self.batch_size = int(probe.train.batch_size)
+    self.finished_path = out / FINISHED
+    self.finished = read_finished(self.finished_path)
+    self.draws: dict[int, Any] = {}
+    self.data = self.drawn(0)
+    self.batch_size = int(corpus.base.get_config().train.batch_size)
 
-  def train_pairs(self, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+  def drawn(self, draw: int):
+    """The BigramData of data draw `draw` (the corpus's one split where it does not draw), built once per draw."""
+    from tied_embed.data import bigram as data_lib  # noqa: PLC0415
+
+    if draw not in self.draws:
+      probe = run_config(self.corpus, MODELS[0], 1.0, 0, {}, MIN_STEPS, MIN_STEPS, self.data_dir,
+                         self.plan.selection_share, draw=draw)
+      with contextlib.redirect_stdout(io.StringIO()):  # TFDS's 'downloading' chatter, as the trainer drops it
+        self.draws[draw] = data_lib.load_bigram_data(probe, self.runs_dir / "probe")  # shared by the draw's runs
+    return self.draws[draw]
+
+  def train_pairs(self, fraction: float, draw: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Exactly the pairs a run at `fraction` trains on (the trainer's `train_pairs_used` of what selection leaves)."""
     from tied_embed.data import bigram as data_lib  # noqa: PLC0415
 
-    used = data_lib.train_pairs_used(len(self.data.train_ids), fraction)
-    return self.data.train_ids[:used], self.data.train_next[:used]
+    data = self.drawn(draw)
+    used = data_lib.train_pairs_used(len(data.train_ids), fraction)
+    return data.train_ids[:used], data.train_next[:used]
 
-  def rare_inputs(self, fraction: float) -> np.ndarray:
+  def rare_inputs(self, fraction: float, draw: int = 0) -> np.ndarray:
     """(V,) bool: the tokens in the rare bucket of the train pairs used at `fraction` (tied_embed/data/frequency.py)."""
     from tied_embed.data import frequency  # noqa: PLC0415
 
-    counts = np.bincount(self.train_pairs(fraction)[0], minlength=self.corpus.vocab_size)
+    counts = np.bincount(self.train_pairs(fraction, draw)[0], minlength=self.corpus.vocab_size)
     return frequency.input_buckets(counts) == frequency.BUCKETS.index("rare")
 
   def train(self, model: Model, fraction: float, seed: int, settings: dict[str, float],
-            steps_factor: int = 1, evals_factor: int = 1) -> dict[str, Any]:
+            steps_factor: int = 1, evals_factor: int = 1, draw: int = 0) -> dict[str, Any]:
     """One run, scored at its best step: → its numbers. `steps_factor` stretches its schedule: that many times the
     steps and the steps between evals (the same warmup share, cosine decay and eval count; the convergence check).
-    `evals_factor`: that many times the evals, the training unchanged (a best step's recheck)."""
+    `evals_factor`: that many times the evals, the training unchanged (a best step's recheck). A run already in
+    the finished record (FINISHED, under --out) is not trained again: its numbers are returned as recorded. `draw`:
+    the data draw (0 alone until the corpus's split draws; plan.draws)."""
     from tied_embed.train import checkpoint, trainer  # noqa: PLC0415
 
-    steps, every = schedule(self.plan, len(self.train_pairs(fraction)[0]), self.batch_size)
+    steps, every = schedule(self.plan, len(self.train_pairs(fraction, draw)[0]), self.batch_size)
     steps, every = steps * steps_factor, max(1, every * steps_factor // evals_factor)
     config = run_config(self.corpus, model, fraction, seed, settings, steps, every, self.data_dir,
-                        self.plan.selection_share, self.plan.min_delta)
+                        self.plan.selection_share, self.plan.min_delta, draw=draw)
     name = "-".join(f"{key}={value:g}" for key, value in sorted(settings.items()))
     stretched = ("" if steps_factor == 1 else f"-x{steps_factor}") + ("" if evals_factor == 1 else f"-e{evals_factor}")
-    workdir = self.runs_dir / f"{model.key}-{name}-f{fraction:g}-s{seed}{stretched}"
+    drawn = "" if draw == 0 else f"-d{draw}"
+    workdir = self.runs_dir / f"{model.key}-{name}-f{fraction:g}-s{seed}{drawn}{stretched}"
+    # the dataset (corpus contents, split, draw, selection share) and the steps too: another --subword-corpus or
+    # --<corpus>-steps on the same --out makes other runs
+    key = f"{self.drawn(draw).identity}/{workdir.name}-n{steps}-e{every}-m{self.plan.min_delta:g}"
+    if key in self.finished:
+      return self.finished[key]
+    problem = checks.link_problem(self.out, [workdir])  # a link made since the command line was checked
+    if problem:
+      raise UsageError(problem)
     started, cpu_started = time.perf_counter(), time.process_time()
     summary = trainer.train_and_evaluate(config, workdir)
     best = checkpoint.restore(workdir, step=summary.best_step).model
     lookup, projection = (np.asarray(table) for table in best.scoring_tables())
-    scores = best_step_scores(lookup, projection, self.data.eval_ids, self.data.eval_next, self.rare_inputs(fraction))
+    data = self.drawn(draw)
+    scores = best_step_scores(lookup, projection, data.eval_ids, data.eval_next, self.rare_inputs(fraction, draw))
     run = {
-        "seed": seed, "settings": dict(settings), "steps_factor": steps_factor, "eval_every": every,
+        "seed": seed, "draw": draw, "settings": dict(settings), "steps_factor": steps_factor, "eval_every": every,
         "num_steps": steps,
         "best_step": summary.best_step, "end_step": summary.step, "stopped_early": summary.stopped_early,
         "select_loss": summary.best_select_loss, "eval_loss": summary.best_eval_loss,
@@ -154,6 +215,8 @@ class Sweep:
         "param_count": summary.param_count,
         "seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu_started,
     }
+    self.finished[key] = run
+    write_finished(self.finished_path, self.finished)  # before the workdir goes: a kill between keeps the numbers
     if not self.keep_runs:  # the numbers are all the sweep needs of it
       shutil.rmtree(workdir)
     print(f"  {self.corpus.key:7s} {model.key:7s} {name:28s} f={fraction:<5g} seed {seed}"
@@ -165,30 +228,46 @@ class Sweep:
     return run
 
 
-def tune(sweep: Sweep, model: Model, fraction: float, seed: int, grids: dict[str, tuple[float, ...]]):
-  """Coordinate search of `model.tuned` over `grids` by select/loss at the best step, on `seed`: → (the chosen
-  settings, its run, every trial {settings: select/loss})."""
-  settings = {axis: grids[axis][0] for axis in model.tuned}
-  trials: dict[tuple, dict[str, Any]] = {}
-  for axis in model.tuned:
-    for value in grids[axis]:
-      candidate = {**settings, axis: value}
-      key = tuple(sorted(candidate.items()))
-      if key not in trials:
-        trials[key] = sweep.train(model, fraction, seed, candidate)
-    best = min(grids[axis], key=lambda value: trials[tuple(sorted({**settings, axis: value}.items()))]["select_loss"])
-    settings = {**settings, axis: best}
-  chosen = trials[tuple(sorted(settings.items()))]
-  return settings, chosen, [{key: run[key] for key in ("settings", "select_loss", "best_step", "eval_loss",
-                                                      "predicts_self") if key in run} for run in trials.values()]
+def count_references(sweep: Sweep, fraction: float, scored_draws: tuple[int, ...]):
+  """The add-k and Kneser-Ney count models at one size, each fitted on a draw's train pairs and tuned on its selection
+  pairs: → (add-k, Kneser-Ney), each draw 0's numbers with {"by_draw": {draw: eval loss}} where several are scored."""
+  found = {}
+  for draw in scored_draws:
+    data = sweep.drawn(draw)
+    splits = sweep.train_pairs(fraction, draw), (data.select_ids, data.select_next), (data.eval_ids, data.eval_next)
+    found[draw] = (count_reference(*splits, sweep.corpus.vocab_size),
+                   kneser_ney_reference(*splits, sweep.corpus.vocab_size))
+  add_k, kneser_ney = found[scored_draws[0]]
+  if len(scored_draws) > 1:
+    add_k["by_draw"] = {str(draw): found[draw][0]["eval_loss"] for draw in scored_draws}
+    kneser_ney["by_draw"] = {str(draw): found[draw][1]["eval_loss"] for draw in scored_draws}
+  return add_k, kneser_ney
 
 
-def spreads_cross(runs_by_model: dict[str, list[dict[str, Any]]]) -> list[str]:
-  """The two models with the lowest mean eval loss if their mean ± sd ranges overlap, else []."""
-  stats = {key: mean_sd(runs, "eval_loss") for key, runs in runs_by_model.items()}
-  first, second = sorted(stats, key=lambda key: stats[key][0])[:2]
-  (m1, s1), (m2, s2) = stats[first], stats[second]
-  return [first, second] if m2 - s2 <= m1 + s1 else []
+def tune(sweep: Sweep, model: Model, fraction: float, grids: dict[str, tuple[float, ...]]):
+  """Every one of the model's `trials` on TUNE_SEED (never scored), the lowest select/loss at the best step chosen:
+  → (the chosen settings, every trial {settings, select_loss, ...})."""
+  runs = [sweep.train(model, fraction, TUNE_SEED, settings) for settings in trials(model, grids)]
+  chosen = min(runs, key=lambda run: run["select_loss"])
+  return dict(chosen["settings"]), [{key: run[key] for key in ("settings", "select_loss", "best_step", "eval_loss",
+                                                              "predicts_self") if key in run} for run in runs]
+
+
+FINISHED = "finished_runs.json"  # under --out: every finished run's numbers, so a killed sweep resumes
+
+
+def read_finished(path: pathlib.Path) -> dict[str, dict[str, Any]]:
+  """The finished runs recorded at `path` ({} if none): {run key: its numbers}."""
+  if not path.exists():
+    return {}
+  return json.loads(path.read_text())
+
+
+def write_finished(path: pathlib.Path, finished: dict[str, dict[str, Any]]) -> None:
+  """Writes the record whole to a temporary file beside it and renames it over: a kill leaves the old or the new."""
+  temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+  temporary.write_text(json.dumps(finished, indent=0, allow_nan=True))
+  os.replace(temporary, path)
 
 
 CONVERGENCE_KEYS = ("num_steps", "eval_every", "best_step", "end_step", "select_loss", "eval_loss")
@@ -202,7 +281,7 @@ def convergence_check(sweep: Sweep, entry: dict[str, Any], models: tuple[Model, 
   check: dict[str, Any] = {"fraction": fraction, "factor": factor,
                            "count_eval_loss": entry["count"][fraction]["eval_loss"], "runs": {}}
   for model in models:
-    base = next(run for run in entry["runs"][model.key][fraction] if run["seed"] == 0)
+    base = next(run for run in entry["runs"][model.key][fraction] if run["seed"] == 0 and run.get("draw", 0) == 0)
     long = sweep.train(model, float(fraction), 0, entry["tuning"][model.key][fraction]["chosen"], steps_factor=factor)
     check["runs"][model.key] = {
         "base": {key: base[key] for key in CONVERGENCE_KEYS}, "long": long,
@@ -215,10 +294,10 @@ def convergence_check(sweep: Sweep, entry: dict[str, Any], models: tuple[Model, 
 
 
 def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, grids, plan: Plan,
-                 out: pathlib.Path, keep_runs: bool = False, third_seed: bool = True,
-                 convergence_factor: int = CONVERGENCE_FACTOR) -> dict[str, Any]:
-  """Every model × fraction × seed on one corpus, each tuned on the selection split, and the convergence check at
-  the largest fraction (`convergence_factor` 0: none): → the corpus's JSON entry."""
+                 out: pathlib.Path, keep_runs: bool = False, convergence_factor: int = CONVERGENCE_FACTOR,
+                 quick: bool = False) -> dict[str, Any]:
+  """Every model × fraction × draw × seed on one corpus, each tuned on the selection split (on TUNE_SEED), and the
+  convergence check at the largest fraction (`convergence_factor` 0: none): → the corpus's JSON entry."""
   started, cpu_started = time.perf_counter(), time.process_time()
   sweep = Sweep(corpus, plan, out, keep_runs)
   data = sweep.data
@@ -227,34 +306,28 @@ def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, gr
       "d_model": int(corpus.base.get_config().model.d_model), "plan": dataclasses.asdict(plan), "patience": PATIENCE,
       "floor": data.loss_floor, "uniform": math.log(corpus.vocab_size),
       "train_pairs": len(data.train_ids), "select_pairs": len(data.select_ids), "eval_pairs": len(data.eval_ids),
-      "grids": {axis: list(values) for axis, values in grids.items()},
-      "count": {}, "repeats": {}, "tuning": {model.key: {} for model in models},
+      "grids": {axis: list(values) for axis, values in grids.items()}, "tune_seed": TUNE_SEED,
+      "count": {}, "kneser_ney": {}, "repeats": {}, "tuning": {model.key: {} for model in models},
       "runs": {model.key: {} for model in models},
   }
   for fraction in fractions:
     key = f"{fraction:g}"
-    entry["count"][key] = count_reference(sweep.train_pairs(fraction), (data.select_ids, data.select_next),
-                                          (data.eval_ids, data.eval_next), corpus.vocab_size)
-    entry["repeats"][key] = repeat_shares(data.eval_ids, data.eval_next, sweep.rare_inputs(fraction))
-    print(f"  {corpus.key:7s} count model f={fraction:g}: k = {entry['count'][key]['k']:g}, eval "
-          f"{entry['count'][key]['eval_loss']:.4f}", flush=True)
+    scored_draws = draws(fraction, quick or corpus.split != DRAWN)
+    entry["count"][key], entry["kneser_ney"][key] = count_references(sweep, fraction, scored_draws)
+    entry["repeats"][key] = {
+        **repeat_shares(data.eval_ids, data.eval_next, sweep.rare_inputs(fraction)),
+        **count_self_shares(sweep.train_pairs(fraction), entry["kneser_ney"][key]["discount"], data.eval_ids,
+                            sweep.rare_inputs(fraction), corpus.vocab_size)}
+    print(f"  {corpus.key:7s} count models f={fraction:g}: add-k (k = {entry['count'][key]['k']:g}) eval "
+          f"{entry['count'][key]['eval_loss']:.4f}, Kneser-Ney (discount {entry['kneser_ney'][key]['discount']:g}) "
+          f"eval {entry['kneser_ney'][key]['eval_loss']:.4f}", flush=True)
     for model in models:
-      settings, chosen, trials = tune(sweep, model, fraction, seeds[0], grids)
-      entry["tuning"][model.key][key] = {"chosen": settings, "trials": trials}
-      entry["runs"][model.key][key] = [chosen] + [sweep.train(model, fraction, seed, settings) for seed in seeds[1:]]
-    if third_seed and len(seeds) > 1:
-      for model_key in spreads_cross({model.key: entry["runs"][model.key][key] for model in models}):
-        model = next(m for m in models if m.key == model_key)
-        entry["runs"][model_key][key].append(
-            sweep.train(model, fraction, THIRD_SEED, entry["tuning"][model_key][key]["chosen"]))
+      settings, tried = tune(sweep, model, fraction, grids)
+      entry["tuning"][model.key][key] = {"chosen": settings, "trials": tried}
+      entry["runs"][model.key][key] = [sweep.train(model, fraction, seed, settings, draw=draw)
+                                       for draw in scored_draws for seed in seeds]
   if convergence_factor:
     entry["convergence"] = convergence_check(sweep, entry, models, convergence_factor)
   entry["seconds"] = time.perf_counter() - started
   entry["cpu_seconds"] = time.process_time() - cpu_started
   return entry
-
-
-def mean_sd(runs: list[dict[str, Any]], key: str) -> tuple[float, float]:
-  """The mean and standard deviation of `key` over runs (the seeds of one model at one size)."""
-  values = np.array([run[key] for run in runs], np.float64)
-  return float(np.mean(values)), float(np.std(values))

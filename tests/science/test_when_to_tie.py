@@ -30,15 +30,16 @@ def test_run_configs_are_valid_and_differ_only_where_they_should(tmp_path):
     assert config.model.hidden_l2 == (0.1 if model.hidden == "linear" else 0.0)
 
 
-def test_subword_runs_split_by_document_and_tune_weight_decay_up_to_10(tmp_path):
+def test_subword_runs_split_by_document_and_tune_on_their_own_weight_decays(tmp_path):
   corpora = plans.corpora(quick=True, subword_corpus="")
   splits = {name: plans.run_config(corpus, plans.MODELS[0], 0.1, 0, {}, 40, 10, tmp_path, 0.05).data.split
             for name, corpus in corpora.items()}
   assert splits == {"bytes": "contiguous", "subword": "by_document"}
-  assert plans.corpus_grids("subword", plans.GRIDS)["weight_decay"] == (0.0, 0.1, 1.0, 3.0, 10.0)
-  assert plans.corpus_grids("subword", plans.GRIDS)["hidden_l2"] == plans.GRIDS["hidden_l2"]
-  assert plans.corpus_grids("bytes", plans.GRIDS) == plans.GRIDS
-  assert plans.corpus_grids("subword", plans.QUICK_GRIDS) is plans.QUICK_GRIDS
+  subword = plans.corpus_grids(corpora["subword"], plans.GRIDS)
+  assert subword["weight_decay"] == (0.0, 0.3, 3.0) and subword["hidden_l2"] == plans.GRIDS["hidden_l2"]
+  assert subword["learning_rate"] == pytest.approx((0.02 / 3, 0.02, 0.06), rel=1e-5)  # configs/subword.py's 0.02
+  assert plans.corpus_grids(corpora["bytes"], plans.GRIDS)["weight_decay"] == plans.GRIDS["weight_decay"]
+  assert plans.corpus_grids(corpora["subword"], plans.QUICK_GRIDS)["weight_decay"] == (0.0,)
 
 
 def test_subword_runs_make_ten_passes_at_100_percent_and_count_a_new_best_past_min_delta(tmp_path):
@@ -71,31 +72,35 @@ class _StubSweep:
   """Stands in for Sweep.train: a run's select/loss and eval/loss are looked up from its settings."""
 
   def __init__(self, select_loss, eval_loss):
-    self.select_loss, self.eval_loss, self.trained = select_loss, eval_loss, []
+    self.select_loss, self.eval_loss, self.seeds = select_loss, eval_loss, []
 
   def train(self, model, fraction, seed, settings):
-    self.trained.append(dict(settings))
-    key = (settings["weight_decay"], settings.get("hidden_l2"))
+    self.seeds.append(seed)
+    key = tuple(sorted(settings.items()))
     return {"settings": dict(settings), "select_loss": self.select_loss[key], "eval_loss": self.eval_loss[key],
             "best_step": 10}
 
 
-def test_tuning_is_a_coordinate_search_on_the_selection_loss():
-  grids = {"weight_decay": (0.0, 0.01, 0.1), "hidden_l2": (0.0, 0.01, 0.1)}
+def test_tuning_gives_every_model_the_same_trials_on_an_unscored_seed_and_chooses_on_the_selection_loss():
+  grids = {"learning_rate": (0.01, 0.03, 0.1), "weight_decay": (0.0, 0.1, 1.0), "hidden_l2": (0.0, 0.01, 0.1)}
+  per_model = {model.key: plans.trials(model, grids) for model in plans.MODELS}
+  assert {len(t) for t in per_model.values()} == {9}  # λ inside tied + W's budget, not on top of it
+  for tried in per_model.values():  # the same learning rates × weight decays for every model
+    assert [(s["learning_rate"], s["weight_decay"]) for s in tried] == [
+        (rate, decay) for rate in grids["learning_rate"] for decay in grids["weight_decay"]]
+  # tied + W: λ is a Latin square over them, each value once per learning rate and once per weight decay.
+  lambdas = np.array([s["hidden_l2"] for s in per_model["tied_w"]]).reshape(3, 3)
+  assert all(sorted(line) == list(grids["hidden_l2"]) for line in (*lambdas, *lambdas.T))
+  assert plans.TUNE_SEED not in plans.SEEDS and len(plans.SEEDS) >= 5 and len(plans.LEARNING_RATE_FACTORS) >= 3
   tied_w = next(m for m in plans.MODELS if m.key == "tied_w")
-  # weight decay first (at λ = 0): 0.01 is best; then λ at weight decay 0.01: 0.1 is best. Eval prefers others.
-  select = {(0.0, 0.0): 3.0, (0.01, 0.0): 2.5, (0.1, 0.0): 2.8, (0.01, 0.01): 2.6, (0.01, 0.1): 2.4}
-  evals = {(0.0, 0.0): 1.0, (0.01, 0.0): 3.0, (0.1, 0.0): 0.5, (0.01, 0.01): 0.1, (0.01, 0.1): 3.0}
+  select = {tuple(sorted(s.items())): 3.0 - 0.1 * n for n, s in enumerate(per_model["tied_w"])}
+  select[tuple(sorted(per_model["tied_w"][4].items()))] = 1.0  # the best by selection loss
+  evals = {key: 9.0 for key in select}
+  evals[tuple(sorted(per_model["tied_w"][0].items()))] = 0.1  # eval prefers another: never consulted
   stub = _StubSweep(select, evals)
-  settings, chosen, trials = sweep.tune(stub, tied_w, 0.1, 0, grids)
-  assert settings == {"weight_decay": 0.01, "hidden_l2": 0.1} == chosen["settings"]
-  assert chosen["select_loss"] == 2.4
-  assert len(stub.trained) == len(trials) == 5  # (0.01, 0) is shared by both axes: trained once
-  untied = next(m for m in plans.MODELS if m.key == "untied")
-  stub = _StubSweep({(v, None): loss for v, loss in zip(grids["weight_decay"], (2.0, 1.9, 2.1), strict=True)},
-                    {(v, None): 0.0 for v in grids["weight_decay"]})
-  assert sweep.tune(stub, untied, 0.1, 0, grids)[0] == {"weight_decay": 0.01}
-  assert [s["weight_decay"] for s in stub.trained] == [0.0, 0.01, 0.1]
+  settings, tried = sweep.tune(stub, tied_w, 0.1, grids)
+  assert settings == per_model["tied_w"][4] and len(tried) == 9
+  assert stub.seeds == [plans.TUNE_SEED] * 9
 
 
 def _dense_add_k(train, pairs, vocab_size, k):
@@ -166,7 +171,7 @@ def test_quick_sweep_writes_tables_and_plot(tmp_path):
     self_margin = logits[np.arange(256), np.arange(256)] - np.where(np.eye(256, dtype=bool), -np.inf, logits).max(1)
     surely, maybe = self_margin[data.eval_ids] > 1e-4, self_margin[data.eval_ids] > -1e-4  # float32 near-ties
     assert np.mean(surely) - 1e-12 <= run["predicts_self"] <= np.mean(maybe) + 1e-12
-  assert entry["tuning"]["tied_w"]["0.1"]["chosen"] == {"weight_decay": 0.0, "hidden_l2": 0.1}
+  assert entry["tuning"]["tied_w"]["0.1"]["chosen"] == {"learning_rate": 0.05, "weight_decay": 0.0, "hidden_l2": 0.1}
   # The README's picks are rewritten between their markers, the text around them kept; so are the docs' notes.
   readme = tmp_path / "README.md"
   readme.write_text("intro\n<!-- when-to-tie -->\nhand text <!-- picks -->old<!-- /picks --> more\n"

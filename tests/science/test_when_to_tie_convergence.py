@@ -68,13 +68,14 @@ def test_check_reruns_chosen_settings_on_seed_0_at_the_largest_size_with_stretch
 
 def test_a_changed_pick_or_distance_beyond_the_seed_spread_is_said():
   entry = _entry()
-  # tied_w drops to 1.98 at 3×: ahead of untied's 1.9995, and 0.028 beyond its seed spread 0.002.
+  # tied_w drops to 1.98 at 3×: ahead of untied's 1.9995, and 0.028 beyond its seed spread (2.008, 2.012: sd with
+  # ddof 1 is 0.004 / √2 = 0.0028).
   stub = _StretchingSweep({"tied": (2.6, 2.29, 300), "untied": (2.3, 2.0005, 300), "tied_w": (2.2, 1.98, 240)})
   entry["convergence"] = sweep.convergence_check(stub, entry, plans.MODELS, 3)
   labels = {"tied": "T", "untied": "U", "tied_w": "W"}
   assert report.convergence_change(entry, labels) == (
       "With 3× the steps at 100% (seed 0): the pick becomes W; the distance from the count model moves by more than "
-      "the seeds' spread for W (-0.028, sd 0.0020); W ends -0.020 nats from the count model.")
+      "the seeds' spread for W (-0.028, sd 0.0028); W ends -0.020 nats from the count model.")
   assert report.convergence_lines(entry, labels)[-1] == report.convergence_change(entry, labels)
 
 

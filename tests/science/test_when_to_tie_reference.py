@@ -62,3 +62,14 @@ def test_self_argmax_of_a_tied_table_and_of_a_permuting_untied_one():
   assert scores["predicts_self"] == pytest.approx(2 / 5) and scores["predicts_self_rare"] == 1.0
   shares = sweep.repeat_shares(ids, next_ids, rare)
   assert shares == {"repeats": 2 / 5, "repeats_rare": 1 / 2, "rare_pair_share": 2 / 5}
+
+
+def test_the_count_models_own_self_argmax_share_by_hand():
+  # V = 3, d = 0.5. Train: 0→0 three times, 0→1 once; 1→2 twice; 2 never current. Continuation: preceders
+  # N1+(·, j) = (1, 1, 1) of 3 types, so P_cont = (0.5 / 3 + 0.5 / 3) each = 1/3: row 2's argmax is token 0 (ties:
+  # the lowest id). Row 0: P(0|0) = (3 − 0.5)/4 + ... is the largest: itself. Row 1: token 2, not itself.
+  train = (np.array([0, 0, 0, 0, 1, 1]), np.array([0, 0, 0, 1, 2, 2]))
+  eval_ids = np.array([0, 0, 1, 2, 2])  # 0 predicts itself (2 pairs); 1 does not; 2 does not (argmax 0)
+  rare = np.array([False, True, True])
+  shares = sweep.count_self_shares(train, 0.5, eval_ids, rare, vocab_size=3)
+  assert shares == {"count_self": 2 / 5, "count_self_rare": 0.0}

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tied_embed.data import base
-from tied_embed.data.text import corpus
+from tied_embed.data.text import corpus, draw
 from tied_embed.data.text import tokenizer as tokenizer_lib
 from tied_embed.data.text.count_bigram import PairCounts, empirical_rows
 from tied_embed.data.text.tokenized import TextSource
@@ -53,16 +53,25 @@ class Text(TextSource):
 
   def validate_text(self, config: Any) -> None:
     split = config.data.get("split", corpus.CONTIGUOUS)
-    require(split in corpus.SPLITS, "data.split", split, " | ".join(f'"{name}"' for name in corpus.SPLITS))
+    require(split in corpus.SPLITS or draw.seed_of(split) is not None, "data.split", split,
+            " | ".join(f'"{name}"' for name in corpus.SPLITS) + f' | "{draw.PREFIX}<draw seed>"')
     files = self._files(config)
+    if draw.seed_of(split) is not None:
+      count = len(draw.documents([p.resolve() for p in files]))
+      require(count >= 2, "data.split", split, f"a corpus of at least 2 documents for a drawn split (it has {count}:"
+              f" {len(files)} file(s); one file is cut into blocks of {draw.BLOCK_BYTES:,} bytes)")
     subword = config.data.get("tokenizer", tokenizer_lib.BYTES) != tokenizer_lib.BYTES
     size = corpus.scan(files, check_utf8=True).num_bytes if subword else sum(p.stat().st_size for p in files)
     require(size >= _MIN_BYTES, "data.text_path", config.data.get("text_path"),
             f"a corpus of at least {_MIN_BYTES} bytes ({', '.join(map(str, files[:3]))} has {size})")
     vocab_size = config.model.get("vocab_size")
     if config.data.get("tokenizer") == tokenizer_lib.SENTENCEPIECE:  # a hopeless size fails now, not after training
-      by_document = _by_document(config, files)
-      train_bytes = size - _document_split([p.resolve() for p in files])[2] if by_document else corpus.split_point(size)
+      by_document, seed = _by_document(config, files), draw.seed_of(config.data.get("split"))
+      resolved = [p.resolve() for p in files]
+      if seed is not None:
+        train_bytes = size - draw.draw(resolved, seed)[2]
+      else:
+        train_bytes = size - _document_split(resolved)[2] if by_document else corpus.split_point(size)
       most = train_bytes // MIN_BYTES_PER_PIECE
       require(vocab_size <= most, "model.vocab_size", vocab_size,
               f"at most {most} pieces for the {train_bytes:,} bytes of train text in data.text_path="
@@ -76,6 +85,13 @@ class Text(TextSource):
     files = [p.resolve() for p in self._files(config)]
     scan = corpus.scan(files, check_utf8=utf8)
     text_path = str(files[0]) if len(files) == 1 else str(config.data.get("text_path"))
+    seed = draw.seed_of(config.data.get("split"))
+    if seed is not None:  # stored as a by-document dataset: its selection split is cut at a document end
+      pieces, count, validation = draw.draw(files, seed)
+      return {"text_path": text_path, "files": [str(p) for p in files],
+              "content": f"sha{scan.sha256}-draw{seed}", "split": corpus.BY_DOCUMENT, "draw_seed": seed,
+              "pieces": [list(piece) for piece in pieces], "validation_documents": count,
+              "num_bytes": {"train": scan.num_bytes - validation, "validation": validation}}
     if _by_document(config, files):
       # The content hash stays that of the files in sorted order; the label beside it names the split and its
       # seed, so the tokenizer and the dataset of this split never share a cache entry with the contiguous ones.
@@ -101,7 +117,10 @@ class Text(TextSource):
             for split in settings["num_bytes"]}
 
   def documents(self, settings: dict[str, Any], split: str) -> list[pathlib.Path]:
-    """The files of a split of by-document settings, in the order they are tokenized."""
+    """The files of a split of by-document settings, in the order they are tokenized (of drawn settings: its
+    pieces, (file index, start, stop))."""
+    if "draw_seed" in settings:
+      return _drawn_pieces(settings, split)
     files = [pathlib.Path(settings["files"][i]) for i in settings["document_order"]]
     validation = settings["validation_documents"]
     return files[:-validation] if split == "train" else files[-validation:]
@@ -116,9 +135,13 @@ class Text(TextSource):
     return (files, 0, settings["split_at"]) if split == "train" else (files, settings["split_at"], None)
 
   def split_bytes(self, settings: dict[str, Any], split: str) -> Iterator[bytes]:
+    if "draw_seed" in settings:
+      return draw.read_bytes(self._checked_files(settings), _drawn_pieces(settings, split))
     return corpus.read_bytes(*self._range(settings, split))
 
   def split_lines(self, settings: dict[str, Any], split: str) -> Iterator[str]:
+    if "draw_seed" in settings:
+      return draw.read_lines(self._checked_files(settings), _drawn_pieces(settings, split))
     return corpus.read_lines(*self._range(settings, split))
 
   def split_documents(self, settings: dict[str, Any], split: str) -> Iterator[Iterator[str]]:
@@ -128,7 +151,16 @@ class Text(TextSource):
     for path in self._range(settings, split)[0]:
       yield corpus.read_lines([path])
 
+  def _checked_files(self, settings: dict[str, Any]) -> list[pathlib.Path]:
+    """The corpus files of drawn settings, checked unchanged since the settings were made."""
+    self._range(settings, "train")
+    return [pathlib.Path(p) for p in settings["files"]]
+
   def sample_lines(self, settings: dict[str, Any]) -> Iterator[str]:
+    if "draw_seed" in settings:
+      windows = tokenizer_lib.sample_windows(settings["num_bytes"]["train"])
+      yield from draw.window_lines(self._checked_files(settings), _drawn_pieces(settings, "train"), windows)
+      return
     files, _, _ = self._range(settings, "train")
     for start, end in tokenizer_lib.sample_windows(settings["num_bytes"]["train"]):
       lines = corpus.read_lines(files, start, end)
@@ -141,6 +173,8 @@ class Text(TextSource):
     ends)}, ends (D,) int64; otherwise the concatenated text's pairs."""
     if settings.get("split") != corpus.BY_DOCUMENT:
       return super().splits(settings)
+    if "draw_seed" in settings:
+      return self._drawn_splits(settings)
     pairs = {}
     for split in ("train", "validation"):
       files, _, _ = self._range(settings, split)
@@ -153,6 +187,27 @@ class Text(TextSource):
             self.tokenizer(settings), (corpus.read_lines([path]) for path in files), f"the {split} split")
       pairs[split] = document_pairs(tokens, ends)
     return pairs
+
+  def _drawn_splits(self, settings: dict[str, Any]) -> dict[str, tuple[np.ndarray, ...]]:
+    """Each split of drawn settings: its pairs within each piece and where each piece's pairs end."""
+    files, pairs = self._checked_files(settings), {}
+    for split in ("train", "validation"):
+      pieces = _drawn_pieces(settings, split)
+      if settings["tokenizer"] == tokenizer_lib.BYTES:
+        parts = [np.frombuffer(b"".join(draw.read_bytes(files, [piece])), np.uint8) for piece in pieces]
+        tokens = np.concatenate(parts).astype(np.int32)
+        ends = np.cumsum([len(part) for part in parts], dtype=np.int64)
+      else:
+        tokens, ends = tokenizer_lib.encode_documents(
+            self.tokenizer(settings), (draw.read_lines(files, [piece]) for piece in pieces), f"the {split} split")
+      pairs[split] = document_pairs(tokens, ends)
+    return pairs
+
+
+def _drawn_pieces(settings: dict[str, Any], split: str) -> list[tuple[int, int, int]]:
+  """The pieces (file index, start, stop) of a split of drawn settings, in the order they are tokenized."""
+  pieces, validation = [tuple(piece) for piece in settings["pieces"]], settings["validation_documents"]
+  return pieces[:-validation] if split == "train" else pieces[-validation:]
 
 
 def _by_document(config: Any, files: list[pathlib.Path]) -> bool:

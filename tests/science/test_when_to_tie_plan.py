@@ -1,0 +1,115 @@
+"""science/when_to_tie's plan: each (corpus, model family) block fits in two hours on 2 cores by its own arithmetic,
+the controls and the model axis are planned and say why they cannot run yet, and a killed sweep resumes from the
+record of its finished runs without training them again."""
+
+import json
+import math
+import types
+
+import numpy as np
+import pytest
+
+from science.when_to_tie import plan as plans
+from science.when_to_tie import sweep
+
+
+def test_each_timed_block_fits_in_two_hours_by_hand_arithmetic():
+  # subword bigram: 3 models; per size 9 trials + 5 seeds × draws (3 at 1% and 10%, 1 at 100%):
+  # 1%: 3 · (9 + 15) · 11.5 s = 828 s; 10%: 3 · 24 · 22.1 = 1,591.2 s; 100%: 3 · (9 + 5) · 91.5 = 3,843 s.
+  assert plans.block_seconds("subword", "bigram") == pytest.approx(828 + 1591.2 + 3843)  # 1.74 h
+  assert plans.block_seconds("bytes", "bigram") == pytest.approx(3 * 24 * 6.6 + 3 * 24 * 5.9 + 3 * 14 * 10.3)
+  for corpus in plans.RUN_SECONDS:
+    for family in plans.TIMED_FAMILIES:
+      assert plans.block_seconds(corpus, family) <= plans.BLOCK_SECONDS == 7200
+  assert math.isnan(plans.block_seconds("subword", "mlp"))  # not timed until the context models run
+
+
+def test_the_controls_and_the_model_axis_are_planned_and_say_why_they_wait():
+  assert [m.key for m in plans.FAMILIES["controls"]] == ["tied_bias", "tied_sym", "untied_half"]
+  assert {m.key for m in plans.FAMILIES["transformer"]} == {"tied_transformer", "untied_transformer",
+                                                           "tied_w_transformer"}
+  assert "model.output_bias" in plans.unavailable(plans.CONTROLS[0])
+  assert "symmetric" in plans.unavailable(plans.CONTROLS[1])
+  assert plans.unavailable(plans.CONTROLS[2]) == "" and plans.unavailable(plans.MODELS[2]) == ""
+  assert "model.context" in plans.unavailable(plans.FAMILIES["mlp"][0])
+  # The equal-parameter control: untied at D/2 has tied's 2 · V · D/2 = V · D parameters.
+  corpus = plans.corpora(quick=True, subword_corpus="")["bytes"]
+  config = plans.run_config(corpus, plans.CONTROLS[2], 0.1, 0, {}, 40, 10, "/tmp", 0.1)
+  assert 2 * config.model.vocab_size * config.model.d_model == 256 * 32
+
+
+class _Summary(types.SimpleNamespace):
+  pass
+
+
+def _fake_sweep(tmp_path, monkeypatch, calls):
+  """A Sweep over 50 hand-made pairs whose trainer and checkpoint reader are stand-ins that count trainings."""
+  from tied_embed.train import checkpoint, trainer  # noqa: PLC0415
+
+  def train_and_evaluate(config, workdir):
+    calls.append(workdir.name)
+    workdir.mkdir(parents=True)
+    return _Summary(best_step=10, step=20, stopped_early=False, best_select_loss=1.0 + len(calls), best_eval_loss=2.0,
+                    loss_floor=1.0, best_eval={}, eval_loss=2.1, select_loss=1.1, param_count=8)
+
+  table = np.eye(4, 2)
+  monkeypatch.setattr(trainer, "train_and_evaluate", train_and_evaluate)
+  monkeypatch.setattr(checkpoint, "restore", lambda workdir, step: types.SimpleNamespace(
+      model=types.SimpleNamespace(scoring_tables=lambda: (table, table))))
+  made = sweep.Sweep.__new__(sweep.Sweep)
+  corpus = plans.corpora(quick=True, subword_corpus="")["bytes"]
+  ids = np.arange(50, dtype=np.int32) % 4
+  made.corpus, made.plan, made.keep_runs, made.batch_size, made.out = corpus, plans.QUICK_PLAN, False, 8, tmp_path
+  made.data_dir, made.runs_dir = tmp_path / "data", tmp_path / "runs" / "bytes"
+  made.finished_path = tmp_path / sweep.FINISHED
+  made.finished = sweep.read_finished(made.finished_path)
+  made.data = types.SimpleNamespace(train_ids=ids, train_next=ids, eval_ids=ids, eval_next=ids, identity="text-v4")
+  made.draws = {0: made.data}
+  return made
+
+
+def test_a_killed_sweep_resumes_from_its_record_without_training_finished_runs(tmp_path, monkeypatch):
+  calls = []
+  first = _fake_sweep(tmp_path, monkeypatch, calls)
+  done = first.train(plans.MODELS[0], 1.0, 0, {"weight_decay": 0.1})
+  assert calls == ["tied-weight_decay=0.1-f1-s0"] and not (first.runs_dir / calls[0]).exists()
+  recorded = json.loads((tmp_path / sweep.FINISHED).read_text())
+  assert list(recorded.values()) == [json.loads(json.dumps(done))]
+  # A new process on the same --out: the finished run comes from the record; a new one (seed 1) is trained.
+  again = _fake_sweep(tmp_path, monkeypatch, calls)
+  assert again.train(plans.MODELS[0], 1.0, 0, {"weight_decay": 0.1}) == recorded[next(iter(recorded))]
+  assert len(calls) == 1
+  again.train(plans.MODELS[0], 1.0, 1, {"weight_decay": 0.1})
+  assert calls[1:] == ["tied-weight_decay=0.1-f1-s1"]
+  # Other steps are another run, never a recorded one: --bytes-steps changed between the two commands.
+  again.plan = plans.dataclasses.replace(plans.QUICK_PLAN, max_steps=plans.MIN_STEPS + 40)
+  again.train(plans.MODELS[0], 1.0, 0, {"weight_decay": 0.1})
+  assert len(calls) == 3
+  assert len(json.loads((tmp_path / sweep.FINISHED).read_text())) == 3
+  assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_tiny_drawn_sweep_scores_every_seed_on_every_draw_and_reports_paired_intervals(tmp_path):
+  from science.when_to_tie import report  # noqa: PLC0415
+
+  corpus = plans.dataclasses.replace(plans.corpora(quick=True, subword_corpus="")["bytes"], split=plans.DRAWN)
+  plan = plans.dataclasses.replace(plans.QUICK_PLAN, max_steps=plans.MIN_STEPS)
+  grids = plans.corpus_grids(corpus, plans.QUICK_GRIDS)
+  models = plans.MODELS[:2]
+  entry = sweep.sweep_corpus(corpus, models, (0.01,), (0,), grids, plan, tmp_path, convergence_factor=0)
+  for model in models:
+    runs = entry["runs"][model.key]["0.01"]
+    assert sorted((run["seed"], run["draw"]) for run in runs) == [(0, d) for d in range(plans.DRAWS)]
+    assert all(run["num_steps"] == plans.MIN_STEPS for run in runs)
+    assert [trial["settings"] for trial in entry["tuning"][model.key]["0.01"]["trials"]] == plans.trials(model, grids)
+  by_draw = entry["count"]["0.01"]["by_draw"]
+  assert len(set(by_draw.values())) == plans.DRAWS  # each draw's count model is fitted on that draw's pairs
+  assert "draw0" in entry["dataset"] and len(entry["kneser_ney"]["0.01"]["by_draw"]) == plans.DRAWS
+  # 3 paired differences (1 seed × 3 draws) behind each pick
+  assert report.pick(entry, "0.01").margin.n == plans.DRAWS
+  results = {"models": [plans.dataclasses.asdict(m) for m in models], "grids": grids, "seeds": [0],
+             "tune_seed": plans.TUNE_SEED, "seconds": 1.0, "cpu_seconds": 1.0, "machine": "test", "patience": 0,
+             "corpora": {"bytes": entry}}
+  assert report.results_problem(json.loads(json.dumps(results))) == ""
+  recorded = json.loads((tmp_path / sweep.FINISHED).read_text())
+  assert len(recorded) == 2 * (1 + plans.DRAWS)  # each model: one trial, three scored runs
