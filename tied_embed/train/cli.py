@@ -51,12 +51,31 @@ class _ConfigFileParser(flags.ArgumentParser):
 FLAGS["config"].parser = _CONFIG_PARSER = _ConfigFileParser()
 
 
+# The lines that are a run's result (its final losses, where its checkpoints are): on stdout, so that
+# `train.py ... > result.txt` keeps them and the progress and diagnostics stay on the terminal (stderr).
+RESULT_LINES = ("Step %d: eval loss ", "Checkpoints in %s ")
+
+
+def is_result(record: logging.LogRecord) -> bool:
+  """Whether a log record is one of the run's RESULT_LINES (by its message template)."""
+  return isinstance(record.msg, str) and record.msg.startswith(RESULT_LINES)
+
+
+def _not_result(record: logging.LogRecord) -> bool:
+  return not is_result(record)
+
+
 class ConsoleFormatter(logging.Formatter):
   """A log record as the console shows it: the message alone, `warning: ` or `error: ` before the others."""
 
   def format(self, record: logging.LogRecord) -> str:
     level, message = record.levelno, record.getMessage()
     return ("error: " if level >= logging.ERROR else "warning: " if level >= logging.WARNING else "") + message
+
+
+_RESULTS = logging.StreamHandler(sys.stdout)  # RESULT_LINES, in the console's format
+_RESULTS.setFormatter(ConsoleFormatter())
+_RESULTS.addFilter(is_result)
 
 
 def unknown_override(config, argv: list[str]) -> str:
@@ -172,8 +191,13 @@ def _completed() -> None:
 def _main(argv: list[str]) -> None:
   # The project's log lines in its own format; the libraries' (through absl's logger, and JAX's) only with --verbose:
   # they report failures by raising, which is printed as one line below.
-  absl_logging.get_absl_handler().setFormatter(ConsoleFormatter())
+  handler = absl_logging.get_absl_handler()
+  handler.setFormatter(ConsoleFormatter())
+  handler.addFilter(_not_result)  # the same function object: added once however often this runs
+  logging.getLogger("tied_embed").addHandler(_RESULTS)
   logging.getLogger("tied_embed").setLevel(logging.INFO)
+  # Which optional C++ kernels the step runs on: the step is the same without them, so only --verbose says.
+  logging.getLogger("tied_embed.fast").setLevel(logging.INFO if FLAGS.verbose else logging.WARNING)
   logging.getLogger("absl").setLevel(logging.INFO if FLAGS.verbose else logging.CRITICAL)
   logging.getLogger("jax").setLevel(logging.INFO if FLAGS.verbose else logging.WARNING)
   if len(argv) > 1:
@@ -190,6 +214,9 @@ def _main(argv: list[str]) -> None:
     if jax.process_index() == 0:  # the process that will hold the lock
       refuse_if_held(FLAGS.workdir, f"--workdir={FLAGS.workdir!r}")
     config_lib.validate(FLAGS.config)
+    from tied_embed.fast import compilation  # noqa: PLC0415
+
+    compilation.cache_compiles()
     from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415 (TensorFlow, CLU, Orbax: seconds)
 
     train_and_evaluate(FLAGS.config, FLAGS.workdir, verbose=FLAGS.verbose, checked=True, on_complete=_completed)
