@@ -205,3 +205,13 @@ def test_on_complete_runs_once_everything_is_written_and_before_the_closing_line
   after = [record.getMessage() for record in caplog.records[seen_at[0]:]]
   assert after[0].startswith(f"Step {smoke_run.config.train.num_steps}: eval loss"), after
   assert any(line.startswith("Checkpoints in") for line in after), after
+
+
+def test_train_py_in_a_python_without_the_projects_libraries_says_which_command_to_run(tmp_path):
+  # -S: this interpreter without its site-packages, so jax (and everything else the project needs) is missing.
+  result = subprocess.run([sys.executable, "-S", str(ROOT / "train.py"), "--config", "configs/smoke.py", "--workdir",
+                           str(tmp_path / "run")], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+  assert result.returncode == 1 and result.stdout == ""
+  (line,) = result.stderr.splitlines()
+  assert line.startswith("error: ") and " is not installed in " in line and "make install" in line, line
+  assert ".venv/bin/python train.py" in line and not (tmp_path / "run").exists()

@@ -4,7 +4,8 @@
 
 A bad flag, config file or value, or a busy workdir, is one line `error: ...` on stderr and exit status 2, before
 anything is written (and before TensorFlow is imported). The console shows the project's log lines as they are
-(warnings as `warning: ...`); the libraries' own logs (Orbax, CLU, TFDS, JAX) only with --verbose."""
+(warnings as `warning: ...`): the run's result (RESULT_LINES) on stdout, its progress and diagnostics on stderr; which
+optional kernels the step runs on, and the libraries' own logs (Orbax, CLU, TFDS, JAX), only with --verbose."""
 
 from __future__ import annotations
 
