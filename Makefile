@@ -1,4 +1,4 @@
-# Two commands do all the set-up on a fresh machine: `make train` and `make test`.
+# Two commands do all the set-up on a fresh machine: `make train` and `make test`; `make help` lists every target.
 # The others run in the same environment: `make kernels` (the step's optional C++ kernels), `make notebook` (the
 # tutorial in Jupyter), `make inspect`, `make tensorboard`, `make results`, `make bench`.
 VENV := .venv
@@ -15,7 +15,24 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 CONFIG ?= configs/default.py
 WORKDIR ?= runs/default
 
-.PHONY: install kernels train test inspect tensorboard results bench lint notebook notebook-run clean
+.PHONY: default help install kernels train test inspect tensorboard results bench lint notebook notebook-run clean
+
+# `make` alone installs, then lists the targets.
+default: install help
+
+help:
+	@echo "make train       train CONFIG (configs/default.py) into WORKDIR (runs/default); installs .venv first"
+	@echo "make test        the test suite (installs the test runner, the notebook's runner, builds the kernels)"
+	@echo "make inspect     report and pictures of WORKDIR's latest checkpoint"
+	@echo "make tensorboard TensorBoard over the folder above WORKDIR"
+	@echo "make results     rerun docs/results.md's table (scripts/results.py)"
+	@echo "make kernels     the step's optional C++ kernels (oneMKL, oneDNN); runs are the same without them"
+	@echo "make notebook    open docs/tutorial.ipynb in Jupyter; make notebook-run runs it headless"
+	@echo "make bench       the benchmarks into runs/bench/ (installs PyTorch CPU)"
+	@echo "make lint        ruff"
+	@echo "make install     only the venv (.venv) with the pinned requirements"
+	@echo "make clean       remove .venv, runs/ and the kernels' builds"
+	@echo "e.g. make train CONFIG=configs/untied.py WORKDIR=runs/untied, then make inspect WORKDIR=runs/untied"
 
 install: $(STAMP)
 

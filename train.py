@@ -14,7 +14,13 @@ import signal
 # command at once, in one line); landing inside an import, it would print a traceback instead.
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
 
-from tied_embed.train import cli  # noqa: E402
+try:
+  from tied_embed.train import cli
+except ModuleNotFoundError as missing:  # a Python without the project's libraries (not the venv `make` builds)
+  import sys
+
+  sys.exit(f"error: {missing.name} is not installed in {sys.executable}: run `make install`, then "
+           f"`.venv/bin/python train.py ...` (or `make train`)")
 
 if __name__ == "__main__":
   cli.main()

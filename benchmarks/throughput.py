@@ -2,13 +2,14 @@
 
 Run: `python benchmarks/throughput.py [train_step|gpt2]` (prints the numbers; `gpt2` is V=50257, D=768, T=1024).
 `measure(section)` returns them for benchmarks/run.py.
-The step is `tied_embed.core.step.make_train_step` on configs/default.py at this size: gradient provenance
-(two path gradients, per-row totals), clipping and AdamW, with full logits and with the chunked loss, which forms
-each distinct id's logits once. It runs on uniform ids (the most distinct ids a batch can have: the issue's
-workload) and on a text-like Zipf batch (`workload.zipf_batch`), and with `model.dtype` bfloat16 (bf16 matmul
-operands, float32 accumulation). Against it: the plain step (no provenance, every
-token's logits: the same work as PyTorch's steps), PyTorch eager, under `torch.compile` and with its own chunked
-`linear_cross_entropy` (benchmarks/torch_step.py), and one matmul of each. All are timed in turns in one process,
+The step is `tied_embed.fast.choose.make_train_step` (what the trainer runs) on configs/default.py at this size:
+gradient provenance (two path gradients, per-row totals), clipping and AdamW, with full logits and with the chunked
+loss, which forms each distinct id's logits once. It runs on uniform ids (the most distinct ids a batch can have: the
+issue's workload) and on a text-like Zipf batch (`workload.zipf_batch`), and with `model.dtype` bfloat16 (bf16 matmul
+operands, float32 accumulation). Against it: the plain step (no provenance, every token's logits: the same work as
+PyTorch's steps), PyTorch eager, under `torch.compile` and with its own chunked `linear_cross_entropy`
+(benchmarks/torch_step.py), and one matmul of each.
+All are timed in turns in one process,
 each timed call right after an untimed one of its own (`CALLS_PER_TURN`), as steps follow each other in training.
 """
 

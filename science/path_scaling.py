@@ -5,7 +5,7 @@ another stem); `--write-docs` writes docs/path_scaling.* instead, the tracked pa
 
 The tied model trains with the update a·g_lookup + b·g_projection for a ∈ {0.5, 1, 2, 4} at b = 1 and
 b ∈ {0.5, 2, 4} at a = 1; the untied model at a = b = 1 is the reference each tied gap is compared with. Every
-run is the project's own step (`train_step.make_train_step`) and optimizer chain (`optim.make_optimizer`:
+run is the project's own step (`tied_embed.fast.choose.make_train_step`) and optimizer chain (`optim.make_optimizer`:
 warmup and cosine schedule, clipping at 1.0), with AdamW (configs/default.py's) and with plain SGD, at a small
 size, so the whole sweep takes a few minutes on 2 cores: V = 256, D = 16, batch 512, 1000 steps. The gap is
 measured exactly, not on samples: the expected loss over the task's joint distribution (synthetic: the true

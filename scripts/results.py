@@ -1,10 +1,13 @@
-"""Reruns the README's results table: `make results` (= .venv/bin/python scripts/results.py).
+"""Reruns the results table: `make results` (= .venv/bin/python scripts/results.py).
 
 Each run is `.venv/bin/python train.py` with the row's flags in a fresh workdir under runs/results/, timed as a
 whole command (imports, dataset generation, compilation, training, evaluation, checkpoints). The final losses are
 read back from each run's event files, so the table says what the runs logged. The table, with the machine it
-was measured on, is printed and written to runs/results/results.md; with --write-docs it also replaces the text
-between the RESULTS markers in README.md and rewrites docs/results.md, the tracked copies.
+was measured on, is printed and written to runs/results/results.md; with --write-docs it also rewrites the tracked
+blocks: the table between the RESULTS markers of docs/results.md, the sample console of `make train` (the default
+row's) between the SAMPLE markers of docs/running.md, and the last line it prints between the FINAL_LINE markers of
+README.md. `--subword` instead runs the two commands of "Train on your own text" (configs/subword.py on Vim's help
+files, tied then untied on the same dataset) and, with --write-docs, rewrites the SUBWORD block of docs/results.md.
 """
 
 from __future__ import annotations
@@ -27,7 +30,11 @@ from science import common  # noqa: E402
 from tied_embed.train.metrics import read_scalars  # noqa: E402
 
 START, END = "<!-- RESULTS:START (written by scripts/results.py) -->", "<!-- RESULTS:END -->"
+SAMPLE_START, SAMPLE_END = "<!-- SAMPLE:START (written by scripts/results.py) -->", "<!-- SAMPLE:END -->"
+FINAL_START, FINAL_END = "<!-- FINAL_LINE:START (written by scripts/results.py) -->", "<!-- FINAL_LINE:END -->"
+SUBWORD_START, SUBWORD_END = "<!-- SUBWORD:START (written by scripts/results.py --subword) -->", "<!-- SUBWORD:END -->"
 RESULTS_DIR = ROOT / "runs" / "results"
+VIM_DOCS = "/usr/share/vim/vim90/doc"  # Vim 9.0's help files: 152 files, 9.8 MB of English
 
 # (row name, the command's flags besides --workdir)
 RUNS = [
@@ -38,6 +45,18 @@ RUNS = [
     ("text, tied", ["--config", "configs/text.py"]),
     ("text, untied", ["--config", "configs/text.py", "--config.model.tied=False"]),
 ]
+
+# The two commands of docs/data.md's "Train on your own text" (the untied one reuses the tied one's dataset).
+SUBWORD_CONFIG = "configs/subword.py"
+SUBWORD_RUNS = [
+    ("subword, tied", ["--config", SUBWORD_CONFIG, f"--config.data.text_path={VIM_DOCS}"]),
+    ("subword, untied",
+     ["--config", SUBWORD_CONFIG, "--config.model.tied=False", f"--config.data.text_path={VIM_DOCS}"]),
+]
+# The fields of configs/subword.py the subword numbers depend on, named in their block (tests/docs/test_quoted.py
+# compares them with the config, so a changed config shows as a stale block).
+SUBWORD_FIELDS = ("data.split", "model.vocab_size", "model.d_model", "train.num_steps", "train.batch_size",
+                  "train.learning_rate", "data.selection_fraction")
 
 
 def machine() -> str:
@@ -65,7 +84,8 @@ class RowFailed(Exception):
 
 
 def run(name: str, flags: list[str], workdir: pathlib.Path) -> dict:
-  """Trains one row into `workdir` (a fresh one) and reads its final losses; RowFailed if train.py fails."""
+  """Trains one row into `workdir` (a fresh one) and reads its final losses; RowFailed if train.py fails. The row
+  keeps its console (stderr, then stdout: the result lines) under "console"."""
   shutil.rmtree(workdir, ignore_errors=True)
   command = [sys.executable, "train.py", *flags, "--workdir", str(workdir)]
   started = time.perf_counter()
@@ -76,7 +96,8 @@ def run(name: str, flags: list[str], workdir: pathlib.Path) -> dict:
   tags = ("eval/loss", "eval/loss_floor", "eval/count_bigram_loss")
   scalars = read_scalars(workdir, tags)
   final = {tag: float(values[-1]) for tag, (_, values) in scalars.items()}
-  return {"name": name, "flags": " ".join(flags), "wall": wall, **final}
+  console = result.stderr.splitlines() + result.stdout.splitlines()
+  return {"name": name, "flags": " ".join(flags), "wall": wall, "console": console, **final}
 
 
 def table(rows: list[dict]) -> str:
@@ -102,6 +123,59 @@ def section(rows: list[dict], measured_on: str, date: str) -> str:
       "JAX version."
   )
   return textwrap.fill(note, width=120, break_on_hyphens=False) + "\n\n" + table(rows)
+
+
+def load_average() -> str:
+  """The 1-minute load average, for a note beside a wall time (the machine may be shared)."""
+  try:
+    return f"{os.getloadavg()[0]:.1f}"
+  except OSError:
+    return "unknown"
+
+
+SAMPLE_WIDTH = 117  # a console line longer than this is cut, ' ...' after it
+
+
+def sample(console: list[str], measured_on: str, date: str, load: str) -> str:
+  """The SAMPLE block: what a run printed (its lines before the first step line, the first and last step lines, and
+  the lines after them but the closing 'Checkpoints in' one), each cut at SAMPLE_WIDTH, under a note naming the
+  machine, the date and the load average when the run started (its steps/s and seconds depend on it)."""
+  steps = [i for i, line in enumerate(console) if line.startswith("step ")]
+  first, last = (steps[0], steps[-1]) if steps else (len(console), len(console))
+  shown = console[:first] + console[first:first + 1] + (["..."] if last > first + 1 else [])
+  shown += console[last:last + 1] if last > first else []
+  shown += [line for line in console[last + 1:] if not line.startswith("Checkpoints in")]
+  cut = [line if len(line) <= SAMPLE_WIDTH else line[:SAMPLE_WIDTH - 4].rstrip() + " ..." for line in shown]
+  note = f"The console of `make train` (configs/default.py) on {measured_on}; {date}; load average {load} at the start."
+  return textwrap.fill(note, width=120, break_on_hyphens=False) + "\n\n```\n" + "\n".join(cut) + "\n```"
+
+
+def final_line(console: list[str], measured_on: str, date: str) -> str:
+  """The FINAL_LINE block: the run's closing result line up to its training time (which depends on the machine's
+  load; the sample console has it), and where it was measured."""
+  (line,) = [line for line in console if line.startswith("Step ") and ": eval loss " in line]
+  return f"`{re.sub(r', [0-9.]+ s of training[.]$', ' ...', line)}` ({measured_on.split(',')[0]}, {date})"
+
+
+def config_fields(path: str, fields: tuple[str, ...]) -> str:
+  """'data.split=by_document, model.vocab_size=8192, ...': the values of `fields` in the config file at `path`."""
+  from tied_embed.train.config import get  # noqa: PLC0415
+  from tied_embed.train.config_file import load_config_file  # noqa: PLC0415
+
+  config = load_config_file(str(ROOT / path))
+  return ", ".join(f"{field}={get(config, field)!r}" for field in fields)
+
+
+def subword_section(rows: list[dict], measured_on: str, date: str, load: str) -> str:
+  """The SUBWORD block: each command's final eval loss against the floor and the count model, and its wall time."""
+  note = (f"Measured by `scripts/results.py --subword` on {measured_on}; {date}; load average {load} at the start "
+          f"(the machine shared with other jobs, so the wall times are long). {SUBWORD_CONFIG}: "
+          f"{config_fields(SUBWORD_CONFIG, SUBWORD_FIELDS)}.")
+  lines = ["| run | final eval loss | floor | count-bigram loss | wall |", "|---|---|---|---|---|"]
+  for row in rows:
+    lines.append(f"| {row['name']} | {row['eval/loss']:.4f} | {row['eval/loss_floor']:.4f} "
+                 f"| {row['eval/count_bigram_loss']:.4f} | {row['wall']:.0f} s |")
+  return textwrap.fill(note, width=120, break_on_hyphens=False) + "\n\n" + "\n".join(lines)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -140,19 +214,22 @@ def selected_rows(only: str | None) -> list[tuple[str, list[str]]]:
 def main(argv: list[str] | None = None) -> None:
   parser = _Parser(description=__doc__.splitlines()[0])
   parser.add_argument("--only", help="run only the rows whose name contains this text (nothing is written)")
-  parser.add_argument("--write-docs", action="store_true", help="also rewrite README.md's table and docs/results.md")
+  parser.add_argument("--subword", action="store_true",
+                      help=f"run the two subword commands on {VIM_DOCS} instead (several minutes each)")
+  parser.add_argument("--write-docs", action="store_true",
+                      help="also rewrite the tracked blocks (docs/results.md, docs/running.md, README.md)")
   args = parser.parse_args(argv)
   if args.only and args.write_docs:
     parser.error("--write-docs rewrites the whole table; it takes no --only")
-  rows = []
-  for name, flags in selected_rows(args.only):
-    try:
-      rows.append(run(name, flags, row_workdir(name)))
-    except RowFailed as failed:
-      print(f"error: {failed}", file=sys.stderr)
-      sys.exit(failed.status)
-    print(f"{name}: {rows[-1]['eval/loss']:.4f} in {rows[-1]['wall']:.0f} s", flush=True)
-  text = section(rows, machine(), time.strftime("%Y-%m-%d"))
+  if args.subword:
+    if args.only:
+      parser.error("--subword runs both subword commands; it takes no --only")
+    _subword(args.write_docs)
+    return
+  load = load_average()  # as the first row, the default one, starts
+  rows = _run_rows(selected_rows(args.only))
+  measured_on, date = machine(), time.strftime("%Y-%m-%d")
+  text = section(rows, measured_on, date)
   print(text)
   if args.only:
     return
@@ -160,9 +237,42 @@ def main(argv: list[str] | None = None) -> None:
   print("wrote runs/results/results.md")
   if not args.write_docs:
     return
-  (ROOT / "docs" / "results.md").write_text("# Results\n\n" + text + "\n")
-  common.rewrite_block(ROOT / "README.md", START, END, f"\n{text}\n")
-  print("wrote docs/results.md and README.md's results table")
+  console = rows[0]["console"]  # the default row: what `make train` prints
+  common.rewrite_block(ROOT / "docs" / "results.md", START, END, f"\n{text}\n")
+  console_text = sample(console, measured_on, date, load)
+  common.rewrite_block(ROOT / "docs" / "running.md", SAMPLE_START, SAMPLE_END, f"\n{console_text}\n")
+  common.rewrite_block(ROOT / "README.md", FINAL_START, FINAL_END, final_line(console, measured_on, date))
+  print("wrote docs/results.md's table, docs/running.md's sample console and README.md's final line")
+
+
+def _run_rows(rows: list[tuple[str, list[str]]], data_dir: pathlib.Path | None = None) -> list[dict]:
+  """Each row trained (with --config.data.data_dir=`data_dir` where given), its line printed; a failed row is one
+  `error:` line and train.py's exit status."""
+  done = []
+  for name, flags in rows:
+    extra = [] if data_dir is None else [f"--config.data.data_dir={data_dir}"]
+    try:
+      done.append(run(name, flags + extra, row_workdir(name)))
+    except RowFailed as failed:
+      print(f"error: {failed}", file=sys.stderr)
+      sys.exit(failed.status)
+    print(f"{name}: {done[-1]['eval/loss']:.4f} in {done[-1]['wall']:.0f} s", flush=True)
+  return done
+
+
+def _subword(write_docs: bool) -> None:
+  """The SUBWORD block: both commands from scratch (the dataset, and its vocabulary, made by the first)."""
+  if not pathlib.Path(VIM_DOCS).is_dir():
+    _refuse(f"{VIM_DOCS} is not a directory: the subword commands train on Vim 9.0's help files (install vim)")
+  data_dir = RESULTS_DIR / "data-vim"
+  shutil.rmtree(data_dir, ignore_errors=True)
+  load = load_average()
+  rows = _run_rows(SUBWORD_RUNS, data_dir)
+  text = subword_section(rows, machine(), time.strftime("%Y-%m-%d"), load)
+  print(text)
+  if write_docs:
+    common.rewrite_block(ROOT / "docs" / "results.md", SUBWORD_START, SUBWORD_END, f"\n{text}\n")
+    print("wrote docs/results.md's subword block")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """When does tying help? Tied, untied and tied + W, each tuned and scored at its best step, across train data sizes.
 
   .venv/bin/python -m science.when_to_tie                  # the whole sweep into runs/when_to_tie/
-  .venv/bin/python -m science.when_to_tie --write-docs     # the same, and docs/when_to_tie.* and README's block
+  .venv/bin/python -m science.when_to_tie --write-docs     # and docs/when_to_tie.*, docs/results.md's picks
   .venv/bin/python -m science.when_to_tie --quick --corpora=bytes --out=runs/when_to_tie_quick  # seconds
   .venv/bin/python -m science.when_to_tie --from-json docs/when_to_tie.json --add-convergence --write-docs
                                            # only the convergence check, added to an existing sweep's JSON
@@ -43,9 +43,9 @@ what each still needs. Nothing is written or deleted through a link under --out.
 Compiled programs are cached on disk (JAX's persistent compilation cache, under <out>/jax_cache): runs that differ
 only in seed or data size share their step and eval programs. The sweep prints each run and its own wall and CPU
 time. It writes <out>/when_to_tie.{md,json,png}; --write-docs also copies them to docs/when_to_tie.* (keeping the
-hand-written notes between the NOTES markers there) and rewrites the README's block between the WHEN_TO_TIE
-markers. The datasets are built once per corpus and draw under <out>/data/; each run's workdir under <out>/runs/ is
-deleted once its numbers are taken, unless --keep-runs.
+hand-written notes between the NOTES markers there) and rewrites the picks in docs/results.md's when-to-tie block.
+The datasets are built once per corpus and draw under <out>/data/; each run's workdir under <out>/runs/ is deleted
+once its numbers are taken, unless --keep-runs.
 
 The package: `plan` (models, corpora, grids, trials, blocks, schedules, run configs), `sweep` (the runs, the tuning,
 the convergence check and the NumPy references they are scored against), `stats` (means, paired intervals), `report`

@@ -57,7 +57,7 @@ def _parser() -> _Parser:
                    description=science.when_to_tie.__doc__.splitlines()[0])
   parser.add_argument("--out", default=str(REPO / "runs" / "when_to_tie"), help="writes <out>/when_to_tie.*")
   parser.add_argument("--write-docs", action="store_true",
-                      help="also copy the results to docs/when_to_tie.* and rewrite README.md's when-to-tie picks")
+                      help="also copy the results to docs/when_to_tie.* and rewrite docs/results.md's picks")
   parser.add_argument("--quick", action="store_true",
                       help=f"a tiny sweep for tests: {QUICK_PLAN.max_steps} steps, 1 size, 1 seed, one setting "
                            "per model")
@@ -260,6 +260,7 @@ def run_sweep(args: argparse.Namespace) -> dict[str, Any]:
   results["seconds"] = time.perf_counter() - started
   results["cpu_seconds"] = time.process_time() - cpu_started
   paths = report.publish(results, out, args.write_docs)
-  print(f"wrote {', '.join(map(str, paths))}{' and docs/when_to_tie.*, README.md' if args.write_docs else ''}; "
+  written = " and docs/when_to_tie.*, docs/results.md" if args.write_docs else ""
+  print(f"wrote {', '.join(map(str, paths))}{written}; "
         f"wall time {results['seconds'] / 60:.1f} min, CPU time {results['cpu_seconds'] / 60:.1f} min")
   return results

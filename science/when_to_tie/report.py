@@ -562,7 +562,8 @@ def _write_picks(picks_text: str, readme: pathlib.Path) -> None:
 
 
 def publish(results: dict[str, Any], out: pathlib.Path, write_docs: bool) -> list[pathlib.Path]:
-  """Writes <out>/when_to_tie.*; with `write_docs` also docs/when_to_tie.* (keeping its notes) and README's picks."""
+  """Writes <out>/when_to_tie.*; with `write_docs` also docs/when_to_tie.* (keeping its notes) and the picks in
+  docs/results.md."""
   docs = REPO / "docs"
   picks_text = readme_block(results)  # made before anything is written, as `write` makes its files
   paths = write(results, out, kept_notes(docs / "when_to_tie.md") if write_docs else "")
@@ -570,5 +571,5 @@ def publish(results: dict[str, Any], out: pathlib.Path, write_docs: bool) -> lis
     for path in paths:
       if path.resolve() != (docs / path.name).resolve():
         shutil.copyfile(path, docs / path.name)
-    _write_picks(picks_text, REPO / "README.md")
+    _write_picks(picks_text, REPO / "docs" / "results.md")
   return paths

@@ -172,8 +172,8 @@ def test_quick_sweep_writes_tables_and_plot(tmp_path):
     surely, maybe = self_margin[data.eval_ids] > 1e-4, self_margin[data.eval_ids] > -1e-4  # float32 near-ties
     assert np.mean(surely) - 1e-12 <= run["predicts_self"] <= np.mean(maybe) + 1e-12
   assert entry["tuning"]["tied_w"]["0.1"]["chosen"] == {"learning_rate": 0.05, "weight_decay": 0.0, "hidden_l2": 0.1}
-  # The README's picks are rewritten between their markers, the text around them kept; so are the docs' notes.
-  readme = tmp_path / "README.md"
+  # docs/results.md's picks are rewritten between their markers, the text around them kept; so are the docs' notes.
+  readme = tmp_path / "results.md"
   readme.write_text("intro\n<!-- when-to-tie -->\nhand text <!-- picks -->old<!-- /picks --> more\n"
                     "<!-- /when-to-tie -->\nrest\n")
   report.write_readme(results, readme)

@@ -67,15 +67,20 @@ def test_the_console_is_the_projects_own_and_a_rerun_prints_no_training_time(tmp
     lines = result.stderr.strip().splitlines()
     assert not [line for line in lines if ABSL_PREFIX.match(line)], result.stderr
     assert not [line for line in lines if "read only" in line], result.stderr  # Orbax opening the checkpoints
+    # The optional kernels: the run is the same without them, so without --verbose nothing names them.
+    assert not [line for line in lines if "XLA's dots" in line or "optax's update" in line], result.stderr
     venv_bin = pathlib.Path(sys.executable).parent  # tmp_path is outside the checkout: shown absolute
-    assert lines[-1] == (f"Checkpoints in runs/smoke/checkpoints (latest: step 20). Inspect: {venv_bin}/"
-                         f"tied-embed-inspect --workdir runs/smoke | Watch: {venv_bin}/tensorboard --logdir runs/smoke")
+    # The run's result, and only it, on stdout; progress and diagnostics on stderr.
+    results = result.stdout.splitlines()
+    assert len(results) == 2 and not [line for line in lines if line.startswith(("Step ", "Checkpoints in"))]
+    assert results[-1] == (f"Checkpoints in runs/smoke/checkpoints (latest: step 20). Inspect: {venv_bin}/"
+                           f"tied-embed-inspect --workdir runs/smoke | Watch: {venv_bin}/tensorboard --logdir runs/smoke")
   first_lines = first.stderr.splitlines()
   assert any(line.startswith("step 20/20 | loss ") for line in first_lines), first.stderr
-  assert re.fullmatch(r"Step 20: eval loss .*, 256 parameters, \d+\.\d s of training\.", first_lines[-2])
+  assert re.fullmatch(r"Step 20: eval loss .*, 256 parameters, \d+\.\d s of training\.", first.stdout.splitlines()[0])
   rerun_lines = rerun.stderr.splitlines()
   assert "The run is already complete at step 20: nothing to train, nothing written." in rerun_lines
-  assert re.fullmatch(r"Step 20: eval loss .*, 256 parameters\.", rerun_lines[-2]), rerun.stderr
+  assert re.fullmatch(r"Step 20: eval loss .*, 256 parameters\.", rerun.stdout.splitlines()[0]), rerun.stdout
   assert not any(line.startswith("step ") for line in rerun_lines)
 
 
@@ -200,3 +205,13 @@ def test_on_complete_runs_once_everything_is_written_and_before_the_closing_line
   after = [record.getMessage() for record in caplog.records[seen_at[0]:]]
   assert after[0].startswith(f"Step {smoke_run.config.train.num_steps}: eval loss"), after
   assert any(line.startswith("Checkpoints in") for line in after), after
+
+
+def test_train_py_in_a_python_without_the_projects_libraries_says_which_command_to_run(tmp_path):
+  # -S: this interpreter without its site-packages, so jax (and everything else the project needs) is missing.
+  result = subprocess.run([sys.executable, "-S", str(ROOT / "train.py"), "--config", "configs/smoke.py", "--workdir",
+                           str(tmp_path / "run")], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+  assert result.returncode == 1 and result.stdout == ""
+  (line,) = result.stderr.splitlines()
+  assert line.startswith("error: ") and " is not installed in " in line and "make install" in line, line
+  assert ".venv/bin/python train.py" in line and not (tmp_path / "run").exists()

@@ -4,6 +4,9 @@ freed memory goes back to the OS (`release_freed`) before any step's temporaries
 from __future__ import annotations
 
 import ctypes
+import importlib.util
+import os
+import pathlib
 from collections.abc import Callable
 
 import jax
@@ -22,6 +25,34 @@ CPU_COMPILER_OPTIONS = {
 def compiler_options() -> dict[str, str | bool] | None:
   """The XLA options the train step is compiled with on this backend: CPU_COMPILER_OPTIONS on CPU, else none."""
   return dict(CPU_COMPILER_OPTIONS) if jax.default_backend() == "cpu" else None
+
+
+CACHE_VARIABLE = "TIED_EMBED_COMPILE_CACHE"  # the directory of compiled programs kept across runs; '' turns it off
+CACHE_MIN_COMPILE_SECONDS = 0.3  # programs that compile faster are compiled again: reading them back saves little
+CACHE_MAX_BYTES = 2 << 30  # the least recently used programs are dropped beyond this
+
+
+def cache_compiles() -> pathlib.Path | None:
+  """Keeps the programs a command compiles in a directory, so the next run with the same shapes, config and JAX
+  reads them back instead of compiling again (JAX's persistent compilation cache; the program read back is the one
+  compiled, so the numbers are the same). The directory: $TIED_EMBED_COMPILE_CACHE, else
+  $XDG_CACHE_HOME/tied_embed/xla (~/.cache/...); none where the variable is '' or the directory can't be made, and
+  a cache the caller set up already (JAX_COMPILATION_CACHE_DIR, the tests' own) is left as it is.
+  → the directory used, or None."""
+  chosen = os.environ.get(CACHE_VARIABLE)
+  if chosen == "" or jax.config.jax_compilation_cache_dir:
+    return None
+  base = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache")
+  directory = pathlib.Path(chosen).expanduser() if chosen else base / "tied_embed" / "xla"
+  try:
+    directory.mkdir(parents=True, exist_ok=True)
+  except OSError:
+    return None  # a read-only home: the run compiles as it would without a cache
+  jax.config.update("jax_compilation_cache_dir", str(directory))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_SECONDS)
+  if importlib.util.find_spec("filelock") is not None:  # a size limit turns on JAX's file lock, which needs it:
+    jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)  # no run reads an entry still being written
+  return directory
 
 
 def compile_ahead(train_step: Callable, state: nnx.State, ids: jax.Array, next_ids: jax.Array) -> None:

@@ -4,7 +4,9 @@
 
 A bad flag, config file or value, or a busy workdir, is one line `error: ...` on stderr and exit status 2, before
 anything is written (and before TFDS, Orbax and TensorBoard are imported). The console shows the project's log lines
-as they are (warnings as `warning: ...`); the libraries' own logs (Orbax, CLU, TFDS, JAX) only with --verbose."""
+as they are (warnings as `warning: ...`): the run's result (RESULT_LINES) on stdout, its progress and diagnostics on
+stderr; which optional kernels the step runs on, and the libraries' own logs (Orbax, CLU, TFDS, JAX), only with
+--verbose."""
 
 from __future__ import annotations
 
@@ -51,6 +53,20 @@ class _ConfigFileParser(flags.ArgumentParser):
 FLAGS["config"].parser = _CONFIG_PARSER = _ConfigFileParser()
 
 
+# The lines that are a run's result (its final losses, where its checkpoints are): on stdout, so that
+# `train.py ... > result.txt` keeps them and the progress and diagnostics stay on the terminal (stderr).
+RESULT_LINES = ("Step %d: eval loss ", "Checkpoints in %s ")
+
+
+def is_result(record: logging.LogRecord) -> bool:
+  """Whether a log record is one of the run's RESULT_LINES (by its message template)."""
+  return isinstance(record.msg, str) and record.msg.startswith(RESULT_LINES)
+
+
+def _not_result(record: logging.LogRecord) -> bool:
+  return not is_result(record)
+
+
 class ConsoleFormatter(logging.Formatter):
   """A log record as the console shows it: the message alone, `warning: ` or `error: ` before the others."""
 
@@ -59,6 +75,11 @@ class ConsoleFormatter(logging.Formatter):
 
     level, message = record.levelno, printable(record.getMessage(), keep="\n")  # a path's ESC is shown, not obeyed
     return ("error: " if level >= logging.ERROR else "warning: " if level >= logging.WARNING else "") + message
+
+
+_RESULTS = logging.StreamHandler(sys.stdout)  # RESULT_LINES, in the console's format
+_RESULTS.setFormatter(ConsoleFormatter())
+_RESULTS.addFilter(is_result)
 
 
 def unknown_override(config, argv: list[str]) -> str:
@@ -174,8 +195,13 @@ def _completed() -> None:
 def _main(argv: list[str]) -> None:
   # The project's log lines in its own format; the libraries' (through absl's logger, and JAX's) only with --verbose:
   # they report failures by raising, which is printed as one line below.
-  absl_logging.get_absl_handler().setFormatter(ConsoleFormatter())
+  handler = absl_logging.get_absl_handler()
+  handler.setFormatter(ConsoleFormatter())
+  handler.addFilter(_not_result)  # the same function object: added once however often this runs
+  logging.getLogger("tied_embed").addHandler(_RESULTS)
   logging.getLogger("tied_embed").setLevel(logging.INFO)
+  # Which optional C++ kernels the step runs on: the step is the same without them, so only --verbose says.
+  logging.getLogger("tied_embed.fast").setLevel(logging.INFO if FLAGS.verbose else logging.WARNING)
   logging.getLogger("absl").setLevel(logging.INFO if FLAGS.verbose else logging.CRITICAL)
   logging.getLogger("jax").setLevel(logging.INFO if FLAGS.verbose else logging.WARNING)
   if len(argv) > 1:
@@ -195,6 +221,9 @@ def _main(argv: list[str]) -> None:
     if jax.process_index() == 0:  # the process that will hold the lock
       refuse_if_held(FLAGS.workdir, f"--workdir={FLAGS.workdir!r}")
     config_lib.validate(FLAGS.config)
+    from tied_embed.fast import compilation  # noqa: PLC0415
+
+    compilation.cache_compiles()
     from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415 (TFDS, Orbax, TensorBoard: seconds)
 
     train_and_evaluate(FLAGS.config, FLAGS.workdir, verbose=FLAGS.verbose, checked=True, on_complete=_completed)

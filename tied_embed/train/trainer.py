@@ -133,7 +133,7 @@ def _train_steps(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended) -> i
   config, train, num_steps = run.config, run.config.train, run.num_steps
   seed, batch_size, batch_sharding = int(config.seed), int(train.batch_size), mesh_lib.batch_sharding(run.mesh)
   every = [int(train[name]) for name in ("log_every", "eval_every", "checkpoint_every")]
-  schedule = optim.learning_rate_schedule(train)
+  schedule = jax.jit(optim.learning_rate_schedule(train))  # one program, not one per arithmetic op run eagerly
   progress = metrics_lib.ProgressLine(run.start, num_steps)  # steps/s and the time left count from here, compiled
   in_flight, saved_step = None, run.checkpointer.latest_step()
   for step in range(run.start, ended.step):
