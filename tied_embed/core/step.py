@@ -20,7 +20,7 @@ from tied_embed.core.model import Model
 Metrics = dict[str, jax.Array]
 TrainStep = Callable[..., tuple[nnx.State, Metrics]]
 StepFunction = Callable[..., tuple[nnx.State, Metrics, nnx.State]]
-# paths_fn(model, ids (B,), next_ids (B,)) → path gradients with add_lookup, lookup_row_norms, lookup_at, split_stats.
+# paths_fn(model, ids, next_ids (B,) or (B, L)) → path gradients: add_lookup, lookup_row_norms, lookup_at, split_stats.
 PathsFn = Callable[[Model, jax.Array, jax.Array], paths_lib.PathGradients]
 # apply_update(train_state, grads) → None, or a scalar finite exactly when everything the update wrote is.
 UpdateFn = Callable[["TrainState", nnx.State], "jax.Array | None"]
@@ -106,7 +106,8 @@ def make_step_function(graphdef: nnx.GraphDef, paths_fn: PathsFn = paths_lib.pat
                        lookup_grad_scale: float = 1.0, projection_grad_scale: float = 1.0,
                        split_check_tokens: int | None = None,
                        apply_update: UpdateFn = optimizer_update) -> StepFunction:
-  """step(state, ids (B,), next_ids (B,), with_stats=False) → (new state, metrics, grads), to be jitted.
+  """step(state, ids, next_ids (B,) pairs or (B, L) windows, with_stats=False) → (new state, metrics, grads), to be
+  jitted.
 
   `paths_fn` gives the batch's path gradients (tied_embed/core/paths.py, or a speed path with the same answers); the
   model turns them, weighted by `lookup_grad_scale` and `projection_grad_scale`, into its Params' gradients `grads`
