@@ -23,9 +23,16 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.dtype = "float32"
   config.model.hidden = "none"  # none | linear: h = E[ids]·W, a (D, D) W between lookup and projection, from I
   config.model.hidden_l2 = 0.0  # λ: the training loss adds λ·‖W − I‖²_F (model.hidden=linear); 0 = off
+  # none | mlp | transformer: what mixes a window's rows before the projection (none: a bigram model)
+  config.model.context = "none"
+  config.model.context_k = 3  # context=mlp: rows concatenated at each position (its own and the k - 1 before it)
+  config.model.layers = 2  # context=transformer: pre-norm causal blocks
+  config.model.heads = 4  # context=transformer: attention heads of each block (dividing d_model)
 
   config.data = ml_collections.ConfigDict()
   config.data.source = "planted"  # planted | directed | text | tfds (see tied_embed/data/sources/)
+  # L, tokens per training window: 1 = (current, next) pairs; L > 1 = windows of L tokens within one document
+  config.data.context_length = 1
   # source=text: a file, a directory (recursive) or a glob ('' = Python's pydoc_data/topics.py, ~750 KB of English)
   config.data.text_path = ""
   config.data.tokenizer = "bytes"  # text/tfds: bytes (V=256) | sentencepiece (trained, V pieces) | a .model path
@@ -49,7 +56,7 @@ def get_config() -> ml_collections.ConfigDict:
 
   config.train = ml_collections.ConfigDict()
   config.train.num_steps = 3000  # optimizer updates in the whole run
-  config.train.batch_size = 1024  # (current, next) token pairs per step
+  config.train.batch_size = 1024  # (current, next) token pairs per step (windows with data.context_length > 1)
   config.train.eval_batch_size = 8192  # pairs per evaluation batch; evaluation covers the whole validation split
   config.train.learning_rate = 0.05  # peak learning rate, reached after the warmup
   config.train.warmup_steps = 100  # linear warmup from 0, then cosine decay to 0 at num_steps

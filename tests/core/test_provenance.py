@@ -210,7 +210,7 @@ def test_hidden_map_paths_and_its_gradient_match_float64_hand_gradients(tied, fo
   dense_lookup = paths.lookup if form == "plain" else paths.lookup_dense()
   np.testing.assert_allclose(dense_lookup, lookup, rtol=1e-4, atol=1e-6)
   np.testing.assert_allclose(paths.projection, projection, rtol=1e-4, atol=1e-6)
-  np.testing.assert_allclose(paths.hidden["kernel"], d_kernel, rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(paths.hidden["hidden_map"]["kernel"], d_kernel, rtol=1e-4, atol=1e-6)
   grads = step_lib.param_gradients(model, paths)  # and nnx.grad of the whole model agrees with their assembly
   assert float(step_lib.split_error(model, grads, jnp.asarray(ids), jnp.asarray(targets))) < 1e-5
 
@@ -219,7 +219,7 @@ def test_hidden_l2_is_lambda_times_the_squared_distance_to_the_identity():
   model = WithHiddenMap(TiedEmbed(4, 2, rngs=nnx.Rngs(0)), l2=0.5)
   model.hidden_map.kernel[...] = jnp.array([[1.0, 2.0], [0.0, 3.0]])
   # ‖W − I‖² = 0² + 2² + 0² + 2² = 8, times λ = 0.5: 4
-  assert float(model.penalty(model.hidden_params())) == 4.0
+  assert float(model.penalty()) == 4.0
   ids, next_ids = jnp.array([0, 1, 2]), jnp.array([1, 2, 3])
   plain = loss_lib.cross_entropy(model(ids), next_ids)
   np.testing.assert_allclose(loss_lib.model_loss(model, ids, next_ids), plain + 4.0, rtol=1e-6)
@@ -227,4 +227,4 @@ def test_hidden_l2_is_lambda_times_the_squared_distance_to_the_identity():
   np.testing.assert_allclose(stats["identity_distance"], np.sqrt(8.0), rtol=1e-6)
   # (W − Wᵀ)/2 = [[0, 1], [−1, 0]]: norm √2, over ‖W‖ = √14
   np.testing.assert_allclose(stats["antisymmetric_share"], np.sqrt(2.0) / np.sqrt(14.0), rtol=1e-6)
-  assert WithHiddenMap(TiedEmbed(4, 2, rngs=nnx.Rngs(0))).penalty({"kernel": jnp.zeros((2, 2))}) is None
+  assert WithHiddenMap(TiedEmbed(4, 2, rngs=nnx.Rngs(0))).penalty() is None

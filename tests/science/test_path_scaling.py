@@ -13,6 +13,7 @@ from flax import nnx
 from helpers import all_series, hand_path_gradients, smoke_with
 
 from tied_embed.core import optim
+from tied_embed.core import paths as plain_paths
 from tied_embed.core import step as step_lib
 from tied_embed.core.model import build_model
 from tied_embed.fast import choose
@@ -100,9 +101,7 @@ def test_a_run_logs_the_applied_norm_at_each_log_step(smoke_run):
 def _unscaled_param_gradients(model, paths, *scales):
   """The update as it is with no scaling: each model's own assembly of its path gradients."""
   del scales
-  grads = nnx.state(model, nnx.Param)
-  nnx.replace_by_pure_dict(grads, model.param_gradients(paths.add_lookup, paths.projection, paths.hidden))
-  return grads
+  return plain_paths.param_gradients(model, paths.add_lookup, paths.projection, paths.hidden)
 
 
 @pytest.mark.parametrize("tied", [True, False])

@@ -25,12 +25,14 @@ def hidden_cross_entropy(hidden: jax.Array, projection_table: jax.Array, targets
 
 
 def model_loss(model, ids: jax.Array, next_ids: jax.Array) -> jax.Array:
-  """The training loss of a model called as a whole, plus its regulariser if any: ids, next_ids (T,) int → scalar."""
-  loss = cross_entropy(model(ids), next_ids)
-  penalty = model.penalty(model.hidden_params())
+  """The training loss of a model called as a whole, plus its regulariser if any: ids, next_ids (B,) pairs or
+  (B, L) windows, int → scalar, the mean over every position."""
+  loss = jnp.mean(per_token_losses(model, ids, next_ids))
+  penalty = model.penalty()
   return loss if penalty is None else loss + penalty
 
 
 def per_token_losses(model, ids: jax.Array, next_ids: jax.Array) -> jax.Array:
-  """Each pair's cross-entropy (no regulariser): ids, next_ids (T,) int → (T,) float32."""
-  return _token_cross_entropies(model(ids), next_ids)
+  """Each position's cross-entropy (no regulariser): ids, next_ids (B,) or (B, L) int → float32 of their shape."""
+  logits = model(ids)
+  return _token_cross_entropies(logits.reshape(-1, logits.shape[-1]), next_ids.reshape(-1)).reshape(next_ids.shape)

@@ -1,21 +1,20 @@
-"""Tied and untied input/output embeddings as Flax NNX modules, and the optional hidden map between the two uses.
+"""The models: one (V, D) table read twice (tied) or two tables (untied), and what happens between the two uses.
 
 `TiedEmbed` holds one (V, D) table, `embedding`, and uses it twice: `embed` looks rows up (the input embedding) and
 `attend` scores a hidden vector against every row (the output projection, `x @ E.T`). `UntiedEmbed` is the ablation
-with two independent tables of the same shape. `WithHiddenMap` puts a learned (D, D) matrix W between the two uses,
-`logits = E[ids] · W · Eᵀ`: a tied model's logits `E·Eᵀ` are symmetric, W's antisymmetric part is what lets it score
-(a, b) and (b, a) differently.
+with two independent tables of the same shape. Between the two uses a model may put a function of the looked-up
+rows: `WithHiddenMap`'s learned (D, D) matrix W (`logits = E[ids] · W · Eᵀ`: W's antisymmetric part is what lets a
+tied model score (a, b) and (b, a) differently), or a causal context mixer over a window of L tokens, `ContextMLP`
+(the previous k rows through one hidden layer) or `ContextTransformer` (a small pre-norm causal transformer).
 
-Every model answers the same questions, so the step never asks which class it has:
-  - `tables()`: which (V, D) arrays the lookup and the projection read (the same array when tied);
-  - `hidden(rows, params)`: what happens between them, as a pure function of the hidden map's arrays;
-  - `param_gradients(add_lookup, projection, hidden)`: how the two paths' gradients become the Params' gradients
-    (tied: they add up in the one table; untied: each goes to its own table)."""
+A model variant is one class, answering two questions (the step and the speed paths ask nothing else):
+  - `table_params()`: which (V, D) Params the lookup and the projection read (the same Param when tied);
+  - `hidden(rows)`: the hidden vectors (..., D) from the looked-up rows (..., D), through the model's other Params.
+How the two path gradients reach the Params follows from these alone (tied_embed/core/paths.py)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 import jax
@@ -30,9 +29,8 @@ if TYPE_CHECKING:  # only for the annotations: the story imports no config machi
 TABLE_AXES = ("vocab", "embed")
 
 HIDDEN_MAPS = ("none", "linear")  # the values `model.hidden` may take
-
-# add_lookup(grad (V, D)) → grad + the lookup-path gradient, added in place of `grad`.
-AddLookup = Callable[[jax.Array], jax.Array]
+CONTEXTS = ("none", "mlp", "transformer")  # the values `model.context` may take
+MLP_WIDTH = 4  # a context mixer's hidden layer is MLP_WIDTH · D wide
 
 
 def table_param(table: jax.Array) -> nnx.Param:
@@ -49,26 +47,36 @@ def init_table(key: jax.Array, vocab_size: int, d_model: int) -> jax.Array:
   return jax.lax.optimization_barrier(draw) / math.sqrt(d_model)
 
 
-class _Embedder(nnx.Module):
-  """What tied and untied tables share: the forward pass, and no hidden map between the two uses."""
+class LanguageModel(nnx.Module):
+  """What every model shares: logits = attend(hidden(embed(ids))); subclasses give `table_params` and may override
+  `hidden` (the identity here), `penalty` (a regulariser of the training loss) and `hidden_stats` (logged scalars)."""
 
   def __call__(self, ids: jax.Array) -> jax.Array:
-    """(...,) int → (..., V) float32 logits, `logits[t, v] = E_in[ids[t]] · E_out[v]` (tied: E_in = E_out = E)."""
-    return self.attend(self.embed(ids))
+    """ids (B,) or (B, L) int → (..., V) float32 logits."""
+    return self.attend(self.hidden(self.embed(ids)))
+
+  def embed(self, ids: jax.Array) -> jax.Array:
+    """Lookup: (...,) int → (..., D) float32, rows of the lookup table."""
+    return self.table_params()[0][...][ids]
+
+  def attend(self, x: jax.Array) -> jax.Array:
+    """Projection: (..., D) → (..., V) raw scores against every row of the projection table."""
+    return x @ self.table_params()[1][...].T
+
+  def tables(self) -> tuple[jax.Array, jax.Array]:
+    """(lookup table, projection table), each (V, D) (tied: the one table, twice)."""
+    lookup, projection = self.table_params()
+    return lookup[...], projection[...]
 
   def scoring_tables(self) -> tuple[jax.Array, jax.Array]:
-    """(A, B), each (V, D), with logits(ids) = A[ids] · Bᵀ: the tables themselves, for inspection."""
+    """(A, B), each (V, D), with a context-free model's logits(ids) = A[ids] · Bᵀ: the tables, for inspection."""
     return self.tables()
 
-  def hidden_params(self) -> dict[str, jax.Array]:
-    """The hidden map's arrays: none."""
-    return {}
-
-  def hidden(self, rows: jax.Array, params: dict[str, jax.Array]) -> jax.Array:
-    """The identity: the looked-up rows (T, D) are the hidden vectors."""
+  def hidden(self, rows: jax.Array) -> jax.Array:
+    """The identity: the looked-up rows (..., D) are the hidden vectors."""
     return rows
 
-  def penalty(self, params: dict[str, jax.Array]) -> jax.Array | None:
+  def penalty(self) -> jax.Array | None:
     """No regulariser."""
     return None
 
@@ -77,7 +85,7 @@ class _Embedder(nnx.Module):
     return {}
 
 
-class TiedEmbed(_Embedder):
+class TiedEmbed(LanguageModel):
   """One table, `embedding`: nnx.Param (V, D) float32 and the only parameter, for the token lookup and, transposed,
   for the output projection."""
 
@@ -85,25 +93,12 @@ class TiedEmbed(_Embedder):
     self.vocab_size, self.d_model = vocab_size, d_model
     self.embedding = table_param(init_table(rngs.params(), vocab_size, d_model))
 
-  def embed(self, ids: jax.Array) -> jax.Array:
-    """Lookup: (...,) int → (..., D) float32."""
-    return self.embedding[...][ids]
-
-  def attend(self, x: jax.Array) -> jax.Array:
-    """Projection with the same table transposed: (..., D) → (..., V) raw scores."""
-    return x @ self.embedding[...].T
-
-  def tables(self) -> tuple[jax.Array, jax.Array]:
-    """(lookup table, projection table), each (V, D): the one table, twice."""
-    table = self.embedding[...]
-    return table, table
-
-  def param_gradients(self, add_lookup: AddLookup, projection: jax.Array, hidden: dict) -> dict:
-    """Tying: both paths land in the one table, the lookup rows added into the projection gradient (V, D)."""
-    return {"embedding": add_lookup(projection)}
+  def table_params(self) -> tuple[nnx.Param, nnx.Param]:
+    """The one table, read by both uses."""
+    return self.embedding, self.embedding
 
 
-class UntiedEmbed(_Embedder):
+class UntiedEmbed(LanguageModel):
   """The ablation: independent (V, D) float32 Params `input_embedding` (read by `embed`) and `output_embedding`
   (read by `attend`), each initialised like `TiedEmbed`'s."""
 
@@ -112,21 +107,21 @@ class UntiedEmbed(_Embedder):
     self.input_embedding = table_param(init_table(rngs.params(), vocab_size, d_model))
     self.output_embedding = table_param(init_table(rngs.params(), vocab_size, d_model))
 
-  def embed(self, ids: jax.Array) -> jax.Array:
-    """Lookup in the input table: (...,) int → (..., D)."""
-    return self.input_embedding[...][ids]
+  def table_params(self) -> tuple[nnx.Param, nnx.Param]:
+    """Two different tables."""
+    return self.input_embedding, self.output_embedding
 
-  def attend(self, x: jax.Array) -> jax.Array:
-    """Projection with the output table: (..., D) → (..., V)."""
-    return x @ self.output_embedding[...].T
 
-  def tables(self) -> tuple[jax.Array, jax.Array]:
-    """(lookup table, projection table), each (V, D): two different arrays."""
-    return self.input_embedding[...], self.output_embedding[...]
+class _Around(LanguageModel):
+  """A model around `embedder` (TiedEmbed or UntiedEmbed, or another model around one): its tables, its hidden
+  function first, then this class's own."""
 
-  def param_gradients(self, add_lookup: AddLookup, projection: jax.Array, hidden: dict) -> dict:
-    """Untied: the lookup path is the input table's whole gradient, the projection path the output table's."""
-    return {"input_embedding": add_lookup(jnp.zeros_like(projection)), "output_embedding": projection}
+  def __init__(self, embedder: LanguageModel):
+    self.embedder = embedder
+    self.vocab_size, self.d_model = embedder.vocab_size, embedder.d_model
+
+  def table_params(self) -> tuple[nnx.Param, nnx.Param]:
+    return self.embedder.table_params()
 
 
 class LinearMap(nnx.Module):
@@ -141,51 +136,30 @@ class LinearMap(nnx.Module):
     return x @ self.kernel[...]
 
 
-class WithHiddenMap(nnx.Module):
-  """`embedder` (TiedEmbed or UntiedEmbed, tables unchanged) with `hidden_map` W between lookup and projection; the
-  training loss adds `l2 · ‖W − I‖²_F`, pulling W towards the plain model (the eval loss is the cross-entropy alone)."""
+class WithHiddenMap(_Around):
+  """`embedder` (tables unchanged) with `hidden_map` W after its hidden function; the training loss adds
+  `l2 · ‖W − I‖²_F`, pulling W towards the plain model (the eval loss is the cross-entropy alone)."""
 
-  def __init__(self, embedder: TiedEmbed | UntiedEmbed, l2: float = 0.0):
-    self.embedder = embedder
+  def __init__(self, embedder: LanguageModel, l2: float = 0.0):
+    super().__init__(embedder)
     self.hidden_map = LinearMap(embedder.d_model)
     self.l2 = float(l2)
-    self.vocab_size, self.d_model = embedder.vocab_size, embedder.d_model
 
-  def embed(self, ids: jax.Array) -> jax.Array:
-    """The embedder's lookup: (...,) int → (..., D)."""
-    return self.embedder.embed(ids)
-
-  def __call__(self, ids: jax.Array) -> jax.Array:
-    """(...,) int → (..., V) float32 logits, `E[ids] · W · Eᵀ` when tied."""
-    return self.embedder.attend(self.hidden_map(self.embed(ids)))
-
-  def tables(self) -> tuple[jax.Array, jax.Array]:
-    """The embedder's (lookup table, projection table)."""
-    return self.embedder.tables()
+  def hidden(self, rows: jax.Array) -> jax.Array:
+    """The embedder's hidden vectors (..., D) · W → (..., D)."""
+    return self.hidden_map(self.embedder.hidden(rows))
 
   def scoring_tables(self) -> tuple[jax.Array, jax.Array]:
-    """(E_in · W, E_out), each (V, D): logits(ids) = (E_in · W)[ids] · E_outᵀ, for inspection."""
-    lookup_table, projection_table = self.tables()
+    """(A · W, B) from the embedder's (A, B), each (V, D): logits(ids) = (A · W)[ids] · Bᵀ, for inspection."""
+    lookup_table, projection_table = self.embedder.scoring_tables()
     return lookup_table @ self.hidden_map.kernel[...], projection_table
 
-  def hidden_params(self) -> dict[str, jax.Array]:
-    """{'kernel': W (D, D)}."""
-    return {"kernel": self.hidden_map.kernel[...]}
-
-  def hidden(self, rows: jax.Array, params: dict[str, jax.Array]) -> jax.Array:
-    """rows (T, D) · W → (T, D)."""
-    return rows @ params["kernel"]
-
-  def penalty(self, params: dict[str, jax.Array]) -> jax.Array | None:
+  def penalty(self) -> jax.Array | None:
     """l2 · ‖W − I‖²_F, a scalar; None (nothing to add) at l2 = 0."""
     if self.l2 == 0.0:
       return None
-    kernel = params["kernel"]
+    kernel = self.hidden_map.kernel[...]
     return self.l2 * jnp.sum(jnp.square(kernel - jnp.eye(kernel.shape[0], dtype=kernel.dtype)))
-
-  def param_gradients(self, add_lookup: AddLookup, projection: jax.Array, hidden: dict) -> dict:
-    """The embedder's table gradients, and W's."""
-    return {"embedder": self.embedder.param_gradients(add_lookup, projection, {}), "hidden_map": hidden}
 
   def hidden_stats(self) -> dict[str, jax.Array]:
     """‖W − I‖_F, and W's antisymmetric share ‖(W − Wᵀ)/2‖_F / ‖W‖_F: the part that breaks the symmetry of E·Eᵀ."""
@@ -195,17 +169,84 @@ class WithHiddenMap(nnx.Module):
     return {"identity_distance": identity_distance, "antisymmetric_share": antisymmetric}
 
 
-Model = TiedEmbed | UntiedEmbed | WithHiddenMap
+class ContextMLP(_Around):
+  """Bengio-style: at each position t of a window, the rows of tokens t, t-1, ..., t-k+1 (zeros before the window's
+  start) concatenated, through one tanh layer of MLP_WIDTH · D units, added to row t:
+  h_t = x_t + MLP([x_t, ..., x_t-k+1])."""
+
+  def __init__(self, embedder: LanguageModel, k: int, *, rngs: nnx.Rngs):
+    super().__init__(embedder)
+    self.k, width = k, MLP_WIDTH * embedder.d_model
+    self.layer = nnx.Linear(k * embedder.d_model, width, rngs=rngs)
+    self.out = nnx.Linear(width, embedder.d_model, rngs=rngs)
+
+  def hidden(self, rows: jax.Array) -> jax.Array:
+    """rows (B, L, D) → (B, L, D), position t reading positions ≤ t only; rows (B, D) are windows of one token."""
+    if rows.ndim == 2:
+      return self.hidden(rows[:, None])[:, 0]
+    rows = self.embedder.hidden(rows)
+    length = rows.shape[-2]
+    padded = jnp.pad(rows, [(0, 0)] * (rows.ndim - 2) + [(self.k - 1, 0), (0, 0)])
+    context = jnp.concatenate([padded[..., self.k - 1 - j:self.k - 1 - j + length, :] for j in range(self.k)], -1)
+    return rows + self.out(jnp.tanh(self.layer(context)))
+
+
+class Block(nnx.Module):
+  """One pre-norm transformer block: x + attention(norm(x)) under a causal mask, then x + MLP(norm(x))."""
+
+  def __init__(self, d_model: int, heads: int, *, rngs: nnx.Rngs):
+    self.attention_norm = nnx.LayerNorm(d_model, rngs=rngs)
+    self.attention = nnx.MultiHeadAttention(heads, d_model, qkv_features=d_model, out_features=d_model,
+                                            decode=False, rngs=rngs)
+    self.mlp_norm = nnx.LayerNorm(d_model, rngs=rngs)
+    self.mlp_in = nnx.Linear(d_model, MLP_WIDTH * d_model, rngs=rngs)
+    self.mlp_out = nnx.Linear(MLP_WIDTH * d_model, d_model, rngs=rngs)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """(B, L, D) → (B, L, D), position t attending to positions ≤ t."""
+    causal = nnx.make_causal_mask(jnp.ones(x.shape[:-1], jnp.int32))  # (B, 1, L, L)
+    x = x + self.attention(self.attention_norm(x), mask=causal)
+    return x + self.mlp_out(jax.nn.gelu(self.mlp_in(self.mlp_norm(x))))
+
+
+class ContextTransformer(_Around):
+  """A small causal transformer over a window of up to `length` tokens: learned positions (length, D) added to the
+  rows, `layers` pre-norm blocks of `heads` heads, a final LayerNorm."""
+
+  def __init__(self, embedder: LanguageModel, length: int, layers: int, heads: int, *, rngs: nnx.Rngs):
+    super().__init__(embedder)
+    self.positions = nnx.Param(0.02 * jax.random.normal(rngs.params(), (length, embedder.d_model), jnp.float32))
+    self.blocks = nnx.List([Block(embedder.d_model, heads, rngs=rngs) for _ in range(layers)])
+    self.final_norm = nnx.LayerNorm(embedder.d_model, rngs=rngs)
+
+  def hidden(self, rows: jax.Array) -> jax.Array:
+    """rows (B, L, D), L ≤ length → (B, L, D), position t reading positions ≤ t only; rows (B, D) are windows of
+    one token."""
+    if rows.ndim == 2:
+      return self.hidden(rows[:, None])[:, 0]
+    x = self.embedder.hidden(rows) + self.positions[...][:rows.shape[-2]]
+    for block in self.blocks:
+      x = block(x)
+    return self.final_norm(x)
+
+
+Model = LanguageModel
 
 
 def build_model(config: ml_collections.ConfigDict) -> Model:
-  """The model `config.model` describes, initialised from `config.seed`."""
-  model = config.model
-  cls = TiedEmbed if model.tied else UntiedEmbed
-  embedder = cls(int(model.vocab_size), int(model.d_model), rngs=nnx.Rngs(int(config.seed)))
+  """The model `config.model` describes, initialised from `config.seed`: the tables, then the context mixer
+  (`model.context`), then the hidden map (`model.hidden`)."""
+  model, rngs = config.model, nnx.Rngs(int(config.seed))
+  built = (TiedEmbed if model.tied else UntiedEmbed)(int(model.vocab_size), int(model.d_model), rngs=rngs)
+  context = model.get("context", "none")
+  if context == "mlp":
+    built = ContextMLP(built, int(model.context_k), rngs=rngs)
+  elif context == "transformer":
+    length = int(config.data.get("context_length", 1))
+    built = ContextTransformer(built, length, int(model.layers), int(model.heads), rngs=rngs)
   if model.get("hidden", "none") == "linear":
-    return WithHiddenMap(embedder, float(model.get("hidden_l2", 0.0)))
-  return embedder
+    built = WithHiddenMap(built, float(model.get("hidden_l2", 0.0)))
+  return built
 
 
 class ParamCounts(NamedTuple):

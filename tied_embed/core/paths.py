@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
 from tied_embed.core import loss as loss_lib
 
@@ -44,7 +45,7 @@ class PathGradients(NamedTuple):
   ids: jax.Array  # (T,) int, the looked-up rows
   lookup: jax.Array  # (V, D), through `E[ids]`
   projection: jax.Array  # (V, D), through `x @ E.T`
-  hidden: dict  # the hidden map's gradients ({} without one), e.g. {'kernel': (D, D)}
+  hidden: dict  # the other Params' gradients, nested by name ({} without any), e.g. {'hidden_map': {'kernel': (D, D)}}
 
   def add_lookup(self, grad: jax.Array, scale: float = 1.0) -> jax.Array:
     """grad + scale · lookup-path gradient: (V, D) → (V, D)."""
@@ -72,29 +73,65 @@ class PathGradients(NamedTuple):
             "rows_projection_only": jnp.sum((row_norms(projection) > 0) & ~looked_up)}
 
 
+def table_paths(model) -> tuple[tuple, tuple]:
+  """Where in `model`'s graph the Params its lookup and its projection read are: (lookup path, projection path),
+  found by identity, so a tied model gives the same path twice."""
+  found = {id(node): path for path, node in nnx.iter_graph(model) if isinstance(node, nnx.Variable)}
+  return tuple(found[id(param)] for param in model.table_params())
+
+
 def differentiate_uses(model, ids: jax.Array, next_ids: jax.Array,
                        loss_fn: HiddenLoss) -> tuple[jax.Array, jax.Array, jax.Array, dict]:
-  """The training loss and its gradient with respect to each use of the tables, and to the hidden map.
+  """The training loss and its gradient with respect to each use of the tables, and to the model's other Params.
 
-  The loss is written as a function of (looked-up rows (T, D), projection table (V, D), the hidden map's arrays), so
+  The loss is written as a function of (looked-up rows (..., D), projection table (V, D), the other Params), so
   differentiating it with respect to each argument separates the paths: the rows carry the lookup path, the table
-  the projection path. → (loss (), d rows (T, D), d projection table (V, D), {name: d hidden array})."""
+  the projection path. ids, next_ids (B,) pairs or (B, L) windows → (loss (), d rows (T, D) with T = B·L,
+  d projection table (V, D), {name: d array} of the other Params as a nested dict, {} for none)."""
+  tables = set(table_paths(model))
+  graphdef, table_state, others, rest = nnx.split(model, lambda path, _: path in tables, nnx.Param, ...)
 
-  def loss(rows: jax.Array, projection_table: jax.Array, hidden: dict) -> jax.Array:
-    value = loss_fn(model.hidden(rows, hidden), projection_table, next_ids)
-    penalty = model.penalty(hidden)
+  windows = ids.ndim > 1  # (B, L): the loss scores the B·L positions as one list of T tokens
+
+  def loss(rows: jax.Array, projection_table: jax.Array, others: nnx.State) -> jax.Array:
+    hidden_model = nnx.merge(graphdef, table_state, others, rest)
+    hidden = hidden_model.hidden(rows)
+    if windows:
+      hidden, targets = hidden.reshape(-1, hidden.shape[-1]), next_ids.reshape(-1)
+    else:
+      targets = next_ids
+    value = loss_fn(hidden, projection_table, targets)
+    penalty = hidden_model.penalty()
     return value if penalty is None else value + penalty
 
   lookup_table, projection_table = model.tables()
-  value, (rows, projection, hidden) = jax.value_and_grad(loss, argnums=(0, 1, 2))(
-      lookup_table[ids], projection_table, model.hidden_params())
-  return value, rows, projection, hidden
+  value, (rows, projection, other_grads) = jax.value_and_grad(loss, argnums=(0, 1, 2))(
+      lookup_table[ids], projection_table, others)
+  return value, rows.reshape(-1, rows.shape[-1]), projection, other_grads.to_pure_dict()
 
 
 def path_gradients(model, ids: jax.Array, next_ids: jax.Array,
                    loss_fn: HiddenLoss = loss_lib.hidden_cross_entropy) -> PathGradients:
-  """The batch's loss and its gradient through each use: ids, next_ids (T,) int → PathGradients (dense), whose
-  `lookup` is d loss / d rows scattered into the rows `ids` read (untied: the input table's whole gradient)."""
+  """The batch's loss and its gradient through each use: ids, next_ids (B,) or (B, L) int → PathGradients (dense),
+  whose `lookup` is d loss / d rows scattered into the rows `ids` read (untied: the input table's whole gradient)."""
   loss, rows_grad, projection, hidden = differentiate_uses(model, ids, next_ids, loss_fn)
+  ids = ids.reshape(-1)
   lookup = jnp.zeros_like(projection).at[ids].add(rows_grad)
   return PathGradients(loss=loss, ids=ids, lookup=lookup, projection=projection, hidden=hidden)
+
+
+def param_gradients(model, add_lookup: Callable[[jax.Array], jax.Array], projection: jax.Array,
+                    hidden: dict) -> nnx.State:
+  """The Params' gradients, routed by which Param each use reads: the projection path into the projection table's
+  Param, the lookup path added (`add_lookup(grad (V, D)) → grad + lookup path`) into the lookup table's (tied: the
+  same Param, so both land in the one table), the other Params' gradients `hidden` where they are."""
+  lookup_path, projection_path = table_paths(model)
+  grads = nnx.state(model, nnx.Param)
+  nnx.replace_by_pure_dict(grads, hidden)
+  flat = dict(grads.flat_state())
+  if lookup_path == projection_path:
+    flat[lookup_path] = flat[lookup_path].replace(add_lookup(projection))
+  else:
+    flat[lookup_path] = flat[lookup_path].replace(add_lookup(jnp.zeros_like(projection)))
+    flat[projection_path] = flat[projection_path].replace(projection)
+  return nnx.from_flat_state(flat)

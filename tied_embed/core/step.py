@@ -20,7 +20,7 @@ from tied_embed.core.model import Model
 Metrics = dict[str, jax.Array]
 TrainStep = Callable[..., tuple[nnx.State, Metrics]]
 StepFunction = Callable[..., tuple[nnx.State, Metrics, nnx.State]]
-# paths_fn(model, ids (B,), next_ids (B,)) → path gradients with add_lookup, lookup_row_norms, lookup_at, split_stats.
+# paths_fn(model, ids, next_ids (B,) or (B, L)) → path gradients: add_lookup, lookup_row_norms, lookup_at, split_stats.
 PathsFn = Callable[[Model, jax.Array, jax.Array], paths_lib.PathGradients]
 # apply_update(train_state, grads) → None, or a scalar finite exactly when everything the update wrote is.
 UpdateFn = Callable[["TrainState", nnx.State], "jax.Array | None"]
@@ -61,13 +61,11 @@ class TrainState(nnx.Module):
 
 
 def param_gradients(model: Model, paths, lookup_scale: float = 1.0, projection_scale: float = 1.0) -> nnx.State:
-  """The Params' gradients from the two paths, each weighted by its scale and routed by the model. A scale of exactly 1
-  multiplies nothing: the default step is the same program, and bits, as one that never scales."""
+  """The Params' gradients from the two paths, each weighted by its scale and routed by the model's tables
+  (`paths_lib.param_gradients`). A scale of exactly 1 multiplies nothing: the default step is the same program, and
+  bits, as one that never scales."""
   projection = paths.projection if projection_scale == 1.0 else projection_scale * paths.projection
-  values = model.param_gradients(lambda grad: paths.add_lookup(grad, lookup_scale), projection, paths.hidden)
-  grads = nnx.state(model, nnx.Param)
-  nnx.replace_by_pure_dict(grads, values)
-  return grads
+  return paths_lib.param_gradients(model, lambda grad: paths.add_lookup(grad, lookup_scale), projection, paths.hidden)
 
 
 def split_error(model: Model, grads: nnx.State, ids: jax.Array, next_ids: jax.Array) -> jax.Array:
@@ -108,7 +106,8 @@ def make_step_function(graphdef: nnx.GraphDef, paths_fn: PathsFn = paths_lib.pat
                        lookup_grad_scale: float = 1.0, projection_grad_scale: float = 1.0,
                        split_check_tokens: int | None = None,
                        apply_update: UpdateFn = optimizer_update) -> StepFunction:
-  """step(state, ids (B,), next_ids (B,), with_stats=False) → (new state, metrics, grads), to be jitted.
+  """step(state, ids, next_ids (B,) pairs or (B, L) windows, with_stats=False) → (new state, metrics, grads), to be
+  jitted.
 
   `paths_fn` gives the batch's path gradients (tied_embed/core/paths.py, or a speed path with the same answers); the
   model turns them, weighted by `lookup_grad_scale` and `projection_grad_scale`, into its Params' gradients `grads`
@@ -121,8 +120,8 @@ def make_step_function(graphdef: nnx.GraphDef, paths_fn: PathsFn = paths_lib.pat
   and 'train_loss' (the mean loss since the previous log step, whose window it then empties).
 
   The split check (`split_error`) runs on the whole batch or, with `split_check_tokens` = S < B (where the (B, V)
-  logits would not fit), on the first S pairs. A non-finite loss or new state is recorded in `first_nonfinite_step`
-  (the loop checks it where it syncs anyway), so a state that passes is safe to save."""
+  logits would not fit), on the first S pairs (or windows). A non-finite loss or new state is recorded in
+  `first_nonfinite_step` (the loop checks it where it syncs anyway), so a state that passes is safe to save."""
 
   def log_metrics(model, paths, grads, ids, next_ids) -> Metrics:
     metrics = dict(paths.split_stats())

@@ -24,6 +24,7 @@ from etils import epath
 from tied_embed import util
 from tied_embed.data import record as record_lib
 from tied_embed.data import sources
+from tied_embed.data import windows as windows_lib
 from tied_embed.data.text import corpus
 from tied_embed.util import UsageError
 
@@ -56,6 +57,12 @@ class BigramData:
   reference: sources.Reference  # the source's, of the whole dataset
   eval_references: dict[str, float]  # logged as eval/<name> beside eval/loss (fitted on the whole train split)
   digests: dict[str, str] = dataclasses.field(default_factory=dict)  # {split: `pairs_digest`} of the whole splits
+  # Windows (tied_embed/data/windows.py): L = data.context_length; with L > 1 the first pair of every window of L
+  # pairs inside one train document, and where the validation and selection pairs' documents end (None: one).
+  context_length: int = 1
+  train_starts: np.ndarray | None = None  # (W,) int64
+  eval_document_ends: np.ndarray | None = None
+  select_document_ends: np.ndarray | None = None
 
 
 @dataclasses.dataclass(eq=False)
@@ -116,6 +123,11 @@ def builder_config(config: Any) -> BigramConfig:
 def train_fraction(config: Any) -> float:
   """data.train_fraction, in (0, 1]: the share of the train split a run trains on (1 if absent)."""
   return float(config.data.get("train_fraction", 1.0))
+
+
+def context_length(config: Any) -> int:
+  """data.context_length, L >= 1: the pairs of one training window (1 if absent: pairs)."""
+  return int(config.data.get("context_length", 1))
 
 
 def selection_fraction(config: Any) -> float:
@@ -260,6 +272,7 @@ def _read_verified(bc: BigramConfig, directory: pathlib.Path) -> tuple[dict[str,
       if split_ends.ndim != 1 or np.any(np.diff(split_ends) < 0) or (len(split_ends) and split_ends[-1] != count):
         return None, f"{split}'s document ends do not fit its {count} pairs"
     splits[DOCUMENT_ENDS] = ends["train"]
+    splits[f"{DOCUMENT_ENDS}_validation"] = ends["validation"]
   if why := _check_digests(bc, directory, splits):
     return None, why
   return splits, ""
@@ -314,7 +327,8 @@ def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
       bc = builder_config(config)
       refuse_links(bc, directory)  # before the source writes its tokenizer there
       bc = BigramConfig(name=bc.name, source=bc.source, settings=sources.get(bc.source).prepare(bc.settings, directory))
-      return _bigram_data(bc, _prepare(bc, directory), train_fraction(config), selection_fraction(config))
+      return _bigram_data(bc, _prepare(bc, directory), train_fraction(config), selection_fraction(config),
+                          context_length(config))
   except (UsageError, util.RunStopped):
     raise
   except Exception as error:  # noqa: BLE001 (TFDS and array_record report I/O failures in many types)
@@ -333,25 +347,36 @@ def load_existing_bigram_data(config: Any, workdir: str | pathlib.Path) -> Bigra
   if splits is None:
     where = _version_dir(bc, directory)
     raise UsageError(f"{where} is missing" if why == "missing" else f"the dataset in {where} is unusable ({why})")
-  return _bigram_data(bc, splits, train_fraction(config), selection_fraction(config))
+  return _bigram_data(bc, splits, train_fraction(config), selection_fraction(config), context_length(config))
 
 
-def _bigram_data(bc: BigramConfig, splits: dict[str, Any], fraction: float, held_out: float) -> BigramData:
+def _bigram_data(bc: BigramConfig, splits: dict[str, Any], fraction: float, held_out: float,
+                 length: int = 1) -> BigramData:
   """BigramData of loaded splits: the last `held_out` of train for selection, the first `fraction` of the rest to
-  train on; the references from the whole splits."""
+  train on, windows of `length` pairs; the references from the whole splits (the bigram's, whatever the length)."""
   source = sources.get(bc.source)
   (train_ids, train_next), (eval_ids, eval_next) = splits["train"], splits["validation"]
-  kept = len(train_ids) - selection_pairs(len(train_ids), held_out, splits.get(DOCUMENT_ENDS))
+  train_ends = splits.get(DOCUMENT_ENDS)
+  kept = len(train_ids) - selection_pairs(len(train_ids), held_out, train_ends)
   used = train_pairs_used(kept, fraction)
   vocab_size = bc.settings["vocab_size"]
   reference = source.reference(bc.settings, eval_ids, eval_next)
+  windows = {}
+  if length > 1:
+    starts = windows_lib.window_starts(used, train_ends, length)
+    if len(starts) == 0:
+      raise UsageError.bad_value("data.context_length", length, f"at most the longest train document's pairs (of "
+                                 f"the {used:,} pairs trained on, none lies in a window of {length})")
+    select_ends = None if train_ends is None else np.asarray(train_ends, np.int64)[train_ends > kept] - kept
+    windows = dict(context_length=length, train_starts=starts, select_document_ends=select_ends,
+                   eval_document_ends=splits.get(f"{DOCUMENT_ENDS}_validation"))
   return BigramData(
       source=bc.source, vocab_size=vocab_size, train_ids=train_ids[:used], train_next=train_next[:used],
       eval_ids=eval_ids, eval_next=eval_next, select_ids=train_ids[kept:], select_next=train_next[kept:],
       loss_floor=reference.loss_floor, true_log_probs=reference.log_probs,
       input_counts=np.bincount(train_ids[:used], minlength=vocab_size).astype(np.int64),
       identity=_identity(bc.name, fraction, held_out), reference=reference,
-      eval_references=source.eval_references(bc.settings, splits["train"], splits["validation"]),
+      eval_references=source.eval_references(bc.settings, splits["train"], splits["validation"]), **windows,
       digests=splits[DIGESTS],
   )
 

@@ -46,11 +46,13 @@ def paths_function(chunk_size: int, compute_dtype: str = "float32", shards: int 
     log.info("The chunked loss's matmuls run as XLA's dots: the oneMKL kernel runs on one device only.")
 
   def fast_paths(model, ids: jax.Array, next_ids: jax.Array) -> sparse_paths.PathGradients:
-    # The hidden vectors are looked-up rows (times W), equal where the ids are: each distinct id's logits once a shard.
+    # Pairs (B,): each hidden vector is a function of its id alone (the row, times W), equal where the ids are, so
+    # each distinct id's logits are formed once a shard. Windows (B, L) carry context: no such promise, every row.
     if chunk_size == 0:
       loss_fn = functools.partial(chunked_loss.full_cross_entropy, compute_dtype=compute_dtype)
     else:
-      loss_fn = functools.partial(chunked_loss.chunked_cross_entropy, chunk_size=chunk_size, row_keys=ids,
+      row_keys = ids if ids.ndim == 1 else None
+      loss_fn = functools.partial(chunked_loss.chunked_cross_entropy, chunk_size=chunk_size, row_keys=row_keys,
                                   groups=shards, compute_dtype=compute_dtype, mkl_kernel=mkl_kernel)
     return sparse_paths.path_gradients(model, ids, next_ids, loss_fn)
 
@@ -84,7 +86,9 @@ def make_train_step(graphdef: nnx.GraphDef, chunk_size: int, state_shardings=Non
 def train_step_for(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef, target: nnx.State) -> step_lib.TrainStep:
   """The train step `config` asks for, for the state `target` (abstract arrays with their shardings)."""
   train, shardings = config.train, jax.tree.map(lambda leaf: leaf.sharding, target)
-  split_check = split_check_tokens(int(train.batch_size), int(config.model.vocab_size), data_shards(shardings))
+  # A window of L tokens has (L, V) logits: the check's rows are windows, each as wide as L pairs.
+  length = int(config.data.get("context_length", 1))
+  split_check = split_check_tokens(int(train.batch_size), int(config.model.vocab_size) * length, data_shards(shardings))
   return make_train_step(
       graphdef, int(config.loss.chunk_size), shardings, lookup_grad_scale=float(train.lookup_grad_scale),
       projection_grad_scale=float(train.projection_grad_scale), compute_dtype=str(config.model.dtype),

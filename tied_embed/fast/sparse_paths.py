@@ -22,7 +22,7 @@ class PathGradients(NamedTuple):
   ids: jax.Array  # (T,) int, the looked-up rows
   lookup_rows: jax.Array  # (T, D), d loss / d E[ids[t]] for each token t
   projection: jax.Array  # (V, D), through `x @ E.T`
-  hidden: dict  # the hidden map's gradients ({} without one)
+  hidden: dict  # the other Params' gradients, nested by name ({} without any)
 
   def lookup_dense(self) -> jax.Array:
     """The lookup-path gradient as a (V, D) array."""
@@ -68,6 +68,7 @@ class PathGradients(NamedTuple):
 
 
 def path_gradients(model, ids: jax.Array, next_ids: jax.Array, loss_fn: paths.HiddenLoss) -> PathGradients:
-  """`tied_embed.core.paths.path_gradients` without scattering the lookup rows: ids, next_ids (T,) → PathGradients."""
+  """`tied_embed.core.paths.path_gradients` without scattering the lookup rows: ids, next_ids (B,) or (B, L) →
+  PathGradients over the T = B·L positions."""
   loss, lookup_rows, projection, hidden = paths.differentiate_uses(model, ids, next_ids, loss_fn)
-  return PathGradients(loss=loss, ids=ids, lookup_rows=lookup_rows, projection=projection, hidden=hidden)
+  return PathGradients(loss=loss, ids=ids.reshape(-1), lookup_rows=lookup_rows, projection=projection, hidden=hidden)

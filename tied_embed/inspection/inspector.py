@@ -145,8 +145,8 @@ def continue_prompt(workdir: str | pathlib.Path, prompt: str, top_k: int = 5, ge
   ids = tokenizer.encode(prompt)
   if not ids:
     raise UsageError.bad_value("--next", prompt, "a prompt with at least one token")
-  lookup, projection = (np.asarray(table, np.float64) for table in restored.model.scoring_tables())
-  probs = np.exp(log_softmax((lookup[ids[-1]] @ projection.T)[None]))[0]  # P(next | last token)
+  scores = next_scores(restored)
+  probs = np.exp(log_softmax(scores(ids)[None]))[0]  # P(next | the window's tokens; pairs: the last token)
   order = np.argsort(-probs, kind="stable")[:top_k]
   result = {
       "workdir": str(workdir), "step": restored.step, "prompt": prompt,
@@ -155,10 +155,21 @@ def continue_prompt(workdir: str | pathlib.Path, prompt: str, top_k: int = 5, ge
       "warnings": warnings,
   }
   if generate:
-    drawn = report_lib.sample_tokens(lookup, projection, ids[-1], generate, temperature, seed)
+    drawn = report_lib.sample_after(scores, ids, generate, temperature, seed)
     result.update(generated=[{"id": i, "label": tokenizer.label(i)} for i in drawn],
                   text=tokenizer.decode(ids + drawn), temperature=temperature, seed=seed)
   return result
+
+
+def next_scores(restored: Any) -> Callable[[list[int]], np.ndarray]:
+  """scores(tokens) → (V,) float64 next-token scores after a list of ids: a run on pairs scores the last token with
+  its scoring tables in float64; a run on windows of data.context_length L calls the model on the last L tokens."""
+  length = int(restored.config.data.get("context_length", 1))
+  if length == 1:
+    lookup, projection = (np.asarray(table, np.float64) for table in restored.model.scoring_tables())
+    return lambda tokens: lookup[tokens[-1]] @ projection.T
+  model = restored.model
+  return lambda tokens: np.asarray(model(np.asarray(tokens[-length:], np.int32)[None])[0, -1], np.float64)
 
 
 def resolve_token(token: int | str, tokenizer: Any) -> int:

@@ -164,20 +164,28 @@ def path_direction_summary(directions: dict[str, np.ndarray], label: Callable[[i
 def sample_tokens(lookup_table: np.ndarray, projection_table: np.ndarray, start: int, num_tokens: int,
                   temperature: float, seed: int) -> list[int]:
   """`num_tokens` ids drawn one after another from softmax(S[current] / temperature), starting after `start`; a pure
-  function of (tables, start, seed). Temperature 0 takes the likeliest token each time; the scores are shifted by
-  their maximum before the division, so any temperature > 0 samples (among the likeliest tokens when the others
-  fall to -inf, as the limit T → 0 does)."""
+  function of (tables, start, seed): `sample_after` with a bigram model's scores, S = lookup · projectionᵀ."""
   lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
+  return sample_after(lambda tokens: lookup[tokens[-1]] @ projection.T, [start], num_tokens, temperature, seed)
+
+
+def sample_after(scores: Callable[[list[int]], np.ndarray], prompt: list[int], num_tokens: int, temperature: float,
+                 seed: int) -> list[int]:
+  """`num_tokens` ids drawn one after another from softmax(scores(tokens so far) / temperature), `scores` giving the
+  (V,) next-token scores after a list of ids. Temperature 0 takes the likeliest token each time; the scores are
+  shifted by their maximum before the division, so any temperature > 0 samples (among the likeliest tokens when the
+  others fall to -inf, as the limit T → 0 does)."""
   rng = np.random.default_rng(seed)
-  token, drawn = start, []
+  tokens, drawn = list(prompt), []
   for _ in range(num_tokens):
-    scores = lookup[token] @ projection.T
+    next_scores = scores(tokens)
     if temperature == 0:
-      token = int(np.argmax(scores))
+      token = int(np.argmax(next_scores))
     else:
       with np.errstate(over="ignore"):  # scores far below the maximum become -inf: probability 0
-        probs = np.exp(log_softmax(((scores - scores.max()) / temperature)[None]))[0]
+        probs = np.exp(log_softmax(((next_scores - next_scores.max()) / temperature)[None]))[0]
       token = int(rng.choice(len(probs), p=probs / probs.sum()))
+    tokens.append(token)
     drawn.append(token)
   return drawn
 

@@ -18,7 +18,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from tied_embed.core.model import HIDDEN_MAPS
+from tied_embed.core.model import CONTEXTS, HIDDEN_MAPS
 from tied_embed.core.optim import OPTIMIZERS
 from tied_embed.data import sources
 from tied_embed.data.base import is_int, is_number
@@ -86,6 +86,16 @@ FIELDS: tuple[Field, ...] = (
           "between lookup and projection: none, or linear: h = E[ids]·W, W (D, D) starting at the identity"),
     Field("model.hidden_l2", 0.0, f"a finite number >= 0 (0 = off), {IN_FLOAT32}", _float32_at_least(0), False,
           "λ: the training loss adds λ·‖W − I‖²_F (model.hidden=linear; the eval loss is the cross-entropy alone)"),
+    Field("model.context", "none", " | ".join(f'"{name}"' for name in CONTEXTS), lambda v: v in CONTEXTS, False,
+          "what mixes a window's rows before the projection: none (a bigram model), mlp (the previous "
+          "model.context_k rows through one hidden layer) or transformer (a causal transformer over the window)"),
+    Field("model.context_k", 3, _POSITIVE, _int_in(1), False, "context=mlp: rows concatenated at each position (the "
+          "token's own and the k - 1 before it in the window)"),
+    Field("model.layers", 2, _POSITIVE, _int_in(1), False, "context=transformer: pre-norm causal blocks"),
+    Field("model.heads", 4, _POSITIVE + " dividing model.d_model", _int_in(1), False,
+          "context=transformer: attention heads of each block"),
+    Field("data.context_length", 1, _POSITIVE, _int_in(1), False, "L, tokens per training window: 1 = (current, "
+          "next) pairs; L > 1 = windows of L tokens within one document, scored on the next token at each position"),
     Field("data.source", "planted", f"one of {tuple(sorted(sources.REGISTRY))}", None, False,
           "the task (tied_embed/data/sources/); the source checks the data.* fields it reads"),
     Field("data.data_dir", "", "a path ('' = <workdir>/data), a writable directory", None, True,
@@ -98,7 +108,8 @@ FIELDS: tuple[Field, ...] = (
     Field("data.task_d_model", 32, _POSITIVE, _int_in(1), False, "planted/directed: width of the hidden table e* "
           "that generates the task (model.d_model is the model's)", dataset=True),
     Field("train.num_steps", 3000, _STEPS, _int_in(0), True, "optimizer updates in the whole run"),
-    Field("train.batch_size", 1024, _POSITIVE, _int_in(1), False, "(current, next) token pairs per step"),
+    Field("train.batch_size", 1024, _POSITIVE, _int_in(1), False,
+          "(current, next) token pairs per step; windows of data.context_length tokens when that is over 1"),
     Field("train.eval_batch_size", 8192, _POSITIVE, _int_in(1), True,
           "pairs per evaluation batch; evaluation covers the whole validation split"),
     Field("train.learning_rate", 0.05, f"a finite number > 0, {IN_FLOAT32}", lambda v: in_float32(v) and v > 0,
@@ -156,6 +167,12 @@ class Dependent:
 DEPENDENT: tuple[Dependent, ...] = (
     Dependent("model.hidden_l2", "model.hidden='linear' (λ weights ‖W − I‖²; without the hidden map there is no W)",
               lambda config: config.model.get("hidden", "none") == "linear", off=0),
+    Dependent("model.context_k", "model.context='mlp' (the MLP reads k rows)",
+              lambda config: config.model.get("context", "none") == "mlp", off=3),
+    Dependent("model.layers", "model.context='transformer'",
+              lambda config: config.model.get("context", "none") == "transformer", off=2),
+    Dependent("model.heads", "model.context='transformer'",
+              lambda config: config.model.get("context", "none") == "transformer", off=4),
     Dependent("train.early_stopping_patience", "data.selection_fraction > 0 (early stopping watches select/loss)",
               lambda config: config.data.selection_fraction > 0, off=0),
     Dependent("train.min_delta", "data.selection_fraction > 0 (a new best is judged on select/loss)",
@@ -229,6 +246,7 @@ def validate(config: Any, num_devices: int | None = None, memory_bytes: int | No
     value = get(config, dependent.path)
     if dependent.off is not None and value != dependent.off and not dependent.active(config):
       raise UsageError.bad_value(dependent.path, value, f"{dependent.off!r} (off) unless {dependent.needs}")
+  _check_context(config)
   settings = validate_data(config)
   check_memory(config, memory_bytes, settings)
   # V splits over mesh.model and the batch over mesh.data; mesh_lib refuses a mesh the devices can't hold.
@@ -240,6 +258,19 @@ def validate(config: Any, num_devices: int | None = None, memory_bytes: int | No
   require(batch_size % data_size == 0, "mesh.data", data_size,
           f"a divisor of train.batch_size={batch_size} (the batch is split along data)")
   mesh_lib.check_mesh_fits_processes(data_size, model_size, num_devices, jax.process_count())
+
+
+def _check_context(config: Any) -> None:
+  """The context fields against each other: a context model reads windows, heads divide D, windows need a source
+  whose pairs follow one another in a token stream."""
+  model, length = config.model, config.data.context_length
+  require(model.context == "none" or length >= 2, "data.context_length", length,
+          f"at least 2 with model.context={model.context!r} (a window of one token has no context to mix)")
+  require(model.context != "transformer" or model.d_model % model.heads == 0, "model.heads", model.heads,
+          f"a divisor of model.d_model={model.d_model} (each head reads D / heads of every row)")
+  require(length == 1 or config.data.get("source") not in sources.SYNTHETIC_SOURCES, "data.context_length", length,
+          f"1 with data.source={config.data.get('source')!r} (its pairs are drawn independently: no token stream to "
+          "cut windows from)")
 
 
 def validate_data(config: Any) -> dict[str, Any]:
@@ -301,6 +332,7 @@ def memory_estimate(config: ml_collections.ConfigDict, settings: dict[str, Any] 
   pairs = sum(source.num_pairs(source.settings(config) if settings is None else settings).values())
   counts = [f"data.{field}" for field in source.fields if field.startswith("num_")]
   pair_fields = tuple(counts or [f"data.{field}" for field in source.fields] or ["data.source"])
+  batch_size *= int(config.data.get("context_length", 1))  # tokens per step: B windows of L
   train_rows, eval_rows = (min(chunk_size or rows, rows) for rows in (batch_size, eval_batch_size))
   task_d_model = int(config.data.task_d_model) if config.data.source in sources.SYNTHETIC_SOURCES else 0
   return [

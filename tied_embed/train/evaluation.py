@@ -15,7 +15,7 @@ import numpy as np
 from flax import nnx
 
 from tied_embed.core import loss as loss_lib
-from tied_embed.data import frequency
+from tied_embed.data import frequency, windows
 from tied_embed.fast import chunked_loss
 from tied_embed.train import mesh as mesh_lib
 
@@ -31,8 +31,14 @@ def _eval_losses(graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str, st
     token, next_token = pair
     if compute_dtype == "float32":
       return loss_lib.per_token_losses(model, token[None], next_token[None])[0]
-    hidden = model.hidden(model.embed(token[None]), model.hidden_params())
-    return chunked_loss.full_cross_entropy(hidden, model.tables()[1], next_token[None], compute_dtype)
+    hidden = model.hidden(model.embed(token[None]))
+    if token.ndim == 0:  # a pair
+      return chunked_loss.full_cross_entropy(hidden, model.tables()[1], next_token[None], compute_dtype)
+
+    def position(row: jax.Array, target: jax.Array) -> jax.Array:  # one position of a window: (D,), () → ()
+      return chunked_loss.full_cross_entropy(row[None], model.tables()[1], target[None], compute_dtype)
+
+    return jax.vmap(position)(hidden[0], next_token)
 
   if chunk_size <= 0:
     return jax.vmap(one)((ids, next_ids))
@@ -41,37 +47,49 @@ def _eval_losses(graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str, st
 
 def make_eval_losses(graphdef: nnx.GraphDef, chunk_size: int,
                      compute_dtype: str = "float32") -> Callable[..., jax.Array]:
-  """jit(state, ids (E,), next_ids (E,)) → per-token losses (E,) float32, matmuls in `compute_dtype`, scored
+  """jit(state, ids (E,), next_ids (E,)) → per-token losses (E,) float32 (windows (E, L): (E, L)), matmuls in
+  `compute_dtype`, scored
   `chunk_size` tokens at a time (all at once if 0), so no more than (chunk_size, V) logits are live."""
   return jax.jit(lambda state, ids, next_ids: _eval_losses(graphdef, chunk_size, compute_dtype, state, ids, next_ids))
 
 
 class Evaluator:
   """A whole held-out split, placed on the mesh once and scored batch after batch into one running total, and
-  into one per input-frequency bucket of each pair's current token."""
+  into one per input-frequency bucket of each pair's current token. With data.context_length L > 1 the pairs are
+  scored in windows of L (`windows.tiled_windows`): each pair once, with the context its document gives it there."""
 
   def __init__(self, graphdef: nnx.GraphDef, ids: np.ndarray, next_ids: np.ndarray, data: BigramData,
-               config: ml_collections.ConfigDict, mesh):
-    """`ids`, `next_ids`: (M,) int32, the split's pairs; `data` gives the train counts that define the buckets."""
+               config: ml_collections.ConfigDict, mesh, document_ends: np.ndarray | None = None):
+    """`ids`, `next_ids`: (M,) int32, the split's pairs; `data` gives the train counts that define the buckets;
+    `document_ends`: where the split's documents end (None: one document), for windows."""
     num_buckets, chunk_size, dtype = len(frequency.BUCKETS), int(config.loss.chunk_size), str(config.model.dtype)
 
-    def add(state, total, bucket_totals, batch_ids, batch_next_ids, buckets):
+    def add(state, total, bucket_totals, batch_ids, batch_next_ids, buckets, weights=None):
       batch_losses = _eval_losses(graphdef, chunk_size, dtype, state, batch_ids, batch_next_ids)
+      if weights is not None:  # windows: the padding past a document's end weighs 0
+        batch_losses, buckets = (batch_losses * weights).reshape(-1), buckets.reshape(-1)
       by_bucket = jax.ops.segment_sum(batch_losses, buckets, num_segments=num_buckets)
       return total + batch_losses.sum(), bucket_totals + by_bucket
 
-    # jit(state, total (), bucket_totals (K,), ids, next_ids, buckets (E,) int32) → the totals plus the batch's summed
-    # losses, overall and by bucket. Each call consumes the previous one's totals, so an evaluation's batches run one
-    # after the other, never in flight together.
+    # jit(state, total (), bucket_totals (K,), ids, next_ids, buckets (E,) int32[, weights]) → the totals plus the
+    # batch's summed losses, overall and by bucket. Each call consumes the previous one's totals, so an evaluation's
+    # batches run one after the other, never in flight together.
     self._add_batch = jax.jit(add)
     self._totals = jax.device_put((jnp.float32(0), jnp.zeros(num_buckets, jnp.float32)), mesh_lib.replicated(mesh))
-    size, data_size = int(config.train.eval_batch_size), mesh.shape["data"]
+    size, data_size, length = int(config.train.eval_batch_size), mesh.shape["data"], data.context_length
     self._count = len(ids)
+    weights = None
+    if length > 1:
+      ids, next_ids, weights = windows.tiled_windows(ids, next_ids, document_ends, length)
+      size = max(size // length, 1)  # windows per batch: about eval_batch_size pairs
     eval_buckets = frequency.input_buckets(data.input_counts)[ids]
-    self._bucket_counts = np.bincount(eval_buckets, minlength=num_buckets)
+    self._bucket_counts = np.bincount(eval_buckets.reshape(-1), minlength=num_buckets,
+                                      weights=None if weights is None else weights.reshape(-1)).astype(np.int64)
     self._batches = []
     for start in range(0, len(ids), size):
       batch = (ids[start : start + size], next_ids[start : start + size], eval_buckets[start : start + size])
+      if weights is not None:
+        batch += (weights[start : start + size],)
       # A short last batch that `data` doesn't divide is scored whole on every device instead.
       sharding = mesh_lib.batch_sharding(mesh) if len(batch[0]) % data_size == 0 else mesh_lib.replicated(mesh)
       self._batches.append(jax.device_put(batch, sharding))
@@ -107,9 +125,10 @@ class HeldOut:
   `select` (else None)."""
 
   def __init__(self, graphdef: nnx.GraphDef, data: BigramData, config: ml_collections.ConfigDict, mesh):
-    self.evaluate = Evaluator(graphdef, data.eval_ids, data.eval_next, data, config, mesh)
+    self.evaluate = Evaluator(graphdef, data.eval_ids, data.eval_next, data, config, mesh, data.eval_document_ends)
     select = (data.select_ids, data.select_next)  # empty without a selection split
-    self.select = Evaluator(graphdef, *select, data, config, mesh) if len(data.select_ids) else None
+    self.select = (Evaluator(graphdef, *select, data, config, mesh, data.select_document_ends)
+                   if len(data.select_ids) else None)
 
   def compile_ahead(self, state: nnx.State) -> None:
     for evaluator in (self.evaluate, self.select):

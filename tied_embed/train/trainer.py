@@ -21,6 +21,7 @@ import numpy as np
 from flax import nnx
 
 from tied_embed.core import optim
+from tied_embed.data import windows
 from tied_embed.data.bigram import BigramData
 from tied_embed.fast import compilation
 from tied_embed.train import config as config_lib
@@ -181,9 +182,14 @@ def _train_steps(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended) -> i
 
 
 def train_batch(data: BigramData, seed: int, step: int, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-  """The global batch of `step`: pairs drawn uniformly with replacement from train, → ids, next_ids (B,) int32.
-  A pure function of (seed, step), so resuming at step s reproduces the uninterrupted run."""
-  rows = np.random.default_rng([seed, step]).integers(0, len(data.train_ids), size=batch_size)
+  """The global batch of `step`: pairs drawn uniformly with replacement from train, → ids, next_ids (B,) int32; with
+  data.context_length L > 1, windows of L pairs inside one document, → ids, next_ids (B, L) int32. A pure function
+  of (seed, step), so resuming at step s reproduces the uninterrupted run."""
+  rng = np.random.default_rng([seed, step])
+  if data.context_length > 1:
+    rows = rng.integers(0, len(data.train_starts), size=batch_size)
+    return windows.window_batch(data.train_ids, data.train_next, data.train_starts, rows, data.context_length)
+  rows = rng.integers(0, len(data.train_ids), size=batch_size)
   return data.train_ids[rows], data.train_next[rows]
 
 

@@ -1,0 +1,150 @@
+"""Context models (model.context = mlp | transformer): the two path gradients, routed by which Param each table is,
+against nnx.grad of the plain loss and a NumPy float64 forward pass; the speed paths equal to the plain one on
+windows; causality; and a 1% error in the fast path caught by the split check."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+from flax import nnx
+
+from tied_embed.core import loss as loss_lib
+from tied_embed.core import optim
+from tied_embed.core import paths as plain_paths
+from tied_embed.core import step as step_lib
+from tied_embed.core.model import build_model
+from tied_embed.fast import choose
+
+VOCAB, D_MODEL, LENGTH, BATCH = 24, 8, 6, 4
+FORMS = [(context, tied, hidden) for context in ("mlp", "transformer") for tied, hidden in
+         ((True, "none"), (False, "none"), (True, "linear"))]
+
+
+def _model(context: str, tied: bool = True, hidden: str = "none", seed: int = 0):
+  config = ml_collections.ConfigDict({
+      "seed": seed, "data": {"context_length": LENGTH},
+      "model": {"vocab_size": VOCAB, "d_model": D_MODEL, "tied": tied, "context": context, "context_k": 3,
+                "layers": 2, "heads": 2, "hidden": hidden, "hidden_l2": 0.1}})
+  return build_model(config)
+
+
+def _windows(seed: int = 0, batch: int = BATCH):
+  rng = np.random.default_rng(seed)
+  ids = rng.zipf(1.5, (batch, LENGTH)) % VOCAB  # repeats within and across windows
+  return jnp.asarray(ids, jnp.int32), jnp.asarray(rng.integers(0, VOCAB, (batch, LENGTH)), jnp.int32)
+
+
+def _flat(state) -> dict:
+  return {path: np.asarray(leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(state)}
+
+
+@pytest.mark.parametrize(("context", "tied", "hidden"), FORMS)
+def test_the_paths_routed_into_the_params_are_nnx_grad_of_the_whole_model(context, tied, hidden):
+  model = _model(context, tied, hidden)
+  ids, next_ids = _windows()
+  paths = plain_paths.path_gradients(model, ids, next_ids)
+  grads = step_lib.param_gradients(model, paths)
+  assert float(step_lib.split_error(model, grads, ids, next_ids)) < 1e-5
+  direct = _flat(nnx.grad(loss_lib.model_loss)(model, ids, next_ids))
+  got = _flat(grads)
+  assert got.keys() == direct.keys()
+  for path, want in direct.items():
+    np.testing.assert_allclose(got[path], want, rtol=1e-4, atol=1e-6, err_msg=str(path))
+  lookup_path, projection_path = plain_paths.table_paths(model)
+  assert (lookup_path == projection_path) == tied  # tied: the one Param receives both paths
+  assert paths.hidden, "a context model has Params besides its tables"
+
+
+@pytest.mark.parametrize("context", ["mlp", "transformer"])
+def test_a_tied_context_model_holds_one_table_that_both_paths_update(context):
+  model = _model(context)
+  tables = [v for v in jax.tree.leaves(nnx.state(model, nnx.Param)) if v.shape == (VOCAB, D_MODEL)]
+  assert len(tables) == 1
+  ids, next_ids = _windows()
+  paths = plain_paths.path_gradients(model, ids, next_ids)
+  grads = _flat(step_lib.param_gradients(model, paths))
+  table_grad = [g for g in grads.values() if g.shape == (VOCAB, D_MODEL)]
+  assert len(table_grad) == 1
+  np.testing.assert_allclose(table_grad[0], np.asarray(paths.lookup + paths.projection), rtol=1e-6, atol=1e-8)
+  assert np.abs(np.asarray(paths.lookup)).sum() > 0 and np.abs(np.asarray(paths.projection)).sum() > 0
+
+
+def _numpy_mlp_logits(model, ids: np.ndarray) -> np.ndarray:
+  """ContextMLP's logits in float64 from its Params: h_t = x_t + W2 tanh(W1 [x_t, x_t-1, x_t-2] + b1) + b2."""
+  table = np.asarray(model.embedder.embedding[...], np.float64)
+  w1, b1 = (np.asarray(model.layer.kernel[...], np.float64), np.asarray(model.layer.bias[...], np.float64))
+  w2, b2 = (np.asarray(model.out.kernel[...], np.float64), np.asarray(model.out.bias[...], np.float64))
+  logits = np.zeros(ids.shape + (VOCAB,))
+  for b in range(ids.shape[0]):
+    for t in range(ids.shape[1]):
+      rows = [table[ids[b, t - j]] if t - j >= 0 else np.zeros(D_MODEL) for j in range(3)]
+      hidden = table[ids[b, t]] + np.tanh(np.concatenate(rows) @ w1 + b1) @ w2 + b2
+      logits[b, t] = hidden @ table.T
+  return logits
+
+
+def test_the_context_mlp_reads_the_previous_k_rows_as_numpy_does():
+  model = _model("mlp")
+  ids, _ = _windows()
+  np.testing.assert_allclose(np.asarray(model(ids), np.float64), _numpy_mlp_logits(model, np.asarray(ids)),
+                             rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("context", ["mlp", "transformer"])
+def test_a_position_never_reads_a_later_token(context):
+  model = _model(context)
+  ids, _ = _windows()
+  changed = ids.at[:, 3].set((ids[:, 3] + 1) % VOCAB)
+  before, after = np.asarray(model(ids)), np.asarray(model(changed))
+  np.testing.assert_array_equal(before[:, :3], after[:, :3])
+  assert not np.allclose(before[:, 3:], after[:, 3:])  # the changed token and those after it see the change
+
+
+@pytest.mark.parametrize(("context", "tied", "hidden"), FORMS)
+@pytest.mark.parametrize("chunk_size", [5, 100])  # several chunks, and one chunk of all 48 positions
+def test_the_speed_paths_equal_the_plain_paths_on_windows(context, tied, hidden, chunk_size):
+  model = _model(context, tied, hidden)
+  ids, next_ids = _windows(batch=2 * BATCH)
+  plain = plain_paths.path_gradients(model, ids, next_ids)
+  fast = choose.paths_function(chunk_size=chunk_size, shards=2)(model, ids, next_ids)
+  np.testing.assert_allclose(fast.loss, plain.loss, rtol=1e-5)
+  np.testing.assert_allclose(fast.lookup_dense(), plain.lookup, rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(fast.projection, plain.projection, rtol=1e-4, atol=1e-6)
+  for path, want in _flat(plain.hidden).items():
+    np.testing.assert_allclose(_flat(fast.hidden)[path], want, rtol=1e-4, atol=1e-6, err_msg=str(path))
+  np.testing.assert_allclose(fast.lookup_row_norms(), plain.lookup_row_norms(), rtol=1e-4, atol=1e-6)
+
+
+def _off_by_one_percent(paths_fn):
+  def wrong(model, ids, next_ids):
+    paths = paths_fn(model, ids, next_ids)
+    return paths._replace(lookup_rows=1.01 * paths.lookup_rows)
+
+  return wrong
+
+
+@pytest.mark.parametrize("context", ["mlp", "transformer"])
+def test_the_split_check_catches_a_1_percent_error_in_a_context_models_fast_path(context):
+  model = _model(context)
+  tx = optim.make_optimizer(ml_collections.ConfigDict({
+      "learning_rate": 0.01, "warmup_steps": 0, "num_steps": 10, "weight_decay": 0.0, "optimizer": "adamw",
+      "grad_clip_norm": 1.0}))
+  graphdef, state = nnx.split(step_lib.TrainState(model, tx))
+  ids, next_ids = _windows()
+  fast = choose.paths_function(chunk_size=5)
+  errors = {}
+  for name, paths_fn in [("correct", fast), ("injected", _off_by_one_percent(fast))]:
+    step = step_lib.make_train_step(graphdef, paths_fn)
+    _, metrics = step(jax.tree.map(jnp.copy, state), ids, next_ids, with_stats=True)
+    errors[name] = float(metrics["split_error"])
+  assert errors["correct"] < 1e-5, errors
+  assert errors["injected"] > 1e-3, errors
+
+
+def test_pairs_to_a_context_model_are_windows_of_one_token():
+  model = _model("transformer")
+  ids = jnp.array([3, 5, 3], jnp.int32)
+  np.testing.assert_allclose(model(ids), model(ids[:, None])[:, 0], rtol=1e-6)

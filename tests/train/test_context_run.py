@@ -1,0 +1,127 @@
+"""A context model trained by the project's loop on windows of a by-document byte corpus: it logs its split check
+below 1e-5, keeps one table in its Orbax checkpoint, resumes bit for bit, and its refusals are one line."""
+
+from __future__ import annotations
+
+import shutil
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from helpers import all_series
+
+from configs import smoke
+from tied_embed.train import checkpoint
+from tied_embed.train import config as config_lib
+from tied_embed.train.trainer import train_and_evaluate
+from tied_embed.util import UsageError
+
+WORDS = "the cursor moves to the next line and the window scrolls when the text is longer than the screen".split()
+
+
+def _corpus(directory):
+  rng = np.random.default_rng(0)
+  directory.mkdir()
+  for index in range(8):  # 8 documents of ~1.5 KB: by_document puts the last one or two in validation
+    (directory / f"doc{index}.txt").write_text(" ".join(rng.choice(WORDS, 300)) + "\n")
+  return directory
+
+
+def _config(corpus, context="transformer"):
+  config = smoke.get_config()
+  config.data.source, config.data.text_path, config.data.split = "text", str(corpus), "by_document"
+  config.data.tokenizer, config.model.vocab_size = "bytes", 256
+  config.model.context, config.data.context_length = context, 16
+  config.model.heads = 2
+  config.train.batch_size, config.train.num_steps = 8, 20
+  config.train.log_every = config.train.eval_every = config.train.checkpoint_every = 10
+  return config
+
+
+@pytest.fixture(scope="module")
+def context_run(tmp_path_factory):
+  root = tmp_path_factory.mktemp("context")
+  corpus = _corpus(root / "corpus")
+  config = _config(corpus)
+  return root / "run", config, train_and_evaluate(config, root / "run")
+
+
+def _leaves(state) -> dict[str, np.ndarray]:
+  return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(state)}
+
+
+def test_a_context_run_learns_and_logs_its_split_check(context_run):
+  workdir, _, summary = context_run
+  series = all_series(workdir)
+  assert sorted(series["grad/split_error"]) == [10, 20]
+  assert max(series["grad/split_error"].values()) < 1e-5
+  assert series["eval/loss"][20] < series["eval/loss"][10] < np.log(256)
+  assert summary.eval_loss == pytest.approx(series["eval/loss"][20])
+
+
+def test_the_checkpoint_holds_one_table_read_with_plain_orbax(context_run):
+  workdir, _, _ = context_run
+  raw = ocp.StandardCheckpointer().restore(workdir / "checkpoints" / "20" / "state")
+  tables = lambda tree: [leaf for leaf in jax.tree.leaves(tree) if np.shape(leaf) == (256, 8)]  # noqa: E731
+  assert len(tables(raw["model"])) == 1
+  assert len(tables(raw["optimizer"])) == 2  # Adam's two moments of the one table
+  restored = checkpoint.restore(workdir)
+  lookup, projection = restored.model.table_params()
+  assert lookup is projection
+
+
+def test_a_context_run_resumes_bit_for_bit(context_run, tmp_path):
+  workdir, config, straight = context_run
+  shutil.copytree(workdir, tmp_path / "run")
+  shutil.rmtree(tmp_path / "run" / "checkpoints" / "20")  # so it resumes from step 10
+  resumed = train_and_evaluate(config, tmp_path / "run")
+  got, want = _leaves(resumed.state), _leaves(straight.state)
+  assert set(got) == set(want)
+  for name in want:
+    np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+@pytest.mark.parametrize(("path", "value", "allowed"), [
+    ("data.context_length", 0, "expected an integer in [1, 2**31 - 1]"),
+    ("data.context_length", 1, "expected at least 2 with model.context='transformer'"),
+    ("model.heads", 3, "expected a divisor of model.d_model=8"),
+    ("model.context", "rnn", 'expected "none" | "mlp" | "transformer"'),
+    ("model.context_k", 5, "expected 3 (off) unless model.context='mlp'"),
+])
+def test_context_refusals_name_the_field_and_what_is_allowed(tmp_path, path, value, allowed):
+  config = _config(tmp_path)
+  config_lib_set(config, path, value)
+  with pytest.raises(UsageError) as refused:
+    config_lib.validate(config)
+  message = str(refused.value)
+  assert message.startswith(f"{path}={value!r} is not allowed: {allowed}") and "\n" not in message, message
+
+
+def test_windows_need_a_token_stream():
+  config = smoke.get_config()
+  config.data.context_length = 4  # planted pairs are drawn independently
+  with pytest.raises(UsageError, match=r"^data.context_length=4 is not allowed: expected 1 with data.source="):
+    config_lib.validate(config)
+
+
+def config_lib_set(config, path, value):
+  from tied_embed.train import config_file  # noqa: PLC0415
+
+  config_file.set_unchecked(config, path, value)
+
+
+def test_next_and_generate_read_the_context_window(context_run):
+  from tied_embed.inspection.inspector import continue_prompt  # noqa: PLC0415
+
+  workdir, _, _ = context_run
+  model = checkpoint.restore(workdir).model
+  result = continue_prompt(workdir, "the cursor moves", top_k=3, generate=4, temperature=0)
+  ids = [token["id"] for token in result["prompt_tokens"]]
+  logits = np.asarray(model(np.asarray(ids[-16:], np.int32)[None])[0, -1], np.float64)
+  probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+  assert [token["id"] for token in result["next"]] == list(np.argsort(-probs, kind="stable")[:3])
+  np.testing.assert_allclose([token["prob"] for token in result["next"]], np.sort(probs)[::-1][:3], rtol=1e-6)
+  assert result["generated"][0]["id"] == int(np.argmax(probs))  # greedy: the likeliest next token first
+  other = continue_prompt(workdir, "the screen moves", top_k=3)  # the same last token, another context
+  assert [t["prob"] for t in other["next"]] != [t["prob"] for t in result["next"]]
