@@ -19,7 +19,9 @@ from helpers import hand_path_gradients, model_with_tables
 
 from tied_embed import TiedEmbed
 from tied_embed.core import optim
+from tied_embed.core import paths as paths_lib
 from tied_embed.core import step as step_lib
+from tied_embed.core.model import WithHiddenMap, build_model, param_counts
 
 VOCAB, D_MODEL, TOKENS = 10, 4, 12
 
@@ -47,7 +49,7 @@ def _sgd_state(table, learning_rate=1.0):
 
 
 @pytest.mark.parametrize("split_check_tokens", [None, 8])  # the whole batch, and its first 8 pairs
-@pytest.mark.parametrize("scales", [(0.5, 1.0), (1.0, 3.0), (0.25, 2.0)])
+@pytest.mark.parametrize("scales", [(0.5, 1.0), (2.0, 1.0), (1.0, 3.0), (0.25, 2.0), (2.0, 2.0)])
 def test_the_step_with_path_scales_updates_by_the_weighted_sum_and_checks_the_unweighted_split(scales,
                                                                                              split_check_tokens):
   lookup_scale, projection_scale = scales
@@ -146,8 +148,8 @@ _GRADS = {"w": np.array([0.0, 0.5, -1.5]), "k": np.array([[2.0, 0.0]])}
 
 
 def _adam_first_step(g, lr):
-  """Adam's first update (bias-corrected moments are g and g²): −lr · g / (|g| + eps)."""
-  return -lr * g / (np.abs(g) + optim.ADAM_EPS)
+  """Adam's first update (bias-corrected moments are g and g²): −lr · g / (|g| + eps), eps = 1e-8."""
+  return -lr * g / (np.abs(g) + 1e-8)
 
 
 def test_one_adamw_step_decays_the_weights_decoupled_from_the_gradient():
@@ -256,3 +258,93 @@ def test_the_tracked_rows_are_the_first_rows_of_a_table_smaller_than_their_count
   train_state = step_lib.TrainState(model, optax.sgd(0.1))
   np.testing.assert_array_equal(train_state.tracked_rows[...], np.arange(5))
   assert train_state.tracked_lookup[...].shape == (5, 3)
+
+
+def test_two_adam_steps_follow_the_moments_closed_form():
+  # the first step's bias correction hides b1 and b2 (m̂ = g, v̂ = g²); the second shows them: b1 0.9, b2 0.999
+  lr, g1, g2 = 0.1, np.array([1.0, -2.0]), np.array([3.0, 0.5])
+  tx = optim.make_optimizer(_train("adam", lr))
+  params = {"w": jnp.zeros(2)}
+  opt_state = tx.init(params)
+  for g in (g1, g2):
+    updates, opt_state = tx.update({"w": jnp.asarray(g, jnp.float32)}, opt_state, params)
+  m = 0.9 * 0.1 * g1 + 0.1 * g2
+  v = 0.999 * 0.001 * g1**2 + 0.001 * g2**2
+  second_lr = _closed_form(1, lr, 0, 10)  # the cosine's second step
+  want = -second_lr * (m / (1 - 0.9**2)) / (np.sqrt(v / (1 - 0.999**2)) + 1e-8)
+  np.testing.assert_allclose(updates["w"], want, rtol=5e-5)  # float32 moments
+
+
+def test_a_step_without_stats_reports_the_loss_alone_and_keeps_the_window():
+  table, ids, next_ids = _problem(4)
+  graphdef, state = _sgd_state(table, learning_rate=0.0)
+  step_fn = step_lib.make_step_function(graphdef)
+  state, metrics, _ = step_fn(state, jnp.asarray(ids), jnp.asarray(next_ids))
+  assert set(metrics) == {"loss"}
+  assert int(nnx.merge(graphdef, state).train_loss_count[...]) == 1
+
+
+@pytest.mark.parametrize("written", [1.0, float("nan")])
+def test_an_update_that_checks_what_it_wrote_decides_the_first_nonfinite_step(written):
+  table, ids, next_ids = _problem(5)
+  graphdef, state = _sgd_state(table, learning_rate=0.1)
+
+  def checked_update(train_state, grads):
+    step_lib.optimizer_update(train_state, grads)
+    return jnp.float32(written)  # what a fused update reports: finite exactly when all it wrote is
+
+  step = jax.jit(step_lib.make_step_function(graphdef, apply_update=checked_update), static_argnums=3)
+  state, _, _ = step(state, jnp.asarray(ids), jnp.asarray(next_ids), False)
+  assert int(nnx.merge(graphdef, state).first_nonfinite_step[...]) == (0 if written == 1.0 else 1)
+
+
+def test_the_split_statistics_against_hand_norms_and_counts():
+  table, ids, next_ids = _problem(6)
+  ids[:] = np.array([0, 1, 1, 2, 2, 2, 3, 3, 0, 1, 2, VOCAB - 1])  # rows 4..8 are never looked up
+  model = model_with_tables(table)
+  stats = paths_lib.path_gradients(model, jnp.asarray(ids), jnp.asarray(next_ids)).split_stats()
+  lookup, projection = hand_path_gradients(table, table, ids, next_ids)
+  assert np.all(np.linalg.norm(projection, axis=1) < 1)  # so a count of norms > 1 would differ
+  want = {"lookup_norm": np.linalg.norm(lookup), "projection_norm": np.linalg.norm(projection),
+          "total_norm": np.linalg.norm(lookup + projection),
+          "cosine": np.vdot(lookup, projection) / (np.linalg.norm(lookup) * np.linalg.norm(projection))}
+  for name, value in want.items():
+    np.testing.assert_allclose(float(stats[name]), value, rtol=1e-5, err_msg=name)
+  assert int(stats["rows_looked_up"]) == 5
+  assert int(stats["rows_projection_only"]) == VOCAB - 5
+
+
+def test_rows_with_a_zero_projection_gradient_are_not_counted_as_projection_only():
+  table, ids, next_ids = _problem(7)
+  table[ids] = 0.0  # every looked-up row is zero: the projection gradient Σ (p − y) x is zero in every row
+  stats = paths_lib.path_gradients(model_with_tables(table), jnp.asarray(ids), jnp.asarray(next_ids)).split_stats()
+  assert int(stats["rows_projection_only"]) == 0
+  assert int(stats["rows_looked_up"]) == len(set(ids.tolist()))
+
+
+def test_the_hidden_maps_statistics_and_penalty_against_hand_values():
+  model = WithHiddenMap(TiedEmbed(6, 2, rngs=nnx.Rngs(0)), l2=0.5)
+  kernel = np.array([[0.3, 0.2], [-0.1, 0.4]])  # ‖W‖ < 1
+  model.hidden_map.kernel[...] = jnp.asarray(kernel, jnp.float32)
+  stats = model.hidden_stats()
+  np.testing.assert_allclose(float(stats["identity_distance"]), np.linalg.norm(kernel - np.eye(2)), rtol=1e-6)
+  np.testing.assert_allclose(float(stats["antisymmetric_share"]),
+                             np.linalg.norm((kernel - kernel.T) / 2) / np.linalg.norm(kernel), rtol=1e-6)
+  np.testing.assert_allclose(float(model.penalty(model.hidden_params())), 0.5 * np.sum((kernel - np.eye(2)) ** 2),
+                             rtol=1e-6)
+
+
+def test_a_model_config_without_hidden_fields_builds_the_plain_model():
+  config = ml_collections.ConfigDict({"seed": 0, "model": {"vocab_size": 6, "d_model": 3, "tied": False}})
+  assert type(build_model(config)).__name__ == "UntiedEmbed"
+  config.model.tied = True
+  config.model.hidden = "linear"
+  model = build_model(config)
+  assert isinstance(model, WithHiddenMap) and model.l2 == 0.0 and model.penalty(model.hidden_params()) is None
+  config.model.hidden_l2 = 0.25
+  assert build_model(config).l2 == 0.25
+
+
+def test_param_counts_by_hand():
+  assert tuple(param_counts(10, 4)) == (40, 80, 40)
+  assert tuple(param_counts(10, 4, hidden="linear")) == (56, 96, 40)
