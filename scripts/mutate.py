@@ -39,8 +39,11 @@ def _settings(package: str) -> dict:
       "pytest_add_cli_args_test_selection": tests,
       "pytest_add_cli_args": ["-p", "no:cacheprovider", "-p", "no:xdist"],
       "also_copy": ["configs", "tests", "pyproject.toml"],
-      "process_isolation": "forkserver",  # stats, the clean run and each mutant in a fork of a process without JAX
-      "timeout_multiplier": 5.0,  # a mutant 5x slower than its tests' clean run counts as a timeout (an infinite loop)
+      "process_isolation": "forkserver",  # stats, the clean run and each mutant in a fork of a process without JAX:
+      "forkserver_warmup": "none",  # one that imported the tests would hold JAX's and TF's threads, and a fork hangs
+      # a timeout (an infinite loop) after 10x (the tests' CPU seconds + 30, for the imports and compiles) CPU seconds
+      "timeout_multiplier": 5.0,
+      "timeout_constant": 30.0,
   }
 
 
