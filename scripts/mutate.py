@@ -6,8 +6,9 @@ the tests that mirror the package (mutmut then runs, for each mutant, only those
 function). mutmut works in a copy of the project, `mutants/`, and keeps each mutant's result there: a second run of
 the same package retests only the functions that changed. A run of another package starts that copy afresh.
 
-Afterwards it prints the package's score, killed / (killed + survived + timeouts), and the surviving mutants'
-names (`mutmut show NAME` prints one's diff). docs/testing.md has the scores and the mutants known equivalent."""
+Afterwards it prints the package's score, (killed + timeouts) / all mutants run, a mutant that no test calls
+counting as a survivor, and the survivors' names (`mutmut show NAME` prints one's diff). docs/testing.md has the
+scores and the mutants known equivalent."""
 
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def _use_settings(settings: dict) -> None:
 
 
 def score(work: pathlib.Path = WORK) -> tuple[collections.Counter, list[str]]:
-  """(count of each status, surviving mutants' names) from mutmut's result files under `work`."""
+  """(count of each status, names of the mutants that survived or that no test calls) from mutmut's result files
+  under `work`."""
   from mutmut.stats import status_by_exit_code  # noqa: PLC0415
 
   counts, survivors = collections.Counter(), []
@@ -65,7 +67,7 @@ def score(work: pathlib.Path = WORK) -> tuple[collections.Counter, list[str]]:
     for name, exit_code in json.loads(meta.read_text())["exit_code_by_key"].items():
       status = status_by_exit_code[exit_code]
       counts[status] += 1
-      if status == "survived":
+      if status in ("survived", "no tests"):  # a mutant no test calls survives too
         survivors.append(name)
   return counts, survivors
 
@@ -79,6 +81,9 @@ def main(argv: list[str]) -> int:
   if WORK.exists() and (not MARKER.exists() or MARKER.read_text() != package):
     shutil.rmtree(WORK)  # another package's copy: its results and test associations do not apply
   _use_settings(_settings(package))
+  # A test's subprocess (a sharded run) imports the mutated code too, and its mutmut reads its settings from here.
+  WORK.mkdir(exist_ok=True)
+  (WORK / "setup.cfg").write_text("[mutmut]\nsource_paths=tied_embed\n")
   from mutmut.__main__ import cli  # noqa: PLC0415
 
   try:
@@ -87,7 +92,7 @@ def main(argv: list[str]) -> int:
     if WORK.exists():
       MARKER.write_text(package)
   counts, survivors = score()
-  decided = counts["killed"] + counts["survived"] + counts["timeout"]
+  decided = counts["killed"] + counts["survived"] + counts["timeout"] + counts["no tests"]
   print(f"{package}: {counts['killed']} killed, {counts['survived']} survived, {counts['timeout']} timeouts, "
         f"{counts['no tests']} without tests; score {counts['killed'] + counts['timeout']}/{decided}")
   for name in survivors:
