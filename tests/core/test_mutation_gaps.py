@@ -348,3 +348,10 @@ def test_a_model_config_without_hidden_fields_builds_the_plain_model():
 def test_param_counts_by_hand():
   assert tuple(param_counts(10, 4)) == (40, 80, 40)
   assert tuple(param_counts(10, 4, hidden="linear")) == (56, 96, 40)
+
+
+def test_the_clip_keeps_each_gradients_dtype():
+  grads = {"half": jnp.array([3.0, 4.0], jnp.bfloat16), "full": jnp.array([0.0, 12.0], jnp.float32)}  # norm 13
+  clipped, _ = optim.clip_by_global_norm(1.0).update(grads, optax.EmptyState())
+  assert clipped["half"].dtype == jnp.bfloat16 and clipped["full"].dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(clipped["full"], np.float64), [0.0, 12.0 / 13.0], rtol=1e-6)
