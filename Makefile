@@ -111,5 +111,20 @@ lint: $(STAMP)
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	$(VENV)/bin/ruff check .
 
+# Mutation testing with mutmut 3 (requirements-mutate.txt, installed only here): `make mutate PACKAGE=core`, one of
+# core | entrypoint | fast | data | train (MUTANTS='tied_embed.core.optim.*' reruns those mutants alone); mutants/
+# is its working copy and cache. docs/testing.md has the scores.
+PACKAGE ?= core
+MUTANTS ?=
+MUTATE_STAMP := $(VENV)/.mutate-installed
+.PHONY: mutate
+
+mutate: $(STAMP) $(TEST_STAMP) $(MUTATE_STAMP)
+	$(PY) scripts/mutate.py $(PACKAGE) $(MUTANTS)
+
+$(MUTATE_STAMP): $(TEST_STAMP) requirements-mutate.txt
+	$(PY) -m pip install --quiet -r requirements-mutate.txt
+	touch $(MUTATE_STAMP)
+
 clean:
 	rm -rf $(VENV) runs $(KERNELS) $(KERNELS:.so=.json)
