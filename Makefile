@@ -15,7 +15,7 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 CONFIG ?= configs/default.py
 WORKDIR ?= runs/default
 
-.PHONY: default help install kernels train test inspect tensorboard results bench lint notebook notebook-run clean
+.PHONY: default help install kernels train test inspect tensorboard results bench lint notebook notebook-run mutate clean
 
 # `make` alone installs, then lists the targets.
 default: install help
@@ -30,6 +30,7 @@ help:
 	@echo "make notebook    open docs/tutorial.ipynb in Jupyter; make notebook-run runs it headless"
 	@echo "make bench       the benchmarks into runs/bench/ (installs PyTorch CPU)"
 	@echo "make lint        ruff"
+	@echo "make mutate      mutation testing of one package: PACKAGE=core|entrypoint|fast|data|train (mutmut 3)"
 	@echo "make install     only the venv (.venv) with the pinned requirements"
 	@echo "make clean       remove .venv, runs/ and the kernels' builds"
 	@echo "e.g. make train CONFIG=configs/untied.py WORKDIR=runs/untied, then make inspect WORKDIR=runs/untied"
@@ -117,7 +118,6 @@ lint: $(STAMP)
 PACKAGE ?= core
 MUTANTS ?=
 MUTATE_STAMP := $(VENV)/.mutate-installed
-.PHONY: mutate
 
 mutate: $(STAMP) $(TEST_STAMP) $(MUTATE_STAMP)
 	$(PY) scripts/mutate.py $(PACKAGE) $(MUTANTS)
