@@ -66,9 +66,11 @@ train: $(STAMP)
 # The tests on TEST_WORKERS pytest-xdist workers (requirements-test.txt). One test: `.venv/bin/python -m pytest -q
 # tests/core/test_model.py`, in one process.
 TEST_WORKERS ?= 2
+# The tests marked slow (minutes each: the drawn sweep, a context model on 8 devices) run with `make test TEST_MARKS=`.
+TEST_MARKS ?= not slow
 
 test: $(STAMP) $(TEST_STAMP) $(KERNELS) $(NOTEBOOK_STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "$(TEST_MARKS)"
 
 $(TEST_STAMP): $(STAMP) requirements-test.txt
 	$(PY) -m pip install --quiet -r requirements-test.txt

@@ -89,6 +89,7 @@ def test_a_killed_sweep_resumes_from_its_record_without_training_finished_runs(t
   assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
+@pytest.mark.slow
 def test_a_tiny_drawn_sweep_scores_every_seed_on_every_draw_and_reports_paired_intervals(tmp_path):
   from science.when_to_tie import report  # noqa: PLC0415
 

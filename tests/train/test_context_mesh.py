@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from conftest import ROOT
 from helpers import subprocess_env
 
@@ -36,6 +37,7 @@ for data, model in ((1, 1), (4, 2)):
 """
 
 
+@pytest.mark.slow
 def test_a_context_run_on_a_4x2_mesh_ends_where_the_1_device_run_does(tmp_path):
   env = subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=8")
   done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=ROOT, env=env, capture_output=True,

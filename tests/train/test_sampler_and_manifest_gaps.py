@@ -24,7 +24,7 @@ from tied_embed.util import UsageError
 def _tiny_split(size=5):
   """Pairs (i, 10 + i) for i < size: a pair drawn whole reads next = id + 10."""
   ids = np.arange(size, dtype=np.int32)
-  return types.SimpleNamespace(train_ids=ids, train_next=ids + 10)
+  return types.SimpleNamespace(train_ids=ids, train_next=ids + 10, context_length=1)
 
 
 def test_the_sampler_draws_every_pair_of_a_tiny_split_whole():

@@ -330,7 +330,7 @@ def test_the_hidden_maps_statistics_and_penalty_against_hand_values():
   np.testing.assert_allclose(float(stats["identity_distance"]), np.linalg.norm(kernel - np.eye(2)), rtol=1e-6)
   np.testing.assert_allclose(float(stats["antisymmetric_share"]),
                              np.linalg.norm((kernel - kernel.T) / 2) / np.linalg.norm(kernel), rtol=1e-6)
-  np.testing.assert_allclose(float(model.penalty(model.hidden_params())), 0.5 * np.sum((kernel - np.eye(2)) ** 2),
+  np.testing.assert_allclose(float(model.penalty()), 0.5 * np.sum((kernel - np.eye(2)) ** 2),
                              rtol=1e-6)
 
 
@@ -340,7 +340,7 @@ def test_a_model_config_without_hidden_fields_builds_the_plain_model():
   config.model.tied = True
   config.model.hidden = "linear"
   model = build_model(config)
-  assert isinstance(model, WithHiddenMap) and model.l2 == 0.0 and model.penalty(model.hidden_params()) is None
+  assert isinstance(model, WithHiddenMap) and model.l2 == 0.0 and model.penalty() is None
   config.model.hidden_l2 = 0.25
   assert build_model(config).l2 == 0.25
 
