@@ -47,7 +47,8 @@ def _shape(line: str) -> str:
   """A console line with its numbers as '#' (and a cut line's ' ...' and half-cut last word dropped)."""
   if line.endswith(" ..."):
     line = line[:-4].rsplit(" ", 1)[0]
-  return NUMBER.sub("#", line)
+  # the parameter table's columns are as wide as their widest number: its rules and padding do not compare
+  return re.sub(r" +", " ", re.sub(r"-{2,}", "-", NUMBER.sub("#", line)))
 
 
 def _sample_lines() -> list[str]:
