@@ -215,3 +215,12 @@ def test_train_py_in_a_python_without_the_projects_libraries_says_which_command_
   (line,) = result.stderr.splitlines()
   assert line.startswith("error: ") and " is not installed in " in line and "make install" in line, line
   assert ".venv/bin/python train.py" in line and not (tmp_path / "run").exists()
+
+
+def test_the_inspection_module_in_a_python_without_the_projects_libraries_says_which_command_to_run(tmp_path):
+  # -S drops site-packages; the checkout on sys.path (cwd) lets `-m` find the package, whose import loads nothing.
+  result = subprocess.run([sys.executable, "-S", "-m", "tied_embed.inspection", "--workdir", str(tmp_path / "w")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+  assert result.returncode == 1 and result.stdout == ""
+  (line,) = result.stderr.splitlines()
+  assert line.startswith("error: ") and " is not installed in " in line and "make install" in line, line
