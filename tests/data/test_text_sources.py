@@ -203,6 +203,7 @@ def tfds_config(tmp_path, **fields):
 @pytest.fixture(scope="module")
 def prepared_tfds(tmp_path_factory):
   """A small TFDS text dataset prepared in a temporary TFDS data_dir, as `tfds build` would leave it."""
+  pytest.importorskip("tensorflow", reason="TFDS writes and reads its tfrecord datasets through TensorFlow")
   import tensorflow_datasets as tfds
 
   class TiedEmbedTestLines(tfds.core.GeneratorBasedBuilder):
@@ -245,13 +246,24 @@ def test_bad_tfds_fields_are_one_line_naming_the_field(prepared_tfds, tmp_path, 
 
 
 def test_a_tfds_dataset_without_a_prepared_copy_names_the_command_and_writes_nothing(tmp_path):
+  pytest.importorskip("tensorflow", reason="without TensorFlow the tfds source is refused first")
   config = tfds_config(tmp_path, tfds_name="tiny_shakespeare")
   message = one_line_error(config, "data.tfds_name='tiny_shakespeare'")
   assert f"tfds build tiny_shakespeare --data_dir={tmp_path / 'tfds'}" in message
   assert not (tmp_path / "tfds").exists() and not (tmp_path / "data").exists()
 
 
+def test_the_tfds_source_without_tensorflow_is_one_line_naming_the_install(tmp_path, monkeypatch):
+  from tied_embed.data.sources import text as text_source
+
+  monkeypatch.setattr(text_source, "tensorflow_missing", lambda: True)
+  message = one_line_error(tfds_config(tmp_path), "data.source='tfds'")
+  assert "pip install tensorflow-cpu==2.21.0" in message
+  assert not (tmp_path / "tfds").exists() and not (tmp_path / "data").exists()
+
+
 def test_tiny_shakespeare_offline_through_tfds_mock_data(tmp_path):
+  pytest.importorskip("tensorflow", reason="TFDS reads its tfrecord datasets through TensorFlow")
   import tensorflow_datasets as tfds
 
   from tied_embed.data import sources

@@ -7,6 +7,7 @@ unchanged corpus is never tokenized twice. data.tokenizer='sentencepiece' needs 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import pathlib
 import pydoc_data
@@ -234,6 +235,11 @@ def document_pairs(tokens: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np
   return tokens[:-1][~crossing], tokens[1:][~crossing], pair_ends
 
 
+def tensorflow_missing() -> bool:
+  """Whether TensorFlow is not installed: TFDS then builds and reads array_record datasets, not its tfrecord ones."""
+  return importlib.util.find_spec("tensorflow") is None
+
+
 _TFDS_FIELDS = ("tfds_name", "tfds_train_split", "tfds_eval_split", "text_feature", "tfds_data_dir")
 
 
@@ -269,6 +275,9 @@ class Tfds(TextSource):
       empty_ok = field == "tfds_data_dir"
       require(isinstance(data.get(field), str) and (empty_ok or data.get(field)), f"data.{field}", data.get(field),
               "a path ('' = TFDS's default data_dir)" if empty_ok else "a non-empty string")
+    require(not tensorflow_missing(), "data.source", "tfds",
+            "a source this install can read: TFDS reads a dataset's prepared copy through TensorFlow, which the "
+            "default install leaves out (`.venv/bin/pip install tensorflow-cpu==2.21.0` adds it)")
     builder = _tfds_builder(data.tfds_name, data.tfds_data_dir)
     text_features = sorted(key for key, value in builder.info.features.items() if type(value).__name__ == "Text")
     require(data.text_feature in text_features, "data.text_feature", data.text_feature,
