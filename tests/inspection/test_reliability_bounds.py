@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import io
 import random
-import shutil
 import time
 import zipfile
 
 import numpy as np
 import pytest
+
+from test_reliability_inspection import _rewrite_record as _add_to_record
+from test_reliability_inspection import run_copy  # noqa: F401 (the fixture)
 
 from tied_embed.data import record as record_lib
 from tied_embed.data.text import tokenizer as tokenizer_lib
@@ -21,18 +23,6 @@ from tied_embed.util import UsageError
 DEEP = "'a'+" + "-" * 100_000 + "1+'a'"  # a quoted "token" whose parse exhausts ast.literal_eval (MemoryError)
 
 
-@pytest.fixture()
-def run_copy(smoke_workdir, tmp_path):
-  workdir = tmp_path / "run"
-  shutil.copytree(smoke_workdir, workdir, ignore=shutil.ignore_patterns("report"))
-  return workdir
-
-
-def _add_to_record(workdir, **arrays) -> None:
-  path = workdir / record_lib.FILE_NAME
-  with np.load(path) as saved:
-    kept = {key: saved[key] for key in saved.files}
-  np.savez_compressed(path, **kept, **arrays)
 
 
 def test_a_report_data_that_expands_past_its_bound_is_not_decompressed(run_copy):
