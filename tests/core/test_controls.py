@@ -209,3 +209,41 @@ def test_the_config_takes_the_controls_and_refuses_a_bias_it_would_not_evaluate(
   assert "\n" not in message
   assert _refusal(_smoke(("model.output_bias", 1))).startswith("model.output_bias=1 is not allowed")
   assert "symmetric" in _refusal(_smoke(("model.hidden", "diagonal")))
+
+
+@pytest.mark.parametrize(("control", "stat"), [("bias", "bias_spread"), ("symmetric", "min_eigenvalue")])
+def test_a_controls_run_checks_its_split_below_1e_5_and_evaluates_its_own_logits(control, stat, tmp_path):
+  """configs/smoke.py through the project's loop (the chunked, distinct-row speed paths): the logged split check, the
+  model's own scalar, and the final eval loss against the restored checkpoint's logits recomputed in NumPy."""
+  from helpers import all_series  # noqa: PLC0415
+
+  from tied_embed.data import bigram as data_lib  # noqa: PLC0415
+  from tied_embed.train import checkpoint  # noqa: PLC0415
+  from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415
+
+  fields = {"bias": [("model.output_bias", True)], "symmetric": [("model.hidden", "symmetric"),
+                                                                 ("model.hidden_l2", 0.01)]}[control]
+  config = _smoke(*fields, ("train.num_steps", 20), ("train.eval_every", 20), ("train.checkpoint_every", 20))
+  assert config.loss.chunk_size > 0  # the speed paths, not the plain ones
+  summary = train_and_evaluate(config, tmp_path)
+  series = all_series(tmp_path)
+  assert sorted(series["grad/split_error"]) == [10, 20]
+  assert max(series["grad/split_error"].values()) < 1e-5
+  assert sorted(series[f"train/hidden_{stat}"]) == [10, 20]
+  model = checkpoint.restore(tmp_path).model
+  if control == "bias":
+    assert summary.param_count == 32 * 8 + 32 and np.abs(np.asarray(model.bias[...])).max() > 1e-3
+  else:
+    assert summary.param_count == 32 * 8 + 8 * 8
+  data = data_lib.load_existing_bigram_data(config, tmp_path)
+  lookup, projection = (np.asarray(t, np.float64) for t in model.tables())
+  rows = lookup[data.eval_ids]
+  if control == "bias":
+    logits = rows @ projection.T + np.asarray(model.bias[...], np.float64)
+  else:
+    kernel = np.asarray(model.hidden_map.kernel[...], np.float64)
+    logits = rows @ ((kernel + kernel.T) / 2) @ projection.T
+  top = logits.max(axis=1, keepdims=True)
+  lse = (top + np.log(np.exp(logits - top).sum(axis=1, keepdims=True)))[:, 0]
+  want = np.mean(lse - logits[np.arange(len(data.eval_ids)), data.eval_next])
+  assert summary.eval_loss == pytest.approx(want, rel=1e-5)
