@@ -140,3 +140,16 @@ def test_a_tiny_drawn_sweep_scores_every_seed_on_every_draw_and_reports_paired_i
   assert report.results_problem(json.loads(json.dumps(results))) == ""
   recorded = json.loads((tmp_path / sweep.FINISHED).read_text())
   assert len(recorded) == 2 * (1 + plans.DRAWS)  # each model: one trial, three scored runs
+
+
+def test_the_method_text_names_the_models_that_tune_the_penalty():
+  from science.when_to_tie import report  # noqa: PLC0415
+
+  grids = {"learning_rate": [0.05], "weight_decay": [0.0], "hidden_l2": [0.1]}
+  results = {"grids": grids, "tune_seed": plans.TUNE_SEED, "corpora": {"bytes": {"grids": grids}}}
+  for family, named in (("bigram", "; tied + W's penalty λ‖W − I‖² from {0.1} is spread"),
+                        ("controls", "; tied + S's penalty λ‖W − I‖² from {0.1} is spread")):
+    models = [plans.dataclasses.asdict(model) for model in plans.FAMILIES[family]]
+    assert named in report._tuning_text({**results, "models": models})
+  untuned = [plans.dataclasses.asdict(plans.CONTROLS[0])]
+  assert "penalty" not in report._tuning_text({**results, "models": untuned})
