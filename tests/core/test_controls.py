@@ -247,3 +247,21 @@ def test_a_controls_run_checks_its_split_below_1e_5_and_evaluates_its_own_logits
   lse = (top + np.log(np.exp(logits - top).sum(axis=1, keepdims=True)))[:, 0]
   want = np.mean(lse - logits[np.arange(len(data.eval_ids)), data.eval_next])
   assert summary.eval_loss == pytest.approx(want, rel=1e-5)
+
+
+def test_an_output_bias_around_a_context_model_routes_and_serves_its_windows():
+  model = build_model(ml_collections.ConfigDict({
+      "seed": 0, "data": {"context_length": 4},
+      "model": {"vocab_size": VOCAB, "d_model": D_MODEL, "tied": True, "context": "mlp", "context_k": 2,
+                "output_bias": True}}))
+  model.bias[...] = jnp.asarray(np.random.default_rng(3).standard_normal(VOCAB), jnp.float32)
+  ids, next_ids = jnp.asarray(IDS.reshape(2, 4)), jnp.asarray(NEXT.reshape(2, 4))
+  hidden = np.asarray(model.hidden(model.embed(ids)), np.float64)  # the context mixer's own output, then by hand:
+  _close(model(ids), hidden @ np.asarray(model.tables()[1], np.float64).T + np.asarray(model.bias[...], np.float64))
+  plain = plain_paths.path_gradients(model, ids, next_ids)
+  assert float(step_lib.split_error(model, step_lib.param_gradients(model, plain), ids, next_ids)) < 1e-5
+  fast = choose.paths_function(chunk_size=3)(model, ids, next_ids)
+  _close(fast.loss, plain.loss)
+  _close(fast.lookup_dense(), plain.lookup)
+  _close(fast.projection, plain.projection)
+  _close(fast.hidden["bias"], plain.hidden["bias"])
