@@ -181,6 +181,11 @@ def test_each_control_is_one_class_around_the_table_with_its_params_at_their_sta
                                      (both, "symmetric", True)):
     counts = param_counts(model.vocab_size, model.d_model, hidden, output_bias)
     assert sum(leaf.size for leaf in jax.tree.leaves(nnx.state(model, nnx.Param))) == counts.tied
+  # the bias around the symmetric map keeps the map's penalty and scalars (configs/smoke.py: V = 32, D = 8)
+  both.embedder.hidden_map.kernel[...] = 2 * jnp.eye(8, dtype=jnp.float32)
+  both.embedder.l2 = 0.5
+  assert float(both.penalty()) == 0.5 * 8  # λ‖2I − I‖² = λ · D
+  assert set(both.hidden_stats()) == {"identity_distance", "min_eigenvalue", "bias_spread"}
   # by hand, V = 32, D = 8: V·D + V and V·D + D²
   assert param_counts(32, 8, output_bias=True).tied == 288 and param_counts(32, 8, "symmetric").tied == 320
 

@@ -124,7 +124,7 @@ class UntiedEmbed(LanguageModel):
 
 class _Around(LanguageModel):
   """A model around `embedder` (TiedEmbed or UntiedEmbed, or another model around one): its tables, its hidden
-  function first, then this class's own."""
+  function first, then this class's own; its scores, penalty and logged scalars unless this class adds to them."""
 
   def __init__(self, embedder: LanguageModel):
     self.embedder = embedder
@@ -138,6 +138,12 @@ class _Around(LanguageModel):
 
   def score_operands(self, hidden: jax.Array, projection_table: jax.Array) -> tuple[jax.Array, jax.Array]:
     return self.embedder.score_operands(hidden, projection_table)
+
+  def penalty(self) -> jax.Array | None:
+    return self.embedder.penalty()
+
+  def hidden_stats(self) -> dict[str, jax.Array]:
+    return self.embedder.hidden_stats()
 
 
 class LinearMap(nnx.Module):
@@ -238,8 +244,9 @@ class WithOutputBias(_Around):
             _with_column(projection_table, self.bias[...]))
 
   def hidden_stats(self) -> dict[str, jax.Array]:
-    """The spread of b, its standard deviation over the vocabulary (its mean does not change any probability)."""
-    return {"bias_spread": jnp.std(self.bias[...])}
+    """The embedder's, and the spread of b: its standard deviation over the vocabulary (its mean changes no
+    probability)."""
+    return {**self.embedder.hidden_stats(), "bias_spread": jnp.std(self.bias[...])}
 
 
 def _with_column(matrix: jax.Array, column: jax.Array) -> jax.Array:
