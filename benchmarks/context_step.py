@@ -91,21 +91,27 @@ def window_batch(config: ml_collections.ConfigDict, seed: int = 0) -> tuple[np.n
   return tokens[:, :-1], tokens[:, 1:]
 
 
+def trainer_step(config: ml_collections.ConfigDict):
+  """What the trainer builds before compiling: (build, graphdef, abstract state, the train step, abstract (B, L)
+  windows), on config.mesh (one device here); nothing compiled, nothing allocated."""
+  mesh = mesh_lib.make_mesh(config.mesh)
+  build = mesh_lib.state_builder(config)
+  graphdef, abstract = mesh_lib.abstract_state(build, mesh)
+  s = shape(config)
+  abstract_ids = jax.ShapeDtypeStruct((s["B"], s["L"]), jnp.int32, sharding=mesh_lib.batch_sharding(mesh))
+  return build, graphdef, abstract, choose.train_step_for(config, graphdef, abstract), abstract_ids
+
+
 class JaxStep:
   """The trainer's step on the context transformer, set up as tied_embed/train/run_setup.py sets it up (mesh,
   abstract state, `choose.train_step_for`, compiled ahead), but on the (B, L) windows the trainer then feeds it.
   Callable repeatedly; blocks on each step's loss. `initial_params()` holds the model's Params before any step."""
 
   def __init__(self, config: ml_collections.ConfigDict, batch: tuple[np.ndarray, np.ndarray]):
-    mesh = mesh_lib.make_mesh(config.mesh)
-    build = mesh_lib.state_builder(config)
-    self.graphdef, abstract = mesh_lib.abstract_state(build, mesh)
-    self._step = choose.train_step_for(config, self.graphdef, abstract)
-    batch_sharding = mesh_lib.batch_sharding(mesh)
-    abstract_ids = jax.ShapeDtypeStruct(batch[0].shape, jnp.int32, sharding=batch_sharding)
+    build, self.graphdef, abstract, self._step, abstract_ids = trainer_step(config)
     compilation.compile_ahead(self._step, abstract, abstract_ids, abstract_ids)
     self.state = jax.block_until_ready(mesh_lib.fresh_state(build, abstract))
-    self.batch = jax.device_put(tuple(jnp.asarray(part) for part in batch), batch_sharding)
+    self.batch = jax.device_put(tuple(jnp.asarray(part) for part in batch), abstract_ids.sharding)
     self.params = {name: np.asarray(value) for name, value in flat_params(self.model()).items()}
     self.first_loss = None
 
@@ -251,7 +257,7 @@ def copy_jax_params(module, params: dict[str, np.ndarray]) -> None:
     raise KeyError(f"parameters not matched between the two models: {missing}")
   with torch.no_grad():
     for name, parameter in own.items():
-      value = torch.from_numpy(np.ascontiguousarray(values[name], dtype=np.float32))
+      value = torch.tensor(np.asarray(values[name], dtype=np.float32))
       if value.shape != parameter.shape:
         raise ValueError(f"{name}: JAX's {tuple(value.shape)} against PyTorch's {tuple(parameter.shape)}")
       parameter.copy_(value)
