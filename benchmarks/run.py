@@ -131,9 +131,12 @@ def _print_context_step(r: dict) -> None:
     fastest = r["fastest_ms"].get(name)
     rate = _fmt(None if ms is None else r["tokens"] / ms * 1e3, ".0f")
     print(f"  {label:<46} {_fmt(ms):>8} ms  (fastest {_fmt(fastest)})  {rate:>9} tokens/s")
+  def ratio(value) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
   for label, name in (("eager", "torch_step"), ("torch.compile", "torch_compile_step")):
     print(f"  PyTorch {label} / JAX trainer's step, medians (fastest calls): "
-          f"{_fmt(r[f'{name}_over_step'], '.2f')}x ({_fmt(r[f'{name}_over_step_by_fastest_call'], '.2f')}x)")
+          f"{ratio(r[f'{name}_over_step'])} ({ratio(r[f'{name}_over_step_by_fastest_call'])})")
 
 
 def _print_memory(r: dict) -> None:
