@@ -35,7 +35,7 @@ def test_the_pytorch_model_has_the_jax_models_parameters_and_loss():
   assert context_step.torch_param_count(module) == context_step.param_count(64, 16, 4, 2)
   context_step.copy_jax_params(module, params)
   ids, next_ids = context_step.window_batch(config)
-  expected = float(context_step.plain_loss(model, jnp.asarray(ids), jnp.asarray(next_ids)))
+  expected = float(nnx.jit(context_step.plain_loss)(model, jnp.asarray(ids), jnp.asarray(next_ids)))  # one program
   with torch.no_grad():
     logits = module(torch.from_numpy(ids.astype(np.int64)))
   loss = float(torch.nn.functional.cross_entropy(logits.flatten(0, 1), torch.from_numpy(next_ids.astype(np.int64))
