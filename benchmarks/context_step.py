@@ -104,8 +104,10 @@ def trainer_step(config: ml_collections.ConfigDict):
 
 class JaxStep:
   """The trainer's step on the context transformer, set up as tied_embed/train/run_setup.py sets it up (mesh,
-  abstract state, `choose.train_step_for`, compiled ahead), but on the (B, L) windows the trainer then feeds it.
-  Callable repeatedly; blocks on each step's loss. `initial_params()` holds the model's Params before any step."""
+  abstract state, `choose.train_step_for`, compiled ahead), but ahead for the (B, L) windows the trainer then feeds
+  it (run_setup.py compiles ahead for (B,) pairs whatever data.context_length is, so a context run's first step
+  compiles again). Callable repeatedly; blocks on each step's loss. `params`: the model's Params before any step,
+  as numpy arrays by `flat_params` name."""
 
   def __init__(self, config: ml_collections.ConfigDict, batch: tuple[np.ndarray, np.ndarray]):
     build, self.graphdef, abstract, self._step, abstract_ids = trainer_step(config)
@@ -113,17 +115,13 @@ class JaxStep:
     self.state = jax.block_until_ready(mesh_lib.fresh_state(build, abstract))
     self.batch = jax.device_put(tuple(jnp.asarray(part) for part in batch), abstract_ids.sharding)
     self.params = {name: np.asarray(value) for name, value in flat_params(self.model()).items()}
-    self.first_loss = None
 
   def model(self):
     return nnx.merge(self.graphdef, self.state).model
 
   def __call__(self) -> float:
     self.state, metrics = self._step(self.state, *self.batch, with_stats=False)  # as compiled ahead
-    loss = float(jax.block_until_ready(metrics["loss"]))
-    if self.first_loss is None:
-      self.first_loss = loss
-    return loss
+    return float(jax.block_until_ready(metrics["loss"]))
 
 
 def plain_loss(model, ids: jax.Array, next_ids: jax.Array) -> jax.Array:
