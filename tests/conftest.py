@@ -71,6 +71,26 @@ def smoke_workdir(smoke_run: SmokeRun) -> pathlib.Path:
   return smoke_run.workdir
 
 
+@dataclasses.dataclass
+class ConsoleRun:
+  first: subprocess.CompletedProcess  # train.py on a fresh workdir
+  rerun: subprocess.CompletedProcess  # the same command again, on the finished run
+
+
+@pytest.fixture(scope="session")
+def train_py_smoke(tmp_path_factory) -> ConsoleRun:
+  """`train.py --config configs/smoke.py --workdir runs/smoke --config.train.num_steps=20` run as a user runs it (a
+  subprocess, from a temporary current directory), then rerun: the console tests/train/test_cli.py and
+  tests/docs/test_quoted.py check. Both mark their tests xdist_group("train_py_smoke"), so one worker runs it once."""
+  cwd = tmp_path_factory.mktemp("train_py_smoke")
+  args = [sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / "configs" / "smoke.py"), "--workdir",
+          "runs/smoke", "--config.train.num_steps=20"]
+  env = {**os.environ, "PYTHONPATH": str(ROOT)}
+  first, rerun = (subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+                  for _ in range(2))
+  return ConsoleRun(first=first, rerun=rerun)
+
+
 @pytest.fixture(scope="session")
 def sharded(tmp_path_factory):
   """OUT of tests/sharded_run.py: the smoke run on a 4x2 mesh of 8 CPU devices and its restores. Run once per
