@@ -63,15 +63,14 @@ $(KERNELS) &: $(KERNEL_STAMP) $(wildcard tied_embed/fast/kernels/*.cc tied_embed
 train: $(STAMP)
 	$(PY) train.py --config $(CONFIG) --workdir $(WORKDIR)
 
-# The tests on TEST_WORKERS pytest-xdist workers (requirements-test.txt); --dist loadgroup keeps the tests of one
-# xdist_group (a module sharing an expensive fixture) on one worker, so it is built once. One test:
-# `.venv/bin/python -m pytest -q tests/core/test_model.py`, in one process.
+# The tests on TEST_WORKERS pytest-xdist workers (requirements-test.txt). One test: `.venv/bin/python -m pytest -q
+# tests/core/test_model.py`, in one process.
 TEST_WORKERS ?= 2
 # The tests marked slow (minutes each: the drawn sweep, a context model on 8 devices) run with `make test TEST_MARKS=`.
 TEST_MARKS ?= not slow
 
 test: $(STAMP) $(TEST_STAMP) $(KERNELS) $(NOTEBOOK_STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "$(TEST_MARKS)"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "$(TEST_MARKS)"
 
 $(TEST_STAMP): $(STAMP) requirements-test.txt
 	$(PY) -m pip install --quiet -r requirements-test.txt

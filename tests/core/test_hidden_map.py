@@ -15,8 +15,6 @@ from helpers import HIDDEN_STEPS, all_series, assert_close, hidden_smoke_config
 from tied_embed.train import checkpoint
 from tied_embed.train.trainer import train_and_evaluate
 
-# its fixture trains the hidden-map run: one xdist worker builds it, once (make test runs --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("hidden_map")
 
 
 def _leaves(state) -> dict[str, np.ndarray]:

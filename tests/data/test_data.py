@@ -14,8 +14,6 @@ from tied_embed.train import mesh as mesh_lib
 from tied_embed.train.trainer import train_batch
 from tied_embed.util import UsageError
 
-# its module fixture generates the planted dataset: one xdist worker builds it, once (make test runs --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("data")
 
 # A 3-token table small enough to push through softmax by hand.
 HAND_TABLE = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])

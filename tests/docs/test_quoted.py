@@ -58,7 +58,6 @@ def _sample_lines() -> list[str]:
   return block.split("```")[1].strip("\n").splitlines()
 
 
-@pytest.mark.xdist_group("train_py_smoke")
 def test_the_sample_console_of_make_train_has_the_lines_a_run_prints_in_their_order(train_py_smoke):
   # configs/smoke.py is a planted run as configs/default.py is, so its console has the same lines, other numbers.
   # The run is train.py on configs/smoke.py for 20 steps (conftest.py), which tests/train/test_cli.py checks too.

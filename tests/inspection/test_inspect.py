@@ -17,8 +17,6 @@ from tied_embed.inspection import report
 from tied_embed.inspection.cli import main
 from tied_embed.util import UsageError
 
-# its module fixture inspects a smoke checkpoint: one xdist worker builds it, once (make test runs --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("inspect")
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

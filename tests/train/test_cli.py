@@ -59,7 +59,6 @@ def test_a_busy_workdir_is_refused_before_tensorflow_is_imported(tmp_path):
   assert sorted(path.name for path in workdir.iterdir()) == [".lock"]  # nothing written beside the holder's lock
 
 
-@pytest.mark.xdist_group("train_py_smoke")
 def test_the_console_is_the_projects_own_and_a_rerun_prints_no_training_time(train_py_smoke):
   # train.py --config configs/smoke.py --workdir runs/smoke --config.train.num_steps=20, twice (conftest.py)
   first, rerun = train_py_smoke.first, train_py_smoke.rerun

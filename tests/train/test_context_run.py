@@ -17,8 +17,6 @@ from tied_embed.train import config as config_lib
 from tied_embed.train.trainer import train_and_evaluate
 from tied_embed.util import UsageError
 
-# its module fixture trains the context run: one xdist worker builds it, once (make test runs --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("context_run")
 
 WORDS = "the cursor moves to the next line and the window scrolls when the text is longer than the screen".split()
 

@@ -29,8 +29,6 @@ from tied_embed.train import checkpoint, signals, trainer
 from tied_embed.train.trainer import train_and_evaluate
 from tied_embed.util import UsageError
 
-# its module fixture trains the selected run: one xdist worker builds it, once (make test runs --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("selection")
 
 PATIENCE, EVAL_EVERY = 3, 10
 
