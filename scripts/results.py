@@ -8,11 +8,16 @@ blocks: the table between the RESULTS markers of docs/results.md, the sample con
 row's) between the SAMPLE markers of docs/running.md, and the last line it prints between the FINAL_LINE markers of
 README.md. `--subword` instead runs the two commands of "Train on your own text" (configs/subword.py on Vim's help
 files, tied then untied on the same dataset) and, with --write-docs, rewrites the SUBWORD block of docs/results.md.
+`--context` runs configs/context_mlp.py and configs/context_transformer.py, tied and untied, beside the bigram model
+(the same config with model.context=none) on one shared dataset, fits the Kneser-Ney count bigram of that dataset
+(its discount chosen on the selection split) and, with --write-docs, rewrites the CONTEXT block of docs/results.md
+and the README's context line.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 import platform
@@ -33,7 +38,11 @@ START, END = "<!-- RESULTS:START (written by scripts/results.py) -->", "<!-- RES
 SAMPLE_START, SAMPLE_END = "<!-- SAMPLE:START (written by scripts/results.py) -->", "<!-- SAMPLE:END -->"
 FINAL_START, FINAL_END = "<!-- FINAL_LINE:START (written by scripts/results.py) -->", "<!-- FINAL_LINE:END -->"
 SUBWORD_START, SUBWORD_END = "<!-- SUBWORD:START (written by scripts/results.py --subword) -->", "<!-- SUBWORD:END -->"
+CONTEXT_START, CONTEXT_END = "<!-- CONTEXT:START (written by scripts/results.py --context) -->", "<!-- CONTEXT:END -->"
+CONTEXT_LINE_START = "<!-- CONTEXT_LINE:START (written by scripts/results.py --context) -->"
+CONTEXT_LINE_END = "<!-- CONTEXT_LINE:END -->"
 RESULTS_DIR = ROOT / "runs" / "results"
+ROW_RECORD = "row.json"  # in each row's workdir: its name, flags, wall time and final losses (what --reuse reads)
 VIM_DOCS = "/usr/share/vim/vim90/doc"  # Vim 9.0's help files: 152 files, 9.8 MB of English
 
 # (row name, the command's flags besides --workdir)
@@ -53,6 +62,22 @@ SUBWORD_RUNS = [
     ("subword, untied",
      ["--config", SUBWORD_CONFIG, "--config.model.tied=False", f"--config.data.text_path={VIM_DOCS}"]),
 ]
+# configs/context_mlp.py's data (Vim's help files, V = 8192, windows of 32 tokens, split by whole files) for every
+# row, so each scores the same validation pairs; the bigram rows are that config with no context (each position
+# scored from its own token alone).
+CONTEXT_MLP, CONTEXT_TRANSFORMER = "configs/context_mlp.py", "configs/context_transformer.py"
+BIGRAM_FLAGS = ["--config", CONTEXT_MLP, "--config.model.context=none", "--config.model.context_k=3"]
+CONTEXT_RUNS = [
+    ("bigram, tied", BIGRAM_FLAGS),
+    ("bigram, untied", [*BIGRAM_FLAGS, "--config.model.tied=False"]),
+    ("context MLP, tied", ["--config", CONTEXT_MLP]),
+    ("context MLP, untied", ["--config", CONTEXT_MLP, "--config.model.tied=False"]),
+    ("context transformer, tied", ["--config", CONTEXT_TRANSFORMER]),
+    ("context transformer, untied", ["--config", CONTEXT_TRANSFORMER, "--config.model.tied=False"]),
+]
+CONTEXT_FIELDS = ("data.context_length", "model.vocab_size", "model.d_model", "train.num_steps", "train.batch_size",
+                  "train.learning_rate")
+
 # The fields of configs/subword.py the subword numbers depend on, named in their block (tests/docs/test_quoted.py
 # compares them with the config, so a changed config shows as a stale block).
 SUBWORD_FIELDS = ("data.split", "model.vocab_size", "model.d_model", "train.num_steps", "train.batch_size",
@@ -97,7 +122,9 @@ def run(name: str, flags: list[str], workdir: pathlib.Path) -> dict:
   scalars = read_scalars(workdir, tags)
   final = {tag: float(values[-1]) for tag, (_, values) in scalars.items()}
   console = result.stderr.splitlines() + result.stdout.splitlines()
-  return {"name": name, "flags": " ".join(flags), "wall": wall, "console": console, **final}
+  row = {"name": name, "flags": " ".join(flags), "wall": wall, **final}
+  (workdir / ROW_RECORD).write_text(json.dumps(row, indent=1) + "\n")
+  return {**row, "console": console}
 
 
 def table(rows: list[dict]) -> str:
@@ -178,6 +205,66 @@ def subword_section(rows: list[dict], measured_on: str, date: str, load: str) ->
   return textwrap.fill(note, width=120, break_on_hyphens=False) + "\n\n" + "\n".join(lines)
 
 
+def kneser_ney_row(data_dir: pathlib.Path) -> dict:
+  """The interpolated Kneser-Ney count bigram of the context rows' dataset, tuned as the trainer's add-k count model
+  is (`count_bigram.count_bigram_loss`): its discount chosen on the last HELD_OUT_FRACTION of the train pairs with
+  the rest fitted, then fitted on all of them and scored on the validation pairs every row scores (plain NumPy)."""
+  from tied_embed.data import bigram as data_lib  # noqa: PLC0415
+  from tied_embed.data.text import count_bigram  # noqa: PLC0415
+  from tied_embed.train.config_file import load_config_file  # noqa: PLC0415
+
+  config = load_config_file(str(ROOT / CONTEXT_MLP))
+  config.data.data_dir = str(data_dir)
+  data = data_lib.load_bigram_data(config, RESULTS_DIR / "context_kneser_ney")
+  ids, next_ids, vocab_size = data.train_ids, data.train_next, data.vocab_size
+  cut = len(ids) - max(int(len(ids) * count_bigram.HELD_OUT_FRACTION), 1)
+  discount = count_bigram.best_discount(count_bigram.PairCounts.of(ids[:cut], next_ids[:cut], vocab_size),
+                                        ids[cut:], next_ids[cut:])
+  fit = count_bigram.PairCounts.of(ids, next_ids, vocab_size)
+  return {"discount": discount, "eval/loss": count_bigram.kneser_ney_loss(fit, data.eval_ids, data.eval_next, discount)}
+
+
+def context_section(rows: list[dict], kneser_ney: dict, measured_on: str, date: str, load: str) -> str:
+  """The CONTEXT block: each row's final eval loss and its margin over the Kneser-Ney count bigram, then the count
+  models and the floor, under a note naming the machine, the date, the load and the configs' fields."""
+  note = (f"Measured by `scripts/results.py --context` on {measured_on}; {date}; load average {load} at the start. "
+          f"Every row trains on one dataset, {CONTEXT_MLP}'s ({config_fields(CONTEXT_MLP, CONTEXT_FIELDS)}; Vim's "
+          "help files, SentencePiece, split by whole files), and scores the same validation pairs; the bigram rows "
+          "are that config with model.context=none. Kneser-Ney: the interpolated count bigram of the same train "
+          f"pairs, its discount ({kneser_ney['discount']:g}) chosen as add-k's k is, on the last part of the train pairs.")
+  lines = ["| run | final eval loss | − Kneser-Ney bigram | wall |", "|---|---|---|---|"]
+  for row in rows:
+    lines.append(f"| {row['name']} | {row['eval/loss']:.4f} | {row['eval/loss'] - kneser_ney['eval/loss']:+.4f} "
+                 f"| {row['wall']:.0f} s |")
+  first = rows[0]
+  lines.append(f"| count bigram, Kneser-Ney | {kneser_ney['eval/loss']:.4f} | 0 | |")
+  lines.append(f"| count bigram, add-k (`eval/count_bigram_loss`) | {first['eval/count_bigram_loss']:.4f} "
+               f"| {first['eval/count_bigram_loss'] - kneser_ney['eval/loss']:+.4f} | |")
+  lines.append(f"| bigram entropy of validation (`eval/loss_floor`, a bigram's floor) | {first['eval/loss_floor']:.4f} "
+               "| | |")
+  return textwrap.fill(note, width=120, break_on_hyphens=False) + "\n\n" + "\n".join(lines)
+
+
+def context_line(rows: list[dict], kneser_ney: dict, measured_on: str, date: str) -> str:
+  """The README's takeaway, a list item wrapped at 120 characters: the tied context models' eval loss against the
+  stronger count bigram's (Kneser-Ney or add-k, whichever is lower; its headline says whether both tied context
+  models are below it), the untied forms' beside them."""
+  loss = {row["name"]: row["eval/loss"] for row in rows}
+  counts = {"Kneser-Ney": kneser_ney["eval/loss"], "add-k": rows[0]["eval/count_bigram_loss"]}
+  strongest = min(counts, key=counts.get)
+  count = counts[strongest]
+  beats = all(loss[f"{key}, tied"] < count for key in ("context MLP", "context transformer"))
+  head = ("With context between its two uses, a tied table beats the strongest count bigram." if beats else
+          "With context between its two uses, a tied table does not yet beat the strongest count bigram.")
+  text = (f"- **{head}** On Vim's help files a tied MLP over the previous tokens scores {loss['context MLP, tied']:.3f}"
+          f" nats and a tied 2-block transformer {loss['context transformer, tied']:.3f} (untied: "
+          f"{loss['context MLP, untied']:.3f}, {loss['context transformer, untied']:.3f}) against the {strongest} "
+          f"count bigram's {count:.3f} and the tied bigram model's {loss['bigram, tied']:.3f} "
+          f"({measured_on.split(',')[0]}, {date}; [docs/results.md](docs/results.md#context-models), "
+          "[docs/models.md](docs/models.md)).")
+  return textwrap.fill(text, width=120, subsequent_indent="  ", break_on_hyphens=False)
+
+
 class _Parser(argparse.ArgumentParser):
   """argparse whose errors are one line `error: ...` and exit status 2, like the project's other commands."""
 
@@ -216,15 +303,26 @@ def main(argv: list[str] | None = None) -> None:
   parser.add_argument("--only", help="run only the rows whose name contains this text (nothing is written)")
   parser.add_argument("--subword", action="store_true",
                       help=f"run the two subword commands on {VIM_DOCS} instead (several minutes each)")
+  parser.add_argument("--context", action="store_true",
+                      help="run the context models, tied and untied, beside the bigram models on Vim's help files")
+  parser.add_argument("--reuse", action="store_true",
+                      help="with --context: read each row's runs/results/<row>/row.json instead of training again")
   parser.add_argument("--write-docs", action="store_true",
                       help="also rewrite the tracked blocks (docs/results.md, docs/running.md, README.md)")
   args = parser.parse_args(argv)
+  if args.reuse and not args.context:
+    parser.error("--reuse reads the context rows' records; it needs --context")
   if args.only and args.write_docs:
     parser.error("--write-docs rewrites the whole table; it takes no --only")
   if args.subword:
     if args.only:
       parser.error("--subword runs both subword commands; it takes no --only")
     _subword(args.write_docs)
+    return
+  if args.context:
+    if args.only:
+      parser.error("--context runs every context row; it takes no --only")
+    _context(args.write_docs, args.reuse)
     return
   load = load_average()  # as the first row, the default one, starts
   rows = _run_rows(selected_rows(args.only))
@@ -273,6 +371,37 @@ def _subword(write_docs: bool) -> None:
   if write_docs:
     common.rewrite_block(ROOT / "docs" / "results.md", SUBWORD_START, SUBWORD_END, f"\n{text}\n")
     print("wrote docs/results.md's subword block")
+
+
+def _context(write_docs: bool, reuse: bool = False) -> None:
+  """The CONTEXT block and the README's context line: every context row from scratch on one dataset, or with
+  `reuse` each row's record from its last run (one `error:` line where a row has none)."""
+  if not pathlib.Path(VIM_DOCS).is_dir():
+    _refuse(f"{VIM_DOCS} is not a directory: the context configs train on Vim's help files (install vim)")
+  data_dir = RESULTS_DIR / "data-vim-windows"
+  if reuse:
+    missing = [name for name, _ in CONTEXT_RUNS if not (row_workdir(name) / ROW_RECORD).is_file()]
+    if missing:
+      _refuse(f"--reuse: no {ROW_RECORD} for row {missing[0]!r} in {row_workdir(missing[0])}: run --context first")
+    rows = [json.loads((row_workdir(name) / ROW_RECORD).read_text()) for name, _ in CONTEXT_RUNS]
+    load = rows[0].get("load", "unknown")
+    date = rows[0].get("date", time.strftime("%Y-%m-%d"))
+  else:
+    shutil.rmtree(data_dir, ignore_errors=True)
+    load, date = load_average(), time.strftime("%Y-%m-%d")
+    rows = _run_rows(CONTEXT_RUNS, data_dir)
+    for row in rows:  # the block's note, for --reuse
+      record = row_workdir(row["name"]) / ROW_RECORD
+      record.write_text(json.dumps({**json.loads(record.read_text()), "load": load, "date": date}, indent=1) + "\n")
+  kneser_ney = kneser_ney_row(data_dir)
+  measured_on = machine()
+  text = context_section(rows, kneser_ney, measured_on, date, load)
+  line = context_line(rows, kneser_ney, measured_on, date)
+  print(text + "\n\n" + line)
+  if write_docs:
+    common.rewrite_block(ROOT / "docs" / "results.md", CONTEXT_START, CONTEXT_END, f"\n{text}\n")
+    common.rewrite_block(ROOT / "README.md", CONTEXT_LINE_START, CONTEXT_LINE_END, f"\n{line}\n")
+    print("wrote docs/results.md's context block and README.md's context line")
 
 
 if __name__ == "__main__":
