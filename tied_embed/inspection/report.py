@@ -150,7 +150,7 @@ def path_cosines(lookup: np.ndarray, projection: np.ndarray) -> np.ndarray:
 
 def path_direction_summary(directions: dict[str, np.ndarray], label: Callable[[int], str] = str) -> dict[str, Any]:
   """Do the two paths pull a row the same way? Each tracked row's summed gradient through each path (the most
-  frequent rows, `tied_embed.core.step.TRACKED_ROWS`): {'rows': (K,), 'lookup': (K, D), 'projection': (K, D)} →
+  frequent rows, `tied_embed.train.run_step.TRACKED_ROWS`): {'rows': (K,), 'lookup': (K, D), 'projection': (K, D)} →
   {'rows': [{id, label, cosine, lookup_norm, projection_norm}], 'median_cosine'}. A cosine near 1: the row's two
   roles agree; near -1: they pull it apart; near 0: they act on unrelated directions."""
   cosines = path_cosines(directions["lookup"], directions["projection"])

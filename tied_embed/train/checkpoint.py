@@ -1,4 +1,4 @@
-"""Orbax checkpoints of a run: WORKDIR/checkpoints/<step>/ with the train state (`TrainState`'s nnx.State as a pure
+"""Orbax checkpoints of a run: WORKDIR/checkpoints/<step>/ with the train state (`RunState`'s nnx.State as a pure
 dict), the config (JSON) and a manifest (JSON: array fingerprints, the config's checksum, the dataset's identity).
 
 Arrays are read straight into the shardings asked for, so a checkpoint written on one mesh restores on another. A

@@ -1,4 +1,5 @@
-"""Stopping at a non-finite loss or gradient: the train step records the first bad step, the loop checks it."""
+"""Stopping at a non-finite loss or gradient: the train step records the first bad step
+(tied_embed/train/run_step.py), the loop checks it."""
 
 from __future__ import annotations
 
