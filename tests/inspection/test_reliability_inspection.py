@@ -112,7 +112,7 @@ def test_the_header_names_the_hidden_map_its_lambda_and_counts_w(smoke_workdir):
   config.model.hidden_l2 = 0.25
   report = inspect_run(smoke_workdir, pictures=False)
   report["run"]["config"] = _config_summary(config)
-  report["parameters"] = report_lib.parameter_summary(32, 8, True, "linear")
+  report["parameters"] = report_lib.parameter_summary(32, 8, True, 8 * 8)
   lines = format_text(report, pictures_line=False).splitlines()
   (config_line,) = [line for line in lines if line.startswith("config ")]
   assert " tied hidden=linear λ=0.25 " in config_line

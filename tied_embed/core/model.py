@@ -49,7 +49,8 @@ def init_table(key: jax.Array, vocab_size: int, d_model: int) -> jax.Array:
 
 class LanguageModel(nnx.Module):
   """What every model shares: logits = attend(hidden(embed(ids))); subclasses give `table_params` and may override
-  `hidden` (the identity here), `penalty` (a regulariser of the training loss) and `hidden_stats` (logged scalars)."""
+  `hidden` (the identity here), `penalty` (a regulariser of the training loss), `hidden_stats` (logged scalars) and,
+  for inspection, `scoring_tables` and `scores_in_words`."""
 
   def __call__(self, ids: jax.Array) -> jax.Array:
     """ids (B,) or (B, L) int → (..., V) float32 logits."""
@@ -71,6 +72,10 @@ class LanguageModel(nnx.Module):
   def scoring_tables(self) -> tuple[jax.Array, jax.Array]:
     """(A, B), each (V, D), with a context-free model's logits(ids) = A[ids] · Bᵀ: the tables, for inspection."""
     return self.tables()
+
+  def scores_in_words(self) -> str | None:
+    """What `scoring_tables`' A · Bᵀ is, for inspection, where it is more than the tables alone: None here."""
+    return None
 
   def hidden(self, rows: jax.Array) -> jax.Array:
     """The identity: the looked-up rows (..., D) are the hidden vectors."""
@@ -153,6 +158,12 @@ class WithHiddenMap(_Around):
     """(A · W, B) from the embedder's (A, B), each (V, D): logits(ids) = (A · W)[ids] · Bᵀ, for inspection."""
     lookup_table, projection_table = self.embedder.scoring_tables()
     return lookup_table @ self.hidden_map.kernel[...], projection_table
+
+  def scores_in_words(self) -> str:
+    lookup, projection = self.table_params()
+    if lookup is projection:
+      return "E·W·Eᵀ (tied table with a hidden map W: W's antisymmetric part lets S differ from Sᵀ)"
+    return "input·W·outputᵀ (untied model with a hidden map W)"
 
   def penalty(self) -> jax.Array | None:
     """l2 · ‖W − I‖²_F, a scalar; None (nothing to add) at l2 = 0."""

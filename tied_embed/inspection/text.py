@@ -24,7 +24,8 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
   vocab_size, d_model = params["table_shape"]
   hidden = cfg.get("hidden", "none")
   hidden_map = f" hidden={hidden} λ={cfg.get('hidden_l2', 0.0):g}" if hidden != "none" else ""
-  extra = " + D²" if hidden == "linear" else ""  # the (D, D) map W beside the table(s)
+  other = params["tied"] - vocab_size * d_model  # the Params beside the table(s): a hidden map W's D², a mixer's
+  extra = "" if not other else " + D²" if other == d_model * d_model else f" + {other:,}"
   lines = [
       f"run      {report['workdir']}  step {report['step']} (checkpoints: {_ids(report['available_steps'])})",
       f"config   source={cfg['source']} V={vocab_size} D={d_model} {'tied' if cfg['tied'] else 'untied'}{hidden_map}"
