@@ -181,7 +181,7 @@ def test_control_characters_in_sampled_text_and_labels_are_printed_escaped(monke
 
 
 def test_printable_escapes_what_a_terminal_acts_on_and_keeps_the_rest():
-  from tied_embed.inspection.text import printable  # noqa: PLC0415
+  from tied_embed.util import printable  # noqa: PLC0415
 
   assert printable("▁the king’s λ·‖W − I‖²") == "▁the king’s λ·‖W − I‖²"
   assert printable("a\x1b[31mb\x7f\tc\n") == "a\\x1b[31mb\\x7f\\tc\\n"

@@ -4,17 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tied_embed.util import printable
+
 _LIST_LIMIT = 20  # longer id lists are cut, with a count, so a big vocabulary doesn't flood the terminal
-
-
-def printable(text: str, keep: str = "") -> str:
-  """`text` as a terminal shows it without acting on it: each character it would act on (control characters, DEL,
-  C1 controls, bidirectional overrides) written as in a Python string literal (\\x1b, \\r, \\u202e), except those in
-  `keep` (e.g. a newline). Generated text and vocabulary pieces come from the training text: a sampled ESC would
-  otherwise start an escape sequence."""
-  if text.isprintable():
-    return text
-  return "".join(c if c in keep or c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
