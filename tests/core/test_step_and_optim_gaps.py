@@ -15,7 +15,7 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
-from helpers import hand_path_gradients, model_with_tables
+from helpers import hand_path_gradients, hand_tied_loss, model_with_tables, small_problem
 
 from tied_embed import TiedEmbed
 from tied_embed.core import optim
@@ -23,25 +23,7 @@ from tied_embed.core import paths as paths_lib
 from tied_embed.core import step as step_lib
 from tied_embed.core.model import WithHiddenMap, build_model, param_counts
 
-VOCAB, D_MODEL, TOKENS = 10, 4, 12
-
-
-def _problem(seed=0):
-  """A float32 table (V, D) and a batch: ids (T,) with repeats, next_ids (T,)."""
-  rng = np.random.default_rng(seed)
-  table = rng.standard_normal((VOCAB, D_MODEL)).astype(np.float32)
-  ids = rng.integers(0, VOCAB, TOKENS).astype(np.int32)
-  ids[-1] = VOCAB - 1  # the last row is looked up too
-  return table, ids, rng.integers(0, VOCAB, TOKENS).astype(np.int32)
-
-
-def _hand_loss(table, ids, next_ids) -> float:
-  """Mean softmax cross-entropy of table[ids] @ table.T in float64."""
-  table = np.asarray(table, np.float64)
-  logits = table[ids] @ table.T
-  top = logits.max(axis=1, keepdims=True)
-  log_z = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
-  return float(np.mean(log_z - logits[np.arange(len(ids)), next_ids]))
+VOCAB = 10  # small_problem's table: 10 rows
 
 
 def _sgd_state(table, learning_rate=1.0):
@@ -53,7 +35,7 @@ def _sgd_state(table, learning_rate=1.0):
 def test_the_step_with_path_scales_updates_by_the_weighted_sum_and_checks_the_unweighted_split(scales,
                                                                                              split_check_tokens):
   lookup_scale, projection_scale = scales
-  table, ids, next_ids = _problem()
+  table, ids, next_ids = small_problem()
   graphdef, state = _sgd_state(table)
   step = jax.jit(step_lib.make_step_function(graphdef, lookup_grad_scale=lookup_scale,
                                              projection_grad_scale=projection_scale,
@@ -66,7 +48,7 @@ def test_the_step_with_path_scales_updates_by_the_weighted_sum_and_checks_the_un
   # the split check compares the unweighted paths with nnx.grad: a right split reads float32 rounding
   assert float(metrics["split_error"]) < 1e-5, float(metrics["split_error"])
   np.testing.assert_allclose(float(metrics["applied_norm"]), np.linalg.norm(weighted), rtol=1e-5)
-  np.testing.assert_allclose(float(metrics["loss"]), _hand_loss(table, ids, next_ids), rtol=1e-5)
+  np.testing.assert_allclose(float(metrics["loss"]), hand_tied_loss(table, ids, next_ids), rtol=1e-5)
   # sgd at learning rate 1: the new table is the old one less the weighted gradient
   trained = nnx.merge(graphdef, new_state)
   np.testing.assert_allclose(trained.model.embedding[...], table - weighted, rtol=1e-5, atol=1e-6)
@@ -212,7 +194,7 @@ def test_two_adam_steps_follow_the_moments_closed_form():
 
 
 def test_the_split_statistics_against_hand_norms_and_counts():
-  table, ids, next_ids = _problem(6)
+  table, ids, next_ids = small_problem(6)
   ids[:] = np.array([0, 1, 1, 2, 2, 2, 3, 3, 0, 1, 2, VOCAB - 1])  # rows 4..8 are never looked up
   model = model_with_tables(table)
   stats = paths_lib.path_gradients(model, jnp.asarray(ids), jnp.asarray(next_ids)).split_stats()
@@ -228,7 +210,7 @@ def test_the_split_statistics_against_hand_norms_and_counts():
 
 
 def test_rows_with_a_zero_projection_gradient_are_not_counted_as_projection_only():
-  table, ids, next_ids = _problem(7)
+  table, ids, next_ids = small_problem(7)
   table[ids] = 0.0  # every looked-up row is zero: the projection gradient Σ (p − y) x is zero in every row
   stats = paths_lib.path_gradients(model_with_tables(table), jnp.asarray(ids), jnp.asarray(next_ids)).split_stats()
   assert int(stats["rows_projection_only"]) == 0

@@ -9,30 +9,12 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
-from helpers import hand_path_gradients, model_with_tables
+from helpers import hand_path_gradients, hand_tied_loss, model_with_tables, small_problem
 
 from tied_embed import TiedEmbed
 from tied_embed.train import run_step
 
-VOCAB, D_MODEL, TOKENS = 10, 4, 12
-
-
-def _problem(seed=0):
-  """A float32 table (V, D) and a batch: ids (T,) with repeats, next_ids (T,)."""
-  rng = np.random.default_rng(seed)
-  table = rng.standard_normal((VOCAB, D_MODEL)).astype(np.float32)
-  ids = rng.integers(0, VOCAB, TOKENS).astype(np.int32)
-  ids[-1] = VOCAB - 1  # the last row is looked up too
-  return table, ids, rng.integers(0, VOCAB, TOKENS).astype(np.int32)
-
-
-def _hand_loss(table, ids, next_ids) -> float:
-  """Mean softmax cross-entropy of table[ids] @ table.T in float64."""
-  table = np.asarray(table, np.float64)
-  logits = table[ids] @ table.T
-  top = logits.max(axis=1, keepdims=True)
-  log_z = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
-  return float(np.mean(log_z - logits[np.arange(len(ids)), next_ids]))
+VOCAB = 10  # small_problem's table: 10 rows
 
 
 def _sgd_state(table, learning_rate=1.0):
@@ -40,7 +22,7 @@ def _sgd_state(table, learning_rate=1.0):
 
 
 def test_the_step_records_each_rows_path_norms_and_the_tracked_rows_directions():
-  table, ids, next_ids = _problem(1)
+  table, ids, next_ids = small_problem(1)
   graphdef, state = _sgd_state(table, learning_rate=0.0)
   step = jax.jit(run_step.make_step_function(graphdef), static_argnums=3)
   state, _, _ = step(state, jnp.asarray(ids), jnp.asarray(next_ids), False)
@@ -57,13 +39,13 @@ def test_the_step_records_each_rows_path_norms_and_the_tracked_rows_directions()
 
 
 def test_the_log_steps_train_loss_is_the_mean_since_the_previous_log_step():
-  table, ids, next_ids = _problem(2)
+  table, ids, next_ids = small_problem(2)
   graphdef, state = _sgd_state(table, learning_rate=0.5)
   step = jax.jit(run_step.make_step_function(graphdef), static_argnums=3)
   losses, tables = [], [table.astype(np.float64)]
   for with_stats in (False, False, True, True):
     state, metrics, _ = step(state, jnp.asarray(ids), jnp.asarray(next_ids), with_stats)
-    losses.append(_hand_loss(tables[-1], ids, next_ids))
+    losses.append(hand_tied_loss(tables[-1], ids, next_ids))
     np.testing.assert_allclose(float(metrics["loss"]), losses[-1], rtol=1e-5)
     tables.append(np.asarray(nnx.merge(graphdef, state).model.embedding[...], np.float64))
     if len(losses) == 3:
@@ -75,7 +57,7 @@ def test_the_log_steps_train_loss_is_the_mean_since_the_previous_log_step():
 
 
 def test_the_first_nonfinite_step_is_the_step_count_after_the_first_bad_update():
-  table, ids, next_ids = _problem(3)
+  table, ids, next_ids = small_problem(3)
   graphdef, state = _sgd_state(table)
   step = jax.jit(run_step.make_step_function(graphdef), static_argnums=3)
   state, _, _ = step(state, jnp.asarray(ids), jnp.asarray(next_ids), False)
@@ -104,7 +86,7 @@ def test_the_tracked_rows_are_the_first_rows_of_a_table_smaller_than_their_count
 
 
 def test_a_step_without_stats_reports_the_loss_alone_and_keeps_the_window():
-  table, ids, next_ids = _problem(4)
+  table, ids, next_ids = small_problem(4)
   graphdef, state = _sgd_state(table, learning_rate=0.0)
   step_fn = run_step.make_step_function(graphdef)
   state, metrics, _ = step_fn(state, jnp.asarray(ids), jnp.asarray(next_ids))
@@ -114,7 +96,7 @@ def test_a_step_without_stats_reports_the_loss_alone_and_keeps_the_window():
 
 @pytest.mark.parametrize("written", [1.0, float("nan")])
 def test_an_update_that_checks_what_it_wrote_decides_the_first_nonfinite_step(written):
-  table, ids, next_ids = _problem(5)
+  table, ids, next_ids = small_problem(5)
   graphdef, state = _sgd_state(table, learning_rate=0.1)
 
   def checked_update(train_state, grads):
