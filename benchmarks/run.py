@@ -5,7 +5,8 @@
   python benchmarks/run.py --json benchmarks/results.json   # rewrites the tracked results, only when asked
 
 Prints a table and writes JSON to --json (by default under runs/) with the sections `train_step` (V=8192, D=256,
-T=4096), `gpt2` (the same at GPT-2's V=50257, D=768, T=1024), `memory`, `entrypoint` and `machine` (the CPU's
+T=4096), `gpt2` (the same at GPT-2's V=50257, D=768, T=1024), `context_step` (configs/context_transformer.py's step
+beside the same model in PyTorch), `memory`, `entrypoint` and `machine` (the CPU's
 name, vector extensions and matrix units: the ratios depend on them, since each framework's matmul kernels do). The
 targets are printed beside the measured ratios; they are results, not assertions. Expect about 6 minutes on 2
 quiet cores (`--only` picks sections).
@@ -25,13 +26,14 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jax  # noqa: E402
 
-from benchmarks import entrypoint, memory, throughput, workload  # noqa: E402
+from benchmarks import context_step, entrypoint, memory, throughput, workload  # noqa: E402
 from science import common  # noqa: E402
 
 DEFAULT_JSON = pathlib.Path("runs/bench/results.json")
 SECTIONS = {
     "train_step": throughput.measure,  # V=8192, D=256, T=4096
     "gpt2": lambda: throughput.measure("gpt2", rounds=5),  # GPT-2's V=50257, D=768, T=1024: seconds per round
+    "context_step": context_step.measure,  # configs/context_transformer.py: V=8192, D=64, 32 windows of 32
     "memory": memory.measure,
     "entrypoint": entrypoint.measure,
 }
@@ -117,6 +119,26 @@ def _print_train_step(r: dict) -> None:
   _print_speedups(r)
 
 
+def _print_context_step(r: dict) -> None:
+  print(f"\ncontext transformer step, V={r['V']} D={r['D']} B={r['B']} windows of L={r['L']}, {r['layers']} blocks "
+        f"of {r['heads']} heads (medians of {r['rounds']} interleaved rounds; load average {r['load_average'][0]:.1f})")
+  print(f"  parameters {r['params']} (PyTorch {_fmt(r['torch_params'], 'd')}); step-0 loss "
+        f"{r['first_loss']['step']:.4f}, log V = {r['log_vocab']:.4f}")
+  rows = [("JAX, the trainer's step", "step"), ("JAX, plain step (full logits, no provenance)", "plain_step"),
+          ("PyTorch eager", "torch_step"), ("PyTorch torch.compile", "torch_compile_step")]
+  for label, name in rows:
+    ms = r[f"{name}_ms"]
+    fastest = r["fastest_ms"].get(name)
+    rate = _fmt(None if ms is None else r["tokens"] / ms * 1e3, ".0f")
+    print(f"  {label:<46} {_fmt(ms):>8} ms  (fastest {_fmt(fastest)})  {rate:>9} tokens/s")
+  def ratio(value) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+  for label, name in (("eager", "torch_step"), ("torch.compile", "torch_compile_step")):
+    print(f"  PyTorch {label} / JAX trainer's step, medians (fastest calls): "
+          f"{ratio(r[f'{name}_over_step'])} ({ratio(r[f'{name}_over_step_by_fastest_call'])})")
+
+
 def _print_memory(r: dict) -> None:
   print(f"\nmemory, V={r['V']} D={r['D']} T={r['T']}, one process each (peak RSS; JAX's step peak after compiling)")
   rows = [("JAX baseline (params + optimizer)", r["baseline_mib"], None),
@@ -151,7 +173,8 @@ def print_table(results: dict) -> None:
   print(f"\n{info['cpu']}, {info['threads']} threads, jax {info['jax']}, torch {info['torch'] or 'not installed'}")
   print(f"vector extensions: {' '.join(info['cpu_flags']) or 'unknown'}")
   print(f"matrix units: {info['matrix_units']}")
-  printers = {"train_step": _print_train_step, "gpt2": _print_train_step, "memory": _print_memory,
+  printers = {"train_step": _print_train_step, "gpt2": _print_train_step, "context_step": _print_context_step,
+              "memory": _print_memory,
               "entrypoint": _print_entrypoint}
   for name, printer in printers.items():
     if name in results:

@@ -21,8 +21,11 @@ def get_config() -> ml_collections.ConfigDict:
   # optimizer state stay float32). On XLA:CPU bfloat16 is ~10% slower, not faster: it widens the operands to float32
   # before each dot (measured at V=8192, D=256, T=4096)
   config.model.dtype = "float32"
-  config.model.hidden = "none"  # none | linear: h = E[ids]·W, a (D, D) W between lookup and projection, from I
-  config.model.hidden_l2 = 0.0  # λ: the training loss adds λ·‖W − I‖²_F (model.hidden=linear); 0 = off
+  # none | linear: h = E[ids]·W, a (D, D) W between lookup and projection, from I | symmetric: h = E[ids]·S with
+  # S = (W + Wᵀ)/2 (logits E·S·Eᵀ)
+  config.model.hidden = "none"
+  config.model.hidden_l2 = 0.0  # λ: the training loss adds λ·‖W − I‖²_F (model.hidden=linear or symmetric); 0 = off
+  config.model.output_bias = False  # logits = h·Eᵀ + b, a learned score b (V,) of each next token, from 0
   # none | mlp | transformer: what mixes a window's rows before the projection (none: a bigram model)
   config.model.context = "none"
   config.model.context_k = 3  # context=mlp: rows concatenated at each position (its own and the k - 1 before it)

@@ -4,6 +4,7 @@ one compilation cache per session, shared by this process and every subprocess t
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import pathlib
 import shutil
@@ -69,6 +70,37 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
 def smoke_workdir(smoke_run: SmokeRun) -> pathlib.Path:
   """The workdir of the finished smoke run: TensorBoard events in it, checkpoints in its checkpoints/."""
   return smoke_run.workdir
+
+
+@dataclasses.dataclass
+class ConsoleRun:
+  first: subprocess.CompletedProcess  # train.py on a fresh workdir
+  rerun: subprocess.CompletedProcess  # the same command again, on the finished run
+
+
+@pytest.fixture(scope="session")
+def train_py_smoke(tmp_path_factory) -> ConsoleRun:
+  """`train.py --config configs/smoke.py --workdir runs/smoke --config.train.num_steps=20` run as a user runs it (a
+  subprocess, from a temporary current directory), then rerun: the console tests/train/test_cli.py and
+  tests/docs/test_quoted.py check. Run once per `make test`, as `sharded` is: the first xdist worker that needs it
+  runs it, the others wait on the lock and read what it printed."""
+  from filelock import FileLock  # noqa: PLC0415
+
+  out = shared_tmp_path(tmp_path_factory) / "train_py_smoke"
+  with FileLock(f"{out}.lock"):
+    if not (out / "finished").exists():
+      shutil.rmtree(out, ignore_errors=True)
+      out.mkdir()
+      args = [sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / "configs" / "smoke.py"), "--workdir",
+              "runs/smoke", "--config.train.num_steps=20"]
+      env = {**os.environ, "PYTHONPATH": str(ROOT)}
+      for name in ("first", "rerun"):
+        result = subprocess.run(args, cwd=out, capture_output=True, text=True, timeout=300, env=env)
+        (out / f"{name}.json").write_text(json.dumps([result.returncode, result.stdout, result.stderr]))
+      (out / "finished").touch()
+  runs = {name: subprocess.CompletedProcess(args=[], returncode=code, stdout=stdout, stderr=stderr)
+          for name in ("first", "rerun") for code, stdout, stderr in [json.loads((out / f"{name}.json").read_text())]}
+  return ConsoleRun(first=runs["first"], rerun=runs["rerun"])
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,8 @@
 
   .venv/bin/python -m science.when_to_tie                  # the whole sweep into runs/when_to_tie/
   .venv/bin/python -m science.when_to_tie --write-docs     # and docs/when_to_tie.*, docs/results.md's picks
-  .venv/bin/python -m science.when_to_tie --quick --corpora=bytes --out=runs/when_to_tie_quick  # seconds
+  .venv/bin/python -m science.when_to_tie --quick --corpora=bytes --out=runs/when_to_tie_quick  # minutes
+  .venv/bin/python -m science.when_to_tie --corpora=bytes --family=controls  # one (corpus, family) block
   .venv/bin/python -m science.when_to_tie --from-json docs/when_to_tie.json --add-convergence --write-docs
                                            # only the convergence check, added to an existing sweep's JSON
 
@@ -36,9 +37,10 @@ cosine decay to 0 over the longer run) and as many evals, scored at its best ste
 A sweep that fits and resumes: each finished run's numbers are written to <out>/finished_runs.json (whole, renamed
 into place); the same command run again takes them from there and trains only the rest (an unfinished run resumes
 from its checkpoint). SIGTERM or SIGINT stops it in one line (exit 128 + the signal). plan.block_seconds sizes each
-(corpus, model family) block to at most plan.BLOCK_SECONDS on 2 cores. The controls (output bias, symmetric S,
-untied at D/2) and the model axis (MLP and transformer context) are planned in plan.FAMILIES; plan.unavailable says
-what each still needs. Nothing is written or deleted through a link under --out.
+(corpus, model family) block to at most plan.BLOCK_SECONDS on 2 cores; --family (the keys of plan.FAMILIES,
+comma-separated, default bigram) picks the block's models: the controls (output bias, symmetric S, untied at D/2)
+run, the model axis (MLP and transformer context) is planned and plan.unavailable says what it still needs (the
+command refuses it in one line). Nothing is written or deleted through a link under --out.
 
 Compiled programs are cached on disk (JAX's persistent compilation cache, under <out>/jax_cache): runs that differ
 only in seed or data size share their step and eval programs. The sweep prints each run and its own wall and CPU

@@ -18,9 +18,9 @@ from science import common
 from science.when_to_tie import checks, report
 from science.when_to_tie.plan import (
   CONVERGENCE_FACTOR,
+  FAMILIES,
   FRACTIONS,
   GRIDS,
-  MODELS,
   PATIENCE,
   PLANS,
   QUICK_GRIDS,
@@ -34,6 +34,7 @@ from science.when_to_tie.plan import (
   corpora,
   corpus_grids,
   split_of,
+  unavailable,
 )
 from science.when_to_tie.sweep import FINISHED, Sweep, convergence_check, sweep_corpus
 
@@ -62,6 +63,9 @@ def _parser() -> _Parser:
                       help=f"a tiny sweep for tests: {QUICK_PLAN.max_steps} steps, 1 size, 1 seed, one setting "
                            "per model")
   parser.add_argument("--corpora", default="bytes,subword", help="comma-separated: bytes, subword")
+  parser.add_argument("--family", default="bigram",
+                      help=f"comma-separated model families to run: {', '.join(FAMILIES)} (default: bigram); one "
+                           "(corpus, family) block is --corpora=<corpus> --family=<family>")
   parser.add_argument("--subword-corpus", default="", help="the subword corpus (default: Vim's help files)")
   for name, plan in PLANS.items():
     parser.add_argument(f"--{name}-steps", type=int, default=plan.max_steps,
@@ -108,6 +112,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
   unknown = [name for name in args.chosen if name not in ("bytes", "subword")]
   if unknown:
     raise UsageError(f"--corpora={args.corpora!r}: {unknown[0]!r} is not one of bytes, subword")
+  args.families = tuple(dict.fromkeys(args.family.split(",")))
+  unknown = [name for name in args.families if name not in FAMILIES]
+  if unknown:
+    raise UsageError(f"--family={args.family!r}: {unknown[0]!r} is not one of {', '.join(FAMILIES)}")
+  args.models = tuple(model for name in args.families for model in FAMILIES[name])
+  waiting = next(((model, why) for model in args.models if (why := unavailable(model))), None)
+  if waiting is not None:
+    raise UsageError(f"--family={args.family!r}: {waiting[0].key} cannot run yet ({waiting[1]})")
   try:
     args.fraction_list = tuple(float(f) for f in args.fractions.split(","))
   except ValueError:
@@ -184,7 +196,7 @@ def add_convergence(results: dict[str, Any], args: argparse.Namespace) -> None:
   """The convergence check of each chosen corpus in `results` (an existing sweep), on the same datasets (rebuilt
   under <out>/data/ if absent; UsageError if they differ from the sweep's), added to its entries."""
   swept = {model["key"] for model in results["models"]}
-  models = tuple(model for model in MODELS if model.key in swept)
+  models = tuple(model for model in _known_models().values() if model.key in swept)
   for name, entry, sweep in _existing_sweeps(results, args):
     print(f"{name}: convergence check, {args.convergence_factor}× {sweep.plan.max_steps} steps at most", flush=True)
     entry["convergence"] = convergence_check(sweep, entry, models, args.convergence_factor)
@@ -195,7 +207,7 @@ def recheck_ends(results: dict[str, Any], args: argparse.Namespace) -> None:
   """Each run of the chosen corpora in `results` whose best step is at the end of its schedule, rerun as it was
   (seed, settings, steps and so batches) with RECHECK_EVALS× the evals: where in the cosine decay its last
   interval's gain came. Added to the corpus entry as "recheck" (a corpus with no such run gets none)."""
-  models = {model.key: model for model in MODELS}
+  models = _known_models()
   for name, entry, sweep in _existing_sweeps(results, args):
     ends = [(key, fraction, run) for key, by_fraction in entry["runs"].items()
             for fraction, runs in by_fraction.items() for run in runs if report.at_the_end(run)]
@@ -214,6 +226,11 @@ def recheck_ends(results: dict[str, Any], args: argparse.Namespace) -> None:
     if rechecked:
       entry["recheck"] = {"evals_factor": RECHECK_EVALS, "runs": rechecked, "seconds": time.perf_counter() - started,
                           "cpu_seconds": time.process_time() - cpu_started}
+
+
+def _known_models() -> dict[str, Any]:
+  """Every planned model by key, across the families."""
+  return {model.key: model for family in FAMILIES.values() for model in family}
 
 
 def _existing_sweeps(results: dict[str, Any], args: argparse.Namespace) -> Iterator[tuple[str, dict[str, Any], Sweep]]:
@@ -244,7 +261,8 @@ def run_sweep(args: argparse.Namespace) -> dict[str, Any]:
     fractions, seeds, grids = args.fraction_list, SEEDS, GRIDS
   setup_jax(args, out)
   results: dict[str, Any] = {
-      "models": [dataclasses.asdict(model) for model in MODELS], "fractions": list(fractions),
+      "families": list(args.families), "models": [dataclasses.asdict(model) for model in args.models],
+      "fractions": list(fractions),
       "convergence_factor": args.convergence_factor,
       "seeds": list(seeds), "tune_seed": TUNE_SEED, "grids": {axis: list(values) for axis, values in grids.items()},
       "patience": PATIENCE, "machine": machine(), "corpora": {},
@@ -253,7 +271,7 @@ def run_sweep(args: argparse.Namespace) -> dict[str, Any]:
     plan = QUICK_PLAN if args.quick else dataclasses.replace(PLANS[name], max_steps=getattr(args, f"{name}_steps"))
     print(f"{name}: {args.available[name].note}, at most {plan.max_steps} steps per run", flush=True)
     corpus = args.available[name]
-    entry = sweep_corpus(corpus, MODELS, fractions, seeds, corpus_grids(corpus, grids), plan, out, args.keep_runs,
+    entry = sweep_corpus(corpus, args.models, fractions, seeds, corpus_grids(corpus, grids), plan, out, args.keep_runs,
                          convergence_factor=args.convergence_factor, quick=args.quick)
     results["corpora"][name] = entry
     print(f"{name}: {entry['seconds'] / 60:.1f} min, {entry['cpu_seconds'] / 60:.1f} min CPU", flush=True)

@@ -103,8 +103,9 @@ MODELS = (
     Model("tied_w", "tied + W  E·W·Eᵀ", tied=True, hidden="linear",
           tuned=("learning_rate", "weight_decay", "hidden_l2")),
 )
-# The controls that test the mechanism (issue 45, point 5), each tuned as the models are. The output bias and the
-# symmetric S need model fields the trainer does not have yet: they are planned, and `unavailable` says why not run.
+# The controls that test the mechanism (issue 45, point 5), each tuned as the models are: the output bias
+# (model.output_bias, tied_embed/core/model.py's WithOutputBias), the symmetric S (model.hidden="symmetric",
+# WithSymmetricMap, its λ tuned as tied + W's) and the equal-parameter control (untied at D/2). `--family controls`.
 CONTROLS = (
     Model("tied_bias", "tied + bias  E·Eᵀ + b", tied=True, needs=(("model.output_bias", True),)),
     Model("tied_sym", "tied + S  E·S·Eᵀ, S = Sᵀ", tied=True, hidden="symmetric",
@@ -262,6 +263,9 @@ def run_config(corpus: Corpus, model: Model, fraction: float, seed: int, setting
   config.model.tied = model.tied
   config.model.hidden = model.hidden
   config.model.hidden_l2 = float(settings.get("hidden_l2", 0.0)) if model.hidden != "none" else 0.0
+  for field, value in model.needs:  # what a control or a context model sets beyond tied / hidden
+    section, name = field.split(".")
+    config[section][name] = value
   config.train.weight_decay = float(settings.get("weight_decay", 0.0))
   if "learning_rate" in settings:
     config.train.learning_rate = float(settings["learning_rate"])

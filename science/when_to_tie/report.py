@@ -226,10 +226,14 @@ def _tuning_text(results: dict[str, Any]) -> str:
             f"{_values(grids['hidden_l2'])}" + _own_grids(results, "hidden_l2") + ".")
   rates = "; ".join(f"{_values(entry['grids']['learning_rate'])} on {name}"
                     for name, entry in results["corpora"].items())
+  # the models that tune λ (tied + W; the controls' tied + S), by the first part of their label
+  with_l2 = [model["label"].split("  ")[0] for model in results["models"] if "hidden_l2" in model.get("tuned", ())]
+  penalty = "" if not with_l2 else (
+      f"; {' and '.join(with_l2)}'s penalty λ‖W − I‖² from {_values(grids['hidden_l2'])} is spread over those same "
+      "trials (a Latin square), not searched on top")
   return (f"Every model gets the same tuning budget per data size: its peak learning rate ({rates}) crossed with "
           f"weight decay (AdamW, decoupled) from {_values(grids['weight_decay'])}"
-          + _own_grids(results, "weight_decay") + "; tied + W's penalty λ‖W − I‖² from "
-          f"{_values(grids['hidden_l2'])} is spread over those same trials (a Latin square), not searched on top. "
+          + _own_grids(results, "weight_decay") + penalty + ". "
           f"The trials run on seed {results['tune_seed']}, which is never scored, and the setting with the lowest "
           "selection loss at its best step is chosen, never by eval.")
 

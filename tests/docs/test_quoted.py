@@ -58,9 +58,10 @@ def _sample_lines() -> list[str]:
   return block.split("```")[1].strip("\n").splitlines()
 
 
-def test_the_sample_console_of_make_train_has_the_lines_a_run_prints_in_their_order(tmp_path):
+def test_the_sample_console_of_make_train_has_the_lines_a_run_prints_in_their_order(train_py_smoke):
   # configs/smoke.py is a planted run as configs/default.py is, so its console has the same lines, other numbers.
-  result = _train(tmp_path, "--config", "configs/smoke.py", "--workdir", str(tmp_path / "run"))
+  # The run is train.py on configs/smoke.py for 20 steps (conftest.py), which tests/train/test_cli.py checks too.
+  result = train_py_smoke.first
   assert result.returncode == 0, result.stderr[-2000:]
   console = result.stderr.splitlines() + [line for line in result.stdout.splitlines()
                                           if not line.startswith("Checkpoints in")]

@@ -1,6 +1,6 @@
 """science/when_to_tie's plan: each (corpus, model family) block fits in two hours on 2 cores by its own arithmetic,
-the controls and the model axis are planned and say why they cannot run yet, and a killed sweep resumes from the
-record of its finished runs without training them again."""
+the controls run (their configs build their models) while the model axis says why it cannot yet, --family picks one
+block's models, and a killed sweep resumes from the record of its finished runs without training them again."""
 
 import json
 import math
@@ -24,18 +24,44 @@ def test_each_timed_block_fits_in_two_hours_by_hand_arithmetic():
   assert math.isnan(plans.block_seconds("subword", "mlp"))  # not timed until the context models run
 
 
-def test_the_controls_and_the_model_axis_are_planned_and_say_why_they_wait():
+def test_the_controls_run_and_the_model_axis_says_why_it_waits():
   assert [m.key for m in plans.FAMILIES["controls"]] == ["tied_bias", "tied_sym", "untied_half"]
   assert {m.key for m in plans.FAMILIES["transformer"]} == {"tied_transformer", "untied_transformer",
                                                            "tied_w_transformer"}
-  assert "model.output_bias" in plans.unavailable(plans.CONTROLS[0])
-  assert "symmetric" in plans.unavailable(plans.CONTROLS[1])
-  assert plans.unavailable(plans.CONTROLS[2]) == "" and plans.unavailable(plans.MODELS[2]) == ""
+  assert [plans.unavailable(m) for m in plans.CONTROLS] == ["", "", ""]
+  assert plans.unavailable(plans.MODELS[2]) == ""
   assert "model.context" in plans.unavailable(plans.FAMILIES["mlp"][0])
-  # The equal-parameter control: untied at D/2 has tied's 2 · V · D/2 = V · D parameters.
+
+
+def test_each_controls_run_config_is_valid_and_builds_its_model(tmp_path):
+  from tied_embed.core.model import WithOutputBias, WithSymmetricMap, build_model  # noqa: PLC0415
+  from tied_embed.train.config import validate  # noqa: PLC0415
+
   corpus = plans.corpora(quick=True, subword_corpus="")["bytes"]
-  config = plans.run_config(corpus, plans.CONTROLS[2], 0.1, 0, {}, 40, 10, "/tmp", 0.1)
-  assert 2 * config.model.vocab_size * config.model.d_model == 256 * 32
+  bias, symmetric, half = (plans.run_config(corpus, model, 0.1, 0, {"hidden_l2": 0.01}, 40, 10, tmp_path, 0.1)
+                           for model in plans.CONTROLS)
+  for config in (bias, symmetric, half):
+    validate(config, num_devices=1, memory_bytes=2**50)
+  assert (bias.model.tied, bias.model.output_bias, bias.model.hidden, bias.model.hidden_l2) == (True, True, "none", 0)
+  assert isinstance(build_model(bias), WithOutputBias)
+  assert (symmetric.model.tied, symmetric.model.output_bias, symmetric.model.hidden) == (True, False, "symmetric")
+  assert symmetric.model.hidden_l2 == 0.01 and isinstance(build_model(symmetric), WithSymmetricMap)
+  # The equal-parameter control: untied at D/2 has tied's 2 · V · D/2 = V · D parameters (configs/text.py: 256, 32).
+  assert (half.model.tied, half.model.output_bias, half.model.d_model) == (False, False, 16)
+  assert 2 * half.model.vocab_size * half.model.d_model == 256 * 32
+
+
+@pytest.mark.parametrize(("flag", "keys"), [
+    ([], ["tied", "untied", "tied_w"]),  # the default: the bigram family alone, as before the flag
+    (["--family=controls"], ["tied_bias", "tied_sym", "untied_half"]),
+    (["--family=controls,bigram,controls"], ["tied_bias", "tied_sym", "untied_half", "tied", "untied", "tied_w"]),
+])
+def test_the_family_flag_picks_the_models_of_one_block(tmp_path, flag, keys):
+  from science.when_to_tie import cli  # noqa: PLC0415
+
+  args = cli.parse([*flag, "--quick", "--corpora=bytes", "--out", str(tmp_path / "out")])
+  assert [model.key for model in args.models] == keys
+  assert not (tmp_path / "out").exists()
 
 
 class _Summary(types.SimpleNamespace):
@@ -114,3 +140,16 @@ def test_a_tiny_drawn_sweep_scores_every_seed_on_every_draw_and_reports_paired_i
   assert report.results_problem(json.loads(json.dumps(results))) == ""
   recorded = json.loads((tmp_path / sweep.FINISHED).read_text())
   assert len(recorded) == 2 * (1 + plans.DRAWS)  # each model: one trial, three scored runs
+
+
+def test_the_method_text_names_the_models_that_tune_the_penalty():
+  from science.when_to_tie import report  # noqa: PLC0415
+
+  grids = {"learning_rate": [0.05], "weight_decay": [0.0], "hidden_l2": [0.1]}
+  results = {"grids": grids, "tune_seed": plans.TUNE_SEED, "corpora": {"bytes": {"grids": grids}}}
+  for family, named in (("bigram", "; tied + W's penalty λ‖W − I‖² from {0.1} is spread"),
+                        ("controls", "; tied + S's penalty λ‖W − I‖² from {0.1} is spread")):
+    models = [plans.dataclasses.asdict(model) for model in plans.FAMILIES[family]]
+    assert named in report._tuning_text({**results, "models": models})
+  untuned = [plans.dataclasses.asdict(plans.CONTROLS[0])]
+  assert "penalty" not in report._tuning_text({**results, "models": untuned})

@@ -59,9 +59,9 @@ def test_a_busy_workdir_is_refused_before_tensorflow_is_imported(tmp_path):
   assert sorted(path.name for path in workdir.iterdir()) == [".lock"]  # nothing written beside the holder's lock
 
 
-def test_the_console_is_the_projects_own_and_a_rerun_prints_no_training_time(tmp_path):
-  args = ("--config", str(ROOT / "configs" / "smoke.py"), "--workdir", "runs/smoke", "--config.train.num_steps=20")
-  first, rerun = _train(tmp_path, *args), _train(tmp_path, *args)
+def test_the_console_is_the_projects_own_and_a_rerun_prints_no_training_time(train_py_smoke):
+  # train.py --config configs/smoke.py --workdir runs/smoke --config.train.num_steps=20, twice (conftest.py)
+  first, rerun = train_py_smoke.first, train_py_smoke.rerun
   assert first.returncode == 0 and rerun.returncode == 0, first.stderr[-2000:] + rerun.stderr[-2000:]
   for result in (first, rerun):
     lines = result.stderr.strip().splitlines()

@@ -50,7 +50,8 @@ HIDDEN_L2_ALLOWED = "a finite number >= 0 (0 = off), within float32 (at most 3.4
 @pytest.mark.parametrize(
     ("path", "value", "allowed"),
     [
-        ("model.hidden", "conv", '"none" | "linear"'),
+        ("model.hidden", "conv", '"none" | "linear" | "symmetric"'),
+        ("model.output_bias", "yes", "True or False"),
         ("model.hidden_l2", -0.5, HIDDEN_L2_ALLOWED),
         ("model.hidden_l2", float("nan"), HIDDEN_L2_ALLOWED),
         ("data.train_fraction", 0.0, "a finite number in (0, 1]"),

@@ -84,7 +84,8 @@ def test_train_py_refuses_a_huge_lambda_before_creating_the_workdir(tmp_path):
 
 def test_a_lambda_without_the_hidden_map_is_refused_and_with_it_accepted():
   message = _refusal(smoke_with("model.hidden_l2", 0.5))
-  assert message.startswith("model.hidden_l2=0.5 is not allowed: expected 0 (off) unless model.hidden='linear'")
+  assert message.startswith("model.hidden_l2=0.5 is not allowed: expected 0 (off) unless model.hidden='linear' or "
+                            "'symmetric'")
   validate_config(_hidden(0.5), num_devices=1, memory_bytes=2**50)
 
 

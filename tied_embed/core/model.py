@@ -4,13 +4,17 @@
 `attend` scores a hidden vector against every row (the output projection, `x @ E.T`). `UntiedEmbed` is the ablation
 with two independent tables of the same shape. Between the two uses a model may put a function of the looked-up
 rows: `WithHiddenMap`'s learned (D, D) matrix W (`logits = E[ids] · W · Eᵀ`: W's antisymmetric part is what lets a
-tied model score (a, b) and (b, a) differently), or a causal context mixer over a window of L tokens, `ContextMLP`
-(the previous k rows through one hidden layer) or `ContextTransformer` (a small pre-norm causal transformer).
+tied model score (a, b) and (b, a) differently), `WithSymmetricMap`'s symmetric S = (W + Wᵀ)/2 (the control without
+that part), or a causal context mixer over a window of L tokens, `ContextMLP` (the previous k rows through one hidden
+layer) or `ContextTransformer` (a small pre-norm causal transformer). `WithOutputBias` adds a learned score b_j of
+each next token after the projection (`logits = h · Eᵀ + b`).
 
 A model variant is one class, answering two questions (the step and the speed paths ask nothing else):
   - `table_params()`: which (V, D) Params the lookup and the projection read (the same Param when tied);
   - `hidden(rows)`: the hidden vectors (..., D) from the looked-up rows (..., D), through the model's other Params.
-How the two path gradients reach the Params follows from these alone (tied_embed/core/paths.py)."""
+How the two path gradients reach the Params follows from these alone (tied_embed/core/paths.py). A model that adds
+to the scores themselves also gives `score_operands`: its logits as one product H · Bᵀ, which every loss of (hidden,
+projection table) scores unchanged."""
 
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ if TYPE_CHECKING:  # only for the annotations: the story imports no config machi
 # the optimizer's moments inherit them from the Param, so the whole train state is laid out from these annotations.
 TABLE_AXES = ("vocab", "embed")
 
-HIDDEN_MAPS = ("none", "linear")  # the values `model.hidden` may take
+HIDDEN_MAPS = ("none", "linear", "symmetric")  # the values `model.hidden` may take
 CONTEXTS = ("none", "mlp", "transformer")  # the values `model.context` may take
 MLP_WIDTH = 4  # a context mixer's hidden layer is MLP_WIDTH · D wide
 
@@ -64,13 +68,19 @@ class LanguageModel(nnx.Module):
     """Projection: (..., D) → (..., V) raw scores against every row of the projection table."""
     return x @ self.table_params()[1][...].T
 
+  def score_operands(self, hidden: jax.Array, projection_table: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(hidden (T, D), projection table (V, D)) → (H (T, D'), B (V, D')) with logits = H · Bᵀ: here the two
+    themselves (D' = D); a model that adds to the scores widens both (`WithOutputBias`)."""
+    return hidden, projection_table
+
   def tables(self) -> tuple[jax.Array, jax.Array]:
     """(lookup table, projection table), each (V, D) (tied: the one table, twice)."""
     lookup, projection = self.table_params()
     return lookup[...], projection[...]
 
   def scoring_tables(self) -> tuple[jax.Array, jax.Array]:
-    """(A, B), each (V, D), with a context-free model's logits(ids) = A[ids] · Bᵀ: the tables, for inspection."""
+    """(A, B), each (V, D) (D + 1 with an output bias), with a context-free model's logits(ids) = A[ids] · Bᵀ: the
+    tables, for inspection."""
     return self.tables()
 
   def scores_in_words(self) -> str | None:
@@ -119,7 +129,7 @@ class UntiedEmbed(LanguageModel):
 
 class _Around(LanguageModel):
   """A model around `embedder` (TiedEmbed or UntiedEmbed, or another model around one): its tables, its hidden
-  function first, then this class's own."""
+  function first, then this class's own; its scores, penalty and logged scalars unless this class adds to them."""
 
   def __init__(self, embedder: LanguageModel):
     self.embedder = embedder
@@ -127,6 +137,18 @@ class _Around(LanguageModel):
 
   def table_params(self) -> tuple[nnx.Param, nnx.Param]:
     return self.embedder.table_params()
+
+  def attend(self, x: jax.Array) -> jax.Array:
+    return self.embedder.attend(x)
+
+  def score_operands(self, hidden: jax.Array, projection_table: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return self.embedder.score_operands(hidden, projection_table)
+
+  def penalty(self) -> jax.Array | None:
+    return self.embedder.penalty()
+
+  def hidden_stats(self) -> dict[str, jax.Array]:
+    return self.embedder.hidden_stats()
 
 
 class LinearMap(nnx.Module):
@@ -178,6 +200,69 @@ class WithHiddenMap(_Around):
     identity_distance = jnp.linalg.norm(kernel - jnp.eye(kernel.shape[0], dtype=kernel.dtype))
     antisymmetric = jnp.linalg.norm((kernel - kernel.T) / 2) / jnp.maximum(jnp.linalg.norm(kernel), 1e-30)
     return {"identity_distance": identity_distance, "antisymmetric_share": antisymmetric}
+
+
+class WithSymmetricMap(WithHiddenMap):
+  """The control for `WithHiddenMap`: the same (D, D) Param W from the identity and penalty λ‖W − I‖², read as its
+  symmetric part S = (W + Wᵀ)/2, so logits = E[ids] · S · Eᵀ. S may be indefinite (a row can score itself below
+  0: no self-score advantage) but cannot score (a, b) and (b, a) differently. W's gradient is symmetric, so from
+  the identity W stays equal to S."""
+
+  def symmetric(self) -> jax.Array:
+    """S = (W + Wᵀ)/2, (D, D)."""
+    kernel = self.hidden_map.kernel[...]
+    return (kernel + kernel.T) / 2
+
+  def hidden(self, rows: jax.Array) -> jax.Array:
+    """The embedder's hidden vectors (..., D) · S → (..., D)."""
+    return self.embedder.hidden(rows) @ self.symmetric()
+
+  def scoring_tables(self) -> tuple[jax.Array, jax.Array]:
+    """(A · S, B) from the embedder's (A, B), for inspection."""
+    lookup_table, projection_table = self.embedder.scoring_tables()
+    return lookup_table @ self.symmetric(), projection_table
+
+  def hidden_stats(self) -> dict[str, jax.Array]:
+    """‖S − I‖_F, and S's smallest eigenvalue (below 0: S is indefinite)."""
+    symmetric = self.symmetric()
+    identity_distance = jnp.linalg.norm(symmetric - jnp.eye(symmetric.shape[0], dtype=symmetric.dtype))
+    return {"identity_distance": identity_distance, "min_eigenvalue": jnp.linalg.eigvalsh(symmetric)[0]}
+
+
+class WithOutputBias(_Around):
+  """`embedder` with `bias`, a (V,) float32 Param from 0 (split along V on a mesh, as the tables are) added to
+  every position's scores: logits = attend(h) + b, one learned score per next token, whatever the current one."""
+
+  def __init__(self, embedder: LanguageModel):
+    super().__init__(embedder)
+    self.bias = nnx.Param(jnp.zeros((embedder.vocab_size,), jnp.float32), out_sharding=TABLE_AXES[:1],
+                          eager_sharding=False)
+
+  def attend(self, x: jax.Array) -> jax.Array:
+    """(..., D) → (..., V): the embedder's scores + b."""
+    return self.embedder.attend(x) + self.bias[...]
+
+  def score_operands(self, hidden: jax.Array, projection_table: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """([H, 1] (T, D' + 1), [B, b] (V, D' + 1)) from the embedder's (H, B): H · Bᵀ + b as one product."""
+    hidden, projection_table = self.embedder.score_operands(hidden, projection_table)
+    ones = jnp.ones(hidden.shape[:-1], hidden.dtype)
+    return _with_column(hidden, ones), _with_column(projection_table, self.bias[...])
+
+  def scoring_tables(self) -> tuple[jax.Array, jax.Array]:
+    """([A, 1], [B, b]), each (V, D + 1): logits(ids) = A[ids] · Bᵀ + b, for inspection."""
+    lookup_table, projection_table = self.embedder.scoring_tables()
+    return (_with_column(lookup_table, jnp.ones(lookup_table.shape[:1], lookup_table.dtype)),
+            _with_column(projection_table, self.bias[...]))
+
+  def hidden_stats(self) -> dict[str, jax.Array]:
+    """The embedder's, and the spread of b: its standard deviation over the vocabulary (its mean changes no
+    probability)."""
+    return {**self.embedder.hidden_stats(), "bias_spread": jnp.std(self.bias[...])}
+
+
+def _with_column(matrix: jax.Array, column: jax.Array) -> jax.Array:
+  """(N, K), (N,) → (N, K + 1): `column` appended as the last column."""
+  return jnp.concatenate([matrix, column[:, None].astype(matrix.dtype)], axis=-1)
 
 
 class ContextMLP(_Around):
@@ -246,7 +331,7 @@ Model = LanguageModel
 
 def build_model(config: ml_collections.ConfigDict) -> Model:
   """The model `config.model` describes, initialised from `config.seed`: the tables, then the context mixer
-  (`model.context`), then the hidden map (`model.hidden`)."""
+  (`model.context`), then the hidden map (`model.hidden`), then the output bias (`model.output_bias`)."""
   model, rngs = config.model, nnx.Rngs(int(config.seed))
   built = (TiedEmbed if model.tied else UntiedEmbed)(int(model.vocab_size), int(model.d_model), rngs=rngs)
   context = model.get("context", "none")
@@ -255,21 +340,25 @@ def build_model(config: ml_collections.ConfigDict) -> Model:
   elif context == "transformer":
     length = int(config.data.get("context_length", 1))
     built = ContextTransformer(built, length, int(model.layers), int(model.heads), rngs=rngs)
-  if model.get("hidden", "none") == "linear":
-    built = WithHiddenMap(built, float(model.get("hidden_l2", 0.0)))
+  hidden = model.get("hidden", "none")
+  if hidden != "none":
+    built = (WithSymmetricMap if hidden == "symmetric" else WithHiddenMap)(built, float(model.get("hidden_l2", 0.0)))
+  if model.get("output_bias", False):
+    built = WithOutputBias(built)
   return built
 
 
 class ParamCounts(NamedTuple):
-  """Parameters in the two vocabulary matrices (and the hidden map), with and without tying."""
+  """Parameters in the two vocabulary matrices (and the hidden map, the output bias), with and without tying."""
 
-  tied: int  # V*D: one shared table (+ D*D with a hidden map)
-  untied: int  # 2*V*D: separate input and output tables (+ D*D with a hidden map)
+  tied: int  # V*D: one shared table (+ D*D with a hidden map, + V with an output bias)
+  untied: int  # 2*V*D: separate input and output tables (+ the same extras)
   saved: int  # untied - tied = V*D
 
 
-def param_counts(vocab_size: int, d_model: int, hidden: str = "none") -> ParamCounts:
-  """Parameter counts of the embedding plus bias-free output projection, tied and untied."""
-  extra = d_model * d_model if hidden == "linear" else 0
+def param_counts(vocab_size: int, d_model: int, hidden: str = "none", output_bias: bool = False) -> ParamCounts:
+  """Parameter counts of the embedding plus the output projection (bias-free unless `output_bias`), tied and
+  untied; a hidden map (linear or symmetric) is its stored (D, D) Param W."""
+  extra = (d_model * d_model if hidden != "none" else 0) + (vocab_size if output_bias else 0)
   tied = vocab_size * d_model
   return ParamCounts(tied=tied + extra, untied=2 * tied + extra, saved=tied)

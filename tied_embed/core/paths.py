@@ -86,8 +86,9 @@ def differentiate_uses(model, ids: jax.Array, next_ids: jax.Array,
 
   The loss is written as a function of (looked-up rows (..., D), projection table (V, D), the other Params), so
   differentiating it with respect to each argument separates the paths: the rows carry the lookup path, the table
-  the projection path. ids, next_ids (B,) pairs or (B, L) windows → (loss (), d rows (T, D) with T = B·L,
-  d projection table (V, D), {name: d array} of the other Params as a nested dict, {} for none)."""
+  the projection path. `loss_fn` scores the model's `score_operands` (an output bias joins the table as a column).
+  ids, next_ids (B,) pairs or (B, L) windows → (loss (), d rows (T, D) with T = B·L, d projection table (V, D),
+  {name: d array} of the other Params as a nested dict, {} for none)."""
   tables = set(table_paths(model))
   graphdef, table_state, others, rest = nnx.split(model, lambda path, _: path in tables, nnx.Param, ...)
 
@@ -100,7 +101,7 @@ def differentiate_uses(model, ids: jax.Array, next_ids: jax.Array,
       hidden, targets = hidden.reshape(-1, hidden.shape[-1]), next_ids.reshape(-1)
     else:
       targets = next_ids
-    value = loss_fn(hidden, projection_table, targets)
+    value = loss_fn(*hidden_model.score_operands(hidden, projection_table), targets)
     penalty = hidden_model.penalty()
     return value if penalty is None else value + penalty
 

@@ -83,9 +83,13 @@ FIELDS: tuple[Field, ...] = (
           lambda v: v in COMPUTE_DTYPES, True, "compute dtype of the loss's matmuls (float32 accumulation; "
           "parameters and optimizer state stay float32)"),
     Field("model.hidden", "none", " | ".join(f'"{name}"' for name in HIDDEN_MAPS), lambda v: v in HIDDEN_MAPS, False,
-          "between lookup and projection: none, or linear: h = E[ids]·W, W (D, D) starting at the identity"),
+          "between lookup and projection: none, linear: h = E[ids]·W, W (D, D) starting at the identity, or "
+          "symmetric: h = E[ids]·S, S = (W + Wᵀ)/2 (logits E·S·Eᵀ, a symmetric, possibly indefinite form)"),
     Field("model.hidden_l2", 0.0, f"a finite number >= 0 (0 = off), {IN_FLOAT32}", _float32_at_least(0), False,
-          "λ: the training loss adds λ·‖W − I‖²_F (model.hidden=linear; the eval loss is the cross-entropy alone)"),
+          "λ: the training loss adds λ·‖W − I‖²_F (model.hidden=linear or symmetric; the eval loss is the "
+          "cross-entropy alone)"),
+    Field("model.output_bias", False, "True or False", lambda v: isinstance(v, bool), False,
+          "a learned score b_j of each next token after the projection, logits = h·Eᵀ + b (b (V,), from 0)"),
     Field("model.context", "none", " | ".join(f'"{name}"' for name in CONTEXTS), lambda v: v in CONTEXTS, False,
           "what mixes a window's rows before the projection: none (a bigram model), mlp (the previous "
           "model.context_k rows through one hidden layer) or transformer (a causal transformer over the window)"),
@@ -165,8 +169,8 @@ class Dependent:
 # A value given where it does nothing would train as if unset, so one with an `off` value is refused there. The
 # resume check skips a field that does nothing on both sides, so a dead value never blocks a resume.
 DEPENDENT: tuple[Dependent, ...] = (
-    Dependent("model.hidden_l2", "model.hidden='linear' (λ weights ‖W − I‖²; without the hidden map there is no W)",
-              lambda config: config.model.get("hidden", "none") == "linear", off=0),
+    Dependent("model.hidden_l2", "model.hidden='linear' or 'symmetric' (λ weights ‖W − I‖²; without the hidden map "
+              "there is no W)", lambda config: config.model.get("hidden", "none") != "none", off=0),
     Dependent("model.context_k", "model.context='mlp' (the MLP reads k rows)",
               lambda config: config.model.get("context", "none") == "mlp", off=3),
     Dependent("model.layers", "model.context='transformer'",
@@ -261,13 +265,15 @@ def validate(config: Any, num_devices: int | None = None, memory_bytes: int | No
 
 
 def _check_context(config: Any) -> None:
-  """The context fields against each other: a context model reads windows, heads divide D, windows need a source
-  whose pairs follow one another in a token stream."""
+  """The model fields against each other: a context model reads windows, heads divide D, an output bias is scored
+  in float32, windows need a source whose pairs follow one another in a token stream."""
   model, length = config.model, config.data.context_length
   require(model.context == "none" or length >= 2, "data.context_length", length,
           f"at least 2 with model.context={model.context!r} (a window of one token has no context to mix)")
   require(model.context != "transformer" or model.d_model % model.heads == 0, "model.heads", model.heads,
           f"a divisor of model.d_model={model.d_model} (each head reads D / heads of every row)")
+  require(not model.get("output_bias", False) or model.dtype == "float32", "model.output_bias", True,
+          f"False with model.dtype={model.dtype!r} (its evaluation scores h·Eᵀ on the tables alone, without b)")
   require(length == 1 or config.data.get("source") not in sources.SYNTHETIC_SOURCES, "data.context_length", length,
           f"1 with data.source={config.data.get('source')!r} (its pairs are drawn independently: no token stream to "
           "cut windows from)")
