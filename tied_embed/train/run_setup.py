@@ -100,7 +100,9 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
   if trains:
     # Compiled before the state exists, so the compiler's working memory and the state never add up (then the
     # compiler's freed memory goes back to the OS; jit reuses the programs).
-    batch = jax.ShapeDtypeStruct((int(config.train.batch_size),), jnp.int32, sharding=batch_sharding)
+    length = int(config.data.get("context_length", 1))  # the trainer's batches: (B,) pairs, or (B, L) windows
+    shape = (int(config.train.batch_size),) + ((length,) if length > 1 else ())
+    batch = jax.ShapeDtypeStruct(shape, jnp.int32, sharding=batch_sharding)
     compilation.compile_ahead(train_step, target, batch, batch)
   start, state, selection, manifest = _resume(config, build_state, target, checkpointer, dataset)
   data = mesh_lib.process_0_first(lambda: data_lib.load_bigram_data(config, workdir), "bigram dataset ready")
