@@ -150,6 +150,9 @@ class _Around(LanguageModel):
   def hidden_stats(self) -> dict[str, jax.Array]:
     return self.embedder.hidden_stats()
 
+  def scores_in_words(self) -> str | None:
+    return self.embedder.scores_in_words()
+
 
 class LinearMap(nnx.Module):
   """h = x · W with W = `kernel`, a (D, D) float32 Param (replicated on a mesh) initialised to the identity, so a
@@ -222,6 +225,11 @@ class WithSymmetricMap(WithHiddenMap):
     lookup_table, projection_table = self.embedder.scoring_tables()
     return lookup_table @ self.symmetric(), projection_table
 
+  def scores_in_words(self) -> str:
+    tied = self.table_params()[0] is self.table_params()[1]
+    return (f"{'E·S·Eᵀ (tied table' if tied else 'input·S·outputᵀ (untied model'} with a symmetric map "
+            "S = (W + Wᵀ)/2: S = Sᵀ, so no direction, but indefinite)")
+
   def hidden_stats(self) -> dict[str, jax.Array]:
     """‖S − I‖_F, and S's smallest eigenvalue (below 0: S is indefinite)."""
     symmetric = self.symmetric()
@@ -253,6 +261,11 @@ class WithOutputBias(_Around):
     lookup_table, projection_table = self.embedder.scoring_tables()
     return (_with_column(lookup_table, jnp.ones(lookup_table.shape[:1], lookup_table.dtype)),
             _with_column(projection_table, self.bias[...]))
+
+  def scores_in_words(self) -> str:
+    tied = self.table_params()[0] is self.table_params()[1]
+    inner = self.embedder.scores_in_words() or ("E·Eᵀ (tied table)" if tied else "input·outputᵀ (untied model)")
+    return f"{inner} + b (an output bias: one learned score per next token)"
 
   def hidden_stats(self) -> dict[str, jax.Array]:
     """The embedder's, and the spread of b: its standard deviation over the vocabulary (its mean changes no

@@ -86,7 +86,7 @@ def inspect_run(workdir: str | pathlib.Path, step: int | str | None = None, toke
           lookup_table, projection_table, tied=bool(config.model.tied), source=facts.source,
           true_log_probs=facts.true_log_probs, lookup_total=provenance["lookup_total"],
           projection_total=provenance["projection_total"], tokens=tokens, top_k=top_k, label=label,
-          other_params=other_params, scores=model.scores_in_words()),
+          other_params=other_params, scores=model.scores_in_words(), d_model=int(model.d_model)),
       "undertrained": report_lib.undertrained_summary(
           np.asarray(model.tables()[0]), provenance["lookup_total"], provenance["projection_total"],
           facts.input_counts, top_k, label=label),

@@ -207,14 +207,16 @@ def token_label(token: int, source: str) -> str:
 def build_report(lookup_table: np.ndarray, projection_table: np.ndarray, *, tied: bool, source: str,
                  true_log_probs: np.ndarray | LogProbRows, lookup_total: np.ndarray, projection_total: np.ndarray,
                  tokens: list[int], top_k: int, label: Callable[[int], str] | None = None,
-                 other_params: int = 0, scores: str | None = None) -> dict[str, Any]:
+                 other_params: int = 0, scores: str | None = None, d_model: int | None = None) -> dict[str, Any]:
   """The table-dependent part of the report: tables (V, D), true_log_probs (V, V), totals (V,) → dict with keys
   scores (what S = `lookup_table[ids] · projection_tableᵀ` is: `scores`, the model's `scores_in_words`, else the
   tables'; with a hidden map W, pass E_in · W as the lookup table), parameters (`parameter_summary`), tokens (one
   entry per requested token, ids already checked to lie in [0, V)), fit, provenance.
   Only the rows shown of S and the true table are formed whole, the fit running over row blocks (`LogProbRows`):
-  memory grows with V·D and the rows shown, not V². `label(id)` names a token (default: as the source shows it)."""
-  vocab_size, d_model = np.shape(lookup_table)
+  memory grows with V·D and the rows shown, not V². `label(id)` names a token (default: as the source shows it);
+  `d_model`: the table's D where the scoring tables are wider (default: their width)."""
+  vocab_size, width = np.shape(lookup_table)
+  d_model = width if d_model is None else d_model  # a table's D, where the scoring tables carry more (a bias column)
   lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
   true_rows = true_log_probs if isinstance(true_log_probs, LogProbRows) else dense_rows(true_log_probs)
   label = label or sources.get(source).token_label
