@@ -3,7 +3,7 @@
 Run: `python benchmarks/context_step.py` (prints the numbers as JSON); `measure()` returns them for benchmarks/run.py
 (section `context_step`).
 
-The JAX step is the trainer's own: `tied_embed.fast.choose.train_step_for` on configs/context_transformer.py (V=8192,
+The JAX step is the trainer's own: `tied_embed.train.run_step.train_step_for` on configs/context_transformer.py (V=8192,
 D=64, B=32 windows of L=32 tokens, 2 pre-norm blocks of 4 heads, learned positions, a final LayerNorm, one tied
 table; AdamW, warmup + cosine, clipping at 1.0; the chunked loss, provenance, the fused AdamW kernel), compiled
 ahead from the abstract state as the trainer compiles it, on the (B, L) windows the trainer feeds it. Beside it, the
@@ -45,8 +45,9 @@ from benchmarks import workload  # noqa: E402
 from configs import context_transformer  # noqa: E402
 from tied_embed.core import optim  # noqa: E402
 from tied_embed.core.model import MLP_WIDTH  # noqa: E402
-from tied_embed.fast import choose, compilation  # noqa: E402
+from tied_embed.fast import compilation  # noqa: E402
 from tied_embed.train import mesh as mesh_lib  # noqa: E402
+from tied_embed.train import run_step  # noqa: E402
 
 ROUNDS = 21  # a step is tens of ms: many short turns
 CALLS_PER_TURN = 2  # as benchmarks/throughput.py: time the second of two back-to-back calls
@@ -99,15 +100,14 @@ def trainer_step(config: ml_collections.ConfigDict):
   graphdef, abstract = mesh_lib.abstract_state(build, mesh)
   s = shape(config)
   abstract_ids = jax.ShapeDtypeStruct((s["B"], s["L"]), jnp.int32, sharding=mesh_lib.batch_sharding(mesh))
-  return build, graphdef, abstract, choose.train_step_for(config, graphdef, abstract), abstract_ids
+  return build, graphdef, abstract, run_step.train_step_for(config, graphdef, abstract), abstract_ids
 
 
 class JaxStep:
   """The trainer's step on the context transformer, set up as tied_embed/train/run_setup.py sets it up (mesh,
-  abstract state, `choose.train_step_for`, compiled ahead), but ahead for the (B, L) windows the trainer then feeds
-  it (run_setup.py compiles ahead for (B,) pairs whatever data.context_length is, so a context run's first step
-  compiles again). Callable repeatedly; blocks on each step's loss. `params`: the model's Params before any step,
-  as numpy arrays by `flat_params` name."""
+  abstract state, `run_step.train_step_for`, compiled ahead for the (B, L) windows the trainer feeds it). Callable
+  repeatedly; blocks on each step's loss. `params`: the model's Params before any step, as numpy arrays by
+  `flat_params` name."""
 
   def __init__(self, config: ml_collections.ConfigDict, batch: tuple[np.ndarray, np.ndarray]):
     build, self.graphdef, abstract, self._step, abstract_ids = trainer_step(config)

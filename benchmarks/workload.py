@@ -20,10 +20,10 @@ from flax import nnx
 
 from configs import default
 from tied_embed.core import optim
-from tied_embed.core import step as step_lib
 from tied_embed.core.model import build_model
-from tied_embed.fast import choose, chunked_loss, compilation
+from tied_embed.fast import chunked_loss, compilation
 from tied_embed.train import mesh as mesh_lib
+from tied_embed.train import run_step
 
 
 def cpu_threads() -> int:
@@ -48,8 +48,8 @@ def with_dtype(config: ml_collections.ConfigDict, dtype: str) -> ml_collections.
 
 
 def train_state(config: ml_collections.ConfigDict) -> tuple[nnx.GraphDef, nnx.State]:
-  """A fresh TrainState (tied table, optimizer moments, provenance totals), split for the jitted step."""
-  state = step_lib.TrainState(build_model(config), optim.make_optimizer(config.train))
+  """A fresh RunState (tied table, optimizer moments, provenance totals), split for the jitted step."""
+  state = run_step.RunState(build_model(config), optim.make_optimizer(config.train))
   graphdef, arrays = nnx.split(state)
   return graphdef, jax.block_until_ready(arrays)
 
@@ -121,7 +121,7 @@ def repeated_steps(step, state, batch, steps: int):
 class Stepper:
   """A jitted train step with its own state, callable repeatedly; blocks on each step's loss.
 
-  By default the real one, set up as the trainer sets it up: `tied_embed.fast.choose.make_train_step` (provenance,
+  By default the real one, set up as the trainer sets it up: `tied_embed.train.run_step.make_train_step` (provenance,
   totals, non-finite guard) on the config's mesh (one device here), compiled from the abstract state before the
   state exists, the compiler's freed memory handed back to the OS, then the state created in its shardings.
   `compile_peak_mib` is this process's peak up to the end of the compile. `plain=True` gives `make_plain_step`
@@ -143,7 +143,7 @@ class Stepper:
     mesh = mesh_lib.make_mesh(config.mesh)
     graphdef, abstract = mesh_lib.abstract_state(mesh_lib.state_builder(config), mesh)
     shardings = jax.tree.map(lambda leaf: leaf.sharding, abstract)
-    self._step = choose.make_train_step(
+    self._step = run_step.make_train_step(
         graphdef, chunk_size, shardings, compute_dtype=str(config.model.dtype), train_config=config.train
     )
     batch_sharding = mesh_lib.batch_sharding(mesh)

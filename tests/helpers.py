@@ -155,6 +155,23 @@ def hand_path_gradients(table_in, table_out, ids, next_ids) -> tuple[np.ndarray,
   np.add.at(lookup, ids, dlogits @ table_out)
   return lookup, dlogits.T @ x
 
+def small_problem(seed=0, vocab_size=10, d_model=4, tokens=12):
+  """A float32 table (V, D) and a batch: ids (T,) with repeats, the last row among them, and next_ids (T,)."""
+  rng = np.random.default_rng(seed)
+  table = rng.standard_normal((vocab_size, d_model)).astype(np.float32)
+  ids = rng.integers(0, vocab_size, tokens).astype(np.int32)
+  ids[-1] = vocab_size - 1  # the last row is looked up too
+  return table, ids, rng.integers(0, vocab_size, tokens).astype(np.int32)
+
+
+def hand_tied_loss(table, ids, next_ids) -> float:
+  """Mean softmax cross-entropy of table[ids] @ table.T in float64."""
+  table = np.asarray(table, np.float64)
+  logits = table[ids] @ table.T
+  top = logits.max(axis=1, keepdims=True)
+  log_z = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+  return float(np.mean(log_z - logits[np.arange(len(ids)), next_ids]))
+
 
 def random_problem(num_tokens: int, vocab_size: int, d_model: int, seed: int = 0, scale: float = 1.0):
   """Standard-normal hidden rows (times `scale`) x (T, D) and table (V, D), float32, and targets (T,) int32."""

@@ -28,8 +28,7 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from configs import smoke  # noqa: E402
-from tied_embed.fast import choose  # noqa: E402
-from tied_embed.train import checkpoint, evaluation  # noqa: E402
+from tied_embed.train import checkpoint, evaluation, run_step  # noqa: E402
 from tied_embed.train import mesh as mesh_lib  # noqa: E402
 from tied_embed.train.trainer import train_and_evaluate  # noqa: E402
 
@@ -90,7 +89,7 @@ def compiled_programs(config) -> dict:
   shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
   batch = [jax.ShapeDtypeStruct((PROBE_BATCH,), np.int32, sharding=mesh_lib.batch_sharding(mesh))] * 2
   chunk_size = int(config.loss.chunk_size)
-  train_step = choose.make_train_step(graphdef, chunk_size, shardings)
+  train_step = run_step.make_train_step(graphdef, chunk_size, shardings)
   return {
       "step": train_step.lower(target, *batch).compile(),
       "log step": train_step.lower(target, *batch, with_stats=True).compile(),

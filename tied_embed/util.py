@@ -8,6 +8,7 @@ import datetime
 import errno
 import fcntl
 import glob
+import hashlib
 import json
 import os
 import pathlib
@@ -159,17 +160,22 @@ def read_regular(path: str | pathlib.Path, limit: int) -> bytes:
     os.close(fd)
 
 
-def irregular_file(directory: str | pathlib.Path) -> tuple[pathlib.Path, str] | None:
-  """(the first path under `directory`, what it is) that is neither a directory nor a regular file (a FIFO, a
-  device, a socket, a link), in sorted order, links not followed; None if there is none (or no `directory`). A
-  reader opening it would wait on it (a FIFO) or read without end (a device)."""
+def irregular_file(directory: str | pathlib.Path) -> str | None:
+  """'PATH is KIND, not a regular file' for the first path under `directory` that is neither a directory nor a
+  regular file (a FIFO, a device, a socket, a link), in sorted order, links not followed; None if there is none (or
+  no `directory`). A reader opening it would wait on it (a FIFO) or read without end (a device)."""
   for parent, names, files in os.walk(directory):
     names.sort()
     for name in sorted(names + files):
       mode = (path := pathlib.Path(parent, name)).lstat().st_mode
       if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        return path, file_kind(mode)
+        return f"{path} is {file_kind(mode)}, not a regular file"
   return None
+
+
+def json_sha256(value: Any) -> str:
+  """The SHA-256 hex digest of `value` as JSON with sorted keys: the same for equal dicts in any key order."""
+  return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
 # Exclusive locks on directories (a workdir, a dataset being generated): `fcntl.flock` on `<directory>/.lock`, which

@@ -21,7 +21,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # for `con
 from absl import app, flags  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
-from tied_embed.fast import choose
+from tied_embed.train import run_step
 
 flags.DEFINE_integer("vocab_size", 1024, "V")
 flags.DEFINE_integer("d_model", 32, "D")
@@ -39,7 +39,7 @@ def main(argv) -> None:
   config.model.tied = FLAGS.tied
   batch = workload.random_batch(FLAGS.vocab_size, FLAGS.batch_size)
   graphdef, _ = workload.train_state(config)
-  train_step = choose.make_train_step(graphdef, FLAGS.chunk_size)
+  train_step = run_step.make_train_step(graphdef, FLAGS.chunk_size)
   variants = {
       "plain step": workload.make_plain_step(graphdef, FLAGS.chunk_size),
       "train step": train_step,

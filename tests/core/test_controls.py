@@ -270,3 +270,22 @@ def test_an_output_bias_around_a_context_model_routes_and_serves_its_windows():
   _close(fast.lookup_dense(), plain.lookup)
   _close(fast.projection, plain.projection)
   _close(fast.hidden["bias"], plain.hidden["bias"])
+
+
+def test_inspection_reads_each_control_in_its_own_words_and_at_the_tables_d():
+  """The report names what each control scores with (not a hidden map W for S, not a bare E·Eᵀ for the bias), and
+  its D is the table's, not the bias-widened scoring tables' D + 1."""
+  from tied_embed.inspection import report as report_lib  # noqa: PLC0415
+
+  assert "+ b" in _model("bias").scores_in_words() and "E·Eᵀ" in _model("bias").scores_in_words()
+  assert "input·outputᵀ" in _model("bias", tied=False).scores_in_words()
+  assert "symmetric" in _model("symmetric").scores_in_words() and "W·" not in _model("symmetric").scores_in_words()
+  model = _model("bias")
+  lookup, projection = (np.asarray(table) for table in model.scoring_tables())
+  assert lookup.shape == (VOCAB, D_MODEL + 1)
+  built = report_lib.build_report(
+      lookup, projection, tied=True, source="planted", true_log_probs=np.zeros((VOCAB, VOCAB)),
+      lookup_total=np.zeros(VOCAB), projection_total=np.zeros(VOCAB), tokens=[0], top_k=2, other_params=VOCAB,
+      scores=model.scores_in_words(), d_model=int(model.d_model))
+  assert built["parameters"]["table_shape"] == [VOCAB, D_MODEL]
+  assert built["parameters"]["tied"] == VOCAB * D_MODEL + VOCAB  # the table and b, by hand

@@ -15,7 +15,7 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
-from helpers import hand_path_gradients, model_with_tables
+from helpers import hand_path_gradients, hand_tied_loss, model_with_tables, small_problem
 
 from tied_embed import TiedEmbed
 from tied_embed.core import optim
@@ -23,25 +23,7 @@ from tied_embed.core import paths as paths_lib
 from tied_embed.core import step as step_lib
 from tied_embed.core.model import WithHiddenMap, build_model, param_counts
 
-VOCAB, D_MODEL, TOKENS = 10, 4, 12
-
-
-def _problem(seed=0):
-  """A float32 table (V, D) and a batch: ids (T,) with repeats, next_ids (T,)."""
-  rng = np.random.default_rng(seed)
-  table = rng.standard_normal((VOCAB, D_MODEL)).astype(np.float32)
-  ids = rng.integers(0, VOCAB, TOKENS).astype(np.int32)
-  ids[-1] = VOCAB - 1  # the last row is looked up too
-  return table, ids, rng.integers(0, VOCAB, TOKENS).astype(np.int32)
-
-
-def _hand_loss(table, ids, next_ids) -> float:
-  """Mean softmax cross-entropy of table[ids] @ table.T in float64."""
-  table = np.asarray(table, np.float64)
-  logits = table[ids] @ table.T
-  top = logits.max(axis=1, keepdims=True)
-  log_z = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
-  return float(np.mean(log_z - logits[np.arange(len(ids)), next_ids]))
+VOCAB = 10  # small_problem's table: 10 rows
 
 
 def _sgd_state(table, learning_rate=1.0):
@@ -53,7 +35,7 @@ def _sgd_state(table, learning_rate=1.0):
 def test_the_step_with_path_scales_updates_by_the_weighted_sum_and_checks_the_unweighted_split(scales,
                                                                                              split_check_tokens):
   lookup_scale, projection_scale = scales
-  table, ids, next_ids = _problem()
+  table, ids, next_ids = small_problem()
   graphdef, state = _sgd_state(table)
   step = jax.jit(step_lib.make_step_function(graphdef, lookup_grad_scale=lookup_scale,
                                              projection_grad_scale=projection_scale,
@@ -66,67 +48,10 @@ def test_the_step_with_path_scales_updates_by_the_weighted_sum_and_checks_the_un
   # the split check compares the unweighted paths with nnx.grad: a right split reads float32 rounding
   assert float(metrics["split_error"]) < 1e-5, float(metrics["split_error"])
   np.testing.assert_allclose(float(metrics["applied_norm"]), np.linalg.norm(weighted), rtol=1e-5)
-  np.testing.assert_allclose(float(metrics["loss"]), _hand_loss(table, ids, next_ids), rtol=1e-5)
+  np.testing.assert_allclose(float(metrics["loss"]), hand_tied_loss(table, ids, next_ids), rtol=1e-5)
   # sgd at learning rate 1: the new table is the old one less the weighted gradient
   trained = nnx.merge(graphdef, new_state)
   np.testing.assert_allclose(trained.model.embedding[...], table - weighted, rtol=1e-5, atol=1e-6)
-
-
-def test_the_step_records_each_rows_path_norms_and_the_tracked_rows_directions():
-  table, ids, next_ids = _problem(1)
-  graphdef, state = _sgd_state(table, learning_rate=0.0)
-  step = jax.jit(step_lib.make_step_function(graphdef), static_argnums=3)
-  state, _, _ = step(state, jnp.asarray(ids), jnp.asarray(next_ids), False)
-  state, _, _ = step(state, jnp.asarray(ids), jnp.asarray(next_ids), False)  # learning rate 0: the same gradients
-  lookup, projection = hand_path_gradients(table, table, ids, next_ids)
-  train_state = nnx.merge(graphdef, state)
-  np.testing.assert_allclose(train_state.lookup_total[...], 2 * np.linalg.norm(lookup, axis=1), rtol=1e-5, atol=1e-7)
-  np.testing.assert_allclose(train_state.projection_total[...], 2 * np.linalg.norm(projection, axis=1), rtol=1e-5,
-                             atol=1e-7)
-  tracked = min(step_lib.TRACKED_ROWS, VOCAB)  # every row of a 10-row table, 0 to V - 1
-  np.testing.assert_array_equal(train_state.tracked_rows[...], np.arange(tracked))
-  np.testing.assert_allclose(train_state.tracked_lookup[...], 2 * lookup[:tracked], rtol=1e-5, atol=1e-7)
-  np.testing.assert_allclose(train_state.tracked_projection[...], 2 * projection[:tracked], rtol=1e-5, atol=1e-7)
-
-
-def test_the_log_steps_train_loss_is_the_mean_since_the_previous_log_step():
-  table, ids, next_ids = _problem(2)
-  graphdef, state = _sgd_state(table, learning_rate=0.5)
-  step = jax.jit(step_lib.make_step_function(graphdef), static_argnums=3)
-  losses, tables = [], [table.astype(np.float64)]
-  for with_stats in (False, False, True, True):
-    state, metrics, _ = step(state, jnp.asarray(ids), jnp.asarray(next_ids), with_stats)
-    losses.append(_hand_loss(tables[-1], ids, next_ids))
-    np.testing.assert_allclose(float(metrics["loss"]), losses[-1], rtol=1e-5)
-    tables.append(np.asarray(nnx.merge(graphdef, state).model.embedding[...], np.float64))
-    if len(losses) == 3:
-      np.testing.assert_allclose(float(metrics["train_loss"]), np.mean(losses), rtol=1e-5)
-  np.testing.assert_allclose(float(metrics["train_loss"]), losses[-1], rtol=1e-5)  # the window holds step 4 alone
-  train_state = nnx.merge(graphdef, state)
-  assert int(train_state.train_loss_count[...]) == 0 and float(train_state.train_loss_sum[...]) == 0.0
-  assert int(train_state.first_nonfinite_step[...]) == 0
-
-
-def test_the_first_nonfinite_step_is_the_step_count_after_the_first_bad_update():
-  table, ids, next_ids = _problem(3)
-  graphdef, state = _sgd_state(table)
-  step = jax.jit(step_lib.make_step_function(graphdef), static_argnums=3)
-  state, _, _ = step(state, jnp.asarray(ids), jnp.asarray(next_ids), False)
-  train_state = nnx.merge(graphdef, state)
-  train_state.model.embedding[...] = train_state.model.embedding[...].at[VOCAB - 1, 0].set(jnp.inf)
-  state = nnx.state(train_state)
-  for _ in range(2):  # the second bad step keeps the first one's number
-    state, _, _ = step(state, jnp.asarray(ids), jnp.asarray(next_ids), False)
-  assert int(nnx.merge(graphdef, state).first_nonfinite_step[...]) == 2
-
-
-def test_all_finite_finds_one_bad_entry_in_any_array_and_passes_values_near_the_float32_limit():
-  big = jnp.full((3,), 3e38, jnp.float32)  # their sum overflows: the exact check decides
-  assert bool(step_lib.all_finite(jnp.float32(1.0), {"a": big, "b": big}))
-  assert not bool(step_lib.all_finite(jnp.float32(jnp.nan), {"a": big}))
-  assert not bool(step_lib.all_finite(jnp.float32(1.0), {"a": big, "b": big.at[2].set(jnp.inf)}))
-  assert not bool(step_lib.all_finite(jnp.float32(1.0), {"a": jnp.ones(4), "b": jnp.zeros(2).at[1].set(jnp.nan)}))
-  assert bool(step_lib.all_finite(jnp.float32(1.0), {"a": jnp.ones(4), "n": jnp.arange(3)}))
 
 
 def _train(optimizer="adamw", learning_rate=0.1, weight_decay=0.0, grad_clip_norm=0.0, warmup_steps=0,
@@ -253,13 +178,6 @@ def test_the_optimizer_step_follows_the_schedule_from_its_first_update():
   np.testing.assert_allclose(moved, [0.0, -0.1], rtol=1e-6, atol=1e-9)
 
 
-def test_the_tracked_rows_are_the_first_rows_of_a_table_smaller_than_their_count():
-  model = TiedEmbed(5, 3, rngs=nnx.Rngs(0))
-  train_state = step_lib.TrainState(model, optax.sgd(0.1))
-  np.testing.assert_array_equal(train_state.tracked_rows[...], np.arange(5))
-  assert train_state.tracked_lookup[...].shape == (5, 3)
-
-
 def test_two_adam_steps_follow_the_moments_closed_form():
   # the first step's bias correction hides b1 and b2 (m̂ = g, v̂ = g²); the second shows them: b1 0.9, b2 0.999
   lr, g1, g2 = 0.1, np.array([1.0, -2.0]), np.array([3.0, 0.5])
@@ -275,31 +193,8 @@ def test_two_adam_steps_follow_the_moments_closed_form():
   np.testing.assert_allclose(updates["w"], want, rtol=5e-5)  # float32 moments
 
 
-def test_a_step_without_stats_reports_the_loss_alone_and_keeps_the_window():
-  table, ids, next_ids = _problem(4)
-  graphdef, state = _sgd_state(table, learning_rate=0.0)
-  step_fn = step_lib.make_step_function(graphdef)
-  state, metrics, _ = step_fn(state, jnp.asarray(ids), jnp.asarray(next_ids))
-  assert set(metrics) == {"loss"}
-  assert int(nnx.merge(graphdef, state).train_loss_count[...]) == 1
-
-
-@pytest.mark.parametrize("written", [1.0, float("nan")])
-def test_an_update_that_checks_what_it_wrote_decides_the_first_nonfinite_step(written):
-  table, ids, next_ids = _problem(5)
-  graphdef, state = _sgd_state(table, learning_rate=0.1)
-
-  def checked_update(train_state, grads):
-    step_lib.optimizer_update(train_state, grads)
-    return jnp.float32(written)  # what a fused update reports: finite exactly when all it wrote is
-
-  step = jax.jit(step_lib.make_step_function(graphdef, apply_update=checked_update), static_argnums=3)
-  state, _, _ = step(state, jnp.asarray(ids), jnp.asarray(next_ids), False)
-  assert int(nnx.merge(graphdef, state).first_nonfinite_step[...]) == (0 if written == 1.0 else 1)
-
-
 def test_the_split_statistics_against_hand_norms_and_counts():
-  table, ids, next_ids = _problem(6)
+  table, ids, next_ids = small_problem(6)
   ids[:] = np.array([0, 1, 1, 2, 2, 2, 3, 3, 0, 1, 2, VOCAB - 1])  # rows 4..8 are never looked up
   model = model_with_tables(table)
   stats = paths_lib.path_gradients(model, jnp.asarray(ids), jnp.asarray(next_ids)).split_stats()
@@ -315,7 +210,7 @@ def test_the_split_statistics_against_hand_norms_and_counts():
 
 
 def test_rows_with_a_zero_projection_gradient_are_not_counted_as_projection_only():
-  table, ids, next_ids = _problem(7)
+  table, ids, next_ids = small_problem(7)
   table[ids] = 0.0  # every looked-up row is zero: the projection gradient Σ (p − y) x is zero in every row
   stats = paths_lib.path_gradients(model_with_tables(table), jnp.asarray(ids), jnp.asarray(next_ids)).split_stats()
   assert int(stats["rows_projection_only"]) == 0

@@ -194,19 +194,18 @@ def test_the_switch_turns_the_kernel_off(monkeypatch: pytest.MonkeyPatch, dtype)
 
 
 def _train_step_program(dtype: str = "bfloat16") -> str:
-  """The lowered `dtype` train step of configs/smoke.py with the chunked loss, as choose.make_train_step makes it."""
+  """The lowered `dtype` train step of configs/smoke.py with the chunked loss, as run_step.make_train_step makes it."""
   from flax import nnx  # noqa: PLC0415
   from helpers import smoke_with  # noqa: PLC0415
 
   from tied_embed.core import optim  # noqa: PLC0415
-  from tied_embed.core import step as step_lib  # noqa: PLC0415
   from tied_embed.core.model import build_model  # noqa: PLC0415
-  from tied_embed.fast import choose  # noqa: PLC0415
+  from tied_embed.train import run_step  # noqa: PLC0415
 
   config = smoke_with("model.dtype", dtype)
-  graphdef, state = nnx.split(step_lib.TrainState(build_model(config), optim.make_optimizer(config.train)))
+  graphdef, state = nnx.split(run_step.RunState(build_model(config), optim.make_optimizer(config.train)))
   ids = jnp.zeros((int(config.train.batch_size),), jnp.int32)
-  step = choose.make_train_step(graphdef, 8, compute_dtype=dtype)
+  step = run_step.make_train_step(graphdef, 8, compute_dtype=dtype)
   return step.lower(state, ids, ids, with_stats=False).as_text()
 
 

@@ -112,7 +112,7 @@ def test_the_header_names_the_hidden_map_its_lambda_and_counts_w(smoke_workdir):
   config.model.hidden_l2 = 0.25
   report = inspect_run(smoke_workdir, pictures=False)
   report["run"]["config"] = _config_summary(config)
-  report["parameters"] = report_lib.parameter_summary(32, 8, True, "linear")
+  report["parameters"] = report_lib.parameter_summary(32, 8, True, 8 * 8)
   lines = format_text(report, pictures_line=False).splitlines()
   (config_line,) = [line for line in lines if line.startswith("config ")]
   assert " tied hidden=linear λ=0.25 " in config_line
@@ -181,7 +181,7 @@ def test_control_characters_in_sampled_text_and_labels_are_printed_escaped(monke
 
 
 def test_printable_escapes_what_a_terminal_acts_on_and_keeps_the_rest():
-  from tied_embed.inspection.text import printable  # noqa: PLC0415
+  from tied_embed.util import printable  # noqa: PLC0415
 
   assert printable("▁the king’s λ·‖W − I‖²") == "▁the king’s λ·‖W − I‖²"
   assert printable("a\x1b[31mb\x7f\tc\n") == "a\\x1b[31mb\\x7f\\tc\\n"

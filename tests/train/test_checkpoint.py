@@ -16,9 +16,8 @@ import pytest
 from flax import nnx
 
 from tied_embed.core import optim
-from tied_embed.core import step as step_lib
 from tied_embed.core.model import TiedEmbed, UntiedEmbed, build_model
-from tied_embed.train import checkpoint
+from tied_embed.train import checkpoint, run_step
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.util import UsageError
 
@@ -54,7 +53,7 @@ def test_untied_state_round_trips_with_optimizer_and_totals(tmp_path):
 
   config = smoke.get_config()
   config.model.tied = False
-  _, state = nnx.split(step_lib.TrainState(build_model(config), optim.make_optimizer(config.train)))
+  _, state = nnx.split(run_step.RunState(build_model(config), optim.make_optimizer(config.train)))
   state["lookup_total"][...] = np.arange(config.model.vocab_size, dtype=np.float32)
   saver = checkpoint.Checkpointer(tmp_path, keep=1)
   saver.save(7, state, config)
@@ -80,7 +79,7 @@ def test_a_checkpoint_whose_data_is_cut_short_is_named_in_one_clean_line(tmp_pat
 
   config = smoke.get_config()
   config.model.update(vocab_size=256, d_model=16)  # tables too large to be inlined in OCDBT's index
-  _, state = nnx.split(step_lib.TrainState(build_model(config), optim.make_optimizer(config.train)))
+  _, state = nnx.split(run_step.RunState(build_model(config), optim.make_optimizer(config.train)))
   saver = checkpoint.Checkpointer(tmp_path, keep=1)
   saver.save(7, state, config)
   saver.close()

@@ -3,6 +3,7 @@ below 1e-5, keeps one table in its Orbax checkpoint, resumes bit for bit, and it
 
 from __future__ import annotations
 
+import logging
 import shutil
 
 import jax
@@ -40,12 +41,38 @@ def _config(corpus, context="transformer"):
   return config
 
 
+STEP_COMPILES: list[str] = []  # the context run's "Compiling jit(step)" log messages
+
+
 @pytest.fixture(scope="module")
 def context_run(tmp_path_factory):
   root = tmp_path_factory.mktemp("context")
   corpus = _corpus(root / "corpus")
   config = _config(corpus)
-  return root / "run", config, train_and_evaluate(config, root / "run")
+  compiles = _Messages()  # the step's compiles, counted by test_the_windowed_step_is_compiled_once_per_variant
+  logger = logging.getLogger("jax._src.interpreters.pxla")
+  logger.addHandler(compiles)
+  try:
+    with jax.log_compiles(True):
+      summary = train_and_evaluate(config, root / "run")
+  finally:
+    logger.removeHandler(compiles)
+  STEP_COMPILES[:] = [m for m in compiles.messages if m.startswith("Compiling jit(step)")]
+  return root / "run", config, summary
+
+
+class _Messages(logging.Handler):
+  def __init__(self):
+    super().__init__(logging.DEBUG)
+    self.messages = []
+
+  def emit(self, record):
+    self.messages.append(record.getMessage())
+
+
+def test_the_windowed_step_is_compiled_once_per_variant(context_run):
+  """The trainer compiles its step ahead for (B, L) windows, so the first real batch compiles nothing more."""
+  assert len(STEP_COMPILES) == 2, [m[:100] for m in STEP_COMPILES]  # the plain and the log step
 
 
 def _leaves(state) -> dict[str, np.ndarray]:

@@ -23,8 +23,7 @@ from conftest import ROOT
 from helpers import BAD_VALUES, all_series, event_series, smoke_with
 
 from tied_embed.core import optim
-from tied_embed.core import step as step_lib
-from tied_embed.train import checkpoint, nonfinite, signals, trainer
+from tied_embed.train import checkpoint, nonfinite, run_step, signals, trainer
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.train.trainer import train_and_evaluate
 from tied_embed.util import UsageError
@@ -213,7 +212,7 @@ def test_the_finite_check_is_numpys_on_every_leaf(poison, scale):
   if poison not in (None, "loss"):
     state["table"][3, 5] = poison
   want = bool(np.isfinite(loss) and all(np.isfinite(leaf).all() for leaf in state.values()))
-  assert jax.jit(step_lib.all_finite)(loss, jax.tree.map(jax.numpy.asarray, state)) == want
+  assert jax.jit(run_step.all_finite)(loss, jax.tree.map(jax.numpy.asarray, state)) == want
   assert want == (poison is None)
 
 

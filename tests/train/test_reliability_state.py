@@ -28,10 +28,9 @@ from helpers import smoke_with
 
 from tied_embed import util
 from tied_embed.core import optim
-from tied_embed.core import step as step_lib
 from tied_embed.core.model import build_model
 from tied_embed.data import bigram as data_lib
-from tied_embed.train import checkpoint, nonfinite, signals
+from tied_embed.train import checkpoint, nonfinite, run_step, signals
 from tied_embed.train.trainer import train_and_evaluate
 from tied_embed.util import UsageError
 
@@ -81,7 +80,7 @@ def test_a_finished_run_leaves_its_workdir_unlocked(smoke_run):
 
 def _two_checkpoints_with_swapped_manifests(config, directory):
   """Checkpoints 7 and 8 of two different states, then 8's manifest replaced by 7's: 8 reads back, but wrong."""
-  _, state = nnx.split(step_lib.TrainState(build_model(config), optim.make_optimizer(config.train)))
+  _, state = nnx.split(run_step.RunState(build_model(config), optim.make_optimizer(config.train)))
   saver = checkpoint.Checkpointer(directory, keep=2)
   saver.save(7, state, config)
   changed = jax.tree.map(lambda leaf: leaf, state)

@@ -14,9 +14,8 @@ from flax import nnx
 from helpers import smoke_with
 
 from tied_embed.core import optim
-from tied_embed.core import step as step_lib
 from tied_embed.core.model import build_model
-from tied_embed.train import checkpoint
+from tied_embed.train import checkpoint, run_step
 from tied_embed.train.trainer import train_batch
 from tied_embed.util import UsageError
 
@@ -55,7 +54,7 @@ def test_a_split_of_one_pair_gives_it_every_time():
 
 def _saved_checkpoint(directory):
   config = smoke_with("model.vocab_size", 8)
-  _, state = nnx.split(step_lib.TrainState(build_model(config), optim.make_optimizer(config.train)))
+  _, state = nnx.split(run_step.RunState(build_model(config), optim.make_optimizer(config.train)))
   saver = checkpoint.Checkpointer(directory, keep=2)
   saver.save(3, state, config)
   saver.close()

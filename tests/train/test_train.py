@@ -14,10 +14,9 @@ from flax import nnx
 from helpers import all_series, event_series, hand_path_gradients
 
 from tied_embed.core import optim
-from tied_embed.core import step as step_lib
 from tied_embed.core.model import build_model
-from tied_embed.fast import choose, compilation
-from tied_embed.train import evaluation
+from tied_embed.fast import compilation
+from tied_embed.train import evaluation, run_step
 
 SCALAR_TAGS = (
     "train/loss", "eval/loss", "eval/loss_floor", "eval/gap", "grad/lookup_norm", "grad/projection_norm",
@@ -74,14 +73,14 @@ def test_one_sgd_step_matches_hand_gradients(tied):
   config.model.tied = tied
   config.train.update(optimizer="sgd", learning_rate=0.1, warmup_steps=0, grad_clip_norm=0.0, weight_decay=0.0)
   model = build_model(config)
-  graphdef, state = nnx.split(step_lib.TrainState(model, optim.make_optimizer(config.train)))
+  graphdef, state = nnx.split(run_step.RunState(model, optim.make_optimizer(config.train)))
   names = ("embedding", "embedding") if tied else ("input_embedding", "output_embedding")
   before = [np.asarray(state["model"][name][...], np.float64) for name in names]
   ids = np.array([0, 3, 3, 7, 31, 2], np.int32)
   next_ids = np.array([1, 4, 4, 0, 5, 2], np.int32)
   lookup, projection = hand_path_gradients(*before, ids, next_ids)
 
-  state, _ = choose.make_train_step(graphdef, chunk_size=0)(state, jnp.asarray(ids), jnp.asarray(next_ids))
+  state, _ = run_step.make_train_step(graphdef, chunk_size=0)(state, jnp.asarray(ids), jnp.asarray(next_ids))
 
   if tied:
     np.testing.assert_allclose(state["model"]["embedding"][...], before[0] - 0.1 * (lookup + projection), atol=1e-6)
@@ -118,7 +117,7 @@ def test_eval_scores_each_token_like_numpy(chunk_size):
   from configs import smoke  # noqa: PLC0415
 
   config = smoke.get_config()
-  graphdef, state = nnx.split(step_lib.TrainState(build_model(config), optim.make_optimizer(config.train)))
+  graphdef, state = nnx.split(run_step.RunState(build_model(config), optim.make_optimizer(config.train)))
   ids = np.array([0, 3, 3, 7, 31, 2, 9], np.int32)  # 7 tokens: the last chunk of 4 is short
   next_ids = np.array([1, 4, 4, 0, 5, 2, 30], np.int32)
   table = np.asarray(state["model"]["embedding"][...], np.float64)
@@ -157,8 +156,8 @@ def test_a_step_compiled_ahead_runs_without_compiling_again():
   from configs import smoke  # noqa: PLC0415
 
   config = smoke.get_config()
-  graphdef, state = nnx.split(step_lib.TrainState(build_model(config), optim.make_optimizer(config.train)))
-  step = choose.make_train_step(graphdef, int(config.loss.chunk_size))
+  graphdef, state = nnx.split(run_step.RunState(build_model(config), optim.make_optimizer(config.train)))
+  step = run_step.make_train_step(graphdef, int(config.loss.chunk_size))
   ids = jnp.arange(64, dtype=jnp.int32) % 32
   compilation.compile_ahead(step, state, ids, ids[::-1])
   compilation.release_freed()  # True on glibc; either way harmless

@@ -53,7 +53,8 @@ def init_table(key: jax.Array, vocab_size: int, d_model: int) -> jax.Array:
 
 class LanguageModel(nnx.Module):
   """What every model shares: logits = attend(hidden(embed(ids))); subclasses give `table_params` and may override
-  `hidden` (the identity here), `penalty` (a regulariser of the training loss) and `hidden_stats` (logged scalars)."""
+  `hidden` (the identity here), `penalty` (a regulariser of the training loss), `hidden_stats` (logged scalars) and,
+  for inspection, `scoring_tables` and `scores_in_words`."""
 
   def __call__(self, ids: jax.Array) -> jax.Array:
     """ids (B,) or (B, L) int → (..., V) float32 logits."""
@@ -81,6 +82,10 @@ class LanguageModel(nnx.Module):
     """(A, B), each (V, D) (D + 1 with an output bias), with a context-free model's logits(ids) = A[ids] · Bᵀ: the
     tables, for inspection."""
     return self.tables()
+
+  def scores_in_words(self) -> str | None:
+    """What `scoring_tables`' A · Bᵀ is, for inspection, where it is more than the tables alone: None here."""
+    return None
 
   def hidden(self, rows: jax.Array) -> jax.Array:
     """The identity: the looked-up rows (..., D) are the hidden vectors."""
@@ -145,6 +150,9 @@ class _Around(LanguageModel):
   def hidden_stats(self) -> dict[str, jax.Array]:
     return self.embedder.hidden_stats()
 
+  def scores_in_words(self) -> str | None:
+    return self.embedder.scores_in_words()
+
 
 class LinearMap(nnx.Module):
   """h = x · W with W = `kernel`, a (D, D) float32 Param (replicated on a mesh) initialised to the identity, so a
@@ -175,6 +183,12 @@ class WithHiddenMap(_Around):
     """(A · W, B) from the embedder's (A, B), each (V, D): logits(ids) = (A · W)[ids] · Bᵀ, for inspection."""
     lookup_table, projection_table = self.embedder.scoring_tables()
     return lookup_table @ self.hidden_map.kernel[...], projection_table
+
+  def scores_in_words(self) -> str:
+    lookup, projection = self.table_params()
+    if lookup is projection:
+      return "E·W·Eᵀ (tied table with a hidden map W: W's antisymmetric part lets S differ from Sᵀ)"
+    return "input·W·outputᵀ (untied model with a hidden map W)"
 
   def penalty(self) -> jax.Array | None:
     """l2 · ‖W − I‖²_F, a scalar; None (nothing to add) at l2 = 0."""
@@ -211,6 +225,11 @@ class WithSymmetricMap(WithHiddenMap):
     lookup_table, projection_table = self.embedder.scoring_tables()
     return lookup_table @ self.symmetric(), projection_table
 
+  def scores_in_words(self) -> str:
+    tied = self.table_params()[0] is self.table_params()[1]
+    return (f"{'E·S·Eᵀ (tied table' if tied else 'input·S·outputᵀ (untied model'} with a symmetric map "
+            "S = (W + Wᵀ)/2: S = Sᵀ, so no direction, but indefinite)")
+
   def hidden_stats(self) -> dict[str, jax.Array]:
     """‖S − I‖_F, and S's smallest eigenvalue (below 0: S is indefinite)."""
     symmetric = self.symmetric()
@@ -242,6 +261,11 @@ class WithOutputBias(_Around):
     lookup_table, projection_table = self.embedder.scoring_tables()
     return (_with_column(lookup_table, jnp.ones(lookup_table.shape[:1], lookup_table.dtype)),
             _with_column(projection_table, self.bias[...]))
+
+  def scores_in_words(self) -> str:
+    tied = self.table_params()[0] is self.table_params()[1]
+    inner = self.embedder.scores_in_words() or ("E·Eᵀ (tied table)" if tied else "input·outputᵀ (untied model)")
+    return f"{inner} + b (an output bias: one learned score per next token)"
 
   def hidden_stats(self) -> dict[str, jax.Array]:
     """The embedder's, and the spread of b: its standard deviation over the vocabulary (its mean changes no

@@ -135,15 +135,13 @@ def summary(data: Any, d_model: int | None = None) -> dict[str, float]:
   return result
 
 
-def hidden_map_summary(kernel: np.ndarray, lookup_table: np.ndarray, projection_table: np.ndarray) -> dict[str, float]:
-  """What a hidden map W adds: W (D, D), the scoring tables (E·W (V, D), E (V, D)) → {name: float}. identity_distance
-  ‖W − I‖_F; kernel_antisymmetric_share ‖(W − Wᵀ)/2‖_F / ‖W‖_F; for V ≤ MAX_DENSE also learned_antisymmetric_share,
+def hidden_summary(hidden_stats: dict, lookup_table: np.ndarray, projection_table: np.ndarray) -> dict[str, float]:
+  """What the model's hidden function adds: its `hidden_stats` (a hidden map W: identity_distance ‖W − I‖_F, and
+  its antisymmetric_share ‖(W − Wᵀ)/2‖_F / ‖W‖_F, named kernel_antisymmetric_share here beside the task's), the
+  scoring tables (E·W (V, D), E (V, D)) → {name: float}; for V ≤ MAX_DENSE also learned_antisymmetric_share,
   `antisymmetric_share` of the learned log-probabilities (0 without W: E·Eᵀ is symmetric)."""
-  kernel = np.asarray(kernel, np.float64)
-  result = {
-      "identity_distance": float(np.linalg.norm(kernel - np.eye(len(kernel)))),
-      "kernel_antisymmetric_share": float(np.linalg.norm((kernel - kernel.T) / 2) / np.linalg.norm(kernel)),
-  }
+  result = {("kernel_" if name == "antisymmetric_share" else "") + name: float(value)
+            for name, value in hidden_stats.items()}
   if len(lookup_table) <= MAX_DENSE:
     logits = np.asarray(lookup_table, np.float64) @ np.asarray(projection_table, np.float64).T
     log_probs = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)

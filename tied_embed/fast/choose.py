@@ -1,12 +1,12 @@
-"""The step a config asks for: `loss.chunk_size = 0` with `model.dtype = float32` trains on exactly tied_embed/core;
-any other setting picks the speed paths with the same answers (the chunked, distinct-row loss and the sparse lookup
-path). Either way with XLA's options and a kept gradient buffer."""
+"""The paths a config's step runs on: `loss.chunk_size = 0` with `model.dtype = float32` trains on exactly
+tied_embed/core; any other setting picks the speed paths with the same answers (the chunked, distinct-row loss and
+the sparse lookup path). Either way the step is jitted with XLA's options and a kept gradient buffer
+(`StepWithGradientBuffer`); tied_embed/train/run_step.py puts them together."""
 
 from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -16,10 +16,6 @@ from flax import nnx
 from tied_embed.core import paths as plain_paths
 from tied_embed.core import step as step_lib
 from tied_embed.fast import chunked_loss, compilation, sparse_paths
-from tied_embed.fast.kernels import fused_adamw
-
-if TYPE_CHECKING:
-  import ml_collections
 
 log = logging.getLogger(__name__)
 
@@ -68,33 +64,6 @@ def split_check_tokens(batch_size: int, vocab_size: int, shards: int = 1) -> int
   return None if batch_size <= fits else max(fits // shards, 1) * shards
 
 
-def make_train_step(graphdef: nnx.GraphDef, chunk_size: int, state_shardings=None, lookup_grad_scale: float = 1.0,
-                    projection_grad_scale: float = 1.0, compute_dtype: str = "float32", split_check: int | None = None,
-                    train_config: ml_collections.ConfigDict | None = None) -> step_lib.TrainStep:
-  """The train step these settings pick. `split_check`: `split_check_tokens`'s pairs (None: the whole batch);
-  `train_config`: the config's `train` section (AdamW on one device updates on its fused kernel where it pays off)."""
-  one_device = mesh_devices(state_shardings) == 1
-  fused = train_config is not None and train_config.optimizer == "adamw" and one_device
-  paths_fn = paths_function(chunk_size, compute_dtype, data_shards(state_shardings), one_device)
-  update = fused_adamw.make_update(train_config) if fused else step_lib.optimizer_update
-  step_fn = step_lib.make_step_function(graphdef, paths_fn, lookup_grad_scale=lookup_grad_scale,
-                                        projection_grad_scale=projection_grad_scale, split_check_tokens=split_check,
-                                        apply_update=update)
-  return StepWithGradientBuffer(graphdef, step_fn, state_shardings)
-
-
-def train_step_for(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef, target: nnx.State) -> step_lib.TrainStep:
-  """The train step `config` asks for, for the state `target` (abstract arrays with their shardings)."""
-  train, shardings = config.train, jax.tree.map(lambda leaf: leaf.sharding, target)
-  # A window of L tokens has (L, V) logits: the check's rows are windows, each as wide as L pairs.
-  length = int(config.data.get("context_length", 1))
-  split_check = split_check_tokens(int(train.batch_size), int(config.model.vocab_size) * length, data_shards(shardings))
-  return make_train_step(
-      graphdef, int(config.loss.chunk_size), shardings, lookup_grad_scale=float(train.lookup_grad_scale),
-      projection_grad_scale=float(train.projection_grad_scale), compute_dtype=str(config.model.dtype),
-      split_check=split_check, train_config=train)
-
-
 def model_params(graphdef: nnx.GraphDef, state: nnx.State) -> nnx.State:
   """The model's Params out of a train state's pytree, whatever its leaves (arrays, abstract arrays, shardings)."""
   return nnx.state(nnx.merge(graphdef, state).model, nnx.Param)
@@ -102,9 +71,9 @@ def model_params(graphdef: nnx.GraphDef, state: nnx.State) -> nnx.State:
 
 class StepWithGradientBuffer:
   """jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics), donating `state`: `step_fn`
-  (`tied_embed.core.step.make_step_function`'s) writing its gradient into the buffer the last call returned. XLA:CPU
-  frees a step's temporaries after each call, and the next step faults their pages in again: for the (V, D) gradient
-  at GPT-2's V=50257, D=768, about 70 ms of system time a step (benchmarks/README.md)."""
+  (a `StepFunction`: the run's step) writing its gradient into the buffer the last call returned. XLA:CPU frees a
+  step's temporaries after each call, and the next step faults their pages in again: for the (V, D) gradient at
+  GPT-2's V=50257, D=768, about 70 ms of system time a step (benchmarks/README.md)."""
 
   def __init__(self, graphdef: nnx.GraphDef, step_fn: step_lib.StepFunction, state_shardings=None):
     self._graphdef = graphdef

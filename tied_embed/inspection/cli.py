@@ -19,8 +19,8 @@ import sys
 from absl import logging
 
 from tied_embed.inspection.inspector import continue_prompt, inspect_run
-from tied_embed.inspection.text import format_continuation, format_text, printable
-from tied_embed.util import UsageError, one_line
+from tied_embed.inspection.text import format_continuation, format_text
+from tied_embed.util import UsageError, one_line, printable
 
 _TOKEN = re.compile(r"-?[0-9]+")  # ASCII digits only: int() would also take '1_0' and other scripts' digits
 

@@ -11,7 +11,9 @@ import stat
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import numpy as np
+from flax import nnx
 
 from tied_embed.data import asymmetry, frequency, sources
 from tied_embed.data import record as record_lib
@@ -57,14 +59,15 @@ def inspect_run(workdir: str | pathlib.Path, step: int | str | None = None, toke
       raise UsageError.bad_value("--top-k", top_k, f"an integer in [1, {vocab_size}]")
 
   restored, facts, steps = open_run(workdir, step, warnings, check=check_tokens)
-  config, provenance = restored.config, restored.provenance
-  hidden = config.model.get("hidden", "none")
+  config, provenance, model = restored.config, restored.provenance, restored.model
   if tokens is None:
     tokens = [int(i) for i in np.argsort(-facts.input_counts, kind="stable")[:_DEFAULT_TOKENS]]
   else:
     tokens = [resolve_token(token, facts.tokenizer) for token in tokens]
   series, eval_loss = _loss_series(workdir, restored.step, warnings)
-  lookup_table, projection_table = (np.asarray(table) for table in restored.model.scoring_tables())
+  lookup_table, projection_table = (np.asarray(table) for table in model.scoring_tables())
+  tables = {id(param): param[...].size for param in model.table_params()}  # one entry when tied
+  other_params = sum(leaf.size for leaf in jax.tree.leaves(nnx.state(model, nnx.Param))) - sum(tables.values())
   label = sources.get(facts.source).token_label if facts.tokenizer is None else facts.tokenizer.label
   sizes = frequency.bucket_sizes(facts.input_counts, facts.eval_input_counts)
   report = {
@@ -82,18 +85,17 @@ def inspect_run(workdir: str | pathlib.Path, step: int | str | None = None, toke
       **report_lib.build_report(
           lookup_table, projection_table, tied=bool(config.model.tied), source=facts.source,
           true_log_probs=facts.true_log_probs, lookup_total=provenance["lookup_total"],
-          projection_total=provenance["projection_total"], tokens=tokens, top_k=top_k, label=label, hidden=hidden,
-      ),
+          projection_total=provenance["projection_total"], tokens=tokens, top_k=top_k, label=label,
+          other_params=other_params, scores=model.scores_in_words(), d_model=int(model.d_model)),
       "undertrained": report_lib.undertrained_summary(
-          np.asarray(restored.model.tables()[0]), provenance["lookup_total"], provenance["projection_total"],
+          np.asarray(model.tables()[0]), provenance["lookup_total"], provenance["projection_total"],
           facts.input_counts, top_k, label=label),
       "warnings": warnings,
   }
   report["path_directions"] = report_lib.path_direction_summary(restored.path_directions, label=label)
   report["asymmetry"] = asymmetry.summary(facts, d_model=int(config.model.d_model))
-  if hidden == "linear":
-    report["asymmetry"]["hidden_map"] = asymmetry.hidden_map_summary(
-        np.asarray(restored.model.hidden_map.kernel[...]), lookup_table, projection_table)
+  if stats := model.hidden_stats():  # what the model's hidden function reports of itself
+    report["asymmetry"]["hidden_map"] = asymmetry.hidden_summary(stats, lookup_table, projection_table)
   if pictures:
     try:
       _draw(report, workdir, lookup_table, projection_table, facts, provenance, series)

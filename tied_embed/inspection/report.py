@@ -150,7 +150,7 @@ def path_cosines(lookup: np.ndarray, projection: np.ndarray) -> np.ndarray:
 
 def path_direction_summary(directions: dict[str, np.ndarray], label: Callable[[int], str] = str) -> dict[str, Any]:
   """Do the two paths pull a row the same way? Each tracked row's summed gradient through each path (the most
-  frequent rows, `tied_embed.core.step.TRACKED_ROWS`): {'rows': (K,), 'lookup': (K, D), 'projection': (K, D)} →
+  frequent rows, `tied_embed.train.run_step.TRACKED_ROWS`): {'rows': (K,), 'lookup': (K, D), 'projection': (K, D)} →
   {'rows': [{id, label, cosine, lookup_norm, projection_norm}], 'median_cosine'}. A cosine near 1: the row's two
   roles agree; near -1: they pull it apart; near 0: they act on unrelated directions."""
   cosines = path_cosines(directions["lookup"], directions["projection"])
@@ -190,11 +190,13 @@ def sample_after(scores: Callable[[list[int]], np.ndarray], prompt: list[int], n
   return drawn
 
 
-def parameter_summary(vocab_size: int, d_model: int, tied: bool, hidden: str = "none") -> dict[str, Any]:
-  """Table shape and the tied (V·D) vs untied (2·V·D) parameter counts (+ D² with a hidden map)."""
-  counts = param_counts(vocab_size, d_model, hidden)
-  return {"table_shape": [vocab_size, d_model], "tied": counts.tied, "untied": counts.untied, "saved": counts.saved,
-          "this_model": counts.tied if tied else counts.untied}
+def parameter_summary(vocab_size: int, d_model: int, tied: bool, other_params: int = 0) -> dict[str, Any]:
+  """Table shape and the tied (V·D) vs untied (2·V·D) parameter counts, each + `other_params` (the model's Params
+  beside its tables: a hidden map's D², a context mixer's)."""
+  counts = param_counts(vocab_size, d_model)
+  return {"table_shape": [vocab_size, d_model], "tied": counts.tied + other_params,
+          "untied": counts.untied + other_params, "saved": counts.saved,
+          "this_model": (counts.tied if tied else counts.untied) + other_params}
 
 
 def token_label(token: int, source: str) -> str:
@@ -205,13 +207,16 @@ def token_label(token: int, source: str) -> str:
 def build_report(lookup_table: np.ndarray, projection_table: np.ndarray, *, tied: bool, source: str,
                  true_log_probs: np.ndarray | LogProbRows, lookup_total: np.ndarray, projection_total: np.ndarray,
                  tokens: list[int], top_k: int, label: Callable[[int], str] | None = None,
-                 hidden: str = "none") -> dict[str, Any]:
+                 other_params: int = 0, scores: str | None = None, d_model: int | None = None) -> dict[str, Any]:
   """The table-dependent part of the report: tables (V, D), true_log_probs (V, V), totals (V,) → dict with keys
-  scores (what S = `lookup_table[ids] · projection_tableᵀ` is; with a hidden map W, pass E_in · W as the lookup
-  table), parameters, tokens (one entry per requested token, ids already checked to lie in [0, V)), fit, provenance.
+  scores (what S = `lookup_table[ids] · projection_tableᵀ` is: `scores`, the model's `scores_in_words`, else the
+  tables'; with a hidden map W, pass E_in · W as the lookup table), parameters (`parameter_summary`), tokens (one
+  entry per requested token, ids already checked to lie in [0, V)), fit, provenance.
   Only the rows shown of S and the true table are formed whole, the fit running over row blocks (`LogProbRows`):
-  memory grows with V·D and the rows shown, not V². `label(id)` names a token (default: as the source shows it)."""
-  vocab_size, d_model = np.shape(lookup_table)
+  memory grows with V·D and the rows shown, not V². `label(id)` names a token (default: as the source shows it);
+  `d_model`: the table's D where the scoring tables are wider (default: their width)."""
+  vocab_size, width = np.shape(lookup_table)
+  d_model = width if d_model is None else d_model  # a table's D, where the scoring tables carry more (a bias column)
   lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
   true_rows = true_log_probs if isinstance(true_log_probs, LogProbRows) else dense_rows(true_log_probs)
   label = label or sources.get(source).token_label
@@ -226,14 +231,11 @@ def build_report(lookup_table: np.ndarray, projection_table: np.ndarray, *, tied
   provenance = provenance_summary(lookup_total, projection_total, top_k)
   for entry in provenance["most_lookup"] + provenance["most_projection"]:
     entry["label"] = label(entry["id"])
-  if hidden == "linear":
-    scores = ("E·W·Eᵀ (tied table with a hidden map W: W's antisymmetric part lets S differ from Sᵀ)" if tied
-              else "input·W·outputᵀ (untied model with a hidden map W)")
-  else:
+  if scores is None:
     scores = "E·Eᵀ (tied table)" if tied else "input·outputᵀ (untied model: input and output tables differ)"
   return {
       "scores": scores,
-      "parameters": parameter_summary(vocab_size, d_model, tied, hidden),
+      "parameters": parameter_summary(vocab_size, d_model, tied, other_params),
       "tokens": token_entries,
       "fit": _fit_by_rows(lambda ids: (lookup[ids] @ projection.T, true_rows.rows(ids)), vocab_size),
       "provenance": provenance,

@@ -4,17 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tied_embed.util import printable
+
 _LIST_LIMIT = 20  # longer id lists are cut, with a count, so a big vocabulary doesn't flood the terminal
-
-
-def printable(text: str, keep: str = "") -> str:
-  """`text` as a terminal shows it without acting on it: each character it would act on (control characters, DEL,
-  C1 controls, bidirectional overrides) written as in a Python string literal (\\x1b, \\r, \\u202e), except those in
-  `keep` (e.g. a newline). Generated text and vocabulary pieces come from the training text: a sampled ESC would
-  otherwise start an escape sequence."""
-  if text.isprintable():
-    return text
-  return "".join(c if c in keep or c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
@@ -24,7 +16,8 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
   vocab_size, d_model = params["table_shape"]
   hidden = cfg.get("hidden", "none")
   hidden_map = f" hidden={hidden} λ={cfg.get('hidden_l2', 0.0):g}" if hidden != "none" else ""
-  extra = " + D²" if hidden == "linear" else ""  # the (D, D) map W beside the table(s)
+  other = params["tied"] - vocab_size * d_model  # the Params beside the table(s): a hidden map W's D², a mixer's
+  extra = "" if not other else " + D²" if other == d_model * d_model else f" + {other:,}"
   lines = [
       f"run      {report['workdir']}  step {report['step']} (checkpoints: {_ids(report['available_steps'])})",
       f"config   source={cfg['source']} V={vocab_size} D={d_model} {'tied' if cfg['tied'] else 'untied'}{hidden_map}"

@@ -1,4 +1,4 @@
-"""Orbax checkpoints of a run: WORKDIR/checkpoints/<step>/ with the train state (`TrainState`'s nnx.State as a pure
+"""Orbax checkpoints of a run: WORKDIR/checkpoints/<step>/ with the train state (`RunState`'s nnx.State as a pure
 dict), the config (JSON) and a manifest (JSON: array fingerprints, the config's checksum, the dataset's identity).
 
 Arrays are read straight into the shardings asked for, so a checkpoint written on one mesh restores on another. A
@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import inspect
 import json
 import logging
@@ -39,7 +38,7 @@ from orbax.checkpoint.checkpoint_managers import preservation_policy
 from tied_embed.core.model import Model
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.train.evaluation import Selection
-from tied_embed.util import RunStopped, UsageError, drop_unraisable, first_line, irregular_file
+from tied_embed.util import RunStopped, UsageError, drop_unraisable, first_line, irregular_file, json_sha256
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +73,6 @@ def fingerprint(state: nnx.State) -> dict[str, str]:
   values = np.asarray(jax.device_get(_fingerprints([leaf for _, leaf in flat])), np.uint32).reshape(-1, 2)
   return {"/".join(str(getattr(key, "key", key)) for key in path): f"{int(a):08x}{int(b):08x}"
           for (path, _), (a, b) in zip(flat, values, strict=True)}
-
-
-def config_checksum(config: dict) -> str:
-  return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
 class Damaged(Exception):
@@ -199,19 +194,14 @@ def _metrics_problems(workdir: str | pathlib.Path) -> list[tuple[int, Exception]
 def _check_regular(workdir: str | pathlib.Path, step: int) -> None:
   """Damaged unless every file of checkpoint `step` is a regular file: Orbax and TensorStore open them as they are,
   and a FIFO among them would be waited on for ever (a device read without end). Checked before Orbax opens any."""
-  if (found := irregular_file(checkpoint_dir(workdir) / str(step))) is not None:
-    raise Damaged(f"{found[0]} is {found[1]}, not a regular file")
+  if problem := irregular_file(checkpoint_dir(workdir) / str(step)):
+    raise Damaged(problem)
 
 
 def _irregular_steps(workdir: str | pathlib.Path) -> list[tuple[int, Exception]]:
   """[(step, Damaged)] of the checkpoints holding a file that is not a regular file (`_check_regular`)."""
-  problems = []
-  for step in available_steps(workdir):
-    try:
-      _check_regular(workdir, step)
-    except Damaged as error:
-      problems.append((step, error))
-  return problems
+  found = {step: irregular_file(checkpoint_dir(workdir) / str(step)) for step in available_steps(workdir)}
+  return [(step, Damaged(problem)) for step, problem in found.items() if problem]
 
 
 def _metrics_of(step: int, manifest: dict) -> dict[str, Any]:
@@ -237,7 +227,7 @@ def _read_config_and_manifest(manager: ocp.CheckpointManager, step: int) -> tupl
   """The config and manifest of checkpoint `step`, the config checked against the manifest's checksum."""
   items = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore(), manifest=ocp.args.JsonRestore()))
   config, manifest = dict(items.config), dict(items.manifest)
-  if config_checksum(config) != manifest.get("config_sha256"):
+  if json_sha256(config) != manifest.get("config_sha256"):
     raise Damaged("its config does not match the checksum in its manifest")
   return ml_collections.ConfigDict(config), manifest
 
@@ -270,7 +260,7 @@ class Checkpointer:
     with self._errors_as_write_failed():
       self._manager.wait_until_finished()  # a failure of the save before this one is reported as that save's
     config_dict = config.to_dict()
-    manifest = {"arrays": fingerprint(state), "config_sha256": config_checksum(config_dict), "dataset": dataset}
+    manifest = {"arrays": fingerprint(state), "config_sha256": json_sha256(config_dict), "dataset": dataset}
     if self.dataset_sha256:
       manifest["dataset_sha256"] = self.dataset_sha256
     metrics = None

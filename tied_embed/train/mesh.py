@@ -21,7 +21,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tied_embed.core import optim
 from tied_embed.core.model import build_model
-from tied_embed.core.step import TrainState
+from tied_embed.train.run_step import RunState
 from tied_embed.util import UsageError, require
 
 T = TypeVar("T")
@@ -84,21 +84,21 @@ def state_shardings(state: nnx.State, mesh: Mesh) -> Any:
   return jax.tree.map(sharding, state, is_leaf=lambda leaf: isinstance(leaf, nnx.Variable))
 
 
-def state_builder(config: ml_collections.ConfigDict) -> Callable[[], TrainState]:
-  """→ build(): a new TrainState (model and optimizer) of `config`, for `abstract_state` and `fresh_state`."""
+def state_builder(config: ml_collections.ConfigDict) -> Callable[[], RunState]:
+  """→ build(): a new RunState (model, optimizer, bookkeeping) of `config`, for `abstract_state` and `fresh_state`."""
   tx = optim.make_optimizer(config.train)
-  return lambda: TrainState(build_model(config), tx)
+  return lambda: RunState(build_model(config), tx)
 
 
-def abstract_state(build: Callable[[], TrainState], mesh: Mesh) -> tuple[nnx.GraphDef, nnx.State]:
-  """The graphdef and the shape/dtype/sharding-only state of the TrainState `build()` makes, on `mesh`."""
+def abstract_state(build: Callable[[], RunState], mesh: Mesh) -> tuple[nnx.GraphDef, nnx.State]:
+  """The graphdef and the shape/dtype/sharding-only state of the RunState `build()` makes, on `mesh`."""
   graphdef, shapes = nnx.split(nnx.eval_shape(build))
   return graphdef, jax.tree.map(lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
                                 shapes, state_shardings(shapes, mesh))
 
 
-def fresh_state(build: Callable[[], TrainState], target: nnx.State) -> nnx.State:
-  """A new TrainState's state, created directly in the shardings of `target` (`abstract_state`'s)."""
+def fresh_state(build: Callable[[], RunState], target: nnx.State) -> nnx.State:
+  """A new RunState's state, created directly in the shardings of `target` (`abstract_state`'s)."""
   shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
   return jax.jit(lambda: nnx.state(build()), out_shardings=shardings)()
 

@@ -1,4 +1,5 @@
-"""Stopping at a non-finite loss or gradient: the train step records the first bad step, the loop checks it."""
+"""Stopping at a non-finite loss or gradient: the train step records the first bad step
+(tied_embed/train/run_step.py), the loop checks it."""
 
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ def advice(config: Any | None) -> str:
   """What to change: model.hidden_l2 where the hidden map's penalty λ·‖W − I‖²_F is the suspect, else the learning
   rate. It is when 2λ·D² exceeds float32 (it overflows once W's entries have moved by one), or with plain SGD when
   λ · train.learning_rate >= 1 (a step on the penalty alone overshoots)."""
-  if config is None or config.model.get("hidden", "none") != "linear":
+  if config is None or not (l2 := float(config.model.get("hidden_l2", 0.0))):  # no penalty (only W may have one)
     return _LEARNING_RATE_ADVICE
-  l2, d_model = float(config.model.get("hidden_l2", 0.0)), int(config.model.d_model)
+  d_model = int(config.model.d_model)
   overflows = 2 * l2 * d_model * d_model >= FLOAT32_MAX
   overshoots = str(config.train.optimizer) == "sgd" and l2 * float(config.train.learning_rate) >= 1
   if not (overflows or overshoots):

@@ -25,12 +25,13 @@ from tied_embed import util
 from tied_embed.data import asymmetry, sources
 from tied_embed.data import bigram as data_lib
 from tied_embed.data import record as record_lib
-from tied_embed.fast import choose, compilation
+from tied_embed.fast import compilation
 from tied_embed.fast.kernels import in_use
 from tied_embed.train import checkpoint
 from tied_embed.train import config as config_lib
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.train import metrics as metrics_lib
+from tied_embed.train import run_step
 from tied_embed.train import signals as signals_lib
 from tied_embed.train.evaluation import Selection
 from tied_embed.util import UsageError, first_line
@@ -49,7 +50,7 @@ class OpenRun:
   data: data_lib.BigramData
   mesh: jax.sharding.Mesh
   graphdef: nnx.GraphDef
-  target: nnx.State  # the abstract state: the TrainState's shapes, dtypes and shardings
+  target: nnx.State  # the abstract state: the RunState's shapes, dtypes and shardings
   train_step: Callable[..., tuple[nnx.State, dict[str, Any]]]
   checkpointer: checkpoint.Checkpointer
   writer: Any  # `metrics_lib.make_writer`'s
@@ -95,17 +96,19 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
   selecting = data_lib.selection_fraction(config) > 0
   checkpointer = checkpoint.Checkpointer(workdir, int(config.train.keep_checkpoints), select=selecting)
   stack.enter_context(contextlib.closing(checkpointer))
-  train_step = choose.train_step_for(config, graphdef, target)
+  train_step = run_step.train_step_for(config, graphdef, target)
   if trains:
     # Compiled before the state exists, so the compiler's working memory and the state never add up (then the
     # compiler's freed memory goes back to the OS; jit reuses the programs).
-    batch = jax.ShapeDtypeStruct((int(config.train.batch_size),), jnp.int32, sharding=batch_sharding)
+    length = int(config.data.get("context_length", 1))  # the trainer's batches: (B,) pairs, or (B, L) windows
+    shape = (int(config.train.batch_size),) + ((length,) if length > 1 else ())
+    batch = jax.ShapeDtypeStruct(shape, jnp.int32, sharding=batch_sharding)
     compilation.compile_ahead(train_step, target, batch, batch)
   start, state, selection, manifest = _resume(config, build_state, target, checkpointer, dataset)
   data = mesh_lib.process_0_first(lambda: data_lib.load_bigram_data(config, workdir), "bigram dataset ready")
   _check_same_pairs(start, manifest, data, data_lib.split_files(config, workdir))
   checkpointer.dataset_sha256 = data.digests
-  if start == 0:  # the tracked rows (tied_embed.core.step.TRACKED_ROWS) are the most frequent train inputs
+  if start == 0:  # the tracked rows (tied_embed.train.run_step.TRACKED_ROWS) are the most frequent train inputs
     rows = state["tracked_rows"][...]
     most_frequent = np.argsort(-np.asarray(data.input_counts), kind="stable")[: rows.shape[0]].astype(np.int32)
     state["tracked_rows"][...] = jax.device_put(most_frequent, rows.sharding)

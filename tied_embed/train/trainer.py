@@ -47,7 +47,7 @@ class RunSummary:
   param_count: int
   loss_by_input_frequency: dict[str, float]  # {'rare': nats, ...}: eval loss per bucket that holds eval pairs
   train_seconds: float  # this invocation's training loop (after data loading), evals included
-  state: nnx.State  # the final TrainState's state, on the mesh
+  state: nnx.State  # the final RunState's state, on the mesh
   # With a selection split (else None, None, None, {}, None): the step with the lowest select/loss (its checkpoint
   # is kept: `tied-embed-inspect --step best`), that select/loss, the eval loss and every eval/* scalar there; and
   # select/loss at the final step.

@@ -1,0 +1,155 @@
+"""The step the trainer runs: the story's step (tied_embed/core/step.py) inside the run's bookkeeping.
+
+`RunState` is the story's `TrainState` and what a run keeps beside it: each row's accumulated path-gradient norms,
+the directions of a few tracked rows, the train-loss window, the first non-finite step. The jitted step takes and
+returns its `nnx.State`, so a checkpoint of it is everything a resumed run needs. `make_train_step` picks the paths
+and the update a config asks for (tied_embed/fast/choose.py) and keeps the gradient in a reused buffer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from tied_embed.core import paths as paths_lib
+from tied_embed.core import step as step_lib
+from tied_embed.core.model import Model
+from tied_embed.fast import choose
+from tied_embed.fast.kernels import fused_adamw
+
+if TYPE_CHECKING:
+  import ml_collections
+
+# apply_update(run_state, grads) → None, or a scalar finite exactly when everything the update wrote is.
+UpdateFn = Callable[["RunState", nnx.State], "jax.Array | None"]
+
+TRACKED_ROWS = 16  # rows whose accumulated gradient direction through each path is kept (the most frequent ones)
+
+
+class ProvenanceTotal(nnx.Variable):
+  """A (V,) running sum over steps of each row's gradient norm through one path."""
+
+
+class RunningMetric(nnx.Variable):
+  """A scalar the step carries from one step to the next: a running sum, a count or a marker step."""
+
+
+class PathDirections(nnx.Variable):
+  """For a few tracked rows: which rows (K,) int32, or the running sum of one path's gradient rows (K, D)."""
+
+
+class RunState(step_lib.TrainState):
+  """The model, its optimizer, the provenance totals and the running train metrics."""
+
+  def __init__(self, model: Model, tx: optax.GradientTransformation):
+    super().__init__(model, tx)
+    vocab_axis = {"out_sharding": ("vocab",), "eager_sharding": False}
+    self.lookup_total = ProvenanceTotal(jnp.zeros((model.vocab_size,), jnp.float32), **vocab_axis)
+    self.projection_total = ProvenanceTotal(jnp.zeros((model.vocab_size,), jnp.float32), **vocab_axis)
+    # the train losses since the last log step, summed and counted
+    self.train_loss_sum = RunningMetric(jnp.float32(0))
+    self.train_loss_count = RunningMetric(jnp.int32(0))
+    self.first_nonfinite_step = RunningMetric(jnp.int32(0))  # the first step with a non-finite loss or state; 0 if none
+    # the trainer picks the most frequent rows: does the lookup pull each the same way as the projection?
+    tracked = min(TRACKED_ROWS, model.vocab_size)
+    self.tracked_rows = PathDirections(jnp.arange(tracked, dtype=jnp.int32))
+    self.tracked_lookup = PathDirections(jnp.zeros((tracked, model.d_model), jnp.float32))
+    self.tracked_projection = PathDirections(jnp.zeros((tracked, model.d_model), jnp.float32))
+
+
+def all_finite(loss: jax.Array, state: nnx.State) -> jax.Array:
+  """Whether `loss` and every float array of `state` are finite: scalar bool.
+
+  A sum of |x| is finite exactly when every x is, unless the sum overflows, and XLA reads each array once for it,
+  where `isfinite(x).all()` writes and rereads a bool array the table's size. So the exact test runs only when
+  the sum is not finite: a non-finite value, or values near float32's limit. Arrays of one shape (a table and its
+  two optimizer moments) are summed as one reduction of |a| + |b| + |c|, which XLA:CPU runs faster than three."""
+  floats = [loss] + [leaf for leaf in jax.tree.leaves(state) if jnp.issubdtype(leaf.dtype, jnp.floating)]
+
+  def exact():
+    return jnp.all(jnp.stack([jnp.isfinite(leaf).all() for leaf in floats]))
+
+  by_shape: dict[tuple[int, ...], list[jax.Array]] = {}
+  for leaf in floats:
+    by_shape.setdefault(leaf.shape, []).append(jnp.abs(leaf).astype(jnp.float32))
+  total = sum(jnp.sum(sum(group)) for group in by_shape.values())
+  return jax.lax.cond(jnp.isfinite(total), lambda: jnp.bool_(True), exact)
+
+
+def optimizer_update(run_state: RunState, grads: nnx.State) -> None:
+  """Applies the Params' gradients with the state's optimizer (optax, through nnx.Optimizer); checks nothing."""
+  run_state.optimizer.update(run_state.model, grads)
+
+
+def make_step_function(graphdef: nnx.GraphDef, paths_fn: step_lib.PathsFn = paths_lib.path_gradients, *,
+                       apply_update: UpdateFn = optimizer_update, **options) -> step_lib.StepFunction:
+  """step(state, ids, next_ids (B,) pairs or (B, L) windows, with_stats=False) → (new state, metrics, grads), to be
+  jitted: `step_lib.gradients(..., **options)`, the path totals and tracked rows, the update by `apply_update`
+  (`UpdateFn`: the optimizer's own, or the same arithmetic faster, tied_embed/fast/kernels, checking what it
+  writes), the train-loss window and the non-finite marker.
+
+  metrics: `step_lib.gradients`'s, and on log steps 'train_loss' (the mean loss since the previous log step, whose
+  window it then empties). A non-finite loss or new state is recorded in `first_nonfinite_step` (the loop checks it
+  where it syncs anyway), so a state that passes is safe to save."""
+
+  def step(state: nnx.State, ids: jax.Array, next_ids: jax.Array, with_stats: bool = False):
+    run_state = nnx.merge(graphdef, state)
+    paths, grads, metrics = step_lib.gradients(run_state.model, ids, next_ids, paths_fn, with_stats=with_stats,
+                                               **options)
+    loss, tracked = paths.loss, run_state.tracked_rows[...]
+    run_state.projection_total[...] += paths_lib.row_norms(paths.projection)
+    run_state.tracked_projection[...] += paths.projection[tracked]
+    run_state.lookup_total[...] += paths.lookup_row_norms()
+    run_state.tracked_lookup[...] += paths.lookup_at(tracked)
+    written_check = apply_update(run_state, grads)
+
+    run_state.train_loss_sum[...] += loss
+    run_state.train_loss_count[...] += 1
+    if with_stats:
+      metrics["train_loss"] = run_state.train_loss_sum[...] / run_state.train_loss_count[...]
+      run_state.train_loss_sum[...] = jnp.zeros_like(run_state.train_loss_sum[...])
+      run_state.train_loss_count[...] = jnp.zeros_like(run_state.train_loss_count[...])
+
+    first_bad = run_state.first_nonfinite_step[...]
+    if written_check is None:
+      finite = all_finite(loss, nnx.state(run_state))
+    else:  # the update checked the Params and the optimizer state as it wrote them
+      rest = nnx.state(run_state, nnx.Not(nnx.Any(nnx.Param, nnx.OptState)))
+      finite = all_finite(loss, rest) & jnp.isfinite(written_check)
+    done = run_state.optimizer.step[...].astype(jnp.int32)
+    run_state.first_nonfinite_step[...] = jnp.where((first_bad == 0) & ~finite, done, first_bad)
+    return nnx.state(run_state), metrics, grads
+
+  return step
+
+
+def make_train_step(graphdef: nnx.GraphDef, chunk_size: int, state_shardings=None, lookup_grad_scale: float = 1.0,
+                    projection_grad_scale: float = 1.0, compute_dtype: str = "float32", split_check: int | None = None,
+                    train_config: ml_collections.ConfigDict | None = None) -> step_lib.TrainStep:
+  """The train step these settings pick. `split_check`: `choose.split_check_tokens`'s pairs (None: the whole batch);
+  `train_config`: the config's `train` section (AdamW on one device updates on its fused kernel where it pays off)."""
+  one_device = choose.mesh_devices(state_shardings) == 1
+  fused = train_config is not None and train_config.optimizer == "adamw" and one_device
+  paths_fn = choose.paths_function(chunk_size, compute_dtype, choose.data_shards(state_shardings), one_device)
+  update = fused_adamw.make_update(train_config) if fused else optimizer_update
+  step_fn = make_step_function(graphdef, paths_fn, lookup_grad_scale=lookup_grad_scale,
+                               projection_grad_scale=projection_grad_scale, split_check_tokens=split_check,
+                               apply_update=update)
+  return choose.StepWithGradientBuffer(graphdef, step_fn, state_shardings)
+
+
+def train_step_for(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef, target: nnx.State) -> step_lib.TrainStep:
+  """The train step `config` asks for, for the state `target` (abstract arrays with their shardings)."""
+  train, shardings = config.train, jax.tree.map(lambda leaf: leaf.sharding, target)
+  # A window of L tokens has (L, V) logits: the check's rows are windows, each as wide as L pairs.
+  length = int(config.data.get("context_length", 1))
+  split_check = choose.split_check_tokens(int(train.batch_size), int(config.model.vocab_size) * length,
+                                          choose.data_shards(shardings))
+  return make_train_step(
+      graphdef, int(config.loss.chunk_size), shardings, lookup_grad_scale=float(train.lookup_grad_scale),
+      projection_grad_scale=float(train.projection_grad_scale), compute_dtype=str(config.model.dtype),
+      split_check=split_check, train_config=train)
