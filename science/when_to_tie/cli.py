@@ -71,7 +71,7 @@ def _parser() -> _Parser:
     parser.add_argument(f"--{name}-steps", type=int, default=plan.max_steps,
                         help=f"at most this many steps per {name} run (default {plan.max_steps})")
   parser.add_argument("--fractions", default=",".join(f"{f:g}" for f in FRACTIONS),
-                      help="comma-separated train data sizes in (0, 1] (default: all five)")
+                      help=f"comma-separated train data sizes in (0, 1] (default: {','.join(f'{f:g}' for f in FRACTIONS)})")
   parser.add_argument("--from-json", default="",
                       help="train nothing: rewrite the tables, plot (and with --write-docs the docs) from this JSON")
   parser.add_argument("--convergence-factor", type=int, default=CONVERGENCE_FACTOR,
