@@ -54,6 +54,20 @@ def test_the_step_with_path_scales_updates_by_the_weighted_sum_and_checks_the_un
   np.testing.assert_allclose(trained.model.embedding[...], table - weighted, rtol=1e-5, atol=1e-6)
 
 
+def test_the_jitted_train_step_passes_its_step_options_and_is_a_plain_step_unless_asked():
+  """make_train_step hands its options (the path scales) to the step, and a call without with_stats is the plain
+  step: its metrics are the loss alone, no split check."""
+  table, ids, next_ids = small_problem()
+  graphdef, state = _sgd_state(table)
+  step = step_lib.make_train_step(graphdef, lookup_grad_scale=2.0, projection_grad_scale=0.5)
+  new_state, metrics = step(state, jnp.asarray(ids), jnp.asarray(next_ids))
+  assert set(metrics) == {"loss"}
+  lookup, projection = hand_path_gradients(table, table, ids, next_ids)
+  trained = nnx.merge(graphdef, new_state)  # sgd at learning rate 1: the old table less 2·lookup + 0.5·projection
+  np.testing.assert_allclose(trained.model.embedding[...], table - (2.0 * lookup + 0.5 * projection), rtol=1e-5,
+                             atol=1e-6)
+
+
 def _train(optimizer="adamw", learning_rate=0.1, weight_decay=0.0, grad_clip_norm=0.0, warmup_steps=0,
            num_steps=10):
   return ml_collections.ConfigDict(dict(optimizer=optimizer, learning_rate=learning_rate, weight_decay=weight_decay,
