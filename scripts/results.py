@@ -205,63 +205,92 @@ def subword_section(rows: list[dict], measured_on: str, date: str, load: str) ->
   return textwrap.fill(note, width=120, break_on_hyphens=False) + "\n\n" + "\n".join(lines)
 
 
-def kneser_ney_row(data_dir: pathlib.Path) -> dict:
-  """The interpolated Kneser-Ney count bigram of the context rows' dataset, tuned as the trainer's add-k count model
-  is (`count_bigram.count_bigram_loss`): its discount chosen on the last HELD_OUT_FRACTION of the train pairs with
-  the rest fitted, then fitted on all of them and scored on the validation pairs every row scores (plain NumPy)."""
+NGRAM_ORDERS = tuple(range(2, 9))  # the n-grams tried for the transformer's context (its gains flatten by 8)
+
+
+def kneser_ney_rows(data_dir: pathlib.Path) -> dict[str, dict]:
+  """The interpolated Kneser-Ney count models of the context rows' dataset (science/kneser_ney.py), each tuned as the
+  trainer's add-k count model is (`count_bigram.count_bigram_loss`): discount (and order) chosen on the last
+  HELD_OUT_FRACTION of the train pairs with the rest fitted, then fitted on all of them and scored on the validation
+  pairs every row scores, from the context each row's model sees (windows of L): → {"bigram", "mlp", "transformer":
+  {"order", "discount", "eval/loss"}}: the bigram, the MLP's order (its k tokens and the next), and the order of
+  NGRAM_ORDERS chosen there for the transformer (which sees its whole window)."""
+  from science import kneser_ney  # noqa: PLC0415
   from tied_embed.data import bigram as data_lib  # noqa: PLC0415
-  from tied_embed.data.text import count_bigram  # noqa: PLC0415
   from tied_embed.train.config_file import load_config_file  # noqa: PLC0415
 
   config = load_config_file(str(ROOT / CONTEXT_MLP))
   config.data.data_dir = str(data_dir)
   data = data_lib.load_bigram_data(config, RESULTS_DIR / "context_kneser_ney")
-  ids, next_ids, vocab_size = data.train_ids, data.train_next, data.vocab_size
-  cut = len(ids) - max(int(len(ids) * count_bigram.HELD_OUT_FRACTION), 1)
-  discount = count_bigram.best_discount(count_bigram.PairCounts.of(ids[:cut], next_ids[:cut], vocab_size),
-                                        ids[cut:], next_ids[cut:])
-  fit = count_bigram.PairCounts.of(ids, next_ids, vocab_size)
-  return {"discount": discount, "eval/loss": count_bigram.kneser_ney_loss(fit, data.eval_ids, data.eval_next, discount)}
+  window = data.context_length
+  found = {}
+  for key, orders in (("bigram", (2,)), ("mlp", (int(config.model.context_k) + 1,)), ("transformer", NGRAM_ORDERS)):
+    counts, discount = kneser_ney.held_out_fit(data.train_ids, data.train_next, data.train_document_ends, orders,
+                                               window, data.vocab_size)
+    loss = counts.loss(data.eval_ids, data.eval_next, data.eval_document_ends, window, discount)
+    found[key] = {"order": counts.order, "discount": discount, "eval/loss": loss}
+  return found
 
 
-def context_section(rows: list[dict], kneser_ney: dict, measured_on: str, date: str, load: str) -> str:
-  """The CONTEXT block: each row's final eval loss and its margin over the Kneser-Ney count bigram, then the count
-  models and the floor, under a note naming the machine, the date, the load and the configs' fields."""
+def context_section(rows: list[dict], kneser_ney: dict[str, dict], measured_on: str, date: str, load: str) -> str:
+  """The CONTEXT block: each row's final eval loss and its margins over the Kneser-Ney count bigram and over the
+  Kneser-Ney n-gram of its own context, then the count models and the floor, under a note naming the machine, the
+  date, the load and the configs' fields."""
+  bigram, mlp, transformer = kneser_ney["bigram"], kneser_ney["mlp"], kneser_ney["transformer"]
   note = (f"Measured by `scripts/results.py --context` on {measured_on}; {date}; load average {load} at the start. "
           f"Every row trains on one dataset, {CONTEXT_MLP}'s ({config_fields(CONTEXT_MLP, CONTEXT_FIELDS)}; Vim's "
           "help files, SentencePiece, split by whole files), and scores the same validation pairs; the bigram rows "
-          "are that config with model.context=none. Kneser-Ney: the interpolated count bigram of the same train "
-          f"pairs, its discount ({kneser_ney['discount']:g}) chosen as add-k's k is, on the last part of the train pairs.")
-  lines = ["| run | final eval loss | − Kneser-Ney bigram | wall |", "|---|---|---|---|"]
+          "are that config with model.context=none. Kneser-Ney: interpolated, counted on the same train documents "
+          "and scoring each validation pair from the tokens its model sees (science/kneser_ney.py), its discount "
+          f"(bigram {bigram['discount']:g}, {mlp['order']}-gram {mlp['discount']:g}, {transformer['order']}-gram "
+          f"{transformer['discount']:g}) chosen as add-k's k is, on the last part of the train pairs; the "
+          f"transformer's order too, among {NGRAM_ORDERS[0]}–{NGRAM_ORDERS[-1]}.")
+  own = {"bigram": bigram, "context MLP": mlp, "context transformer": transformer}
+  lines = ["| run | final eval loss | − Kneser-Ney bigram | − Kneser-Ney of its context | wall |",
+           "|---|---|---|---|---|"]
   for row in rows:
-    lines.append(f"| {row['name']} | {row['eval/loss']:.4f} | {row['eval/loss'] - kneser_ney['eval/loss']:+.4f} "
-                 f"| {row['wall']:.0f} s |")
+    same = own[row["name"].split(",")[0]]
+    lines.append(f"| {row['name']} | {row['eval/loss']:.4f} | {row['eval/loss'] - bigram['eval/loss']:+.4f} "
+                 f"| {row['eval/loss'] - same['eval/loss']:+.4f} ({same['order']}-gram) | {row['wall']:.0f} s |")
   first = rows[0]
-  lines.append(f"| count bigram, Kneser-Ney | {kneser_ney['eval/loss']:.4f} | 0 | |")
+  lines.append(f"| count bigram, Kneser-Ney | {bigram['eval/loss']:.4f} | 0 | | |")
+  lines.append(f"| count {mlp['order']}-gram, Kneser-Ney (the MLP's context) | {mlp['eval/loss']:.4f} "
+               f"| {mlp['eval/loss'] - bigram['eval/loss']:+.4f} | | |")
+  lines.append(f"| count {transformer['order']}-gram, Kneser-Ney (for the transformer's context) "
+               f"| {transformer['eval/loss']:.4f} | {transformer['eval/loss'] - bigram['eval/loss']:+.4f} | | |")
   lines.append(f"| count bigram, add-k (`eval/count_bigram_loss`) | {first['eval/count_bigram_loss']:.4f} "
-               f"| {first['eval/count_bigram_loss'] - kneser_ney['eval/loss']:+.4f} | |")
+               f"| {first['eval/count_bigram_loss'] - bigram['eval/loss']:+.4f} | | |")
   lines.append(f"| bigram entropy of validation (`eval/loss_floor`, a bigram's floor) | {first['eval/loss_floor']:.4f} "
-               "| | |")
+               "| | | |")
   return textwrap.fill(note, width=120, break_on_hyphens=False) + "\n\n" + "\n".join(lines)
 
 
-def context_line(rows: list[dict], kneser_ney: dict, measured_on: str, date: str) -> str:
+def context_line(rows: list[dict], kneser_ney: dict[str, dict], measured_on: str, date: str) -> str:
   """The README's takeaway, a list item wrapped at 120 characters: the tied context models' eval loss against the
-  stronger count bigram's (Kneser-Ney or add-k, whichever is lower; its headline says whether both tied context
-  models are below it), the untied forms' beside them."""
+  stronger count bigram's (Kneser-Ney or add-k, whichever is lower) and against the Kneser-Ney n-gram of each one's
+  own context; its headline says which of them both tied context models are below; the untied forms beside them."""
   loss = {row["name"]: row["eval/loss"] for row in rows}
-  counts = {"Kneser-Ney": kneser_ney["eval/loss"], "add-k": rows[0]["eval/count_bigram_loss"]}
+  counts = {"Kneser-Ney": kneser_ney["bigram"]["eval/loss"], "add-k": rows[0]["eval/count_bigram_loss"]}
   strongest = min(counts, key=counts.get)
   count = counts[strongest]
+  mlp, transformer = kneser_ney["mlp"], kneser_ney["transformer"]
   beats = all(loss[f"{key}, tied"] < count for key in ("context MLP", "context transformer"))
-  head = ("With context between its two uses, a tied table beats the strongest count bigram." if beats else
-          "With context between its two uses, a tied table does not yet beat the strongest count bigram.")
+  beats_own = (loss["context MLP, tied"] < mlp["eval/loss"]
+               and loss["context transformer, tied"] < transformer["eval/loss"])
+  if beats and beats_own:
+    head = "With context between its two uses, a tied table beats the count n-gram of the same context."
+  elif beats:
+    head = ("With context between its two uses, a tied table beats the strongest count bigram, but not yet the "
+            "count n-gram of the same context.")
+  else:
+    head = "With context between its two uses, a tied table does not yet beat the strongest count bigram."
   text = (f"- **{head}** On Vim's help files a tied MLP over the previous tokens scores {loss['context MLP, tied']:.3f}"
           f" nats and a tied 2-block transformer {loss['context transformer, tied']:.3f} (untied: "
           f"{loss['context MLP, untied']:.3f}, {loss['context transformer, untied']:.3f}) against the {strongest} "
-          f"count bigram's {count:.3f} and the tied bigram model's {loss['bigram, tied']:.3f} "
-          f"({measured_on.split(',')[0]}, {date}; [docs/results.md](docs/results.md#context-models), "
-          "[docs/models.md](docs/models.md)).")
+          f"count bigram's {count:.3f}, the Kneser-Ney {mlp['order']}-gram's {mlp['eval/loss']:.3f} (the MLP's "
+          f"context) and {transformer['order']}-gram's {transformer['eval/loss']:.3f}, and the tied bigram model's "
+          f"{loss['bigram, tied']:.3f} ({measured_on.split(',')[0]}, {date}; "
+          "[docs/results.md](docs/results.md#context-models), [docs/models.md](docs/models.md)).")
   return textwrap.fill(text, width=120, subsequent_indent="  ", break_on_hyphens=False)
 
 
@@ -393,7 +422,7 @@ def _context(write_docs: bool, reuse: bool = False) -> None:
     for row in rows:  # the block's note, for --reuse
       record = row_workdir(row["name"]) / ROW_RECORD
       record.write_text(json.dumps({**json.loads(record.read_text()), "load": load, "date": date}, indent=1) + "\n")
-  kneser_ney = kneser_ney_row(data_dir)
+  kneser_ney = kneser_ney_rows(data_dir)
   measured_on = machine()
   text = context_section(rows, kneser_ney, measured_on, date, load)
   line = context_line(rows, kneser_ney, measured_on, date)

@@ -61,6 +61,7 @@ class BigramData:
   # pairs inside one train document, and where the validation and selection pairs' documents end (None: one).
   context_length: int = 1
   train_starts: np.ndarray | None = None  # (W,) int64
+  train_document_ends: np.ndarray | None = None  # where the train pairs' documents end (None: one)
   eval_document_ends: np.ndarray | None = None
   select_document_ends: np.ndarray | None = None
 
@@ -368,7 +369,9 @@ def _bigram_data(bc: BigramConfig, splits: dict[str, Any], fraction: float, held
       raise UsageError.bad_value("data.context_length", length, f"at most the longest train document's pairs (of "
                                  f"the {used:,} pairs trained on, none lies in a window of {length})")
     select_ends = None if train_ends is None else np.asarray(train_ends, np.int64)[train_ends > kept] - kept
+    train_document_ends = None if train_ends is None else np.asarray(train_ends, np.int64)[train_ends <= used]
     windows = dict(context_length=length, train_starts=starts, select_document_ends=select_ends,
+                   train_document_ends=train_document_ends,
                    eval_document_ends=splits.get(f"{DOCUMENT_ENDS}_validation"))
   return BigramData(
       source=bc.source, vocab_size=vocab_size, train_ids=train_ids[:used], train_next=train_next[:used],
