@@ -127,6 +127,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
   bad = [f for f in args.fraction_list if not 0 < f <= 1]
   if bad:
     raise UsageError(f"--fractions={args.fractions!r}: {bad[0]:g} is not in (0, 1]")
+  other = None if args.from_json else other_block(out / "when_to_tie.json", args.chosen, args.families)
+  if other:
+    raise UsageError(f"--out={args.out}: it holds the report of {other}, which this sweep would replace: "
+                     "use one --out per (corpus, family) block")
   problem = checks.link_problem(out, [out / f"when_to_tie.{suffix}" for suffix in report.SUFFIXES]
                                 + [out / FINISHED, out / "jax_cache"]
                                 + [out / folder / name for folder in ("runs", "data") for name in args.chosen])
@@ -135,6 +139,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
   args.results = read_results(args.from_json) if args.from_json else None
   args.available = corpora(args.quick, args.subword_corpus)
   return args
+
+
+def other_block(written: pathlib.Path, chosen: list[str], families: tuple[str, ...]) -> str:
+  """The block (`--corpora=… --family=…`) whose report `written` holds where it is not the one asked for; '' where
+  there is none, it is the same block (a rerun or a resume), or the file is not a sweep's report."""
+  try:
+    results = json.loads(written.read_bytes())
+    theirs = (sorted(results["corpora"]), sorted(results.get("families", ["bigram"])))
+  except (OSError, ValueError, KeyError, TypeError):
+    return ""
+  if theirs == (sorted(chosen), sorted(families)):
+    return ""
+  return f"--corpora={','.join(theirs[0])} --family={','.join(theirs[1])}"
 
 
 def read_results(path: str) -> dict[str, Any]:

@@ -47,3 +47,19 @@ def test_out_that_is_a_file_is_refused_by_the_script(tmp_path):
   (line,) = done.stderr.splitlines()
   assert line.startswith("error: --out=") and str(taken) in line and "not a directory" in line
   assert taken.read_text() == "not a directory\n" and sorted(tmp_path.iterdir()) == [taken]
+
+
+def test_a_sweep_refuses_an_out_holding_another_blocks_report_and_accepts_its_own(tmp_path, capsys):
+  out = tmp_path / "out"
+  out.mkdir()
+  report = out / "when_to_tie.json"
+  report.write_text('{"families": ["bigram"], "corpora": {"bytes": {}}}')
+  with pytest.raises(SystemExit) as exited:
+    cli.main(["--corpora=bytes", "--family=controls", "--out", str(out)])
+  assert exited.value.code == 2
+  (line,) = capsys.readouterr().err.splitlines()
+  assert line.startswith(f"error: --out={out}: it holds the report of --corpora=bytes --family=bigram,"), line
+  assert sorted(path.name for path in out.iterdir()) == ["when_to_tie.json"]
+  assert cli.other_block(report, ["bytes"], ("bigram",)) == ""  # the same block: a rerun or a resume
+  assert cli.other_block(report, ["subword"], ("bigram",)) == "--corpora=bytes --family=bigram"
+  assert cli.other_block(out / "absent.json", ["bytes"], ("controls",)) == ""
