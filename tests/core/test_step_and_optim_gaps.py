@@ -68,6 +68,20 @@ def test_the_jitted_train_step_passes_its_step_options_and_is_a_plain_step_unles
                              atol=1e-6)
 
 
+def test_the_jitted_train_step_pins_its_new_state_to_the_shardings_it_is_given():
+  """With `state_shardings` the compiled step's new state has exactly those shardings (on a 1-device mesh they are
+  NamedShardings, where an unpinned step's come out as SingleDeviceShardings); without, nothing is pinned."""
+  table, ids, next_ids = small_problem()
+  graphdef, state = _sgd_state(table)
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
+  shardings = jax.tree.map(lambda leaf: jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()), state)
+  batch = (jnp.asarray(ids), jnp.asarray(next_ids))
+  pinned = step_lib.make_train_step(graphdef, state_shardings=shardings).lower(state, *batch).compile()
+  assert jax.tree.leaves(pinned.output_shardings[0]) == jax.tree.leaves(shardings)
+  free = step_lib.make_train_step(graphdef).lower(state, *batch).compile()
+  assert not any(isinstance(sharding, jax.sharding.NamedSharding) for sharding in jax.tree.leaves(free.output_shardings))
+
+
 def _train(optimizer="adamw", learning_rate=0.1, weight_decay=0.0, grad_clip_norm=0.0, warmup_steps=0,
            num_steps=10):
   return ml_collections.ConfigDict(dict(optimizer=optimizer, learning_rate=learning_rate, weight_decay=weight_decay,
