@@ -14,21 +14,30 @@ from tied_embed.entrypoint import _memory_bytes
 TOO_BIG = [(2**30, 2**30), (2**31 - 1, 2**29), (2**40, 2**20), (2**30, 2**29)]  # (V, D)
 
 
-@pytest.mark.parametrize("vocab_size,d_model", TOO_BIG)
-def test_impossible_table_raises_value_error_in_a_live_interpreter(vocab_size, d_model):
-  """In a subprocess, so an abort (SIGABRT, exit 134) shows as a failure rather than ending pytest."""
+@pytest.fixture(scope="module")
+def live_interpreter() -> subprocess.CompletedProcess:
+  """Every TOO_BIG call in one subprocess, so an abort (SIGABRT, exit 134) shows as a failure rather than ending
+  pytest; each call's output follows its own `case V D` line."""
   script = textwrap.dedent(f"""
       from tied_embed import tied_io_embed
-      try:
-        tied_io_embed(0, [1.0], {vocab_size}, {d_model})
-      except ValueError as error:
-        print("ValueError:", error)
+      for vocab_size, d_model in {TOO_BIG!r}:
+        print("case", vocab_size, d_model, flush=True)
+        try:
+          tied_io_embed(0, [1.0], vocab_size, d_model)
+        except ValueError as error:
+          print("ValueError:", error, flush=True)
       """)
-  done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+  return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("vocab_size,d_model", TOO_BIG)
+def test_impossible_table_raises_value_error_in_a_live_interpreter(live_interpreter, vocab_size, d_model):
+  done = live_interpreter
   assert done.returncode == 0, done.stderr[-2000:]
+  said = done.stdout.split(f"case {vocab_size} {d_model}\n", 1)[1].split("case ", 1)[0]  # this call's output alone
   needed = 4 * (vocab_size * d_model + vocab_size)  # float32 (V, D) table and (1, V) logits, by hand
-  assert f"ValueError: vocab_size={vocab_size}, d_model={d_model} is not allowed" in done.stdout
-  assert f"need {needed:,} bytes" in done.stdout
+  assert f"ValueError: vocab_size={vocab_size}, d_model={d_model} is not allowed" in said
+  assert f"need {needed:,} bytes" in said
 
 
 def test_limit_counts_the_logits_too():

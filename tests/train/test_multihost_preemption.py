@@ -1,4 +1,6 @@
-"""A SIGTERM that reaches only one host of a two-process run stops both, at the same step, with a checkpoint.
+"""A SIGTERM that reaches only one host of a two-process run stops both, at the same step, with a checkpoint; the
+rerun finishes, and the two processes (4 CPU devices each, one 4x2 mesh, through train.py and jax.distributed) end at
+the 1-device parameters, with only process 0 logging and each process writing its own shards.
 
 Unless the processes agree on stopping (preemption.StopSignals.agreed), the signalled host would leave the loop
 alone and the other would wait forever in the next collective. The signal is delivered through tests/fault_run.py, which
@@ -79,6 +81,7 @@ def test_sigterm_to_one_host_stops_both_at_its_next_sync_step_and_the_rerun_fini
   assert codes == [128 + signal.SIGTERM] * 2, (codes, _tails(errors))
   assert all("Stopped at step 30 after saving its checkpoint" in e for e in errors), _tails(errors)
   assert checkpoint.available_steps(workdir) == [20, 30]
+  assert len(list(workdir.glob("events.out.tfevents.*"))) == 1  # process 0 alone logs
   assert {p.name for p in (checkpoint.checkpoint_dir(workdir) / "30" / "state").glob("ocdbt.process_*")} == {
       "ocdbt.process_0", "ocdbt.process_1"}  # both hosts saved their shards of step 30
 
@@ -88,6 +91,9 @@ def test_sigterm_to_one_host_stops_both_at_its_next_sync_step_and_the_rerun_fini
   codes, errors = _outcome(processes, logs)
   assert codes == [0, 0], _tails(errors)
   assert all("Resuming from the checkpoint at step 30." in e for e in errors), _tails(errors)
+  assert len(list(workdir.glob("events.out.tfevents.*"))) == 2  # process 0's file of each run, none of process 1's
+  assert {p.name for p in (checkpoint.checkpoint_dir(workdir) / "60" / "state").glob("ocdbt.process_*")} == {
+      "ocdbt.process_0", "ocdbt.process_1"}  # each process wrote its own shards
   restored = checkpoint.restore(workdir)
   assert restored.step == 60
   assert_close(restored.model.embedding[...], smoke_run.summary.state["model"]["embedding"][...])
