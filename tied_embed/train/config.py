@@ -265,15 +265,13 @@ def validate(config: Any, num_devices: int | None = None, memory_bytes: int | No
 
 
 def _check_context(config: Any) -> None:
-  """The model fields against each other: a context model reads windows, heads divide D, an output bias is scored
-  in float32, windows need a source whose pairs follow one another in a token stream."""
+  """The model fields against each other: a context model reads windows, heads divide D, windows need a source
+  whose pairs follow one another in a token stream."""
   model, length = config.model, config.data.context_length
   require(model.context == "none" or length >= 2, "data.context_length", length,
           f"at least 2 with model.context={model.context!r} (a window of one token has no context to mix)")
   require(model.context != "transformer" or model.d_model % model.heads == 0, "model.heads", model.heads,
           f"a divisor of model.d_model={model.d_model} (each head reads D / heads of every row)")
-  require(not model.get("output_bias", False) or model.dtype == "float32", "model.output_bias", True,
-          f"False with model.dtype={model.dtype!r} (its evaluation scores h·Eᵀ on the tables alone, without b)")
   require(length == 1 or config.data.get("source") not in sources.SYNTHETIC_SOURCES, "data.context_length", length,
           f"1 with data.source={config.data.get('source')!r} (its pairs are drawn independently: no token stream to "
           "cut windows from)")

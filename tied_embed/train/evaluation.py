@@ -32,13 +32,15 @@ def _eval_losses(graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str, st
     if compute_dtype == "float32":
       return loss_lib.per_token_losses(model, token[None], next_token[None])[0]
     hidden = model.hidden(model.embed(token[None]))
-    if token.ndim == 0:  # a pair
-      return chunked_loss.full_cross_entropy(hidden, model.tables()[1], next_token[None], compute_dtype)
+    # The model's own score operands (H, B), logits = H · Bᵀ, so a model that adds to the scores is scored with it.
+    hidden, table = model.score_operands(hidden.reshape(-1, hidden.shape[-1]), model.tables()[1])
+    if token.ndim == 0:  # a pair: hidden (1, D')
+      return chunked_loss.full_cross_entropy(hidden, table, next_token[None], compute_dtype)
 
-    def position(row: jax.Array, target: jax.Array) -> jax.Array:  # one position of a window: (D,), () → ()
-      return chunked_loss.full_cross_entropy(row[None], model.tables()[1], target[None], compute_dtype)
+    def position(row: jax.Array, target: jax.Array) -> jax.Array:  # one position of a window: (D',), () → ()
+      return chunked_loss.full_cross_entropy(row[None], table, target[None], compute_dtype)
 
-    return jax.vmap(position)(hidden[0], next_token)
+    return jax.vmap(position)(hidden, next_token)
 
   if chunk_size <= 0:
     return jax.vmap(one)((ids, next_ids))
