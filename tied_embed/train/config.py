@@ -322,13 +322,10 @@ class MemoryTerm(NamedTuple):
 
 
 def memory_estimate(config: ml_collections.ConfigDict, settings: dict[str, Any] | None = None) -> list[MemoryTerm]:
-  """The memory a run of a valid config needs on one host, as named terms (bytes; float32 = 4): the (V, D) tables
-  6 times (the parameter, two Adam moments, the gradient and its lookup and projection parts); a synthetic task's
-  hidden table (float64); the train logits 3 times (the logits, their exponentials and gradient); the hidden vectors
-  twice (the looked-up rows and their gradient); the eval logits twice (the logits and their exponentials); and the
-  dataset, 32 bytes per train or validation pair (while generating, the int32 pair, a float64 uniform draw and an
-  int64 sort order; then the int32 pair loaded). Not counted: (V, V) tables (the sources compute them a few MB at a
-  time); every array is counted whole, as if unsharded. `settings`: `Source.settings(config)`, computed if not given."""
+  """A valid config's memory on one host as named terms (bytes): the (V, D) tables 6 times (the parameter, two Adam
+  moments, the gradient and its two paths); a synthetic task's float64 hidden table; the train logits 3 times; the
+  hidden vectors twice; the eval logits twice; 32 bytes per train or validation pair while generating. (V, V) tables
+  (computed a few MB at a time) and sharding are not counted. `settings`: `Source.settings(config)` if not given."""
   vocab_size, d_model = int(config.model.vocab_size), int(config.model.d_model)
   batch_size, eval_batch_size = int(config.train.batch_size), int(config.train.eval_batch_size)
   chunk_size, num_tables = int(config.loss.chunk_size), 1 if config.model.tied else 2
