@@ -5,7 +5,7 @@ mu, nu and p once (at GPT-2's shape 25 ms, not 64 ms, of a 780 ms step; benchmar
 optax.adamw's after the project's clip, the scalars computed in JAX as optax does:
 
     g' = g · s,  s = min(1, max_norm / ‖g‖);   mu = (1 − b1)·g' + b1·mu,   nu = (1 − b2)·g'² + b2·nu
-|    p  = p − lr(t)·((mu · c1) / (sqrt(nu · c2) + eps) + wd·p),   c1 = 1 / (1 − b1^(t+1)), c2 = 1 / (1 − b2^(t+1))
+    p  = p − lr(t)·((mu · c1) / (sqrt(nu · c2) + eps) + wd·p),   c1 = 1 / (1 − b1^(t+1)), c2 = 1 / (1 − b2^(t+1))
 
 optax's results up to float rounding (tests/fast/test_kernels_fused_adamw.py), in optax's state layout."""
 
