@@ -45,9 +45,8 @@ def first_line(error: BaseException, limit: int = 300) -> str:
 
 
 def printable(text: str, keep: str = "") -> str:
-  """`text` as a terminal shows it without acting on it: each character it would act on (line breaks, ESC and the
-  other control characters, bidirectional overrides) written as in a Python string literal (\\n, \\x1b, \\u202e),
-  and a byte that is not UTF-8 (a name's surrogate escape) as \\xNN; the characters in `keep` are left as they are."""
+  """`text` as a terminal shows it without acting on it: control characters, bidirectional overrides and undecodable
+  bytes written as escapes (\\n, \\x1b, \\u202e, \\xNN), except the characters in `keep`."""
   if text.isprintable():
     return text
   return "".join(c if c in keep or c.isprintable() else _escaped(c) for c in text)
@@ -101,10 +100,9 @@ _DROPPED_UNRAISABLE: set[Callable[[Any], bool]] = set()
 
 
 def drop_unraisable(matches: Callable[[Any], bool]) -> None:
-  """Stops Python printing a traceback for the unraisable exceptions `matches(unraisable)` picks out.
-
-  An exception a callback cannot pass on (JAX's gc callback, TensorStore calling into an event loop Orbax closed)
-  would print beside the command's one-line outcome. Every other one still reaches the previous hook."""
+  """Stops Python printing tracebacks of the unraisable exceptions `matches(unraisable)` picks out (JAX's gc callback,
+  TensorStore calling into a closed loop), which would print beside a one-line outcome; others reach the previous
+  hook."""
   _DROPPED_UNRAISABLE.add(matches)
   if getattr(sys.unraisablehook, "drops_unraisable", False):
     return
@@ -139,9 +137,8 @@ def file_kind(mode: int) -> str:
 
 
 def read_regular(path: str | pathlib.Path, limit: int) -> bytes:
-  """The bytes of `path` if it is a regular file of at most `limit` bytes. Opened without blocking and checked before
-  a byte is read, so a FIFO, a device or a directory in its place is an OSError at once (naming `path` and what it
-  is), never a read that waits for a writer or never ends (/dev/zero)."""
+  """The bytes of `path` if it is a regular file of at most `limit` bytes; opened without blocking and checked first, so
+  a FIFO, device or directory there is an OSError at once, never a read that waits or never ends."""
   fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
   try:
     status = os.fstat(fd)
@@ -161,9 +158,8 @@ def read_regular(path: str | pathlib.Path, limit: int) -> bytes:
 
 
 def irregular_file(directory: str | pathlib.Path) -> str | None:
-  """'PATH is KIND, not a regular file' for the first path under `directory` that is neither a directory nor a
-  regular file (a FIFO, a device, a socket, a link), in sorted order, links not followed; None if there is none (or
-  no `directory`). A reader opening it would wait on it (a FIFO) or read without end (a device)."""
+  """'PATH is KIND, not a regular file' for the first path under `directory` (sorted, links not followed) that is
+  neither a directory nor a regular file, which a reader would wait on or read without end; else None."""
   for parent, names, files in os.walk(directory):
     names.sort()
     for name in sorted(names + files):
@@ -241,10 +237,9 @@ def _refuse_odd_lock_file(path: pathlib.Path, what: str) -> None:
 def exclusive(directory: str | pathlib.Path, what: str, *, record_now: bool = True) -> Iterator[Callable[[], None]]:
   """Holds the lock of `directory` (created if needed) while inside; UsageError naming the holder at once if taken.
 
-  `what` names the directory in errors, e.g. '--workdir=runs/default'. Yields `record()`, which writes the holder
-  into the file; with `record_now=False` the caller calls it once its own checks pass (or never): until then the
-  file is left as found, and removed on the way out (the directory's times put back) if this call created it, so a
-  refused run changes nothing."""
+  `what` names the directory in errors. Yields `record()`, which writes the holder into the file; with
+  `record_now=False` the caller calls it once its checks pass (or never): until then a lock file this call created is
+  removed on the way out, the directory's times put back, so a refused run changes nothing."""
   directory = pathlib.Path(directory)
   path = directory / LOCK_NAME
   existed = os.path.lexists(path)
@@ -295,13 +290,12 @@ def exclusive(directory: str | pathlib.Path, what: str, *, record_now: bool = Tr
 
 def write_atomically(path: str | pathlib.Path, payload: bytes | Callable[[BinaryIO], Any], *, fsync: bool = False,
                      remove_stale: bool = False, mode: int = 0o666) -> pathlib.Path:
-  """Writes `path` whole or not at all: `payload` (bytes, or `payload(f)` writing an open binary file) goes to a
-  temporary file beside it, renamed over `path`, which replaces a symbolic link there rather than writing through it.
+  """Writes `path` whole or not at all: `payload` (bytes, or `payload(f)` writing a binary file) goes to a temporary
+  file beside it, renamed over `path` (replacing a link there, not writing through it).
 
-  The file gets `mode` less the umask, as open() (0o666) or a linker (0o777) would make it (mkstemp's is
-  owner-only). `fsync`: the bytes and the rename reach the disk before this returns. `remove_stale`: first removes
-  the temporary files a killed writer left (only for a path no other process writes, e.g. under a held lock). On
-  failure the temporary file is removed and the OSError raised names `path` (errno and reason kept)."""
+  The file gets `mode` less the umask, as open() would. `fsync`: the bytes and the rename reach the disk first.
+  `remove_stale`: first removes temporary files a killed writer left (for a path no other process writes). On failure
+  the temporary file is removed and the OSError names `path`."""
   path = pathlib.Path(path)
   if remove_stale:
     for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):

@@ -1,6 +1,5 @@
-"""The jitted evaluation, through the model itself (`model(ids)`, tied_embed/core/loss.py; with model.dtype =
-bfloat16 the projection's matmul takes bfloat16 operands, as the step's does), the held-out splits it scores, the
-eval/* scalars an eval logs, and model selection and early stopping on the selection split (`Selection`)."""
+"""The jitted evaluation through the model itself (bfloat16: through its `score_operands`), the held-out splits it
+scores, the eval/* scalars, and selection and early stopping on the selection split."""
 
 from __future__ import annotations
 
@@ -49,16 +48,14 @@ def _eval_losses(graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str, st
 
 def make_eval_losses(graphdef: nnx.GraphDef, chunk_size: int,
                      compute_dtype: str = "float32") -> Callable[..., jax.Array]:
-  """jit(state, ids (E,), next_ids (E,)) → per-token losses (E,) float32 (windows (E, L): (E, L)), matmuls in
-  `compute_dtype`, scored
-  `chunk_size` tokens at a time (all at once if 0), so no more than (chunk_size, V) logits are live."""
+  """jit(state, ids (E,) or (E, L), next_ids alike) → per-token losses of their shape, float32, matmuls in
+  `compute_dtype`, `chunk_size` tokens at a time (all at once if 0)."""
   return jax.jit(lambda state, ids, next_ids: _eval_losses(graphdef, chunk_size, compute_dtype, state, ids, next_ids))
 
 
 class Evaluator:
-  """A whole held-out split, placed on the mesh once and scored batch after batch into one running total, and
-  into one per input-frequency bucket of each pair's current token. With data.context_length L > 1 the pairs are
-  scored in windows of L (`windows.tiled_windows`): each pair once, with the context its document gives it there."""
+  """A held-out split, placed on the mesh once and scored batch after batch into a running total and one per
+  input-frequency bucket; with data.context_length L > 1, in windows of L (`windows.tiled_windows`), each pair once."""
 
   def __init__(self, graphdef: nnx.GraphDef, ids: np.ndarray, next_ids: np.ndarray, data: BigramData,
                config: ml_collections.ConfigDict, mesh, document_ends: np.ndarray | None = None):
@@ -140,9 +137,8 @@ class HeldOut:
 
 @dataclasses.dataclass
 class Selection:
-  """The best eval so far by select/loss on the selection split (data.selection_fraction > 0, never trained on): its
-  step, select/loss and eval/* scalars; and the evals since, early stopping's count. Saved in every checkpoint's
-  manifest, so a resumed run stops where one that ran through would."""
+  """The best eval so far by select/loss (its step, loss and eval/* scalars) and the evals since, early stopping's
+  count; in every checkpoint's manifest, so a resumed run stops where one that ran through would."""
 
   best_step: int | None = None
   best_select_loss: float | None = None
@@ -150,9 +146,8 @@ class Selection:
   evals_since_best: int = 0  # evals after the best one, none a new best
 
   def record(self, step: int, select_loss: float, eval_scalars: dict[str, float], min_delta: float = 0.0) -> bool:
-    """Counts the eval at `step`; → whether it is a new best: the first eval, or a select/loss below the best so far
-    by more than `min_delta` (nats; 0: strictly lower), as Flax's and Keras's early stopping judge an improvement: a
-    run creeping down by less keeps an earlier best."""
+    """Counts the eval at `step`; → whether it is a new best: the first, or below the best by more than `min_delta`
+    nats, as Flax's and Keras's early stopping judge it."""
     if self.best_select_loss is None or self.best_select_loss - select_loss > min_delta:
       self.best_step, self.best_select_loss = step, select_loss
       self.best_eval, self.evals_since_best = dict(eval_scalars), 0

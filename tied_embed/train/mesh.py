@@ -1,10 +1,8 @@
-"""The ('data', 'model') mesh, where each array lives on it (the train state made there: abstract to compile, or new),
-and how several processes (one per host) run as one.
+"""The ('data', 'model') mesh, where each array lives on it, and how several processes (one per host) run as one.
 
-The batch is split along `data`, 'vocab' (tables, optimizer moments, provenance totals) along `model`; a V that
-`model` doesn't divide is refused rather than padded, so no masked rows need keeping out of the softmax. Each process
-computes the same global batch and places the rows its devices hold; each host holds whole `data` rows of the mesh,
-so only the gradient sum crosses hosts. Free of TensorFlow, so `train.py` can use it before any heavy import."""
+The batch is split along `data`, 'vocab' (tables, moments, provenance totals) along `model`; a V that `model` doesn't
+divide is refused, not padded. Each process computes the same global batch and places the rows its devices hold, so only
+the gradient sum crosses hosts. Free of TensorFlow, for `train.py` before any heavy import."""
 
 from __future__ import annotations
 
@@ -120,9 +118,8 @@ def _env_int(environ: dict[str, str], name: str, default: int) -> int:
 
 
 def initialize_from_environment(environ: dict[str, str] | None = None) -> bool:
-  """Joins the other processes if the environment describes several (JAX_COORDINATOR_ADDRESS=host:port,
-  JAX_NUM_PROCESSES=n > 1, JAX_PROCESS_ID=i; or Slurm / Open MPI with several tasks), before anything touches a
-  device; → whether it did."""
+  """Joins the other processes where the environment describes several (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES > 1,
+  JAX_PROCESS_ID; or Slurm / Open MPI), before anything touches a device; → whether it did."""
   environ = os.environ if environ is None else environ
   num_processes = _env_int(environ, NUM_PROCESSES, default=1)
   if num_processes > 1:

@@ -24,9 +24,8 @@ class NonFinite(RunStopped):
 
 
 def advice(config: Any | None) -> str:
-  """What to change: model.hidden_l2 where the hidden map's penalty λ·‖W − I‖²_F is the suspect, else the learning
-  rate. It is when 2λ·D² exceeds float32 (it overflows once W's entries have moved by one), or with plain SGD when
-  λ · train.learning_rate >= 1 (a step on the penalty alone overshoots)."""
+  """What to change: model.hidden_l2 where the penalty λ·‖W − I‖²_F is the suspect (2λ·D² beyond float32, or plain SGD
+  with λ · learning_rate >= 1), else the learning rate."""
   if config is None or not (l2 := float(config.model.get("hidden_l2", 0.0))):  # no penalty (only W may have one)
     return _LEARNING_RATE_ADVICE
   d_model = int(config.model.d_model)

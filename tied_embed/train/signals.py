@@ -42,9 +42,8 @@ def _is_swallowed_interrupt(unraisable) -> bool:
 
 
 class StopSignals:
-  """Context manager: while inside, SIGTERM and SIGINT set `received` instead of ending the process; while
-  `interrupting` (set-up), they also raise `Interrupted(signum)`, so a long set-up ends promptly. Outside the main
-  thread (where Python cannot install handlers) it does nothing."""
+  """While inside, SIGTERM and SIGINT set `received` instead of ending the process, and while `interrupting` (set-up)
+  raise `Interrupted(signum)`; outside the main thread it does nothing."""
 
   def __init__(self, *, interrupting: bool = False):
     self.received: int | None = None
