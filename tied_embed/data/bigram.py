@@ -1,8 +1,6 @@
-"""The bigram pairs as a TFDS dataset: generated under a lock on the data dir, cached, loaded once into NumPy.
-
-The source says what the pairs are; this module stores them, verifies them on every load (a bad cache is generated
-again, with a warning) and loads them. The selection split and data.train_fraction are cut at load time, so runs on
-different amounts of data share one stored dataset, validation split, floor and references."""
+"""The bigram pairs as a TFDS dataset: generated under a lock on the data dir, cached, verified on every load (a bad
+cache is generated again) and loaded into NumPy. The selection split and data.train_fraction are cut at load time, so
+runs on other amounts of data share one stored dataset."""
 
 from __future__ import annotations
 
@@ -136,9 +134,8 @@ def selection_fraction(config: Any) -> float:
 
 
 def selection_pairs(num_train_pairs: int, fraction: float, document_ends: np.ndarray | None = None) -> int:
-  """How many of the train split's last pairs are held out for selection: 0 for fraction 0, else round(fraction · N)
-  clipped to [1, N - 1], so both sides hold pairs (the clip acts only where N was estimated, SentencePiece text).
-  With `document_ends` (ascending), the cut moves to the nearest document end that leaves pairs on both sides."""
+  """How many of the train split's last pairs are held out: 0 for fraction 0, else round(fraction · N) in [1, N - 1];
+  with `document_ends` (ascending), moved to the nearest document end that leaves pairs on both sides."""
   if fraction == 0:
     return 0
   count = min(num_train_pairs - 1, max(1, round(fraction * num_train_pairs)))
@@ -177,9 +174,8 @@ def _version_dir(bc: BigramConfig, directory: pathlib.Path) -> pathlib.Path:
 
 
 def refuse_links(bc: BigramConfig, directory: pathlib.Path) -> None:
-  """UsageError (one line) if a path the dataset of `bc` is written or deleted through under the data dir
-  `directory` is a symbolic link or holds one: the run deletes a damaged dataset and writes a new one there, and
-  through a link it would do so in a folder it never made (a shared data dir is no safer than the workdir)."""
+  """UsageError if a path under `directory` the dataset of `bc` is written or deleted through is a symbolic link or
+  holds one: through it the run would delete and write in a folder it never made."""
   pairs = directory / BigramPairs.name
   for path in (pairs, directory / TOKENIZERS):
     if path.is_symlink():
@@ -306,9 +302,8 @@ def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
 
 
 def check_preparable(config: Any, workdir: str | pathlib.Path) -> None:
-  """UsageError if a link is where the dataset is written (`refuse_links`), or if the source refuses the config in
-  what it makes before the pairs (a SentencePiece vocabulary), found in memory before anything is written;
-  `load_bigram_data` reuses the work."""
+  """UsageError if a link is where the dataset is written, or the source refuses what it makes before the pairs (a
+  SentencePiece vocabulary), found before anything is written."""
   bc = builder_config(config)
   refuse_links(bc, data_dir(config, workdir))
   sources.get(bc.source).check_preparable(bc.settings, data_dir(config, workdir))

@@ -1,6 +1,5 @@
-"""What inspection needs of a run's data, kept in its workdir as WORKDIR/report_data.npz (written at training time by
-`tied_embed.data.bigram.record_for_inspection`): the reference's small record (a hidden table (V, D), or sparse
-validation pair counts and a SentencePiece model), the input counts (V,) and the floor."""
+"""What inspection needs of a run's data, WORKDIR/report_data.npz (written by `bigram.record_for_inspection`): the
+reference's small record, the input counts (V,) and the floor."""
 
 from __future__ import annotations
 
@@ -97,9 +96,9 @@ def read(workdir: str | pathlib.Path) -> InspectionData | None:
 
 
 def _check_expanded_size(path: pathlib.Path) -> None:
-  """ValueError if the arrays in the .npz `path` would take more memory than a run's record can (`_EXPANDED_BYTES`
-  + `_EXPANSION` times the file's size), by each array's header (shape and dtype) and by the size the zip declares,
-  read before any array is: np.load allocates what a header claims."""
+  """ValueError if the arrays in the .npz `path` would take more memory than a record can (`_EXPANDED_BYTES` +
+  `_EXPANSION` times the file's size), by their headers, read before any array (np.load allocates what a header
+  claims)."""
   limit = _EXPANDED_BYTES + _EXPANSION * os.stat(path).st_size
   total = 0
   with zipfile.ZipFile(path) as archive:

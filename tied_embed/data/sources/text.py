@@ -1,8 +1,6 @@
-"""The text sources, as bytes or pieces: 'text', bigrams of a local corpus (a file, a directory or a glob; read and
-split by `corpus`), and 'tfds', bigrams of a TFDS text dataset (e.g. tiny_shakespeare, lm1b).
-
-A 'text' dataset's identity includes a hash of the corpus's contents, so editing a file makes a new dataset and an
-unchanged corpus is never tokenized twice. data.tokenizer='sentencepiece' needs UTF-8; 'bytes' takes any bytes."""
+"""The text sources, as bytes or pieces: 'text', a local corpus (a file, a directory or a glob), and 'tfds', a TFDS text
+dataset. A 'text' dataset's identity hashes the corpus's contents, so an edit makes a new dataset and an unchanged
+corpus is tokenized once."""
 
 from __future__ import annotations
 
@@ -259,11 +257,9 @@ def _tfds_builder(name: str, data_dir: str) -> Any:
 
 
 class Tfds(TextSource):
-  """Read from TFDS's own prepared copy: `data.tfds_name` names the dataset ('name/config', 'name:1.0.0'),
-  `data.tfds_train_split` and `data.tfds_eval_split` its splits (e.g. 'train[:90%]'), `data.text_feature` the text
-  field, `data.tfds_data_dir` where TFDS keeps it ('' = TFDS's default). Nothing is downloaded: a dataset without a
-  prepared copy is one line naming the command that prepares it. Examples are read in order, joined by newlines;
-  stray invalid UTF-8 becomes U+FFFD."""
+  """TFDS's own prepared copy of `data.tfds_name`, its splits `data.tfds_train_split` and `data.tfds_eval_split`, field
+  `data.text_feature`, in `data.tfds_data_dir` ('' = TFDS's default). Nothing is downloaded (one line names the command
+  that prepares it); examples are joined by newlines, invalid UTF-8 becomes U+FFFD."""
 
   name = "tfds"
   fields = (*_TFDS_FIELDS, "tokenizer")

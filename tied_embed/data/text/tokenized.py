@@ -1,8 +1,6 @@
-"""What the text sources share: a tokenizer (`data.tokenizer`), the token stream's pairs, sparse references.
-
-A `TextSource` subclass (`text`, `tfds`) gives each split's text; this module pairs each token with the next. The
-reference is the validation pairs' empirical bigram table, the floor their empirical entropy, `eval_references` the
-add-k count model. `data.tokenizer` is 'bytes', 'sentencepiece' (cached under the data dir) or a `.model` path."""
+"""What the text sources share: a tokenizer (`data.tokenizer`: 'bytes', 'sentencepiece' or a `.model` path), the token
+stream's pairs, and sparse references: the validation pairs' empirical bigram table and entropy, and the add-k count
+model."""
 
 from __future__ import annotations
 
@@ -117,9 +115,8 @@ class TextSource(base.Source):
     yield self.split_lines(settings, split)
 
   def _check_pairs(self, settings: dict[str, Any], data_dir: pathlib.Path) -> None:
-    """UsageError naming the corpus if a split would hold no pair of tokens (a one-byte or blank validation
-    document, a last tenth of blank lines): TFDS would fail at the end of writing it. From the exact counts where
-    there are some, else reading each split only until a document of two tokens."""
+    """UsageError naming the corpus if a split would hold no pair of tokens (TFDS would fail at the end of writing it),
+    from the exact counts or reading until a document of two tokens."""
     if self.num_pairs_exact(settings):
       empty = [split for split, count in self.num_pairs(settings).items() if count < 1]
     elif settings["tokenizer"] == tokenizer_lib.BYTES:
