@@ -226,8 +226,7 @@ class WithSymmetricMap(WithHiddenMap):
 
 
 class WithOutputBias(_Around):
-  """`embedder` with `bias`, a (V,) Param from 0 (split along V on a mesh), added to every position's scores:
-  logits = attend(h) + b."""
+  """`embedder` with `bias` (V,) from 0, split along V on a mesh: logits = attend(h) + b at every position."""
 
   def __init__(self, embedder: LanguageModel):
     super().__init__(embedder)
@@ -266,8 +265,7 @@ def _with_column(matrix: jax.Array, column: jax.Array) -> jax.Array:
 
 
 class ContextMLP(_Around):
-  """Bengio-style: h_t = x_t + MLP([x_t, ..., x_t-k+1]), one tanh layer of MLP_WIDTH · D units (zeros before the
-  window's start)."""
+  """Bengio-style: h_t = x_t + MLP([x_t, ..., x_t-k+1]), tanh, MLP_WIDTH · D wide, zeros before the window."""
 
   def __init__(self, embedder: LanguageModel, k: int, *, rngs: nnx.Rngs):
     super().__init__(embedder)

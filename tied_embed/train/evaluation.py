@@ -120,8 +120,7 @@ def eval_scalars(eval_loss: float, by_bucket: dict[str, float], data: BigramData
 
 
 class HeldOut:
-  """The held-out splits a run scores at every eval: `evaluate` (the validation split) and, with a selection split,
-  `select` (else None)."""
+  """The splits scored at every eval: `evaluate` (validation) and `select` (the selection split, or None)."""
 
   def __init__(self, graphdef: nnx.GraphDef, data: BigramData, config: ml_collections.ConfigDict, mesh):
     self.evaluate = Evaluator(graphdef, data.eval_ids, data.eval_next, data, config, mesh, data.eval_document_ends)

@@ -154,8 +154,7 @@ def _image_pb(tag: str, pixels: np.ndarray) -> summary_pb2.Summary:
 
 
 def load_events(path: str | pathlib.Path) -> Iterator[event_pb2.Event]:
-  """The events of one event file, in file order (a half-written last record ends it), read with TensorBoard's
-  TensorFlow-free record reader."""
+  """One event file's events in order (a half-written last record ends it), by TensorBoard's own reader."""
   from tensorboard.compat.tensorflow_stub import errors  # noqa: PLC0415
   from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import PyRecordReader_New  # noqa: PLC0415
 

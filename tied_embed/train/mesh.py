@@ -47,8 +47,7 @@ def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tupl
 
 
 def check_mesh_fits_processes(data_size: int, model_size: int, num_devices: int, num_processes: int) -> None:
-  """Raises UsageError unless a (data, model) mesh can be laid over `num_processes` hosts with whole `data` rows
-  on each, as `global_batch` needs."""
+  """UsageError unless the (data, model) mesh lays whole `data` rows on each of `num_processes` hosts."""
   if num_processes > 1 and (data_size * model_size != num_devices or data_size % num_processes):
     raise UsageError.bad_value("mesh", f"{data_size}x{model_size}",
                                f"all {num_devices} devices, with mesh.data a multiple of the {num_processes} processes")
@@ -137,8 +136,7 @@ def initialize_from_environment(environ: dict[str, str] | None = None) -> bool:
 
 
 def process_slice(batch: np.ndarray, process_index: int, process_count: int) -> np.ndarray:
-  """This process's contiguous share of a global batch, as `make_array_from_process_local_data` expects:
-  (B,) → (B / process_count,)."""
+  """This process's contiguous share of a global batch: (B,) → (B / process_count,)."""
   if len(batch) % process_count:
     raise UsageError.bad_value("train.batch_size", len(batch), f"a multiple of the {process_count} processes")
   share = len(batch) // process_count

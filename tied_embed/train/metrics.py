@@ -119,8 +119,7 @@ def opening_lines(config: ml_collections.ConfigDict, data: data_lib.BigramData, 
 
 
 def closing_lines(workdir: pathlib.Path, step: int, best_step: int | None = None) -> None:
-  """Where the run left its checkpoints (and the best one by select/loss, while it is there), and the commands that look
-  at them, ready to paste."""
+  """Where the run left its checkpoints (and the best, while there), and the commands that look at them."""
   shown, checkpoints = (shown_path(path) for path in (workdir, pathlib.Path(workdir) / "checkpoints"))
   best = ""
   if best_step is not None:

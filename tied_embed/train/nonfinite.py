@@ -39,7 +39,7 @@ def advice(config: Any | None) -> str:
 
 
 def check_finite(state: nnx.State, last_saved: int | None, config: Any | None = None) -> None:
-  """Raises NonFinite (naming the field to change, `advice`) if any step so far was not finite. A host sync: call it
-  where the loop syncs anyway."""
+  """NonFinite (naming the field to change) if any step so far was not finite; a host sync, so call it where the loop
+  syncs."""
   if first_bad := int(state["first_nonfinite_step"][...]):
     raise NonFinite(first_bad, int(state["optimizer"]["step"][...]), last_saved, advice(config))

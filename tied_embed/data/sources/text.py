@@ -116,8 +116,7 @@ class Text(TextSource):
             for split in settings["num_bytes"]}
 
   def documents(self, settings: dict[str, Any], split: str) -> list[pathlib.Path]:
-    """The files of a split of by-document settings, in the order they are tokenized (of drawn settings: its
-    pieces, (file index, start, stop))."""
+    """A by-document split's files in tokenizing order (drawn: its pieces, (file index, start, stop))."""
     if "draw_seed" in settings:
       return _drawn_pieces(settings, split)
     files = [pathlib.Path(settings["files"][i]) for i in settings["document_order"]]
