@@ -167,37 +167,24 @@ class Text(TextSource):
       yield from lines
 
   def splits(self, settings: dict[str, Any]) -> dict[str, tuple[np.ndarray, ...]]:
-    """By document, each split's pairs within each file and where each file's pairs end: {split: (ids, next_ids,
-    ends)}, ends (D,) int64; otherwise the concatenated text's pairs."""
+    """By document (files, or drawn pieces), each split's pairs within each and where each one's pairs end:
+    {split: (ids, next_ids, ends)}, ends (D,) int64; otherwise the concatenated text's pairs."""
     if settings.get("split") != corpus.BY_DOCUMENT:
       return super().splits(settings)
-    if "draw_seed" in settings:
-      return self._drawn_splits(settings)
     pairs = {}
-    for split in ("train", "validation"):
-      files, _, _ = self._range(settings, split)
+    for split in ("train", "validation"):  # each document read by its module's reader: (module, its arguments)
+      if "draw_seed" in settings:
+        files = self._checked_files(settings)
+        documents = [(draw, (files, [piece])) for piece in _drawn_pieces(settings, split)]
+      else:
+        documents = [(corpus, ([path],)) for path in self._range(settings, split)[0]]
       if settings["tokenizer"] == tokenizer_lib.BYTES:
-        parts = [np.frombuffer(b"".join(corpus.read_bytes([path])), np.uint8) for path in files]
+        parts = [np.frombuffer(b"".join(module.read_bytes(*args)), np.uint8) for module, args in documents]
         tokens = np.concatenate(parts).astype(np.int32)
         ends = np.cumsum([len(part) for part in parts], dtype=np.int64)
       else:
         tokens, ends = tokenizer_lib.encode_documents(
-            self.tokenizer(settings), (corpus.read_lines([path]) for path in files), f"the {split} split")
-      pairs[split] = document_pairs(tokens, ends)
-    return pairs
-
-  def _drawn_splits(self, settings: dict[str, Any]) -> dict[str, tuple[np.ndarray, ...]]:
-    """Each split of drawn settings: its pairs within each piece and where each piece's pairs end."""
-    files, pairs = self._checked_files(settings), {}
-    for split in ("train", "validation"):
-      pieces = _drawn_pieces(settings, split)
-      if settings["tokenizer"] == tokenizer_lib.BYTES:
-        parts = [np.frombuffer(b"".join(draw.read_bytes(files, [piece])), np.uint8) for piece in pieces]
-        tokens = np.concatenate(parts).astype(np.int32)
-        ends = np.cumsum([len(part) for part in parts], dtype=np.int64)
-      else:
-        tokens, ends = tokenizer_lib.encode_documents(
-            self.tokenizer(settings), (draw.read_lines(files, [piece]) for piece in pieces), f"the {split} split")
+            self.tokenizer(settings), (module.read_lines(*args) for module, args in documents), f"the {split} split")
       pairs[split] = document_pairs(tokens, ends)
     return pairs
 
