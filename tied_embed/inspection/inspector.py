@@ -76,8 +76,7 @@ def inspect_run(workdir: str | pathlib.Path, step: int | str | None = None, toke
           "train_loss": value_at(series.get("train/loss"), restored.step), "eval_loss": eval_loss,
           "loss_floor": facts.loss_floor, "gap": None if eval_loss is None else eval_loss["value"] - facts.loss_floor,
       },
-      # Each input-frequency bucket: {loss (its logged eval loss at the step, or None), tokens, train_pairs,
-      # eval_pairs (None without validation counts)}.
+      # {bucket: {loss (logged at the step, or None), tokens, train_pairs, eval_pairs (None without counts)}}
       "loss_by_input_frequency": {
           bucket: {"loss": value_at(series.get(frequency.scalar_name(bucket)), restored.step), **size}
           for bucket, size in sizes.items()},

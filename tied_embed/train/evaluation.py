@@ -71,8 +71,7 @@ class Evaluator:
       return total + batch_losses.sum(), bucket_totals + by_bucket
 
     # jit(state, total (), bucket_totals (K,), ids, next_ids, buckets (E,) int32[, weights]) → the totals plus the
-    # batch's summed losses, overall and by bucket. Each call consumes the previous one's totals, so an evaluation's
-    # batches run one after the other, never in flight together.
+    # batch's summed losses; each call consumes the previous one's totals, so batches are never in flight together.
     self._add_batch = jax.jit(add)
     self._totals = jax.device_put((jnp.float32(0), jnp.zeros(num_buckets, jnp.float32)), mesh_lib.replicated(mesh))
     size, data_size, length = int(config.train.eval_batch_size), mesh.shape["data"], data.context_length

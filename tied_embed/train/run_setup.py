@@ -79,9 +79,8 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
   signals = stack.enter_context(signals_lib.StopSignals(interrupting=True))  # set-up ends at once on a signal
   newest, record_holder = _take_workdir(config, workdir, stack, dataset)
   num_steps, patience = int(config.train.num_steps), int(config.train.early_stopping_patience)
-  # The run trains unless its newest checkpoint is at num_steps or early stopping's count in it reached the patience.
-  # A refused run leaves the workdir as it found it, its .lock included; so does a rerun of a finished run, which
-  # writes nothing (recorded below if its newest checkpoint turns out damaged after all).
+  # The run trains unless its newest checkpoint is at num_steps or early stopping's patience. A refused run, or a
+  # rerun of a finished one, leaves the workdir as it found it, .lock included (recorded below if found damaged).
   trains = newest is None or (newest.step < num_steps and not newest.selection.exhausted(patience))
   if trains:
     record_holder()

@@ -46,9 +46,8 @@ class RunSummary:
   loss_by_input_frequency: dict[str, float]  # {'rare': nats, ...}: eval loss per bucket that holds eval pairs
   train_seconds: float  # this invocation's training loop (after data loading), evals included
   state: nnx.State  # the final RunState's state, on the mesh
-  # With a selection split (else None, None, None, {}, None): the step with the lowest select/loss (its checkpoint
-  # is kept: `tied-embed-inspect --step best`), that select/loss, the eval loss and every eval/* scalar there; and
-  # select/loss at the final step.
+  # With a selection split (else None, None, None, {}, None): the best step by select/loss (its checkpoint is kept),
+  # its select/loss, eval loss and eval/* scalars; and select/loss at the final step.
   best_step: int | None = None
   best_select_loss: float | None = None
   best_eval_loss: float | None = None
