@@ -1,7 +1,5 @@
-"""The sparse lookup path: tied_embed/core/paths.py's path gradients without a dense (V, D) lookup gradient.
-
-`PathGradients` keeps the lookup path as one (D,) row per token and derives what the step needs from those: the dense
-form's answers with one (V, D) gradient in the step, not two. On a mesh it crosses the data axis as rows and ids."""
+"""The sparse lookup path: core/paths.py's path gradients with the lookup path kept as one (D,) row per token, so the
+step holds one (V, D) gradient, not two; on a mesh it crosses the data axis as rows and ids."""
 
 from __future__ import annotations
 

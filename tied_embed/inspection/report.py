@@ -1,7 +1,5 @@
-"""What a restored table learned, in numbers: pure NumPy on plain arrays, so a notebook can call it on any table.
-
-The learned scores are `S = lookup @ projection.T` (V, V) (`E·Eᵀ` tied, `input·outputᵀ` untied); after token i the
-model predicts `softmax(S[i])`."""
+"""What a restored table learned, in numbers: pure NumPy on plain arrays, so a notebook can call it on any table. The
+scores are `S = lookup @ projection.T` (V, V); after token i the model predicts `softmax(S[i])`."""
 
 from __future__ import annotations
 
@@ -77,9 +75,8 @@ def _share(part: np.ndarray, total: np.ndarray) -> np.ndarray:
 
 
 def provenance_summary(lookup_total: np.ndarray, projection_total: np.ndarray, k: int) -> dict[str, Any]:
-  """The per-row gradient totals of each path: (V,), (V,), k → JSON-ready dict: projection_only (rows never looked up
-  with projection gradient), lookup_share (quantiles and mean), most_lookup / most_projection (the k rows of highest /
-  lowest lookup share among rows looked up)."""
+  """The per-row gradient totals of each path: (V,), (V,), k → JSON-ready dict: projection_only rows, lookup_share
+  (quantiles and mean), most_lookup / most_projection (the k looked-up rows of highest / lowest lookup share)."""
   lookup_total, projection_total = np.asarray(lookup_total, np.float64), np.asarray(projection_total, np.float64)
   share = _share(lookup_total, lookup_total + projection_total)
   projection_only = np.flatnonzero((lookup_total == 0) & (projection_total > 0))
@@ -165,9 +162,8 @@ def sample_tokens(lookup_table: np.ndarray, projection_table: np.ndarray, start:
 
 def sample_after(scores: Callable[[list[int]], np.ndarray], prompt: list[int], num_tokens: int, temperature: float,
                  seed: int) -> list[int]:
-  """`num_tokens` ids drawn one after another from softmax(scores(ids so far) / temperature), `scores` → (V,);
-  temperature 0 takes the likeliest, and the scores are shifted by their maximum first, so any temperature > 0
-  samples."""
+  """`num_tokens` ids drawn one by one from softmax(scores(ids so far) / temperature), `scores` → (V,); temperature 0
+  takes the likeliest."""
   rng = np.random.default_rng(seed)
   tokens, drawn = list(prompt), []
   for _ in range(num_tokens):

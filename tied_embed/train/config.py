@@ -1,7 +1,6 @@
-"""A training config: every field declared once (`FIELDS`: default, what it allows, whether a resume may change it,
-meaning), and `validate`, the one check of a whole config (that it fits in memory included), where a run starts;
-below that, everything takes the config as checked. A source declares and checks its own data.* fields
-(`Source.fields`, `.validate`). `python -m tied_embed.train.config` prints the docs' field list."""
+"""A training config: every field declared once (`FIELDS`: default, allowed values, resumable or not, meaning), and
+`validate`, the one check of a whole config (memory included) where a run starts. A source declares and checks its own
+data.* fields. `python -m tied_embed.train.config` prints the docs' field list."""
 
 from __future__ import annotations
 
@@ -230,9 +229,8 @@ def as_python_values(config: ml_collections.ConfigDict) -> None:
 
 
 def validate(config: Any, num_devices: int | None = None, memory_bytes: int | None = None) -> None:
-  """Raises UsageError (field, value, what is allowed) for the first bad field; None if `config` can be trained.
-  NumPy scalars become Python numbers. The mesh must fit `num_devices` (default: jax.device_count()), the estimate
-  `memory_bytes` (default: `available_memory()`)."""
+  """UsageError (field, value, what is allowed) for the first bad field, else None; NumPy scalars become Python numbers.
+  The mesh must fit `num_devices` and the estimate `memory_bytes` (defaults: this machine's)."""
   if not isinstance(config, ml_collections.ConfigDict):
     raise UsageError.bad_value("config", f"<{type(config).__name__}>", "an ml_collections.ConfigDict")
   as_python_values(config)
