@@ -70,8 +70,7 @@ class PathGradients(NamedTuple):
 
 
 def table_paths(model) -> tuple[tuple, tuple]:
-  """Where in `model`'s graph the Params its lookup and its projection read are: (lookup path, projection path),
-  found by identity, so a tied model gives the same path twice."""
+  """(lookup path, projection path): where in `model`'s graph its tables' Params are, by identity (tied: the same)."""
   found = {id(node): path for path, node in nnx.iter_graph(model) if isinstance(node, nnx.Variable)}
   return tuple(found[id(param)] for param in model.table_params())
 

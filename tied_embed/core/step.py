@@ -94,8 +94,7 @@ def make_step_function(graphdef: nnx.GraphDef, paths_fn: PathsFn = paths_lib.pat
 
 def make_train_step(graphdef: nnx.GraphDef, paths_fn: PathsFn = paths_lib.path_gradients, *, state_shardings=None,
                     compiler_options: dict | None = None, **step_options) -> TrainStep:
-  """jit(state, ids, next_ids, *, with_stats=False) → (new state, metrics), donating `state`: `make_step_function`'s
-  step, its new state pinned to `state_shardings`."""
+  """jit(state, ids, next_ids, *, with_stats=False) → (new state on `state_shardings`, metrics), donating `state`."""
   step_fn = make_step_function(graphdef, paths_fn, **step_options)
 
   def step(state: nnx.State, ids: jax.Array, next_ids: jax.Array, with_stats: bool = False):

@@ -144,8 +144,7 @@ def selection_pairs(num_train_pairs: int, fraction: float, document_ends: np.nda
 
 
 def train_pairs_used(num_train_pairs: int, fraction: float) -> int:
-  """How many of the train split's first pairs a run trains on: round(fraction · N) in [1, N] (rounded, as
-  0.29 · 100 is 28.999999999999996 in floats)."""
+  """The train split's first pairs a run trains on: round(fraction · N) in [1, N] (0.29 · 100 is 28.999999999999996)."""
   return min(num_train_pairs, max(1, round(fraction * num_train_pairs)))
 
 
@@ -377,8 +376,7 @@ def _bigram_data(bc: BigramConfig, splits: dict[str, Any], fraction: float, held
 
 
 def record_for_inspection(data: BigramData, workdir: str | pathlib.Path) -> pathlib.Path:
-  """Writes WORKDIR/report_data.npz, what inspection needs of the data (and a SentencePiece model as
-  WORKDIR/tokenizer.model; see `tied_embed.data.record`)."""
+  """Writes WORKDIR/report_data.npz, what inspection needs of the data (and WORKDIR/tokenizer.model; data/record.py)."""
   reference = data.reference
   facts = record_lib.InspectionData(
       source=data.source, identity=data.identity, vocab_size=data.vocab_size, loss_floor=float(data.loss_floor),

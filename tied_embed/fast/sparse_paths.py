@@ -66,7 +66,6 @@ class PathGradients(NamedTuple):
 
 
 def path_gradients(model, ids: jax.Array, next_ids: jax.Array, loss_fn: paths.HiddenLoss) -> PathGradients:
-  """`tied_embed.core.paths.path_gradients` without scattering the lookup rows: ids, next_ids (B,) or (B, L) →
-  PathGradients over the T = B·L positions."""
+  """`core.paths.path_gradients` without scattering the lookup rows: ids, next_ids (B,) or (B, L) → PathGradients."""
   loss, lookup_rows, projection, hidden = paths.differentiate_uses(model, ids, next_ids, loss_fn)
   return PathGradients(loss=loss, ids=ids.reshape(-1), lookup_rows=lookup_rows, projection=projection, hidden=hidden)

@@ -162,8 +162,7 @@ def sample_tokens(lookup_table: np.ndarray, projection_table: np.ndarray, start:
 
 def sample_after(scores: Callable[[list[int]], np.ndarray], prompt: list[int], num_tokens: int, temperature: float,
                  seed: int) -> list[int]:
-  """`num_tokens` ids drawn one by one from softmax(scores(ids so far) / temperature), `scores` → (V,); temperature 0
-  takes the likeliest."""
+  """`num_tokens` ids drawn one by one from softmax(scores(ids so far) / temperature); temperature 0: the likeliest."""
   rng = np.random.default_rng(seed)
   tokens, drawn = list(prompt), []
   for _ in range(num_tokens):
@@ -180,8 +179,7 @@ def sample_after(scores: Callable[[list[int]], np.ndarray], prompt: list[int], n
 
 
 def parameter_summary(vocab_size: int, d_model: int, tied: bool, other_params: int = 0) -> dict[str, Any]:
-  """Table shape and the tied (V·D) vs untied (2·V·D) parameter counts, each + `other_params` (the model's Params
-  beside its tables: a hidden map's D², a context mixer's)."""
+  """Table shape, tied (V·D) and untied (2·V·D) parameter counts, each + `other_params` (Params beside the tables)."""
   counts = param_counts(vocab_size, d_model)
   return {"table_shape": [vocab_size, d_model], "tied": counts.tied + other_params,
           "untied": counts.untied + other_params, "saved": counts.saved,

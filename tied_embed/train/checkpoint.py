@@ -230,8 +230,7 @@ def _read_config_and_manifest(manager: ocp.CheckpointManager, step: int) -> tupl
 
 
 class Checkpointer:
-  """Saves a run's checkpoints (asynchronously) and moves damaged ones aside. A failure to write surfaces at the
-  next save or at `close`, as WriteFailed."""
+  """Saves a run's checkpoints asynchronously, moving damaged ones aside; a failed write raises WriteFailed later."""
 
   def __init__(self, workdir: str | pathlib.Path, keep: int, *, select: bool = False):
     """`select`: the run has a selection split; its saves carry a `Selection` and the best checkpoint is kept."""

@@ -184,8 +184,7 @@ def _stop_during_start_up(signum: int, frame: object) -> None:
 
 
 def _completed() -> None:
-  """The run has written everything: from here on (its closing lines, freeing its arrays, the interpreter's
-  shutdown) a Ctrl-C or SIGTERM ends the command at once with 0."""
+  """Everything is written: from here on a Ctrl-C or SIGTERM ends the command at once with 0."""
   for signum in (signal.SIGINT, signal.SIGTERM):
     signal.signal(signum, lambda signum, frame: _exit_now(0))
 

@@ -263,8 +263,7 @@ def validate(config: Any, num_devices: int | None = None, memory_bytes: int | No
 
 
 def _check_context(config: Any) -> None:
-  """The model fields against each other: a context model reads windows, heads divide D, windows need a source
-  whose pairs follow one another in a token stream."""
+  """The model fields together: a context model reads windows, heads divide D, windows need a token stream."""
   model, length = config.model, config.data.context_length
   require(model.context == "none" or length >= 2, "data.context_length", length,
           f"at least 2 with model.context={model.context!r} (a window of one token has no context to mix)")

@@ -144,8 +144,7 @@ class Selection:
   evals_since_best: int = 0  # evals after the best one, none a new best
 
   def record(self, step: int, select_loss: float, eval_scalars: dict[str, float], min_delta: float = 0.0) -> bool:
-    """Counts the eval at `step`; → whether it is a new best: the first, or below the best by more than `min_delta`
-    nats, as Flax's and Keras's early stopping judge it."""
+    """Counts the eval at `step`; → whether it is a new best: the first, or below the best by over `min_delta` nats."""
     if self.best_select_loss is None or self.best_select_loss - select_loss > min_delta:
       self.best_step, self.best_select_loss = step, select_loss
       self.best_eval, self.evals_since_best = dict(eval_scalars), 0

@@ -131,8 +131,7 @@ def closing_lines(workdir: pathlib.Path, step: int, best_step: int | None = None
 
 
 def read_scalars(logdir: str | pathlib.Path, tags: tuple[str, ...]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-  """{tag: (steps (N,) int64, values (N,) float64)} sorted by step, for `tags` in the event files directly in `logdir`;
-  a step written twice (by a resume) keeps the later write."""
+  """{tag: (steps (N,) int64, values (N,) float64)} from `logdir`'s event files; a step written twice keeps the last."""
   from tensorboard.util.tensor_util import make_ndarray  # noqa: PLC0415
 
   wanted = set(tags)

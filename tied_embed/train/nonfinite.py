@@ -39,7 +39,6 @@ def advice(config: Any | None) -> str:
 
 
 def check_finite(state: nnx.State, last_saved: int | None, config: Any | None = None) -> None:
-  """NonFinite (naming the field to change) if any step so far was not finite; a host sync, so call it where the loop
-  syncs."""
+  """NonFinite (naming the field to change) if a step so far was not finite; a host sync, so call it where one is."""
   if first_bad := int(state["first_nonfinite_step"][...]):
     raise NonFinite(first_bad, int(state["optimizer"]["step"][...]), last_saved, advice(config))

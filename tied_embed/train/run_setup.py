@@ -39,8 +39,7 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class OpenRun:
-  """A run past its set-up: the workdir held, the train step compiled, the state resumed, the data loaded, the
-  writer open. The loop advances `state` and `selection` in place."""
+  """A run past its set-up: workdir held, step compiled, state resumed, data loaded, writer open."""
 
   config: ml_collections.ConfigDict
   workdir: pathlib.Path
@@ -235,8 +234,7 @@ def _resume(config: ml_collections.ConfigDict, build_state: Callable[[], Any], t
 
 
 def _check_same_pairs(step: int, manifest: dict, data: data_lib.BigramData, files: pathlib.Path) -> None:
-  """UsageError naming the split's files if the pairs loaded are not those checkpoint `step` was trained on (by its
-  manifest's digests, where it has them)."""
+  """UsageError naming the split's files if the pairs loaded are not those checkpoint `step`'s manifest digested."""
   for split, digest in (manifest.get("dataset_sha256") or {}).items():
     if data.digests.get(split) != digest:
       raise UsageError(f"{util.one_line(str(files))}/bigram_pairs-{split}.array_record* holds other pairs than "

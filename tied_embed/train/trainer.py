@@ -34,8 +34,7 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class RunSummary:
-  """Where a run ended: its final eval loss against the floor, its size and time, its final state, and with a
-  selection split its best step by select/loss."""
+  """Where a run ended: its final eval loss, floor, size, time and state, and its best step by select/loss if any."""
 
   step: int  # train.num_steps, or where early stopping stopped the run
   eval_loss: float

@@ -146,8 +146,7 @@ class Planted(SyntheticSource):
 
 
 class Directed(SyntheticSource):
-  """P(j|i) = softmax_j(e*_i · e*_{j-1}), peaked on the cycle i → i+1: an untied model of width D represents it exactly,
-  a tied one cannot (E·Eᵀ is symmetric)."""
+  """P(j|i) = softmax_j(e*_i · e*_{j-1}), peaked on the cycle i → i+1: untied width D fits it exactly, tied cannot."""
 
   name = "directed"
 

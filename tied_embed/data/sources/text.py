@@ -40,8 +40,7 @@ def text_pairs(
 
 
 def empirical_log_probs(ids: np.ndarray, next_ids: np.ndarray, vocab_size: int) -> np.ndarray:
-  """log(count(i, j) / count(i)) of observed pairs: (N,), (N,) → (V, V) float64 (for small V and tests); -inf for
-  unseen pairs, nan rows for tokens never current."""
+  """log(count(i, j) / count(i)): (N,), (N,) → (V, V) float64 (small V); -inf unseen, nan rows never current."""
   return np.asarray(empirical_rows(PairCounts.of(ids, next_ids, vocab_size)))
 
 
