@@ -59,8 +59,7 @@ def _escaped(character: str) -> str:
 
 
 def one_line(text: str) -> str:
-  """`text` on one line, as the terminal shows it (`printable`): an error naming a path that holds a line break or
-  an escape sequence stays one line and leaves the terminal as it was."""
+  """`text` on one line as the terminal shows it (`printable`), so an error naming an odd path stays one line."""
   return printable(text)
 
 
@@ -77,8 +76,7 @@ _ANSI_C_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\
 
 
 def shell_quote(text: str) -> str:
-  """`text` as a shell word that pastes back as itself, on one line: shlex.quote, or bash's $'...' (as `printf %q`
-  writes it) for text holding a control character such as a newline."""
+  """`text` as one shell word that pastes back as itself: shlex.quote, or bash's $'...' for control characters."""
   if text.isprintable():
     return shlex.quote(text)
 
@@ -117,8 +115,7 @@ def drop_unraisable(matches: Callable[[Any], bool]) -> None:
 
 
 def first_link(path: pathlib.Path) -> pathlib.Path | None:
-  """`path` if it is a symbolic link, else the first link below it (a directory's tree in sorted order, links not
-  followed), else None: a workdir's files must not lead into another run's."""
+  """`path` if a symbolic link, else the first link below it (sorted, not followed), else None."""
   if path.is_symlink():
     return path
   for parent, names, files in os.walk(path):  # nothing where `path` is missing or a file

@@ -119,8 +119,7 @@ class UntiedEmbed(LanguageModel):
 
 
 class _Around(LanguageModel):
-  """A model around `embedder`: its tables, its hidden function first, then this class's; its scores, penalty and
-  logged scalars unless this class adds to them."""
+  """A model around `embedder`: its tables, hidden function (first), scores, penalty and scalars unless added to."""
 
   def __init__(self, embedder: LanguageModel):
     self.embedder = embedder

@@ -204,8 +204,7 @@ def split_files(config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
 
 
 def _recorded_digests(bc: BigramConfig, directory: pathlib.Path) -> dict[str, str] | None:
-  """The digests stored beside the dataset when it was built; None if there are none. ValueError or OSError if
-  the file is not a small regular file holding {split: hex digest}."""
+  """{split: hex digest} stored when the dataset was built, or None; ValueError or OSError if the file is odd."""
   path = _version_dir(bc, directory) / DIGEST_FILE
   if not os.path.lexists(path):
     return None
@@ -236,8 +235,7 @@ def _check_digests(bc: BigramConfig, directory: pathlib.Path, splits: dict[str, 
 
 
 def _read_verified(bc: BigramConfig, directory: pathlib.Path) -> tuple[dict[str, Any] | None, str]:
-  """The cached splits if they are there and check out (pair counts, shapes, ids in [0, V), document ends, the
-  digests recorded when it was built): → (splits or None, why not: 'missing' or a problem)."""
+  """(the cached splits, '') if present and checked (counts, ids, document ends, digests), else (None, why not)."""
   if not _version_dir(bc, directory).exists():
     return None, "missing"
   try:
@@ -301,8 +299,7 @@ def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
 
 
 def check_preparable(config: Any, workdir: str | pathlib.Path) -> None:
-  """UsageError if a link is where the dataset is written, or the source refuses what it makes before the pairs (a
-  SentencePiece vocabulary), found before anything is written."""
+  """UsageError if a link is where the dataset goes, or the source refuses what it makes first (a vocabulary)."""
   bc = builder_config(config)
   refuse_links(bc, data_dir(config, workdir))
   sources.get(bc.source).check_preparable(bc.settings, data_dir(config, workdir))

@@ -33,8 +33,7 @@ def input_buckets(input_counts: np.ndarray) -> np.ndarray:
 
 
 def bucket_sizes(input_counts: np.ndarray, eval_input_counts: np.ndarray | None) -> dict[str, dict[str, int | None]]:
-  """{bucket: {tokens, train_pairs, eval_pairs}}: its token count and the train and validation pairs whose current
-  token is in it, from counts (V,) and (V,) or None (eval_pairs None)."""
+  """{bucket: {tokens, train_pairs, eval_pairs}} from counts (V,) and (V,) or None (then eval_pairs None)."""
   counts = np.asarray(input_counts, np.int64)
   buckets = input_buckets(counts)
   eval_counts = None if eval_input_counts is None else np.asarray(eval_input_counts, np.int64)

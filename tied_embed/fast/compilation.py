@@ -61,8 +61,7 @@ def compile_ahead(train_step: Callable, state: nnx.State, ids: jax.Array, next_i
 
 
 def release_freed() -> bool:
-  """Returns the C heap's free pages to the OS (`malloc_trim(0)`; False without it): malloc keeps the compiler's freed
-  working memory (70-140 MiB at V=32768) for the run's life."""
+  """Returns the C heap's free pages (the compiler's, 70-140 MiB at V=32768) to the OS; False without malloc_trim."""
   try:
     trim = ctypes.CDLL(None).malloc_trim  # the C library the process already runs on
   except (OSError, AttributeError):

@@ -32,8 +32,7 @@ class PathGradients(NamedTuple):
     return grad.at[self.ids].add(rows)
 
   def lookup_sums(self) -> tuple[jax.Array, jax.Array]:
-    """(rows (T,) int, their lookup-path gradient (T, D)), repeats summed: each distinct id once, then padding rows
-    with id V (out of range) and gradient 0."""
+    """(rows (T,), lookup-path gradient (T, D)) with repeats summed: each id once, then rows of id V and gradient 0."""
     vocab_size, num_tokens = self.projection.shape[0], self.ids.shape[0]
     rows, inverse = jnp.unique(self.ids, size=num_tokens, fill_value=vocab_size, return_inverse=True)
     return rows, jnp.zeros_like(self.lookup_rows).at[inverse.reshape(-1)].add(self.lookup_rows)

@@ -19,8 +19,7 @@ def score_matrix(lookup_table: np.ndarray, projection_table: np.ndarray) -> np.n
 
 
 def own_score_rank(scores: np.ndarray, token: int) -> tuple[float, int]:
-  """A token's own score (the squared norm when tied) and its rank in its row (1 = highest): S (V, V) or its row i
-  (V,), token i → (S[i, i], 1 + #{j : S[i, j] > S[i, i]})."""
+  """S (V, V) or its row i (V,), token i → (own score S[i, i], its rank in the row, 1 + #{j : S[i, j] > S[i, i]})."""
   row = np.asarray(scores)
   row = row[token] if row.ndim == 2 else row
   own = float(row[token])
@@ -28,8 +27,7 @@ def own_score_rank(scores: np.ndarray, token: int) -> tuple[float, int]:
 
 
 def top_next(scores_row: np.ndarray, true_log_probs_row: np.ndarray, k: int) -> list[dict[str, Any]]:
-  """The k likeliest next tokens under the model: (V,), (V,) → k dicts {id, model_prob, true_prob}, true_prob None
-  where the true row is unknown (nan: a text token never seen as current token)."""
+  """The k likeliest next tokens: (V,), (V,) → k dicts {id, model_prob, true_prob (None where unknown)}."""
   model_probs = np.exp(log_softmax(np.asarray(scores_row, np.float64)[None]))[0]
   order = np.argsort(-model_probs, kind="stable")[:k]
   true_probs = np.exp(np.asarray(true_log_probs_row, np.float64))

@@ -202,8 +202,7 @@ def _irregular_steps(workdir: str | pathlib.Path) -> list[tuple[int, Exception]]
 
 
 def _metrics_of(step: int, manifest: dict) -> dict[str, Any]:
-  """The Orbax metrics of checkpoint `step`: {'step': step}, with the select_loss `manifest` recorded where it
-  recorded one (and its selection's best_select_loss where it ran with a min_delta)."""
+  """Checkpoint `step`'s Orbax metrics: {'step'}, and the manifest's select_loss (and best_select_loss) if any."""
   metrics = {"step": step}
   if manifest.get("select_loss") is not None:
     metrics["select_loss"] = manifest["select_loss"]

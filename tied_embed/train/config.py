@@ -275,8 +275,7 @@ def _check_context(config: Any) -> None:
 
 
 def validate_data(config: Any) -> dict[str, Any]:
-  """`validate`'s data checks alone (seed, model.* and data.* suffice): data.source, the source's own checks,
-  data.data_dir and the selection split; UsageError, or → the source's settings."""
+  """`validate`'s data checks alone (source, data_dir, selection split): UsageError, or → the source's settings."""
   data, names = config.data, tuple(sorted(sources.REGISTRY))
   require(data.get("source") in names, "data.source", data.get("source"), f"one of {names}")
   source = sources.get(data.source)

@@ -59,8 +59,7 @@ class Evaluator:
 
   def __init__(self, graphdef: nnx.GraphDef, ids: np.ndarray, next_ids: np.ndarray, data: BigramData,
                config: ml_collections.ConfigDict, mesh, document_ends: np.ndarray | None = None):
-    """`ids`, `next_ids`: (M,) int32, the split's pairs; `data` gives the train counts that define the buckets;
-    `document_ends`: where the split's documents end (None: one document), for windows."""
+    """`ids`, `next_ids` (M,) int32: the split's pairs; `data`: the train counts; `document_ends`: for windows."""
     num_buckets, chunk_size, dtype = len(frequency.BUCKETS), int(config.loss.chunk_size), str(config.model.dtype)
 
     def add(state, total, bucket_totals, batch_ids, batch_next_ids, buckets, weights=None):

@@ -85,8 +85,7 @@ class EventWriter:
       log.info("[%d] images: %s", step, {tag: np.shape(pixels) for tag, pixels in sorted(images.items())})
 
   def write_hparams(self, hparams: Mapping[str, Any]) -> None:
-    """The run's hyperparameters ({name: bool, number or str; None is written as ''}) for TensorBoard's HParams
-    dashboard, at step 0 as TensorFlow's writer puts them."""
+    """The run's hyperparameters ({name: bool, number or str; None as ''}) for TensorBoard's HParams, at step 0."""
     values = {name: "" if value is None else value for name, value in hparams.items()}
     self._write(0, lambda: [hparams_summary.hparams_pb(values)])
     if self._verbose:

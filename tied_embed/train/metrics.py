@@ -26,8 +26,7 @@ def make_writer(workdir: pathlib.Path, *, events: bool, verbose: bool) -> events
 
 
 def write_log_step(writer, step: int, learning_rate: float, metrics: dict, state) -> dict[str, float]:
-  """The train/* and grad/* scalars of a log step (`metrics`: the step's statistics, on the host) and the provenance
-  histograms of `state` (the RunState's nnx.State); returns the scalars."""
+  """Writes a log step's train/* and grad/* scalars and `state`'s provenance histograms; → the scalars."""
   metrics = dict(metrics)
   scalars = {"train/loss": float(metrics.pop("train_loss")), "train/learning_rate": learning_rate}
   metrics.pop("loss")

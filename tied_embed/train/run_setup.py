@@ -154,8 +154,7 @@ def _take_workdir(config: ml_collections.ConfigDict, workdir: pathlib.Path, stac
 
 
 def _ensure_writable(workdir: str | pathlib.Path) -> pathlib.Path:
-  """Creates `workdir` if needed and checks a file can be written in it; UsageError (one line) if not, or if its path
-  is not valid UTF-8 (array_record, which stores the dataset, takes no other)."""
+  """Creates `workdir` if needed; UsageError if a file cannot be written in it or its path is not UTF-8."""
   path = pathlib.Path(workdir)
   util.require(util.is_utf8(str(path)), "--workdir", str(workdir), "a path that is valid UTF-8")
   try:
@@ -168,8 +167,7 @@ def _ensure_writable(workdir: str | pathlib.Path) -> pathlib.Path:
 
 
 def _probe_writable(directory: pathlib.Path) -> None:
-  """OSError unless a file can be created (and deleted) in `directory`; its times are put back, so a run refused
-  after this check leaves the workdir as it found it."""
+  """OSError unless a file can be created and deleted in `directory`; its times are put back, changing nothing."""
   times = directory.stat()
   with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-"):
     pass

@@ -42,8 +42,8 @@ def _is_swallowed_interrupt(unraisable) -> bool:
 
 
 class StopSignals:
-  """While inside, SIGTERM and SIGINT set `received` instead of ending the process, and while `interrupting` (set-up)
-  raise `Interrupted(signum)`; outside the main thread it does nothing."""
+  """Inside, SIGTERM and SIGINT set `received` (and raise `Interrupted` while `interrupting`); no-op off the main
+  thread."""
 
   def __init__(self, *, interrupting: bool = False):
     self.received: int | None = None

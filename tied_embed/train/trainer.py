@@ -199,8 +199,7 @@ def _evaluate(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended, step: i
 
 
 def finish(run: OpenRun, ended: _Ended) -> RunSummary:
-  """The run's summary, and its closing lines: the end step's eval against the floor (and the best step by
-  select/loss), then where the checkpoints are and the commands that look at them."""
+  """The run's summary, and its closing lines: the final eval (and best step), the checkpoints and commands to look."""
   data, selection = run.data, run.selection
   gap = ended.eval_loss - data.loss_floor
   summary = RunSummary(

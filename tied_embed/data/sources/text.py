@@ -31,8 +31,7 @@ MIN_BYTES_PER_PIECE = 16  # less train text a piece cannot yield V pieces (Engli
 def text_pairs(
     data: bytes, validation_fraction: float = corpus.VALIDATION_FRACTION
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-  """Byte bigrams split by position, the last `validation_fraction` of the bytes validation, no pair across the
-  split: bytes (n,) → {'train': (ids, next_ids), 'validation': (ids, next_ids)}, int32."""
+  """Byte bigrams, the last `validation_fraction` validation: bytes (n,) → {split: (ids, next_ids)} int32."""
   values = np.frombuffer(data, dtype=np.uint8).astype(np.int32)
   split_at = len(values) - int(len(values) * validation_fraction)
   train, validation = values[:split_at], values[split_at:]

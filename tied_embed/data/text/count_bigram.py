@@ -16,8 +16,7 @@ HELD_OUT_FRACTION = 0.1
 
 @dataclasses.dataclass
 class PairCounts:
-  """Observed pairs of a vocabulary of V: codes (U,) int64 ascending (i·V + j, so a row's pairs are one slice),
-  counts (U,) int64, row totals (V,) int64."""
+  """Observed pairs: codes (U,) int64 ascending (i·V + j: a row's pairs one slice), counts (U,), row totals (V,)."""
 
   vocab_size: int
   codes: np.ndarray

@@ -46,8 +46,7 @@ def documents(files: list[pathlib.Path]) -> list[tuple[int, int, int]]:
 
 
 def draw(files: list[pathlib.Path], seed: int) -> tuple[list[tuple[int, int, int]], int, int]:
-  """The documents in the order of draw `seed` (a permutation from NumPy's default generator seeded with it), how
-  many of the last are validation (`corpus.validation_documents`) and their bytes."""
+  """The documents in draw `seed`'s order, how many of the last are validation, and their bytes."""
   pieces = documents(files)
   order = np.random.default_rng(seed).permutation(len(pieces))
   drawn = [pieces[i] for i in order]
@@ -69,8 +68,7 @@ def read_lines(files: list[pathlib.Path], pieces: list[tuple[int, int, int]]) ->
 
 def window_lines(files: list[pathlib.Path], pieces: list[tuple[int, int, int]],
                  windows: list[tuple[int, int]]) -> Iterator[str]:
-  """The lines of byte windows [start, stop) of the pieces' concatenated text, a window's partial first line
-  dropped (a SentencePiece sample of the train text)."""
+  """The lines of byte windows [start, stop) of the pieces' text, each window's partial first line dropped."""
   offsets = np.cumsum([0] + [stop - start for _, start, stop in pieces])
   for low, high in windows:
     first = True

@@ -171,8 +171,7 @@ def _refusal_reason(message: str) -> str:
 
 
 def bounded_sentences(lines: Iterable[str], limit: int = SENTENCE_BYTES) -> Iterator[str]:
-  """`lines`, each longer than `limit` UTF-8 bytes cut before its last space within the limit (else at a character
-  boundary) into pieces of at most `limit` bytes that join back into the line."""
+  """`lines` with each over `limit` UTF-8 bytes cut (before a space where it can) into pieces that join back."""
   for line in lines:
     encoded = line.encode()
     start = 0

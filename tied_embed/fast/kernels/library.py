@@ -164,8 +164,7 @@ def switched_off(switch: str) -> str | None:
 
 
 def register(targets: dict[str, tuple[Library, str]], directory: pathlib.Path | None = None) -> str | None:
-  """Registers FFI targets {name: (library, its handler symbol)} for the CPU from `directory` (default `kernel_dir()`);
-  None on success, else why not, and then none of them."""
+  """Registers FFI targets {name: (library, handler symbol)} from `directory`; None, or why not (then none)."""
   directory = kernel_dir() if directory is None else pathlib.Path(directory)
   handlers = {}
   for target, (library, symbol) in targets.items():
