@@ -177,8 +177,7 @@ LOCK_NAME = ".lock"
 
 
 def holder(directory: str | pathlib.Path) -> str:
-  """Who holds (or last held) the lock of `directory`, as 'host H, pid P, since T'; 'unknown holder' if unreadable (a
-  .lock that is a symbolic link is not read: its target is outside what the run owns)."""
+  """'host H, pid P, since T' of the lock of `directory`, else 'unknown holder' (a linked .lock is not read)."""
   try:
     fd = os.open(pathlib.Path(directory) / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as f:

@@ -63,8 +63,8 @@ class LanguageModel(nnx.Module):
     return x @ self.table_params()[1][...].T
 
   def score_operands(self, hidden: jax.Array, projection_table: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(hidden (T, D), projection table (V, D)) → (H (T, D'), B (V, D')) with logits = H · Bᵀ: here the two
-    themselves (D' = D); a model that adds to the scores widens both (`WithOutputBias`)."""
+    """(hidden (T, D), table (V, D)) → (H (T, D'), B (V, D')), logits = H · Bᵀ: here themselves; `WithOutputBias`
+    widens."""
     return hidden, projection_table
 
   def tables(self) -> tuple[jax.Array, jax.Array]:
@@ -156,8 +156,7 @@ class LinearMap(nnx.Module):
 
 
 class WithHiddenMap(_Around):
-  """`embedder` (tables unchanged) with `hidden_map` W after its hidden function; the training loss adds
-  `l2 · ‖W − I‖²_F`, pulling W towards the plain model (the eval loss is the cross-entropy alone)."""
+  """`embedder` with `hidden_map` W after its hidden function; the training loss adds `l2 · ‖W − I‖²_F`."""
 
   def __init__(self, embedder: LanguageModel, l2: float = 0.0):
     super().__init__(embedder)

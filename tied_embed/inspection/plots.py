@@ -63,8 +63,7 @@ def loss_curves_figure(series: dict[str, tuple[np.ndarray, np.ndarray]], loss_fl
 
 
 def provenance_figure(lookup_total: np.ndarray, projection_total: np.ndarray, input_counts: np.ndarray) -> Figure:
-  """Each row's accumulated gradient by path against its input count: (V,), (V,), (V,) → Figure, log axes (x symlog
-  where a count is 0); projection-only rows are ringed in red at their projection total."""
+  """Each row's gradient by path against its input count: (V,), (V,), (V,) → Figure; projection-only rows ringed red."""
   counts = np.asarray(input_counts, np.float64)
   lookup_total, projection_total = np.asarray(lookup_total, np.float64), np.asarray(projection_total, np.float64)
   fig = Figure(figsize=(7, 4.2), layout="constrained")

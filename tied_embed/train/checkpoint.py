@@ -138,8 +138,7 @@ class Restored:
 
 
 def selection_rank(metrics: dict[str, Any]) -> tuple[float, int]:
-  """Orbax's 'min' rank: the lowest select_loss (with train.min_delta > 0, the best so far), on a tie the earlier step,
-  as `Selection.record`; a checkpoint saved between evals ranks worst."""
+  """Orbax's 'min' rank, as `Selection.record`: the lowest (best-so-far) select_loss, then the earlier step."""
   return metrics.get("best_select_loss", metrics.get("select_loss", math.inf)), metrics["step"]
 
 

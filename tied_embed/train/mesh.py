@@ -154,8 +154,7 @@ def global_batch(batch: tuple[np.ndarray, ...], sharding: NamedSharding) -> tupl
 
 
 def process_0_first(make: Callable[[], T], what: str) -> T:
-  """`make()` on process 0 first, then on the others once it is done (they read what it left on a shared disk).
-  Process 0 reaches the barrier even when `make` fails, so no process waits forever."""
+  """`make()` on process 0, then on the others (reading what it left); process 0 reaches the barrier even on failure."""
   if jax.process_count() == 1:
     return make()
   if jax.process_index() == 0:

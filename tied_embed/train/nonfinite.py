@@ -24,8 +24,7 @@ class NonFinite(RunStopped):
 
 
 def advice(config: Any | None) -> str:
-  """What to change: model.hidden_l2 where the penalty λ·‖W − I‖²_F is the suspect (2λ·D² beyond float32, or plain SGD
-  with λ · learning_rate >= 1), else the learning rate."""
+  """What to change: model.hidden_l2 where λ·‖W − I‖²_F is the suspect, else the learning rate."""
   if config is None or not (l2 := float(config.model.get("hidden_l2", 0.0))):  # no penalty (only W may have one)
     return _LEARNING_RATE_ADVICE
   d_model = int(config.model.d_model)

@@ -186,8 +186,8 @@ def train_batch(data: BigramData, seed: int, step: int, batch_size: int) -> tupl
 
 
 def _evaluate(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended, step: int) -> tuple[dict[str, float], bool]:
-  """Evaluates run.state on the held-out splits, writes the eval/* (and select/*) scalars at `step` and keeps the
-  losses in `ended`; → those scalars, and whether `step` is the new best by select/loss."""
+  """Scores run.state on the held-out splits and writes eval/* (select/*) at `step`; → the scalars, whether a new
+  best."""
   ended.eval_loss, ended.by_bucket = held_out.evaluate(run.state)
   scalars, new_best = evaluation.eval_scalars(ended.eval_loss, ended.by_bucket, run.data), False
   if held_out.select is not None:

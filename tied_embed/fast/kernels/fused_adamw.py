@@ -71,8 +71,7 @@ def update_arrays(grad, mu, nu, param, scalars: jax.Array) -> tuple[jax.Array, j
 
 
 def scalars_for(clip_scale, learning_rate, count, weight_decay: float) -> jax.Array:
-  """The kernel's (10,) float32 scalars: the clip's scale, b1, 1 − b1, b2, 1 − b2, c1, c2, eps, wd, −lr, each as optax
-  computes it; `count`: the update count after this update."""
+  """The kernel's (10,) float32 scalars (clip scale, b1, 1 − b1, b2, 1 − b2, c1, c2, eps, wd, −lr) at update `count`."""
   b1, b2 = optim.ADAM_B1, optim.ADAM_B2  # what make_optimizer gives optax.adamw
   corrections = [optax.tree.bias_correction(jnp.float32(1), decay, count) for decay in (b1, b2)]
   values = [clip_scale, b1, 1 - b1, b2, 1 - b2, *corrections, optim.ADAM_EPS, weight_decay, -learning_rate]
@@ -80,8 +79,7 @@ def scalars_for(clip_scale, learning_rate, count, weight_decay: float) -> jax.Ar
 
 
 def make_update(train: ml_collections.ConfigDict):
-  """apply_update(train_state, grads) → finite check (0 or NaN) on the kernel where it runs and pays off, else optax's
-  own update of `optim.make_optimizer(train)` → None."""
+  """apply_update(train_state, grads): the kernel's update → its finite check (0 or NaN), or optax's → None."""
   if train.optimizer != "adamw":
     raise ValueError(f"train.optimizer={train.optimizer!r} is not allowed here: the fused update is AdamW's")
   schedule = optim.learning_rate_schedule(train)
