@@ -155,8 +155,7 @@ def read_regular(path: str | pathlib.Path, limit: int) -> bytes:
 
 
 def irregular_file(directory: str | pathlib.Path) -> str | None:
-  """'PATH is KIND, not a regular file' for the first path under `directory` (sorted, links not followed) that is
-  neither a directory nor a regular file, which a reader would wait on or read without end; else None."""
+  """'PATH is KIND, not a regular file' for the first path under `directory` a reader could hang on, else None."""
   for parent, names, files in os.walk(directory):
     names.sort()
     for name in sorted(names + files):

@@ -323,8 +323,7 @@ Model = LanguageModel
 
 
 def build_model(config: ml_collections.ConfigDict) -> Model:
-  """The model `config.model` describes, initialised from `config.seed`: the tables, then the context mixer
-  (`model.context`), then the hidden map (`model.hidden`), then the output bias (`model.output_bias`)."""
+  """The model `config.model` describes, from `config.seed`: tables, context mixer, hidden map, output bias."""
   model, rngs = config.model, nnx.Rngs(int(config.seed))
   built = (TiedEmbed if model.tied else UntiedEmbed)(int(model.vocab_size), int(model.d_model), rngs=rngs)
   context = model.get("context", "none")

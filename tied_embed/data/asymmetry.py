@@ -20,8 +20,8 @@ _GOLDEN_STEPS = 24
 
 
 def prepared_table(log_probs: Any, ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-  """(V, V) array or `LogProbRows` → table (K, K) float64, token ids (K,): of `ids` (default: all), rows without a
-  finite entry dropped as rows and columns, -inf raised to the smallest finite entry left."""
+  """(V, V) array or `LogProbRows` → (K, K) float64 of `ids`' rows with a finite entry, -inf raised; and those ids
+  (K,)."""
   vocab_size = len(log_probs)
   ids = np.arange(vocab_size) if ids is None else np.asarray(ids)
   blocks = np.array_split(ids, max(1, -(-len(ids) // row_block(vocab_size))))

@@ -78,8 +78,7 @@ def dense_rows(log_probs: np.ndarray) -> LogProbRows:
 
 @dataclasses.dataclass
 class Reference:
-  """What the best possible model scores (loss_floor, nats) and its (V, V) table; name 'true' or 'empirical'; record:
-  the small arrays `Source.log_probs_from_record` rebuilds `log_probs` from."""
+  """The best possible model's loss_floor (nats) and (V, V) table, 'true' or 'empirical'; record: what rebuilds it."""
 
   name: str
   loss_floor: float

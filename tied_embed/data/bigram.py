@@ -173,8 +173,7 @@ def _version_dir(bc: BigramConfig, directory: pathlib.Path) -> pathlib.Path:
 
 
 def refuse_links(bc: BigramConfig, directory: pathlib.Path) -> None:
-  """UsageError if a path under `directory` the dataset of `bc` is written or deleted through is a symbolic link or
-  holds one: through it the run would delete and write in a folder it never made."""
+  """UsageError if a path under `directory` the dataset is written or deleted through is or holds a symbolic link."""
   pairs = directory / BigramPairs.name
   for path in (pairs, directory / TOKENIZERS):
     if path.is_symlink():

@@ -41,8 +41,7 @@ class InspectionData:
 
 
 def write(workdir: str | pathlib.Path, data: InspectionData, record: dict[str, np.ndarray]) -> pathlib.Path:
-  """Writes WORKDIR/report_data.npz, and a record's SentencePiece model as WORKDIR/tokenizer.model (so the workdir
-  alone can tokenize), each whole or not at all; OSError naming the file that cannot be written."""
+  """Writes WORKDIR/report_data.npz and a SentencePiece model as WORKDIR/tokenizer.model, each whole or not at all."""
   arrays = {
       "source": np.array(data.source), "identity": np.array(data.identity), "vocab_size": np.array(data.vocab_size),
       "loss_floor": np.array(data.loss_floor), "reference_name": np.array(data.reference_name),
@@ -59,8 +58,8 @@ def write(workdir: str | pathlib.Path, data: InspectionData, record: dict[str, n
 
 
 def read(workdir: str | pathlib.Path) -> InspectionData | None:
-  """WORKDIR/report_data.npz as InspectionData; None if the workdir has none. ValueError (or OSError) if it cannot
-  be read back or holds what no run writes (a number not finite, a negative floor or count)."""
+  """WORKDIR/report_data.npz as InspectionData, or None; ValueError or OSError if unreadable or not what a run
+  writes."""
   path = pathlib.Path(workdir) / FILE_NAME
   try:
     mode = path.lstat().st_mode

@@ -374,8 +374,8 @@ def restore(workdir: str | pathlib.Path, step: int | str | None = None, *, mesh:
 
 
 def _best_step(workdir: str | pathlib.Path, steps: list[int]) -> int:
-  """The step the newest readable manifest's `Selection` names as best. UsageError if it names none, if any
-  checkpoint's metrics disagree with its manifest (retention ranks by them), or if that checkpoint is gone."""
+  """The best step the newest manifest's `Selection` names; UsageError if none, if metrics disagree, or if it is
+  gone."""
   directory, newest = checkpoint_dir(workdir), restore(workdir, arrays=False)
   best = newest.selection.best_step
   if best is None:

@@ -156,8 +156,7 @@ REQUIRED_FIELDS: frozenset[str] = frozenset(BY_PATH)
 
 @dataclasses.dataclass(frozen=True)
 class Dependent:
-  """A field that does something only where `active(config)`, e.g. model.hidden_l2 only with the hidden map;
-  `off`: the value it must have where it does nothing (None: no such value, the field is ignored there)."""
+  """A field that acts only where `active(config)`; `off`: the value it must have elsewhere (None: ignored there)."""
 
   path: str
   needs: str  # completes 'unless ...' in the refusal
@@ -229,8 +228,8 @@ def as_python_values(config: ml_collections.ConfigDict) -> None:
 
 
 def validate(config: Any, num_devices: int | None = None, memory_bytes: int | None = None) -> None:
-  """UsageError (field, value, what is allowed) for the first bad field, else None; NumPy scalars become Python numbers.
-  The mesh must fit `num_devices` and the estimate `memory_bytes` (defaults: this machine's)."""
+  """UsageError for the first bad field, mesh (`num_devices`) or memory (`memory_bytes`); NumPy scalars become
+  numbers."""
   if not isinstance(config, ml_collections.ConfigDict):
     raise UsageError.bad_value("config", f"<{type(config).__name__}>", "an ml_collections.ConfigDict")
   as_python_values(config)

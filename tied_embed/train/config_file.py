@@ -40,8 +40,8 @@ def load_config_file(path: str) -> ml_collections.ConfigDict:
 
 @contextlib.contextmanager
 def _bools_kept() -> Iterator[Any]:
-  """While a config file runs, notes each value assigned to a float field; yields `keep()`, which puts back the bools
-  among them (ml_collections would cast them to 1.0) for the field's check to refuse."""
+  """While a config file runs, notes values assigned to float fields; `keep()` puts back the bools ml_collections
+  cast."""
   assigned: dict[tuple[int, str], tuple[ml_collections.ConfigDict, str, Any]] = {}
   setitem = ml_collections.ConfigDict.__setitem__.__code__
 

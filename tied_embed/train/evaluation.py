@@ -134,8 +134,7 @@ class HeldOut:
 
 @dataclasses.dataclass
 class Selection:
-  """The best eval so far by select/loss (its step, loss and eval/* scalars) and the evals since, early stopping's
-  count; in every checkpoint's manifest, so a resumed run stops where one that ran through would."""
+  """The best eval by select/loss and the evals since (early stopping's count), kept in every checkpoint's manifest."""
 
   best_step: int | None = None
   best_select_loss: float | None = None

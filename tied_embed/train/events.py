@@ -133,8 +133,7 @@ class EventWriter:
 
 
 def _image_pb(tag: str, pixels: np.ndarray) -> summary_pb2.Summary:
-  """An image summary as TensorFlow's `tf.summary.image` writes it: a string tensor [width, height, PNG, ...] with the
-  image plugin's metadata. `pixels`: (N, H, W, C) or (H, W, C) uint8, C in 1, 3, 4."""
+  """An image summary as `tf.summary.image` writes it; `pixels`: (N, H, W, C) or (H, W, C) uint8, C in 1, 3, 4."""
   from PIL import Image  # noqa: PLC0415 (inspection's pictures only)
 
   if pixels.ndim == 3:

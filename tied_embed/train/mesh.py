@@ -117,8 +117,7 @@ def _env_int(environ: dict[str, str], name: str, default: int) -> int:
 
 
 def initialize_from_environment(environ: dict[str, str] | None = None) -> bool:
-  """Joins the other processes where the environment describes several (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES > 1,
-  JAX_PROCESS_ID; or Slurm / Open MPI), before anything touches a device; → whether it did."""
+  """Joins the other processes the environment describes (JAX_*, Slurm, Open MPI) before any device use; → whether."""
   environ = os.environ if environ is None else environ
   num_processes = _env_int(environ, NUM_PROCESSES, default=1)
   if num_processes > 1:
@@ -144,8 +143,7 @@ def process_slice(batch: np.ndarray, process_index: int, process_count: int) -> 
 
 
 def global_batch(batch: tuple[np.ndarray, ...], sharding: NamedSharding) -> tuple[jax.Array, ...]:
-  """The same global (B,) arrays on every process → global jax.Arrays with `sharding`: each process places its
-  `process_slice` (its devices' rows, as the mesh puts whole `data` rows on each host, in order)."""
+  """The same global (B,) arrays on every process → jax.Arrays with `sharding`, each process placing its own slice."""
   if jax.process_count() == 1:
     return jax.device_put(batch, sharding)
   index, count = jax.process_index(), jax.process_count()

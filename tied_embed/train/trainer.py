@@ -175,8 +175,7 @@ def _train_steps(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended) -> i
 
 
 def train_batch(data: BigramData, seed: int, step: int, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-  """The global batch of `step`, a pure function of (seed, step): pairs drawn uniformly with replacement, → ids,
-  next_ids (B,) int32; with data.context_length L > 1, windows inside one document, (B, L)."""
+  """The global batch of `step`, a pure function of (seed, step): ids, next_ids (B,) int32 pairs, or (B, L) windows."""
   rng = np.random.default_rng([seed, step])
   if data.context_length > 1:
     rows = rng.integers(0, len(data.train_starts), size=batch_size)

@@ -20,8 +20,8 @@ MAX_VOCAB_SIZE = 32_768
 
 
 def hidden_table(vocab_size: int, d_model: int, logit_scale: float, seed: int) -> np.ndarray:
-  """The hidden table e* (V, D) float64 of N(0, logit_scale / D) entries: a self (planted) or next (directed) logit
-  is about `logit_scale`, the others spread with standard deviation logit_scale / sqrt(D)."""
+  """e* (V, D) float64, entries N(0, logit_scale / D): the self or next logit ≈ logit_scale, others ± logit_scale /
+  √D."""
   rng = np.random.default_rng([seed, 0])
   return rng.standard_normal((vocab_size, d_model)) * np.sqrt(logit_scale / d_model)
 

@@ -206,8 +206,7 @@ def _document_split(files: list[pathlib.Path]) -> tuple[list[int], int, int]:
 
 
 def document_pairs(tokens: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """The pairs within each document: tokens (N,), ends (D,) (document d is tokens[ends[d - 1]:ends[d]]) → ids,
-  next_ids (P,) int32 and pair ends (D,) int64; a document of n tokens gives max(n - 1, 0) pairs."""
+  """tokens (N,), document ends (D,) → ids, next_ids (P,) int32 within each document, and its pair ends (D,) int64."""
   tokens, ends = np.asarray(tokens, np.int32), np.asarray(ends, np.int64)
   starts = ends[(ends > 0) & (ends < len(tokens))]  # where a document after the first begins
   crossing = np.zeros(max(len(tokens) - 1, 0), bool)
