@@ -1,8 +1,5 @@
-"""tied-embed: one (V, D) table used for the token lookup `E[ids]` and, transposed, for the projection `x @ E.T`.
-
-Importing this package imports nothing: its names load jax and flax when first used (so `python -m
-tied_embed.inspection` can say in one line that the project's libraries are missing). Training, data, checkpoints and
-inspection live in submodules that import TFDS, CLU and Orbax when they are used."""
+"""tied-embed: one (V, D) table used for the token lookup `E[ids]` and, transposed, for the projection `x @ E.T`. Its
+names load jax and flax when first used; training, data, checkpoints and inspection are submodules."""
 
 from __future__ import annotations
 

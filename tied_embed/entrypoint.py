@@ -1,8 +1,6 @@
-"""The entrypoint `tied_io_embed(seed, token_ids, vocab_size, d_model)`, to the NNX contract in docs/entrypoint.md.
-
-A call runs two compiled programs, the initialisation (compiled once per (V, D)) and the forward pass (once per
-(V, D, T)). The seed goes in as a dynamic array, so a new seed or new id values reuse both programs, and a new
-number of tokens only compiles the cheap forward pass, not the random-number generator."""
+"""The entrypoint `tied_io_embed(seed, token_ids, vocab_size, d_model)`, to the NNX contract in docs/entrypoint.md: two
+compiled programs, the initialisation (once per (V, D)) and the forward pass (once per (V, D, T)); the seed is a dynamic
+array, so a new seed or new ids reuse both."""
 
 from __future__ import annotations
 
@@ -65,13 +63,12 @@ def _flat_logits(graphdef: nnx.GraphDef, state: nnx.State, token_ids: jax.Array)
 
 
 def tied_io_embed(seed, token_ids, vocab_size, d_model) -> jax.Array:
-  """(T * V,) float32 logits `logits[t * V + v] = E[ids[t]] · E[v]` of a fresh table `E = normal(rngs.params(),
-  (V, D)) / sqrt(D)` from `nnx.Rngs(int(seed))`.
+  """(T * V,) float32 logits `logits[t * V + v] = E[ids[t]] · E[v]` of a fresh table `E = normal(rngs.params(), (V, D))
+  / sqrt(D)` from `nnx.Rngs(int(seed))`.
 
-  `seed`, `vocab_size` (V) and `d_model` (D) are integers, possibly given as floats (Python, NumPy or concrete jax
-  scalars), and static under a caller's jit; ValueError if V or D is below 1 after `int()`, or if the table and the
-  logits need more bytes than the device has (V, D and the bytes named in the message). `token_ids` (T,) are ids in
-  [0, V), possibly given as floats, and may be traced."""
+  `seed`, V and D are integers, possibly as floats, static under a caller's jit; ValueError if V or D is below 1 after
+  `int()` or the table and logits exceed the device's memory. `token_ids` (T,) are ids in [0, V), possibly floats,
+  possibly traced."""
   vocab_size, d_model = _at_least_one("vocab_size", vocab_size), _at_least_one("d_model", d_model)
   _check_fits(vocab_size, d_model, math.prod(np.shape(token_ids)))
   # `jax.random.key(python_int)` turns the int into an int64 NumPy scalar, which JAX then narrows to its

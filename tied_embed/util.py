@@ -45,9 +45,8 @@ def first_line(error: BaseException, limit: int = 300) -> str:
 
 
 def printable(text: str, keep: str = "") -> str:
-  """`text` as a terminal shows it without acting on it: each character it would act on (line breaks, ESC and the
-  other control characters, bidirectional overrides) written as in a Python string literal (\\n, \\x1b, \\u202e),
-  and a byte that is not UTF-8 (a name's surrogate escape) as \\xNN; the characters in `keep` are left as they are."""
+  """`text` as a terminal shows it without acting on it: control characters, bidirectional overrides and undecodable
+  bytes written as escapes (\\n, \\x1b, \\u202e, \\xNN), except the characters in `keep`."""
   if text.isprintable():
     return text
   return "".join(c if c in keep or c.isprintable() else _escaped(c) for c in text)
@@ -60,8 +59,7 @@ def _escaped(character: str) -> str:
 
 
 def one_line(text: str) -> str:
-  """`text` on one line, as the terminal shows it (`printable`): an error naming a path that holds a line break or
-  an escape sequence stays one line and leaves the terminal as it was."""
+  """`text` on one line as the terminal shows it (`printable`), so an error naming an odd path stays one line."""
   return printable(text)
 
 
@@ -78,8 +76,7 @@ _ANSI_C_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\
 
 
 def shell_quote(text: str) -> str:
-  """`text` as a shell word that pastes back as itself, on one line: shlex.quote, or bash's $'...' (as `printf %q`
-  writes it) for text holding a control character such as a newline."""
+  """`text` as one shell word that pastes back as itself: shlex.quote, or bash's $'...' for control characters."""
   if text.isprintable():
     return shlex.quote(text)
 
@@ -101,10 +98,9 @@ _DROPPED_UNRAISABLE: set[Callable[[Any], bool]] = set()
 
 
 def drop_unraisable(matches: Callable[[Any], bool]) -> None:
-  """Stops Python printing a traceback for the unraisable exceptions `matches(unraisable)` picks out.
-
-  An exception a callback cannot pass on (JAX's gc callback, TensorStore calling into an event loop Orbax closed)
-  would print beside the command's one-line outcome. Every other one still reaches the previous hook."""
+  """Stops Python printing tracebacks of the unraisable exceptions `matches(unraisable)` picks out (JAX's gc callback,
+  TensorStore calling into a closed loop), which would print beside a one-line outcome; others reach the previous
+  hook."""
   _DROPPED_UNRAISABLE.add(matches)
   if getattr(sys.unraisablehook, "drops_unraisable", False):
     return
@@ -119,8 +115,7 @@ def drop_unraisable(matches: Callable[[Any], bool]) -> None:
 
 
 def first_link(path: pathlib.Path) -> pathlib.Path | None:
-  """`path` if it is a symbolic link, else the first link below it (a directory's tree in sorted order, links not
-  followed), else None: a workdir's files must not lead into another run's."""
+  """`path` if a symbolic link, else the first link below it (sorted, not followed), else None."""
   if path.is_symlink():
     return path
   for parent, names, files in os.walk(path):  # nothing where `path` is missing or a file
@@ -139,9 +134,8 @@ def file_kind(mode: int) -> str:
 
 
 def read_regular(path: str | pathlib.Path, limit: int) -> bytes:
-  """The bytes of `path` if it is a regular file of at most `limit` bytes. Opened without blocking and checked before
-  a byte is read, so a FIFO, a device or a directory in its place is an OSError at once (naming `path` and what it
-  is), never a read that waits for a writer or never ends (/dev/zero)."""
+  """The bytes of `path` if it is a regular file of at most `limit` bytes; opened without blocking and checked first, so
+  a FIFO, device or directory there is an OSError at once, never a read that waits or never ends."""
   fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
   try:
     status = os.fstat(fd)
@@ -161,9 +155,7 @@ def read_regular(path: str | pathlib.Path, limit: int) -> bytes:
 
 
 def irregular_file(directory: str | pathlib.Path) -> str | None:
-  """'PATH is KIND, not a regular file' for the first path under `directory` that is neither a directory nor a
-  regular file (a FIFO, a device, a socket, a link), in sorted order, links not followed; None if there is none (or
-  no `directory`). A reader opening it would wait on it (a FIFO) or read without end (a device)."""
+  """'PATH is KIND, not a regular file' for the first path under `directory` a reader could hang on, else None."""
   for parent, names, files in os.walk(directory):
     names.sort()
     for name in sorted(names + files):
@@ -184,8 +176,7 @@ LOCK_NAME = ".lock"
 
 
 def holder(directory: str | pathlib.Path) -> str:
-  """Who holds (or last held) the lock of `directory`, as 'host H, pid P, since T'; 'unknown holder' if unreadable (a
-  .lock that is a symbolic link is not read: its target is outside what the run owns)."""
+  """'host H, pid P, since T' of the lock of `directory`, else 'unknown holder' (a linked .lock is not read)."""
   try:
     fd = os.open(pathlib.Path(directory) / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as f:
@@ -241,10 +232,9 @@ def _refuse_odd_lock_file(path: pathlib.Path, what: str) -> None:
 def exclusive(directory: str | pathlib.Path, what: str, *, record_now: bool = True) -> Iterator[Callable[[], None]]:
   """Holds the lock of `directory` (created if needed) while inside; UsageError naming the holder at once if taken.
 
-  `what` names the directory in errors, e.g. '--workdir=runs/default'. Yields `record()`, which writes the holder
-  into the file; with `record_now=False` the caller calls it once its own checks pass (or never): until then the
-  file is left as found, and removed on the way out (the directory's times put back) if this call created it, so a
-  refused run changes nothing."""
+  `what` names the directory in errors. Yields `record()`, which writes the holder into the file; with
+  `record_now=False` the caller calls it once its checks pass (or never): until then a lock file this call created is
+  removed on the way out, the directory's times put back, so a refused run changes nothing."""
   directory = pathlib.Path(directory)
   path = directory / LOCK_NAME
   existed = os.path.lexists(path)
@@ -295,13 +285,12 @@ def exclusive(directory: str | pathlib.Path, what: str, *, record_now: bool = Tr
 
 def write_atomically(path: str | pathlib.Path, payload: bytes | Callable[[BinaryIO], Any], *, fsync: bool = False,
                      remove_stale: bool = False, mode: int = 0o666) -> pathlib.Path:
-  """Writes `path` whole or not at all: `payload` (bytes, or `payload(f)` writing an open binary file) goes to a
-  temporary file beside it, renamed over `path`, which replaces a symbolic link there rather than writing through it.
+  """Writes `path` whole or not at all: `payload` (bytes, or `payload(f)` writing a binary file) goes to a temporary
+  file beside it, renamed over `path` (replacing a link there, not writing through it).
 
-  The file gets `mode` less the umask, as open() (0o666) or a linker (0o777) would make it (mkstemp's is
-  owner-only). `fsync`: the bytes and the rename reach the disk before this returns. `remove_stale`: first removes
-  the temporary files a killed writer left (only for a path no other process writes, e.g. under a held lock). On
-  failure the temporary file is removed and the OSError raised names `path` (errno and reason kept)."""
+  The file gets `mode` less the umask, as open() would. `fsync`: the bytes and the rename reach the disk first.
+  `remove_stale`: first removes temporary files a killed writer left (for a path no other process writes). On failure
+  the temporary file is removed and the OSError names `path`."""
   path = pathlib.Path(path)
   if remove_stale:
     for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):

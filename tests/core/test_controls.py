@@ -24,6 +24,7 @@ from tied_embed.util import UsageError
 VOCAB, D_MODEL, L2 = 12, 5, 0.1
 IDS = np.array([0, 3, 3, 7, 1, 11, 3, 0])  # repeats: the distinct-row speed path forms each once
 NEXT = (IDS * 5 + 2) % VOCAB
+BF16_BOUND = 2e-2  # tests/fast/test_precision.py's: about 10 times bfloat16's rounding u = 2^-9
 CONTROLS = {"bias": {"output_bias": True}, "symmetric": {"hidden": "symmetric", "hidden_l2": L2}}
 
 
@@ -205,15 +206,43 @@ def _refusal(config) -> str:
   return str(refused.value)
 
 
-def test_the_config_takes_the_controls_and_refuses_a_bias_it_would_not_evaluate():
+def test_the_config_takes_the_controls_in_either_dtype_and_refuses_a_bias_that_is_not_a_bool():
   for config in (_smoke(("model.output_bias", True)), _smoke(("model.output_bias", True), ("model.tied", False)),
+                 _smoke(("model.output_bias", True), ("model.dtype", "bfloat16")),
                  _smoke(("model.hidden", "symmetric"), ("model.hidden_l2", 0.01))):
     config_lib.validate(config, num_devices=1, memory_bytes=2**50)
-  message = _refusal(_smoke(("model.output_bias", True), ("model.dtype", "bfloat16")))
-  assert message.startswith("model.output_bias=True is not allowed: expected False with model.dtype='bfloat16'")
-  assert "\n" not in message
-  assert _refusal(_smoke(("model.output_bias", 1))).startswith("model.output_bias=1 is not allowed")
+  message = _refusal(_smoke(("model.output_bias", 1)))
+  assert message.startswith("model.output_bias=1 is not allowed") and "\n" not in message
   assert "symmetric" in _refusal(_smoke(("model.hidden", "diagonal")))
+
+
+@pytest.mark.parametrize("windows", [False, True])
+def test_a_bfloat16_evaluation_scores_the_bias_within_its_rounding_of_float64(windows):
+  """The bfloat16 evaluation of a bias model against its biased logits' per-token loss recomputed in NumPy float64
+  (pairs, and the same pairs as two windows of 4): within tests/fast/test_precision.py's bfloat16 bound, and the
+  logits without b are farther than that bound, so an evaluation that drops the bias fails here."""
+  from tied_embed.core import optim  # noqa: PLC0415
+  from tied_embed.train import evaluation, run_step  # noqa: PLC0415
+
+  model = _model("bias")
+  model.bias[...] = 4 * model.bias[...]  # b moves each pair's loss by far more than bfloat16's rounding
+  optimizer = optim.make_optimizer(_smoke().train)
+  graphdef, state = nnx.split(run_step.RunState(model, optimizer))
+  ids, next_ids = (IDS.reshape(2, 4), NEXT.reshape(2, 4)) if windows else (IDS, NEXT)
+  got = np.asarray(evaluation.make_eval_losses(graphdef, 0, "bfloat16")(state, jnp.asarray(ids),
+                                                                         jnp.asarray(next_ids)), np.float64)
+  table = np.asarray(model.tables()[1], np.float64)
+
+  def losses(bias: np.ndarray) -> np.ndarray:  # each pair's cross-entropy of E[ids] · Eᵀ + bias, float64
+    logits = table[IDS] @ table.T + bias
+    top = logits.max(axis=1)
+    return top + np.log(np.exp(logits - top[:, None]).sum(axis=1)) - logits[np.arange(len(IDS)), NEXT]
+
+  def error(want: np.ndarray) -> float:
+    return float(np.linalg.norm(got.reshape(-1) - want) / np.linalg.norm(want))
+
+  assert error(losses(np.asarray(model.bias[...], np.float64))) < BF16_BOUND
+  assert error(losses(np.zeros(VOCAB))) > 5 * BF16_BOUND
 
 
 @pytest.mark.parametrize(("control", "stat"), [("bias", "bias_spread"), ("symmetric", "min_eigenvalue")])

@@ -25,8 +25,7 @@ def hidden_cross_entropy(hidden: jax.Array, projection_table: jax.Array, targets
 
 
 def model_loss(model, ids: jax.Array, next_ids: jax.Array) -> jax.Array:
-  """The training loss of a model called as a whole, plus its regulariser if any: ids, next_ids (B,) pairs or
-  (B, L) windows, int → scalar, the mean over every position."""
+  """The mean loss of `model(ids)` plus any regulariser: ids, next_ids (B,) pairs or (B, L) windows, int → scalar."""
   loss = jnp.mean(per_token_losses(model, ids, next_ids))
   penalty = model.penalty()
   return loss if penalty is None else loss + penalty

@@ -1,20 +1,15 @@
 """The models: one (V, D) table read twice (tied) or two tables (untied), and what happens between the two uses.
 
-`TiedEmbed` holds one (V, D) table, `embedding`, and uses it twice: `embed` looks rows up (the input embedding) and
-`attend` scores a hidden vector against every row (the output projection, `x @ E.T`). `UntiedEmbed` is the ablation
-with two independent tables of the same shape. Between the two uses a model may put a function of the looked-up
-rows: `WithHiddenMap`'s learned (D, D) matrix W (`logits = E[ids] · W · Eᵀ`: W's antisymmetric part is what lets a
-tied model score (a, b) and (b, a) differently), `WithSymmetricMap`'s symmetric S = (W + Wᵀ)/2 (the control without
-that part), or a causal context mixer over a window of L tokens, `ContextMLP` (the previous k rows through one hidden
-layer) or `ContextTransformer` (a small pre-norm causal transformer). `WithOutputBias` adds a learned score b_j of
-each next token after the projection (`logits = h · Eᵀ + b`).
+`TiedEmbed`'s one table `embedding` is read by `embed` (the lookup, `E[ids]`) and `attend` (the projection, `x @ E.T`);
+`UntiedEmbed` is the ablation with two tables. Between the uses a model may put a function of the looked-up rows:
+`WithHiddenMap`'s (D, D) W (`E[ids] · W · Eᵀ`: W's antisymmetric part lets a tied model score (a, b) and (b, a)
+differently), `WithSymmetricMap`'s S = (W + Wᵀ)/2 (the control without it), or a causal context mixer over a window,
+`ContextMLP` or `ContextTransformer`. `WithOutputBias` adds a learned score b_j per next token (`h · Eᵀ + b`).
 
-A model variant is one class, answering two questions (the step and the speed paths ask nothing else):
-  - `table_params()`: which (V, D) Params the lookup and the projection read (the same Param when tied);
-  - `hidden(rows)`: the hidden vectors (..., D) from the looked-up rows (..., D), through the model's other Params.
-How the two path gradients reach the Params follows from these alone (tied_embed/core/paths.py). A model that adds
-to the scores themselves also gives `score_operands`: its logits as one product H · Bᵀ, which every loss of (hidden,
-projection table) scores unchanged."""
+A model variant is one class answering two questions, all the step and the speed paths ask (core/paths.py):
+`table_params()`, which (V, D) Params the lookup and the projection read (the same one when tied), and
+`hidden(rows)`, the hidden vectors (..., D) from the looked-up rows (..., D). A model that adds to the scores also
+gives `score_operands`, its logits as one product H · Bᵀ, which every loss of (hidden, table) scores unchanged."""
 
 from __future__ import annotations
 
@@ -52,9 +47,8 @@ def init_table(key: jax.Array, vocab_size: int, d_model: int) -> jax.Array:
 
 
 class LanguageModel(nnx.Module):
-  """What every model shares: logits = attend(hidden(embed(ids))); subclasses give `table_params` and may override
-  `hidden` (the identity here), `penalty` (a regulariser of the training loss), `hidden_stats` (logged scalars) and,
-  for inspection, `scoring_tables` and `scores_in_words`."""
+  """logits = attend(hidden(embed(ids))); subclasses give `table_params` and may override `hidden`, `penalty` (a
+  regulariser), `hidden_stats` (logged scalars) and, for inspection, `scoring_tables` and `scores_in_words`."""
 
   def __call__(self, ids: jax.Array) -> jax.Array:
     """ids (B,) or (B, L) int → (..., V) float32 logits."""
@@ -69,8 +63,8 @@ class LanguageModel(nnx.Module):
     return x @ self.table_params()[1][...].T
 
   def score_operands(self, hidden: jax.Array, projection_table: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(hidden (T, D), projection table (V, D)) → (H (T, D'), B (V, D')) with logits = H · Bᵀ: here the two
-    themselves (D' = D); a model that adds to the scores widens both (`WithOutputBias`)."""
+    """(hidden (T, D), table (V, D)) → (H (T, D'), B (V, D')), logits = H · Bᵀ: here themselves; `WithOutputBias`
+    widens."""
     return hidden, projection_table
 
   def tables(self) -> tuple[jax.Array, jax.Array]:
@@ -79,12 +73,11 @@ class LanguageModel(nnx.Module):
     return lookup[...], projection[...]
 
   def scoring_tables(self) -> tuple[jax.Array, jax.Array]:
-    """(A, B), each (V, D) (D + 1 with an output bias), with a context-free model's logits(ids) = A[ids] · Bᵀ: the
-    tables, for inspection."""
+    """(A, B), each (V, D) (D + 1 with an output bias): a context-free model's logits(ids) = A[ids] · Bᵀ."""
     return self.tables()
 
   def scores_in_words(self) -> str | None:
-    """What `scoring_tables`' A · Bᵀ is, for inspection, where it is more than the tables alone: None here."""
+    """What `scoring_tables`' A · Bᵀ is, where it is more than the tables alone: None here."""
     return None
 
   def hidden(self, rows: jax.Array) -> jax.Array:
@@ -101,8 +94,7 @@ class LanguageModel(nnx.Module):
 
 
 class TiedEmbed(LanguageModel):
-  """One table, `embedding`: nnx.Param (V, D) float32 and the only parameter, for the token lookup and, transposed,
-  for the output projection."""
+  """One table, `embedding`, a (V, D) float32 Param and the only one: the lookup and, transposed, the projection."""
 
   def __init__(self, vocab_size: int, d_model: int, *, rngs: nnx.Rngs):
     self.vocab_size, self.d_model = vocab_size, d_model
@@ -114,8 +106,7 @@ class TiedEmbed(LanguageModel):
 
 
 class UntiedEmbed(LanguageModel):
-  """The ablation: independent (V, D) float32 Params `input_embedding` (read by `embed`) and `output_embedding`
-  (read by `attend`), each initialised like `TiedEmbed`'s."""
+  """The ablation: independent (V, D) Params `input_embedding` (read by `embed`) and `output_embedding` (`attend`)."""
 
   def __init__(self, vocab_size: int, d_model: int, *, rngs: nnx.Rngs):
     self.vocab_size, self.d_model = vocab_size, d_model
@@ -128,8 +119,7 @@ class UntiedEmbed(LanguageModel):
 
 
 class _Around(LanguageModel):
-  """A model around `embedder` (TiedEmbed or UntiedEmbed, or another model around one): its tables, its hidden
-  function first, then this class's own; its scores, penalty and logged scalars unless this class adds to them."""
+  """A model around `embedder`: its tables, hidden function (first), scores, penalty and scalars unless added to."""
 
   def __init__(self, embedder: LanguageModel):
     self.embedder = embedder
@@ -155,8 +145,7 @@ class _Around(LanguageModel):
 
 
 class LinearMap(nnx.Module):
-  """h = x · W with W = `kernel`, a (D, D) float32 Param (replicated on a mesh) initialised to the identity, so a
-  model starts as it would without it."""
+  """h = x · W, W = `kernel` (D, D) from the identity, so a model starts as it would without it."""
 
   def __init__(self, d_model: int):
     self.kernel = nnx.Param(jnp.eye(d_model, dtype=jnp.float32))
@@ -167,8 +156,7 @@ class LinearMap(nnx.Module):
 
 
 class WithHiddenMap(_Around):
-  """`embedder` (tables unchanged) with `hidden_map` W after its hidden function; the training loss adds
-  `l2 · ‖W − I‖²_F`, pulling W towards the plain model (the eval loss is the cross-entropy alone)."""
+  """`embedder` with `hidden_map` W after its hidden function; the training loss adds `l2 · ‖W − I‖²_F`."""
 
   def __init__(self, embedder: LanguageModel, l2: float = 0.0):
     super().__init__(embedder)
@@ -206,10 +194,8 @@ class WithHiddenMap(_Around):
 
 
 class WithSymmetricMap(WithHiddenMap):
-  """The control for `WithHiddenMap`: the same (D, D) Param W from the identity and penalty λ‖W − I‖², read as its
-  symmetric part S = (W + Wᵀ)/2, so logits = E[ids] · S · Eᵀ. S may be indefinite (a row can score itself below
-  0: no self-score advantage) but cannot score (a, b) and (b, a) differently. W's gradient is symmetric, so from
-  the identity W stays equal to S."""
+  """The control for `WithHiddenMap`: its W read as S = (W + Wᵀ)/2, logits = E[ids] · S · Eᵀ. S may be indefinite
+  (no self-score advantage) but cannot score (a, b) and (b, a) differently; W's gradient is symmetric, so W stays S."""
 
   def symmetric(self) -> jax.Array:
     """S = (W + Wᵀ)/2, (D, D)."""
@@ -238,8 +224,7 @@ class WithSymmetricMap(WithHiddenMap):
 
 
 class WithOutputBias(_Around):
-  """`embedder` with `bias`, a (V,) float32 Param from 0 (split along V on a mesh, as the tables are) added to
-  every position's scores: logits = attend(h) + b, one learned score per next token, whatever the current one."""
+  """`embedder` with `bias` (V,) from 0, split along V on a mesh: logits = attend(h) + b at every position."""
 
   def __init__(self, embedder: LanguageModel):
     super().__init__(embedder)
@@ -268,8 +253,7 @@ class WithOutputBias(_Around):
     return f"{inner} + b (an output bias: one learned score per next token)"
 
   def hidden_stats(self) -> dict[str, jax.Array]:
-    """The embedder's, and the spread of b: its standard deviation over the vocabulary (its mean changes no
-    probability)."""
+    """The embedder's, and b's standard deviation over the vocabulary (its mean changes no probability)."""
     return {**self.embedder.hidden_stats(), "bias_spread": jnp.std(self.bias[...])}
 
 
@@ -279,9 +263,7 @@ def _with_column(matrix: jax.Array, column: jax.Array) -> jax.Array:
 
 
 class ContextMLP(_Around):
-  """Bengio-style: at each position t of a window, the rows of tokens t, t-1, ..., t-k+1 (zeros before the window's
-  start) concatenated, through one tanh layer of MLP_WIDTH · D units, added to row t:
-  h_t = x_t + MLP([x_t, ..., x_t-k+1])."""
+  """Bengio-style: h_t = x_t + MLP([x_t, ..., x_t-k+1]), tanh, MLP_WIDTH · D wide, zeros before the window."""
 
   def __init__(self, embedder: LanguageModel, k: int, *, rngs: nnx.Rngs):
     super().__init__(embedder)
@@ -290,7 +272,7 @@ class ContextMLP(_Around):
     self.out = nnx.Linear(width, embedder.d_model, rngs=rngs)
 
   def hidden(self, rows: jax.Array) -> jax.Array:
-    """rows (B, L, D) → (B, L, D), position t reading positions ≤ t only; rows (B, D) are windows of one token."""
+    """rows (B, L, D) → (B, L, D), position t reading positions ≤ t; (B, D) are windows of one token."""
     if rows.ndim == 2:
       return self.hidden(rows[:, None])[:, 0]
     rows = self.embedder.hidden(rows)
@@ -319,8 +301,7 @@ class Block(nnx.Module):
 
 
 class ContextTransformer(_Around):
-  """A small causal transformer over a window of up to `length` tokens: learned positions (length, D) added to the
-  rows, `layers` pre-norm blocks of `heads` heads, a final LayerNorm."""
+  """A causal transformer over up to `length` tokens: learned positions, `layers` pre-norm blocks, a final norm."""
 
   def __init__(self, embedder: LanguageModel, length: int, layers: int, heads: int, *, rngs: nnx.Rngs):
     super().__init__(embedder)
@@ -329,8 +310,7 @@ class ContextTransformer(_Around):
     self.final_norm = nnx.LayerNorm(embedder.d_model, rngs=rngs)
 
   def hidden(self, rows: jax.Array) -> jax.Array:
-    """rows (B, L, D), L ≤ length → (B, L, D), position t reading positions ≤ t only; rows (B, D) are windows of
-    one token."""
+    """rows (B, L, D), L ≤ length → (B, L, D), position t reading positions ≤ t; (B, D) are windows of one."""
     if rows.ndim == 2:
       return self.hidden(rows[:, None])[:, 0]
     x = self.embedder.hidden(rows) + self.positions[...][:rows.shape[-2]]
@@ -343,8 +323,7 @@ Model = LanguageModel
 
 
 def build_model(config: ml_collections.ConfigDict) -> Model:
-  """The model `config.model` describes, initialised from `config.seed`: the tables, then the context mixer
-  (`model.context`), then the hidden map (`model.hidden`), then the output bias (`model.output_bias`)."""
+  """The model `config.model` describes, from `config.seed`: tables, context mixer, hidden map, output bias."""
   model, rngs = config.model, nnx.Rngs(int(config.seed))
   built = (TiedEmbed if model.tied else UntiedEmbed)(int(model.vocab_size), int(model.d_model), rngs=rngs)
   context = model.get("context", "none")
@@ -362,16 +341,15 @@ def build_model(config: ml_collections.ConfigDict) -> Model:
 
 
 class ParamCounts(NamedTuple):
-  """Parameters in the two vocabulary matrices (and the hidden map, the output bias), with and without tying."""
+  """Parameters of the vocabulary matrices (+ D·D with a hidden map, + V with an output bias), tied and untied."""
 
-  tied: int  # V*D: one shared table (+ D*D with a hidden map, + V with an output bias)
-  untied: int  # 2*V*D: separate input and output tables (+ the same extras)
+  tied: int  # V*D: one shared table
+  untied: int  # 2*V*D: separate input and output tables
   saved: int  # untied - tied = V*D
 
 
 def param_counts(vocab_size: int, d_model: int, hidden: str = "none", output_bias: bool = False) -> ParamCounts:
-  """Parameter counts of the embedding plus the output projection (bias-free unless `output_bias`), tied and
-  untied; a hidden map (linear or symmetric) is its stored (D, D) Param W."""
+  """Parameter counts of the embedding plus the output projection, tied and untied."""
   extra = (d_model * d_model if hidden != "none" else 0) + (vocab_size if output_bias else 0)
   tied = vocab_size * d_model
   return ParamCounts(tied=tied + extra, untied=2 * tied + extra, saved=tied)

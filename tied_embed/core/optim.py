@@ -30,11 +30,10 @@ def clip_scale(norm: jax.Array, max_norm: float) -> jax.Array:
 
 
 def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
-  """Scale the updates by min(1, max_norm / ‖updates‖), their global norm: optax.clip_by_global_norm as one multiply.
+  """optax.clip_by_global_norm as one multiply by min(1, max_norm / ‖updates‖).
 
-  optax writes the clipped update as (g / ‖g‖) · max_norm. XLA:CPU counts a division as too expensive to repeat
-  in each of its readers, so it stores that (V, D) update before Adam's two moments read it; a multiply by one
-  scalar fuses into both. Unclipped updates are exactly g; clipped ones differ from optax's by rounding."""
+  optax's (g / ‖g‖) · max_norm: XLA:CPU stores that (V, D) division before Adam's two moments read it, where a
+  multiply by one scalar fuses into both. Unclipped updates are exactly g; clipped ones differ by rounding."""
 
   def update_fn(updates, state, params=None):
     scale = clip_scale(optax.tree.norm(updates), max_norm)

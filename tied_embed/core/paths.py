@@ -1,17 +1,13 @@
 """Gradient provenance: how the lookup path and the projection path add up in one shared table.
 
-For a tied table E, `loss(E[ids] @ E.T)` reads E twice. Differentiating with respect to the two uses separately
-gives two gradients:
+For a tied table E, `loss(E[ids] @ E.T)` reads E twice. Differentiating with respect to each use gives
 
   lookup path      d loss / d E[ids]  scattered into the looked-up rows (repeats add up), zero elsewhere;
-  projection path  d loss / d Eᵀ      reaching every row the loss scores.
+  projection path  d loss / d Eᵀ      reaching every row the loss scores,
 
-By the chain rule their sum is the gradient of the tied model, `d loss / d E = lookup + projection`. An untied
-model has the same two paths, each in its own table. With a hidden map W between the uses, the lookup path is
-still the gradient through `E[ids]` (now through W as well), and W gets a gradient of its own.
-
-`path_gradients` here is the plain form: both paths as dense (V, D) arrays. tied_embed/fast/sparse_paths.py keeps
-the lookup path as one row per token instead, and is tested equal to this."""
+and by the chain rule `d loss / d E = lookup + projection`. An untied model has the same two paths, one per table;
+whatever lies between the uses (W, a context mixer) gets a gradient of its own. `path_gradients` keeps both paths
+dense (V, D); tied_embed/fast/sparse_paths.py keeps the lookup path as one row per token, tested equal to this."""
 
 from __future__ import annotations
 
@@ -74,8 +70,7 @@ class PathGradients(NamedTuple):
 
 
 def table_paths(model) -> tuple[tuple, tuple]:
-  """Where in `model`'s graph the Params its lookup and its projection read are: (lookup path, projection path),
-  found by identity, so a tied model gives the same path twice."""
+  """(lookup path, projection path): where in `model`'s graph its tables' Params are, by identity (tied: the same)."""
   found = {id(node): path for path, node in nnx.iter_graph(model) if isinstance(node, nnx.Variable)}
   return tuple(found[id(param)] for param in model.table_params())
 
@@ -84,11 +79,9 @@ def differentiate_uses(model, ids: jax.Array, next_ids: jax.Array,
                        loss_fn: HiddenLoss) -> tuple[jax.Array, jax.Array, jax.Array, dict]:
   """The training loss and its gradient with respect to each use of the tables, and to the model's other Params.
 
-  The loss is written as a function of (looked-up rows (..., D), projection table (V, D), the other Params), so
-  differentiating it with respect to each argument separates the paths: the rows carry the lookup path, the table
-  the projection path. `loss_fn` scores the model's `score_operands` (an output bias joins the table as a column).
-  ids, next_ids (B,) pairs or (B, L) windows → (loss (), d rows (T, D) with T = B·L, d projection table (V, D),
-  {name: d array} of the other Params as a nested dict, {} for none)."""
+  The loss is a function of (looked-up rows (..., D), projection table (V, D), the other Params): the rows carry the
+  lookup path, the table the projection path. `loss_fn` scores the model's `score_operands`. ids, next_ids (B,)
+  pairs or (B, L) windows → (loss (), d rows (T, D), T = B·L, d table (V, D), the other Params' as a nested dict)."""
   tables = set(table_paths(model))
   graphdef, table_state, others, rest = nnx.split(model, lambda path, _: path in tables, nnx.Param, ...)
 

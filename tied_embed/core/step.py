@@ -1,8 +1,7 @@
 """The train state and the story's step: path gradients, the Params' gradients, the update, the split check.
 
-The model and its optimizer live in one `TrainState` module, and the jitted step takes and returns its `nnx.State`:
-the Python loop only passes arrays, and the step donates the old state. The run's bookkeeping around this step
-(provenance totals, the train-loss window, the non-finite marker) is tied_embed/train/run_step.py's."""
+The jitted step takes and returns a `TrainState`'s `nnx.State` (the loop passes arrays only; the old state is donated).
+The run's bookkeeping around it (provenance totals, train-loss window, non-finite marker) is train/run_step.py's."""
 
 from __future__ import annotations
 
@@ -33,9 +32,8 @@ class TrainState(nnx.Module):
 
 
 def param_gradients(model: Model, paths, lookup_scale: float = 1.0, projection_scale: float = 1.0) -> nnx.State:
-  """The Params' gradients from the two paths, each weighted by its scale and routed by the model's tables
-  (`paths_lib.param_gradients`). A scale of exactly 1 multiplies nothing: the default step is the same program, and
-  bits, as one that never scales."""
+  """The Params' gradients from the two paths, each weighted by its scale and routed by the model's tables. A scale of
+  exactly 1 multiplies nothing: the default step is the same program, and bits, as one that never scales."""
   projection = paths.projection if projection_scale == 1.0 else projection_scale * paths.projection
   return paths_lib.param_gradients(model, lambda grad: paths.add_lookup(grad, lookup_scale), projection, paths.hidden)
 
@@ -54,18 +52,13 @@ def gradients(model: Model, ids: jax.Array, next_ids: jax.Array, paths_fn: Paths
               lookup_grad_scale: float = 1.0, projection_grad_scale: float = 1.0,
               split_check_tokens: int | None = None,
               with_stats: bool = False) -> tuple[paths_lib.PathGradients, nnx.State, Metrics]:
-  """The step up to the update: ids, next_ids (B,) pairs or (B, L) windows → (path gradients, the Params' gradients
-  `grads`, metrics).
+  """The step up to the update: ids, next_ids (B,) pairs or (B, L) windows → (path gradients, grads, metrics).
 
-  `paths_fn` gives the batch's path gradients (tied_embed/core/paths.py, or a speed path with the same answers); the
-  model turns them, weighted by `lookup_grad_scale` and `projection_grad_scale`, into its Params' gradients (tied:
-  they add up in the one table; any clipping sees that weighted sum).
-
-  metrics: {'loss'}; with `with_stats` (log steps) also the split statistics of the unweighted path gradients,
-  'split_error', 'hidden_norm' (the other Params' gradient norm, where the model has any), the model's
-  `hidden_stats` as 'train/hidden_<name>' and 'applied_norm' (the weighted gradient's global norm, before clipping).
-  The split check runs on the whole batch or, with `split_check_tokens` = S < B (where the (B, V) logits would not
-  fit), on the first S pairs (or windows)."""
+  `paths_fn` gives the path gradients (core/paths.py or a speed path), which the model routes into its Params'
+  gradients, weighted by the two scales (tied: they add up in the one table; clipping sees that sum). metrics:
+  {'loss'}; with `with_stats` also the split statistics, 'split_error', 'hidden_norm' (the other Params' gradient
+  norm), the model's `hidden_stats` as 'train/hidden_<name>' and 'applied_norm' (the weighted gradient's norm). The
+  split check runs on the whole batch or, with `split_check_tokens` = S < B, on the first S pairs (or windows)."""
   paths = paths_fn(model, ids, next_ids)
   grads = param_gradients(model, paths, lookup_grad_scale, projection_grad_scale)
   metrics = {"loss": paths.loss}
@@ -101,8 +94,7 @@ def make_step_function(graphdef: nnx.GraphDef, paths_fn: PathsFn = paths_lib.pat
 
 def make_train_step(graphdef: nnx.GraphDef, paths_fn: PathsFn = paths_lib.path_gradients, *, state_shardings=None,
                     compiler_options: dict | None = None, **step_options) -> TrainStep:
-  """jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics), donating `state`: the step of
-  `make_step_function(graphdef, paths_fn, **step_options)`, its new state pinned to `state_shardings`."""
+  """jit(state, ids, next_ids, *, with_stats=False) → (new state on `state_shardings`, metrics), donating `state`."""
   step_fn = make_step_function(graphdef, paths_fn, **step_options)
 
   def step(state: nnx.State, ids: jax.Array, next_ids: jax.Array, with_stats: bool = False):

@@ -1,10 +1,9 @@
 """The asymmetry budget: how much of a bigram task a tied table cannot express (pure NumPy).
 
-A tied model's logits E·Eᵀ are symmetric and the softmax ignores a constant added to each row, so a tied model can
-produce only tables X + c·1ᵀ with X symmetric (positive semidefinite of rank ≤ D, in fact). Of a target table
-M = log P(next | current) (V, V), what no such table fits is measured as a share of the row-centred variance ‖M·J‖²
-(J = I − 11ᵀ/V removes each row's mean, the part the softmax ignores): `antisymmetric_share` is a lower bound on
-what the best tied table of width D must leave, `psd_rank_fit` (an achievable one) an upper bound."""
+A tied model's logits E·Eᵀ are symmetric and the softmax ignores a constant per row, so it produces only X + c·1ᵀ with X
+symmetric (PSD, rank ≤ D). Of M = log P(next | current) (V, V), what no such table fits is a share of the row-centred
+variance ‖M·J‖² (J = I − 11ᵀ/V): `antisymmetric_share` bounds it from below, `psd_rank_fit` (an achievable fit) from
+above."""
 
 from __future__ import annotations
 
@@ -21,9 +20,8 @@ _GOLDEN_STEPS = 24
 
 
 def prepared_table(log_probs: Any, ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-  """The square table the measures read: (V, V) array or `LogProbRows` → table (K, K) float64, token ids (K,). Of
-  the tokens `ids` (default: all), those whose row has no finite entry (never current) are dropped as rows and
-  columns, and -inf (a pair never seen) becomes the smallest finite entry left, as unlikely as the rarest pair seen."""
+  """(V, V) array or `LogProbRows` → (K, K) float64 of `ids`' rows with a finite entry, -inf raised; and those ids
+  (K,)."""
   vocab_size = len(log_probs)
   ids = np.arange(vocab_size) if ids is None else np.asarray(ids)
   blocks = np.array_split(ids, max(1, -(-len(ids) // row_block(vocab_size))))
@@ -43,10 +41,8 @@ def row_centred(table: np.ndarray) -> np.ndarray:
 
 
 def antisymmetric_share(table: np.ndarray) -> float:
-  """min over X symmetric and row constants c of ‖M − X − c·1ᵀ‖², as a share of ‖M·J‖², of a finite square table
-  (`prepared_table`'s): (K, K) → float in [0, 1]; 0 for a table a tied model of any width fits (or constant rows), 1
-  for a row-centred antisymmetric one. The minimum is ‖J·A·J‖² with A = (M − Mᵀ)/2: the antisymmetric part of the
-  row-centred M, less the part of it that row constants make, (c·1ᵀ − 1·cᵀ)/2."""
+  """min over symmetric X and row constants c of ‖M − X − c·1ᵀ‖² / ‖M·J‖², of a (K, K) `prepared_table` → float in [0,
+  1]: 0 where a tied model of any width fits. The minimum is ‖J·A·J‖², A = (M − Mᵀ)/2, less what row constants make."""
   centred = row_centred(table)
   doubly = centred - centred.mean(axis=0, keepdims=True)  # J·A·J = (J·M·J − (J·M·J)ᵀ) / 2: what no X + c·1ᵀ fits
   total = np.sum(np.square(centred))
@@ -61,13 +57,11 @@ class RankFit(NamedTuple):
 
 
 def psd_rank_fit(table: np.ndarray, rank: int) -> RankFit:
-  """The PSD rank-≤`rank` truncation of N_t = X + t·11ᵀ, for a good shift t: (K, K) → RankFit. X is the best
-  symmetric target, the X with M − X − c·1ᵀ = J·A·J for some c: sym(M) − (a·1ᵀ + 1·aᵀ)/K, a = A·1.
+  """The PSD rank-≤`rank` truncation of N_t = X + t·11ᵀ, X = sym(M) − (a·1ᵀ + 1·aᵀ)/K with a = A·1, the best symmetric
+  target: (K, K) → RankFit.
 
-  Every N_t is a best full-rank symmetric fit (row constants absorb t·11ᵀ), but their truncations differ. The
-  residual is ‖J·A·J‖² + ‖(N_t − trunc N_t)·J‖² ≤ ‖J·A·J‖² + Σ of the squared eigenvalues the truncation drops,
-  so t is chosen to minimise that bound (eigenvalues only: cheap), by a grid and then golden-section search; the
-  bound need not be unimodal in t, so the result is a good fit, not provably the best."""
+  Every N_t fits as well at full rank; their truncations differ. The residual is at most ‖J·A·J‖² + the squared
+  eigenvalues dropped, so t minimises that bound (grid, then golden section): a good fit, not provably the best."""
   row_sums = ((table - table.T) / 2).sum(axis=1)
   target = (table + table.T) / 2 - (row_sums[:, None] + row_sums[None, :]) / len(table)
 
@@ -113,12 +107,10 @@ def excess_loss(log_probs: np.ndarray, logits: np.ndarray, weights: np.ndarray) 
 
 
 def summary(data: Any, d_model: int | None = None) -> dict[str, float]:
-  """The asymmetry budget of a run's task, for its log and report: BigramData (or anything with `.true_log_probs`
-  and `.vocab_size`, optionally `.input_counts` (V,)) → {name: float}. antisymmetric_share: the lower bound above;
-  tokens: how many it was computed over; sampled: 1.0 if over `MAX_DENSE` tokens, so computed on a random `MAX_DENSE`
-  of them (seed 0). With `d_model` and at most `MAX_RANK_FIT` tokens also psd_rank_residual_share (what the fitted
-  width-D tied table leaves) and psd_rank_excess_loss (its excess loss over the reference in nats, weighted by
-  `input_counts`, else uniform): an upper bound on the best width-D tied table's."""
+  """The asymmetry budget of a run's task (anything with `.true_log_probs`, `.vocab_size`, optionally `.input_counts`) →
+  {name: float}: antisymmetric_share, tokens, sampled (1.0 if computed on a random `MAX_DENSE` of them); with `d_model`
+  and at most `MAX_RANK_FIT` tokens also psd_rank_residual_share and psd_rank_excess_loss (nats, weighted by
+  `input_counts`): an upper bound on the best width-D tied table's."""
   vocab_size = int(data.vocab_size)
   sampled = vocab_size > MAX_DENSE
   ids = np.sort(np.random.default_rng(0).choice(vocab_size, MAX_DENSE, replace=False)) if sampled else None
@@ -136,10 +128,9 @@ def summary(data: Any, d_model: int | None = None) -> dict[str, float]:
 
 
 def hidden_summary(hidden_stats: dict, lookup_table: np.ndarray, projection_table: np.ndarray) -> dict[str, float]:
-  """What the model's hidden function adds: its `hidden_stats` (a hidden map W: identity_distance ‖W − I‖_F, and
-  its antisymmetric_share ‖(W − Wᵀ)/2‖_F / ‖W‖_F, named kernel_antisymmetric_share here beside the task's), the
-  scoring tables (E·W (V, D), E (V, D)) → {name: float}; for V ≤ MAX_DENSE also learned_antisymmetric_share,
-  `antisymmetric_share` of the learned log-probabilities (0 without W: E·Eᵀ is symmetric)."""
+  """What the model's hidden function adds: its `hidden_stats` (W's antisymmetric share as kernel_antisymmetric_share),
+  and for V ≤ MAX_DENSE learned_antisymmetric_share of the learned log-probabilities from the scoring tables → {name:
+  float}."""
   result = {("kernel_" if name == "antisymmetric_share" else "") + name: float(value)
             for name, value in hidden_stats.items()}
   if len(lookup_table) <= MAX_DENSE:

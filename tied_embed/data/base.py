@@ -1,7 +1,5 @@
-"""What every data source provides, and the probability arithmetic they share (pure NumPy).
-
-A source is a bigram task: a current-token distribution and a table `log P(next | current)` (V, V). The table is
-never built whole: `LogProbRows` computes the rows asked for, in blocks of `row_block(V)` rows."""
+"""What every data source provides, and the probability arithmetic they share (pure NumPy): a bigram task's table `log
+P(next | current)` (V, V) is never built whole; `LogProbRows` computes the rows asked for."""
 
 from __future__ import annotations
 
@@ -80,9 +78,7 @@ def dense_rows(log_probs: np.ndarray) -> LogProbRows:
 
 @dataclasses.dataclass
 class Reference:
-  """What the best possible model scores on a task (loss_floor, H(next | current) in nats) and its (V, V) table.
-  name: 'true' or 'empirical' (counted from validation); record: small arrays `Source.log_probs_from_record`
-  rebuilds `log_probs` from without the dataset."""
+  """The best possible model's loss_floor (nats) and (V, V) table, 'true' or 'empirical'; record: what rebuilds it."""
 
   name: str
   loss_floor: float

@@ -1,8 +1,6 @@
-"""The bigram pairs as a TFDS dataset: generated under a lock on the data dir, cached, loaded once into NumPy.
-
-The source says what the pairs are; this module stores them, verifies them on every load (a bad cache is generated
-again, with a warning) and loads them. The selection split and data.train_fraction are cut at load time, so runs on
-different amounts of data share one stored dataset, validation split, floor and references."""
+"""The bigram pairs as a TFDS dataset: generated under a lock on the data dir, cached, verified on every load (a bad
+cache is generated again) and loaded into NumPy. The selection split and data.train_fraction are cut at load time, so
+runs on other amounts of data share one stored dataset."""
 
 from __future__ import annotations
 
@@ -137,9 +135,8 @@ def selection_fraction(config: Any) -> float:
 
 
 def selection_pairs(num_train_pairs: int, fraction: float, document_ends: np.ndarray | None = None) -> int:
-  """How many of the train split's last pairs are held out for selection: 0 for fraction 0, else round(fraction · N)
-  clipped to [1, N - 1], so both sides hold pairs (the clip acts only where N was estimated, SentencePiece text).
-  With `document_ends` (ascending), the cut moves to the nearest document end that leaves pairs on both sides."""
+  """How many of the train split's last pairs are held out: 0 for fraction 0, else round(fraction · N) in [1, N - 1];
+  with `document_ends` (ascending), moved to the nearest document end that leaves pairs on both sides."""
   if fraction == 0:
     return 0
   count = min(num_train_pairs - 1, max(1, round(fraction * num_train_pairs)))
@@ -148,8 +145,7 @@ def selection_pairs(num_train_pairs: int, fraction: float, document_ends: np.nda
 
 
 def train_pairs_used(num_train_pairs: int, fraction: float) -> int:
-  """How many of the train split's first pairs a run trains on: round(fraction · N) in [1, N] (rounded, as
-  0.29 · 100 is 28.999999999999996 in floats)."""
+  """The train split's first pairs a run trains on: round(fraction · N) in [1, N] (0.29 · 100 is 28.999999999999996)."""
   return min(num_train_pairs, max(1, round(fraction * num_train_pairs)))
 
 
@@ -178,9 +174,7 @@ def _version_dir(bc: BigramConfig, directory: pathlib.Path) -> pathlib.Path:
 
 
 def refuse_links(bc: BigramConfig, directory: pathlib.Path) -> None:
-  """UsageError (one line) if a path the dataset of `bc` is written or deleted through under the data dir
-  `directory` is a symbolic link or holds one: the run deletes a damaged dataset and writes a new one there, and
-  through a link it would do so in a folder it never made (a shared data dir is no safer than the workdir)."""
+  """UsageError if a path under `directory` the dataset is written or deleted through is or holds a symbolic link."""
   pairs = directory / BigramPairs.name
   for path in (pairs, directory / TOKENIZERS):
     if path.is_symlink():
@@ -210,8 +204,7 @@ def split_files(config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
 
 
 def _recorded_digests(bc: BigramConfig, directory: pathlib.Path) -> dict[str, str] | None:
-  """The digests stored beside the dataset when it was built; None if there are none. ValueError or OSError if
-  the file is not a small regular file holding {split: hex digest}."""
+  """{split: hex digest} stored when the dataset was built, or None; ValueError or OSError if the file is odd."""
   path = _version_dir(bc, directory) / DIGEST_FILE
   if not os.path.lexists(path):
     return None
@@ -242,8 +235,7 @@ def _check_digests(bc: BigramConfig, directory: pathlib.Path, splits: dict[str, 
 
 
 def _read_verified(bc: BigramConfig, directory: pathlib.Path) -> tuple[dict[str, Any] | None, str]:
-  """The cached splits if they are there and check out (pair counts, shapes, ids in [0, V), document ends, the
-  digests recorded when it was built): → (splits or None, why not: 'missing' or a problem)."""
+  """(the cached splits, '') if present and checked (counts, ids, document ends, digests), else (None, why not)."""
   if not _version_dir(bc, directory).exists():
     return None, "missing"
   try:
@@ -307,9 +299,7 @@ def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
 
 
 def check_preparable(config: Any, workdir: str | pathlib.Path) -> None:
-  """UsageError if a link is where the dataset is written (`refuse_links`), or if the source refuses the config in
-  what it makes before the pairs (a SentencePiece vocabulary), found in memory before anything is written;
-  `load_bigram_data` reuses the work."""
+  """UsageError if a link is where the dataset goes, or the source refuses what it makes first (a vocabulary)."""
   bc = builder_config(config)
   refuse_links(bc, data_dir(config, workdir))
   sources.get(bc.source).check_preparable(bc.settings, data_dir(config, workdir))
@@ -385,8 +375,7 @@ def _bigram_data(bc: BigramConfig, splits: dict[str, Any], fraction: float, held
 
 
 def record_for_inspection(data: BigramData, workdir: str | pathlib.Path) -> pathlib.Path:
-  """Writes WORKDIR/report_data.npz, what inspection needs of the data (and a SentencePiece model as
-  WORKDIR/tokenizer.model; see `tied_embed.data.record`)."""
+  """Writes WORKDIR/report_data.npz, what inspection needs of the data (and WORKDIR/tokenizer.model; data/record.py)."""
   reference = data.reference
   facts = record_lib.InspectionData(
       source=data.source, identity=data.identity, vocab_size=data.vocab_size, loss_floor=float(data.loss_floor),

@@ -1,10 +1,8 @@
-"""Input-frequency buckets: rare, middle and frequent current tokens, by how often each is current in train.
+"""Input-frequency buckets: rare, middle and frequent current tokens, by how often each is current in train (tying shows
+most on rare inputs).
 
-A tied table's rows are trained through the lookup only as often as the token is current, so where tying helps or
-hurts shows most on rare inputs. Tokens are sorted by train count, most frequent first (ties: smaller id first), and
-the N train occurrences laid out in that order; a token goes to the bucket its first occurrence falls in: frequent
-before 0.5·N (so the token straddling 0.5·N too), rare at 0.9·N or later (all its occurrences in the last 10%) or
-never current in train, middle the rest (the token straddling 0.9·N too)."""
+Tokens sorted by train count (ties: smaller id first) lay out the N train occurrences; a token goes to the bucket its
+first occurrence falls in: frequent before 0.5·N, rare at 0.9·N or later (or never current), middle the rest."""
 
 from __future__ import annotations
 
@@ -35,8 +33,7 @@ def input_buckets(input_counts: np.ndarray) -> np.ndarray:
 
 
 def bucket_sizes(input_counts: np.ndarray, eval_input_counts: np.ndarray | None) -> dict[str, dict[str, int | None]]:
-  """{bucket: {tokens, train_pairs, eval_pairs}}: its token count and the train and validation pairs whose current
-  token is in it, from counts (V,) and (V,) or None (eval_pairs None)."""
+  """{bucket: {tokens, train_pairs, eval_pairs}} from counts (V,) and (V,) or None (then eval_pairs None)."""
   counts = np.asarray(input_counts, np.int64)
   buckets = input_buckets(counts)
   eval_counts = None if eval_input_counts is None else np.asarray(eval_input_counts, np.int64)

@@ -1,6 +1,5 @@
-"""What inspection needs of a run's data, kept in its workdir as WORKDIR/report_data.npz (written at training time by
-`tied_embed.data.bigram.record_for_inspection`): the reference's small record (a hidden table (V, D), or sparse
-validation pair counts and a SentencePiece model), the input counts (V,) and the floor."""
+"""What inspection needs of a run's data, WORKDIR/report_data.npz (written by `bigram.record_for_inspection`): the
+reference's small record, the input counts (V,) and the floor."""
 
 from __future__ import annotations
 
@@ -42,8 +41,7 @@ class InspectionData:
 
 
 def write(workdir: str | pathlib.Path, data: InspectionData, record: dict[str, np.ndarray]) -> pathlib.Path:
-  """Writes WORKDIR/report_data.npz, and a record's SentencePiece model as WORKDIR/tokenizer.model (so the workdir
-  alone can tokenize), each whole or not at all; OSError naming the file that cannot be written."""
+  """Writes WORKDIR/report_data.npz and a SentencePiece model as WORKDIR/tokenizer.model, each whole or not at all."""
   arrays = {
       "source": np.array(data.source), "identity": np.array(data.identity), "vocab_size": np.array(data.vocab_size),
       "loss_floor": np.array(data.loss_floor), "reference_name": np.array(data.reference_name),
@@ -60,8 +58,8 @@ def write(workdir: str | pathlib.Path, data: InspectionData, record: dict[str, n
 
 
 def read(workdir: str | pathlib.Path) -> InspectionData | None:
-  """WORKDIR/report_data.npz as InspectionData; None if the workdir has none. ValueError (or OSError) if it cannot
-  be read back or holds what no run writes (a number not finite, a negative floor or count)."""
+  """WORKDIR/report_data.npz as InspectionData, or None; ValueError or OSError if unreadable or not what a run
+  writes."""
   path = pathlib.Path(workdir) / FILE_NAME
   try:
     mode = path.lstat().st_mode
@@ -97,9 +95,9 @@ def read(workdir: str | pathlib.Path) -> InspectionData | None:
 
 
 def _check_expanded_size(path: pathlib.Path) -> None:
-  """ValueError if the arrays in the .npz `path` would take more memory than a run's record can (`_EXPANDED_BYTES`
-  + `_EXPANSION` times the file's size), by each array's header (shape and dtype) and by the size the zip declares,
-  read before any array is: np.load allocates what a header claims."""
+  """ValueError if the arrays in the .npz `path` would take more memory than a record can (`_EXPANDED_BYTES` +
+  `_EXPANSION` times the file's size), by their headers, read before any array (np.load allocates what a header
+  claims)."""
   limit = _EXPANDED_BYTES + _EXPANSION * os.stat(path).st_size
   total = 0
   with zipfile.ZipFile(path) as archive:

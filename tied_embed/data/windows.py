@@ -1,9 +1,8 @@
 """Windows of L consecutive pairs, never across a document boundary: what a context model trains and is scored on.
 
-The stored pairs (ids[i], next_ids[i]) of a token stream follow one another, next_ids[i] = ids[i + 1] within a
-document, so L consecutive pairs are a window of L tokens with the next token at each position. Training draws
-windows that lie whole inside one document; evaluation tiles every document with windows from its start, the last
-one padded (weight 0) past the document's end, so every pair is scored exactly once, as the pairs are at L = 1."""
+Within a document next_ids[i] = ids[i + 1], so L consecutive pairs are a window of L tokens. Training draws windows
+whole inside one document; evaluation tiles every document from its start, the last window padded (weight 0), so every
+pair is scored once."""
 
 from __future__ import annotations
 

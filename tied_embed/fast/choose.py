@@ -1,7 +1,6 @@
-"""The paths a config's step runs on: `loss.chunk_size = 0` with `model.dtype = float32` trains on exactly
-tied_embed/core; any other setting picks the speed paths with the same answers (the chunked, distinct-row loss and
-the sparse lookup path). Either way the step is jitted with XLA's options and a kept gradient buffer
-(`StepWithGradientBuffer`); tied_embed/train/run_step.py puts them together."""
+"""The paths a config's step runs on: `loss.chunk_size = 0` in float32 trains on exactly tied_embed/core; any other
+setting picks the speed paths with the same answers (the chunked, distinct-row loss, the sparse lookup path), jitted
+with XLA's options and a kept gradient buffer."""
 
 from __future__ import annotations
 
@@ -70,10 +69,9 @@ def model_params(graphdef: nnx.GraphDef, state: nnx.State) -> nnx.State:
 
 
 class StepWithGradientBuffer:
-  """jit(state, ids (B,), next_ids (B,), *, with_stats=False) → (new state, metrics), donating `state`: `step_fn`
-  (a `StepFunction`: the run's step) writing its gradient into the buffer the last call returned. XLA:CPU frees a
-  step's temporaries after each call, and the next step faults their pages in again: for the (V, D) gradient at
-  GPT-2's V=50257, D=768, about 70 ms of system time a step (benchmarks/README.md)."""
+  """jit(state, ids, next_ids, *, with_stats=False) → (new state, metrics), donating `state`: `step_fn` writing its
+  gradient into the buffer the last call returned, since XLA:CPU frees a step's temporaries and faulting the (V, D)
+  gradient's pages in again costs ~70 ms a step at GPT-2's shape."""
 
   def __init__(self, graphdef: nnx.GraphDef, step_fn: step_lib.StepFunction, state_shardings=None):
     self._graphdef = graphdef

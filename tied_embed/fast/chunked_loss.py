@@ -1,12 +1,12 @@
 """The chunked and distinct-row cross-entropy: tied_embed/core/loss.py's loss, never holding the (T, V) logits.
 
-`chunked_cross_entropy` scans the tokens in chunks of C (the full loss's (T, V) logits and gradient: 2 GiB at T=8192,
-V=32768), forming each chunk's (V, C) logits, their exact logsumexp and at once its share of both gradients: with
-p = softmax(x Eᵀ) and one-hot targets Y,
+`chunked_cross_entropy` scans the tokens in chunks of C, forming each chunk's (V, C) logits, their logsumexp and at once
+its share of both gradients (p = softmax(x Eᵀ), one-hot targets Y):
+
   d loss / d x = (p E − E[targets]) / T,      d loss / d E = (pᵀ x − Yᵀ x) / T,
-three matmuls like the full loss, in a `jax.custom_vjp`'s forward pass (a vocabulary scan would recompute the logits:
-1.25x slower). The logits are formed transposed, (V, C): p stored (C, V) misses XLA:CPU's fast matmul path for `pᵀ x`
-(20-60% slower; benchmarks/README.md), and dx = `pᵀ E` comes straight from the (V, C) exponentials."""
+
+in a `jax.custom_vjp`'s forward pass. The logits are formed transposed, (V, C): p stored (C, V) misses XLA:CPU's fast
+matmul path for `pᵀ x` (20-60% slower; benchmarks/README.md)."""
 
 from __future__ import annotations
 
@@ -38,12 +38,10 @@ def cross_entropy(x: jax.Array, projection_table: jax.Array, targets: jax.Array,
 def chunked_cross_entropy(x: jax.Array, projection_table: jax.Array, targets: jax.Array, chunk_size: int,
                           row_keys: jax.Array | None = None, groups: int = 1, compute_dtype=jnp.float32,
                           mkl_kernel: bool = True) -> jax.Array:
-  """Mean softmax cross-entropy of `x @ table.T` (x (T, D), projection_table (V, D), targets (T,) int → scalar) and
-  its gradients, equal to `full_cross_entropy`'s up to rounding, never holding more than (V, chunk_size) logits
-  (chunk_size: an int > 0; ≥ T is one chunk). row_keys: optional (T,) int, equal where rows of `x` are (the caller's
-  promise; for a bigram, the looked-up ids): each distinct row's logits are formed once within each of `groups`
-  contiguous blocks of T (a static divisor of T; on a mesh, one per data shard). mkl_kernel: the dots on
-  tied_embed/fast/kernels/gemm.py where it runs and pays off; False keeps XLA's (on a mesh)."""
+  """Mean softmax cross-entropy of `x @ table.T` (x (T, D), table (V, D), targets (T,) → scalar) and its gradients,
+  `full_cross_entropy`'s up to rounding, with at most (V, chunk_size) logits (an int > 0). row_keys (T,): equal where
+  rows of `x` are (for a bigram, the ids): each distinct row is scored once within each of `groups` blocks of T (one per
+  data shard). mkl_kernel: the dots on kernels/gemm.py where it pays off."""
   if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0:
     raise ValueError(f"chunk_size={chunk_size!r} is not allowed: expected an int > 0")
   x, projection_table, targets = jnp.asarray(x), jnp.asarray(projection_table), jnp.asarray(targets)
@@ -83,9 +81,9 @@ def _chunk_logits(table, x_chunk, compute_dtype, kernel: bool) -> jax.Array:
 
 
 def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, kernel):
-  """One chunk's logsumexp and its share of both gradients (the p part of p − Y), all float32: table (V, D) already
-  in `compute_dtype`, d_table (V, D) or None (the first chunk's product starts the sum: no (V, D) zeros written and
-  read), x_chunk (C, D), weights (C,) or None (tokens per row) → (d_table + the chunk's, lse (C,), dx (C, D))."""
+  """One chunk's logsumexp and p-part of both gradients, float32: table (V, D) in `compute_dtype`, d_table (V, D) or
+  None (the first chunk starts the sum), x_chunk (C, D), weights (C,) or None → (d_table + the chunk's, lse (C,), dx (C,
+  D))."""
   logits = _chunk_logits(table, x_chunk, compute_dtype, kernel)  # (V, C)
   top = jnp.max(logits, axis=0)
   exp = jnp.exp(logits - top)
@@ -162,9 +160,9 @@ _chunked_ce.defvjp(_forward, _backward)
 
 
 def _distinct_p_part(x, table, targets, keys, chunk, num_tokens, compute_dtype, kernel):
-  """d table (its −Y part too), lse and dx's p part, each distinct row of each block once: x (G, B, D), keys (G, B),
-  targets (G·B,) → ((V, D), (G, B), (G, B, D)). Each block's distinct keys are sorted to the front; a loop of
-  ceil(max distinct / C) takes chunk i of every block at once, each row weighted by the block's tokens it stands for."""
+  """d table (with its −Y part), lse and dx's p part, each distinct row of each block once: x (G, B, D), keys (G, B),
+  targets (G·B,) → ((V, D), (G, B), (G, B, D)); a loop takes chunk i of every block's sorted distinct rows, each
+  weighted by its count."""
   groups, size, d_model = x.shape
   padded = -(-size // chunk) * chunk
   unique = functools.partial(jnp.unique, size=size, fill_value=0, return_index=True, return_inverse=True,

@@ -33,12 +33,9 @@ CACHE_MAX_BYTES = 2 << 30  # the least recently used programs are dropped beyond
 
 
 def cache_compiles() -> pathlib.Path | None:
-  """Keeps the programs a command compiles in a directory, so the next run with the same shapes, config and JAX
-  reads them back instead of compiling again (JAX's persistent compilation cache; the program read back is the one
-  compiled, so the numbers are the same). The directory: $TIED_EMBED_COMPILE_CACHE, else
-  $XDG_CACHE_HOME/tied_embed/xla (~/.cache/...); none where the variable is '' or the directory can't be made, and
-  a cache the caller set up already (JAX_COMPILATION_CACHE_DIR, the tests' own) is left as it is.
-  → the directory used, or None."""
+  """Keeps compiled programs in JAX's persistent cache, so a run with the same shapes, config and JAX reads them back
+  (the same program, the same numbers): $TIED_EMBED_COMPILE_CACHE, else $XDG_CACHE_HOME/tied_embed/xla; none where that
+  is '' or can't be made, and a cache already set up is left as it is. → the directory, or None."""
   chosen = os.environ.get(CACHE_VARIABLE)
   if chosen == "" or jax.config.jax_compilation_cache_dir:
     return None
@@ -64,9 +61,7 @@ def compile_ahead(train_step: Callable, state: nnx.State, ids: jax.Array, next_i
 
 
 def release_freed() -> bool:
-  """Returns the C heap's free pages to the OS (glibc's `malloc_trim(0)`); False where the C library has none. XLA's
-  compiler frees its many small allocations when done, but malloc keeps the pages, so a run would otherwise hold the
-  compiler's working memory (70-140 MiB at V=32768) for its life."""
+  """Returns the C heap's free pages (the compiler's, 70-140 MiB at V=32768) to the OS; False without malloc_trim."""
   try:
     trim = ctypes.CDLL(None).malloc_trim  # the C library the process already runs on
   except (OSError, AttributeError):

@@ -1,8 +1,5 @@
-"""The compute dtype of the loss's matmuls (`model.dtype`, Flax's name for it): float32 or bfloat16.
-
-bfloat16 casts the matmul operands and accumulates every dot in float32 (autodiff of the full loss rounds each cast
-operand's gradient to bfloat16 once); everything else stays float32. The gradients move by a few 1e-3 relative in
-norm (tests/fast/test_precision.py)."""
+"""The compute dtype of the loss's matmuls (`model.dtype`): float32, or bfloat16 operands with float32 accumulation,
+everything else float32; the gradients move by a few 1e-3 relative (tests/fast/test_precision.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The sparse lookup path: tied_embed/core/paths.py's path gradients without a dense (V, D) lookup gradient.
-
-`PathGradients` keeps the lookup path as one (D,) row per token and derives what the step needs from those: the dense
-form's answers with one (V, D) gradient in the step, not two. On a mesh it crosses the data axis as rows and ids."""
+"""The sparse lookup path: core/paths.py's path gradients with the lookup path kept as one (D,) row per token, so the
+step holds one (V, D) gradient, not two; on a mesh it crosses the data axis as rows and ids."""
 
 from __future__ import annotations
 
@@ -34,8 +32,7 @@ class PathGradients(NamedTuple):
     return grad.at[self.ids].add(rows)
 
   def lookup_sums(self) -> tuple[jax.Array, jax.Array]:
-    """(rows (T,) int, their lookup-path gradient (T, D)), repeats summed: each distinct id once, then padding rows
-    with id V (out of range) and gradient 0."""
+    """(rows (T,), lookup-path gradient (T, D)) with repeats summed: each id once, then rows of id V and gradient 0."""
     vocab_size, num_tokens = self.projection.shape[0], self.ids.shape[0]
     rows, inverse = jnp.unique(self.ids, size=num_tokens, fill_value=vocab_size, return_inverse=True)
     return rows, jnp.zeros_like(self.lookup_rows).at[inverse.reshape(-1)].add(self.lookup_rows)
@@ -68,7 +65,6 @@ class PathGradients(NamedTuple):
 
 
 def path_gradients(model, ids: jax.Array, next_ids: jax.Array, loss_fn: paths.HiddenLoss) -> PathGradients:
-  """`tied_embed.core.paths.path_gradients` without scattering the lookup rows: ids, next_ids (B,) or (B, L) →
-  PathGradients over the T = B·L positions."""
+  """`core.paths.path_gradients` without scattering the lookup rows: ids, next_ids (B,) or (B, L) → PathGradients."""
   loss, lookup_rows, projection, hidden = paths.differentiate_uses(model, ids, next_ids, loss_fn)
   return PathGradients(loss=loss, ids=ids.reshape(-1), lookup_rows=lookup_rows, projection=projection, hidden=hidden)

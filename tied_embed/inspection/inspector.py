@@ -33,13 +33,12 @@ MAX_GENERATE = 10_000  # sampled tokens at most: a few seconds at V = 8192, a co
 
 def inspect_run(workdir: str | pathlib.Path, step: int | str | None = None, tokens: list[int | str] | None = None,
                 top_k: int = 5, pictures: bool = True) -> dict[str, Any]:
-  """The JSON-ready report of checkpoint `step` (default: the newest readable one; 'best': the best by select/loss).
+  """The JSON-ready report of checkpoint `step` (default: the newest readable one; 'best': by select/loss).
 
   Keys: workdir, step, available_steps, run, loss_by_input_frequency, scores, parameters, tokens, fit, provenance,
-  undertrained, path_directions, asymmetry, warnings, and when the pictures were written pictures ({name: PNG path
-  relative to WORKDIR/report}) and report_md. A token is an id or, for a text run, a string of its vocabulary (a
-  piece such as '▁the', or a byte's label such as '\\n'). UsageError (before restoring or writing, where it can) for
-  no or unreadable checkpoints, a missing step, a token outside [0, V) or the vocabulary, top_k outside [1, V]."""
+  undertrained, path_directions, asymmetry, warnings, and with pictures pictures and report_md. A token is an id or, for
+  a text run, a string of its vocabulary. UsageError, before writing, for no or unreadable checkpoints, a missing step,
+  a token outside the vocabulary, top_k outside [1, V]."""
   from tied_embed.train.metrics import value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
 
   workdir = pathlib.Path(workdir)
@@ -77,8 +76,7 @@ def inspect_run(workdir: str | pathlib.Path, step: int | str | None = None, toke
           "train_loss": value_at(series.get("train/loss"), restored.step), "eval_loss": eval_loss,
           "loss_floor": facts.loss_floor, "gap": None if eval_loss is None else eval_loss["value"] - facts.loss_floor,
       },
-      # Each input-frequency bucket: {loss (its logged eval loss at the step, or None), tokens, train_pairs,
-      # eval_pairs (None without validation counts)}.
+      # {bucket: {loss (logged at the step, or None), tokens, train_pairs, eval_pairs (None without counts)}}
       "loss_by_input_frequency": {
           bucket: {"loss": value_at(series.get(frequency.scalar_name(bucket)), restored.step), **size}
           for bucket, size in sizes.items()},
@@ -126,12 +124,10 @@ def _loss_series(workdir: pathlib.Path, step: int, warnings: list[str]) -> tuple
 
 def continue_prompt(workdir: str | pathlib.Path, prompt: str, top_k: int = 5, generate: int = 0,
                     temperature: float = 1.0, seed: int = 0, step: int | str | None = None) -> dict[str, Any]:
-  """What a text run says follows `prompt`: the top-k next tokens after its last token (tokenized with the run's own
-  tokenizer) and, with `generate` > 0, a sampled continuation (`report.sample_tokens`): → JSON-ready dict.
-
-  Keys: workdir, step, prompt, prompt_tokens ([{id, label}]), next ([{id, label, prob}]), warnings, and with
-  `generate` also generated ([{id, label}]), text (prompt and continuation, decoded), temperature and seed.
-  UsageError for a run without text tokens, a prompt with no tokens, or an argument out of range."""
+  """What a text run says follows `prompt` (tokenized with its own tokenizer): the top-k next tokens and, with
+  `generate` > 0, a sampled continuation → JSON-ready dict: workdir, step, prompt, prompt_tokens, next, warnings, and
+  with `generate` generated, text, temperature, seed. UsageError for a run without text tokens, an empty prompt, or an
+  argument out of range."""
   if not 0 <= generate <= MAX_GENERATE:
     raise UsageError.bad_value("--generate", generate, f"an integer in [0, {MAX_GENERATE:_}] (tokens to sample)")
   if not 0 <= seed <= 2**31 - 1:
@@ -191,10 +187,9 @@ def resolve_token(token: int | str, tokenizer: Any) -> int:
 
 def open_run(workdir: str | pathlib.Path, step: int | str | None, warnings: list[str],
              check: Callable[[Any], None] | None = None) -> tuple[Any, record_lib.InspectionData, list[int]]:
-  """(the restored checkpoint `step`, the run's data facts, every saved step). Default step: the newest readable
-  one, warning of each newer damaged one; 'best': the best by select/loss. `check(restored)` runs before the data
-  is read. UsageError (one line) naming the first symbolic link among what is read: checkpoints/ or data/ or
-  anything in them, report_data.npz, an event file."""
+  """(the restored checkpoint `step`, the run's data facts, every saved step); 'best': by select/loss, default the
+  newest readable, warning of newer damaged ones. `check(restored)` runs before the data is read. UsageError naming the
+  first symbolic link among what is read."""
   from tied_embed.train import checkpoint  # noqa: PLC0415 (Orbax stays out of `import tied_embed`)
 
   workdir = pathlib.Path(workdir)
@@ -220,9 +215,8 @@ def open_run(workdir: str | pathlib.Path, step: int | str | None, warnings: list
 
 
 def _data_facts(restored: Any, workdir: pathlib.Path, warnings: list[str]) -> record_lib.InspectionData:
-  """What the report needs of the data: WORKDIR/report_data.npz if it reads back and its V and dataset identity
-  (the manifest's `dataset`: source, task settings, corpus hash, train fraction) are the checkpoint's, else (with a
-  warning why) the dataset cached under the data dir. Reads only: UsageError (one line) when neither is there."""
+  """What the report needs of the data: WORKDIR/report_data.npz if it reads back with the checkpoint's V and dataset
+  identity, else (warning why) the dataset cached under the data dir; UsageError when neither is there."""
   path, vocab_size = workdir / record_lib.FILE_NAME, restored.model.vocab_size
   dataset = str(restored.manifest.get("dataset", ""))  # '' for a checkpoint saved without one
   try:

@@ -17,12 +17,9 @@ from tied_embed.util import write_atomically
 def heatmaps_figure(learned_log_probs: np.ndarray, true_log_probs: np.ndarray, true_name: str,
                     token_ids: np.ndarray | None = None, vocab_size: int | None = None,
                     label: Callable[[int], str] | None = None) -> Figure:
-  """Learned and true log P(next | current), side by side on one colour scale: (V, V), (V, V) → Figure.
-
-  `token_ids` (K,) ascending restricts both axes to those tokens, labelled with the ids or `label(id)` (which also
-  labels a whole small vocabulary); (K, K) matrices, the block already cut, are drawn as they are (pass `vocab_size`
-  for the title). -inf and nan true entries are blank. The scale starts at the 1st percentile of the finite values,
-  so a few near-impossible pairs don't wash out the rest."""
+  """Learned and true log P(next | current) side by side on one colour scale: (V, V), (V, V) → Figure. `token_ids` (K,)
+  ascending restricts both axes (or (K, K) blocks already cut, with `vocab_size` for the title), labelled by
+  `label(id)`. -inf and nan true entries are blank; the scale starts at the 1st percentile."""
   vocab_size = vocab_size or len(learned_log_probs)
   shown = np.arange(vocab_size) if token_ids is None else np.asarray(token_ids)
   block = np.ix_(shown, shown) if len(learned_log_probs) != len(shown) else (slice(None), slice(None))
@@ -66,9 +63,7 @@ def loss_curves_figure(series: dict[str, tuple[np.ndarray, np.ndarray]], loss_fl
 
 
 def provenance_figure(lookup_total: np.ndarray, projection_total: np.ndarray, input_counts: np.ndarray) -> Figure:
-  """Each row's accumulated gradient by path against its input count: (V,), (V,), (V,) → Figure. Log axes (x symlog
-  when some token is never input, so count 0 still appears); rows that learned only through the projection (a zero
-  lookup total, which a log axis cannot show) are ringed in red at their projection total."""
+  """Each row's gradient by path against its input count: (V,), (V,), (V,) → Figure; projection-only rows ringed red."""
   counts = np.asarray(input_counts, np.float64)
   lookup_total, projection_total = np.asarray(lookup_total, np.float64), np.asarray(projection_total, np.float64)
   fig = Figure(figsize=(7, 4.2), layout="constrained")
@@ -91,9 +86,8 @@ def provenance_figure(lookup_total: np.ndarray, projection_total: np.ndarray, in
 
 
 def write_pictures(report_dir: pathlib.Path, figures: dict[str, Figure], step: int) -> dict[str, str]:
-  """Save each figure as `<report_dir>/<name>.png` and as TensorBoard image `report/<name>` at `step` → {name: PNG
-  file name}; each file replaced whole, an events file holding images of `step` from an earlier call deleted first.
-  OSError where a file cannot be written."""
+  """Saves each figure as `<report_dir>/<name>.png` (replaced whole) and as TensorBoard image `report/<name>` at `step`,
+  deleting an earlier call's events file of `step` → {name: PNG file name}; OSError where a file cannot be written."""
   from tied_embed.train.events import EventsFailed, EventWriter  # noqa: PLC0415 (TensorBoard only when drawing)
 
   report_dir.mkdir(parents=True, exist_ok=True)

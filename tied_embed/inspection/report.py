@@ -1,7 +1,5 @@
-"""What a restored table learned, in numbers: pure NumPy on plain arrays, so a notebook can call it on any table.
-
-The learned scores are `S = lookup @ projection.T` (V, V) (`E·Eᵀ` tied, `input·outputᵀ` untied); after token i the
-model predicts `softmax(S[i])`."""
+"""What a restored table learned, in numbers: pure NumPy on plain arrays, so a notebook can call it on any table. The
+scores are `S = lookup @ projection.T` (V, V); after token i the model predicts `softmax(S[i])`."""
 
 from __future__ import annotations
 
@@ -21,8 +19,7 @@ def score_matrix(lookup_table: np.ndarray, projection_table: np.ndarray) -> np.n
 
 
 def own_score_rank(scores: np.ndarray, token: int) -> tuple[float, int]:
-  """A token's own score (the squared norm when tied) and its rank in its row (1 = highest): S (V, V) or its row i
-  (V,), token i → (S[i, i], 1 + #{j : S[i, j] > S[i, i]})."""
+  """S (V, V) or its row i (V,), token i → (own score S[i, i], its rank in the row, 1 + #{j : S[i, j] > S[i, i]})."""
   row = np.asarray(scores)
   row = row[token] if row.ndim == 2 else row
   own = float(row[token])
@@ -30,8 +27,7 @@ def own_score_rank(scores: np.ndarray, token: int) -> tuple[float, int]:
 
 
 def top_next(scores_row: np.ndarray, true_log_probs_row: np.ndarray, k: int) -> list[dict[str, Any]]:
-  """The k likeliest next tokens under the model: (V,), (V,) → k dicts {id, model_prob, true_prob}, true_prob None
-  where the true row is unknown (nan: a text token never seen as current token)."""
+  """The k likeliest next tokens: (V,), (V,) → k dicts {id, model_prob, true_prob (None where unknown)}."""
   model_probs = np.exp(log_softmax(np.asarray(scores_row, np.float64)[None]))[0]
   order = np.argsort(-model_probs, kind="stable")[:k]
   true_probs = np.exp(np.asarray(true_log_probs_row, np.float64))
@@ -40,10 +36,8 @@ def top_next(scores_row: np.ndarray, true_log_probs_row: np.ndarray, k: int) -> 
 
 
 def fit_to_truth(scores: np.ndarray, true_log_probs: np.ndarray) -> dict[str, Any]:
-  """How well S fits the true log-probabilities once each row's additive constant (which softmax ignores) is
-  removed: (V, V), (V, V) → {correlation, mean_abs_error, entries, rows}. Each row of both is centred on its mean over
-  the row's finite true entries; -inf (never observed) and nan (unknown row) entries are skipped, as are rows with
-  fewer than two finite entries."""
+  """How well S fits the true log-probabilities once each row's constant (which softmax ignores) is removed: (V, V), (V,
+  V) → {correlation, mean_abs_error, entries, rows}, over the finite true entries of rows with at least two."""
   scores, true_log_probs = np.asarray(scores, np.float64), np.asarray(true_log_probs, np.float64)
   return _fit_by_rows(lambda ids: (scores[ids], true_log_probs[ids]), len(scores))
 
@@ -79,10 +73,8 @@ def _share(part: np.ndarray, total: np.ndarray) -> np.ndarray:
 
 
 def provenance_summary(lookup_total: np.ndarray, projection_total: np.ndarray, k: int) -> dict[str, Any]:
-  """Summary of the per-row gradient totals of each path: (V,), (V,) float, k → JSON-ready dict. `projection_only`:
-  rows never looked up (zero lookup total) that still got projection gradient; `lookup_share`: quantiles and mean of
-  the per-row lookup share over rows with any gradient; `most_lookup` / `most_projection`: the k rows with the
-  highest / lowest lookup share, the latter among rows looked up at all (the projection-only rows are listed apart)."""
+  """The per-row gradient totals of each path: (V,), (V,), k → JSON-ready dict: projection_only rows, lookup_share
+  (quantiles and mean), most_lookup / most_projection (the k looked-up rows of highest / lowest lookup share)."""
   lookup_total, projection_total = np.asarray(lookup_total, np.float64), np.asarray(projection_total, np.float64)
   share = _share(lookup_total, lookup_total + projection_total)
   projection_only = np.flatnonzero((lookup_total == 0) & (projection_total > 0))
@@ -108,12 +100,10 @@ def provenance_summary(lookup_total: np.ndarray, projection_total: np.ndarray, k
 
 def undertrained_summary(lookup_table: np.ndarray, lookup_total: np.ndarray, projection_total: np.ndarray,
                          input_counts: np.ndarray, k: int, label: Callable[[int], str] = str) -> dict[str, Any]:
-  """The rows to distrust: a row seldom the current token gets almost all of its gradient through the projection.
-
-  (V, D) lookup table, (V,) gradient totals and train counts, k → {never_looked_up (rows with no lookup gradient),
-  of_them_never_in_train, spearman (lookup total vs train count; None if either is constant), rows (the k least
-  looked up, fewest train counts first among ties: id, label, train_count, lookup_total, projection_share, norm,
-  neighbours: the 3 nearest by cosine [{id, label, cosine}])}."""
+  """The rows to distrust: a row seldom current gets almost all its gradient through the projection. (V, D) lookup
+  table, (V,) totals and train counts, k → {never_looked_up, of_them_never_in_train, spearman (lookup total vs train
+  count, or None), rows (the k least looked up: id, label, train_count, lookup_total, projection_share, norm,
+  neighbours)}."""
   from scipy import stats  # noqa: PLC0415 (only when a report is built)
 
   table = np.asarray(lookup_table, np.float64)
@@ -149,10 +139,9 @@ def path_cosines(lookup: np.ndarray, projection: np.ndarray) -> np.ndarray:
 
 
 def path_direction_summary(directions: dict[str, np.ndarray], label: Callable[[int], str] = str) -> dict[str, Any]:
-  """Do the two paths pull a row the same way? Each tracked row's summed gradient through each path (the most
-  frequent rows, `tied_embed.train.run_step.TRACKED_ROWS`): {'rows': (K,), 'lookup': (K, D), 'projection': (K, D)} →
-  {'rows': [{id, label, cosine, lookup_norm, projection_norm}], 'median_cosine'}. A cosine near 1: the row's two
-  roles agree; near -1: they pull it apart; near 0: they act on unrelated directions."""
+  """Do the two paths pull a row the same way? {'rows': (K,), 'lookup': (K, D), 'projection': (K, D)} of the tracked
+  rows → {'rows': [{id, label, cosine, lookup_norm, projection_norm}], 'median_cosine'}: near 1 the roles agree, near -1
+  they pull apart."""
   cosines = path_cosines(directions["lookup"], directions["projection"])
   rows = [{"id": int(row), "label": label(int(row)), "cosine": float(cosine),
            "lookup_norm": float(np.linalg.norm(lookup)), "projection_norm": float(np.linalg.norm(projection))}
@@ -171,10 +160,7 @@ def sample_tokens(lookup_table: np.ndarray, projection_table: np.ndarray, start:
 
 def sample_after(scores: Callable[[list[int]], np.ndarray], prompt: list[int], num_tokens: int, temperature: float,
                  seed: int) -> list[int]:
-  """`num_tokens` ids drawn one after another from softmax(scores(tokens so far) / temperature), `scores` giving the
-  (V,) next-token scores after a list of ids. Temperature 0 takes the likeliest token each time; the scores are
-  shifted by their maximum before the division, so any temperature > 0 samples (among the likeliest tokens when the
-  others fall to -inf, as the limit T → 0 does)."""
+  """`num_tokens` ids drawn one by one from softmax(scores(ids so far) / temperature); temperature 0: the likeliest."""
   rng = np.random.default_rng(seed)
   tokens, drawn = list(prompt), []
   for _ in range(num_tokens):
@@ -191,8 +177,7 @@ def sample_after(scores: Callable[[list[int]], np.ndarray], prompt: list[int], n
 
 
 def parameter_summary(vocab_size: int, d_model: int, tied: bool, other_params: int = 0) -> dict[str, Any]:
-  """Table shape and the tied (V·D) vs untied (2·V·D) parameter counts, each + `other_params` (the model's Params
-  beside its tables: a hidden map's D², a context mixer's)."""
+  """Table shape, tied (V·D) and untied (2·V·D) parameter counts, each + `other_params` (Params beside the tables)."""
   counts = param_counts(vocab_size, d_model)
   return {"table_shape": [vocab_size, d_model], "tied": counts.tied + other_params,
           "untied": counts.untied + other_params, "saved": counts.saved,
@@ -208,13 +193,11 @@ def build_report(lookup_table: np.ndarray, projection_table: np.ndarray, *, tied
                  true_log_probs: np.ndarray | LogProbRows, lookup_total: np.ndarray, projection_total: np.ndarray,
                  tokens: list[int], top_k: int, label: Callable[[int], str] | None = None,
                  other_params: int = 0, scores: str | None = None, d_model: int | None = None) -> dict[str, Any]:
-  """The table-dependent part of the report: tables (V, D), true_log_probs (V, V), totals (V,) → dict with keys
-  scores (what S = `lookup_table[ids] · projection_tableᵀ` is: `scores`, the model's `scores_in_words`, else the
-  tables'; with a hidden map W, pass E_in · W as the lookup table), parameters (`parameter_summary`), tokens (one
-  entry per requested token, ids already checked to lie in [0, V)), fit, provenance.
-  Only the rows shown of S and the true table are formed whole, the fit running over row blocks (`LogProbRows`):
-  memory grows with V·D and the rows shown, not V². `label(id)` names a token (default: as the source shows it);
-  `d_model`: the table's D where the scoring tables are wider (default: their width)."""
+  """The table-dependent part of the report: tables (V, D), true_log_probs (V, V), totals (V,) → dict: scores (what S =
+  `lookup_table[ids] · projection_tableᵀ` is), parameters, tokens (ids already checked), fit, provenance.
+
+  Only the rows shown of S and the true table are formed whole, the fit running over row blocks: memory grows with V·D,
+  not V². `label(id)` names a token; `d_model`: the table's D where the scoring tables are wider."""
   vocab_size, width = np.shape(lookup_table)
   d_model = width if d_model is None else d_model  # a table's D, where the scoring tables carry more (a bias column)
   lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)

@@ -114,8 +114,7 @@ def format_markdown(report: dict[str, Any]) -> str:
 
 
 def format_continuation(result: dict[str, Any]) -> str:
-  """The CLI's text for `continue_prompt`'s dict: control characters from the training text shown escaped
-  (`printable`); the sampled text keeps its line breaks, each following line indented as the first."""
+  """The CLI's text for `continue_prompt`'s dict, control characters escaped, the sample's line breaks kept."""
   tokens = " ".join(printable(token["label"]) for token in result["prompt_tokens"])
   last = result["prompt_tokens"][-1]
   lines = [f"prompt   {result['prompt']!r} → tokens {tokens}  (step {result['step']})",

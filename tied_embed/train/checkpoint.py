@@ -1,11 +1,10 @@
-"""Orbax checkpoints of a run: WORKDIR/checkpoints/<step>/ with the train state (`RunState`'s nnx.State as a pure
-dict), the config (JSON) and a manifest (JSON: array fingerprints, the config's checksum, the dataset's identity).
+"""Orbax checkpoints of a run: WORKDIR/checkpoints/<step>/ with the train state (a pure dict), the config (JSON) and a
+manifest (JSON: array fingerprints, the config's checksum, the dataset's identity).
 
-Arrays are read straight into the shardings asked for, so a checkpoint written on one mesh restores on another. A
-finalized checkpoint that does not read back whole, or disagrees with its manifest (bytes changed on disk), is damaged:
-`restore` skips it and a resuming run moves it to WORKDIR/damaged_checkpoints/. A save killed before it was finalized
-leaves a `.orbax-checkpoint-tmp` directory, deleted by the next run. With a selection split, Orbax metrics ({'step'},
-and 'select_loss' at an eval) let retention keep the best checkpoint beside the newest; the manifest has them too."""
+Arrays are read straight into the shardings asked for, so a checkpoint restores on another mesh. A checkpoint that does
+not read back whole or disagrees with its manifest is damaged: `restore` skips it, a resuming run moves it to
+WORKDIR/damaged_checkpoints/. With a selection split, Orbax metrics let retention keep the best checkpoint beside the
+newest."""
 
 from __future__ import annotations
 
@@ -53,9 +52,8 @@ class WriteFailed(RunStopped):
 
 @jax.jit
 def _fingerprints(arrays: list[jax.Array]) -> list[jax.Array]:
-  """Two order-sensitive 32-bit sums per array of its raw bits (one or two uint32 words per element): Σ bits_i · w_i
-  (mod 2³²) with odd weights w_i, for two weightings. Exact and associative, so the same on any sharding; changing
-  one element changes both (odd weights invert)."""
+  """Two 32-bit sums Σ bits_i · w_i (mod 2³²) per array of its raw bits, for two weightings with odd w_i: exact and
+  associative, so the same on any sharding; changing one element changes both."""
   prints = []
   for array in arrays:
     unsigned = {1: jnp.uint8, 2: jnp.uint16}.get(array.dtype.itemsize, jnp.uint32)
@@ -140,9 +138,7 @@ class Restored:
 
 
 def selection_rank(metrics: dict[str, Any]) -> tuple[float, int]:
-  """Rank by selection (Orbax's 'min' mode): the lowest select_loss, on a tie the earlier step (as
-  `Selection.record`); a checkpoint saved between evals ranks worst. With train.min_delta > 0 each eval's checkpoint
-  ranks by the best select_loss so far, so the earliest holding the lowest is the best step."""
+  """Orbax's 'min' rank, as `Selection.record`: the lowest (best-so-far) select_loss, then the earlier step."""
   return metrics.get("best_select_loss", metrics.get("select_loss", math.inf)), metrics["step"]
 
 
@@ -205,8 +201,7 @@ def _irregular_steps(workdir: str | pathlib.Path) -> list[tuple[int, Exception]]
 
 
 def _metrics_of(step: int, manifest: dict) -> dict[str, Any]:
-  """The Orbax metrics of checkpoint `step`: {'step': step}, with the select_loss `manifest` recorded where it
-  recorded one (and its selection's best_select_loss where it ran with a min_delta)."""
+  """Checkpoint `step`'s Orbax metrics: {'step'}, and the manifest's select_loss (and best_select_loss) if any."""
   metrics = {"step": step}
   if manifest.get("select_loss") is not None:
     metrics["select_loss"] = manifest["select_loss"]
@@ -233,8 +228,7 @@ def _read_config_and_manifest(manager: ocp.CheckpointManager, step: int) -> tupl
 
 
 class Checkpointer:
-  """Saves a run's checkpoints (asynchronously) and moves damaged ones aside. A failure to write surfaces at the
-  next save or at `close`, as WriteFailed."""
+  """Saves a run's checkpoints asynchronously, moving damaged ones aside; a failed write raises WriteFailed later."""
 
   def __init__(self, workdir: str | pathlib.Path, keep: int, *, select: bool = False):
     """`select`: the run has a selection split; its saves carry a `Selection` and the best checkpoint is kept."""
@@ -253,10 +247,9 @@ class Checkpointer:
 
   def save(self, step: int, state: nnx.State, config: ml_collections.ConfigDict, dataset: str = "",
            selection: Selection | None = None, select_loss: float | None = None) -> None:
-    """Starts writing checkpoint `step`; the arrays are copied off the device before this returns. `dataset`
-    (`tied_embed.data.bigram.dataset_identity`) lets a resume on other data be refused. With a selection split, the
-    run's `Selection` and `select_loss` at `step` (None between evals) go into the manifest, select_loss (and with
-    train.min_delta > 0 the best so far) also into the Orbax metrics retention ranks by."""
+    """Starts writing checkpoint `step` (the arrays are copied off the device before this returns). `dataset` lets a
+    resume on other data be refused. With a selection split, the `Selection` and `select_loss` (None between evals) go
+    into the manifest and the Orbax metrics retention ranks by."""
     with self._errors_as_write_failed():
       self._manager.wait_until_finished()  # a failure of the save before this one is reported as that save's
     config_dict = config.to_dict()
@@ -336,13 +329,13 @@ def _quiet_cut_off_io() -> None:
 
 def restore(workdir: str | pathlib.Path, step: int | str | None = None, *, mesh: Mesh | None = None,
             target: nnx.State | None = None, arrays: bool = True, resuming: bool = False) -> Restored | None:
-  """Checkpoint `step` of `workdir` (default: the newest that reads back whole; 'best': by select/loss), every
-  item checked against its manifest. Arrays go into the layout of `target` (abstract arrays with shardings) or
-  else of the saved config on `mesh` (default: one device); `arrays=False` reads only config and manifest.
+  """Checkpoint `step` of `workdir` (default: the newest that reads back whole; 'best': by select/loss), checked against
+  its manifest. Arrays go into `target`'s layout, else the saved config's on `mesh` (default: one device);
+  `arrays=False` reads only config and manifest.
 
-  Without `step`, newer damaged checkpoints are skipped into `Restored.damaged`, not moved. UsageError if there are
-  no checkpoints, none at `step`, or the one asked for (or every one) is damaged. `resuming`: None where there are
-  none, and a refusal to start from step 0 where none reads back."""
+  Without `step`, newer damaged checkpoints are skipped into `Restored.damaged`. UsageError if there are none, none at
+  `step`, or the one asked for (or every one) is damaged. `resuming`: None where there are none, a refusal to start over
+  where none reads back."""
   _quiet_cut_off_io()  # a failed read's other reads call back into Orbax's closed loop
   directory, steps = checkpoint_dir(workdir), available_steps(workdir)
   if not steps:
@@ -381,8 +374,8 @@ def restore(workdir: str | pathlib.Path, step: int | str | None = None, *, mesh:
 
 
 def _best_step(workdir: str | pathlib.Path, steps: list[int]) -> int:
-  """The step the newest readable manifest's `Selection` names as best. UsageError if it names none, if any
-  checkpoint's metrics disagree with its manifest (retention ranks by them), or if that checkpoint is gone."""
+  """The best step the newest manifest's `Selection` names; UsageError if none, if metrics disagree, or if it is
+  gone."""
   directory, newest = checkpoint_dir(workdir), restore(workdir, arrays=False)
   best = newest.selection.best_step
   if best is None:

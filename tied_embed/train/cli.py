@@ -2,11 +2,9 @@
 
   tied-embed-train --config configs/default.py --workdir runs/default [--config.train.learning_rate=0.05 ...]
 
-A bad flag, config file or value, or a busy workdir, is one line `error: ...` on stderr and exit status 2, before
-anything is written (and before TFDS, Orbax and TensorBoard are imported). The console shows the project's log lines
-as they are (warnings as `warning: ...`): the run's result (RESULT_LINES) on stdout, its progress and diagnostics on
-stderr; which optional kernels the step runs on, and the libraries' own logs (Orbax, CLU, TFDS, JAX), only with
---verbose."""
+A bad flag, config or value, or a busy workdir, is one line `error: ...` on stderr and exit status 2, before anything is
+written or TFDS, Orbax and TensorBoard are imported. The run's result (RESULT_LINES) goes to stdout, progress and
+diagnostics to stderr; kernels in use and the libraries' own logs only with --verbose."""
 
 from __future__ import annotations
 
@@ -186,8 +184,7 @@ def _stop_during_start_up(signum: int, frame: object) -> None:
 
 
 def _completed() -> None:
-  """The run has written everything: from here on (its closing lines, freeing its arrays, the interpreter's
-  shutdown) a Ctrl-C or SIGTERM ends the command at once with 0."""
+  """Everything is written: from here on a Ctrl-C or SIGTERM ends the command at once with 0."""
   for signum in (signal.SIGINT, signal.SIGTERM):
     signal.signal(signum, lambda signum, frame: _exit_now(0))
 

@@ -1,7 +1,6 @@
-"""A training config: every field declared once (`FIELDS`: default, what it allows, whether a resume may change it,
-meaning), and `validate`, the one check of a whole config (that it fits in memory included), where a run starts;
-below that, everything takes the config as checked. A source declares and checks its own data.* fields
-(`Source.fields`, `.validate`). `python -m tied_embed.train.config` prints the docs' field list."""
+"""A training config: every field declared once (`FIELDS`: default, allowed values, resumable or not, meaning), and
+`validate`, the one check of a whole config (memory included) where a run starts. A source declares and checks its own
+data.* fields. `python -m tied_embed.train.config` prints the docs' field list."""
 
 from __future__ import annotations
 
@@ -157,8 +156,7 @@ REQUIRED_FIELDS: frozenset[str] = frozenset(BY_PATH)
 
 @dataclasses.dataclass(frozen=True)
 class Dependent:
-  """A field that does something only where `active(config)`, e.g. model.hidden_l2 only with the hidden map;
-  `off`: the value it must have where it does nothing (None: no such value, the field is ignored there)."""
+  """A field that acts only where `active(config)`; `off`: the value it must have elsewhere (None: ignored there)."""
 
   path: str
   needs: str  # completes 'unless ...' in the refusal
@@ -230,9 +228,8 @@ def as_python_values(config: ml_collections.ConfigDict) -> None:
 
 
 def validate(config: Any, num_devices: int | None = None, memory_bytes: int | None = None) -> None:
-  """Raises UsageError (field, value, what is allowed) for the first bad field; None if `config` can be trained.
-  NumPy scalars become Python numbers. The mesh must fit `num_devices` (default: jax.device_count()), the estimate
-  `memory_bytes` (default: `available_memory()`)."""
+  """UsageError for the first bad field, mesh (`num_devices`) or memory (`memory_bytes`); NumPy scalars become
+  numbers."""
   if not isinstance(config, ml_collections.ConfigDict):
     raise UsageError.bad_value("config", f"<{type(config).__name__}>", "an ml_collections.ConfigDict")
   as_python_values(config)
@@ -265,23 +262,19 @@ def validate(config: Any, num_devices: int | None = None, memory_bytes: int | No
 
 
 def _check_context(config: Any) -> None:
-  """The model fields against each other: a context model reads windows, heads divide D, an output bias is scored
-  in float32, windows need a source whose pairs follow one another in a token stream."""
+  """The model fields together: a context model reads windows, heads divide D, windows need a token stream."""
   model, length = config.model, config.data.context_length
   require(model.context == "none" or length >= 2, "data.context_length", length,
           f"at least 2 with model.context={model.context!r} (a window of one token has no context to mix)")
   require(model.context != "transformer" or model.d_model % model.heads == 0, "model.heads", model.heads,
           f"a divisor of model.d_model={model.d_model} (each head reads D / heads of every row)")
-  require(not model.get("output_bias", False) or model.dtype == "float32", "model.output_bias", True,
-          f"False with model.dtype={model.dtype!r} (its evaluation scores h·Eᵀ on the tables alone, without b)")
   require(length == 1 or config.data.get("source") not in sources.SYNTHETIC_SOURCES, "data.context_length", length,
           f"1 with data.source={config.data.get('source')!r} (its pairs are drawn independently: no token stream to "
           "cut windows from)")
 
 
 def validate_data(config: Any) -> dict[str, Any]:
-  """`validate`'s data checks alone (seed, model.* and data.* suffice): data.source, the source's own checks,
-  data.data_dir and the selection split; UsageError, or → the source's settings."""
+  """`validate`'s data checks alone (source, data_dir, selection split): UsageError, or → the source's settings."""
   data, names = config.data, tuple(sorted(sources.REGISTRY))
   require(data.get("source") in names, "data.source", data.get("source"), f"one of {names}")
   source = sources.get(data.source)
@@ -324,13 +317,10 @@ class MemoryTerm(NamedTuple):
 
 
 def memory_estimate(config: ml_collections.ConfigDict, settings: dict[str, Any] | None = None) -> list[MemoryTerm]:
-  """The memory a run of a valid config needs on one host, as named terms (bytes; float32 = 4): the (V, D) tables
-  6 times (the parameter, two Adam moments, the gradient and its lookup and projection parts); a synthetic task's
-  hidden table (float64); the train logits 3 times (the logits, their exponentials and gradient); the hidden vectors
-  twice (the looked-up rows and their gradient); the eval logits twice (the logits and their exponentials); and the
-  dataset, 32 bytes per train or validation pair (while generating, the int32 pair, a float64 uniform draw and an
-  int64 sort order; then the int32 pair loaded). Not counted: (V, V) tables (the sources compute them a few MB at a
-  time); every array is counted whole, as if unsharded. `settings`: `Source.settings(config)`, computed if not given."""
+  """A valid config's memory on one host as named terms (bytes): the (V, D) tables 6 times (the parameter, two Adam
+  moments, the gradient and its two paths); a synthetic task's float64 hidden table; the train logits 3 times; the
+  hidden vectors twice; the eval logits twice; 32 bytes per train or validation pair while generating. (V, V) tables
+  (computed a few MB at a time) and sharding are not counted. `settings`: `Source.settings(config)` if not given."""
   vocab_size, d_model = int(config.model.vocab_size), int(config.model.d_model)
   batch_size, eval_batch_size = int(config.train.batch_size), int(config.train.eval_batch_size)
   chunk_size, num_tables = int(config.loss.chunk_size), 1 if config.model.tied else 2

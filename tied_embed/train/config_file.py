@@ -40,9 +40,8 @@ def load_config_file(path: str) -> ml_collections.ConfigDict:
 
 @contextlib.contextmanager
 def _bools_kept() -> Iterator[Any]:
-  """While a config file runs, notes (through the profile hook) each value it assigns to a float field; yields
-  `keep()`, which puts back the bools among them for the field's check to refuse by name: ml_collections casts
-  a bool assigned to a float field (`train_fraction = True` would be 1.0)."""
+  """While a config file runs, notes values assigned to float fields; `keep()` puts back the bools ml_collections
+  cast."""
   assigned: dict[tuple[int, str], tuple[ml_collections.ConfigDict, str, Any]] = {}
   setitem = ml_collections.ConfigDict.__setitem__.__code__
 

@@ -1,6 +1,5 @@
-"""The jitted evaluation, through the model itself (`model(ids)`, tied_embed/core/loss.py; with model.dtype =
-bfloat16 the projection's matmul takes bfloat16 operands, as the step's does), the held-out splits it scores, the
-eval/* scalars an eval logs, and model selection and early stopping on the selection split (`Selection`)."""
+"""The jitted evaluation through the model itself (bfloat16: through its `score_operands`), the held-out splits it
+scores, the eval/* scalars, and selection and early stopping on the selection split."""
 
 from __future__ import annotations
 
@@ -32,13 +31,15 @@ def _eval_losses(graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str, st
     if compute_dtype == "float32":
       return loss_lib.per_token_losses(model, token[None], next_token[None])[0]
     hidden = model.hidden(model.embed(token[None]))
-    if token.ndim == 0:  # a pair
-      return chunked_loss.full_cross_entropy(hidden, model.tables()[1], next_token[None], compute_dtype)
+    # The model's own score operands (H, B), logits = H · Bᵀ, so a model that adds to the scores is scored with it.
+    hidden, table = model.score_operands(hidden.reshape(-1, hidden.shape[-1]), model.tables()[1])
+    if token.ndim == 0:  # a pair: hidden (1, D')
+      return chunked_loss.full_cross_entropy(hidden, table, next_token[None], compute_dtype)
 
-    def position(row: jax.Array, target: jax.Array) -> jax.Array:  # one position of a window: (D,), () → ()
-      return chunked_loss.full_cross_entropy(row[None], model.tables()[1], target[None], compute_dtype)
+    def position(row: jax.Array, target: jax.Array) -> jax.Array:  # one position of a window: (D',), () → ()
+      return chunked_loss.full_cross_entropy(row[None], table, target[None], compute_dtype)
 
-    return jax.vmap(position)(hidden[0], next_token)
+    return jax.vmap(position)(hidden, next_token)
 
   if chunk_size <= 0:
     return jax.vmap(one)((ids, next_ids))
@@ -47,21 +48,18 @@ def _eval_losses(graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str, st
 
 def make_eval_losses(graphdef: nnx.GraphDef, chunk_size: int,
                      compute_dtype: str = "float32") -> Callable[..., jax.Array]:
-  """jit(state, ids (E,), next_ids (E,)) → per-token losses (E,) float32 (windows (E, L): (E, L)), matmuls in
-  `compute_dtype`, scored
-  `chunk_size` tokens at a time (all at once if 0), so no more than (chunk_size, V) logits are live."""
+  """jit(state, ids, next_ids (E,) or (E, L)) → per-token losses alike, float32, `chunk_size` tokens at a time (0:
+  all)."""
   return jax.jit(lambda state, ids, next_ids: _eval_losses(graphdef, chunk_size, compute_dtype, state, ids, next_ids))
 
 
 class Evaluator:
-  """A whole held-out split, placed on the mesh once and scored batch after batch into one running total, and
-  into one per input-frequency bucket of each pair's current token. With data.context_length L > 1 the pairs are
-  scored in windows of L (`windows.tiled_windows`): each pair once, with the context its document gives it there."""
+  """A held-out split, placed on the mesh once and scored batch after batch into a running total and one per
+  input-frequency bucket; with data.context_length L > 1, in windows of L (`windows.tiled_windows`), each pair once."""
 
   def __init__(self, graphdef: nnx.GraphDef, ids: np.ndarray, next_ids: np.ndarray, data: BigramData,
                config: ml_collections.ConfigDict, mesh, document_ends: np.ndarray | None = None):
-    """`ids`, `next_ids`: (M,) int32, the split's pairs; `data` gives the train counts that define the buckets;
-    `document_ends`: where the split's documents end (None: one document), for windows."""
+    """`ids`, `next_ids` (M,) int32: the split's pairs; `data`: the train counts; `document_ends`: for windows."""
     num_buckets, chunk_size, dtype = len(frequency.BUCKETS), int(config.loss.chunk_size), str(config.model.dtype)
 
     def add(state, total, bucket_totals, batch_ids, batch_next_ids, buckets, weights=None):
@@ -72,8 +70,7 @@ class Evaluator:
       return total + batch_losses.sum(), bucket_totals + by_bucket
 
     # jit(state, total (), bucket_totals (K,), ids, next_ids, buckets (E,) int32[, weights]) → the totals plus the
-    # batch's summed losses, overall and by bucket. Each call consumes the previous one's totals, so an evaluation's
-    # batches run one after the other, never in flight together.
+    # batch's summed losses; each call consumes the previous one's totals, so batches are never in flight together.
     self._add_batch = jax.jit(add)
     self._totals = jax.device_put((jnp.float32(0), jnp.zeros(num_buckets, jnp.float32)), mesh_lib.replicated(mesh))
     size, data_size, length = int(config.train.eval_batch_size), mesh.shape["data"], data.context_length
@@ -121,8 +118,7 @@ def eval_scalars(eval_loss: float, by_bucket: dict[str, float], data: BigramData
 
 
 class HeldOut:
-  """The held-out splits a run scores at every eval: `evaluate` (the validation split) and, with a selection split,
-  `select` (else None)."""
+  """The splits scored at every eval: `evaluate` (validation) and `select` (the selection split, or None)."""
 
   def __init__(self, graphdef: nnx.GraphDef, data: BigramData, config: ml_collections.ConfigDict, mesh):
     self.evaluate = Evaluator(graphdef, data.eval_ids, data.eval_next, data, config, mesh, data.eval_document_ends)
@@ -138,9 +134,7 @@ class HeldOut:
 
 @dataclasses.dataclass
 class Selection:
-  """The best eval so far by select/loss on the selection split (data.selection_fraction > 0, never trained on): its
-  step, select/loss and eval/* scalars; and the evals since, early stopping's count. Saved in every checkpoint's
-  manifest, so a resumed run stops where one that ran through would."""
+  """The best eval by select/loss and the evals since (early stopping's count), kept in every checkpoint's manifest."""
 
   best_step: int | None = None
   best_select_loss: float | None = None
@@ -148,9 +142,7 @@ class Selection:
   evals_since_best: int = 0  # evals after the best one, none a new best
 
   def record(self, step: int, select_loss: float, eval_scalars: dict[str, float], min_delta: float = 0.0) -> bool:
-    """Counts the eval at `step`; → whether it is a new best: the first eval, or a select/loss below the best so far
-    by more than `min_delta` (nats; 0: strictly lower), as Flax's and Keras's early stopping judge an improvement: a
-    run creeping down by less keeps an earlier best."""
+    """Counts the eval at `step`; → whether it is a new best: the first, or below the best by over `min_delta` nats."""
     if self.best_select_loss is None or self.best_select_loss - select_loss > min_delta:
       self.best_step, self.best_select_loss = step, select_loss
       self.best_eval, self.evals_since_best = dict(eval_scalars), 0

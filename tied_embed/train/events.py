@@ -1,13 +1,9 @@
 """TensorBoard event files without TensorFlow: `EventWriter` writes a run's scalars, histograms, images and
 hyperparameters, `load_events` reads an event file back.
 
-The files are the ones TensorFlow's summary writer makes (CLU's `SummaryWriter` is that writer): each value a tensor
-summary with its TensorBoard plugin's metadata, built by TensorBoard's own TensorFlow-free functions (`scalar_pb`,
-`histogram_pb`, `hparams_pb`, the image plugin's metadata) and framed by its `RecordWriter`. So TensorBoard, its
-`EventAccumulator` and `read_scalars` read a workdir the same way whichever writer wrote it, and a run resumed in
-a workdir CLU's writer wrote adds files of the same kind. Why not CLU's writers: `clu.metric_writers` imports TensorFlow in its
-`__init__`, half of the install and seconds of every start (docs/performance.md).
-"""
+The files are those TensorFlow's summary writer (CLU's) makes, built by TensorBoard's own TensorFlow-free functions and
+framed by its `RecordWriter`, so TensorBoard and `read_scalars` read a workdir alike whichever wrote it. Not CLU's
+writers: `clu.metric_writers` imports TensorFlow, seconds of every start (docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -46,11 +42,10 @@ class EventsFailed(RunStopped):
 
 
 class EventWriter:
-  """Appends summaries to a new event file in `logdir`, on one background thread, as CLU's asynchronous writer does:
-  each `write_*` returns at once and its values reach the disk (flushed, so a SIGKILL keeps them) in call order. A
-  failed write is raised as EventsFailed by the next call, `flush` or `close`; later writes are dropped. `logdir`
-  None: no file (a process that does not log). `verbose`: every value is logged too. Close it (it flushes) when
-  done; closing twice is a no-op."""
+  """Appends summaries to a new event file in `logdir` on one background thread, as CLU's asynchronous writer does: each
+  `write_*` returns at once, its values reach the disk flushed, in call order. A failed write is raised as EventsFailed
+  by the next call; later writes are dropped. `logdir` None: no file. `verbose`: every value is logged too. Closing
+  twice is a no-op."""
 
   def __init__(self, logdir: str | pathlib.Path | None, *, verbose: bool = False):
     self._verbose = verbose
@@ -90,8 +85,7 @@ class EventWriter:
       log.info("[%d] images: %s", step, {tag: np.shape(pixels) for tag, pixels in sorted(images.items())})
 
   def write_hparams(self, hparams: Mapping[str, Any]) -> None:
-    """The run's hyperparameters ({name: bool, number or str; None is written as ''}) for TensorBoard's HParams
-    dashboard, at step 0 as TensorFlow's writer puts them."""
+    """The run's hyperparameters ({name: bool, number or str; None as ''}) for TensorBoard's HParams, at step 0."""
     values = {name: "" if value is None else value for name, value in hparams.items()}
     self._write(0, lambda: [hparams_summary.hparams_pb(values)])
     if self._verbose:
@@ -139,8 +133,7 @@ class EventWriter:
 
 
 def _image_pb(tag: str, pixels: np.ndarray) -> summary_pb2.Summary:
-  """An image summary as TensorFlow's `tf.summary.image` writes it: a string tensor [width, height, PNG, ...] with the
-  image plugin's metadata. `pixels`: (N, H, W, C) or (H, W, C) uint8, C in 1, 3, 4."""
+  """An image summary as `tf.summary.image` writes it; `pixels`: (N, H, W, C) or (H, W, C) uint8, C in 1, 3, 4."""
   from PIL import Image  # noqa: PLC0415 (inspection's pictures only)
 
   if pixels.ndim == 3:
@@ -159,10 +152,7 @@ def _image_pb(tag: str, pixels: np.ndarray) -> summary_pb2.Summary:
 
 
 def load_events(path: str | pathlib.Path) -> Iterator[event_pb2.Event]:
-  """The events of one event file, in file order; a record a killed writer left half-written ends the file.
-
-  Read with TensorBoard's own TensorFlow-free record reader, the one its `EventFileLoader` uses where TensorFlow is
-  not installed (the loader itself would import TensorFlow where it is)."""
+  """One event file's events in order (a half-written last record ends it), by TensorBoard's own reader."""
   from tensorboard.compat.tensorflow_stub import errors  # noqa: PLC0415
   from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import PyRecordReader_New  # noqa: PLC0415
 

@@ -1,10 +1,8 @@
-"""The ('data', 'model') mesh, where each array lives on it (the train state made there: abstract to compile, or new),
-and how several processes (one per host) run as one.
+"""The ('data', 'model') mesh, where each array lives on it, and how several processes (one per host) run as one.
 
-The batch is split along `data`, 'vocab' (tables, optimizer moments, provenance totals) along `model`; a V that
-`model` doesn't divide is refused rather than padded, so no masked rows need keeping out of the softmax. Each process
-computes the same global batch and places the rows its devices hold; each host holds whole `data` rows of the mesh,
-so only the gradient sum crosses hosts. Free of TensorFlow, so `train.py` can use it before any heavy import."""
+The batch is split along `data`, 'vocab' (tables, moments, provenance totals) along `model`; a V that `model` doesn't
+divide is refused, not padded. Each process computes the same global batch and places the rows its devices hold, so only
+the gradient sum crosses hosts. Free of TensorFlow, for `train.py` before any heavy import."""
 
 from __future__ import annotations
 
@@ -49,8 +47,7 @@ def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tupl
 
 
 def check_mesh_fits_processes(data_size: int, model_size: int, num_devices: int, num_processes: int) -> None:
-  """Raises UsageError unless a (data, model) mesh can be laid over `num_processes` hosts with whole `data` rows
-  on each, as `global_batch` needs."""
+  """UsageError unless the (data, model) mesh lays whole `data` rows on each of `num_processes` hosts."""
   if num_processes > 1 and (data_size * model_size != num_devices or data_size % num_processes):
     raise UsageError.bad_value("mesh", f"{data_size}x{model_size}",
                                f"all {num_devices} devices, with mesh.data a multiple of the {num_processes} processes")
@@ -120,9 +117,7 @@ def _env_int(environ: dict[str, str], name: str, default: int) -> int:
 
 
 def initialize_from_environment(environ: dict[str, str] | None = None) -> bool:
-  """Joins the other processes if the environment describes several (JAX_COORDINATOR_ADDRESS=host:port,
-  JAX_NUM_PROCESSES=n > 1, JAX_PROCESS_ID=i; or Slurm / Open MPI with several tasks), before anything touches a
-  device; → whether it did."""
+  """Joins the other processes the environment describes (JAX_*, Slurm, Open MPI) before any device use; → whether."""
   environ = os.environ if environ is None else environ
   num_processes = _env_int(environ, NUM_PROCESSES, default=1)
   if num_processes > 1:
@@ -140,8 +135,7 @@ def initialize_from_environment(environ: dict[str, str] | None = None) -> bool:
 
 
 def process_slice(batch: np.ndarray, process_index: int, process_count: int) -> np.ndarray:
-  """This process's contiguous share of a global batch, as `make_array_from_process_local_data` expects:
-  (B,) → (B / process_count,)."""
+  """This process's contiguous share of a global batch: (B,) → (B / process_count,)."""
   if len(batch) % process_count:
     raise UsageError.bad_value("train.batch_size", len(batch), f"a multiple of the {process_count} processes")
   share = len(batch) // process_count
@@ -149,8 +143,7 @@ def process_slice(batch: np.ndarray, process_index: int, process_count: int) -> 
 
 
 def global_batch(batch: tuple[np.ndarray, ...], sharding: NamedSharding) -> tuple[jax.Array, ...]:
-  """The same global (B,) arrays on every process → global jax.Arrays with `sharding`: each process places its
-  `process_slice` (its devices' rows, as the mesh puts whole `data` rows on each host, in order)."""
+  """The same global (B,) arrays on every process → jax.Arrays with `sharding`, each process placing its own slice."""
   if jax.process_count() == 1:
     return jax.device_put(batch, sharding)
   index, count = jax.process_index(), jax.process_count()
@@ -159,8 +152,7 @@ def global_batch(batch: tuple[np.ndarray, ...], sharding: NamedSharding) -> tupl
 
 
 def process_0_first(make: Callable[[], T], what: str) -> T:
-  """`make()` on process 0 first, then on the others once it is done (they read what it left on a shared disk).
-  Process 0 reaches the barrier even when `make` fails, so no process waits forever."""
+  """`make()` on process 0, then on the others (reading what it left); process 0 reaches the barrier even on failure."""
   if jax.process_count() == 1:
     return make()
   if jax.process_index() == 0:

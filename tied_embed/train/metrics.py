@@ -1,6 +1,5 @@
-"""What a training run says: its opening lines, one compact console line per log step, every scalar and the
-provenance histograms in TensorBoard event files (`tied_embed.train.events`; `verbose`: also in the log), its
-closing lines; and the scalar series read back from the event files."""
+"""What a training run says: its opening lines, one console line per log step, scalars and provenance histograms in
+TensorBoard event files, its closing lines; and the scalar series read back."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ def make_writer(workdir: pathlib.Path, *, events: bool, verbose: bool) -> events
 
 
 def write_log_step(writer, step: int, learning_rate: float, metrics: dict, state) -> dict[str, float]:
-  """The train/* and grad/* scalars of a log step (`metrics`: the step's statistics, on the host) and the provenance
-  histograms of `state` (the RunState's nnx.State); returns the scalars."""
+  """Writes a log step's train/* and grad/* scalars and `state`'s provenance histograms; → the scalars."""
   metrics = dict(metrics)
   scalars = {"train/loss": float(metrics.pop("train_loss")), "train/learning_rate": learning_rate}
   metrics.pop("loss")
@@ -93,10 +91,8 @@ def venv_command(name: str, *module: str) -> str:
 
 def opening_lines(config: ml_collections.ConfigDict, data: data_lib.BigramData, param_count: int,
                   antisymmetric_share: float | None, param_table: str = "") -> None:
-  """The lines that open a run: the data, the model's size and the floor, the table of its arrays (`param_table`,
-  clu.parameter_overview's), then what the config makes of the task (the hidden table's width, a train fraction, a
-  selection split, too few train pairs for a batch) and, where given, how much of the task a tied table cannot fit
-  (`antisymmetric_share`, `tied_embed.data.asymmetry`)."""
+  """The lines that open a run: the data, the model's size and the floor, its arrays (`param_table`), what the config
+  makes of the task and, where given, how much of it a tied table cannot fit (`antisymmetric_share`)."""
   train, patience = config.train, int(config.train.early_stopping_patience)
   log.info("%s, %d parameters, loss floor %.4f nats.", data.source, param_count, data.loss_floor)
   for line in param_table.splitlines():
@@ -122,9 +118,7 @@ def opening_lines(config: ml_collections.ConfigDict, data: data_lib.BigramData, 
 
 
 def closing_lines(workdir: pathlib.Path, step: int, best_step: int | None = None) -> None:
-  """Where the run left its checkpoints (the best one by select/loss too, when there is one), and the commands that
-  look at them, to paste as they are (paths as `shown_path` shows them). --step best is offered only while the best
-  step's checkpoint is there: someone may have deleted or moved it."""
+  """Where the run left its checkpoints (and the best, while there), and the commands that look at them."""
   shown, checkpoints = (shown_path(path) for path in (workdir, pathlib.Path(workdir) / "checkpoints"))
   best = ""
   if best_step is not None:
@@ -136,9 +130,7 @@ def closing_lines(workdir: pathlib.Path, step: int, best_step: int | None = None
 
 
 def read_scalars(logdir: str | pathlib.Path, tags: tuple[str, ...]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-  """{tag: (steps (N,) int64, values (N,) float64)}, sorted by step, for each of `tags` in the event files directly
-  in `logdir` (not its subfolders, e.g. report/). A step written twice (a resumed run repeats the steps after its
-  last checkpoint) keeps the later write."""
+  """{tag: (steps (N,) int64, values (N,) float64)} from `logdir`'s event files; a step written twice keeps the last."""
   from tensorboard.util.tensor_util import make_ndarray  # noqa: PLC0415
 
   wanted = set(tags)

@@ -24,9 +24,7 @@ class NonFinite(RunStopped):
 
 
 def advice(config: Any | None) -> str:
-  """What to change: model.hidden_l2 where the hidden map's penalty λ·‖W − I‖²_F is the suspect, else the learning
-  rate. It is when 2λ·D² exceeds float32 (it overflows once W's entries have moved by one), or with plain SGD when
-  λ · train.learning_rate >= 1 (a step on the penalty alone overshoots)."""
+  """What to change: model.hidden_l2 where λ·‖W − I‖²_F is the suspect, else the learning rate."""
   if config is None or not (l2 := float(config.model.get("hidden_l2", 0.0))):  # no penalty (only W may have one)
     return _LEARNING_RATE_ADVICE
   d_model = int(config.model.d_model)
@@ -40,7 +38,6 @@ def advice(config: Any | None) -> str:
 
 
 def check_finite(state: nnx.State, last_saved: int | None, config: Any | None = None) -> None:
-  """Raises NonFinite (naming the field to change, `advice`) if any step so far was not finite. A host sync: call it
-  where the loop syncs anyway."""
+  """NonFinite (naming the field to change) if a step so far was not finite; a host sync, so call it where one is."""
   if first_bad := int(state["first_nonfinite_step"][...]):
     raise NonFinite(first_bad, int(state["optimizer"]["step"][...]), last_saved, advice(config))

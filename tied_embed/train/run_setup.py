@@ -1,6 +1,4 @@
-"""`open_run(config, workdir, stack)`: a run's set-up, from taking its workdir to opening its metric writer. A config
-that differs from the workdir's checkpoints in more than how the run is carried out or watched
-(`tied_embed.train.config.RESUMABLE`) would mix two runs, so it is refused."""
+"""`open_run(config, workdir, stack)`: a run's set-up, from taking its workdir to opening its metric writer."""
 
 from __future__ import annotations
 
@@ -41,8 +39,7 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class OpenRun:
-  """A run past its set-up: the workdir held, the train step compiled, the state resumed, the data loaded, the
-  writer open. The loop advances `state` and `selection` in place."""
+  """A run past its set-up: workdir held, step compiled, state resumed, data loaded, writer open."""
 
   config: ml_collections.ConfigDict
   workdir: pathlib.Path
@@ -68,24 +65,21 @@ class OpenRun:
 
 def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, stack: contextlib.ExitStack, *,
              verbose: bool) -> OpenRun:
-  """Takes `workdir` for a `config` that `tied_embed.train.config.validate` has passed, compiles the train step
-  (from the abstract state), resumes, loads the data and opens the writer; the signal handlers, the lock, the
-  checkpointer and the writer are `stack`'s to close.
+  """Takes `workdir` for a validated `config`, compiles the train step, resumes, loads the data and opens the writer;
+  the signal handlers, the lock, the checkpointer and the writer are `stack`'s to close.
 
-  Before anything is written or compiled, UsageError if the corpus cannot support the config's SentencePiece
-  vocabulary, if the workdir cannot be written or another run holds it, or if its checkpoints are of a different
-  run (config_lib.RESUMABLE), of other data or past train.num_steps, or none of them reads back. A signal raises
-  signals_lib.Interrupted (nothing to save yet), or signals_lib.Preempted where the processes agree on one at the end.
-  """
+  Before anything is written, UsageError if the corpus cannot support the SentencePiece vocabulary, the workdir cannot
+  be written or is held, or its checkpoints are of a different run (config_lib.RESUMABLE), other data, past
+  train.num_steps or unreadable. A signal raises signals_lib.Interrupted, or Preempted where the processes agree on one
+  at the end."""
   dataset = data_lib.dataset_identity(config)
   data_lib.check_preparable(config, workdir)
   workdir = _ensure_writable(workdir)
   signals = stack.enter_context(signals_lib.StopSignals(interrupting=True))  # set-up ends at once on a signal
   newest, record_holder = _take_workdir(config, workdir, stack, dataset)
   num_steps, patience = int(config.train.num_steps), int(config.train.early_stopping_patience)
-  # The run trains unless its newest checkpoint is at num_steps or early stopping's count in it reached the patience.
-  # A refused run leaves the workdir as it found it, its .lock included; so does a rerun of a finished run, which
-  # writes nothing (recorded below if its newest checkpoint turns out damaged after all).
+  # The run trains unless its newest checkpoint is at num_steps or early stopping's patience. A refused run, or a
+  # rerun of a finished one, leaves the workdir as it found it, .lock included (recorded below if found damaged).
   trains = newest is None or (newest.step < num_steps and not newest.selection.exhausted(patience))
   if trains:
     record_holder()
@@ -143,9 +137,9 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
 
 def _take_workdir(config: ml_collections.ConfigDict, workdir: pathlib.Path, stack: contextlib.ExitStack,
                   dataset: str) -> tuple[checkpoint.Restored | None, Callable[[], None]]:
-  """Locks `workdir` until `stack` closes, and refuses a run its checkpoints cannot continue on `dataset`; → the
-  newest checkpoint read without its arrays (None: no checkpoints), and the lock's `record_holder`, which writes
-  the holder into WORKDIR/.lock once the run's checks pass. One run per workdir: process 0 holds the lock for all."""
+  """Locks `workdir` until `stack` closes (process 0, for all) and refuses a run its checkpoints cannot continue on
+  `dataset`; → the newest checkpoint without its arrays (or None), and `record_holder`, which writes the lock's holder
+  once the checks pass."""
   lock = util.exclusive(workdir, f"--workdir={str(workdir)!r}", record_now=False)
   record_holder = stack.enter_context(lock if jax.process_index() == 0 else contextlib.nullcontext(lambda: None))
   _check_layout(workdir)
@@ -160,8 +154,7 @@ def _take_workdir(config: ml_collections.ConfigDict, workdir: pathlib.Path, stac
 
 
 def _ensure_writable(workdir: str | pathlib.Path) -> pathlib.Path:
-  """Creates `workdir` if needed and checks a file can be written in it; UsageError (one line) if not, or if its path
-  is not valid UTF-8 (array_record, which stores the dataset, takes no other)."""
+  """Creates `workdir` if needed; UsageError if a file cannot be written in it or its path is not UTF-8."""
   path = pathlib.Path(workdir)
   util.require(util.is_utf8(str(path)), "--workdir", str(workdir), "a path that is valid UTF-8")
   try:
@@ -174,8 +167,7 @@ def _ensure_writable(workdir: str | pathlib.Path) -> pathlib.Path:
 
 
 def _probe_writable(directory: pathlib.Path) -> None:
-  """OSError unless a file can be created (and deleted) in `directory`; its times are put back, so a run refused
-  after this check leaves the workdir as it found it."""
+  """OSError unless a file can be created and deleted in `directory`; its times are put back, changing nothing."""
   times = directory.stat()
   with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-"):
     pass
@@ -187,10 +179,9 @@ _OWN_FILES = (in_use.FILE, record_lib.FILE_NAME, record_lib.TOKENIZER_FILE)
 
 
 def _check_layout(workdir: pathlib.Path) -> None:
-  """UsageError if a path the run writes as a directory (checkpoints/, ...) is not one or cannot be written, or one
-  it writes as a file (kernels.json, ...) is something else, a FIFO or a directory: found before training, not at
-  the first save. A symbolic link is refused too: through it the run would write (and delete old checkpoints) in
-  another run's directory."""
+  """UsageError, before training, if a path the run writes as a directory (checkpoints/, ...) or as a file
+  (kernels.json, ...) is something else or not writable; a symbolic link too (the run would write and delete in another
+  run's directory)."""
   for name in _OWN_FILES:
     with contextlib.suppress(FileNotFoundError):
       mode = (path := workdir / name).lstat().st_mode
@@ -241,9 +232,7 @@ def _resume(config: ml_collections.ConfigDict, build_state: Callable[[], Any], t
 
 
 def _check_same_pairs(step: int, manifest: dict, data: data_lib.BigramData, files: pathlib.Path) -> None:
-  """UsageError naming the split's files if the pairs loaded are not those checkpoint `step` was trained on (by the
-  digests its manifest keeps; a checkpoint without them is not checked): the stored dataset was rewritten whole,
-  its digests with it, so it cannot be generated again to match."""
+  """UsageError naming the split's files if the pairs loaded are not those checkpoint `step`'s manifest digested."""
   for split, digest in (manifest.get("dataset_sha256") or {}).items():
     if data.digests.get(split) != digest:
       raise UsageError(f"{util.one_line(str(files))}/bigram_pairs-{split}.array_record* holds other pairs than "

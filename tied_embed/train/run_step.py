@@ -1,9 +1,8 @@
 """The step the trainer runs: the story's step (tied_embed/core/step.py) inside the run's bookkeeping.
 
-`RunState` is the story's `TrainState` and what a run keeps beside it: each row's accumulated path-gradient norms,
-the directions of a few tracked rows, the train-loss window, the first non-finite step. The jitted step takes and
-returns its `nnx.State`, so a checkpoint of it is everything a resumed run needs. `make_train_step` picks the paths
-and the update a config asks for (tied_embed/fast/choose.py) and keeps the gradient in a reused buffer."""
+`RunState` is the story's `TrainState` plus what a run keeps: each row's accumulated path-gradient norms, a few tracked
+rows' directions, the train-loss window, the first non-finite step; a checkpoint of its state is all a resume needs.
+`make_train_step` picks the paths and update a config asks for (fast/choose.py)."""
 
 from __future__ import annotations
 
@@ -64,10 +63,9 @@ class RunState(step_lib.TrainState):
 def all_finite(loss: jax.Array, state: nnx.State) -> jax.Array:
   """Whether `loss` and every float array of `state` are finite: scalar bool.
 
-  A sum of |x| is finite exactly when every x is, unless the sum overflows, and XLA reads each array once for it,
-  where `isfinite(x).all()` writes and rereads a bool array the table's size. So the exact test runs only when
-  the sum is not finite: a non-finite value, or values near float32's limit. Arrays of one shape (a table and its
-  two optimizer moments) are summed as one reduction of |a| + |b| + |c|, which XLA:CPU runs faster than three."""
+  A sum of |x| is finite exactly when every x is, unless it overflows, and XLA reads each array once for it
+  (`isfinite(x).all()` writes and rereads a bool array), so the exact test runs only where the sum is not finite. Arrays
+  of one shape are summed as one reduction of |a| + |b| + |c|, faster on XLA:CPU."""
   floats = [loss] + [leaf for leaf in jax.tree.leaves(state) if jnp.issubdtype(leaf.dtype, jnp.floating)]
 
   def exact():
@@ -87,14 +85,12 @@ def optimizer_update(run_state: RunState, grads: nnx.State) -> None:
 
 def make_step_function(graphdef: nnx.GraphDef, paths_fn: step_lib.PathsFn = paths_lib.path_gradients, *,
                        apply_update: UpdateFn = optimizer_update, **options) -> step_lib.StepFunction:
-  """step(state, ids, next_ids (B,) pairs or (B, L) windows, with_stats=False) → (new state, metrics, grads), to be
-  jitted: `step_lib.gradients(..., **options)`, the path totals and tracked rows, the update by `apply_update`
-  (`UpdateFn`: the optimizer's own, or the same arithmetic faster, tied_embed/fast/kernels, checking what it
-  writes), the train-loss window and the non-finite marker.
+  """step(state, ids, next_ids (B,) or (B, L), with_stats=False) → (new state, metrics, grads), to be jitted:
+  `step_lib.gradients`, the path totals and tracked rows, the update by `apply_update` (optax's, or a kernel's that
+  checks what it writes), the train-loss window and the non-finite marker.
 
-  metrics: `step_lib.gradients`'s, and on log steps 'train_loss' (the mean loss since the previous log step, whose
-  window it then empties). A non-finite loss or new state is recorded in `first_nonfinite_step` (the loop checks it
-  where it syncs anyway), so a state that passes is safe to save."""
+  metrics: `step_lib.gradients`'s and, on log steps, 'train_loss' (the mean since the previous log step). A non-finite
+  loss or state is recorded in `first_nonfinite_step`, so a state that passes is safe to save."""
 
   def step(state: nnx.State, ids: jax.Array, next_ids: jax.Array, with_stats: bool = False):
     run_state = nnx.merge(graphdef, state)

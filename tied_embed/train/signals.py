@@ -18,8 +18,8 @@ log = logging.getLogger(__name__)
 
 
 class Preempted(RunStopped):
-  """The run stopped early on a signal at step `step` (saved first; None: during set-up, before step 1): exit
-  status 128 + signal (143 TERM, 130 INT), telling a supervisor the run did not finish."""
+  """Stopped by a signal at step `step` (saved; None: during set-up): exit status 128 + signal, so it is not
+  "finished"."""
 
   def __init__(self, signum: int, step: int | None):
     where = "during set-up, before training" if step is None else f"at step {step}"
@@ -42,9 +42,7 @@ def _is_swallowed_interrupt(unraisable) -> bool:
 
 
 class StopSignals:
-  """Context manager: while inside, SIGTERM and SIGINT set `received` instead of ending the process; while
-  `interrupting` (set-up), they also raise `Interrupted(signum)`, so a long set-up ends promptly. Outside the main
-  thread (where Python cannot install handlers) it does nothing."""
+  """Inside, SIGTERM and SIGINT set `received` (raise `Interrupted` while `interrupting`); no-op off the main thread."""
 
   def __init__(self, *, interrupting: bool = False):
     self.received: int | None = None

@@ -1,10 +1,8 @@
 """`train_and_evaluate(config, workdir)`: the training loop, its logging and its checkpoints.
 
-Step s (0-based) trains on `train_batch(data, seed, s, batch_size)` and leaves the run at step s + 1, the number
-its logs, evals and checkpoints carry. Batches depend only on (seed, step) and a checkpoint holds the whole train
-state (running metrics included), so a run resumed from its newest intact checkpoint repeats the uninterrupted one
-bit for bit. With a selection split, every eval also scores it (select/loss); `evaluation.Selection` keeps the best
-step and early stopping's count."""
+Step s (0-based) trains on `train_batch(data, seed, s, batch_size)` and leaves the run at step s + 1, the number its
+logs, evals and checkpoints carry. Batches depend only on (seed, step) and a checkpoint holds the whole train state, so
+a resumed run repeats the uninterrupted one bit for bit."""
 
 from __future__ import annotations
 
@@ -36,8 +34,7 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class RunSummary:
-  """Where a run ended: its final eval loss against the floor, its size and time, its final state, and with a
-  selection split its best step by select/loss."""
+  """Where a run ended: its final eval loss, floor, size, time and state, and its best step by select/loss if any."""
 
   step: int  # train.num_steps, or where early stopping stopped the run
   eval_loss: float
@@ -48,9 +45,8 @@ class RunSummary:
   loss_by_input_frequency: dict[str, float]  # {'rare': nats, ...}: eval loss per bucket that holds eval pairs
   train_seconds: float  # this invocation's training loop (after data loading), evals included
   state: nnx.State  # the final RunState's state, on the mesh
-  # With a selection split (else None, None, None, {}, None): the step with the lowest select/loss (its checkpoint
-  # is kept: `tied-embed-inspect --step best`), that select/loss, the eval loss and every eval/* scalar there; and
-  # select/loss at the final step.
+  # With a selection split (else None, None, None, {}, None): the best step by select/loss (its checkpoint is kept),
+  # its select/loss, eval loss and eval/* scalars; and select/loss at the final step.
   best_step: int | None = None
   best_select_loss: float | None = None
   best_eval_loss: float | None = None
@@ -61,15 +57,13 @@ class RunSummary:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, verbose: bool = False,
                        checked: bool = False, on_complete: Callable[[], None] | None = None) -> RunSummary:
-  """Trains `config` in `workdir`, resuming from its newest intact checkpoint, to train.num_steps or to where early
-  stopping stops it; → where it ended.
+  """Trains `config` in `workdir`, resuming from its newest intact checkpoint, to train.num_steps or early stopping; →
+  where it ended.
 
-  `checked`: the caller ran `config_lib.validate` (the command line does, before importing TFDS and Orbax). `verbose`:
-  also log every scalar and histogram. Raises UsageError as `run_setup.open_run` says, before anything is written;
-  signals_lib.Preempted on SIGTERM/SIGINT (after saving, once the loop runs); nonfinite.NonFinite;
-  checkpoint.WriteFailed; events.EventsFailed. Started saves finish and the logs flush either way. `on_complete()`
-  runs once everything is written, before the closing lines (the command line makes a signal from then on end it
-  with 0)."""
+  `checked`: the caller ran `config_lib.validate`. `verbose`: also log every scalar and histogram. Raises UsageError
+  (`run_setup.open_run`) before anything is written; signals_lib.Preempted (after saving), nonfinite.NonFinite,
+  checkpoint.WriteFailed, events.EventsFailed, with started saves finished and logs flushed. `on_complete()` runs once
+  everything is written, before the closing lines."""
   if not checked:
     config_lib.validate(config)
   try:
@@ -124,13 +118,12 @@ def train_loop(run: OpenRun) -> _Ended:
 
 
 def _train_steps(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended) -> int | None:
-  """Steps the run from run.start to ended.step (moved to the eval where early stopping ends the run); → the step
-  of the newest checkpoint. Raises signals_lib.Preempted after saving the step a signal stopped.
+  """Steps the run from run.start to ended.step; → the newest checkpoint's step. Raises signals_lib.Preempted after
+  saving.
 
-  At most two steps are in flight, and at each sync point (log, eval, save) the loop waits for the step before
-  anything else (an eval, a save, the processes' stop agreement) runs on the devices: on XLA:CPU a collective holds
-  its thread of a shared pool until every participant arrives, so with many steps dispatched ahead all the threads
-  can wait on participants that never get one, until a 40 s rendezvous timeout aborts the run."""
+  At most two steps are in flight, and each sync point (log, eval, save) waits for the step first: on XLA:CPU a
+  collective holds a thread of a shared pool until every participant arrives, so with many steps dispatched ahead the
+  threads can all wait, until a 40 s rendezvous timeout aborts the run."""
   config, train, num_steps = run.config, run.config.train, run.num_steps
   seed, batch_size, batch_sharding = int(config.seed), int(train.batch_size), mesh_lib.batch_sharding(run.mesh)
   every = [int(train[name]) for name in ("log_every", "eval_every", "checkpoint_every")]
@@ -182,9 +175,7 @@ def _train_steps(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended) -> i
 
 
 def train_batch(data: BigramData, seed: int, step: int, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-  """The global batch of `step`: pairs drawn uniformly with replacement from train, → ids, next_ids (B,) int32; with
-  data.context_length L > 1, windows of L pairs inside one document, → ids, next_ids (B, L) int32. A pure function
-  of (seed, step), so resuming at step s reproduces the uninterrupted run."""
+  """The global batch of `step`, a pure function of (seed, step): ids, next_ids (B,) int32 pairs, or (B, L) windows."""
   rng = np.random.default_rng([seed, step])
   if data.context_length > 1:
     rows = rng.integers(0, len(data.train_starts), size=batch_size)
@@ -194,8 +185,8 @@ def train_batch(data: BigramData, seed: int, step: int, batch_size: int) -> tupl
 
 
 def _evaluate(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended, step: int) -> tuple[dict[str, float], bool]:
-  """Evaluates run.state on the held-out splits, writes the eval/* (and select/*) scalars at `step` and keeps the
-  losses in `ended`; → those scalars, and whether `step` is the new best by select/loss."""
+  """Scores run.state on the held-out splits and writes eval/* (select/*) at `step`; → the scalars, whether a new
+  best."""
   ended.eval_loss, ended.by_bucket = held_out.evaluate(run.state)
   scalars, new_best = evaluation.eval_scalars(ended.eval_loss, ended.by_bucket, run.data), False
   if held_out.select is not None:
@@ -207,8 +198,7 @@ def _evaluate(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended, step: i
 
 
 def finish(run: OpenRun, ended: _Ended) -> RunSummary:
-  """The run's summary, and its closing lines: the end step's eval against the floor (and the best step by
-  select/loss), then where the checkpoints are and the commands that look at them."""
+  """The run's summary, and its closing lines: the final eval (and best step), the checkpoints and commands to look."""
   data, selection = run.data, run.selection
   gap = ended.eval_loss - data.loss_floor
   summary = RunSummary(

@@ -1,6 +1,5 @@
-"""The bigram tasks, each a `base.Source` its module registers when this package imports it: `synthetic` ('planted',
-symmetric logits a tied table represents exactly; 'directed', a one-way cycle it cannot) and `text` ('text', a local
-corpus; 'tfds', a TFDS text dataset). A task's loss floor is H(next | current) = -Σ_i p_i Σ_j P(j|i) log P(j|i)."""
+"""The bigram tasks, each a `base.Source` its module registers: `synthetic` ('planted', which a tied table represents
+exactly; 'directed', which it cannot) and `text` ('text', a local corpus; 'tfds', a TFDS text dataset)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""planted and directed: a hidden table e* (V, D), Zipf current tokens, sampled pairs, an exact floor.
-
-P(j|i) = softmax_j(e*_i · out_j), each task naming its output table `out` (V, D). Current tokens follow
-p_i ∝ (i + 1)^-s, so high ids are rarely looked up and get most of their gradient through the output projection."""
+"""planted and directed: a hidden table e* (V, D), P(j|i) = softmax_j(e*_i · out_j), Zipf current tokens p_i ∝ (i +
+1)^-s (high ids rarely looked up), sampled pairs, an exact floor."""
 
 from __future__ import annotations
 
@@ -22,8 +20,8 @@ MAX_VOCAB_SIZE = 32_768
 
 
 def hidden_table(vocab_size: int, d_model: int, logit_scale: float, seed: int) -> np.ndarray:
-  """The hidden table e* (V, D) float64 of N(0, logit_scale / D) entries: a self (planted) or next (directed) logit
-  is about `logit_scale`, the others spread with standard deviation logit_scale / sqrt(D)."""
+  """e* (V, D) float64, entries N(0, logit_scale / D): the self or next logit ≈ logit_scale, others ± logit_scale /
+  √D."""
   rng = np.random.default_rng([seed, 0])
   return rng.standard_normal((vocab_size, d_model)) * np.sqrt(logit_scale / d_model)
 
@@ -148,9 +146,7 @@ class Planted(SyntheticSource):
 
 
 class Directed(SyntheticSource):
-  """P(j|i) = softmax_j(e*_i · e*_{j-1}), the planted logits shifted by one column: peaked on the cycle i → i+1 (the
-  reverse step as unlikely as any other token). An untied model of width D represents it exactly (input row e*_i,
-  output row e*_{j-1}); a tied one cannot (E·Eᵀ is symmetric)."""
+  """P(j|i) = softmax_j(e*_i · e*_{j-1}), peaked on the cycle i → i+1: untied width D fits it exactly, tied cannot."""
 
   name = "directed"
 

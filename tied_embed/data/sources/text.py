@@ -1,8 +1,6 @@
-"""The text sources, as bytes or pieces: 'text', bigrams of a local corpus (a file, a directory or a glob; read and
-split by `corpus`), and 'tfds', bigrams of a TFDS text dataset (e.g. tiny_shakespeare, lm1b).
-
-A 'text' dataset's identity includes a hash of the corpus's contents, so editing a file makes a new dataset and an
-unchanged corpus is never tokenized twice. data.tokenizer='sentencepiece' needs UTF-8; 'bytes' takes any bytes."""
+"""The text sources, as bytes or pieces: 'text', a local corpus (a file, a directory or a glob), and 'tfds', a TFDS text
+dataset. A 'text' dataset's identity hashes the corpus's contents, so an edit makes a new dataset and an unchanged
+corpus is tokenized once."""
 
 from __future__ import annotations
 
@@ -33,8 +31,7 @@ MIN_BYTES_PER_PIECE = 16  # less train text a piece cannot yield V pieces (Engli
 def text_pairs(
     data: bytes, validation_fraction: float = corpus.VALIDATION_FRACTION
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-  """Byte bigrams split by position, the last `validation_fraction` of the bytes validation, no pair across the
-  split: bytes (n,) → {'train': (ids, next_ids), 'validation': (ids, next_ids)}, int32."""
+  """Byte bigrams, the last `validation_fraction` validation: bytes (n,) → {split: (ids, next_ids)} int32."""
   values = np.frombuffer(data, dtype=np.uint8).astype(np.int32)
   split_at = len(values) - int(len(values) * validation_fraction)
   train, validation = values[:split_at], values[split_at:]
@@ -42,8 +39,7 @@ def text_pairs(
 
 
 def empirical_log_probs(ids: np.ndarray, next_ids: np.ndarray, vocab_size: int) -> np.ndarray:
-  """log(count(i, j) / count(i)) of observed pairs: (N,), (N,) → (V, V) float64 (for small V and tests); -inf for
-  unseen pairs, nan rows for tokens never current."""
+  """log(count(i, j) / count(i)): (N,), (N,) → (V, V) float64 (small V); -inf unseen, nan rows never current."""
   return np.asarray(empirical_rows(PairCounts.of(ids, next_ids, vocab_size)))
 
 
@@ -118,8 +114,7 @@ class Text(TextSource):
             for split in settings["num_bytes"]}
 
   def documents(self, settings: dict[str, Any], split: str) -> list[pathlib.Path]:
-    """The files of a split of by-document settings, in the order they are tokenized (of drawn settings: its
-    pieces, (file index, start, stop))."""
+    """A by-document split's files in tokenizing order (drawn: its pieces, (file index, start, stop))."""
     if "draw_seed" in settings:
       return _drawn_pieces(settings, split)
     files = [pathlib.Path(settings["files"][i]) for i in settings["document_order"]]
@@ -170,37 +165,24 @@ class Text(TextSource):
       yield from lines
 
   def splits(self, settings: dict[str, Any]) -> dict[str, tuple[np.ndarray, ...]]:
-    """By document, each split's pairs within each file and where each file's pairs end: {split: (ids, next_ids,
-    ends)}, ends (D,) int64; otherwise the concatenated text's pairs."""
+    """By document (files, or drawn pieces), each split's pairs within each and where each one's pairs end:
+    {split: (ids, next_ids, ends)}, ends (D,) int64; otherwise the concatenated text's pairs."""
     if settings.get("split") != corpus.BY_DOCUMENT:
       return super().splits(settings)
-    if "draw_seed" in settings:
-      return self._drawn_splits(settings)
     pairs = {}
-    for split in ("train", "validation"):
-      files, _, _ = self._range(settings, split)
+    for split in ("train", "validation"):  # each document read by its module's reader: (module, its arguments)
+      if "draw_seed" in settings:
+        files = self._checked_files(settings)
+        documents = [(draw, (files, [piece])) for piece in _drawn_pieces(settings, split)]
+      else:
+        documents = [(corpus, ([path],)) for path in self._range(settings, split)[0]]
       if settings["tokenizer"] == tokenizer_lib.BYTES:
-        parts = [np.frombuffer(b"".join(corpus.read_bytes([path])), np.uint8) for path in files]
+        parts = [np.frombuffer(b"".join(module.read_bytes(*args)), np.uint8) for module, args in documents]
         tokens = np.concatenate(parts).astype(np.int32)
         ends = np.cumsum([len(part) for part in parts], dtype=np.int64)
       else:
         tokens, ends = tokenizer_lib.encode_documents(
-            self.tokenizer(settings), (corpus.read_lines([path]) for path in files), f"the {split} split")
-      pairs[split] = document_pairs(tokens, ends)
-    return pairs
-
-  def _drawn_splits(self, settings: dict[str, Any]) -> dict[str, tuple[np.ndarray, ...]]:
-    """Each split of drawn settings: its pairs within each piece and where each piece's pairs end."""
-    files, pairs = self._checked_files(settings), {}
-    for split in ("train", "validation"):
-      pieces = _drawn_pieces(settings, split)
-      if settings["tokenizer"] == tokenizer_lib.BYTES:
-        parts = [np.frombuffer(b"".join(draw.read_bytes(files, [piece])), np.uint8) for piece in pieces]
-        tokens = np.concatenate(parts).astype(np.int32)
-        ends = np.cumsum([len(part) for part in parts], dtype=np.int64)
-      else:
-        tokens, ends = tokenizer_lib.encode_documents(
-            self.tokenizer(settings), (draw.read_lines(files, [piece]) for piece in pieces), f"the {split} split")
+            self.tokenizer(settings), (module.read_lines(*args) for module, args in documents), f"the {split} split")
       pairs[split] = document_pairs(tokens, ends)
     return pairs
 
@@ -224,8 +206,7 @@ def _document_split(files: list[pathlib.Path]) -> tuple[list[int], int, int]:
 
 
 def document_pairs(tokens: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """The pairs within each document: tokens (N,), ends (D,) (document d is tokens[ends[d - 1]:ends[d]]) → ids,
-  next_ids (P,) int32 and pair ends (D,) int64; a document of n tokens gives max(n - 1, 0) pairs."""
+  """tokens (N,), document ends (D,) → ids, next_ids (P,) int32 within each document, and its pair ends (D,) int64."""
   tokens, ends = np.asarray(tokens, np.int32), np.asarray(ends, np.int64)
   starts = ends[(ends > 0) & (ends < len(tokens))]  # where a document after the first begins
   crossing = np.zeros(max(len(tokens) - 1, 0), bool)
@@ -259,11 +240,9 @@ def _tfds_builder(name: str, data_dir: str) -> Any:
 
 
 class Tfds(TextSource):
-  """Read from TFDS's own prepared copy: `data.tfds_name` names the dataset ('name/config', 'name:1.0.0'),
-  `data.tfds_train_split` and `data.tfds_eval_split` its splits (e.g. 'train[:90%]'), `data.text_feature` the text
-  field, `data.tfds_data_dir` where TFDS keeps it ('' = TFDS's default). Nothing is downloaded: a dataset without a
-  prepared copy is one line naming the command that prepares it. Examples are read in order, joined by newlines;
-  stray invalid UTF-8 becomes U+FFFD."""
+  """TFDS's own prepared copy of `data.tfds_name`, its splits `data.tfds_train_split` and `data.tfds_eval_split`, field
+  `data.text_feature`, in `data.tfds_data_dir` ('' = TFDS's default). Nothing is downloaded (one line names the command
+  that prepares it); examples are joined by newlines, invalid UTF-8 becomes U+FFFD."""
 
   name = "tfds"
   fields = (*_TFDS_FIELDS, "tokenizer")

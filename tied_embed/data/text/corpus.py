@@ -1,9 +1,8 @@
-"""A local text corpus: `data.text_path` as a file, a directory (read recursively) or a glob, read in bounded memory.
+"""A local text corpus: `data.text_path` as a file, a directory (recursively) or a glob, read in bounded memory.
 
-Its non-empty, non-hidden files in sorted path order, split before tokenizing (so a tokenizer trains on train text
-alone) as `data.split` says: 'contiguous' (the default) concatenates the files, the last VALIDATION_FRACTION of the
-bytes validation; 'by_document' (for several files) takes whole files in a fixed pseudo-random order, the last of them
-(about VALIDATION_FRACTION of the bytes) validation, so every train prefix and validation draw from one mix."""
+Its non-empty, non-hidden files in sorted order are split before tokenizing, as `data.split` says: 'contiguous'
+concatenates them, the last VALIDATION_FRACTION of the bytes validation; 'by_document' takes whole files in a fixed
+pseudo-random order, the last of them validation."""
 
 from __future__ import annotations
 
@@ -35,8 +34,7 @@ class Scan(NamedTuple):
 
 
 def resolve(text_path: str, default: pathlib.Path) -> list[pathlib.Path]:
-  """The corpus files of `data.text_path` ('' = `default`): a file, every non-hidden file below a directory, or a
-  glob (* ? [); sorted, each file once; UsageError if there are none."""
+  """The corpus files of `data.text_path` ('' = `default`): a file, a directory's or a glob's, sorted; or UsageError."""
   path = pathlib.Path(text_path).expanduser() if text_path else default
   if any(c in "*?[" for c in text_path):
     candidates = [pathlib.Path(p) for p in glob.glob(os.path.expanduser(text_path), recursive=True)]
@@ -69,9 +67,7 @@ def _size(path: pathlib.Path) -> int:
 
 
 def scan(files: list[pathlib.Path], check_utf8: bool) -> Scan:
-  """Hashes the corpus (a lone file hashes as its bytes) and sums its size, once per process per (path, size, mtime).
-  With `check_utf8`, a file that is not UTF-8 is a UsageError naming it and the byte offset: refused, not replaced,
-  so tokens mean what the file says."""
+  """The corpus's hash and size, once per (path, size, mtime); `check_utf8`: UsageError naming a non-UTF-8 file."""
   key = tuple((str(p), s.st_size, s.st_mtime_ns, s.st_ino) for p in files for s in [p.stat()])
   if key in _scans and (_scans[key][1] or not check_utf8):
     return _scans[key][0]

@@ -1,9 +1,6 @@
-"""Bigram statistics of a token stream held sparsely: only the pairs that occur, never a dense (V, V) array.
-
-`count_bigram_loss` is the add-k model P(j | i) = (count(i, j) + k) / (count(i) + k·V) fitted on train and scored on
-validation: what a full-rank untied table can reach by counting alone. `kneser_ney_loss` is the interpolated
-Kneser-Ney bigram (absolute discounting, backing off to how many distinct tokens precede the next one), the stronger
-count baseline."""
+"""Bigram statistics of a token stream held sparsely, never a dense (V, V) array: `count_bigram_loss`, the add-k model
+(count(i, j) + k) / (count(i) + k·V) fitted on train and scored on validation, and `kneser_ney_loss`, the interpolated
+Kneser-Ney bigram, the stronger count baseline."""
 
 from __future__ import annotations
 
@@ -19,8 +16,7 @@ HELD_OUT_FRACTION = 0.1
 
 @dataclasses.dataclass
 class PairCounts:
-  """Observed pairs of a vocabulary of V: codes (U,) int64 ascending (i·V + j, so a row's pairs are one slice),
-  counts (U,) int64, row totals (V,) int64."""
+  """Observed pairs: codes (U,) int64 ascending (i·V + j: a row's pairs one slice), counts (U,), row totals (V,)."""
 
   vocab_size: int
   codes: np.ndarray

@@ -1,12 +1,8 @@
 """data.split='drawn-<seed>': one distribution for every split, the draw a seed of its own.
 
-The corpus is cut into documents: its files where it has several, fixed-size blocks (about BLOCK_BYTES, each ending
-at a line end) of one long file. One shuffle seeded by the draw seed orders them; the last documents (about
-VALIDATION_FRACTION of the bytes) are validation, the selection split is cut from the end of the rest at a document
-end (data.selection_fraction), and train sizes (data.train_fraction) are prefixes of what is left. So selection and
-validation are whole documents drawn at random from one pool, a smaller train size is a subset of a larger one within
-a draw, and another seed is another draw of the same corpus. The seed is in the split's name, so it is in the
-dataset identity (`-draw<seed>` beside the corpus's content hash)."""
+The corpus is cut into documents (its files, or blocks of about BLOCK_BYTES ending at a line end), shuffled by the seed;
+the last (about VALIDATION_FRACTION of the bytes) are validation, the selection split is cut at a document end before
+them, and train sizes are prefixes of the rest. The seed is in the dataset identity (`-draw<seed>`)."""
 
 from __future__ import annotations
 
@@ -31,9 +27,8 @@ def seed_of(split: object) -> int | None:
 
 
 def documents(files: list[pathlib.Path]) -> list[tuple[int, int, int]]:
-  """The corpus's documents in corpus order, each (file index, start byte, stop byte): every file whole where there
-  are several; one file cut into blocks, each ending after the first newline at least BLOCK_BYTES from its start
-  (or at BLOCK_BYTES, moved back to a UTF-8 character start, where no newline follows within _LINE_SEARCH bytes)."""
+  """The corpus's documents in order, each (file index, start byte, stop byte): every file where there are several, else
+  blocks ending after the first newline at least BLOCK_BYTES in (or at a UTF-8 character start)."""
   sizes = [path.stat().st_size for path in files]
   if len(files) > 1:
     return [(index, 0, size) for index, size in enumerate(sizes)]
@@ -51,8 +46,7 @@ def documents(files: list[pathlib.Path]) -> list[tuple[int, int, int]]:
 
 
 def draw(files: list[pathlib.Path], seed: int) -> tuple[list[tuple[int, int, int]], int, int]:
-  """The documents in the order of draw `seed` (a permutation from NumPy's default generator seeded with it), how
-  many of the last are validation (`corpus.validation_documents`) and their bytes."""
+  """The documents in draw `seed`'s order, how many of the last are validation, and their bytes."""
   pieces = documents(files)
   order = np.random.default_rng(seed).permutation(len(pieces))
   drawn = [pieces[i] for i in order]
@@ -74,8 +68,7 @@ def read_lines(files: list[pathlib.Path], pieces: list[tuple[int, int, int]]) ->
 
 def window_lines(files: list[pathlib.Path], pieces: list[tuple[int, int, int]],
                  windows: list[tuple[int, int]]) -> Iterator[str]:
-  """The lines of byte windows [start, stop) of the pieces' concatenated text, a window's partial first line
-  dropped (a SentencePiece sample of the train text)."""
+  """The lines of byte windows [start, stop) of the pieces' text, each window's partial first line dropped."""
   offsets = np.cumsum([0] + [stop - start for _, start, stop in pieces])
   for low, high in windows:
     first = True

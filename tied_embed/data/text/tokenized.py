@@ -1,8 +1,6 @@
-"""What the text sources share: a tokenizer (`data.tokenizer`), the token stream's pairs, sparse references.
-
-A `TextSource` subclass (`text`, `tfds`) gives each split's text; this module pairs each token with the next. The
-reference is the validation pairs' empirical bigram table, the floor their empirical entropy, `eval_references` the
-add-k count model. `data.tokenizer` is 'bytes', 'sentencepiece' (cached under the data dir) or a `.model` path."""
+"""What the text sources share: a tokenizer (`data.tokenizer`: 'bytes', 'sentencepiece' or a `.model` path), the token
+stream's pairs, and sparse references: the validation pairs' empirical bigram table and entropy, and the add-k count
+model."""
 
 from __future__ import annotations
 
@@ -98,8 +96,7 @@ class TextSource(base.Source):
     return prefix if settings["tokenizer"] == tokenizer_lib.BYTES else f"{prefix}-{settings['tokenizer_key']}"
 
   def num_pairs(self, settings: dict[str, Any]) -> dict[str, int]:
-    """Exact for bytes of local text; for subwords half the bytes, an estimate for the memory check (English
-    averages about four bytes a piece at V in the thousands)."""
+    """Exact for bytes of local text; for subwords half the bytes (English: ~4 bytes a piece), for the memory check."""
     per_token = 1 if settings["tokenizer"] == tokenizer_lib.BYTES else 2
     return {split: max(size // per_token - 1, 0) for split, size in settings["num_bytes"].items()}
 
@@ -117,9 +114,7 @@ class TextSource(base.Source):
     yield self.split_lines(settings, split)
 
   def _check_pairs(self, settings: dict[str, Any], data_dir: pathlib.Path) -> None:
-    """UsageError naming the corpus if a split would hold no pair of tokens (a one-byte or blank validation
-    document, a last tenth of blank lines): TFDS would fail at the end of writing it. From the exact counts where
-    there are some, else reading each split only until a document of two tokens."""
+    """UsageError naming the corpus if a split would hold no pair of tokens (TFDS would fail after writing it)."""
     if self.num_pairs_exact(settings):
       empty = [split for split, count in self.num_pairs(settings).items() if count < 1]
     elif settings["tokenizer"] == tokenizer_lib.BYTES:

@@ -1,9 +1,8 @@
-"""Tokenizers of text sources: bytes (V = 256) or a SentencePiece model, trained here or given as a `.model` file.
+"""Tokenizers of text sources: bytes (V = 256) or SentencePiece, trained here or given as a `.model` file.
 
-SentencePiece is trained as in the Flax lm1b example (unigram, a bounded sample of the train split), with no
-BOS/EOS/padding ids, so every id but `<unk>` (0) is a piece of text. Training is deterministic (one thread, a sample
-at fixed positions, the model written from memory), so the same corpus and settings give the same model file byte
-for byte. Lines are encoded one at a time and their tokens concatenated: newlines leave no token of their own."""
+SentencePiece is trained as in Flax's lm1b example (unigram, a bounded sample of train), without BOS/EOS/padding ids,
+and deterministically (one thread, fixed sample), so the same corpus gives the same model file. Lines are encoded one at
+a time: newlines leave no token."""
 
 from __future__ import annotations
 
@@ -172,8 +171,7 @@ def _refusal_reason(message: str) -> str:
 
 
 def bounded_sentences(lines: Iterable[str], limit: int = SENTENCE_BYTES) -> Iterator[str]:
-  """`lines`, each longer than `limit` UTF-8 bytes cut before its last space within the limit (else at a character
-  boundary) into pieces of at most `limit` bytes that join back into the line."""
+  """`lines` with each over `limit` UTF-8 bytes cut (before a space where it can) into pieces that join back."""
   for line in lines:
     encoded = line.encode()
     start = 0

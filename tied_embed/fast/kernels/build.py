@@ -1,8 +1,6 @@
 """Compiles the step's CPU kernels with g++ against jaxlib's FFI headers into `library.kernel_dir()`, each with its
-build record: `make kernels`, or `python -m tied_embed.fast.kernels.build [--force]` from a package pip installed.
-
-oneMKL and oneDNN come from the environment's prefix (requirements-kernels.txt). A library whose record matches is
-kept; one that cannot be built is named in an `info:` line, its old build removed, and the build exits 0."""
+build record: `make kernels`, or `python -m tied_embed.fast.kernels.build [--force]`. A library whose record matches is
+kept; one that cannot be built is named in an `info:` line and the build exits 0."""
 
 from __future__ import annotations
 

@@ -1,14 +1,13 @@
-"""AdamW in one pass over memory: the train step's optimizer update and its finite check, as one CPU kernel.
+"""AdamW in one pass over memory: the step's optimizer update and its finite check as one CPU kernel.
 
 XLA:CPU runs optax's AdamW as three passes over each (V, D) array and the finite check as a fourth; adamw.cc reads g,
-mu, nu and p once and writes mu, nu and p in place (at GPT-2's shape 25 ms, not 64 ms, of a 780 ms step;
-benchmarks/README.md). The arithmetic is optax.adamw's after the project's clip (tied_embed/core/optim.py):
-    g' = g · s,  s = min(1, max_norm / ‖g‖) (1 without clipping)
-    mu = (1 − b1)·g' + b1·mu,   nu = (1 − b2)·g'² + b2·nu
+mu, nu and p once (at GPT-2's shape 25 ms, not 64 ms, of a 780 ms step; benchmarks/README.md). The arithmetic is
+optax.adamw's after the project's clip, the scalars computed in JAX as optax does:
+
+    g' = g · s,  s = min(1, max_norm / ‖g‖);   mu = (1 − b1)·g' + b1·mu,   nu = (1 − b2)·g'² + b2·nu
     p  = p − lr(t)·((mu · c1) / (sqrt(nu · c2) + eps) + wd·p),   c1 = 1 / (1 − b1^(t+1)), c2 = 1 / (1 − b2^(t+1))
-with t the update count before this step, the scalars computed in JAX as optax computes them (the bias corrections
-as reciprocals, as XLA:CPU compiles optax's divisions by a scalar): optax's results up to float rounding
-(tests/fast/test_kernels_fused_adamw.py), in optax's state layout."""
+
+optax's results up to float rounding (tests/fast/test_kernels_fused_adamw.py), in optax's state layout."""
 
 from __future__ import annotations
 
@@ -72,9 +71,7 @@ def update_arrays(grad, mu, nu, param, scalars: jax.Array) -> tuple[jax.Array, j
 
 
 def scalars_for(clip_scale, learning_rate, count, weight_decay: float) -> jax.Array:
-  """The kernel's (10,) float32 scalars: the clip's scale, b1, 1 − b1, b2, 1 − b2, c1, c2, eps, wd, −lr. `count`:
-  the update count after this update (optax's `count_inc`). 1 − b is taken in Python, as optax's `(1 - decay) * g`
-  is, and c = 1 / (1 − b^count) by optax's own bias correction of a 1."""
+  """The kernel's (10,) float32 scalars (clip scale, b1, 1 − b1, b2, 1 − b2, c1, c2, eps, wd, −lr) at update `count`."""
   b1, b2 = optim.ADAM_B1, optim.ADAM_B2  # what make_optimizer gives optax.adamw
   corrections = [optax.tree.bias_correction(jnp.float32(1), decay, count) for decay in (b1, b2)]
   values = [clip_scale, b1, 1 - b1, b2, 1 - b2, *corrections, optim.ADAM_EPS, weight_decay, -learning_rate]
@@ -82,9 +79,7 @@ def scalars_for(clip_scale, learning_rate, count, weight_decay: float) -> jax.Ar
 
 
 def make_update(train: ml_collections.ConfigDict):
-  """apply_update(train_state, grads) → check or None for the config's `train` section (optimizer adamw): the
-  Params' update `optim.make_optimizer(train)` makes, on the kernel where it runs and pays off, returning its finite
-  check (0 or NaN); else optax's own update, returning None (nothing checked)."""
+  """apply_update(train_state, grads): the kernel's update → its finite check (0 or NaN), or optax's → None."""
   if train.optimizer != "adamw":
     raise ValueError(f"train.optimizer={train.optimizer!r} is not allowed here: the fused update is AdamW's")
   schedule = optim.learning_rate_schedule(train)

@@ -1,11 +1,9 @@
 """The chunked loss's matmuls as jax.ffi kernels: float32 on oneMKL (AVX-512), bfloat16 on AMX (oneDNN and oneMKL).
 
-On the chunk's shapes oneMKL's sgemm runs at 300–360 GFLOP/s on 2 cores of an AVX-512 Xeon, XLA:CPU's dot at 190–240,
-and XLA:CPU widens bfloat16 operands to float32 where oneMKL and oneDNN multiply them on AMX tiles with float32
-accumulation: XLA's arithmetic in another order of sums (benchmarks/README.md). No VJP: the chunked loss calls `gemm`
-inside its own. `available(dtype)` is False (XLA's dots instead) where the libraries are not built or fail their
-check, on other backends, with TIED_EMBED_MKL=0, and on CPUs the route was not measured on (float32: Intel with
-AVX-512; bfloat16: AMX)."""
+On the chunk's shapes oneMKL's sgemm runs at 300–360 GFLOP/s on 2 AVX-512 Xeon cores, XLA:CPU's dot at 190–240, and XLA
+widens bfloat16 to float32 (benchmarks/README.md). No VJP: the chunked loss calls `gemm` inside its own.
+`available(dtype)` is False where the libraries are not built or fail their check, off CPU, with TIED_EMBED_MKL=0, and
+on CPUs not measured."""
 
 from __future__ import annotations
 

@@ -22,8 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def kernel_set(config: ml_collections.ConfigDict, params, devices: int = 1) -> str:
-  """The kernels `config`'s step uses here for these Params on this many devices, as tied_embed/fast/choose.py picks
-  them: e.g. "gemm-f32,adamw"; "none" where it runs XLA's own code throughout (always on a mesh)."""
+  """The kernels `config`'s step uses here, as fast/choose.py picks them: e.g. "gemm-f32,adamw", or "none"."""
   if devices != 1:
     return "none"
   dtype, table = str(config.model.dtype), (int(config.model.vocab_size), int(config.model.d_model))

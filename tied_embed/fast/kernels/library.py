@@ -1,11 +1,9 @@
 """Where the step's C++ kernels are built, and loading them only once their build record vouches for them.
 
-`make kernels` builds _gemm.so (gemm.cc, oneMKL), _gemm_onednn.so (gemm_onednn.cc, oneDNN) and _adamw.so (adamw.cc)
-into `kernel_dir()`: $TIED_EMBED_KERNEL_DIR, else beside these sources in a checkout, else the user's cache.
-Beside each the build writes its record, NAME.json (the hash of its sources and flags, jaxlib's version, the machine
-and CPU, the file's size and sha256), which `register` checks before opening it: a truncated library kills the
-process (a bus error inside dlopen), and one built from other sources or for another jaxlib decodes XLA's operands
-wrongly. One that fails the check is never opened: the step runs XLA's own code, and the kernel's module says why."""
+`make kernels` builds _gemm.so, _gemm_onednn.so and _adamw.so into `kernel_dir()` ($TIED_EMBED_KERNEL_DIR, else beside
+the sources, else the user's cache), each with NAME.json (its sources' hash, flags, jaxlib, CPU, size and sha256), which
+`register` checks before opening it: a truncated library kills the process in dlopen, a stale one misreads XLA's
+operands."""
 
 from __future__ import annotations
 
@@ -166,8 +164,7 @@ def switched_off(switch: str) -> str | None:
 
 
 def register(targets: dict[str, tuple[Library, str]], directory: pathlib.Path | None = None) -> str | None:
-  """Registers FFI targets {name: (library, its handler symbol)} for the CPU from `directory` (default `kernel_dir()`);
-  None on success, else why not, and then none of them."""
+  """Registers FFI targets {name: (library, handler symbol)} from `directory`; None, or why not (then none)."""
   directory = kernel_dir() if directory is None else pathlib.Path(directory)
   handlers = {}
   for target, (library, symbol) in targets.items():
