@@ -66,6 +66,7 @@ def cpu_kind(cpu: str) -> str:
 def routes() -> dict[str, str]:
   """What the trainer's step runs on here (tied_embed/fast/kernels, or XLA's own code and why), in words."""
   adamw = fused_adamw.unavailable_reason()
+  adamw = adamw and adamw.replace(f"{pathlib.Path(__file__).resolve().parents[1]}/", "")  # the checkout's own path
   return {"float32 dots": throughput.kernel_name("float32"), "bfloat16 dots": throughput.kernel_name("bfloat16"),
           "AdamW": "the fused AdamW kernel" if adamw is None else f"optax's update ({adamw})"}
 
