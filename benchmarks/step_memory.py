@@ -4,14 +4,14 @@
   python benchmarks/step_memory.py first_call 32768    # one process: first_call | ahead | torch_chunked
 
 At D=256, T=8192 (uniform ids), C=256 and V = 8192, 32768, 65536, each use runs in a fresh process that builds its
-state, takes its baseline (the kernel's VmHWM: the process's peak so far, the state's own build included), runs
-STEPS steps and reports its peak minus that baseline:
+state, takes its baseline (the resident memory once the state exists, the kernel's peak counter started afresh
+from it), runs STEPS steps and reports its peak (VmHWM) minus that baseline:
 
 - `first_call`: as a user of the step API writes it: the state built (`nnx.split` of a `RunState`), then
   `run_step.make_train_step(...)` called on it, so the step is jitted on its first call, compile included.
 - `ahead`: as the trainer runs it: the step compiled from the abstract state before the state exists
   (`workload.Stepper`), then the state, then the steps. The compile's own peak is reported beside it
-  (`compile_peak_mib`, absolute: below `baseline_mib` when the compile peaked lower than the state).
+  (`compile_peak_mib`, absolute: below `baseline_mib` when the compile, before the state existed, peaked lower).
 - `torch_chunked`: PyTorch's `F.linear_cross_entropy` step (benchmarks/torch_step.py, AdamW state allocated up
   front), the peer the issue names.
 
@@ -43,17 +43,24 @@ def _steps(run) -> None:
     run()
 
 
+def _baseline() -> float:
+  """The process's resident memory now, with the peak started afresh from it: what the state holds at rest, without
+  the transients of building it (which a compile ahead, or JAX's own init, may have pushed well above it)."""
+  workload.reset_peak()
+  return workload.peak_mib()
+
+
 def run_one(use: str, vocab_size: int) -> dict:
   """In this process: one use at V=`vocab_size` → {'baseline_mib', 'peak_mib', 'extra_mib', ...}."""
   config = workload.bench_config(vocab_size, D_MODEL, NUM_TOKENS, CHUNK_SIZE)
   result = {}
   if use == "torch_chunked":
     step = torch_step.make_torch_step(config, workload.cpu_threads(), "chunked")
-    result["baseline_mib"] = workload.peak_mib()
+    result["baseline_mib"] = _baseline()
     _steps(step)
   elif use == "ahead":
     stepper = workload.Stepper(config)
-    result["compile_peak_mib"], result["baseline_mib"] = stepper.compile_peak_mib, workload.peak_mib()
+    result["compile_peak_mib"], result["baseline_mib"] = stepper.compile_peak_mib, _baseline()
     _steps(stepper)
   elif use == "first_call":
     import jax  # noqa: PLC0415
@@ -62,7 +69,7 @@ def run_one(use: str, vocab_size: int) -> dict:
 
     graphdef, state = workload.train_state(config)
     ids, next_ids = jax.block_until_ready(workload.random_batch(vocab_size, NUM_TOKENS))
-    result["baseline_mib"] = workload.peak_mib()
+    result["baseline_mib"] = _baseline()
     step = run_step.make_train_step(graphdef, CHUNK_SIZE, train_config=config.train)
 
     def run():
