@@ -2,8 +2,10 @@
 
   python benchmarks/report.py runs/bench/a.json runs/bench/b.json     # one column per run, in this order
 
-Replaces what stands between the `<!-- bench:begin -->` and `<!-- bench:end -->` lines of docs/performance.md
-(`--doc` names another file; `--print` prints the block instead of writing it).
+docs/performance.md keeps one block per CPU kind (its `machine.cpu_kind`, from the CPU's name: intel, amd): the
+runs' block replaces what stands between that kind's `<!-- bench:<kind>:begin -->` and `<!-- bench:<kind>:end -->`
+lines (`--doc` names another file; `--print` prints the block instead of writing it). Every run given must be of
+one CPU kind.
 """
 
 from __future__ import annotations
@@ -13,7 +15,20 @@ import json
 import pathlib
 
 DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "performance.md"
-BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+def markers(kind: str) -> tuple[str, str]:
+  """The lines around the block of runs on CPUs of `kind` in docs/performance.md."""
+  return f"<!-- bench:{kind}:begin -->", f"<!-- bench:{kind}:end -->"
+
+
+def cpu_kind(machine: dict) -> str:
+  """The run's CPU kind: recorded by run.py, else read from the CPU's name (runs recorded before the field)."""
+  if "cpu_kind" in machine:
+    return machine["cpu_kind"]
+  name = machine["cpu"].lower()
+  return "intel" if "intel" in name else "amd" if ("amd" in name or "epyc" in name) else "other"
+
 
 # (label, key) rows of a train-step section; key is `<name>_ms`, or a speedup key (printed as a ratio).
 STEP_ROWS = [
@@ -124,12 +139,43 @@ def _turns(result: dict) -> str:
   return f"medians of calls taken in turns, each the last of {calls} back-to-back calls of its own."
 
 
+def step_memory_table(sections: list[dict], names: list[str]) -> str:
+  """Rows per V and use: each use's peak above its process's own baseline, and the V-proportional part by hand."""
+  first = sections[0]
+  lines = [f"| D={first['D']}, T={first['T']}, chunk {first['chunk_size']}: peak above own baseline (MiB) | "
+           + " | ".join(f"run {name}" for name in names) + " |", "|---|" + "---|" * len(sections)]
+  uses = (("jit on first call", "first_call"), ("compile-ahead (the trainer's)", "ahead"),
+          ("PyTorch `linear_cross_entropy`", "torch_chunked"))
+  for vocab in first["by_vocab"]:
+    for label, use in uses:
+      cells = [section["by_vocab"].get(vocab, {}).get(use, {}).get("extra_mib") for section in sections]
+      lines.append(f"| V={vocab}: {label} | " + " | ".join("n/a" if c is None else f"{c:.0f}" for c in cells) + " |")
+    hand = first["by_vocab"][vocab]["v_term_mib"]
+    lines.append(f"| V={vocab}: (V, D) gradient + (V, C) chunk logits, by hand | "
+                 + " | ".join(f"{hand:.0f}" for _ in sections) + " |")
+  lines.append("| load average (1 min) after each V | "
+               + " | ".join(", ".join(f"{x:.1f}" for x in s["load_average"]) for s in sections) + " |")
+  return "\n".join(lines)
+
+
+def _header(results: list[dict], names: list[str]) -> str:
+  info = results[0]["machine"]
+  when = f", {info['date']}" if "date" in info else ""
+  load = f", load average {info['load_average']:.1f} at the start" if "load_average" in info else ""
+  text = (f"Runs {', '.join(names)} of `benchmarks/run.py`: {info['cpu']}, {info['threads']} cores{when}{load} "
+          f"(vector extensions: {' '.join(info['cpu_flags']) or 'unknown'}; matrix units: "
+          f"{info.get('matrix_units', 'not recorded')}); jax {info['jax']}, torch {info['torch']}; ")
+  if "train_step" in results[0]:
+    text += _turns(results[0]) + " "
+  text += "Written by `benchmarks/report.py` from the runs' JSON."
+  if info.get("routes"):
+    text += " Routes: " + "; ".join(f"{piece} on {route}" for piece, route in info["routes"].items()) + "."
+  return text
+
+
 def block(results: list[dict]) -> str:
   names = [chr(ord("A") + i) for i in range(len(results))]
-  info = results[0]["machine"]
-  parts = [f"Runs {', '.join(names)} of `benchmarks/run.py`: {info['cpu']}, {info['threads']} cores "
-           f"(matrix units: {info.get('matrix_units', 'not recorded')}); jax {info['jax']}, torch {info['torch']}; "
-           f"{_turns(results[0])} Written by `benchmarks/report.py` from the runs' JSON."]
+  parts = [_header(results, names)]
   if "train_step" in results[0]:
     routes = results[0]["train_step"]
     parts[0] += (f" The chunked step's float32 dots ran on {routes.get('f32_kernel', 'XLA')}, its bfloat16 dots on "
@@ -144,7 +190,9 @@ def block(results: list[dict]) -> str:
     first = results[0]["memory"]
     title = f"V={first['V']}, D={first['D']}, T={first['T']}, one process each"
     parts.append(table(title, [r["memory"] for r in results], MEMORY_ROWS, names))
-  return "\n\n".join(parts)
+  if all("step_memory" in r for r in results):
+    parts.append(step_memory_table([r["step_memory"] for r in results], names))
+  return "\n\n".join(part for part in parts if part)
 
 
 def main() -> None:
@@ -153,15 +201,20 @@ def main() -> None:
   parser.add_argument("--doc", type=pathlib.Path, default=DOC)
   parser.add_argument("--print", action="store_true", help="print the block instead of writing it")
   args = parser.parse_args()
-  text = block([json.loads(path.read_text()) for path in args.runs])
+  results = [json.loads(path.read_text()) for path in args.runs]
+  kinds = sorted({cpu_kind(r["machine"]) for r in results})
+  if len(kinds) != 1:
+    raise SystemExit(f"error: runs: CPU kinds {kinds}; one table holds runs of one CPU kind")
+  text = block(results)
   if args.print:
     print(text)
     return
   doc = args.doc.read_text()
-  if BEGIN not in doc or END not in doc:
-    raise SystemExit(f"error: {args.doc} has no {BEGIN} ... {END} block to replace")
-  head, rest = doc.split(BEGIN, 1)
-  args.doc.write_text(f"{head}{BEGIN}\n{text}\n{END}{rest.split(END, 1)[1]}")
+  begin, end = markers(kinds[0])
+  if begin not in doc or end not in doc:
+    raise SystemExit(f"error: {args.doc} has no {begin} ... {end} block to replace")
+  head, rest = doc.split(begin, 1)
+  args.doc.write_text(f"{head}{begin}\n{text}\n{end}{rest.split(end, 1)[1]}")
   print(f"wrote {args.doc}")
 
 

@@ -6,8 +6,10 @@
 
 Prints a table and writes JSON to --json (by default under runs/) with the sections `train_step` (V=8192, D=256,
 T=4096), `gpt2` (the same at GPT-2's V=50257, D=768, T=1024), `context_step` (configs/context_transformer.py's step
-beside the same model in PyTorch), `memory`, `entrypoint` and `machine` (the CPU's
-name, vector extensions and matrix units: the ratios depend on them, since each framework's matmul kernels do). The
+beside the same model in PyTorch), `memory`, `step_memory` (both uses of the step, jit on its first call and
+compiled ahead, against PyTorch's chunked step at V = 8192, 32768, 65536), `entrypoint` and `machine` (the CPU's
+name and kind, vector extensions, matrix units, the routes the step takes (tied_embed/fast/kernels or XLA's own
+code), the date and the load: the ratios depend on them, since each framework's matmul kernels do). The
 targets are printed beside the measured ratios; they are results, not assertions. Expect about 6 minutes on 2
 quiet cores (`--only` picks sections).
 """
@@ -15,6 +17,7 @@ quiet cores (`--only` picks sections).
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import pathlib
@@ -26,8 +29,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jax  # noqa: E402
 
-from benchmarks import context_step, entrypoint, memory, throughput, workload  # noqa: E402
+from benchmarks import context_step, entrypoint, memory, step_memory, throughput, workload  # noqa: E402
 from science import common  # noqa: E402
+from tied_embed.fast.kernels import fused_adamw  # noqa: E402
 
 DEFAULT_JSON = pathlib.Path("runs/bench/results.json")
 SECTIONS = {
@@ -35,6 +39,7 @@ SECTIONS = {
     "gpt2": lambda: throughput.measure("gpt2", rounds=5),  # GPT-2's V=50257, D=768, T=1024: seconds per round
     "context_step": context_step.measure,  # configs/context_transformer.py: V=8192, D=64, 32 windows of 32
     "memory": memory.measure,
+    "step_memory": step_memory.measure,  # both uses of the step (jit on first call, compile-ahead) across V
     "entrypoint": entrypoint.measure,
 }
 
@@ -52,8 +57,22 @@ def matrix_units(flags: list[str]) -> str:
   return ", ".join(units)
 
 
+def cpu_kind(cpu: str) -> str:
+  """'intel', 'amd' or 'other', from the CPU's model name: which of docs/performance.md's tables a run belongs in."""
+  name = cpu.lower()
+  return "intel" if "intel" in name else "amd" if ("amd" in name or "epyc" in name) else "other"
+
+
+def routes() -> dict[str, str]:
+  """What the trainer's step runs on here (tied_embed/fast/kernels, or XLA's own code and why), in words."""
+  adamw = fused_adamw.unavailable_reason()
+  adamw = adamw and adamw.replace(f"{pathlib.Path(__file__).resolve().parents[1]}/", "")  # the checkout's own path
+  return {"float32 dots": throughput.kernel_name("float32"), "bfloat16 dots": throughput.kernel_name("bfloat16"),
+          "AdamW": "the fused AdamW kernel" if adamw is None else f"optax's update ({adamw})"}
+
+
 def machine() -> dict:
-  """What the numbers ran on."""
+  """What the numbers ran on, when, and which routes the step took."""
   cpu, present = common.cpu()
   flags = [flag for flag in VECTOR_FLAGS if flag in present]
   try:
@@ -62,8 +81,9 @@ def machine() -> dict:
     torch_version = torch.__version__
   except ImportError:
     torch_version = None
-  return {"cpu": cpu, "cpu_flags": flags, "matrix_units": matrix_units(flags), "threads": workload.cpu_threads(),
-          "jax": jax.__version__,
+  return {"cpu": cpu, "cpu_kind": cpu_kind(cpu), "cpu_flags": flags, "matrix_units": matrix_units(flags),
+          "threads": workload.cpu_threads(), "routes": routes(), "date": datetime.date.today().isoformat(),
+          "load_average": os.getloadavg()[0], "jax": jax.__version__,
           "torch": torch_version, "python": platform.python_version()}
 
 
@@ -161,6 +181,15 @@ def _print_memory(r: dict) -> None:
   _print_speedups(r)
 
 
+def _print_step_memory(r: dict) -> None:
+  print(f"\nstep memory, D={r['D']} T={r['T']} chunk {r['chunk_size']}, one process per use (peak above the "
+        f"process's own baseline, MiB; load average {', '.join(f'{x:.1f}' for x in r['load_average'])})")
+  print(f"  {'V':>6}  {'jit on first call':>17}  {'compile-ahead':>13}  {'PyTorch chunked':>15}  {'(V,D)+(V,C) by hand':>19}")
+  for vocab, row in r["by_vocab"].items():
+    cells = [_fmt(row.get(use, {}).get("extra_mib"), ".0f") for use in step_memory.USES]
+    print(f"  {vocab:>6}  {cells[0]:>17}  {cells[1]:>13}  {cells[2]:>15}  {row['v_term_mib']:>19.0f}")
+
+
 def _print_entrypoint(r: dict) -> None:
   print("\nentrypoint, warm calls")
   for row in r["warm"]:
@@ -173,8 +202,10 @@ def print_table(results: dict) -> None:
   print(f"\n{info['cpu']}, {info['threads']} threads, jax {info['jax']}, torch {info['torch'] or 'not installed'}")
   print(f"vector extensions: {' '.join(info['cpu_flags']) or 'unknown'}")
   print(f"matrix units: {info['matrix_units']}")
+  for piece, route in info.get("routes", {}).items():
+    print(f"route, {piece}: {route}")
   printers = {"train_step": _print_train_step, "gpt2": _print_train_step, "context_step": _print_context_step,
-              "memory": _print_memory,
+              "memory": _print_memory, "step_memory": _print_step_memory,
               "entrypoint": _print_entrypoint}
   for name, printer in printers.items():
     if name in results:

@@ -21,3 +21,26 @@ def test_each_turn_times_the_last_of_its_back_to_back_calls():
 def test_the_report_says_how_the_calls_were_timed():
   assert "the last of 2 back-to-back calls" in report._turns({"train_step": {"calls_per_turn": 2}})
   assert report._turns({"train_step": {}}) == "medians of calls taken in turns."  # a run that does not record it
+
+
+def test_the_report_writes_a_runs_table_into_its_cpu_kinds_block_only(tmp_path, monkeypatch):
+  import json  # noqa: PLC0415
+  import sys  # noqa: PLC0415
+
+  amd, intel = report.markers("amd"), report.markers("intel")
+  doc = tmp_path / "performance.md"
+  doc.write_text(f"{intel[0]}\nIntel table\n{intel[1]}\n{amd[0]}\nold\n{amd[1]}\n")
+  machine = {"cpu": "AMD EPYC", "cpu_flags": ["avx2", "fma"], "threads": 2, "jax": "0", "torch": "0",
+             "date": "2026-12-05", "load_average": 10.0}
+  hand = {"v_term_mib": 4.0, "first_call": {"extra_mib": 9.0}, "ahead": {"extra_mib": 8.0},
+          "torch_chunked": {"extra_mib": 7.0}}
+  run = {"machine": machine, "step_memory": {"D": 256, "T": 8192, "chunk_size": 256, "load_average": [10.0],
+                                             "by_vocab": {"2048": hand}}}
+  (tmp_path / "a.json").write_text(json.dumps(run))
+  monkeypatch.setattr(sys, "argv", ["report.py", str(tmp_path / "a.json"), "--doc", str(doc)])
+  report.main()
+  text = doc.read_text()
+  assert f"{intel[0]}\nIntel table\n{intel[1]}" in text  # the other kind's table untouched
+  amd_block = text.split(amd[0])[1].split(amd[1])[0]
+  assert "AMD EPYC" in amd_block and "2026-12-05" in amd_block and "avx2 fma" in amd_block
+  assert "| V=2048: jit on first call | 9 |" in amd_block and "old" not in amd_block
