@@ -118,8 +118,14 @@ def picks(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
 INTERVALS_NOTE = (f"Margins: the paired difference in eval loss (nats) between the two best models over the seeds both "
                   f"ran (same seed, same data draw), with its {100 * CONFIDENCE:g}% t-interval; a model is named only "
                   "where its interval against every other model excludes 0, \"≈\" elsewhere. The count model is the "
-                  "stronger of add-k and Kneser-Ney (where swept) by eval loss; for a model with context (MLP, "
-                  "transformer), the strongest of those and the Kneser-Ney n-gram of its context.")
+                  "stronger of add-k and Kneser-Ney (where swept) by eval loss.")
+CONTEXT_NOTE = (" For a model with context (MLP, transformer) it is the strongest of those and the Kneser-Ney n-gram "
+                "of its context.")
+
+
+def intervals_note(results: dict[str, Any]) -> str:
+  """INTERVALS_NOTE, and CONTEXT_NOTE where a corpus has the n-gram of a context."""
+  return INTERVALS_NOTE + (CONTEXT_NOTE if any("ngram" in entry for entry in results["corpora"].values()) else "")
 
 
 def at_the_end(run: dict[str, Any]) -> bool:
@@ -223,7 +229,7 @@ def _method(results: dict[str, Any], labels: dict[str, str]) -> str:
       + "; its schedule "
       f"(warmup, then cosine decay to 0) is {EPOCHS} passes over its train pairs, within [{MIN_STEPS}, the corpus's "
       "most steps]. " + _tuning_text(results) + " "
-      f"Seeds {', '.join(map(str, results['seeds']))}: mean ± standard deviation (ddof = 1). " + INTERVALS_NOTE
+      f"Seeds {', '.join(map(str, results['seeds']))}: mean ± standard deviation (ddof = 1). " + intervals_note(results)
       + " The count models count exactly the pairs the models train on: add-k, k chosen on the selection split, and "
       "(where swept) interpolated Kneser-Ney, its discount chosen there too; "
       + ("beside a model with context, the interpolated Kneser-Ney n-gram of its context (science/kneser_ney.py: "
@@ -465,7 +471,7 @@ def readme_block(results: dict[str, Any]) -> str:
     lines.append(f"- **{corpus}** ({entry['note'].split(' (')[0]}, V = {entry['vocab_size']}): " + "; ".join(sizes))
     if "convergence" in entry:
       lines[-1] += convergence_readme(entry, labels)
-  lines.append(f"\n{INTERVALS_NOTE}")
+  lines.append(f"\n{intervals_note(results)}")
   lines.append(f"\nMeasured by `{COMMAND}` in {results['seconds'] / 60:.0f} min "
                f"({results['cpu_seconds'] / 60:.0f} min of CPU time) on {results['machine']}.")
   return "\n".join(lines)
