@@ -207,8 +207,9 @@ def block_seconds(corpus_key: str, family: str, fractions=FRACTIONS, seeds=SEEDS
   if family not in TIMED_FAMILIES:
     return math.nan
   grids = {"learning_rate": LEARNING_RATE_FACTORS, **GRIDS, **CORPUS_GRIDS.get(corpus_key, {})}
-  return sum(run_seconds(corpus_key, family)[fraction] * sum(len(trials(model, grids)) + len(seeds) * len(draws(fraction))
-                                                     for model in FAMILIES[family])
+  seconds = run_seconds(corpus_key, family)
+  return sum(seconds[fraction] * sum(len(trials(model, grids)) + len(seeds) * len(draws(fraction))
+                                     for model in FAMILIES[family])
              for fraction in fractions)
 
 

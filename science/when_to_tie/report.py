@@ -229,7 +229,8 @@ def _method(results: dict[str, Any], labels: dict[str, str]) -> str:
       + "; its schedule "
       f"(warmup, then cosine decay to 0) is {EPOCHS} passes over its train pairs, within [{MIN_STEPS}, the corpus's "
       "most steps]. " + _tuning_text(results) + " "
-      f"Seeds {', '.join(map(str, results['seeds']))}: mean ± standard deviation (ddof = 1). " + intervals_note(results)
+      f"Seeds {', '.join(map(str, results['seeds']))}: mean ± standard deviation (ddof = 1). "
+      + intervals_note(results)
       + " The count models count exactly the pairs the models train on: add-k, k chosen on the selection split, and "
       "(where swept) interpolated Kneser-Ney, its discount chosen there too; "
       + ("beside a model with context, the interpolated Kneser-Ney n-gram of its context (science/kneser_ney.py: "
