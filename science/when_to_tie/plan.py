@@ -44,9 +44,10 @@ CONTEXT_RUN_SECONDS = {
     "transformer": {"bytes": {0.01: 0.0, 0.1: 0.0, 1.0: 0.0}, "subword": {0.01: 0.0, 0.1: 0.0, 1.0: 0.0}},
 }
 TIMED_FAMILIES = ("bigram", "controls", *CONTEXT_RUN_SECONDS)
-# What was cut so that a context block fits BLOCK_SECONDS: the most steps of a run (the plan's max_steps) of these
-# (corpus, family) blocks, the seeds, draws, learning rates and sizes kept.
-CONTEXT_MAX_STEPS: dict[tuple[str, str], int] = {}
+# What was cut so that a context block fits BLOCK_SECONDS, per (corpus, family) block: Plan fields replaced (fewer
+# steps, fewer evals), the seeds, draws, trials and sizes kept.
+CONTEXT_CUTS: dict[tuple[str, str], dict[str, float]] = {}
+CONTEXT_MAX_STEPS = {block: cut["max_steps"] for block, cut in CONTEXT_CUTS.items() if "max_steps" in cut}
 SUBWORD_VOCAB = 2048  # 8192 pieces cost ~4× the steps and evals, and do not converge at 100% in the budget
 EPOCHS = 10  # a run's schedule: 10 passes over its train pairs, within [MIN_STEPS, Plan.max_steps]
 MIN_STEPS = 200
@@ -193,11 +194,13 @@ def run_seconds(corpus_key: str, family: str) -> dict[float, float]:
 
 
 def block_plan(corpus_key: str, families: tuple[str, ...], max_steps: int | None = None) -> Plan:
-  """The corpus's plan for a block of `families`: its most steps `max_steps` (the --<corpus>-steps flag) where given,
-  else the plan's, cut to CONTEXT_MAX_STEPS of any family of the block."""
-  caps = [CONTEXT_MAX_STEPS[corpus_key, family] for family in families if (corpus_key, family) in CONTEXT_MAX_STEPS]
-  steps = max_steps if max_steps is not None else min([PLANS[corpus_key].max_steps, *caps])
-  return dataclasses.replace(PLANS[corpus_key], max_steps=steps)
+  """The corpus's plan for a block of `families`, with the CONTEXT_CUTS of its families (the smallest value of a field
+  where two cut it), and its most steps `max_steps` (the --<corpus>-steps flag) where given."""
+  plan = PLANS[corpus_key]
+  for family in families:
+    for field, value in CONTEXT_CUTS.get((corpus_key, family), {}).items():
+      plan = dataclasses.replace(plan, **{field: min(getattr(plan, field), value)})
+  return plan if max_steps is None else dataclasses.replace(plan, max_steps=max_steps)
 
 
 def block_seconds(corpus_key: str, family: str, fractions=FRACTIONS, seeds=SEEDS) -> float:

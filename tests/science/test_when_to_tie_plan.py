@@ -72,9 +72,10 @@ def test_each_context_run_config_is_valid_builds_its_model_and_steps_over_the_bi
 
 
 def test_a_context_block_cuts_its_steps_only_where_the_plan_says_and_the_flag_wins():
-  for (corpus, family), steps in plans.CONTEXT_MAX_STEPS.items():
-    assert plans.block_plan(corpus, (family,)).max_steps == steps < plans.PLANS[corpus].max_steps
-    assert plans.block_plan(corpus, ("bigram", family)).max_steps == steps  # the block's runs share one plan
+  for (corpus, family), cut in plans.CONTEXT_CUTS.items():
+    for field, value in cut.items():
+      assert getattr(plans.block_plan(corpus, (family,)), field) == value < getattr(plans.PLANS[corpus], field)
+      assert getattr(plans.block_plan(corpus, ("bigram", family)), field) == value  # one plan for the block's runs
   for corpus, plan in plans.PLANS.items():
     assert plans.block_plan(corpus, ("bigram", "controls")) == plan
     assert plans.block_plan(corpus, ("mlp", "transformer"), max_steps=123).max_steps == 123
