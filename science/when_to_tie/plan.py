@@ -36,18 +36,35 @@ BLOCK_SECONDS = 2 * 3600
 # max_steps); a block's estimate is its runs times these (`block_seconds`).
 # The controls cost what the bigram models cost; a context model's run has not been timed yet (issue 44).
 RUN_SECONDS = {"bytes": {0.01: 6.6, 0.1: 5.9, 1.0: 10.3}, "subword": {0.01: 11.5, 0.1: 22.1, 1.0: 91.5}}
-# A context family's run, measured (science/when_to_tie's tied + W of the family, one run per size at the block's
-# schedule) on the 2-core AMD EPYC build machine (AVX2) under a load average of ~9-11 (a sweep and three other
-# engineers' work beside it): so these overestimate what an unloaded machine takes.
+# A context family's run: CPU seconds of one run (the family's tied + W, the tuning seed, the block's schedule),
+# measured by science/when_to_tie's Sweep.train on the 2-core AMD EPYC build machine (AVX2) under a load average of
+# 10-14 (a sweep and three other engineers' work beside it: the wall times were 5-7× these), and taken as the wall
+# seconds of a run on an unloaded 2-core machine (the published sweeps' runs used 0.7-1.7 cores: 7.4 min of CPU in
+# 10.5 min on bytes, 124 in 73 on subword). Measured: bytes MLP 33.0 s at 1% (200 steps, 20 evals), 33.3 s at 10%
+# (603 steps), 60.3 s at 100% (3,000 steps): a windowed eval (each scores the selection and validation windows) is
+# most of a run, ~9.75 ms of CPU a step the rest; subword MLP 225.9 s at 1% (277 steps, 12 evals of 463,000 tokens:
+# ~17.6 s each); bytes transformer 57.1 s at 1%, 54.2 s at 10%, 86.8 s at 100% (13.6 ms a step), and 48.2 s at 1%
+# with 10 evals instead of 20: ~36 s of a transformer run is its fixed cost (set-up and compiling), whatever its
+# steps and evals. Estimated (not measured): the subword MLP at 10% and 100% as 1%'s evals plus its steps at ~18 ms
+# (the bytes MLP's per-step cost × the subword bigram's per-step cost over the bytes bigram's); the subword
+# transformer as the subword MLP × the bytes transformer's measured ratio to the bytes MLP at the same size.
 CONTEXT_RUN_SECONDS = {
-    "mlp": {"bytes": {0.01: 0.0, 0.1: 0.0, 1.0: 0.0}, "subword": {0.01: 0.0, 0.1: 0.0, 1.0: 0.0}},
-    "transformer": {"bytes": {0.01: 0.0, 0.1: 0.0, 1.0: 0.0}, "subword": {0.01: 0.0, 0.1: 0.0, 1.0: 0.0}},
+    "mlp": {"bytes": {0.01: 33.0, 0.1: 33.3, 1.0: 55.4}, "subword": {0.01: 225.9, 0.1: 274.0, 1.0: 751.0}},
+    "transformer": {"bytes": {0.01: 57.1, 0.1: 54.2, 1.0: 86.8}, "subword": {0.01: 390.9, 0.1: 446.0, 1.0: 1081.0}},
 }
 TIMED_FAMILIES = ("bigram", "controls", *CONTEXT_RUN_SECONDS)
-# What was cut so that a context block fits BLOCK_SECONDS, per (corpus, family) block: Plan fields replaced (fewer
-# steps, fewer evals), the seeds, draws, trials and sizes kept.
-CONTEXT_CUTS: dict[tuple[str, str], dict[str, float]] = {}
+# What was cut so that a context block fits BLOCK_SECONDS, per (corpus, family) block: Plan fields replaced, the
+# seeds, draws, trials and sizes kept. Bytes MLP: 2,500 steps at most (8.3 passes at 100%, not 10): its 100% run
+# 55.4 s (60.3 s less 500 steps at 9.75 ms), the block 7,101 s.
+CONTEXT_CUTS: dict[tuple[str, str], dict[str, float]] = {("bytes", "mlp"): {"max_steps": 2500}}
 CONTEXT_MAX_STEPS = {block: cut["max_steps"] for block, cut in CONTEXT_CUTS.items() if "max_steps" in cut}
+# The blocks that do not fit BLOCK_SECONDS under any cut that keeps 5 seeds, 3 draws at 1% and 10%, 9 trials and
+# 3 sizes (`block_seconds` gives their estimate): on subword the windowed evals alone (each scoring the whole
+# selection and validation splits through the model, ~38 µs of CPU a token) outweigh the two hours; the bytes
+# transformer's 186 runs at its ~36 s fixed cost a run are 1.9 h before a step or an eval (with 10 evals a run its
+# 1% and 10% runs alone are 7,337 s). Run them by size (--fractions), on more cores, or once the trainer scores
+# validation at the best step alone and compiles a run's programs once per block.
+UNFIT_BLOCKS = {("subword", "mlp"), ("subword", "transformer"), ("bytes", "transformer")}
 SUBWORD_VOCAB = 2048  # 8192 pieces cost ~4× the steps and evals, and do not converge at 100% in the budget
 EPOCHS = 10  # a run's schedule: 10 passes over its train pairs, within [MIN_STEPS, Plan.max_steps]
 MIN_STEPS = 200
