@@ -17,6 +17,7 @@ import science.when_to_tie
 from science import common
 from science.when_to_tie import checks, report
 from science.when_to_tie.plan import (
+  BLOCK_SECONDS,
   CONTEXT_MAX_STEPS,
   CONVERGENCE_FACTOR,
   FAMILIES,
@@ -30,9 +31,11 @@ from science.when_to_tie.plan import (
   REPO,
   SEEDS,
   TUNE_SEED,
+  UNFIT_BLOCKS,
   Plan,
   UsageError,
   block_plan,
+  block_seconds,
   context_length,
   corpora,
   corpus_grids,
@@ -295,6 +298,10 @@ def run_sweep(args: argparse.Namespace) -> dict[str, Any]:
   for name in args.chosen:
     plan = QUICK_PLAN if args.quick else block_plan(name, args.families, getattr(args, f"{name}_steps"))
     print(f"{name}: {args.available[name].note}, at most {plan.max_steps} steps per run", flush=True)
+    for family in args.families if not args.quick else ():
+      if (name, family) in UNFIT_BLOCKS:  # said at the start: such a block is not one sitting of 2 hours
+        print(f"{name} {family}: ~{block_seconds(name, family) / 3600:.1f} h by plan.block_seconds, over the "
+              f"{BLOCK_SECONDS / 3600:g} h of a block (plan.UNFIT_BLOCKS)", flush=True)
     corpus = args.available[name]
     entry = sweep_corpus(corpus, args.models, fractions, seeds, corpus_grids(corpus, grids), plan, out, args.keep_runs,
                          convergence_factor=args.convergence_factor, quick=args.quick)
