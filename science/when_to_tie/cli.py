@@ -17,6 +17,8 @@ import science.when_to_tie
 from science import common
 from science.when_to_tie import checks, report
 from science.when_to_tie.plan import (
+  BLOCK_SECONDS,
+  CONTEXT_MAX_STEPS,
   CONVERGENCE_FACTOR,
   FAMILIES,
   FRACTIONS,
@@ -29,8 +31,12 @@ from science.when_to_tie.plan import (
   REPO,
   SEEDS,
   TUNE_SEED,
+  UNFIT_BLOCKS,
   Plan,
   UsageError,
+  block_plan,
+  block_seconds,
+  context_length,
   corpora,
   corpus_grids,
   split_of,
@@ -68,8 +74,11 @@ def _parser() -> _Parser:
                            "(corpus, family) block is --corpora=<corpus> --family=<family>")
   parser.add_argument("--subword-corpus", default="", help="the subword corpus (default: Vim's help files)")
   for name, plan in PLANS.items():
-    parser.add_argument(f"--{name}-steps", type=int, default=plan.max_steps,
-                        help=f"at most this many steps per {name} run (default {plan.max_steps})")
+    capped = ", ".join(f"{steps} for --family={family}" for (corpus, family), steps in CONTEXT_MAX_STEPS.items()
+                       if corpus == name)
+    parser.add_argument(f"--{name}-steps", type=int, default=None,
+                        help=f"at most this many steps per {name} run (default {plan.max_steps}"
+                             + (f"; {capped}" if capped else "") + ")")
   parser.add_argument("--fractions", default=",".join(f"{f:g}" for f in FRACTIONS),
                       help=f"comma-separated train data sizes in (0, 1] (default: {','.join(f'{f:g}' for f in FRACTIONS)})")
   parser.add_argument("--from-json", default="",
@@ -94,7 +103,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
   args = _parser().parse_args(argv)
   for name in PLANS:
     steps = getattr(args, f"{name}_steps")
-    if steps < 1:
+    if steps is not None and steps < 1:
       raise UsageError(f"--{name}-steps={steps}: expected a positive number of steps")
   if args.convergence_factor < 0 or args.convergence_factor == 1:
     raise UsageError(f"--convergence-factor={args.convergence_factor}: expected 0 (no check) or an integer ≥ 2")
@@ -258,10 +267,12 @@ def _existing_sweeps(results: dict[str, Any], args: argparse.Namespace) -> Itera
     raise UsageError(f"--corpora: {missing[0]!r} is not in {args.from_json}")
   out = pathlib.Path(args.out)
   setup_jax(args, out)
+  swept = {model["key"] for model in results["models"]}
+  windows = max((context_length(model) for model in _known_models().values() if model.key in swept), default=1)
   for name in args.chosen:
     entry = results["corpora"][name]
     corpus = dataclasses.replace(args.available[name], split=split_of(entry["dataset"]))  # as that sweep split it
-    sweep = Sweep(corpus, Plan(**entry["plan"]), out, args.keep_runs)
+    sweep = Sweep(corpus, Plan(**entry["plan"]), out, args.keep_runs, windows)
     if sweep.data.identity != entry["dataset"]:
       raise UsageError(f"--from-json={args.from_json}: its {name} dataset is {entry['dataset']!r}, the one under "
                        f"{sweep.data_dir} is {sweep.data.identity!r}")
@@ -285,8 +296,12 @@ def run_sweep(args: argparse.Namespace) -> dict[str, Any]:
       "patience": PATIENCE, "machine": machine(), "corpora": {},
   }
   for name in args.chosen:
-    plan = QUICK_PLAN if args.quick else dataclasses.replace(PLANS[name], max_steps=getattr(args, f"{name}_steps"))
+    plan = QUICK_PLAN if args.quick else block_plan(name, args.families, getattr(args, f"{name}_steps"))
     print(f"{name}: {args.available[name].note}, at most {plan.max_steps} steps per run", flush=True)
+    for family in args.families if not args.quick else ():
+      if (name, family) in UNFIT_BLOCKS:  # said at the start: such a block is not one sitting of 2 hours
+        print(f"{name} {family}: ~{block_seconds(name, family) / 3600:.1f} h by plan.block_seconds, over the "
+              f"{BLOCK_SECONDS / 3600:g} h of a block (plan.UNFIT_BLOCKS)", flush=True)
     corpus = args.available[name]
     entry = sweep_corpus(corpus, args.models, fractions, seeds, corpus_grids(corpus, grids), plan, out, args.keep_runs,
                          convergence_factor=args.convergence_factor, quick=args.quick)

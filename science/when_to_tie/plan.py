@@ -36,7 +36,35 @@ BLOCK_SECONDS = 2 * 3600
 # max_steps); a block's estimate is its runs times these (`block_seconds`).
 # The controls cost what the bigram models cost; a context model's run has not been timed yet (issue 44).
 RUN_SECONDS = {"bytes": {0.01: 6.6, 0.1: 5.9, 1.0: 10.3}, "subword": {0.01: 11.5, 0.1: 22.1, 1.0: 91.5}}
-TIMED_FAMILIES = ("bigram", "controls")
+# A context family's run: CPU seconds of one run (the family's tied + W, the tuning seed, the block's schedule),
+# measured by science/when_to_tie's Sweep.train on the 2-core AMD EPYC build machine (AVX2) under a load average of
+# 10-14 (a sweep and three other engineers' work beside it: the wall times were 5-7× these), and taken as the wall
+# seconds of a run on an unloaded 2-core machine (the published sweeps' runs used 0.7-1.7 cores: 7.4 min of CPU in
+# 10.5 min on bytes, 124 in 73 on subword). Measured: bytes MLP 33.0 s at 1% (200 steps, 20 evals), 33.3 s at 10%
+# (603 steps), 60.3 s at 100% (3,000 steps): a windowed eval (each scores the selection and validation windows) is
+# most of a run, ~9.75 ms of CPU a step the rest; subword MLP 225.9 s at 1% (277 steps, 12 evals of 463,000 tokens:
+# ~17.6 s each); bytes transformer 57.1 s at 1%, 54.2 s at 10%, 86.8 s at 100% (13.6 ms a step), and 48.2 s at 1%
+# with 10 evals instead of 20: ~36 s of a transformer run is its fixed cost (set-up and compiling), whatever its
+# steps and evals. Estimated (not measured): the subword MLP at 10% and 100% as 1%'s evals plus its steps at ~18 ms
+# (the bytes MLP's per-step cost × the subword bigram's per-step cost over the bytes bigram's); the subword
+# transformer as the subword MLP × the bytes transformer's measured ratio to the bytes MLP at the same size.
+CONTEXT_RUN_SECONDS = {
+    "mlp": {"bytes": {0.01: 33.0, 0.1: 33.3, 1.0: 55.4}, "subword": {0.01: 225.9, 0.1: 274.0, 1.0: 751.0}},
+    "transformer": {"bytes": {0.01: 57.1, 0.1: 54.2, 1.0: 86.8}, "subword": {0.01: 390.9, 0.1: 446.0, 1.0: 1081.0}},
+}
+TIMED_FAMILIES = ("bigram", "controls", *CONTEXT_RUN_SECONDS)
+# What was cut so that a context block fits BLOCK_SECONDS, per (corpus, family) block: Plan fields replaced, the
+# seeds, draws, trials and sizes kept. Bytes MLP: 2,500 steps at most (8.3 passes at 100%, not 10): its 100% run
+# 55.4 s (60.3 s less 500 steps at 9.75 ms), the block 7,101 s.
+CONTEXT_CUTS: dict[tuple[str, str], dict[str, float]] = {("bytes", "mlp"): {"max_steps": 2500}}
+CONTEXT_MAX_STEPS = {block: cut["max_steps"] for block, cut in CONTEXT_CUTS.items() if "max_steps" in cut}
+# The blocks that do not fit BLOCK_SECONDS under any cut that keeps 5 seeds, 3 draws at 1% and 10%, 9 trials and
+# 3 sizes (`block_seconds` gives their estimate): on subword the windowed evals alone (each scoring the whole
+# selection and validation splits through the model, ~38 µs of CPU a token) outweigh the two hours; the bytes
+# transformer's 186 runs at its ~36 s fixed cost a run are 1.9 h before a step or an eval (with 10 evals a run its
+# 1% and 10% runs alone are 7,337 s). Run them by size (--fractions), on more cores, or once the trainer scores
+# validation at the best step alone and compiles a run's programs once per block.
+UNFIT_BLOCKS = {("subword", "mlp"), ("subword", "transformer"), ("bytes", "transformer")}
 SUBWORD_VOCAB = 2048  # 8192 pieces cost ~4× the steps and evals, and do not converge at 100% in the budget
 EPOCHS = 10  # a run's schedule: 10 passes over its train pairs, within [MIN_STEPS, Plan.max_steps]
 MIN_STEPS = 200
@@ -112,13 +140,49 @@ CONTROLS = (
           tuned=("learning_rate", "weight_decay", "hidden_l2")),
     Model("untied_half", "untied at D/2  A·Bᵀ", tied=False, d_model_factor=0.5),  # tied's parameter count
 )
-# The model axis (point 6): the bigram models again with a context of the previous tokens (issue 44's model.context).
-CONTEXTS = ("mlp", "transformer")
+# The model axis (point 6): the bigram models again with a context of the previous tokens (issue 44's model.context),
+# each carrying what its config needs. Windows of CONTEXT_LENGTH tokens (never across a document), B / L windows a
+# step so a step holds the bigram's tokens (`run_config`), at the corpus config's D (32 bytes, 64 subword pieces):
+# the MLP reads the last 3 rows (a 4-gram's context; configs/context_mlp.py reads 4 in windows of 32); the
+# transformer is one pre-norm block of 2 heads (configs/context_transformer.py: 2 blocks of 4 heads in windows of 32),
+# as small as still attends over the window, so that a (corpus, family) block fits BLOCK_SECONDS (see RUN_SECONDS).
+CONTEXT_LENGTH = 16
+CONTEXT_NEEDS = {
+    "mlp": (("data.context_length", CONTEXT_LENGTH), ("model.context", "mlp"), ("model.context_k", 3)),
+    "transformer": (("data.context_length", CONTEXT_LENGTH), ("model.context", "transformer"), ("model.layers", 1),
+                    ("model.heads", 2)),
+}
+CONTEXTS = tuple(CONTEXT_NEEDS)
 FAMILIES = {"bigram": MODELS, "controls": CONTROLS,
             **{context: tuple(dataclasses.replace(model, key=f"{model.key}_{context}",
                                                   label=f"{model.label.split('  ')[0]} + {context}",
-                                                  needs=(("model.context", context),))
+                                                  needs=CONTEXT_NEEDS[context])
                               for model in MODELS) for context in CONTEXTS}}
+# The orders of the Kneser-Ney n-gram a context family is compared with (sweep.ngram_reference), its order chosen
+# with its discount on the selection split: the MLP's own (k + 1: the k tokens it reads are the n-gram's context),
+# the transformer's (which reads the whole window) the best of 2..8.
+TRANSFORMER_ORDERS = tuple(range(2, 9))
+
+
+def context_of(model: Model) -> str:
+  """The model's model.context ('none' for a bigram model or a control)."""
+  return dict(model.needs).get("model.context", "none")
+
+
+def context_length(model: Model) -> int:
+  """The model's data.context_length, L: 1 (pairs) unless it reads windows."""
+  return int(dict(model.needs).get("data.context_length", 1))
+
+
+def ngram_orders(model: Model) -> tuple[int, ...]:
+  """The n-gram orders its same-context Kneser-Ney count model is chosen from: () for a model without context."""
+  needs = dict(model.needs)
+  context = context_of(model)
+  if context == "mlp":
+    return (int(needs["model.context_k"]) + 1,)
+  if context == "transformer":
+    return tuple(order for order in TRANSFORMER_ORDERS if order <= context_length(model))
+  return ()
 
 
 def trials(model: Model, grids: dict[str, tuple[float, ...]]) -> list[dict[str, float]]:
@@ -141,25 +205,41 @@ def draws(fraction: float, single: bool = False) -> tuple[int, ...]:
   return tuple(range(DRAWS)) if fraction in DRAW_FRACTIONS and not single else (0,)
 
 
+def run_seconds(corpus_key: str, family: str) -> dict[float, float]:
+  """{size: wall seconds of one run} of a family's block on a corpus (RUN_SECONDS, CONTEXT_RUN_SECONDS)."""
+  return CONTEXT_RUN_SECONDS[family][corpus_key] if family in CONTEXT_RUN_SECONDS else RUN_SECONDS[corpus_key]
+
+
+def block_plan(corpus_key: str, families: tuple[str, ...], max_steps: int | None = None) -> Plan:
+  """The corpus's plan for a block of `families`, with the CONTEXT_CUTS of its families (the smallest value of a field
+  where two cut it), and its most steps `max_steps` (the --<corpus>-steps flag) where given."""
+  plan = PLANS[corpus_key]
+  for family in families:
+    for field, value in CONTEXT_CUTS.get((corpus_key, family), {}).items():
+      plan = dataclasses.replace(plan, **{field: min(getattr(plan, field), value)})
+  return plan if max_steps is None else dataclasses.replace(plan, max_steps=max_steps)
+
+
 def block_seconds(corpus_key: str, family: str, fractions=FRACTIONS, seeds=SEEDS) -> float:
   """The estimated wall seconds of one (corpus, family) block on 2 cores: per size, each model's trials (on draw 0)
-  and its scored runs (seeds × draws), times RUN_SECONDS (the convergence check is a block of its own); nan for a
+  and its scored runs (seeds × draws), times `run_seconds` (the convergence check is a block of its own); nan for a
   family not yet timed."""
   if family not in TIMED_FAMILIES:
     return math.nan
   grids = {"learning_rate": LEARNING_RATE_FACTORS, **GRIDS, **CORPUS_GRIDS.get(corpus_key, {})}
-  return sum(RUN_SECONDS[corpus_key][fraction] * sum(len(trials(model, grids)) + len(seeds) * len(draws(fraction))
-                                                     for model in FAMILIES[family])
+  seconds = run_seconds(corpus_key, family)
+  return sum(seconds[fraction] * sum(len(trials(model, grids)) + len(seeds) * len(draws(fraction))
+                                     for model in FAMILIES[family])
              for fraction in fractions)
 
 
 def unavailable(model: Model) -> str:
   """Why the trainer cannot build `model` yet ('' where it can): the first field of `model.needs` its config lacks
-  or refuses."""
-  from configs import default  # noqa: PLC0415
+  or refuses, on the sweep's byte corpus (a text source: its token stream can be cut into windows)."""
+  from configs import text  # noqa: PLC0415
   from tied_embed.train.config import validate  # noqa: PLC0415
 
-  config = default.get_config()
+  config = text.get_config()
   settings = (("model.hidden", model.hidden), *model.needs)
   for field, value in settings:
     section, name = field.split(".")
@@ -266,6 +346,9 @@ def run_config(corpus: Corpus, model: Model, fraction: float, seed: int, setting
   for field, value in model.needs:  # what a control or a context model sets beyond tied / hidden
     section, name = field.split(".")
     config[section][name] = value
+  # a step of B / L windows of L holds the corpus config's B tokens, so `schedule`'s passes and steps are the
+  # bigram models' and the families compare at the same tokens seen
+  config.train.batch_size = max(1, int(config.train.batch_size) // context_length(model))
   config.train.weight_decay = float(settings.get("weight_decay", 0.0))
   if "learning_rate" in settings:
     config.train.learning_rate = float(settings["learning_rate"])

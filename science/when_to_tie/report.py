@@ -34,6 +34,7 @@ def ranking(entry: dict[str, Any], fraction: str) -> list[str]:
 
 
 BASELINES = {"count": "add-k", "kneser_ney": "Kneser-Ney"}  # an entry's count-model keys and their names
+NGRAM = "ngram:"  # + a context: the key of that context's Kneser-Ney n-gram (an entry's "ngram")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,15 +47,31 @@ class Pick:
   second: str
   margin: Interval
   named: bool
-  baseline: str
+  baseline: str  # its key: one of BASELINES, or NGRAM + the context of `first`
   behind: Interval
 
 
-def baseline(entry: dict[str, Any], fraction: str) -> tuple[str, dict[str, Any]]:
-  """The strongest count model of a size, by eval loss: (its key in BASELINES, its numbers)."""
-  present = [key for key in BASELINES if fraction in entry.get(key, {})]
-  key = min(present, key=lambda key: entry[key][fraction]["eval_loss"])
-  return key, entry[key][fraction]
+def context_of(entry: dict[str, Any], model: str) -> str:
+  """The context a model of the entry reads ('none': a bigram model)."""
+  return entry.get("contexts", {}).get(model, "none")
+
+
+def baseline_name(entry: dict[str, Any], key: str, fraction: str) -> str:
+  """'add-k', 'Kneser-Ney' (the bigrams) or 'Kneser-Ney 4-gram' (a context's n-gram, NGRAM + context)."""
+  if key.startswith(NGRAM):
+    return f"Kneser-Ney {entry['ngram'][key[len(NGRAM):]][fraction]['order']}-gram"
+  return BASELINES[key]
+
+
+def baseline(entry: dict[str, Any], fraction: str, context: str = "none") -> tuple[str, dict[str, Any]]:
+  """The strongest count model of a size that sees no more context than a model reading `context` does, by eval
+  loss: the bigrams (BASELINES), and for a context model also the Kneser-Ney n-gram of its context. → (its key,
+  its numbers)."""
+  present = {key: entry[key][fraction] for key in BASELINES if fraction in entry.get(key, {})}
+  if fraction in entry.get("ngram", {}).get(context, {}):
+    present[NGRAM + context] = entry["ngram"][context][fraction]
+  key = min(present, key=lambda key: present[key]["eval_loss"])
+  return key, present[key]
 
 
 def by_draw(numbers: dict[str, Any]) -> dict[int, float]:
@@ -68,7 +85,7 @@ def pick(entry: dict[str, Any], fraction: str) -> Pick:
   runs = {key: entry["runs"][key][fraction] for key in order}
   first, second = order[:2]
   named = all(paired(runs[first], runs[other]).low > 0 for other in order[1:])
-  key, numbers = baseline(entry, fraction)
+  key, numbers = baseline(entry, fraction, context_of(entry, first))
   return Pick(first, second, paired(runs[first], runs[second]), named, key, against(runs[first], by_draw(numbers)))
 
 
@@ -85,7 +102,7 @@ def pick_text(entry: dict[str, Any], fraction: str, labels: dict[str, str]) -> s
     text = f"{size} {labels[chosen.first]} by {chosen.margin.mean:.3f} ({_range(chosen.margin)})"
   else:
     text = f"{size} {labels[chosen.first]} ≈ {labels[chosen.second]} ({_range(chosen.margin)})"
-  count = f"the {BASELINES[chosen.baseline]} count model"
+  count = f"the {baseline_name(entry, chosen.baseline, fraction)} count model"
   if chosen.behind.excludes_zero and chosen.behind.mean > 0:
     text += f", {count} {chosen.behind.mean:.3f} ahead ({_range(chosen.behind)})"
   elif not chosen.behind.excludes_zero:
@@ -102,6 +119,13 @@ INTERVALS_NOTE = (f"Margins: the paired difference in eval loss (nats) between t
                   f"ran (same seed, same data draw), with its {100 * CONFIDENCE:g}% t-interval; a model is named only "
                   "where its interval against every other model excludes 0, \"≈\" elsewhere. The count model is the "
                   "stronger of add-k and Kneser-Ney (where swept) by eval loss.")
+CONTEXT_NOTE = (" For a model with context (MLP, transformer) it is the strongest of those and the Kneser-Ney n-gram "
+                "of its context.")
+
+
+def intervals_note(results: dict[str, Any]) -> str:
+  """INTERVALS_NOTE, and CONTEXT_NOTE where a corpus has the n-gram of a context."""
+  return INTERVALS_NOTE + (CONTEXT_NOTE if any("ngram" in entry for entry in results["corpora"].values()) else "")
 
 
 def at_the_end(run: dict[str, Any]) -> bool:
@@ -205,10 +229,15 @@ def _method(results: dict[str, Any], labels: dict[str, str]) -> str:
       + "; its schedule "
       f"(warmup, then cosine decay to 0) is {EPOCHS} passes over its train pairs, within [{MIN_STEPS}, the corpus's "
       "most steps]. " + _tuning_text(results) + " "
-      f"Seeds {', '.join(map(str, results['seeds']))}: mean ± standard deviation (ddof = 1). " + INTERVALS_NOTE
+      f"Seeds {', '.join(map(str, results['seeds']))}: mean ± standard deviation (ddof = 1). "
+      + intervals_note(results)
       + " The count models count exactly the pairs the models train on: add-k, k chosen on the selection split, and "
-      "(where swept) interpolated Kneser-Ney, its discount chosen there too; Δ count = model − add-k count model "
-      "(negative: the model beats it). "
+      "(where swept) interpolated Kneser-Ney, its discount chosen there too; "
+      + ("beside a model with context, the interpolated Kneser-Ney n-gram of its context (science/kneser_ney.py: "
+         "the MLP's k + 1, the transformer's best of 2-8), counted within documents and scoring each pair from the "
+         "tokens its model sees in its window, its order and discount chosen on the selection split; "
+         if any("ngram" in entry for entry in results["corpora"].values()) else "")
+      + "Δ count = model − add-k count model (negative: the model beats it). "
       "Rare inputs: validation pairs whose current token is among the least frequent making up the last 10% of the "
       "train occurrences used, or never current in them (`tied_embed/data/frequency.py`). Self-argmax: the share of "
       "validation pairs whose predicted likeliest next token is the current token, from the restored best "
@@ -260,7 +289,7 @@ def _own_grids(results: dict[str, Any], axis: str) -> str:
 def _corpus_lines(corpus: str, entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
   """One corpus's section: its sizes, the loss table against the count model, the per-model table, the picks and
   the convergence check."""
-  plan, keys = entry["plan"], list(entry["runs"])
+  plan, keys, ngrams = entry["plan"], list(entry["runs"]), entry.get("ngram", {})
   lines = [
       "",
       f"## {corpus}: {entry['note']}",
@@ -280,13 +309,16 @@ def _corpus_lines(corpus: str, entry: dict[str, Any], labels: dict[str, str]) ->
       "Best-step eval loss (nats) and its distance from the count model:",
       "",
       "| train data | count model (k) | " + ("Kneser-Ney (discount) | " if "kneser_ney" in entry else "")
+      + "".join(f"Kneser-Ney n-gram of the {context}'s context (order, discount) | " for context in ngrams)
       + " | ".join(f"{labels[k]} (Δ count)" for k in keys) + " | pick |",
-      "|---" * (3 + len(keys) + ("kneser_ney" in entry)) + "|",
+      "|---" * (3 + len(keys) + ("kneser_ney" in entry) + len(ngrams)) + "|",
   ]
   for fraction, count in entry["count"].items():
     cells = []
     if "kneser_ney" in entry:
       cells.append(f"{entry['kneser_ney'][fraction]['eval_loss']:.4f} ({entry['kneser_ney'][fraction]['discount']:g})")
+    for numbers in (by_fraction[fraction] for by_fraction in ngrams.values()):
+      cells.append(f"{numbers['eval_loss']:.4f} ({numbers['order']}, {numbers['discount']:g})")
     for k in keys:
       mean, sd = mean_sd(entry["runs"][k][fraction], "eval_loss")
       cells.append(f"{mean:.4f} ± {sd:.4f} ({mean - count['eval_loss']:+.3f})")
@@ -440,7 +472,7 @@ def readme_block(results: dict[str, Any]) -> str:
     lines.append(f"- **{corpus}** ({entry['note'].split(' (')[0]}, V = {entry['vocab_size']}): " + "; ".join(sizes))
     if "convergence" in entry:
       lines[-1] += convergence_readme(entry, labels)
-  lines.append(f"\n{INTERVALS_NOTE}")
+  lines.append(f"\n{intervals_note(results)}")
   lines.append(f"\nMeasured by `{COMMAND}` in {results['seconds'] / 60:.0f} min "
                f"({results['cpu_seconds'] / 60:.0f} min of CPU time) on {results['machine']}.")
   return "\n".join(lines)
@@ -474,6 +506,9 @@ def figure(results: dict[str, Any]):
     if "kneser_ney" in entry:
       loss_ax.plot(pairs, [entry["kneser_ney"][f]["eval_loss"] for f in fractions], "k-.", marker="^",
                    label="count bigram (Kneser-Ney)")
+    for context, by_fraction in entry.get("ngram", {}).items():
+      loss_ax.plot(pairs, [by_fraction[f]["eval_loss"] for f in fractions], ":", marker="v",
+                   label=f"Kneser-Ney n-gram, the {context}'s context")
     loss_ax.axhline(entry["floor"], color="grey", linestyle=":", label="floor (unreachable)")
     self_ax.plot(pairs, [100 * entry["repeats"][f]["repeats"] for f in fractions], "k--",
                  label="data: next = current")

@@ -29,7 +29,10 @@ from science.when_to_tie.plan import (
   Model,
   Plan,
   UsageError,
+  context_length,
+  context_of,
   draws,
+  ngram_orders,
   run_config,
   schedule,
   trials,
@@ -60,6 +63,65 @@ def kneser_ney_reference(train: tuple[np.ndarray, np.ndarray], selection: tuple[
   discount = count_bigram.best_discount(fit, *selection)
   return {"discount": discount, "select_loss": count_bigram.kneser_ney_loss(fit, *selection, discount),
           "eval_loss": count_bigram.kneser_ney_loss(fit, *evaluation, discount)}
+
+
+def ngram_reference(train: tuple[np.ndarray, np.ndarray, np.ndarray | None],
+                    selection: tuple[np.ndarray, np.ndarray, np.ndarray | None],
+                    evaluation: tuple[np.ndarray, np.ndarray, np.ndarray | None], window: int,
+                    orders: tuple[int, ...], vocab_size: int) -> dict[str, float]:
+  """The interpolated Kneser-Ney n-gram (science/kneser_ney.py) of a context model's train pairs, each split given as
+  (ids (N,), next ids (N,), where its documents end or None), counted within documents, its order (of `orders`) and
+  discount (count_bigram.DISCOUNT_GRID) chosen on the selection pairs, each split scored from exactly the context
+  its model sees there: windows of `window` tiled from each document's start, as the trainer's evals tile them.
+  → {order, discount, window, select_loss, eval_loss} (nats)."""
+  from science import kneser_ney  # noqa: PLC0415
+  from tied_embed.data.text import count_bigram  # noqa: PLC0415
+
+  counts = kneser_ney.NgramCounts.of(*train, max(orders), vocab_size)
+  chosen = counts.statistics(*selection, window)
+  select_loss, order, discount = min((float(-np.mean(np.log(counts.mix(chosen, discount, order)))), order, discount)
+                                     for order in orders for discount in count_bigram.DISCOUNT_GRID)
+  scored = counts.mix(counts.statistics(*evaluation, window), discount, order)
+  return {"order": order, "discount": discount, "window": window, "select_loss": select_loss,
+          "eval_loss": float(-np.mean(np.log(scored)))}
+
+
+def window_scores(model: Any, ids: np.ndarray, next_ids: np.ndarray, document_ends: np.ndarray | None, length: int,
+                  rare: np.ndarray, windows_per_batch: int = 256) -> dict[str, float]:
+  """A context model's best_step_scores: the pairs (M,) tiled into windows of `length` from each document's start
+  (the trainer's eval windows), scored through the model's own forward pass (float32 logits, their logsumexp and
+  argmax per position, summed in float64): its loss, its loss on rare inputs (`rare`: (V,) bool) and the share of
+  pairs (all, rare inputs) whose likeliest next token is the current token."""
+  import jax  # noqa: PLC0415
+  import jax.numpy as jnp  # noqa: PLC0415
+  from flax import nnx  # noqa: PLC0415
+
+  from tied_embed.data import windows  # noqa: PLC0415
+
+  graphdef, state = nnx.split(model)
+
+  @jax.jit
+  def scored(state, batch_ids, batch_next):  # (W, L) each → losses (W, L), likeliest next (W, L)
+    logits = nnx.merge(graphdef, state)(batch_ids)
+    picked = jnp.take_along_axis(logits, batch_next[..., None], axis=-1)[..., 0]
+    return jax.nn.logsumexp(logits, axis=-1) - picked, logits.argmax(axis=-1)
+
+  tiled_ids, tiled_next, weights = windows.tiled_windows(ids, next_ids, document_ends, length)
+  losses, argmax = [], []
+  for start in range(0, len(tiled_ids), windows_per_batch):  # the last batch padded to the batch's shape
+    batch = [np.resize(part[start : start + windows_per_batch], (windows_per_batch, length))
+             for part in (tiled_ids, tiled_next)]
+    batch_losses, batch_argmax = jax.device_get(scored(state, *batch))
+    kept = len(tiled_ids[start : start + windows_per_batch])
+    losses.append(batch_losses[:kept])
+    argmax.append(batch_argmax[:kept])
+  valid = weights.reshape(-1) > 0
+  losses = np.concatenate(losses).reshape(-1)[valid].astype(np.float64)
+  current = tiled_ids.reshape(-1)[valid]
+  predicts_self = np.concatenate(argmax).reshape(-1)[valid] == current
+  on_rare = rare[current]
+  return {"eval_loss": float(losses.mean()), "loss_rare_inputs": _mean(losses[on_rare]),
+          "predicts_self": float(predicts_self.mean()), "predicts_self_rare": _mean(predicts_self[on_rare])}
 
 
 def row_predictions(lookup: np.ndarray, projection: np.ndarray, rows: int = 512) -> tuple[np.ndarray, np.ndarray]:
@@ -131,12 +193,12 @@ def _mean(values: np.ndarray) -> float:
 # --- the sweep ----------------------------------------------------------------------------------------------------
 
 class Sweep:
-  """Runs and remembers the runs of one corpus."""
+  """Runs and remembers the runs of one corpus. `context_length`: the longest window of its models (1: pairs
+  alone), with which the data is loaded, so that it knows where each split's documents end."""
 
-  def __init__(self, corpus: Corpus, plan: Plan, out: pathlib.Path, keep_runs: bool):
-    from tied_embed.data import bigram as data_lib  # noqa: PLC0415
-
+  def __init__(self, corpus: Corpus, plan: Plan, out: pathlib.Path, keep_runs: bool, context_length: int = 1):
     self.corpus, self.plan, self.keep_runs, self.out = corpus, plan, keep_runs, out
+    self.context_length = context_length
     self.data_dir = out / "data" / corpus.key
     self.runs_dir = out / "runs" / corpus.key
     self.finished_path = out / FINISHED
@@ -152,6 +214,7 @@ class Sweep:
     if draw not in self.draws:
       probe = run_config(self.corpus, MODELS[0], 1.0, 0, {}, MIN_STEPS, MIN_STEPS, self.data_dir,
                          self.plan.selection_share, draw=draw)
+      probe.data.context_length = self.context_length  # the same pairs; with L > 1 their documents' ends too
       with contextlib.redirect_stdout(io.StringIO()):  # TFDS's 'downloading' chatter, as the trainer drops it
         self.draws[draw] = data_lib.load_bigram_data(probe, self.runs_dir / "probe")  # shared by the draw's runs
     return self.draws[draw]
@@ -163,6 +226,14 @@ class Sweep:
     data = self.drawn(draw)
     used = data_lib.train_pairs_used(len(data.train_ids), fraction)
     return data.train_ids[:used], data.train_next[:used]
+
+  def splits(self, fraction: float, draw: int = 0) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray | None], ...]:
+    """(train, selection, validation) at `fraction`, each (ids, next ids, where its documents end or None): the pairs
+    a context model trains on and is scored on, its windows never crossing a document's end."""
+    data = self.drawn(draw)
+    return ((*self.train_pairs(fraction, draw), data.train_document_ends),
+            (data.select_ids, data.select_next, data.select_document_ends),
+            (data.eval_ids, data.eval_next, data.eval_document_ends))
 
   def rare_inputs(self, fraction: float, draw: int = 0) -> np.ndarray:
     """(V,) bool: the tokens in the rare bucket of the train pairs used at `fraction` (tied_embed/data/frequency.py)."""
@@ -199,9 +270,13 @@ class Sweep:
     started, cpu_started = time.perf_counter(), time.process_time()
     summary = trainer.train_and_evaluate(config, workdir)
     best = checkpoint.restore(workdir, step=summary.best_step).model
-    lookup, projection = (np.asarray(table) for table in best.scoring_tables())
     data = self.drawn(draw)
-    scores = best_step_scores(lookup, projection, data.eval_ids, data.eval_next, self.rare_inputs(fraction, draw))
+    if context_length(model) > 1:  # its logits depend on the tokens before: scored through its forward pass
+      scores = window_scores(best, data.eval_ids, data.eval_next, data.eval_document_ends, context_length(model),
+                             self.rare_inputs(fraction, draw))
+    else:
+      lookup, projection = (np.asarray(table) for table in best.scoring_tables())
+      scores = best_step_scores(lookup, projection, data.eval_ids, data.eval_next, self.rare_inputs(fraction, draw))
     run = {
         "seed": seed, "draw": draw, "settings": dict(settings), "steps_factor": steps_factor, "eval_every": every,
         "num_steps": steps,
@@ -242,6 +317,24 @@ def count_references(sweep: Sweep, fraction: float, scored_draws: tuple[int, ...
     add_k["by_draw"] = {str(draw): found[draw][0]["eval_loss"] for draw in scored_draws}
     kneser_ney["by_draw"] = {str(draw): found[draw][1]["eval_loss"] for draw in scored_draws}
   return add_k, kneser_ney
+
+
+def ngram_references(sweep: Sweep, fraction: float, scored_draws: tuple[int, ...],
+                     models: tuple[Model, ...]) -> dict[str, dict[str, Any]]:
+  """Per context of `models` (none for a block without one), the Kneser-Ney n-gram of that context's order
+  (`ngram_reference`), fitted on each draw's train pairs and chosen on its selection pairs: → {context: draw 0's
+  numbers, with {"by_draw": {draw: eval loss}} where several are scored}."""
+  found: dict[str, dict[str, Any]] = {}
+  for model in models:
+    context = context_of(model)
+    if context == "none" or context in found:
+      continue
+    by_draw = {draw: ngram_reference(*sweep.splits(fraction, draw), context_length(model), ngram_orders(model),
+                                     sweep.corpus.vocab_size) for draw in scored_draws}
+    found[context] = by_draw[scored_draws[0]]
+    if len(scored_draws) > 1:
+      found[context]["by_draw"] = {str(draw): numbers["eval_loss"] for draw, numbers in by_draw.items()}
+  return found
 
 
 def tune(sweep: Sweep, model: Model, fraction: float, grids: dict[str, tuple[float, ...]]):
@@ -299,16 +392,20 @@ def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, gr
   """Every model × fraction × draw × seed on one corpus, each tuned on the selection split (on TUNE_SEED), and the
   convergence check at the largest fraction (`convergence_factor` 0: none): → the corpus's JSON entry."""
   started, cpu_started = time.perf_counter(), time.process_time()
-  sweep = Sweep(corpus, plan, out, keep_runs)
+  sweep = Sweep(corpus, plan, out, keep_runs, max(context_length(model) for model in models))
   data = sweep.data
+  contexts = {model.key: context_of(model) for model in models if context_of(model) != "none"}
   entry: dict[str, Any] = {
       "note": corpus.note, "dataset": data.identity, "vocab_size": corpus.vocab_size,
       "d_model": int(corpus.base.get_config().model.d_model), "plan": dataclasses.asdict(plan), "patience": PATIENCE,
       "floor": data.loss_floor, "uniform": math.log(corpus.vocab_size),
       "train_pairs": len(data.train_ids), "select_pairs": len(data.select_ids), "eval_pairs": len(data.eval_ids),
       "grids": {axis: list(values) for axis, values in grids.items()}, "tune_seed": TUNE_SEED,
-      "count": {}, "kneser_ney": {}, "repeats": {}, "tuning": {model.key: {} for model in models},
-      "runs": {model.key: {} for model in models},
+      "count": {}, "kneser_ney": {}, "repeats": {},
+      # a context model's own count baseline: the Kneser-Ney n-gram of its context, {context: {size: numbers}}
+      **({"contexts": contexts, "ngram": {context: {} for context in dict.fromkeys(contexts.values())}}
+         if contexts else {}),
+      "tuning": {model.key: {} for model in models}, "runs": {model.key: {} for model in models},
   }
   for fraction in fractions:
     key = f"{fraction:g}"
@@ -321,6 +418,10 @@ def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, gr
     print(f"  {corpus.key:7s} count models f={fraction:g}: add-k (k = {entry['count'][key]['k']:g}) eval "
           f"{entry['count'][key]['eval_loss']:.4f}, Kneser-Ney (discount {entry['kneser_ney'][key]['discount']:g}) "
           f"eval {entry['kneser_ney'][key]['eval_loss']:.4f}", flush=True)
+    for context, numbers in ngram_references(sweep, fraction, scored_draws, models).items():
+      entry["ngram"][context][key] = numbers
+      print(f"  {corpus.key:7s} count model of the {context}'s context f={fraction:g}: Kneser-Ney "
+            f"{numbers['order']}-gram (discount {numbers['discount']:g}) eval {numbers['eval_loss']:.4f}", flush=True)
     for model in models:
       settings, tried = tune(sweep, model, fraction, grids)
       entry["tuning"][model.key][key] = {"chosen": settings, "trials": tried}

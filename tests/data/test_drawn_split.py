@@ -114,3 +114,22 @@ def test_a_subword_draw_of_one_long_file_trains_its_tokenizer_on_train_blocks_al
   got = data.load_bigram_data(config, tmp_path)
   assert "draw2" in got.identity and len(got.select_ids) > 0 and len(got.eval_ids) > 0
   assert got.train_ids.max() < 32 and got.eval_ids.max() < 32
+
+
+def test_a_subword_draw_of_documents_reads_each_drawn_document_when_a_run_checks_its_splits(tmp_path):
+  # The trainer checks that each split holds a pair of tokens document by document (`check_preparable`): a drawn
+  # split's documents are pieces (file index, start, stop), read from the files, not paths.
+  import random  # noqa: PLC0415
+
+  rng = random.Random(1)
+  words = "king queen cat dog sat ran on under a mat house river stone bright dark old young".split()
+  folder = tmp_path / "docs"
+  folder.mkdir()
+  for k in range(12):
+    (folder / f"doc{k:02d}.txt").write_text("".join("the " + " ".join(rng.choice(words) for _ in range(7)) + "\n"
+                                                    for _ in range(40)))
+  config = _config(f"{folder}/*.txt", tmp_path, "drawn-1", selection_fraction=0.1)
+  config.data.tokenizer, config.model.vocab_size = "sentencepiece", 32
+  config_lib.validate_data(config)
+  data.load_bigram_data(config, tmp_path)
+  data.check_preparable(config, tmp_path)  # reads each drawn document's lines: no error

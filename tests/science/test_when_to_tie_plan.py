@@ -1,6 +1,6 @@
 """science/when_to_tie's plan: each (corpus, model family) block fits in two hours on 2 cores by its own arithmetic,
-the controls run (their configs build their models) while the model axis says why it cannot yet, --family picks one
-block's models, and a killed sweep resumes from the record of its finished runs without training them again."""
+the controls and the context models run (their configs build their models), --family picks one block's models,
+and a killed sweep resumes from the record of its finished runs without training them again."""
 
 import json
 import math
@@ -20,17 +20,70 @@ def test_each_timed_block_fits_in_two_hours_by_hand_arithmetic():
   assert plans.block_seconds("bytes", "bigram") == pytest.approx(3 * 24 * 6.6 + 3 * 24 * 5.9 + 3 * 14 * 10.3)
   for corpus in plans.RUN_SECONDS:
     for family in plans.TIMED_FAMILIES:
-      assert plans.block_seconds(corpus, family) <= plans.BLOCK_SECONDS == 7200
-  assert math.isnan(plans.block_seconds("subword", "mlp"))  # not timed until the context models run
+      if (corpus, family) in plans.UNFIT_BLOCKS:  # said to be over, and by its estimate it is
+        assert plans.BLOCK_SECONDS < plans.block_seconds(corpus, family) < math.inf
+      else:
+        assert plans.block_seconds(corpus, family) <= plans.BLOCK_SECONDS == 7200
+  assert set(plans.TIMED_FAMILIES) == set(plans.FAMILIES)  # every family has an estimate
+  # bytes MLP, 2,500 steps at most: 3 · 24 · (33.0 + 33.3) s + 3 · 14 · 55.4 s = 7,100.4 s
+  assert plans.block_seconds("bytes", "mlp") == pytest.approx(3 * 24 * (33.0 + 33.3) + 3 * 14 * 55.4)
+  # A context family: the same runs (3 models, 9 trials + 5 seeds × draws) at its own measured seconds.
+  mlp = plans.CONTEXT_RUN_SECONDS["mlp"]["subword"]
+  assert plans.block_seconds("subword", "mlp") == pytest.approx(3 * 24 * (mlp[0.01] + mlp[0.1]) + 3 * 14 * mlp[1.0])
+  assert math.isnan(plans.block_seconds("subword", "words"))  # a family never timed has no estimate
 
 
-def test_the_controls_run_and_the_model_axis_says_why_it_waits():
+def test_the_controls_and_the_model_axis_run():
   assert [m.key for m in plans.FAMILIES["controls"]] == ["tied_bias", "tied_sym", "untied_half"]
   assert {m.key for m in plans.FAMILIES["transformer"]} == {"tied_transformer", "untied_transformer",
                                                            "tied_w_transformer"}
   assert [plans.unavailable(m) for m in plans.CONTROLS] == ["", "", ""]
   assert plans.unavailable(plans.MODELS[2]) == ""
-  assert "model.context" in plans.unavailable(plans.FAMILIES["mlp"][0])
+  for family in plans.CONTEXTS:
+    assert [plans.unavailable(m) for m in plans.FAMILIES[family]] == ["", "", ""]
+    assert [(m.tied, m.hidden, m.tuned) for m in plans.FAMILIES[family]] == [(m.tied, m.hidden, m.tuned)
+                                                                             for m in plans.MODELS]
+  # A model with a field its config lacks, or a value it refuses, says which.
+  missing = plans.dataclasses.replace(plans.MODELS[0], needs=(("model.no_such_field", 1),))
+  assert plans.unavailable(missing) == "model.no_such_field does not exist yet"
+  pairs = plans.dataclasses.replace(plans.MODELS[0], needs=(("model.context", "mlp"),))
+  assert "data.context_length=1 is not allowed" in plans.unavailable(pairs)
+
+
+def test_each_context_run_config_is_valid_builds_its_model_and_steps_over_the_bigrams_tokens(tmp_path):
+  from tied_embed.core.model import ContextMLP, ContextTransformer, WithHiddenMap, build_model  # noqa: PLC0415
+  from tied_embed.train.config import validate  # noqa: PLC0415
+
+  for corpus in plans.corpora(quick=True, subword_corpus="").values():
+    pairs = plans.run_config(corpus, plans.MODELS[0], 0.1, 0, {}, 40, 10, tmp_path, 0.1)
+    for family, built in (("mlp", ContextMLP), ("transformer", ContextTransformer)):
+      tied, untied, tied_w = (plans.run_config(corpus, model, 0.1, 0, {"hidden_l2": 0.01}, 40, 10, tmp_path, 0.1)
+                              for model in plans.FAMILIES[family])
+      for config in (tied, untied, tied_w):
+        validate(config, num_devices=1, memory_bytes=2**50)
+        assert config.data.context_length == plans.CONTEXT_LENGTH == 16 and config.model.context == family
+        # B / L windows of L: the bigram run's tokens per step (1024), so the same schedule is the same passes
+        assert config.train.batch_size * config.data.context_length == pairs.train.batch_size == 1024
+        assert config.model.d_model == pairs.model.d_model
+      assert (tied.model.tied, untied.model.tied, tied_w.model.tied, tied_w.model.hidden) == (True, False, True,
+                                                                                              "linear")
+      assert isinstance(build_model(tied), built) and isinstance(build_model(tied_w), WithHiddenMap)
+      assert isinstance(build_model(tied_w).embedder, built)
+    mlp, transformer = (plans.run_config(corpus, plans.FAMILIES[family][0], 0.1, 0, {}, 40, 10, tmp_path, 0.1)
+                        for family in plans.CONTEXTS)
+    assert mlp.model.context_k == 3 and (transformer.model.layers, transformer.model.heads) == (1, 2)
+  assert [plans.ngram_orders(plans.FAMILIES[family][0]) for family in plans.CONTEXTS] == [(4,), tuple(range(2, 9))]
+  assert plans.ngram_orders(plans.MODELS[0]) == () and plans.context_length(plans.MODELS[0]) == 1
+
+
+def test_a_context_block_cuts_its_steps_only_where_the_plan_says_and_the_flag_wins():
+  for (corpus, family), cut in plans.CONTEXT_CUTS.items():
+    for field, value in cut.items():
+      assert getattr(plans.block_plan(corpus, (family,)), field) == value < getattr(plans.PLANS[corpus], field)
+      assert getattr(plans.block_plan(corpus, ("bigram", family)), field) == value  # one plan for the block's runs
+  for corpus, plan in plans.PLANS.items():
+    assert plans.block_plan(corpus, ("bigram", "controls")) == plan
+    assert plans.block_plan(corpus, ("mlp", "transformer"), max_steps=123).max_steps == 123
 
 
 def test_each_controls_run_config_is_valid_and_builds_its_model(tmp_path):

@@ -22,8 +22,6 @@ from science.when_to_tie import plan as plans
     (["--recheck-ends"], "--recheck-ends"),
     (["--family=bigram,words"], "--family='bigram,words': 'words' is not one of bigram, controls"),
     (["--family="], "--family='': '' is not one of"),
-    (["--family=mlp"], "--family='mlp': tied_mlp cannot run yet (model.hidden='none', model.context='mlp': "
-                       "data.context_length=1 is not allowed"),
 ])
 def test_bad_flags_are_one_line_errors_before_any_work(tmp_path, capsys, flags, named):
   out = tmp_path / "out"

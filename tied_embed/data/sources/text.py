@@ -141,6 +141,11 @@ class Text(TextSource):
     return corpus.read_lines(*self._range(settings, split))
 
   def split_documents(self, settings: dict[str, Any], split: str) -> Iterator[Iterator[str]]:
+    if "draw_seed" in settings:  # each drawn piece (file index, start, stop) a document of its own
+      files = self._checked_files(settings)
+      for piece in _drawn_pieces(settings, split):
+        yield draw.read_lines(files, [piece])
+      return
     if settings.get("split") != corpus.BY_DOCUMENT:
       yield from super().split_documents(settings, split)
       return
