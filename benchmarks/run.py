@@ -184,7 +184,8 @@ def _print_memory(r: dict) -> None:
 def _print_step_memory(r: dict) -> None:
   print(f"\nstep memory, D={r['D']} T={r['T']} chunk {r['chunk_size']}, one process per use (peak above the "
         f"process's own baseline, MiB; load average {', '.join(f'{x:.1f}' for x in r['load_average'])})")
-  print(f"  {'V':>6}  {'jit on first call':>17}  {'compile-ahead':>13}  {'PyTorch chunked':>15}  {'(V,D)+(V,C) by hand':>19}")
+  print(f"  {'V':>6}  {'jit on first call':>17}  {'compile-ahead':>13}  {'PyTorch chunked':>15}  "
+        f"{'(V,D)+(V,C) by hand':>19}")
   for vocab, row in r["by_vocab"].items():
     cells = [_fmt(row.get(use, {}).get("extra_mib"), ".0f") for use in step_memory.USES]
     print(f"  {vocab:>6}  {cells[0]:>17}  {cells[1]:>13}  {cells[2]:>15}  {row['v_term_mib']:>19.0f}")

@@ -72,7 +72,8 @@ def block(best: dict[str, dict[str, float]], names: list[str], load: tuple[float
   model, _ = common.cpu()
   note = (f"Best of {repeats} on {model}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}; load average "
           f"{load[0]:.1f} before, {load[1]:.1f} after (a shared machine: the ratios matter more than the seconds).")
-  lines = [textwrap.fill(note, width=120, break_on_hyphens=False), "", "| command (seconds, whole command) | " + " | ".join(names) + " |",
+  lines = [textwrap.fill(note, width=120, break_on_hyphens=False), "",
+           "| command (seconds, whole command) | " + " | ".join(names) + " |",
            "|---|" + "---|" * len(names)]
   lines += [f"| {row} | " + " | ".join(f"{times[name]:.1f}" for name in names) + " |" for row, times in best.items()]
   return "\n".join(lines)

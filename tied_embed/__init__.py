@@ -7,8 +7,8 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-  from tied_embed.core.model import ParamCounts, TiedEmbed, UntiedEmbed, param_counts
-  from tied_embed.entrypoint import tied_io_embed
+  from tied_embed.core.model import ParamCounts, TiedEmbed, UntiedEmbed, param_counts  # noqa: F401
+  from tied_embed.entrypoint import tied_io_embed  # noqa: F401
 
 # name → the module that defines it
 _EXPORTS = {"ParamCounts": "tied_embed.core.model", "TiedEmbed": "tied_embed.core.model",

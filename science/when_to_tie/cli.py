@@ -80,7 +80,8 @@ def _parser() -> _Parser:
                         help=f"at most this many steps per {name} run (default {plan.max_steps}"
                              + (f"; {capped}" if capped else "") + ")")
   parser.add_argument("--fractions", default=",".join(f"{f:g}" for f in FRACTIONS),
-                      help=f"comma-separated train data sizes in (0, 1] (default: {','.join(f'{f:g}' for f in FRACTIONS)})")
+                      help="comma-separated train data sizes in (0, 1] "
+                           f"(default: {','.join(f'{f:g}' for f in FRACTIONS)})")
   parser.add_argument("--from-json", default="",
                       help="train nothing: rewrite the tables, plot (and with --write-docs the docs) from this JSON")
   parser.add_argument("--convergence-factor", type=int, default=CONVERGENCE_FACTOR,

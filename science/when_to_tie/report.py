@@ -218,7 +218,6 @@ def markdown(results: dict[str, Any], png_name: str, notes: str = "") -> str:
 
 def _method(results: dict[str, Any], labels: dict[str, str]) -> str:
   """The paragraph saying how every run was trained, tuned, seeded and scored."""
-  grids = results["grids"]
   return (
       f"Written by `{COMMAND}` in {results['seconds'] / 60:.1f} min ({results['cpu_seconds'] / 60:.1f} "
       f"min of CPU time) on {results['machine']}. Models: {', '.join(labels.values())}. Every run holds out the "

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from science.when_to_tie import checks
-from science.when_to_tie.stats import mean_sd
 from science.when_to_tie.plan import (
   CONVERGENCE_FACTOR,
   DRAWN,

@@ -18,7 +18,6 @@ from tied_embed.core import step as step_lib
 from tied_embed.core.model import build_model
 from tied_embed.fast import choose
 
-
 VOCAB, D_MODEL, LENGTH, BATCH = 24, 8, 6, 4
 FORMS = [(context, tied, hidden) for context in ("mlp", "transformer") for tied, hidden in
          ((True, "none"), (False, "none"), (True, "linear"))]

@@ -16,7 +16,6 @@ from tied_embed.train import checkpoint
 from tied_embed.train.trainer import train_and_evaluate
 
 
-
 def _leaves(state) -> dict[str, np.ndarray]:
   return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(state)}
 

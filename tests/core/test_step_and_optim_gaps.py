@@ -79,7 +79,8 @@ def test_the_jitted_train_step_pins_its_new_state_to_the_shardings_it_is_given()
   pinned = step_lib.make_train_step(graphdef, state_shardings=shardings).lower(state, *batch).compile()
   assert jax.tree.leaves(pinned.output_shardings[0]) == jax.tree.leaves(shardings)
   free = step_lib.make_train_step(graphdef).lower(state, *batch).compile()
-  assert not any(isinstance(sharding, jax.sharding.NamedSharding) for sharding in jax.tree.leaves(free.output_shardings))
+  leaves = jax.tree.leaves(free.output_shardings)
+  assert not any(isinstance(sharding, jax.sharding.NamedSharding) for sharding in leaves)
 
 
 def _train(optimizer="adamw", learning_rate=0.1, weight_decay=0.0, grad_clip_norm=0.0, warmup_steps=0,

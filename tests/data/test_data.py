@@ -14,7 +14,6 @@ from tied_embed.train import mesh as mesh_lib
 from tied_embed.train.trainer import train_batch
 from tied_embed.util import UsageError
 
-
 # A 3-token table small enough to push through softmax by hand.
 HAND_TABLE = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
 HAND_ZIPF = [6 / 11, 3 / 11, 2 / 11]  # (1, 1/2, 1/3) / (11/6)

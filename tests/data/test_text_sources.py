@@ -16,7 +16,6 @@ from tied_embed.data.text import tokenizer as tokenizer_lib
 from tied_embed.train import config as config_lib
 from tied_embed.util import UsageError
 
-
 WORDS = ("the king queen cat dog sat ran on under a mat house river stone bright dark old young and but then "
          "when where why who spoke sang walked slept quickly slowly green red blue over into from with of to "
          "castle garden forest bread wine song night morning evening tower bridge horse rider sword shield").split()

@@ -17,7 +17,6 @@ from tied_embed.inspection import report
 from tied_embed.inspection.cli import main
 from tied_embed.util import UsageError
 
-
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 # Hand-made tied table: S = E·Eᵀ = [[1, 0, 3], [0, 4, 0], [3, 0, 9]].

@@ -11,7 +11,6 @@ import zipfile
 
 import numpy as np
 import pytest
-
 from test_reliability_inspection import _rewrite_record as _add_to_record
 from test_reliability_inspection import run_copy  # noqa: F401 (the fixture)
 
@@ -25,7 +24,7 @@ DEEP = "'a'+" + "-" * 100_000 + "1+'a'"  # a quoted "token" whose parse exhausts
 
 
 
-def test_a_report_data_that_expands_past_its_bound_is_not_decompressed(run_copy):
+def test_a_report_data_that_expands_past_its_bound_is_not_decompressed(run_copy):  # noqa: F811 (the fixture)
   zeros = np.zeros((96 << 20) // 8)  # 96 MiB of zeros: about 100 KB compressed
   _add_to_record(run_copy, **{"record.padding": zeros})
   size = (run_copy / record_lib.FILE_NAME).stat().st_size
@@ -36,7 +35,7 @@ def test_a_report_data_that_expands_past_its_bound_is_not_decompressed(run_copy)
   assert any("expands to more than" in w and "using the dataset" in w for w in report["warnings"])
 
 
-def test_an_array_header_claiming_a_huge_shape_is_refused_before_allocation(run_copy):
+def test_an_array_header_claiming_a_huge_shape_is_refused_before_allocation(run_copy):  # noqa: F811 (the fixture)
   """A member of 32 bytes whose .npy header says (2**40,) float64: np.load would allocate 8 TiB for it."""
   header = np.lib.format.header_data_from_array_1_0(np.zeros(4))
   header["shape"] = (1 << 40,)

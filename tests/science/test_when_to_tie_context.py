@@ -115,7 +115,7 @@ def test_a_quick_context_sweep_writes_a_report_with_the_kneser_ney_ngram_of_each
     scored = counts.mix(counts.statistics(data.eval_ids, data.eval_next, None, 16), discount, order)
     assert numbers["eval_loss"] == pytest.approx(float(-np.mean(np.log(scored))), rel=1e-9)
     assert numbers["eval_loss"] < entry["kneser_ney"]["0.1"]["eval_loss"]  # context helps the count model too
-  for key, by_fraction in entry["runs"].items():
+  for by_fraction in entry["runs"].values():
     (run,) = by_fraction["0.1"]
     # the forward pass over the tiled windows is what the trainer's windowed eval scored at the best step
     assert run["float64_eval_loss"] == pytest.approx(run["eval_loss"], rel=1e-4)

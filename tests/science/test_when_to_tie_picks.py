@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 from science import common
-from science.when_to_tie import report, stats
 from science.when_to_tie import plan as plans
+from science.when_to_tie import report, stats
 
 # Student's t two-sided 95% quantiles from a printed table (df → t_0.975), independent of scipy.
-T_TABLE = {1: 12.7062047, 2: 4.30265273, 3: 3.18244631, 4: 2.77644511, 5: 2.57058184}
+# t_{0.975, df} from a printed table: df = n - 1 for n paired runs (5 seeds; 5 seeds × 3 draws = 15)
+T_TABLE = {1: 12.7062047, 2: 4.30265273, 3: 3.18244631, 4: 2.77644511, 5: 2.57058184, 9: 2.26215716,
+           14: 2.14478669}
 
 
 def _run(seed, loss, draw=None):
@@ -128,7 +130,7 @@ def test_the_readme_picks_and_margins_are_recomputed_from_the_json():
       else:
         assert keys[found["second"]] == second
       checked += 1
-  assert checked == 10
+  assert checked == sum(len(entry["count"]) for entry in results["corpora"].values()) >= 3
 
 
 def test_the_results_page_holds_the_picks_of_the_json():

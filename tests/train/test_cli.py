@@ -74,7 +74,8 @@ def test_the_console_is_the_projects_own_and_a_rerun_prints_no_training_time(tra
     results = result.stdout.splitlines()
     assert len(results) == 2 and not [line for line in lines if line.startswith(("Step ", "Checkpoints in"))]
     assert results[-1] == (f"Checkpoints in runs/smoke/checkpoints (latest: step 20). Inspect: {venv_bin}/"
-                           f"tied-embed-inspect --workdir runs/smoke | Watch: {venv_bin}/tensorboard --logdir runs/smoke")
+                           f"tied-embed-inspect --workdir runs/smoke | Watch: {venv_bin}/tensorboard "
+                           "--logdir runs/smoke")
   first_lines = first.stderr.splitlines()
   assert any(line.startswith("step 20/20 | loss ") for line in first_lines), first.stderr
   assert re.fullmatch(r"Step 20: eval loss .*, 256 parameters, \d+\.\d s of training\.", first.stdout.splitlines()[0])

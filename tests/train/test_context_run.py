@@ -18,7 +18,6 @@ from tied_embed.train import config as config_lib
 from tied_embed.train.trainer import train_and_evaluate
 from tied_embed.util import UsageError
 
-
 WORDS = "the cursor moves to the next line and the window scrolls when the text is longer than the screen".split()
 
 

@@ -29,7 +29,6 @@ from tied_embed.train import checkpoint, signals, trainer
 from tied_embed.train.trainer import train_and_evaluate
 from tied_embed.util import UsageError
 
-
 PATIENCE, EVAL_EVERY = 3, 10
 
 

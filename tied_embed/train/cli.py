@@ -207,8 +207,7 @@ def _main(argv: list[str]) -> None:
 
   from tied_embed.train import config as config_lib  # noqa: PLC0415
   from tied_embed.train import mesh as mesh_lib
-  from tied_embed.util import (  # noqa: PLC0415
-      RunStopped, UsageError, first_line, is_utf8, one_line, refuse_if_held, require)
+  from tied_embed.util import RunStopped, UsageError, first_line, is_utf8, one_line, refuse_if_held, require  # noqa: PLC0415
 
   try:
     require(bool(FLAGS.workdir.strip()), "--workdir", FLAGS.workdir, "a directory path")

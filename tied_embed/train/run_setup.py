@@ -25,11 +25,10 @@ from tied_embed.data import bigram as data_lib
 from tied_embed.data import record as record_lib
 from tied_embed.fast import compilation
 from tied_embed.fast.kernels import in_use
-from tied_embed.train import checkpoint
+from tied_embed.train import checkpoint, run_step
 from tied_embed.train import config as config_lib
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.train import metrics as metrics_lib
-from tied_embed.train import run_step
 from tied_embed.train import signals as signals_lib
 from tied_embed.train.evaluation import Selection
 from tied_embed.util import UsageError, first_line
