@@ -31,10 +31,10 @@ CORPUS_GRIDS = {"subword": {"weight_decay": (0.0, 0.3, 3.0)}}
 QUICK_GRIDS = {"learning_rate": (1.0,), "weight_decay": (0.0,), "hidden_l2": (0.1,)}  # one trial per model
 # A (corpus, model family) block of runs: at most this long on the 2-core build machine, so a block is one sitting.
 BLOCK_SECONDS = 2 * 3600
-# Wall seconds of one run by corpus and size on 2 cores: the mean of the published sweep's runs (docs/when_to_tie.json:
-# bytes on the 2-core Xeon, subword on the 2-core AVX-512 EPYC) at the same schedule (EPOCHS passes, each corpus's
-# max_steps); a block's estimate is its runs times these (`block_seconds`).
-# The controls cost what the bigram models cost; a context model's run has not been timed yet (issue 44).
+# Wall seconds of one run by corpus and size on 2 idle cores: the mean of a full two-seed sweep's runs at the same
+# schedule (EPOCHS passes, each corpus's max_steps; bytes on a 2-core Xeon, subword on a 2-core AVX-512 EPYC); a
+# block's estimate is its runs times these (`block_seconds`). The controls cost what the bigram models cost. The bytes
+# bigram block of docs/when_to_tie.json took 53.0 min of CPU (84.6 min wall beside other jobs, load 9-14).
 RUN_SECONDS = {"bytes": {0.01: 6.6, 0.1: 5.9, 1.0: 10.3}, "subword": {0.01: 11.5, 0.1: 22.1, 1.0: 91.5}}
 # A context family's run: CPU seconds of one run (the family's tied + W, the tuning seed, the block's schedule),
 # measured by science/when_to_tie's Sweep.train on the 2-core AMD EPYC build machine (AVX2) under a load average of
