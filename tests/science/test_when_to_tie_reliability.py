@@ -74,11 +74,11 @@ def _set(path, value):
     (_set(("corpora", "bytes", "runs", "tied", "0.01", 0, "eval_loss"), float("nan")), "eval_loss is nan"),
     (_set(("corpora", "bytes", "runs", "untied", "1", 1, "select_loss"), float("inf")), "select_loss is inf"),
     (_set(("corpora", "bytes", "runs", "tied", "0.1", 0, "best_step"), -5), "best_step is -5"),
-    (_set(("corpora", "bytes", "runs", "tied_w", "0.3"), []), "holds no run"),
-    (_set(("corpora", "subword", "runs", "tied", "1"), lambda runs: runs + runs[:1]), "twice"),
-    (_set(("corpora", "bytes", "runs", "tied", "0.03", 0, "seed"), "zero"), "seed is 'zero'"),
+    (_set(("corpora", "bytes", "runs", "tied_w", "0.1"), []), "holds no run"),
+    (_set(("corpora", "bytes", "runs", "tied", "1"), lambda runs: runs + runs[:1]), "twice"),
+    (_set(("corpora", "bytes", "runs", "tied", "0.01", 0, "seed"), "zero"), "seed is 'zero'"),
     (_set(("corpora", "bytes", "count", "0.01", "eval_loss"), -1.0), "eval_loss is -1.0"),
-    (_set(("corpora", "subword", "runs", "tied", "1", 0, "predicts_self"), 1.5), "a share in [0, 1]"),
+    (_set(("corpora", "bytes", "runs", "tied", "1", 0, "predicts_self"), 1.5), "a share in [0, 1]"),
 ])
 def test_from_json_refuses_values_it_cannot_publish(tmp_path, capsys, change, named):
   results = json.loads(PUBLISHED.read_text())
