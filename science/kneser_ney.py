@@ -161,8 +161,13 @@ def held_out_fit(ids: np.ndarray, next_ids: np.ndarray, document_ends: np.ndarra
   fit_ends = None if ends is None else ends[ends < cut]
   held_ends = None if ends is None else ends[ends > cut] - cut
   counts = NgramCounts.of(ids[:cut], next_ids[:cut], fit_ends, max(orders), vocab_size)
-  statistics = counts.statistics(ids[cut:], next_ids[cut:], held_ends, window)
-  choices = [(float(-np.mean(np.log(counts.mix(statistics, discount, order)))), order, discount)
-             for order in orders for discount in count_bigram.DISCOUNT_GRID]
-  _, order, discount = min(choices)
+  _, order, discount = choose(counts, counts.statistics(ids[cut:], next_ids[cut:], held_ends, window), orders)
   return NgramCounts.of(ids, next_ids, ends, order, vocab_size), discount
+
+
+def choose(counts: NgramCounts, statistics: tuple[np.ndarray, np.ndarray, list[np.ndarray]],
+           orders: tuple[int, ...]) -> tuple[float, int, float]:
+  """The order of `orders` (each ≤ counts.order) and the discount of count_bigram.DISCOUNT_GRID with the lowest loss
+  on the pairs of `statistics`: → (that loss in nats, order, discount)."""
+  return min((float(-np.mean(np.log(counts.mix(statistics, discount, order)))), order, discount)
+             for order in orders for discount in count_bigram.DISCOUNT_GRID)

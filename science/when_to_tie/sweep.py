@@ -74,12 +74,9 @@ def ngram_reference(train: tuple[np.ndarray, np.ndarray, np.ndarray | None],
   its model sees there: windows of `window` tiled from each document's start, as the trainer's evals tile them.
   → {order, discount, window, select_loss, eval_loss} (nats)."""
   from science import kneser_ney  # noqa: PLC0415
-  from tied_embed.data.text import count_bigram  # noqa: PLC0415
 
   counts = kneser_ney.NgramCounts.of(*train, max(orders), vocab_size)
-  chosen = counts.statistics(*selection, window)
-  select_loss, order, discount = min((float(-np.mean(np.log(counts.mix(chosen, discount, order)))), order, discount)
-                                     for order in orders for discount in count_bigram.DISCOUNT_GRID)
+  select_loss, order, discount = kneser_ney.choose(counts, counts.statistics(*selection, window), orders)
   scored = counts.mix(counts.statistics(*evaluation, window), discount, order)
   return {"order": order, "discount": discount, "window": window, "select_loss": select_loss,
           "eval_loss": float(-np.mean(np.log(scored)))}
