@@ -92,6 +92,10 @@ def _parser() -> _Parser:
   parser.add_argument("--recheck-ends", action="store_true",
                       help=f"with --from-json: rerun each run whose best step is at the end of its schedule as it "
                            f"was, with {RECHECK_EVALS}× the evals, and add them to that JSON's results")
+  parser.add_argument("--asymmetry", action="store_true",
+                      help="train nothing: the asymmetry budget of each chosen corpus's train pairs at each size and "
+                           "draw (budget.py) into <out>/when_to_tie_asymmetry.json; with --write-docs also docs/ "
+                           "and its table in docs/when_to_tie.md's notes")
   parser.add_argument("--keep-runs", action="store_true",
                       help="keep every run's workdir under <out>/runs/ for inspection")
   parser.add_argument("--no-compile-cache", action="store_true",
@@ -112,6 +116,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     raise UsageError("--add-convergence: needs --from-json, the sweep to add the check to")
   if args.recheck_ends and not args.from_json:
     raise UsageError("--recheck-ends: needs --from-json, the sweep whose runs it rechecks")
+  if args.asymmetry and (args.from_json or args.add_convergence or args.recheck_ends):
+    raise UsageError("--asymmetry: trains nothing and reads no sweep's JSON; expected without --from-json, "
+                     "--add-convergence and --recheck-ends")
   if args.add_convergence and args.convergence_factor == 0:
     raise UsageError("--add-convergence with --convergence-factor=0: expected a factor ≥ 2")
   out = pathlib.Path(args.out)
@@ -137,7 +144,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
   bad = [f for f in args.fraction_list if not 0 < f <= 1]
   if bad:
     raise UsageError(f"--fractions={args.fractions!r}: {bad[0]:g} is not in (0, 1]")
-  other = None if args.from_json else other_block(out / "when_to_tie.json", args.chosen, args.families)
+  reads_or_measures = args.from_json or args.asymmetry  # writes no when_to_tie.json: replaces no block's report
+  other = None if reads_or_measures else other_block(out / "when_to_tie.json", args.chosen, args.families)
   if other:
     raise UsageError(f"--out={args.out}: it holds the report of {other}, which this sweep would replace: "
                      "use one --out per (corpus, family) block")
@@ -195,6 +203,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
       if args.results is not None:
         report.publish(args.results, out, args.write_docs)
         return args.results
+      if args.asymmetry:
+        return measure_budget(args, sys.argv[1:] if argv is None else argv)
       return run_sweep(args)
   except UsageError as error:
     print(f"error: {error}", file=sys.stderr)
@@ -278,6 +288,26 @@ def _existing_sweeps(results: dict[str, Any], args: argparse.Namespace) -> Itera
       raise UsageError(f"--from-json={args.from_json}: its {name} dataset is {entry['dataset']!r}, the one under "
                        f"{sweep.data_dir} is {sweep.data.identity!r}")
     yield name, entry, sweep
+
+
+def measure_budget(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
+  """--asymmetry: the budget of each chosen corpus at each size (--quick: 10% of the quick sweep's data) written to
+  <out>/when_to_tie_asymmetry.json; with --write-docs copied to docs/ and its table rewritten in the docs' notes.
+  → the written results."""
+  from absl import logging  # noqa: PLC0415
+
+  from science.when_to_tie import budget  # noqa: PLC0415
+
+  logging.set_verbosity(logging.ERROR)  # TFDS's 'custom data configuration' line per dataset
+  out = pathlib.Path(args.out)
+  chosen = {name: args.available[name] for name in args.chosen}
+  plans = {name: QUICK_PLAN if args.quick else block_plan(name, args.families) for name in args.chosen}
+  fractions = (0.1,) if args.quick else args.fraction_list
+  path = budget.measure(chosen, plans, fractions, out, " ".join([report.COMMAND, *argv]), machine(), args.quick)
+  if args.write_docs:
+    report.write_budget_docs(path)
+  print(f"wrote {path}" + (" and docs/" + path.name + ", docs/when_to_tie.md's notes" if args.write_docs else ""))
+  return json.loads(path.read_text())
 
 
 def run_sweep(args: argparse.Namespace) -> dict[str, Any]:

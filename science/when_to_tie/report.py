@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from science import common
-from science.when_to_tie import checks
+from science.when_to_tie import checks, mechanism
 from science.when_to_tie.plan import EPOCHS, MIN_STEPS, REPO
 from science.when_to_tie.stats import CONFIDENCE, Interval, against, mean_sd, paired
 
@@ -604,10 +604,23 @@ def publish(results: dict[str, Any], out: pathlib.Path, write_docs: bool) -> lis
   docs/results.md."""
   docs = REPO / "docs"
   picks_text = readme_block(results)  # made before anything is written, as `write` makes its files
-  paths = write(results, out, kept_notes(docs / "when_to_tie.md") if write_docs else "")
+  notes = mechanism.notes_with_tables(kept_notes(docs / "when_to_tie.md"), results, docs) if write_docs else ""
+  paths = write(results, out, notes)
   if write_docs:
     for path in paths:
       if path.resolve() != (docs / path.name).resolve():
         shutil.copyfile(path, docs / path.name)
     _write_picks(picks_text, REPO / "docs" / "results.md")
   return paths
+
+
+def write_budget_docs(path: pathlib.Path, docs: pathlib.Path = REPO / "docs") -> None:
+  """Copies the asymmetry budget at `path` to docs/ and rewrites the generated tables in docs/when_to_tie.md's notes
+  from docs/when_to_tie.json and the files beside it, the rest of the page kept (a page without notes untouched)."""
+  if path.resolve() != (docs / path.name).resolve():
+    shutil.copyfile(path, docs / path.name)
+  page = docs / "when_to_tie.md"
+  notes = kept_notes(page)
+  if notes and (docs / "when_to_tie.json").is_file():
+    results = json.loads((docs / "when_to_tie.json").read_text())
+    common.rewrite_block(page, NOTES_START, NOTES_END, mechanism.notes_with_tables(notes, results, docs))
