@@ -109,14 +109,26 @@ def controls_lines(bigram: dict[str, Any], controls: dict[str, Any], corpus: str
   return lines
 
 
+def budget_problem(bigram: dict[str, Any], budget: dict[str, Any], corpus: str) -> str:
+  """Why the budget of `corpus` cannot sit beside the sweep's gaps ('' where it can): another dataset, or a size
+  of the sweep it did not measure."""
+  entry, measured = budget["corpora"].get(corpus), bigram["corpora"].get(corpus)
+  if entry is None or measured is None:
+    return f"the budget or the sweep has no {corpus} entry"
+  if entry["dataset"] != measured["dataset"]:
+    return f"the budget's {corpus} dataset is {entry['dataset']}, the sweep's {measured['dataset']}"
+  missing = [fraction for fraction in measured["count"] if fraction not in entry["by_fraction"]]
+  return f"the budget has no {corpus} size {missing[0]}" if missing else ""
+
+
 def budget_lines(bigram: dict[str, Any], budget: dict[str, Any], controls: dict[str, Any] | None = None,
                  corpus: str = "bytes") -> list[str]:
   """Per size: the asymmetry budget of the train pairs (`budget`, the --asymmetry JSON; means over its draws) beside
   the measured gaps tied − (tied + W) and, with the controls block, (tied + S) − (tied + W): → markdown lines."""
+  problem = budget_problem(bigram, budget, corpus)
+  if problem:
+    raise ValueError(problem)
   entry, measured = budget["corpora"][corpus], bigram["corpora"][corpus]
-  if entry["dataset"] != measured["dataset"]:
-    raise ValueError(f"the asymmetry budget's {corpus} dataset is {entry['dataset']}, the sweep's "
-                     f"{measured['dataset']}")
   runs = joined_runs(bigram, controls, corpus) if controls is not None else measured["runs"]
   lines = [f"| train data | draws | add-k k | tokens current | antisymmetric share | PSD rank-{entry['d_model']} "
            "residual share | PSD rank-D excess loss (nats) | measured tied − (tied + W) |"
@@ -161,6 +173,8 @@ def notes_with_tables(notes: str, bigram: dict[str, Any], docs: pathlib.Path) ->
       problem = "" if controls is None else cross_block_problem(bigram, controls, corpus)
       if other is controls:
         lines = [f"No paired differences: {problem}."] if problem else controls_lines(bigram, controls, corpus)
+      elif budget_problem(bigram, budget, corpus):
+        lines = [f"No asymmetry table: {budget_problem(bigram, budget, corpus)}."]
       else:
         lines = budget_lines(bigram, budget, controls if controls is not None and not problem else None, corpus)
       parts.append("\n".join(([f"**{corpus}**", ""] if len(shared) > 1 else []) + lines))

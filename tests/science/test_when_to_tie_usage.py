@@ -22,6 +22,7 @@ from science.when_to_tie import plan as plans
     (["--recheck-ends"], "--recheck-ends"),
     (["--family=bigram,words"], "--family='bigram,words': 'words' is not one of bigram, controls"),
     (["--family="], "--family='': '' is not one of"),
+    (["--asymmetry", "--from-json=docs/when_to_tie.json"], "--asymmetry: trains nothing"),
 ])
 def test_bad_flags_are_one_line_errors_before_any_work(tmp_path, capsys, flags, named):
   out = tmp_path / "out"
