@@ -6,6 +6,8 @@
   .venv/bin/python -m science.when_to_tie --corpora=bytes --family=controls  # one (corpus, family) block
   .venv/bin/python -m science.when_to_tie --from-json docs/when_to_tie.json --add-convergence --write-docs
                                            # only the convergence check, added to an existing sweep's JSON
+  .venv/bin/python -m science.when_to_tie --asymmetry --corpora=bytes --out runs/asymmetry --write-docs
+                                           # the asymmetry budget of each size's train pairs (seconds)
 
 Three models: tied (logits E[i]·Eᵀ), untied (A[i]·Bᵀ) and tied + W (E[i]·W·Eᵀ, model.hidden="linear", W a D×D
 matrix that starts at the identity, with the penalty λ·‖W − I‖², model.hidden_l2 = λ, whose grid holds 0), on two
@@ -54,9 +56,14 @@ hand-written notes between the NOTES markers there) and rewrites the picks in do
 The datasets are built once per corpus and draw under <out>/data/; each run's workdir under <out>/runs/ is deleted
 once its numbers are taken, unless --keep-runs.
 
+The mechanism (mechanism.py): with --write-docs, the controls block's JSON beside docs/when_to_tie.json is paired
+with it run against run (same size, seed and draw) into the docs' notes, and so is the asymmetry budget's
+(--asymmetry, budget.py: the add-k count model of each size's and draw's train pairs, tied_embed/data/asymmetry.py).
+
 The package: `plan` (models, corpora, grids, trials, blocks, schedules, run configs), `sweep` (the runs, the tuning,
 the convergence check and the NumPy references they are scored against), `stats` (means, paired intervals), `report`
-(markdown, figure, docs and README), `checks` (what --from-json and --out must hold), `cli` (the command line;
+(markdown, figure, docs and README), `mechanism` (the controls paired across blocks, the asymmetry table), `budget`
+(the asymmetry budget of the train pairs), `checks` (what --from-json and --out must hold), `cli` (the command line;
 `__main__` runs it).
 """
 
