@@ -17,7 +17,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from helpers import compilation_cache_env, compilation_cache_options, subprocess_env  # noqa: E402
+from helpers import (  # noqa: E402
+    compilation_cache_env,
+    compilation_cache_options,
+    subprocess_env,
+    with_suite_xla_flags,
+)
+
+os.environ["XLA_FLAGS"] = with_suite_xla_flags(os.environ.get("XLA_FLAGS", ""))  # read when JAX starts its backend
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -118,11 +118,29 @@ def compilation_cache_env(directory: str | pathlib.Path) -> dict[str, str]:
   return {option.upper(): str(value) for option, value in compilation_cache_options(directory).items()}
 
 
-def subprocess_env(**extra: str) -> dict[str, str]:
+# XLA:CPU's backend at LLVM's -O0 for the suite's own compiles (conftest.py puts it in XLA_FLAGS before JAX starts):
+# the suite compiles a few hundred tiny programs and runs each for a few steps, and at -O0 it spends about a fifth
+# less CPU time. The graph passes (fusion, layout, the collectives) are the same; the arithmetic is the same IEEE
+# float32, so every tolerance and every bit-for-bit comparison within the suite holds. The users' shape on 8 devices
+# (tests/train/test_sharding.py) runs at XLA's default level, as `make train` does.
+SUITE_XLA_FLAGS = "--xla_backend_optimization_level=0"
+
+
+def with_suite_xla_flags(flags: str) -> str:
+  """`flags` (XLA_FLAGS) with the suite's `SUITE_XLA_FLAGS` in front, once."""
+  return flags if SUITE_XLA_FLAGS in flags.split() else f"{SUITE_XLA_FLAGS} {flags}".strip()
+
+
+def subprocess_env(*, optimized: bool = False, **extra: str) -> dict[str, str]:
   """This environment for a subprocess, minus any JAX_* settings (e.g. a JAX_NUM_PROCESSES of the caller's) other
-  than the session's compilation cache (conftest.py puts it in os.environ)."""
+  than the session's compilation cache (conftest.py puts it in os.environ). An XLA_FLAGS in `extra` replaces this
+  process's, after the suite's; `optimized` drops the suite's, so the subprocess compiles at XLA's default level, as
+  a user's run does."""
   cache = compilation_cache_env("")
   env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_") or k in cache}
+  flags = " ".join(flag for flag in extra.pop("XLA_FLAGS", env.get("XLA_FLAGS", "")).split() if flag != SUITE_XLA_FLAGS)
+  flags = flags if optimized else with_suite_xla_flags(flags)
+  env = {k: v for k, v in env.items() if k != "XLA_FLAGS"} | ({"XLA_FLAGS": flags} if flags else {})
   return env | {"TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"} | extra  # simulated devices are CPU ones
 
 

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -222,12 +223,14 @@ def test_a_best_checkpoint_cut_short_is_named_in_one_clean_line(selected, tmp_pa
   workdir = tmp_path / "run"
   shutil.copytree(selected.workdir, workdir)
   best = selected.summary.best_step
-  for data_file in (workdir / "checkpoints" / str(best) / "state").glob("ocdbt.process_*/d/*"):
+  # Every data file, the merged index's included: this run's (32, 8) arrays sit near OCDBT's inline limit, so their
+  # bytes lie in the per-process files or inline in the merged index, depending on how well each one compresses.
+  for data_file in (workdir / "checkpoints" / str(best) / "state").glob("**/d/*"):
     data_file.write_bytes(data_file.read_bytes()[:10])
   assert inspect_main(["--workdir", str(workdir), "--step", "best", "--no-pictures"]) == 2
   err = capsys.readouterr().err
   assert err.startswith(f"error: checkpoint {best} at {workdir / 'checkpoints' / str(best)} is damaged: ")
-  assert err.count("\n") == 1 and err.endswith(" is not valid for value of size 10\n"), err
+  assert err.count("\n") == 1 and re.search(r"(?i)byte range \[0, \d+\)", err), err  # names the cut read
   assert "pybind" not in err and "TensorStore details" not in err and "tensorstore_spec" not in err
 
 

@@ -123,7 +123,7 @@ def test_default_config_on_a_4x2_mesh_finishes_every_time(tmp_path):
   )
   result = subprocess.run(
       [sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=480,
-      env=subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=8"),
+      env=subprocess_env(optimized=True, XLA_FLAGS="--xla_force_host_platform_device_count=8"),
   )
   assert result.returncode == 0, result.stderr[-3000:]
   assert [line for line in result.stdout.splitlines() if line.startswith("finished")] == ["finished 300"] * 3
