@@ -90,8 +90,10 @@ def test_untied_scores_use_input_times_output_and_say_so():
 
 
 def test_text_tokens_are_shown_as_printable_characters():
-  assert [report.token_label(t, "text") for t in (97, 32, 10, 0xC3)] == ["'a'", "' '", "'\\n'", "'\\xc3'"]
-  assert report.token_label(97, "planted") == "97"
+  from tied_embed.data import sources  # noqa: PLC0415
+
+  assert [sources.get("text").token_label(t) for t in (97, 32, 10, 0xC3)] == ["'a'", "' '", "'\\n'", "'\\xc3'"]
+  assert sources.get("planted").token_label(97) == "97"
 
 
 def test_event_reader_keeps_the_later_write_of_a_repeated_step(tmp_path):

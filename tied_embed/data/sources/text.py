@@ -1,6 +1,5 @@
 """The text sources, as bytes or pieces: 'text', a local corpus (a file, a directory or a glob), and 'tfds', a TFDS text
-dataset. A 'text' dataset's identity hashes the corpus's contents, so an edit makes a new dataset and an unchanged
-corpus is tokenized once."""
+dataset. A 'text' identity hashes the corpus: an edit makes a new dataset, an unchanged corpus is tokenized once."""
 
 from __future__ import annotations
 
@@ -18,7 +17,6 @@ import numpy as np
 from tied_embed.data import base
 from tied_embed.data.text import corpus, draw
 from tied_embed.data.text import tokenizer as tokenizer_lib
-from tied_embed.data.text.count_bigram import PairCounts, empirical_rows
 from tied_embed.data.text.tokenized import TextSource
 from tied_embed.util import UsageError, require
 
@@ -26,21 +24,6 @@ from tied_embed.util import UsageError, require
 DEFAULT_CORPUS = pathlib.Path(pydoc_data.__file__).parent / "topics.py"
 _MIN_BYTES = 32  # enough for a few pairs in the validation split
 MIN_BYTES_PER_PIECE = 16  # less train text a piece cannot yield V pieces (English: 4-5 bytes a piece)
-
-
-def text_pairs(
-    data: bytes, validation_fraction: float = corpus.VALIDATION_FRACTION
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-  """Byte bigrams, the last `validation_fraction` validation: bytes (n,) → {split: (ids, next_ids)} int32."""
-  values = np.frombuffer(data, dtype=np.uint8).astype(np.int32)
-  split_at = len(values) - int(len(values) * validation_fraction)
-  train, validation = values[:split_at], values[split_at:]
-  return {"train": (train[:-1], train[1:]), "validation": (validation[:-1], validation[1:])}
-
-
-def empirical_log_probs(ids: np.ndarray, next_ids: np.ndarray, vocab_size: int) -> np.ndarray:
-  """log(count(i, j) / count(i)): (N,), (N,) → (V, V) float64 (small V); -inf unseen, nan rows never current."""
-  return np.asarray(empirical_rows(PairCounts.of(ids, next_ids, vocab_size)))
 
 
 class Text(TextSource):
