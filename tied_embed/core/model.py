@@ -63,8 +63,7 @@ class LanguageModel(nnx.Module):
     return x @ self.table_params()[1][...].T
 
   def score_operands(self, hidden: jax.Array, projection_table: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(hidden (T, D), table (V, D)) → (H (T, D'), B (V, D')), logits = H · Bᵀ: here themselves; `WithOutputBias`
-    widens."""
+    """(hidden (T, D), table (V, D)) → (H (T, D'), B (V, D')), logits = H · Bᵀ: here themselves (a bias widens)."""
     return hidden, projection_table
 
   def tables(self) -> tuple[jax.Array, jax.Array]:

@@ -228,8 +228,7 @@ def as_python_values(config: ml_collections.ConfigDict) -> None:
 
 
 def validate(config: Any, num_devices: int | None = None, memory_bytes: int | None = None) -> None:
-  """UsageError for the first bad field, mesh (`num_devices`) or memory (`memory_bytes`); NumPy scalars become
-  numbers."""
+  """UsageError for the first bad field, mesh (`num_devices`) or memory (`memory_bytes`); NumPy scalars → numbers."""
   if not isinstance(config, ml_collections.ConfigDict):
     raise UsageError.bad_value("config", f"<{type(config).__name__}>", "an ml_collections.ConfigDict")
   as_python_values(config)

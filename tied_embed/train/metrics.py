@@ -20,11 +20,6 @@ from tied_embed.util import shell_quote
 log = logging.getLogger(__name__)
 
 
-def make_writer(workdir: pathlib.Path, *, events: bool, verbose: bool) -> events_lib.EventWriter:
-  """The run's metric writer: TensorBoard events in `workdir` if `events`, plus every value logged if `verbose`."""
-  return events_lib.EventWriter(workdir if events else None, verbose=verbose)
-
-
 def write_log_step(writer, step: int, learning_rate: float, metrics: dict, state) -> dict[str, float]:
   """Writes a log step's train/* and grad/* scalars and `state`'s provenance histograms; → the scalars."""
   metrics = dict(metrics)

@@ -1,9 +1,8 @@
 """Where the step's C++ kernels are built, and loading them only once their build record vouches for them.
 
 `make kernels` builds _gemm.so, _gemm_onednn.so and _adamw.so into `kernel_dir()` ($TIED_EMBED_KERNEL_DIR, else beside
-the sources, else the user's cache), each with NAME.json (its sources' hash, flags, jaxlib, CPU, size and sha256), which
-`register` checks before opening it: a truncated library kills the process in dlopen, a stale one misreads XLA's
-operands."""
+the sources, else the user's cache), each with NAME.json (its sources' hash, flags, jaxlib, CPU, size and sha256),
+checked before opening: a truncated library kills the process in dlopen, a stale one misreads XLA's operands."""
 
 from __future__ import annotations
 
