@@ -25,14 +25,6 @@ from tied_embed.util import UsageError, one_line, printable
 _TOKEN = re.compile(r"-?[0-9]+")  # ASCII digits only: int() would also take '1_0' and other scripts' digits
 
 
-def parse_tokens(text: str) -> list[int]:
-  """'3,17,42' → [3, 17, 42]; raises UsageError for anything that isn't a comma-separated list of integers."""
-  parts = [part.strip(" ") for part in text.split(",")]
-  if not all(_TOKEN.fullmatch(part) for part in parts):
-    raise UsageError.bad_value("--tokens", text, "comma-separated integer token ids, e.g. 3,17,42")
-  return [int(part) for part in parts]
-
-
 def parse_token_items(text: str) -> list[int | str]:
   """'3,▁the, x' → [3, '▁the', 'x']: ASCII integers are ids, anything else a token string, resolved against the
   run's vocabulary by `inspect_run`. Spaces around an item are dropped; quote a token to keep them (' ')."""
