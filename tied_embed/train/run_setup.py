@@ -117,10 +117,8 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
       raise data_lib.DataFailed(f"writing {error.filename or workdir} failed: {why}") from error
     kernels = in_use.kernel_set(config, target["model"], mesh.size)
     in_use.record(workdir, kernels, resuming=start > 0)  # a resume on another kernel set is not bitwise
-  if data.vocab_size <= asymmetry.MAX_DENSE:  # what no tied table fits, of the task's (V, V) log-probabilities
-    share = asymmetry.antisymmetric_share(asymmetry.prepared_table(data.true_log_probs)[0])
-  else:
-    share = None
+  dense = data.vocab_size <= asymmetry.MAX_DENSE  # what no tied table fits, of the task's (V, V) log-probabilities
+  share = asymmetry.antisymmetric_share(asymmetry.prepared_table(data.true_log_probs)[0]) if dense else None
   writer = stack.enter_context(contextlib.closing(events_lib.EventWriter(workdir if events else None, verbose=verbose)))
   if stop := signals.agreed(sync_point=True):
     raise signals_lib.Preempted(stop, None)
