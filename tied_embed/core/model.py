@@ -84,11 +84,9 @@ class LanguageModel(nnx.Module):
     return rows
 
   def penalty(self) -> jax.Array | None:
-    """No regulariser."""
     return None
 
   def hidden_stats(self) -> dict[str, jax.Array]:
-    """Nothing to log."""
     return {}
 
 
@@ -113,7 +111,6 @@ class UntiedEmbed(LanguageModel):
     self.output_embedding = table_param(init_table(rngs.params(), vocab_size, d_model))
 
   def table_params(self) -> tuple[nnx.Param, nnx.Param]:
-    """Two different tables."""
     return self.input_embedding, self.output_embedding
 
 

@@ -375,4 +375,3 @@ def hparams(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """The run's hyperparameters for TensorBoard: every field of `FIELDS`, and the data.* fields its source reads."""
   return {**{field.path: get(config, field.path) for field in FIELDS},
           **{f"data.{name}": config.data[name] for name in sources.get(config.data.source).fields}}
-

@@ -164,8 +164,7 @@ def _ensure_writable(workdir: str | pathlib.Path) -> pathlib.Path:
 def _probe_writable(directory: pathlib.Path) -> None:
   """OSError unless a file can be created and deleted in `directory`; its times are put back, changing nothing."""
   times = directory.stat()
-  with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-"):
-    pass
+  tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-").close()  # created, then deleted
   os.utime(directory, ns=(times.st_atime_ns, times.st_mtime_ns))
 
 

@@ -1,7 +1,7 @@
 """Tokenizers of text sources: bytes (V = 256) or SentencePiece, trained here or given as a `.model` file.
 
 SentencePiece is trained as in Flax's lm1b example (unigram, a bounded sample of train), without BOS/EOS/padding ids,
-deterministically (one thread, fixed sample): the same corpus, the same model file. Newlines leave no token."""
+deterministically (one thread, fixed sample): one corpus, one model file. Each line encodes alone: no newline token."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ import re
 import sys
 
 import jax
+import jaxlib
 
 from tied_embed import util
 
@@ -58,8 +59,6 @@ def cpuinfo_field(names: str | tuple[str, ...], cpuinfo: pathlib.Path = pathlib.
 
 def fingerprint(library: Library) -> dict[str, str]:
   """What a build of `library` here would record before its file: sources and flags, jaxlib, machine, CPU."""
-  import jaxlib  # noqa: PLC0415
-
   digest = hashlib.sha256(" ".join(library.flags).encode())
   for name in library.sources:
     digest.update(f"\0{name}\0".encode() + (HERE / name).read_bytes())
