@@ -5,7 +5,8 @@ the last k, the transformer all of them back to the window's start). The n-gram 
 last min(n - 1, position in the window + 1) tokens, counted on the train documents (never across a document), so
 its context is never longer than the model's. At its top order it uses raw counts; below, Kneser-Ney's continuation
 counts (how many distinct tokens precede the shorter n-gram); at order 0 the continuation unigram interpolated with
-the uniform 1/V. One absolute discount d serves every order. At order 2 this is `count_bigram.kneser_ney_loss`.
+the uniform 1/V. One absolute discount d serves every order. At order 2 this is `kneser_ney_loss`, the bigram on
+`count_bigram.PairCounts` (its own implementation, at the end of this module).
 
 Contexts are numbered, not hashed: the context of length k at a position is (its length-(k-1) context, the token
 before that), and `np.unique` over those int64 keys numbers them, so lookups are exact (`np.searchsorted`)."""
@@ -17,6 +18,10 @@ import dataclasses
 import numpy as np
 
 from tied_embed.data.text import count_bigram
+from tied_embed.data.text.count_bigram import PairCounts
+
+# Interpolated Kneser-Ney: the discounts tried on the held-out pairs (a bigram's best lies in (0, 1)).
+DISCOUNT_GRID = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
 
 
 def document_starts(count: int, document_ends: np.ndarray | None) -> np.ndarray:
@@ -153,7 +158,7 @@ class NgramCounts:
 
 def held_out_fit(ids: np.ndarray, next_ids: np.ndarray, document_ends: np.ndarray | None, orders: tuple[int, ...],
                  window: int, vocab_size: int) -> tuple[NgramCounts, float]:
-  """The order of `orders` and the discount of count_bigram.DISCOUNT_GRID with the lowest loss on the last
+  """The order of `orders` and the discount of DISCOUNT_GRID with the lowest loss on the last
   HELD_OUT_FRACTION of the train pairs (N,), (N,), fitted on the rest (the held-out part scored as the validation
   pairs are, from its own start, in windows), then refitted on all of them: → (NgramCounts, discount)."""
   cut = len(ids) - max(int(len(ids) * count_bigram.HELD_OUT_FRACTION), 1)
@@ -167,7 +172,42 @@ def held_out_fit(ids: np.ndarray, next_ids: np.ndarray, document_ends: np.ndarra
 
 def choose(counts: NgramCounts, statistics: tuple[np.ndarray, np.ndarray, list[np.ndarray]],
            orders: tuple[int, ...]) -> tuple[float, int, float]:
-  """The order of `orders` (each ≤ counts.order) and the discount of count_bigram.DISCOUNT_GRID with the lowest loss
+  """The order of `orders` (each ≤ counts.order) and the discount of DISCOUNT_GRID with the lowest loss
   on the pairs of `statistics`: → (that loss in nats, order, discount)."""
   return min((float(-np.mean(np.log(counts.mix(statistics, discount, order)))), order, discount)
-             for order in orders for discount in count_bigram.DISCOUNT_GRID)
+             for order in orders for discount in DISCOUNT_GRID)
+
+
+def continuation_probs(fit: PairCounts, discount: float) -> np.ndarray:
+  """Kneser-Ney's lower order: how many distinct tokens precede j, N1+(·, j), over the distinct pairs, discounted
+  and interpolated with the uniform 1/V (so a token never seen after anything keeps some mass): → (V,) float64."""
+  vocab_size = fit.vocab_size
+  preceders = np.bincount(fit.codes % vocab_size, minlength=vocab_size).astype(np.float64)
+  types = float(len(fit.codes))
+  if types == 0:
+    return np.full(vocab_size, 1.0 / vocab_size)
+  backoff = discount * np.count_nonzero(preceders) / types
+  return np.maximum(preceders - discount, 0.0) / types + backoff / vocab_size
+
+
+def kneser_ney_probs(fit: PairCounts, ids: np.ndarray, next_ids: np.ndarray, discount: float) -> np.ndarray:
+  """P(next | current) of pairs (M,), (M,) under the interpolated Kneser-Ney bigram of `fit`:
+  max(c(i, j) − d, 0) / c(i) + d · N1+(i, ·) / c(i) · P_cont(j), and P_cont(j) for a token never current: → (M,)."""
+  ids = np.asarray(ids, np.int64)
+  lower = continuation_probs(fit, discount)[np.asarray(next_ids, np.int64)]
+  pair = fit.lookup(ids, next_ids).astype(np.float64)
+  row = fit.row_totals[ids].astype(np.float64)
+  followers = np.bincount(fit.codes // fit.vocab_size, minlength=fit.vocab_size)[ids].astype(np.float64)
+  seen = row > 0
+  safe = np.where(seen, row, 1.0)
+  return np.where(seen, (np.maximum(pair - discount, 0.0) + discount * followers * lower) / safe, lower)
+
+
+def kneser_ney_loss(fit: PairCounts, ids: np.ndarray, next_ids: np.ndarray, discount: float) -> float:
+  """Mean -log P(next | current) of pairs (M,), (M,) under the interpolated Kneser-Ney bigram of `fit`: → nats."""
+  return float(-np.mean(np.log(kneser_ney_probs(fit, ids, next_ids, discount))))
+
+
+def best_discount(fit: PairCounts, held_ids: np.ndarray, held_next: np.ndarray) -> float:
+  """The discount of DISCOUNT_GRID whose Kneser-Ney bigram of `fit` has the lowest loss on the held-out pairs."""
+  return min(DISCOUNT_GRID, key=lambda discount: kneser_ney_loss(fit, held_ids, held_next, discount))

@@ -38,8 +38,9 @@ from science import report  # noqa: E402
 from tied_embed.core import optim  # noqa: E402
 from tied_embed.core.model import TiedEmbed, UntiedEmbed  # noqa: E402
 from tied_embed.data import asymmetry  # noqa: E402
-from tied_embed.data.sources import text  # noqa: E402
 from tied_embed.data.sources.synthetic import Directed, Planted  # noqa: E402
+from tied_embed.data.text.corpus import VALIDATION_FRACTION  # noqa: E402
+from tied_embed.data.text.count_bigram import PairCounts, empirical_rows  # noqa: E402
 from tied_embed.train import nonfinite, run_step
 
 VOCAB_SIZE, D_MODEL, BATCH_SIZE = 256, 16, 512
@@ -83,15 +84,24 @@ def synthetic_task(source) -> Task:
   return Task(source.name, source.splits(settings)["train"], joint, log_probs, note)
 
 
+def text_pairs(data: bytes, validation_fraction: float = VALIDATION_FRACTION) -> dict[str, tuple[np.ndarray, ...]]:
+  """Byte bigrams, the last `validation_fraction` validation: bytes (n,) → {split: (ids, next_ids)} int32."""
+  values = np.frombuffer(data, dtype=np.uint8).astype(np.int32)
+  split_at = len(values) - int(len(values) * validation_fraction)
+  train, validation = values[:split_at], values[split_at:]
+  return {"train": (train[:-1], train[1:]), "validation": (validation[:-1], validation[1:])}
+
+
 def text_task(path: pathlib.Path) -> Task:
   data = path.read_bytes()
-  splits = text.text_pairs(data)
+  splits = text_pairs(data)
   ids, next_ids = splits["validation"]
   joint = np.zeros((VOCAB_SIZE, VOCAB_SIZE))
   np.add.at(joint, (ids, next_ids), 1.0)
   note = (f"bytes of {path.name} (Python's pydoc_data, {len(data):,} bytes, sha256 "
           f"{hashlib.sha256(data).hexdigest()[:12]}); last 10% is validation, its pair counts the distribution")
-  return Task("text", splits["train"], joint / joint.sum(), text.empirical_log_probs(ids, next_ids, VOCAB_SIZE), note)
+  log_probs = np.asarray(empirical_rows(PairCounts.of(ids, next_ids, VOCAB_SIZE)))  # -inf unseen, nan never current
+  return Task("text", splits["train"], joint / joint.sum(), log_probs, note)
 
 
 def make_config(steps: int, optimizer: str):

@@ -67,8 +67,7 @@ def tied_io_embed(seed, token_ids, vocab_size, d_model) -> jax.Array:
   / sqrt(D)` from `nnx.Rngs(int(seed))`.
 
   `seed`, V and D are integers, possibly as floats, static under a caller's jit; ValueError if V or D is below 1 after
-  `int()` or the table and logits exceed the device's memory. `token_ids` (T,) are ids in [0, V), possibly floats,
-  possibly traced."""
+  `int()`, or if the table and logits exceed the device's memory. `token_ids` (T,): ids in [0, V), floats or traced."""
   vocab_size, d_model = _at_least_one("vocab_size", vocab_size), _at_least_one("d_model", d_model)
   _check_fits(vocab_size, d_model, math.prod(np.shape(token_ids)))
   # `jax.random.key(python_int)` turns the int into an int64 NumPy scalar, which JAX then narrows to its

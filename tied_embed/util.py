@@ -64,12 +64,8 @@ def one_line(text: str) -> str:
 
 
 def is_utf8(text: str) -> bool:
-  """Whether `text` (a path as Python holds it) is valid UTF-8: not a name holding a byte that is not."""
-  try:
-    text.encode("utf-8")
-  except UnicodeEncodeError:
-    return False
-  return True
+  """Whether `text` (a path as Python holds it) is valid UTF-8: no surrogate, os.fsdecode's stand-in for a bad byte."""
+  return not any("\ud800" <= character <= "\udfff" for character in text)
 
 
 _ANSI_C_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
@@ -99,8 +95,7 @@ _DROPPED_UNRAISABLE: set[Callable[[Any], bool]] = set()
 
 def drop_unraisable(matches: Callable[[Any], bool]) -> None:
   """Stops Python printing tracebacks of the unraisable exceptions `matches(unraisable)` picks out (JAX's gc callback,
-  TensorStore calling into a closed loop), which would print beside a one-line outcome; others reach the previous
-  hook."""
+  TensorStore calling into a closed loop) beside a one-line outcome; others reach the previous hook."""
   _DROPPED_UNRAISABLE.add(matches)
   if getattr(sys.unraisablehook, "drops_unraisable", False):
     return
@@ -283,14 +278,13 @@ def exclusive(directory: str | pathlib.Path, what: str, *, record_now: bool = Tr
     os.close(fd)  # releases the lock
 
 
-def write_atomically(path: str | pathlib.Path, payload: bytes | Callable[[BinaryIO], Any], *, fsync: bool = False,
+def write_atomically(path: str | pathlib.Path, payload: bytes | Callable[[BinaryIO], Any], *,
                      remove_stale: bool = False, mode: int = 0o666) -> pathlib.Path:
   """Writes `path` whole or not at all: `payload` (bytes, or `payload(f)` writing a binary file) goes to a temporary
   file beside it, renamed over `path` (replacing a link there, not writing through it).
 
-  The file gets `mode` less the umask, as open() would. `fsync`: the bytes and the rename reach the disk first.
-  `remove_stale`: first removes temporary files a killed writer left (for a path no other process writes). On failure
-  the temporary file is removed and the OSError names `path`."""
+  The file gets `mode` less the umask, as open() would. `remove_stale`: first removes temporary files a killed writer
+  left (for a path no other process writes). On failure the temporary file is removed and the OSError names `path`."""
   path = pathlib.Path(path)
   if remove_stale:
     for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
@@ -303,18 +297,9 @@ def write_atomically(path: str | pathlib.Path, payload: bytes | Callable[[Binary
         f.write(payload)
       else:
         payload(f)
-      if fsync:
-        f.flush()
-        os.fsync(f.fileno())
     os.umask(umask := os.umask(0))  # the only way to read it: set, and straight back
     os.chmod(temporary, mode & ~umask)
     os.replace(temporary, path)
-    if fsync:
-      directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-      try:
-        os.fsync(directory)
-      finally:
-        os.close(directory)
   except BaseException as error:
     if temporary is not None:
       pathlib.Path(temporary).unlink(missing_ok=True)

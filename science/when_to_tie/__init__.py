@@ -29,7 +29,7 @@ chosen setting is then scored on plan.SEEDS on every draw. Picks are paired diff
 
 Beside the models, at every size and draw, two count-bigram references of exactly the pairs the models train on,
 each tuned on the selection split: add-k (k from count_bigram.K_GRID) and interpolated Kneser-Ney (the discount from
-count_bigram.DISCOUNT_GRID). The floor (the validation split's own bigram entropy, unreachable) stays beside them.
+kneser_ney.DISCOUNT_GRID). The floor (the validation split's own bigram entropy, unreachable) stays beside them.
 
 The convergence check (--convergence-factor F, default CONVERGENCE_FACTOR; 0: off): at the largest data size (100%),
 each model at the settings chosen there reruns seed 0 with F times the steps, the same schedule shape (warmup, then

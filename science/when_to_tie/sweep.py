@@ -56,12 +56,13 @@ def kneser_ney_reference(train: tuple[np.ndarray, np.ndarray], selection: tuple[
                          evaluation: tuple[np.ndarray, np.ndarray], vocab_size: int) -> dict[str, float]:
   """The interpolated Kneser-Ney bigram of the train pairs (N,), (N,), its discount chosen on the selection pairs:
   → {discount, select_loss, eval_loss} (nats)."""
+  from science import kneser_ney  # noqa: PLC0415
   from tied_embed.data.text import count_bigram  # noqa: PLC0415
 
   fit = count_bigram.PairCounts.of(*train, vocab_size)
-  discount = count_bigram.best_discount(fit, *selection)
-  return {"discount": discount, "select_loss": count_bigram.kneser_ney_loss(fit, *selection, discount),
-          "eval_loss": count_bigram.kneser_ney_loss(fit, *evaluation, discount)}
+  discount = kneser_ney.best_discount(fit, *selection)
+  return {"discount": discount, "select_loss": kneser_ney.kneser_ney_loss(fit, *selection, discount),
+          "eval_loss": kneser_ney.kneser_ney_loss(fit, *evaluation, discount)}
 
 
 def ngram_reference(train: tuple[np.ndarray, np.ndarray, np.ndarray | None],
@@ -70,7 +71,7 @@ def ngram_reference(train: tuple[np.ndarray, np.ndarray, np.ndarray | None],
                     orders: tuple[int, ...], vocab_size: int) -> dict[str, float]:
   """The interpolated Kneser-Ney n-gram (science/kneser_ney.py) of a context model's train pairs, each split given as
   (ids (N,), next ids (N,), where its documents end or None), counted within documents, its order (of `orders`) and
-  discount (count_bigram.DISCOUNT_GRID) chosen on the selection pairs, each split scored from exactly the context
+  discount (kneser_ney.DISCOUNT_GRID) chosen on the selection pairs, each split scored from exactly the context
   its model sees there: windows of `window` tiled from each document's start, as the trainer's evals tile them.
   → {order, discount, window, select_loss, eval_loss} (nats)."""
   from science import kneser_ney  # noqa: PLC0415
@@ -170,6 +171,7 @@ def count_self_shares(train: tuple[np.ndarray, np.ndarray], discount: float, eva
   """The count model's own "same token again": the share of eval pairs (all, rare inputs) whose current token is its
   own likeliest next token under the Kneser-Ney bigram of the train pairs (N,), (N,) (`discount` as chosen), the
   reference line for a model's self-argmax share. Ties go to the lowest token id, as np.argmax breaks them."""
+  from science import kneser_ney  # noqa: PLC0415
   from tied_embed.data.text import count_bigram  # noqa: PLC0415
 
   fit = count_bigram.PairCounts.of(*train, vocab_size)
@@ -177,7 +179,7 @@ def count_self_shares(train: tuple[np.ndarray, np.ndarray], discount: float, eva
   for start in range(0, vocab_size, rows):
     ids = np.arange(start, min(start + rows, vocab_size))
     block = np.repeat(ids, vocab_size), np.tile(np.arange(vocab_size), len(ids))
-    argmax[ids] = count_bigram.kneser_ney_probs(fit, *block, discount).reshape(len(ids), vocab_size).argmax(axis=1)
+    argmax[ids] = kneser_ney.kneser_ney_probs(fit, *block, discount).reshape(len(ids), vocab_size).argmax(axis=1)
   own = argmax[eval_ids] == eval_ids
   return {"count_self": float(own.mean()), "count_self_rare": _mean(own[rare[eval_ids]])}
 

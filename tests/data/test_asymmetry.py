@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tied_embed.data import asymmetry
-from tied_embed.data.sources import text
 from tied_embed.data.sources.synthetic import Directed, Planted
+from tied_embed.data.text import count_bigram
 
 # Hand-made 3 x 3 parts: both have zero row sums, so no row constant can absorb any of either.
 SYMMETRIC = np.array([[2.0, -1.0, -1.0], [-1.0, 2.0, -1.0], [-1.0, -1.0, 2.0]])  # ‖S‖² = 4·3 + 1·6 = 18
@@ -97,8 +97,10 @@ def test_summary_of_run_data_reports_the_share_and_the_fit():
 
 
 def test_summary_of_a_text_table_drops_tokens_never_current():
-  ids, next_ids = text.text_pairs(b"the cat sat on the mat; the rat ate the hat. " * 4, 0.0)["train"]
-  data = types.SimpleNamespace(true_log_probs=text.empirical_log_probs(ids, next_ids, 256), vocab_size=256,
+  tokens = np.frombuffer(b"the cat sat on the mat; the rat ate the hat. " * 4, np.uint8).astype(np.int32)
+  ids, next_ids = tokens[:-1], tokens[1:]
+  counts = count_bigram.PairCounts.of(ids, next_ids, 256)
+  data = types.SimpleNamespace(true_log_probs=np.asarray(count_bigram.empirical_rows(counts)), vocab_size=256,
                                input_counts=np.bincount(ids, minlength=256))
   result = asymmetry.summary(data, d_model=4)
   assert result["tokens"] == len(np.unique(ids))

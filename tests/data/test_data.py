@@ -9,6 +9,7 @@ from helpers import make_config
 
 from tied_embed.data import base, sources
 from tied_embed.data import bigram as data
+from tied_embed.data.sources import synthetic
 from tied_embed.train import config as config_lib
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.train.trainer import train_batch
@@ -17,6 +18,18 @@ from tied_embed.util import UsageError
 # A 3-token table small enough to push through softmax by hand.
 HAND_TABLE = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
 HAND_ZIPF = [6 / 11, 3 / 11, 2 / 11]  # (1, 1/2, 1/3) / (11/6)
+
+
+def transition_log_probs(name: str, table: np.ndarray) -> np.ndarray:
+  """log P(next=j | current=i) of a synthetic source from its hidden table: (V, D) → (V, V) float64."""
+  return np.asarray(synthetic.table_rows(table, sources.get(name).output_table(table)))
+
+
+def synthetic_task(name: str, vocab_size: int, d_model: int, logit_scale: float, zipf_exponent: float,
+                   seed: int) -> tuple[np.ndarray, np.ndarray]:
+  """A synthetic task's current-token distribution p (V,) and log P(next | current) (V, V), both float64."""
+  table = synthetic.hidden_table(vocab_size, d_model, logit_scale, seed)
+  return sources.zipf_probs(vocab_size, zipf_exponent), transition_log_probs(name, table)
 
 
 def hand_entropy(logit_rows: list[list[float]]) -> float:
@@ -32,7 +45,7 @@ def test_planted_floor_matches_hand_computation():
   # e·eᵀ for the rows (1,0), (0,1), (1,1).
   logits = [[1, 0, 1], [0, 1, 1], [1, 1, 2]]
   floor = sources.conditional_entropy(sources.zipf_probs(3, 1.0),
-                                      sources.transition_log_probs("planted", HAND_TABLE))
+                                      transition_log_probs("planted", HAND_TABLE))
   assert floor == pytest.approx(hand_entropy(logits), rel=1e-12)
 
 
@@ -40,19 +53,19 @@ def test_directed_floor_matches_hand_computation():
   # Column j scores e_i against e_{j-1}: columns use rows 2, 0, 1.
   logits = [[1, 1, 0], [1, 0, 1], [2, 1, 1]]
   floor = sources.conditional_entropy(sources.zipf_probs(3, 1.0),
-                                      sources.transition_log_probs("directed", HAND_TABLE))
+                                      transition_log_probs("directed", HAND_TABLE))
   assert floor == pytest.approx(hand_entropy(logits), rel=1e-12)
 
 
 @pytest.mark.parametrize("source", sources.SYNTHETIC_SOURCES)
 def test_transition_rows_sum_to_one(source):
-  _, log_probs = sources.synthetic_task(source, 50, 8, 8.0, 1.0, seed=1)
+  _, log_probs = synthetic_task(source, 50, 8, 8.0, 1.0, seed=1)
   np.testing.assert_allclose(np.exp(log_probs).sum(axis=1), 1.0, rtol=1e-12)
 
 
 @pytest.mark.parametrize("source", sources.SYNTHETIC_SOURCES)
 def test_sampled_pairs_follow_the_table_and_average_to_the_floor(source):
-  current_probs, log_probs = sources.synthetic_task(source, 8, 4, 4.0, 1.0, seed=2)
+  current_probs, log_probs = synthetic_task(source, 8, 4, 4.0, 1.0, seed=2)
   ids, next_ids = sources.sample_pairs(current_probs, log_probs, 400_000, np.random.default_rng(0))
   counts = np.zeros((8, 8))
   np.add.at(counts, (ids, next_ids), 1)
@@ -69,8 +82,8 @@ def test_zipf_current_tokens_make_high_ids_rare():
 
 
 def test_directed_task_is_one_way_and_planted_is_symmetric():
-  _, planted = sources.synthetic_task("planted", 64, 16, 8.0, 1.0, seed=0)
-  _, directed = sources.synthetic_task("directed", 64, 16, 8.0, 1.0, seed=0)
+  _, planted = synthetic_task("planted", 64, 16, 8.0, 1.0, seed=0)
+  _, directed = synthetic_task("directed", 64, 16, 8.0, 1.0, seed=0)
   # Symmetric logits S give log P_ij - log P_ji = lse_j - lse_i, so that difference is c_j - c_i for some c.
   for log_probs, symmetric in [(planted, True), (directed, False)]:
     antisym = log_probs - log_probs.T
@@ -81,12 +94,6 @@ def test_directed_task_is_one_way_and_planted_is_symmetric():
   assert np.abs(probs - probs.T).max() > 0.5
 
 
-def test_text_pairs_split_by_position():
-  splits = sources.text_pairs(bytes(range(20)))
-  np.testing.assert_array_equal(splits["train"][0], np.arange(17))
-  np.testing.assert_array_equal(splits["validation"][1], [19])
-
-
 @pytest.fixture(scope="module")
 def planted_workdir(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("planted")
@@ -95,7 +102,7 @@ def planted_workdir(tmp_path_factory):
 
 def test_dataset_round_trips_the_generated_pairs(planted_workdir):
   _, loaded = planted_workdir
-  current_probs, log_probs = sources.synthetic_task("planted", 16, 4, 6.0, 1.0, seed=3)
+  current_probs, log_probs = synthetic_task("planted", 16, 4, 6.0, 1.0, seed=3)
   splits = sources.synthetic_splits(current_probs, log_probs, 5000, 3000, seed=3)
   for got, want in [((loaded.train_ids, loaded.train_next), splits["train"]),
                     ((loaded.eval_ids, loaded.eval_next), splits["validation"])]:

@@ -83,7 +83,7 @@ def test_nan_in_the_record_arrays_is_damage_too(run_copy):
 
 @pytest.mark.parametrize("temperature", [1e-320, 5e-324, 1e-300])
 def test_a_temperature_however_small_samples_the_likeliest_tokens(temperature):
-  from tied_embed.inspection.report import sample_tokens  # noqa: PLC0415
+  from tied_embed.inspection.report import sample_after  # noqa: PLC0415
 
   rng = np.random.default_rng(0)
   lookup, projection = rng.standard_normal((16, 4)), rng.standard_normal((16, 4))
@@ -91,15 +91,16 @@ def test_a_temperature_however_small_samples_the_likeliest_tokens(temperature):
   for _ in range(12):  # the T → 0 limit: the argmax of each row, computed here in float64
     token = int(np.argmax(lookup[token] @ projection.T))
     want.append(token)
-  assert sample_tokens(lookup, projection, 3, 12, temperature, seed=0) == want
+  bigram_scores = lambda tokens: lookup[tokens[-1]] @ projection.T  # noqa: E731 (a run on pairs: the last token's row)
+  assert sample_after(bigram_scores, [3], 12, temperature, seed=0) == want
 
 
 def test_a_huge_temperature_samples_too():
-  from tied_embed.inspection.report import sample_tokens  # noqa: PLC0415
+  from tied_embed.inspection.report import sample_after  # noqa: PLC0415
 
   rng = np.random.default_rng(1)
   lookup, projection = rng.standard_normal((16, 4)), rng.standard_normal((16, 4))
-  drawn = sample_tokens(lookup, projection, 0, 200, 1e300, seed=0)
+  drawn = sample_after(lambda tokens: lookup[tokens[-1]] @ projection.T, [0], 200, 1e300, seed=0)
   assert len(drawn) == 200 and len(set(drawn)) > 8  # as good as uniform over 16 tokens
 
 

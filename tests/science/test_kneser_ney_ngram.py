@@ -1,5 +1,5 @@
 """The Kneser-Ney n-gram of science/kneser_ney.py against a plain dictionary implementation of the textbook formula,
-against the bigram of count_bigram at order 2, and as a distribution (it sums to 1 over the next token)."""
+against its bigram on count_bigram's PairCounts at order 2, and as a distribution (it sums to 1 over the next token)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_order_2_is_count_bigrams_kneser_ney():
   bigram = count_bigram.PairCounts.of(ids, next_ids, 40)
   for discount in (0.1, 0.75):
     np.testing.assert_allclose(counts.probabilities(eval_ids, eval_next, None, 1, discount),
-                               count_bigram.kneser_ney_probs(bigram, eval_ids, eval_next, discount), rtol=1e-12)
+                               kneser_ney.kneser_ney_probs(bigram, eval_ids, eval_next, discount), rtol=1e-12)
 
 
 @pytest.mark.parametrize("order", [3, 5])

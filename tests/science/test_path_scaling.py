@@ -172,3 +172,11 @@ def test_the_sweep_writes_under_runs_and_touches_docs_only_when_asked(tmp_path, 
   assert stem.with_suffix(".md").read_text().startswith("# Path gradient scaling")
   assert stem.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
   assert {path.name: path.read_bytes() for path in (repo / "docs").glob("path_scaling.*")} == docs_before
+
+
+def test_text_pairs_split_by_position():
+  from science import path_scaling  # noqa: PLC0415
+
+  splits = path_scaling.text_pairs(bytes(range(20)))
+  np.testing.assert_array_equal(splits["train"][0], np.arange(17))
+  np.testing.assert_array_equal(splits["validation"][1], [19])

@@ -13,7 +13,6 @@ from helpers import subprocess_env
 
 from science.when_to_tie import plan as plans
 from science.when_to_tie import sweep
-from tied_embed.data.text import count_bigram
 
 
 def _stream(seed: int, count: int, vocab_size: int = 5):
@@ -29,7 +28,7 @@ def _stream(seed: int, count: int, vocab_size: int = 5):
 def test_the_ngram_of_order_two_is_the_kneser_ney_bigram_and_the_order_is_chosen_on_the_selection_pairs():
   train, selection, evaluation = _stream(0, 400), _stream(1, 150), _stream(2, 120)
   train_ends, select_ends, eval_ends = np.array([150, 300]), np.array([70]), None
-  # At order 2 the n-gram is count_bigram's interpolated Kneser-Ney bigram (its own implementation): the same
+  # At order 2 the n-gram is the interpolated Kneser-Ney bigram on PairCounts (its own implementation): the same
   # discount chosen, the same losses, whatever the windows.
   bigram = sweep.kneser_ney_reference(train, selection, evaluation, 5)
   at_two = sweep.ngram_reference((*train, train_ends), (*selection, select_ends), (*evaluation, eval_ends), 6, (2,), 5)
@@ -41,7 +40,7 @@ def test_the_ngram_of_order_two_is_the_kneser_ney_bigram_and_the_order_is_chosen
 
   losses = {(order, discount): kneser_ney.NgramCounts.of(*train, train_ends, order, 5).loss(*selection, select_ends, 6,
                                                                                             discount)
-            for order in (2, 3, 4) for discount in count_bigram.DISCOUNT_GRID}
+            for order in (2, 3, 4) for discount in kneser_ney.DISCOUNT_GRID}
   order, discount = min(losses, key=losses.get)
   chosen = sweep.ngram_reference((*train, train_ends), (*selection, select_ends), (*evaluation, eval_ends), 6,
                                  (2, 3, 4), 5)
@@ -108,7 +107,7 @@ def test_a_quick_context_sweep_writes_a_report_with_the_kneser_ney_ngram_of_each
     numbers = entry["ngram"][context]["0.1"]
     select = counts.statistics(data.select_ids, data.select_next, None, 16)
     losses = {(order, discount): float(-np.mean(np.log(counts.mix(select, discount, order))))
-              for order in orders for discount in count_bigram.DISCOUNT_GRID}
+              for order in orders for discount in kneser_ney.DISCOUNT_GRID}
     order, discount = min(losses, key=losses.get)
     assert (numbers["order"], numbers["discount"], numbers["window"]) == (order, discount, 16)
     assert numbers["select_loss"] == pytest.approx(losses[order, discount], rel=1e-9)

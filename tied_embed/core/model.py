@@ -63,8 +63,7 @@ class LanguageModel(nnx.Module):
     return x @ self.table_params()[1][...].T
 
   def score_operands(self, hidden: jax.Array, projection_table: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(hidden (T, D), table (V, D)) → (H (T, D'), B (V, D')), logits = H · Bᵀ: here themselves; `WithOutputBias`
-    widens."""
+    """(hidden (T, D), table (V, D)) → (H (T, D'), B (V, D')), logits = H · Bᵀ: here themselves (a bias widens)."""
     return hidden, projection_table
 
   def tables(self) -> tuple[jax.Array, jax.Array]:
@@ -85,11 +84,9 @@ class LanguageModel(nnx.Module):
     return rows
 
   def penalty(self) -> jax.Array | None:
-    """No regulariser."""
     return None
 
   def hidden_stats(self) -> dict[str, jax.Array]:
-    """Nothing to log."""
     return {}
 
 
@@ -114,7 +111,6 @@ class UntiedEmbed(LanguageModel):
     self.output_embedding = table_param(init_table(rngs.params(), vocab_size, d_model))
 
   def table_params(self) -> tuple[nnx.Param, nnx.Param]:
-    """Two different tables."""
     return self.input_embedding, self.output_embedding
 
 

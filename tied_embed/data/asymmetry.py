@@ -2,8 +2,7 @@
 
 A tied model's logits E·Eᵀ are symmetric and the softmax ignores a constant per row, so it produces only X + c·1ᵀ with X
 symmetric (PSD, rank ≤ D). Of M = log P(next | current) (V, V), what no such table fits is a share of the row-centred
-variance ‖M·J‖² (J = I − 11ᵀ/V): `antisymmetric_share` bounds it from below, `psd_rank_fit` (an achievable fit) from
-above."""
+variance ‖M·J‖² (J = I − 11ᵀ/V): `antisymmetric_share` bounds it below, `psd_rank_fit` (a fit it achieves) above."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ _GOLDEN_STEPS = 24
 
 
 def prepared_table(log_probs: Any, ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-  """(V, V) array or `LogProbRows` → (K, K) float64 of `ids`' rows with a finite entry, -inf raised; and those ids
-  (K,)."""
+  """(V, V) array or `LogProbRows` → (K, K) float64 of `ids`' rows with a finite entry, -inf raised; those ids (K,)."""
   vocab_size = len(log_probs)
   ids = np.arange(vocab_size) if ids is None else np.asarray(ids)
   blocks = np.array_split(ids, max(1, -(-len(ids) // row_block(vocab_size))))
@@ -128,9 +126,8 @@ def summary(data: Any, d_model: int | None = None) -> dict[str, float]:
 
 
 def hidden_summary(hidden_stats: dict, lookup_table: np.ndarray, projection_table: np.ndarray) -> dict[str, float]:
-  """What the model's hidden function adds: its `hidden_stats` (W's antisymmetric share as kernel_antisymmetric_share),
-  and for V ≤ MAX_DENSE learned_antisymmetric_share of the learned log-probabilities from the scoring tables → {name:
-  float}."""
+  """{name: float}: the model's `hidden_stats` (W's antisymmetric share as kernel_antisymmetric_share) and, for V ≤
+  MAX_DENSE, learned_antisymmetric_share of the log-probabilities of the scoring tables."""
   result = {("kernel_" if name == "antisymmetric_share" else "") + name: float(value)
             for name, value in hidden_stats.items()}
   if len(lookup_table) <= MAX_DENSE:

@@ -124,11 +124,6 @@ def train_fraction(config: Any) -> float:
   return float(config.data.get("train_fraction", 1.0))
 
 
-def context_length(config: Any) -> int:
-  """data.context_length, L >= 1: the pairs of one training window (1 if absent: pairs)."""
-  return int(config.data.get("context_length", 1))
-
-
 def selection_fraction(config: Any) -> float:
   """data.selection_fraction, in [0, 0.5): the share of the train split held out for selection (0 if absent)."""
   return float(config.data.get("selection_fraction", 0.0))
@@ -318,8 +313,7 @@ def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
       bc = builder_config(config)
       refuse_links(bc, directory)  # before the source writes its tokenizer there
       bc = BigramConfig(name=bc.name, source=bc.source, settings=sources.get(bc.source).prepare(bc.settings, directory))
-      return _bigram_data(bc, _prepare(bc, directory), train_fraction(config), selection_fraction(config),
-                          context_length(config))
+      return _bigram_data(bc, _prepare(bc, directory), config)
   except (UsageError, util.RunStopped):
     raise
   except Exception as error:  # noqa: BLE001 (TFDS and array_record report I/O failures in many types)
@@ -338,13 +332,15 @@ def load_existing_bigram_data(config: Any, workdir: str | pathlib.Path) -> Bigra
   if splits is None:
     where = _version_dir(bc, directory)
     raise UsageError(f"{where} is missing" if why == "missing" else f"the dataset in {where} is unusable ({why})")
-  return _bigram_data(bc, splits, train_fraction(config), selection_fraction(config), context_length(config))
+  return _bigram_data(bc, splits, config)
 
 
-def _bigram_data(bc: BigramConfig, splits: dict[str, Any], fraction: float, held_out: float,
-                 length: int = 1) -> BigramData:
-  """BigramData of loaded splits: the last `held_out` of train for selection, the first `fraction` of the rest to
-  train on, windows of `length` pairs; the references from the whole splits (the bigram's, whatever the length)."""
+def _bigram_data(bc: BigramConfig, splits: dict[str, Any], config: Any) -> BigramData:
+  """BigramData of loaded splits: the last data.selection_fraction of train for selection, the first
+  data.train_fraction of the rest to train on, windows of data.context_length L pairs (1 if absent: pairs); the
+  references from the whole splits (the bigram's, whatever the length)."""
+  fraction, held_out = train_fraction(config), selection_fraction(config)
+  length = int(config.data.get("context_length", 1))
   source = sources.get(bc.source)
   (train_ids, train_next), (eval_ids, eval_next) = splits["train"], splits["validation"]
   train_ends = splits.get(DOCUMENT_ENDS)
@@ -374,12 +370,15 @@ def _bigram_data(bc: BigramConfig, splits: dict[str, Any], fraction: float, held
   )
 
 
-def record_for_inspection(data: BigramData, workdir: str | pathlib.Path) -> pathlib.Path:
-  """Writes WORKDIR/report_data.npz, what inspection needs of the data (and WORKDIR/tokenizer.model; data/record.py)."""
+def inspection_data(data: BigramData) -> record_lib.InspectionData:
+  """What inspection needs of loaded data (its `tokenizer` left None)."""
   reference = data.reference
-  facts = record_lib.InspectionData(
+  return record_lib.InspectionData(
       source=data.source, identity=data.identity, vocab_size=data.vocab_size, loss_floor=float(data.loss_floor),
       reference_name=reference.name, true_log_probs=reference.log_probs, input_counts=data.input_counts,
-      eval_input_counts=np.bincount(data.eval_ids, minlength=data.vocab_size).astype(np.int64),
-  )
-  return record_lib.write(workdir, facts, reference.record)
+      eval_input_counts=np.bincount(data.eval_ids, minlength=data.vocab_size).astype(np.int64))
+
+
+def record_for_inspection(data: BigramData, workdir: str | pathlib.Path) -> pathlib.Path:
+  """Writes WORKDIR/report_data.npz, what inspection needs of the data (and WORKDIR/tokenizer.model; data/record.py)."""
+  return record_lib.write(workdir, inspection_data(data), data.reference.record)

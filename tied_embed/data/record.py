@@ -58,8 +58,7 @@ def write(workdir: str | pathlib.Path, data: InspectionData, record: dict[str, n
 
 
 def read(workdir: str | pathlib.Path) -> InspectionData | None:
-  """WORKDIR/report_data.npz as InspectionData, or None; ValueError or OSError if unreadable or not what a run
-  writes."""
+  """WORKDIR/report_data.npz as InspectionData, or None; ValueError or OSError if unreadable or not a run's."""
   path = pathlib.Path(workdir) / FILE_NAME
   try:
     mode = path.lstat().st_mode
@@ -95,9 +94,8 @@ def read(workdir: str | pathlib.Path) -> InspectionData | None:
 
 
 def _check_expanded_size(path: pathlib.Path) -> None:
-  """ValueError if the arrays in the .npz `path` would take more memory than a record can (`_EXPANDED_BYTES` +
-  `_EXPANSION` times the file's size), by their headers, read before any array (np.load allocates what a header
-  claims)."""
+  """ValueError if the arrays in the .npz `path` would take more than `_EXPANDED_BYTES` + `_EXPANSION` times its size,
+  by their headers, read before any array (np.load allocates what a header claims)."""
   limit = _EXPANDED_BYTES + _EXPANSION * os.stat(path).st_size
   total = 0
   with zipfile.ZipFile(path) as archive:

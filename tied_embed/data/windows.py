@@ -1,8 +1,7 @@
 """Windows of L consecutive pairs, never across a document boundary: what a context model trains and is scored on.
 
 Within a document next_ids[i] = ids[i + 1], so L consecutive pairs are a window of L tokens. Training draws windows
-whole inside one document; evaluation tiles every document from its start, the last window padded (weight 0), so every
-pair is scored once."""
+inside one document; evaluation tiles each document from its start, the last padded (weight 0): each pair once."""
 
 from __future__ import annotations
 

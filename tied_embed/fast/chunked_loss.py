@@ -82,8 +82,7 @@ def _chunk_logits(table, x_chunk, compute_dtype, kernel: bool) -> jax.Array:
 
 def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, kernel):
   """One chunk's logsumexp and p-part of both gradients, float32: table (V, D) in `compute_dtype`, d_table (V, D) or
-  None (the first chunk starts the sum), x_chunk (C, D), weights (C,) or None → (d_table + the chunk's, lse (C,), dx (C,
-  D))."""
+  None (the first chunk's), x_chunk (C, D), weights (C,) or None → (d_table + the chunk's, lse (C,), dx (C, D))."""
   logits = _chunk_logits(table, x_chunk, compute_dtype, kernel)  # (V, C)
   top = jnp.max(logits, axis=0)
   exp = jnp.exp(logits - top)
@@ -161,8 +160,7 @@ _chunked_ce.defvjp(_forward, _backward)
 
 def _distinct_p_part(x, table, targets, keys, chunk, num_tokens, compute_dtype, kernel):
   """d table (with its −Y part), lse and dx's p part, each distinct row of each block once: x (G, B, D), keys (G, B),
-  targets (G·B,) → ((V, D), (G, B), (G, B, D)); a loop takes chunk i of every block's sorted distinct rows, each
-  weighted by its count."""
+  targets (G·B,) → ((V, D), (G, B), (G, B, D)); step i takes chunk i of each block's distinct rows, count-weighted."""
   groups, size, d_model = x.shape
   padded = -(-size // chunk) * chunk
   unique = functools.partial(jnp.unique, size=size, fill_value=0, return_index=True, return_inverse=True,

@@ -25,14 +25,6 @@ from tied_embed.util import UsageError, one_line, printable
 _TOKEN = re.compile(r"-?[0-9]+")  # ASCII digits only: int() would also take '1_0' and other scripts' digits
 
 
-def parse_tokens(text: str) -> list[int]:
-  """'3,17,42' → [3, 17, 42]; raises UsageError for anything that isn't a comma-separated list of integers."""
-  parts = [part.strip(" ") for part in text.split(",")]
-  if not all(_TOKEN.fullmatch(part) for part in parts):
-    raise UsageError.bad_value("--tokens", text, "comma-separated integer token ids, e.g. 3,17,42")
-  return [int(part) for part in parts]
-
-
 def parse_token_items(text: str) -> list[int | str]:
   """'3,▁the, x' → [3, '▁the', 'x']: ASCII integers are ids, anything else a token string, resolved against the
   run's vocabulary by `inspect_run`. Spaces around an item are dropped; quote a token to keep them (' ')."""
@@ -56,15 +48,11 @@ class _Parser(argparse.ArgumentParser):
     raise UsageError(message)
 
 
-def _program() -> str:
-  """The command as started, for --help's usage line: 'python -m tied_embed.inspection' or 'tied-embed-inspect'."""
-  started = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-  return "python -m tied_embed.inspection" if started in ("", "__main__.py", "-c") else started
-
-
 def main(argv: list[str] | None = None) -> int:
   """The command line (the module docstring); absl's verbosity is quieted while it runs and restored after."""
-  parser = _Parser(prog=_program(), description=__doc__.splitlines()[0])
+  started = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""  # for --help's usage line
+  program = "python -m tied_embed.inspection" if started in ("", "__main__.py", "-c") else started
+  parser = _Parser(prog=program, description=__doc__.splitlines()[0])
   parser.add_argument("--workdir", required=True, help="the run's workdir (holds checkpoints/ and event files)")
   parser.add_argument("--step", type=lambda text: text if text == "best" else _ascii_int(text), default=None,
                       help="checkpoint step, or best: the lowest select/loss (default: the latest)")

@@ -20,7 +20,7 @@ from tied_embed.data import record as record_lib
 from tied_embed.data.base import log_softmax
 from tied_embed.inspection import report as report_lib
 from tied_embed.inspection.text import format_markdown
-from tied_embed.util import UsageError, file_kind, first_line, first_link, one_line, write_atomically
+from tied_embed.util import UsageError, file_kind, first_line, first_link, one_line, require, write_atomically
 
 _LOSS_TAGS = ("train/loss", "eval/loss", *map(frequency.scalar_name, frequency.BUCKETS))
 _DEFAULT_TOKENS = 3  # without --tokens: the most frequent input tokens
@@ -42,20 +42,16 @@ def inspect_run(workdir: str | pathlib.Path, step: int | str | None = None, toke
   from tied_embed.train.metrics import value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
 
   workdir = pathlib.Path(workdir)
-  if top_k < 1:  # what is wrong whatever the checkpoint
-    raise UsageError.bad_value("--top-k", top_k, "an integer >= 1")
+  require(top_k >= 1, "--top-k", top_k, "an integer >= 1")  # what is wrong whatever the checkpoint
   for token in tokens or []:
-    if not isinstance(token, str) and token < 0:
-      raise UsageError.bad_value("--tokens", token, "token ids >= 0")
+    require(isinstance(token, str) or token >= 0, "--tokens", token, "token ids >= 0")
   warnings: list[str] = []
 
   def check_tokens(restored: Any) -> None:  # before the data is read
     vocab_size = restored.model.vocab_size
     for token in tokens or []:
-      if not isinstance(token, str) and not 0 <= token < vocab_size:
-        raise UsageError.bad_value("--tokens", token, f"token ids in [0, {vocab_size})")
-    if not 1 <= top_k <= vocab_size:
-      raise UsageError.bad_value("--top-k", top_k, f"an integer in [1, {vocab_size}]")
+      require(isinstance(token, str) or 0 <= token < vocab_size, "--tokens", token, f"token ids in [0, {vocab_size})")
+    require(1 <= top_k <= vocab_size, "--top-k", top_k, f"an integer in [1, {vocab_size}]")
 
   restored, facts, steps = open_run(workdir, step, warnings, check=check_tokens)
   config, provenance, model = restored.config, restored.provenance, restored.model
@@ -126,23 +122,19 @@ def continue_prompt(workdir: str | pathlib.Path, prompt: str, top_k: int = 5, ge
                     temperature: float = 1.0, seed: int = 0, step: int | str | None = None) -> dict[str, Any]:
   """What a text run says follows `prompt` (tokenized with its own tokenizer): the top-k next tokens and, with
   `generate` > 0, a sampled continuation → JSON-ready dict: workdir, step, prompt, prompt_tokens, next, warnings, and
-  with `generate` generated, text, temperature, seed. UsageError for a run without text tokens, an empty prompt, or an
-  argument out of range."""
-  if not 0 <= generate <= MAX_GENERATE:
-    raise UsageError.bad_value("--generate", generate, f"an integer in [0, {MAX_GENERATE:_}] (tokens to sample)")
-  if not 0 <= seed <= 2**31 - 1:
-    raise UsageError.bad_value("--seed", seed, "an integer in [0, 2**31 - 1]")
-  if not np.isfinite(temperature) or temperature < 0:
-    raise UsageError.bad_value("--temperature", temperature, "a finite number >= 0 (0 = always the likeliest)")
+  with `generate` generated, text, temperature, seed. UsageError: a run without text, an empty prompt, a bad value."""
+  require(0 <= generate <= MAX_GENERATE, "--generate", generate,
+          f"an integer in [0, {MAX_GENERATE:_}] (tokens to sample)")
+  require(0 <= seed <= 2**31 - 1, "--seed", seed, "an integer in [0, 2**31 - 1]")
+  require(np.isfinite(temperature) and temperature >= 0, "--temperature", temperature,
+          "a finite number >= 0 (0 = always the likeliest)")
   warnings: list[str] = []
   restored, facts, _ = open_run(workdir, step, warnings)
-  if (tokenizer := facts.tokenizer) is None:
-    raise UsageError.bad_value("--next", prompt, f"a run on text (this one's source, {facts.source!r}, has no text)")
-  if not 1 <= top_k <= facts.vocab_size:
-    raise UsageError.bad_value("--top-k", top_k, f"an integer in [1, {facts.vocab_size}]")
+  tokenizer = facts.tokenizer
+  require(tokenizer is not None, "--next", prompt, f"a run on text (this one's source, {facts.source!r}, has no text)")
+  require(1 <= top_k <= facts.vocab_size, "--top-k", top_k, f"an integer in [1, {facts.vocab_size}]")
   ids = tokenizer.encode(prompt)
-  if not ids:
-    raise UsageError.bad_value("--next", prompt, "a prompt with at least one token")
+  require(bool(ids), "--next", prompt, "a prompt with at least one token")
   scores = next_scores(restored)
   probs = np.exp(log_softmax(scores(ids)[None]))[0]  # P(next | the window's tokens; pairs: the last token)
   order = np.argsort(-probs, kind="stable")[:top_k]
@@ -188,8 +180,7 @@ def resolve_token(token: int | str, tokenizer: Any) -> int:
 def open_run(workdir: str | pathlib.Path, step: int | str | None, warnings: list[str],
              check: Callable[[Any], None] | None = None) -> tuple[Any, record_lib.InspectionData, list[int]]:
   """(the restored checkpoint `step`, the run's data facts, every saved step); 'best': by select/loss, default the
-  newest readable, warning of newer damaged ones. `check(restored)` runs before the data is read. UsageError naming the
-  first symbolic link among what is read."""
+  newest readable, warning of newer damaged ones. `check(restored)` runs before the data is read. UsageError: a link."""
   from tied_embed.train import checkpoint  # noqa: PLC0415 (Orbax stays out of `import tied_embed`)
 
   workdir = pathlib.Path(workdir)
@@ -204,8 +195,7 @@ def open_run(workdir: str | pathlib.Path, step: int | str | None, warnings: list
                      f" ({first_line(error)})") from None
   if not steps:
     raise UsageError(f"--workdir={str(workdir)!r} has no checkpoints (expected {workdir / 'checkpoints'}/<step>/)")
-  if step not in (None, "best") and step not in steps:
-    raise UsageError.bad_value("--step", step, f"one of the saved steps {', '.join(map(str, steps))}")
+  require(step in (None, "best", *steps), "--step", step, f"one of the saved steps {', '.join(map(str, steps))}")
   restored = checkpoint.restore(workdir, step)
   warnings.extend(f"{checkpoint.unreadable(restored.directory, skipped, error)}: showing an older one"
                   for skipped, error in restored.damaged)  # newer ones that do not read back whole
@@ -238,13 +228,9 @@ def _data_facts(restored: Any, workdir: pathlib.Path, warnings: list[str]) -> re
   except (UsageError, OSError) as error:
     raise UsageError(f"--workdir={str(workdir)!r} has no usable {record_lib.FILE_NAME}, and the dataset its config"
                      f" names cannot be read instead (inspection makes none): {error}") from None
-  return record_lib.InspectionData(
-      source=bigrams.source, identity=bigrams.identity, vocab_size=bigrams.vocab_size,
-      loss_floor=float(bigrams.loss_floor), reference_name=sources.get(bigrams.source).reference_name,
-      true_log_probs=bigrams.true_log_probs, input_counts=bigrams.input_counts,
-      tokenizer=sources.get(bigrams.source).tokenizer_from_record(bigrams.reference.record),
-      eval_input_counts=np.bincount(bigrams.eval_ids, minlength=bigrams.vocab_size).astype(np.int64),
-  )
+  facts = data.inspection_data(bigrams)
+  facts.tokenizer = sources.get(bigrams.source).tokenizer_from_record(bigrams.reference.record)
+  return facts
 
 
 def _draw(report: dict[str, Any], workdir: pathlib.Path, lookup_table: np.ndarray, projection_table: np.ndarray,

@@ -11,6 +11,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from tied_embed.train.events import EventsFailed, EventWriter, load_events
 from tied_embed.util import write_atomically
 
 
@@ -88,8 +89,6 @@ def provenance_figure(lookup_total: np.ndarray, projection_total: np.ndarray, in
 def write_pictures(report_dir: pathlib.Path, figures: dict[str, Figure], step: int) -> dict[str, str]:
   """Saves each figure as `<report_dir>/<name>.png` (replaced whole) and as TensorBoard image `report/<name>` at `step`,
   deleting an earlier call's events file of `step` → {name: PNG file name}; OSError where a file cannot be written."""
-  from tied_embed.train.events import EventsFailed, EventWriter  # noqa: PLC0415 (TensorBoard only when drawing)
-
   report_dir.mkdir(parents=True, exist_ok=True)
   pictures, images = {}, {}
   for name, fig in figures.items():
@@ -112,8 +111,6 @@ def write_pictures(report_dir: pathlib.Path, figures: dict[str, Figure], step: i
 
 def _image_steps(path: pathlib.Path) -> set[int]:
   """The steps an events file holds report images for; empty if it cannot be read."""
-  from tied_embed.train.events import load_events  # noqa: PLC0415
-
   try:
     return {int(event.step) for event in load_events(path)
             if any(value.tag.startswith("report/") for value in event.summary.value)}

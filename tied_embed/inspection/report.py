@@ -101,9 +101,8 @@ def provenance_summary(lookup_total: np.ndarray, projection_total: np.ndarray, k
 def undertrained_summary(lookup_table: np.ndarray, lookup_total: np.ndarray, projection_total: np.ndarray,
                          input_counts: np.ndarray, k: int, label: Callable[[int], str] = str) -> dict[str, Any]:
   """The rows to distrust: a row seldom current gets almost all its gradient through the projection. (V, D) lookup
-  table, (V,) totals and train counts, k → {never_looked_up, of_them_never_in_train, spearman (lookup total vs train
-  count, or None), rows (the k least looked up: id, label, train_count, lookup_total, projection_share, norm,
-  neighbours)}."""
+  table, (V,) totals and train counts, k → {never_looked_up, of_them_never_in_train, spearman (lookup total vs count,
+  or None), rows (the k least looked up: id, label, train_count, lookup_total, projection_share, norm, neighbours)}."""
   from scipy import stats  # noqa: PLC0415 (only when a report is built)
 
   table = np.asarray(lookup_table, np.float64)
@@ -139,23 +138,14 @@ def path_cosines(lookup: np.ndarray, projection: np.ndarray) -> np.ndarray:
 
 
 def path_direction_summary(directions: dict[str, np.ndarray], label: Callable[[int], str] = str) -> dict[str, Any]:
-  """Do the two paths pull a row the same way? {'rows': (K,), 'lookup': (K, D), 'projection': (K, D)} of the tracked
-  rows → {'rows': [{id, label, cosine, lookup_norm, projection_norm}], 'median_cosine'}: near 1 the roles agree, near -1
-  they pull apart."""
+  """Do the two paths pull a row the same way (cosine near 1) or apart (near -1)? The tracked {'rows': (K,), 'lookup':
+  (K, D), 'projection': (K, D)} → {'rows': [{id, label, cosine, lookup_norm, projection_norm}], 'median_cosine'}."""
   cosines = path_cosines(directions["lookup"], directions["projection"])
   rows = [{"id": int(row), "label": label(int(row)), "cosine": float(cosine),
            "lookup_norm": float(np.linalg.norm(lookup)), "projection_norm": float(np.linalg.norm(projection))}
           for row, cosine, lookup, projection in zip(directions["rows"], cosines, directions["lookup"],
                                                      directions["projection"], strict=True)]
   return {"rows": rows, "median_cosine": float(np.median(cosines)) if len(cosines) else None}
-
-
-def sample_tokens(lookup_table: np.ndarray, projection_table: np.ndarray, start: int, num_tokens: int,
-                  temperature: float, seed: int) -> list[int]:
-  """`num_tokens` ids drawn one after another from softmax(S[current] / temperature), starting after `start`; a pure
-  function of (tables, start, seed): `sample_after` with a bigram model's scores, S = lookup · projectionᵀ."""
-  lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
-  return sample_after(lambda tokens: lookup[tokens[-1]] @ projection.T, [start], num_tokens, temperature, seed)
 
 
 def sample_after(scores: Callable[[list[int]], np.ndarray], prompt: list[int], num_tokens: int, temperature: float,
@@ -182,11 +172,6 @@ def parameter_summary(vocab_size: int, d_model: int, tied: bool, other_params: i
   return {"table_shape": [vocab_size, d_model], "tied": counts.tied + other_params,
           "untied": counts.untied + other_params, "saved": counts.saved,
           "this_model": (counts.tied if tied else counts.untied) + other_params}
-
-
-def token_label(token: int, source: str) -> str:
-  """How a token is shown, as its source says: byte tokens of text as a printable literal ('a', '\\n')."""
-  return sources.get(source).token_label(token)
 
 
 def build_report(lookup_table: np.ndarray, projection_table: np.ndarray, *, tied: bool, source: str,

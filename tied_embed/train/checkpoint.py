@@ -3,8 +3,7 @@ manifest (JSON: array fingerprints, the config's checksum, the dataset's identit
 
 Arrays are read straight into the shardings asked for, so a checkpoint restores on another mesh. A checkpoint that does
 not read back whole or disagrees with its manifest is damaged: `restore` skips it, a resuming run moves it to
-WORKDIR/damaged_checkpoints/. With a selection split, Orbax metrics let retention keep the best checkpoint beside the
-newest."""
+WORKDIR/damaged_checkpoints/. With a selection split, Orbax metrics let retention keep the best beside the newest."""
 
 from __future__ import annotations
 
@@ -194,12 +193,6 @@ def _check_regular(workdir: str | pathlib.Path, step: int) -> None:
     raise Damaged(problem)
 
 
-def _irregular_steps(workdir: str | pathlib.Path) -> list[tuple[int, Exception]]:
-  """[(step, Damaged)] of the checkpoints holding a file that is not a regular file (`_check_regular`)."""
-  found = {step: irregular_file(checkpoint_dir(workdir) / str(step)) for step in available_steps(workdir)}
-  return [(step, Damaged(problem)) for step, problem in found.items() if problem]
-
-
 def _metrics_of(step: int, manifest: dict) -> dict[str, Any]:
   """Checkpoint `step`'s Orbax metrics: {'step'}, and the manifest's select_loss (and best_select_loss) if any."""
   metrics = {"step": step}
@@ -235,8 +228,9 @@ class Checkpointer:
     self.workdir, self._writing, self._select = pathlib.Path(workdir), None, select
     self.dataset_sha256: dict[str, str] = {}  # {split: digest} of the stored pairs, kept in every manifest
     _quiet_cut_off_io()  # a failed save's cut-off writes call back at any moment
-    for step, error in _irregular_steps(workdir):  # before Orbax's writing manager opens their metadata
-      _move_to_damaged(self.workdir, step, error, "Orbax would wait on it for ever")
+    for step in available_steps(workdir):  # a file that is not a regular file: before Orbax's writer opens it
+      if problem := irregular_file(checkpoint_dir(workdir) / str(step)):
+        _move_to_damaged(self.workdir, step, Damaged(problem), "Orbax would wait on it for ever")
     for step, error in _metrics_problems(workdir) if select else []:  # before a ranking manager reads them
       _move_to_damaged(self.workdir, step, error, "its select/loss can't be trusted to rank it")
     with self._errors_as_write_failed():
@@ -334,8 +328,7 @@ def restore(workdir: str | pathlib.Path, step: int | str | None = None, *, mesh:
   `arrays=False` reads only config and manifest.
 
   Without `step`, newer damaged checkpoints are skipped into `Restored.damaged`. UsageError if there are none, none at
-  `step`, or the one asked for (or every one) is damaged. `resuming`: None where there are none, a refusal to start over
-  where none reads back."""
+  `step`, or the one asked for (or every one) is damaged. `resuming`: None if none, a refusal if none reads back."""
   _quiet_cut_off_io()  # a failed read's other reads call back into Orbax's closed loop
   directory, steps = checkpoint_dir(workdir), available_steps(workdir)
   if not steps:
@@ -374,8 +367,7 @@ def restore(workdir: str | pathlib.Path, step: int | str | None = None, *, mesh:
 
 
 def _best_step(workdir: str | pathlib.Path, steps: list[int]) -> int:
-  """The best step the newest manifest's `Selection` names; UsageError if none, if metrics disagree, or if it is
-  gone."""
+  """The best step the newest manifest's `Selection` names; UsageError if none, if metrics disagree, or if gone."""
   directory, newest = checkpoint_dir(workdir), restore(workdir, arrays=False)
   best = newest.selection.best_step
   if best is None:

@@ -21,6 +21,8 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from tied_embed.util import RunStopped, UsageError, first_line, is_utf8, one_line, printable, refuse_if_held, require
+
 # TensorFlow is chatty should a library load it where a venv holds it (the project needs none).
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
@@ -69,8 +71,6 @@ class ConsoleFormatter(logging.Formatter):
   """A log record as the console shows it: the message alone, `warning: ` or `error: ` before the others."""
 
   def format(self, record: logging.LogRecord) -> str:
-    from tied_embed.util import printable  # noqa: PLC0415 (as `_usage_error` imports it)
-
     level, message = record.levelno, printable(record.getMessage(), keep="\n")  # a path's ESC is shown, not obeyed
     return ("error: " if level >= logging.ERROR else "warning: " if level >= logging.WARNING else "") + message
 
@@ -127,8 +127,6 @@ _UNPARSED_OVERRIDE = re.compile(r"flag --config\.([A-Za-z0-9_.]+)=(.*?): ")
 
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's parser, with every error one line; --help (-h, --helpshort) prints `usage`, before the config is read."""
-  from tied_embed.util import UsageError  # noqa: PLC0415
-
   if any(arg in ("-h", "-?", "--help", "--helpshort") for arg in argv[1:]):
     print(usage(_command(argv[0])))
     sys.exit(0)
@@ -163,8 +161,6 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def _usage_error(message: str) -> None:
-  from tied_embed.util import one_line  # noqa: PLC0415
-
   print(f"error: {one_line(message)}", file=sys.stderr)
   sys.exit(2)
 
@@ -207,7 +203,6 @@ def _main(argv: list[str]) -> None:
 
   from tied_embed.train import config as config_lib  # noqa: PLC0415
   from tied_embed.train import mesh as mesh_lib
-  from tied_embed.util import RunStopped, UsageError, first_line, is_utf8, one_line, refuse_if_held, require  # noqa: PLC0415
 
   try:
     require(bool(FLAGS.workdir.strip()), "--workdir", FLAGS.workdir, "a directory path")

@@ -1,6 +1,6 @@
 """A training config: every field declared once (`FIELDS`: default, allowed values, resumable or not, meaning), and
 `validate`, the one check of a whole config (memory included) where a run starts. A source declares and checks its own
-data.* fields. `python -m tied_embed.train.config` prints the docs' field list."""
+data.* fields. scripts/config_fields.py prints the docs' field list."""
 
 from __future__ import annotations
 
@@ -228,8 +228,7 @@ def as_python_values(config: ml_collections.ConfigDict) -> None:
 
 
 def validate(config: Any, num_devices: int | None = None, memory_bytes: int | None = None) -> None:
-  """UsageError for the first bad field, mesh (`num_devices`) or memory (`memory_bytes`); NumPy scalars become
-  numbers."""
+  """UsageError for the first bad field, mesh (`num_devices`) or memory (`memory_bytes`); NumPy scalars → numbers."""
   if not isinstance(config, ml_collections.ConfigDict):
     raise UsageError.bad_value("config", f"<{type(config).__name__}>", "an ml_collections.ConfigDict")
   as_python_values(config)
@@ -376,20 +375,3 @@ def hparams(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """The run's hyperparameters for TensorBoard: every field of `FIELDS`, and the data.* fields its source reads."""
   return {**{field.path: get(config, field.path) for field in FIELDS},
           **{f"data.{name}": config.data[name] for name in sources.get(config.data.source).fields}}
-
-
-def markdown_table() -> str:
-  """The field list of docs/configs.md: one row per field of `FIELDS`, then the sources' own data.* fields."""
-  rows = ["| field | default | allowed | may change on resume | names the dataset | meaning |", "|---" * 6 + "|"]
-  for field in FIELDS:
-    resumable, dataset = ("yes" if flag else "no" for flag in (field.resumable, field.dataset))
-    allowed = field.allowed.replace("|", "\\|")
-    rows.append(f"| `{field.path}` | `{field.default!r}` | {allowed} | {resumable} | {dataset} | {field.doc} |")
-  source_fields = sorted({f"data.{name}" for source in sources.REGISTRY.values() for name in source.fields})
-  rows.extend(["", "The data sources check their own fields (none may change on resume): "
-              + ", ".join(f"`{path}`" for path in source_fields) + "."])
-  return "\n".join(rows) + "\n"
-
-
-if __name__ == "__main__":
-  print(markdown_table(), end="")

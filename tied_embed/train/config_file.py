@@ -40,8 +40,7 @@ def load_config_file(path: str) -> ml_collections.ConfigDict:
 
 @contextlib.contextmanager
 def _bools_kept() -> Iterator[Any]:
-  """While a config file runs, notes values assigned to float fields; `keep()` puts back the bools ml_collections
-  cast."""
+  """While a config file runs, notes values set on float fields; `keep()` puts back the bools ml_collections cast."""
   assigned: dict[tuple[int, str], tuple[ml_collections.ConfigDict, str, Any]] = {}
   setitem = ml_collections.ConfigDict.__setitem__.__code__
 

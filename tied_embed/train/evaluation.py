@@ -48,8 +48,7 @@ def _eval_losses(graphdef: nnx.GraphDef, chunk_size: int, compute_dtype: str, st
 
 def make_eval_losses(graphdef: nnx.GraphDef, chunk_size: int,
                      compute_dtype: str = "float32") -> Callable[..., jax.Array]:
-  """jit(state, ids, next_ids (E,) or (E, L)) → per-token losses alike, float32, `chunk_size` tokens at a time (0:
-  all)."""
+  """jit(state, ids, next_ids (E,) or (E, L)) → per-token losses alike, float32, `chunk_size` (0: all) at a time."""
   return jax.jit(lambda state, ids, next_ids: _eval_losses(graphdef, chunk_size, compute_dtype, state, ids, next_ids))
 
 

@@ -44,8 +44,7 @@ class EventsFailed(RunStopped):
 class EventWriter:
   """Appends summaries to a new event file in `logdir` on one background thread, as CLU's asynchronous writer does: each
   `write_*` returns at once, its values reach the disk flushed, in call order. A failed write is raised as EventsFailed
-  by the next call; later writes are dropped. `logdir` None: no file. `verbose`: every value is logged too. Closing
-  twice is a no-op."""
+  by the next call, later writes dropped. `logdir` None: no file. `verbose`: values logged too. Re-closing: no-op."""
 
   def __init__(self, logdir: str | pathlib.Path | None, *, verbose: bool = False):
     self._verbose = verbose

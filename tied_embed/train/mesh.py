@@ -40,17 +40,16 @@ def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tupl
       require(num_devices % other == 0, f"mesh.{axis}", -1,
               f"a size that fits {num_devices} devices (the other axis is {other})")
       sizes[axis] = num_devices // other
-  if sizes["data"] * sizes["model"] > num_devices:
-    raise UsageError.bad_value("mesh.data x mesh.model", f"{sizes['data']}x{sizes['model']}",
-                               f"at most {num_devices} devices in all")
+  require(sizes["data"] * sizes["model"] <= num_devices, "mesh.data x mesh.model", f"{sizes['data']}x{sizes['model']}",
+          f"at most {num_devices} devices in all")
   return sizes["data"], sizes["model"]
 
 
 def check_mesh_fits_processes(data_size: int, model_size: int, num_devices: int, num_processes: int) -> None:
   """UsageError unless the (data, model) mesh lays whole `data` rows on each of `num_processes` hosts."""
-  if num_processes > 1 and (data_size * model_size != num_devices or data_size % num_processes):
-    raise UsageError.bad_value("mesh", f"{data_size}x{model_size}",
-                               f"all {num_devices} devices, with mesh.data a multiple of the {num_processes} processes")
+  whole = data_size * model_size == num_devices and data_size % num_processes == 0
+  require(num_processes == 1 or whole, "mesh", f"{data_size}x{model_size}",
+          f"all {num_devices} devices, with mesh.data a multiple of the {num_processes} processes")
 
 
 def make_mesh(mesh_config: ml_collections.ConfigDict, devices: Sequence[jax.Device] | None = None) -> Mesh:
@@ -136,8 +135,8 @@ def initialize_from_environment(environ: dict[str, str] | None = None) -> bool:
 
 def process_slice(batch: np.ndarray, process_index: int, process_count: int) -> np.ndarray:
   """This process's contiguous share of a global batch: (B,) → (B / process_count,)."""
-  if len(batch) % process_count:
-    raise UsageError.bad_value("train.batch_size", len(batch), f"a multiple of the {process_count} processes")
+  require(len(batch) % process_count == 0, "train.batch_size", len(batch),
+          f"a multiple of the {process_count} processes")
   share = len(batch) // process_count
   return batch[process_index * share:(process_index + 1) * share]
 

@@ -11,6 +11,7 @@ import time
 
 import ml_collections
 import numpy as np
+from tensorboard.util.tensor_util import make_ndarray
 
 from tied_embed.data import bigram as data_lib
 from tied_embed.data import sources
@@ -18,11 +19,6 @@ from tied_embed.train import events as events_lib
 from tied_embed.util import shell_quote
 
 log = logging.getLogger(__name__)
-
-
-def make_writer(workdir: pathlib.Path, *, events: bool, verbose: bool) -> events_lib.EventWriter:
-  """The run's metric writer: TensorBoard events in `workdir` if `events`, plus every value logged if `verbose`."""
-  return events_lib.EventWriter(workdir if events else None, verbose=verbose)
 
 
 def write_log_step(writer, step: int, learning_rate: float, metrics: dict, state) -> dict[str, float]:
@@ -131,8 +127,6 @@ def closing_lines(workdir: pathlib.Path, step: int, best_step: int | None = None
 
 def read_scalars(logdir: str | pathlib.Path, tags: tuple[str, ...]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
   """{tag: (steps (N,) int64, values (N,) float64)} from `logdir`'s event files; a step written twice keeps the last."""
-  from tensorboard.util.tensor_util import make_ndarray  # noqa: PLC0415
-
   wanted = set(tags)
   series: dict[str, dict[int, float]] = {}
   for path in sorted(pathlib.Path(logdir).glob("events.out.tfevents.*")):

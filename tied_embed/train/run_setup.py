@@ -27,8 +27,8 @@ from tied_embed.fast import compilation
 from tied_embed.fast.kernels import in_use
 from tied_embed.train import checkpoint, run_step
 from tied_embed.train import config as config_lib
+from tied_embed.train import events as events_lib
 from tied_embed.train import mesh as mesh_lib
-from tied_embed.train import metrics as metrics_lib
 from tied_embed.train import signals as signals_lib
 from tied_embed.train.evaluation import Selection
 from tied_embed.util import UsageError, first_line
@@ -49,7 +49,7 @@ class OpenRun:
   target: nnx.State  # the abstract state: the RunState's shapes, dtypes and shardings
   train_step: Callable[..., tuple[nnx.State, dict[str, Any]]]
   checkpointer: checkpoint.Checkpointer
-  writer: Any  # `metrics_lib.make_writer`'s
+  writer: events_lib.EventWriter  # TensorBoard events in the workdir (none where `complete` or not process 0)
   signals: signals_lib.StopSignals
   start: int  # the step the run starts from: its newest intact checkpoint's, or 0
   state: nnx.State
@@ -69,8 +69,7 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
 
   Before anything is written, UsageError if the corpus cannot support the SentencePiece vocabulary, the workdir cannot
   be written or is held, or its checkpoints are of a different run (config_lib.RESUMABLE), other data, past
-  train.num_steps or unreadable. A signal raises signals_lib.Interrupted, or Preempted where the processes agree on one
-  at the end."""
+  train.num_steps or unreadable. A signal raises signals_lib.Interrupted (Preempted if processes agree at the end)."""
   dataset = data_lib.dataset_identity(config)
   data_lib.check_preparable(config, workdir)
   workdir = _ensure_writable(workdir)
@@ -118,11 +117,9 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
       raise data_lib.DataFailed(f"writing {error.filename or workdir} failed: {why}") from error
     kernels = in_use.kernel_set(config, target["model"], mesh.size)
     in_use.record(workdir, kernels, resuming=start > 0)  # a resume on another kernel set is not bitwise
-  if data.vocab_size <= asymmetry.MAX_DENSE:  # what no tied table fits, of the task's (V, V) log-probabilities
-    share = asymmetry.antisymmetric_share(asymmetry.prepared_table(data.true_log_probs)[0])
-  else:
-    share = None
-  writer = stack.enter_context(contextlib.closing(metrics_lib.make_writer(workdir, events=events, verbose=verbose)))
+  dense = data.vocab_size <= asymmetry.MAX_DENSE  # what no tied table fits, of the task's (V, V) log-probabilities
+  share = asymmetry.antisymmetric_share(asymmetry.prepared_table(data.true_log_probs)[0]) if dense else None
+  writer = stack.enter_context(contextlib.closing(events_lib.EventWriter(workdir if events else None, verbose=verbose)))
   if stop := signals.agreed(sync_point=True):
     raise signals_lib.Preempted(stop, None)
   signals.interrupting = False  # from here on a signal stops the loop at the next step, after saving it
@@ -136,9 +133,8 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
 
 def _take_workdir(config: ml_collections.ConfigDict, workdir: pathlib.Path, stack: contextlib.ExitStack,
                   dataset: str) -> tuple[checkpoint.Restored | None, Callable[[], None]]:
-  """Locks `workdir` until `stack` closes (process 0, for all) and refuses a run its checkpoints cannot continue on
-  `dataset`; → the newest checkpoint without its arrays (or None), and `record_holder`, which writes the lock's holder
-  once the checks pass."""
+  """Locks `workdir` until `stack` closes (process 0, for all), refuses a run its checkpoints cannot continue on
+  `dataset`; → the newest checkpoint without arrays (or None), `record_holder` (writes the holder, once checks pass)."""
   lock = util.exclusive(workdir, f"--workdir={str(workdir)!r}", record_now=False)
   record_holder = stack.enter_context(lock if jax.process_index() == 0 else contextlib.nullcontext(lambda: None))
   _check_layout(workdir)
@@ -168,8 +164,7 @@ def _ensure_writable(workdir: str | pathlib.Path) -> pathlib.Path:
 def _probe_writable(directory: pathlib.Path) -> None:
   """OSError unless a file can be created and deleted in `directory`; its times are put back, changing nothing."""
   times = directory.stat()
-  with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-"):
-    pass
+  tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-").close()  # created, then deleted
   os.utime(directory, ns=(times.st_atime_ns, times.st_mtime_ns))
 
 
@@ -179,8 +174,7 @@ _OWN_FILES = (in_use.FILE, record_lib.FILE_NAME, record_lib.TOKENIZER_FILE)
 
 def _check_layout(workdir: pathlib.Path) -> None:
   """UsageError, before training, if a path the run writes as a directory (checkpoints/, ...) or as a file
-  (kernels.json, ...) is something else or not writable; a symbolic link too (the run would write and delete in another
-  run's directory)."""
+  (kernels.json, ...) is something else, not writable, or a symbolic link (it would write in another run's folder)."""
   for name in _OWN_FILES:
     with contextlib.suppress(FileNotFoundError):
       mode = (path := workdir / name).lstat().st_mode

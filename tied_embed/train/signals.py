@@ -18,8 +18,7 @@ log = logging.getLogger(__name__)
 
 
 class Preempted(RunStopped):
-  """Stopped by a signal at step `step` (saved; None: during set-up): exit status 128 + signal, so it is not
-  "finished"."""
+  """Stopped by a signal at step `step` (saved; None: during set-up): exit status 128 + signal, not "finished"."""
 
   def __init__(self, signum: int, step: int | None):
     where = "during set-up, before training" if step is None else f"at step {step}"

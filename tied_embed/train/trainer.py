@@ -185,8 +185,7 @@ def train_batch(data: BigramData, seed: int, step: int, batch_size: int) -> tupl
 
 
 def _evaluate(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended, step: int) -> tuple[dict[str, float], bool]:
-  """Scores run.state on the held-out splits and writes eval/* (select/*) at `step`; → the scalars, whether a new
-  best."""
+  """Scores run.state on the held-out splits, writes eval/* (select/*) at `step`; → the scalars, whether a new best."""
   ended.eval_loss, ended.by_bucket = held_out.evaluate(run.state)
   scalars, new_best = evaluation.eval_scalars(ended.eval_loss, ended.by_bucket, run.data), False
   if held_out.select is not None:

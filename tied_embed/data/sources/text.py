@@ -1,6 +1,5 @@
 """The text sources, as bytes or pieces: 'text', a local corpus (a file, a directory or a glob), and 'tfds', a TFDS text
-dataset. A 'text' dataset's identity hashes the corpus's contents, so an edit makes a new dataset and an unchanged
-corpus is tokenized once."""
+dataset. A 'text' identity hashes the corpus: an edit makes a new dataset, an unchanged corpus is tokenized once."""
 
 from __future__ import annotations
 
@@ -18,7 +17,6 @@ import numpy as np
 from tied_embed.data import base
 from tied_embed.data.text import corpus, draw
 from tied_embed.data.text import tokenizer as tokenizer_lib
-from tied_embed.data.text.count_bigram import PairCounts, empirical_rows
 from tied_embed.data.text.tokenized import TextSource
 from tied_embed.util import UsageError, require
 
@@ -26,21 +24,6 @@ from tied_embed.util import UsageError, require
 DEFAULT_CORPUS = pathlib.Path(pydoc_data.__file__).parent / "topics.py"
 _MIN_BYTES = 32  # enough for a few pairs in the validation split
 MIN_BYTES_PER_PIECE = 16  # less train text a piece cannot yield V pieces (English: 4-5 bytes a piece)
-
-
-def text_pairs(
-    data: bytes, validation_fraction: float = corpus.VALIDATION_FRACTION
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-  """Byte bigrams, the last `validation_fraction` validation: bytes (n,) → {split: (ids, next_ids)} int32."""
-  values = np.frombuffer(data, dtype=np.uint8).astype(np.int32)
-  split_at = len(values) - int(len(values) * validation_fraction)
-  train, validation = values[:split_at], values[split_at:]
-  return {"train": (train[:-1], train[1:]), "validation": (validation[:-1], validation[1:])}
-
-
-def empirical_log_probs(ids: np.ndarray, next_ids: np.ndarray, vocab_size: int) -> np.ndarray:
-  """log(count(i, j) / count(i)): (N,), (N,) → (V, V) float64 (small V); -inf unseen, nan rows never current."""
-  return np.asarray(empirical_rows(PairCounts.of(ids, next_ids, vocab_size)))
 
 
 class Text(TextSource):
@@ -115,11 +98,8 @@ class Text(TextSource):
 
   def documents(self, settings: dict[str, Any], split: str) -> list[pathlib.Path]:
     """A by-document split's files in tokenizing order (drawn: its pieces, (file index, start, stop))."""
-    if "draw_seed" in settings:
-      return _drawn_pieces(settings, split)
-    files = [pathlib.Path(settings["files"][i]) for i in settings["document_order"]]
-    validation = settings["validation_documents"]
-    return files[:-validation] if split == "train" else files[-validation:]
+    pieces = _pieces(settings, split)
+    return pieces if "draw_seed" in settings else [pathlib.Path(settings["files"][i]) for i, _, _ in pieces]
 
   def _range(self, settings: dict[str, Any], split: str) -> tuple[list[pathlib.Path], int, int | None]:
     files = [pathlib.Path(p) for p in settings["files"]]
@@ -132,35 +112,31 @@ class Text(TextSource):
 
   def split_bytes(self, settings: dict[str, Any], split: str) -> Iterator[bytes]:
     if "draw_seed" in settings:
-      return draw.read_bytes(self._checked_files(settings), _drawn_pieces(settings, split))
+      return draw.read_bytes(self._checked_files(settings), _pieces(settings, split))
     return corpus.read_bytes(*self._range(settings, split))
 
   def split_lines(self, settings: dict[str, Any], split: str) -> Iterator[str]:
     if "draw_seed" in settings:
-      return draw.read_lines(self._checked_files(settings), _drawn_pieces(settings, split))
+      return draw.read_lines(self._checked_files(settings), _pieces(settings, split))
     return corpus.read_lines(*self._range(settings, split))
 
   def split_documents(self, settings: dict[str, Any], split: str) -> Iterator[Iterator[str]]:
-    if "draw_seed" in settings:  # each drawn piece (file index, start, stop) a document of its own
-      files = self._checked_files(settings)
-      for piece in _drawn_pieces(settings, split):
-        yield draw.read_lines(files, [piece])
-      return
     if settings.get("split") != corpus.BY_DOCUMENT:
       yield from super().split_documents(settings, split)
       return
-    for path in self._range(settings, split)[0]:
-      yield corpus.read_lines([path])
+    files = self._checked_files(settings)
+    for piece in _pieces(settings, split):  # each file, or drawn piece, a document of its own
+      yield draw.read_lines(files, [piece])
 
   def _checked_files(self, settings: dict[str, Any]) -> list[pathlib.Path]:
-    """The corpus files of drawn settings, checked unchanged since the settings were made."""
+    """The corpus files of the settings, checked unchanged since the settings were made."""
     self._range(settings, "train")
     return [pathlib.Path(p) for p in settings["files"]]
 
   def sample_lines(self, settings: dict[str, Any]) -> Iterator[str]:
     if "draw_seed" in settings:
       windows = tokenizer_lib.sample_windows(settings["num_bytes"]["train"])
-      yield from draw.window_lines(self._checked_files(settings), _drawn_pieces(settings, "train"), windows)
+      yield from draw.window_lines(self._checked_files(settings), _pieces(settings, "train"), windows)
       return
     files, _, _ = self._range(settings, "train")
     for start, end in tokenizer_lib.sample_windows(settings["num_bytes"]["train"]):
@@ -175,26 +151,24 @@ class Text(TextSource):
     if settings.get("split") != corpus.BY_DOCUMENT:
       return super().splits(settings)
     pairs = {}
-    for split in ("train", "validation"):  # each document read by its module's reader: (module, its arguments)
-      if "draw_seed" in settings:
-        files = self._checked_files(settings)
-        documents = [(draw, (files, [piece])) for piece in _drawn_pieces(settings, split)]
-      else:
-        documents = [(corpus, ([path],)) for path in self._range(settings, split)[0]]
+    for split in ("train", "validation"):
+      files, pieces = self._checked_files(settings), _pieces(settings, split)
       if settings["tokenizer"] == tokenizer_lib.BYTES:
-        parts = [np.frombuffer(b"".join(module.read_bytes(*args)), np.uint8) for module, args in documents]
+        parts = [np.frombuffer(b"".join(draw.read_bytes(files, [piece])), np.uint8) for piece in pieces]
         tokens = np.concatenate(parts).astype(np.int32)
         ends = np.cumsum([len(part) for part in parts], dtype=np.int64)
       else:
         tokens, ends = tokenizer_lib.encode_documents(
-            self.tokenizer(settings), (module.read_lines(*args) for module, args in documents), f"the {split} split")
+            self.tokenizer(settings), (draw.read_lines(files, [piece]) for piece in pieces), f"the {split} split")
       pairs[split] = document_pairs(tokens, ends)
     return pairs
 
 
-def _drawn_pieces(settings: dict[str, Any], split: str) -> list[tuple[int, int, int]]:
-  """The pieces (file index, start, stop) of a split of drawn settings, in the order they are tokenized."""
-  pieces, validation = [tuple(piece) for piece in settings["pieces"]], settings["validation_documents"]
+def _pieces(settings: dict[str, Any], split: str) -> list[tuple[int, int, int | None]]:
+  """A by-document split's documents in tokenizing order as pieces (file index, start, stop; a whole file: 0, None)."""
+  pieces = ([tuple(piece) for piece in settings["pieces"]] if "draw_seed" in settings
+            else [(index, 0, None) for index in settings["document_order"]])
+  validation = settings["validation_documents"]
   return pieces[:-validation] if split == "train" else pieces[-validation:]
 
 

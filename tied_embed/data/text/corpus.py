@@ -14,7 +14,7 @@ import pathlib
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from tied_embed.util import UsageError
+from tied_embed.util import UsageError, require
 
 VALIDATION_FRACTION = 0.1
 CONTIGUOUS, BY_DOCUMENT = "contiguous", "by_document"  # the values of data.split
@@ -39,9 +39,7 @@ def resolve(text_path: str, default: pathlib.Path) -> list[pathlib.Path]:
   if any(c in "*?[" for c in text_path):
     candidates = [pathlib.Path(p) for p in glob.glob(os.path.expanduser(text_path), recursive=True)]
     files = sorted(p for p in candidates if p.is_file() and not p.name.startswith("."))
-    if not files:
-      raise UsageError.bad_value(_FIELD, text_path,
-                                 "a file, a directory or a glob that matches files (it matches none)")
+    require(bool(files), _FIELD, text_path, "a file, a directory or a glob that matches files (it matches none)")
   elif path.is_dir():
     files = sorted(p for p in path.rglob("*")
                    if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))

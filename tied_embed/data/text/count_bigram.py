@@ -1,6 +1,5 @@
 """Bigram statistics of a token stream held sparsely, never a dense (V, V) array: `count_bigram_loss`, the add-k model
-(count(i, j) + k) / (count(i) + k·V) fitted on train and scored on validation, and `kneser_ney_loss`, the interpolated
-Kneser-Ney bigram, the stronger count baseline."""
+(count(i, j) + k) / (count(i) + k·V) fitted on train and scored on validation."""
 
 from __future__ import annotations
 
@@ -93,42 +92,3 @@ def count_bigram_loss(
     cut = len(train_ids) - max(int(len(train_ids) * HELD_OUT_FRACTION), 1)
     k = best_k(PairCounts.of(train_ids[:cut], train_next[:cut], vocab_size), train_ids[cut:], train_next[cut:])
   return add_k_loss(PairCounts.of(train_ids, train_next, vocab_size), eval_ids, eval_next, k), k
-
-
-# Interpolated Kneser-Ney: the discounts tried on the held-out pairs (a bigram's best lies in (0, 1)).
-DISCOUNT_GRID = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
-
-
-def continuation_probs(fit: PairCounts, discount: float) -> np.ndarray:
-  """Kneser-Ney's lower order: how many distinct tokens precede j, N1+(·, j), over the distinct pairs, discounted
-  and interpolated with the uniform 1/V (so a token never seen after anything keeps some mass): → (V,) float64."""
-  vocab_size = fit.vocab_size
-  preceders = np.bincount(fit.codes % vocab_size, minlength=vocab_size).astype(np.float64)
-  types = float(len(fit.codes))
-  if types == 0:
-    return np.full(vocab_size, 1.0 / vocab_size)
-  backoff = discount * np.count_nonzero(preceders) / types
-  return np.maximum(preceders - discount, 0.0) / types + backoff / vocab_size
-
-
-def kneser_ney_probs(fit: PairCounts, ids: np.ndarray, next_ids: np.ndarray, discount: float) -> np.ndarray:
-  """P(next | current) of pairs (M,), (M,) under the interpolated Kneser-Ney bigram of `fit`:
-  max(c(i, j) − d, 0) / c(i) + d · N1+(i, ·) / c(i) · P_cont(j), and P_cont(j) for a token never current: → (M,)."""
-  ids = np.asarray(ids, np.int64)
-  lower = continuation_probs(fit, discount)[np.asarray(next_ids, np.int64)]
-  pair = fit.lookup(ids, next_ids).astype(np.float64)
-  row = fit.row_totals[ids].astype(np.float64)
-  followers = np.bincount(fit.codes // fit.vocab_size, minlength=fit.vocab_size)[ids].astype(np.float64)
-  seen = row > 0
-  safe = np.where(seen, row, 1.0)
-  return np.where(seen, (np.maximum(pair - discount, 0.0) + discount * followers * lower) / safe, lower)
-
-
-def kneser_ney_loss(fit: PairCounts, ids: np.ndarray, next_ids: np.ndarray, discount: float) -> float:
-  """Mean -log P(next | current) of pairs (M,), (M,) under the interpolated Kneser-Ney bigram of `fit`: → nats."""
-  return float(-np.mean(np.log(kneser_ney_probs(fit, ids, next_ids, discount))))
-
-
-def best_discount(fit: PairCounts, held_ids: np.ndarray, held_next: np.ndarray) -> float:
-  """The discount of DISCOUNT_GRID whose Kneser-Ney bigram of `fit` has the lowest loss on the held-out pairs."""
-  return min(DISCOUNT_GRID, key=lambda discount: kneser_ney_loss(fit, held_ids, held_next, discount))

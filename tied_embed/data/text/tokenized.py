@@ -1,11 +1,11 @@
 """What the text sources share: a tokenizer (`data.tokenizer`: 'bytes', 'sentencepiece' or a `.model` path), the token
-stream's pairs, and sparse references: the validation pairs' empirical bigram table and entropy, and the add-k count
-model."""
+stream's pairs, and sparse references: the validation pairs' empirical bigram table and entropy, the add-k model."""
 
 from __future__ import annotations
 
 import abc
 import hashlib
+import itertools
 import logging
 import os
 import pathlib
@@ -212,12 +212,7 @@ class TextSource(base.Source):
 
 def _at_least(count: int, sizes: Iterator[int]) -> bool:
   """Whether `sizes` add up to `count` or more, read only as far as needed."""
-  total = 0
-  for size in sizes:
-    total += size
-    if total >= count:
-      return True
-  return False
+  return any(total >= count for total in itertools.accumulate(sizes))
 
 
 def _usable(path: pathlib.Path, vocab_size: int) -> bool:

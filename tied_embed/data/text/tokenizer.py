@@ -1,8 +1,7 @@
 """Tokenizers of text sources: bytes (V = 256) or SentencePiece, trained here or given as a `.model` file.
 
 SentencePiece is trained as in Flax's lm1b example (unigram, a bounded sample of train), without BOS/EOS/padding ids,
-and deterministically (one thread, fixed sample), so the same corpus gives the same model file. Lines are encoded one at
-a time: newlines leave no token."""
+deterministically (one thread, fixed sample): one corpus, one model file. Each line encodes alone: no newline token."""
 
 from __future__ import annotations
 
@@ -207,29 +206,24 @@ def _batches(tokenizer: Tokenizer, lines: Iterable[str]) -> Iterator[tuple[int, 
 
 def encode_stream(tokenizer: Tokenizer, lines: Iterable[str], what: str) -> np.ndarray:
   """Tokenizes `lines` a batch at a time (never the text whole), logging progress: → (N,) int32 ids, concatenated."""
-  parts, done, next_log = [], 0, PROGRESS_BYTES
-  for size, full, ids in _batches(tokenizer, lines):
-    parts.append(ids)
-    done += size
-    if full and done >= next_log:
-      log.info("Tokenized %.0f MB of %s (%d tokens so far).", done / 2**20, what, sum(map(len, parts)))
-      next_log += PROGRESS_BYTES
-  ids = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-  log.info("Tokenized %s: %.1f MB of text, %d tokens.", what, done / 2**20, len(ids))
-  return ids
+  return encode_documents(tokenizer, [lines], what, stream=True)[0]
 
 
-def encode_documents(
-    tokenizer: Tokenizer, documents: Iterable[Iterable[str]], what: str
-) -> tuple[np.ndarray, np.ndarray]:
-  """Tokenizes each document's lines as `encode_stream` does: → (N,) int32 ids of the documents concatenated, and
-  (D,) int64 ends, where document d's tokens are ids[ends[d - 1]:ends[d]] (ids[:ends[0]] for the first)."""
-  parts, ends, done, count = [], [], 0, 0
+def encode_documents(tokenizer: Tokenizer, documents: Iterable[Iterable[str]], what: str,
+                     stream: bool = False) -> tuple[np.ndarray, np.ndarray]:
+  """Tokenizes each document's lines a batch at a time: → (N,) int32 ids of the documents concatenated, and (D,) int64
+  ends, where document d's tokens are ids[ends[d - 1]:ends[d]] (ids[:ends[0]] for the first). `stream`: one text,
+  its progress logged every PROGRESS_BYTES."""
+  parts, ends, done, count, next_log = [], [], 0, 0, PROGRESS_BYTES
   for lines in documents:
-    for size, _, ids in _batches(tokenizer, lines):
+    for size, full, ids in _batches(tokenizer, lines):
       parts.append(ids)
       done, count = done + size, count + len(ids)
+      if stream and full and done >= next_log:
+        log.info("Tokenized %.0f MB of %s (%d tokens so far).", done / 2**20, what, count)
+        next_log += PROGRESS_BYTES
     ends.append(count)
   ids = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-  log.info("Tokenized %s: %.1f MB of text in %d documents, %d tokens.", what, done / 2**20, len(ends), len(ids))
+  documents_read = "" if stream else f" in {len(ends)} documents"
+  log.info("Tokenized %s: %.1f MB of text%s, %d tokens.", what, done / 2**20, documents_read, len(ids))
   return ids, np.asarray(ends, np.int64)

@@ -1,9 +1,8 @@
 """The chunked loss's matmuls as jax.ffi kernels: float32 on oneMKL (AVX-512), bfloat16 on AMX (oneDNN and oneMKL).
 
 On the chunk's shapes oneMKL's sgemm runs at 300–360 GFLOP/s on 2 AVX-512 Xeon cores, XLA:CPU's dot at 190–240, and XLA
-widens bfloat16 to float32 (benchmarks/README.md). No VJP: the chunked loss calls `gemm` inside its own.
-`available(dtype)` is False where the libraries are not built or fail their check, off CPU, with TIED_EMBED_MKL=0, and
-on CPUs not measured."""
+widens bfloat16 to float32 (benchmarks/README.md). No VJP: the chunked loss calls `gemm` inside its own. `available`
+is False where the libraries are not built or fail their check, off CPU, with TIED_EMBED_MKL=0, on CPUs not measured."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Where the step's C++ kernels are built, and loading them only once their build record vouches for them.
 
 `make kernels` builds _gemm.so, _gemm_onednn.so and _adamw.so into `kernel_dir()` ($TIED_EMBED_KERNEL_DIR, else beside
-the sources, else the user's cache), each with NAME.json (its sources' hash, flags, jaxlib, CPU, size and sha256), which
-`register` checks before opening it: a truncated library kills the process in dlopen, a stale one misreads XLA's
-operands."""
+the sources, else the user's cache), each with NAME.json (its sources' hash, flags, jaxlib, CPU, size and sha256),
+checked before opening: a truncated library kills the process in dlopen, a stale one misreads XLA's operands."""
 
 from __future__ import annotations
 
@@ -18,6 +17,7 @@ import re
 import sys
 
 import jax
+import jaxlib
 
 from tied_embed import util
 
@@ -59,8 +59,6 @@ def cpuinfo_field(names: str | tuple[str, ...], cpuinfo: pathlib.Path = pathlib.
 
 def fingerprint(library: Library) -> dict[str, str]:
   """What a build of `library` here would record before its file: sources and flags, jaxlib, machine, CPU."""
-  import jaxlib  # noqa: PLC0415
-
   digest = hashlib.sha256(" ".join(library.flags).encode())
   for name in library.sources:
     digest.update(f"\0{name}\0".encode() + (HERE / name).read_bytes())

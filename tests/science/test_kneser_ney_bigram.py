@@ -4,7 +4,7 @@ formula written out, and the discount chosen on held-out pairs."""
 import numpy as np
 import pytest
 
-from tied_embed.data.text import count_bigram
+from science import kneser_ney
 from tied_embed.data.text.count_bigram import PairCounts
 
 # V = 4. Train pairs: 0→1 twice, 0→2, 1→0, 2→1. Token 3 is never current and never next.
@@ -15,7 +15,7 @@ def test_continuation_probabilities_by_hand():
   # Distinct pairs: (0,1), (0,2), (1,0), (2,1): 4 types. Preceders N1+(·, j): 0: 1, 1: 2, 2: 1, 3: 0.
   # d = 0.5: max(N − d, 0) / 4 plus d · 3 (tokens with a preceder) / 4 spread as 1/4 each: 0.09375.
   fit = PairCounts.of(*TRAIN, 4)
-  got = count_bigram.continuation_probs(fit, 0.5)
+  got = kneser_ney.continuation_probs(fit, 0.5)
   assert got == pytest.approx([0.125 + 0.09375, 0.375 + 0.09375, 0.125 + 0.09375, 0.09375], abs=1e-15)
   assert got.sum() == pytest.approx(1.0, abs=1e-15)
 
@@ -29,8 +29,8 @@ def test_kneser_ney_probabilities_by_hand():
   # Row 3: never current: the continuation probabilities themselves.
   ids, nexts = np.array([0, 0, 0, 0, 1, 1, 3, 3]), np.array([1, 2, 0, 3, 0, 1, 1, 3])
   expected = [0.65625, 0.5 / 3 + 0.21875 / 3, 0.21875 / 3, 0.09375 / 3, 0.5 + 0.109375, 0.234375, 0.46875, 0.09375]
-  assert count_bigram.kneser_ney_probs(fit, ids, nexts, 0.5) == pytest.approx(expected, abs=1e-15)
-  assert count_bigram.kneser_ney_loss(fit, ids, nexts, 0.5) == pytest.approx(-np.mean(np.log(expected)), rel=1e-14)
+  assert kneser_ney.kneser_ney_probs(fit, ids, nexts, 0.5) == pytest.approx(expected, abs=1e-15)
+  assert kneser_ney.kneser_ney_loss(fit, ids, nexts, 0.5) == pytest.approx(-np.mean(np.log(expected)), rel=1e-14)
 
 
 def _dense_kneser_ney(train, vocab_size, discount):
@@ -60,12 +60,12 @@ def test_rows_sum_to_one_and_match_a_dense_table_and_the_discount_fits_held_out_
   fit = PairCounts.of(*train, vocab_size)
   every = np.repeat(np.arange(vocab_size), vocab_size), np.tile(np.arange(vocab_size), vocab_size)
   by_discount = {}
-  for discount in count_bigram.DISCOUNT_GRID:
+  for discount in kneser_ney.DISCOUNT_GRID:
     table = _dense_kneser_ney(train, vocab_size, discount)
-    got = count_bigram.kneser_ney_probs(fit, *every, discount).reshape(vocab_size, vocab_size)
+    got = kneser_ney.kneser_ney_probs(fit, *every, discount).reshape(vocab_size, vocab_size)
     assert got == pytest.approx(table, rel=1e-12)
     assert got.sum(axis=1) == pytest.approx(np.ones(vocab_size), rel=1e-12)
     by_discount[discount] = -np.mean(np.log(table[held]))
   best = min(by_discount, key=by_discount.get)
-  assert count_bigram.best_discount(fit, *held) == best
-  assert count_bigram.kneser_ney_loss(fit, *held, best) == pytest.approx(by_discount[best], rel=1e-12)
+  assert kneser_ney.best_discount(fit, *held) == best
+  assert kneser_ney.kneser_ney_loss(fit, *held, best) == pytest.approx(by_discount[best], rel=1e-12)
