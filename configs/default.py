@@ -33,17 +33,12 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.heads = 4  # context=transformer: attention heads of each block (dividing d_model)
 
   config.data = ml_collections.ConfigDict()
-  config.data.source = "planted"  # planted | directed | text | tfds (see tied_embed/data/sources/)
+  config.data.source = "planted"  # planted | directed | text (see tied_embed/data/sources/)
   # L, tokens per training window: 1 = (current, next) pairs; L > 1 = windows of L tokens within one document
   config.data.context_length = 1
   # source=text: a file, a directory (recursive) or a glob ('' = Python's pydoc_data/topics.py, ~750 KB of English)
   config.data.text_path = ""
-  config.data.tokenizer = "bytes"  # text/tfds: bytes (V=256) | sentencepiece (trained, V pieces) | a .model path
-  config.data.tfds_name = ""  # tfds: a TFDS text dataset, e.g. tiny_shakespeare (prepare it with `tfds build`)
-  config.data.tfds_train_split = "train"  # tfds: split the train pairs (and SentencePiece) come from
-  config.data.tfds_eval_split = "validation"  # tfds: split the eval pairs, floor and count model are scored on
-  config.data.text_feature = "text"  # tfds: the dataset's text feature
-  config.data.tfds_data_dir = ""  # tfds: TFDS's own data_dir holding the prepared copy ('' = TFDS's default)
+  config.data.tokenizer = "bytes"  # text: bytes (V=256) | sentencepiece (trained, V pieces) | a .model path
   config.data.data_dir = ""  # where the TFDS dataset is generated and cached ('' = <workdir>/data)
   config.data.train_fraction = 1.0  # the share of the train split trained on (of what selection leaves), in (0, 1]
   # the last share of the train split, held out for selection (select/loss, the best checkpoint), in [0, 0.5)

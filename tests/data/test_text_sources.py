@@ -1,4 +1,4 @@
-"""Text sources: local corpora, SentencePiece, the count bigram reference, TFDS text, and text-aware inspection."""
+"""The text source: local corpora, SentencePiece, the count bigram reference, and text-aware inspection."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tied_embed.data import bigram as data
-from tied_embed.data.text import corpus, count_bigram, tokenized
+from tied_embed.data.text import corpus, count_bigram
 from tied_embed.data.text import tokenizer as tokenizer_lib
 from tied_embed.train import config as config_lib
 from tied_embed.util import UsageError
@@ -186,101 +186,6 @@ def test_sparse_empirical_rows_equal_counting():
   assert rows[1, 3] == 0.0 and np.isnan(rows[0]).all()
   hand = -(2 * math.log(2 / 3) + math.log(1 / 3)) / 5
   assert count_bigram.empirical_entropy(counts) == pytest.approx(hand, rel=1e-12)
-
-
-# --- TFDS text -------------------------------------------------------------------------------------------------------
-
-
-def tfds_config(tmp_path, **fields):
-  base = dict(source="tfds", tfds_name="tied_embed_test_lines", tfds_train_split="train",
-              tfds_eval_split="validation", text_feature="text", tfds_data_dir=str(tmp_path / "tfds"),
-              tokenizer="bytes", data_dir=str(tmp_path / "data"))
-  base.update(fields)
-  return ml_collections.ConfigDict({"seed": 0, "model": {"vocab_size": 256, "d_model": 4, "tied": True},
-                                    "data": base})
-
-
-@pytest.fixture(scope="module")
-def prepared_tfds(tmp_path_factory):
-  """A small TFDS text dataset prepared in a temporary TFDS data_dir, as `tfds build` would leave it."""
-  pytest.importorskip("tensorflow", reason="TFDS writes and reads its tfrecord datasets through TensorFlow")
-  import tensorflow_datasets as tfds
-
-  class TiedEmbedTestLines(tfds.core.GeneratorBasedBuilder):
-    VERSION = tfds.core.Version("1.0.0")
-
-    def _info(self):
-      return tfds.core.DatasetInfo(builder=self, disable_shuffling=True, features=tfds.features.FeaturesDict(
-          {"text": tfds.features.Text(), "number": np.int32}))
-
-    def _split_generators(self, dl_manager):
-      return {"train": self._generate_examples(0), "validation": self._generate_examples(1)}
-
-    def _generate_examples(self, seed):
-      for index in range(3):
-        yield index, {"text": make_text(5, seed * 10 + index), "number": index}
-
-  root = tmp_path_factory.mktemp("tfds_root")
-  tfds.disable_progress_bar()
-  TiedEmbedTestLines(data_dir=str(root / "tfds")).download_and_prepare()
-  return root
-
-
-def test_a_prepared_tfds_dataset_is_read_example_by_example(prepared_tfds, tmp_path):
-  loaded = data.load_bigram_data(tfds_config(prepared_tfds, data_dir=str(tmp_path / "data")), tmp_path)
-  train = "\n".join(make_text(5, index) for index in range(3)).encode()
-  np.testing.assert_array_equal(np.concatenate([loaded.train_ids, loaded.train_next[-1:]]), list(train))
-  assert loaded.identity.startswith("tfds-v256-tied_embed_test_lines_1_0_0")
-  assert loaded.eval_references["count_bigram_loss"] > loaded.loss_floor
-
-
-@pytest.mark.parametrize(("change", "field", "hint"), [
-    ({"tfds_name": "no_such_dataset_anywhere"}, "data.tfds_name", "the name of a TFDS dataset"),
-    ({"tfds_eval_split": "test"}, "data.tfds_eval_split", "one of ['train', 'validation']"),
-    ({"text_feature": "number"}, "data.text_feature", "one of ['text']"),
-])
-def test_bad_tfds_fields_are_one_line_naming_the_field(prepared_tfds, tmp_path, change, field, hint):
-  config = tfds_config(prepared_tfds, data_dir=str(tmp_path / "data"), **change)
-  assert hint in one_line_error(config, field)
-  assert not (tmp_path / "data").exists()
-
-
-def test_a_tfds_dataset_without_a_prepared_copy_names_the_command_and_writes_nothing(tmp_path):
-  pytest.importorskip("tensorflow", reason="without TensorFlow the tfds source is refused first")
-  config = tfds_config(tmp_path, tfds_name="tiny_shakespeare")
-  message = one_line_error(config, "data.tfds_name='tiny_shakespeare'")
-  assert f"tfds build tiny_shakespeare --data_dir={tmp_path / 'tfds'}" in message
-  assert not (tmp_path / "tfds").exists() and not (tmp_path / "data").exists()
-
-
-def test_the_tfds_source_without_tensorflow_is_one_line_naming_the_install(tmp_path, monkeypatch):
-  from tied_embed.data.sources import text as text_source
-
-  monkeypatch.setattr(text_source, "tensorflow_missing", lambda: True)
-  message = one_line_error(tfds_config(tmp_path), "data.source='tfds'")
-  assert "pip install tensorflow-cpu==2.21.0" in message
-  assert not (tmp_path / "tfds").exists() and not (tmp_path / "data").exists()
-
-
-def test_tiny_shakespeare_offline_through_tfds_mock_data(tmp_path):
-  pytest.importorskip("tensorflow", reason="TFDS reads its tfrecord datasets through TensorFlow")
-  import tensorflow_datasets as tfds
-
-  from tied_embed.data import sources
-
-  config = tfds_config(tmp_path, tfds_name="tiny_shakespeare", tfds_data_dir="")
-  source = sources.get("tfds")
-  # mock_data also stubs the preparing of every builder, this project's pairs included: read the text only.
-  with tfds.testing.mock_data(num_examples=4):
-    config_lib.validate_data(config)
-    settings = source.settings(config)
-    splits = source.splits(settings)
-    texts = list(source.split_bytes(settings, "train"))
-  assert source.identity(settings).startswith("tfds-v256-tiny_shakespeare_1_0_0")
-  tokens = np.frombuffer(b"".join(texts), np.uint8)
-  assert len(texts) == 4 and len(tokens) > 4
-  np.testing.assert_array_equal(splits["train"][0], tokens[:-1])
-  assert tokenized.tokenizer_setting(config) == "bytes"
 
 
 # --- inspection of a text run ------------------------------------------------------------------------------------

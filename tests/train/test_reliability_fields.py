@@ -98,8 +98,11 @@ def test_a_field_that_does_nothing_in_both_configs_does_not_block_a_resume():
   text.model.vocab_size = 256
   other_width = text.copy_and_resolve_references()
   other_width.data.task_d_model = 64  # read by the synthetic tasks only
-  other_width.data.tfds_name = "some_other_dataset"  # read by the tfds source only
+  other_width.data.task_seed = 7  # read by the synthetic tasks only
   assert run_setup.config_differences(text, other_width) == []
+  unread = text.copy_and_resolve_references()
+  unread.data.field_no_source_reads = "x"  # what a checkpoint of a source this code does not have may hold
+  assert run_setup.config_differences(unread, text) == []
   assert run_setup.config_differences(smoke_with("data.task_d_model", 8), smoke_with("data.task_d_model", 64)) == [
       "data.task_d_model: 8 in the checkpoints, 64 now"]
 

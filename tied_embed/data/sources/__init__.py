@@ -1,5 +1,5 @@
 """The bigram tasks, each a `base.Source` its module registers: `synthetic` ('planted', which a tied table represents
-exactly; 'directed', which it cannot) and `text` ('text', a local corpus; 'tfds', a TFDS text dataset)."""
+exactly; 'directed', which it cannot) and `text` ('text', a local corpus)."""
 
 from __future__ import annotations
 

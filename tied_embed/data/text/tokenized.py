@@ -36,7 +36,6 @@ class TextSource(base.Source):
   """A bigram task over tokenized text; subclasses provide the text of each split."""
 
   reference_name = "empirical"
-  sizes_exact = True  # whether text_settings' num_bytes are the exact byte counts of the splits
 
   @abc.abstractmethod
   def validate_text(self, config: Any) -> None:
@@ -101,7 +100,7 @@ class TextSource(base.Source):
     return {split: max(size // per_token - 1, 0) for split, size in settings["num_bytes"].items()}
 
   def num_pairs_exact(self, settings: dict[str, Any]) -> bool:
-    return settings["tokenizer"] == tokenizer_lib.BYTES and self.sizes_exact
+    return settings["tokenizer"] == tokenizer_lib.BYTES
 
   def check_preparable(self, settings: dict[str, Any], data_dir: pathlib.Path) -> None:
     key = settings.get("tokenizer_key")
@@ -117,9 +116,6 @@ class TextSource(base.Source):
     """UsageError naming the corpus if a split would hold no pair of tokens (TFDS would fail after writing it)."""
     if self.num_pairs_exact(settings):
       empty = [split for split, count in self.num_pairs(settings).items() if count < 1]
-    elif settings["tokenizer"] == tokenizer_lib.BYTES:
-      empty = [split for split in ("train", "validation")
-               if not _at_least(2, (len(chunk) for chunk in self.split_bytes(settings, split)))]
     else:
       key = settings.get("tokenizer_key")
       model = _trained_models.get(key)
