@@ -118,17 +118,20 @@ def compilation_cache_env(directory: str | pathlib.Path) -> dict[str, str]:
   return {option.upper(): str(value) for option, value in compilation_cache_options(directory).items()}
 
 
-# XLA:CPU's backend at LLVM's -O0 for the suite's own compiles (conftest.py puts it in XLA_FLAGS before JAX starts):
-# the suite compiles a few hundred tiny programs and runs each for a few steps, and at -O0 it spends about a fifth
-# less CPU time. The graph passes (fusion, layout, the collectives) are the same; the arithmetic is the same IEEE
-# float32, so every tolerance and every bit-for-bit comparison within the suite holds. The users' shape on 8 devices
-# (tests/train/test_sharding.py) runs at XLA's default level, as `make train` does.
-SUITE_XLA_FLAGS = "--xla_backend_optimization_level=0"
+# How the suite's own compiles run (conftest.py puts these in XLA_FLAGS before JAX starts). The suite compiles a
+# few hundred tiny programs and runs each for a few steps, so compiling is most of its CPU time: LLVM at -O0 saves
+# about a fifth of it, XLA:CPU's elemental emitters in place of its MLIR fusion emitters about a third of the rest.
+# The graph passes (fusion, layout, sharding, the collectives) are the same and the arithmetic is float32 either way,
+# so the tolerances against float64 and every bit-for-bit comparison within the suite hold; elementwise functions
+# (exp, log) may round differently in the last place than in a user's run. The users' shape on 8 devices
+# (tests/train/test_sharding.py) compiles with XLA's defaults, as `make train` does.
+SUITE_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
 
 
 def with_suite_xla_flags(flags: str) -> str:
-  """`flags` (XLA_FLAGS) with the suite's `SUITE_XLA_FLAGS` in front, once."""
-  return flags if SUITE_XLA_FLAGS in flags.split() else f"{SUITE_XLA_FLAGS} {flags}".strip()
+  """`flags` (XLA_FLAGS) with the suite's `SUITE_XLA_FLAGS` in front, each once."""
+  given = [flag for flag in flags.split() if flag not in SUITE_XLA_FLAGS]
+  return " ".join([*SUITE_XLA_FLAGS, *given])
 
 
 def subprocess_env(*, optimized: bool = False, **extra: str) -> dict[str, str]:
@@ -138,7 +141,8 @@ def subprocess_env(*, optimized: bool = False, **extra: str) -> dict[str, str]:
   a user's run does."""
   cache = compilation_cache_env("")
   env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_") or k in cache}
-  flags = " ".join(flag for flag in extra.pop("XLA_FLAGS", env.get("XLA_FLAGS", "")).split() if flag != SUITE_XLA_FLAGS)
+  flags = " ".join(flag for flag in extra.pop("XLA_FLAGS", env.get("XLA_FLAGS", "")).split()
+                   if flag not in SUITE_XLA_FLAGS)
   flags = flags if optimized else with_suite_xla_flags(flags)
   env = {k: v for k, v in env.items() if k != "XLA_FLAGS"} | ({"XLA_FLAGS": flags} if flags else {})
   return env | {"TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"} | extra  # simulated devices are CPU ones
