@@ -197,12 +197,6 @@ def leaf_paths(config: ml_collections.ConfigDict, prefix: str = "") -> dict[str,
   return leaves
 
 
-def get(config: ml_collections.ConfigDict, path: str) -> Any:
-  for key in path.split("."):
-    config = config[key]
-  return config
-
-
 def defaults() -> dict[str, Any]:
   return {field.path: field.default for field in FIELDS}
 
@@ -240,10 +234,10 @@ def validate(config: Any, num_devices: int | None = None, memory_bytes: int | No
   if missing := sorted(REQUIRED_FIELDS - leaves.keys()):
     raise UsageError(f"{missing[0]} is missing from the config: expected every field of configs/default.py")
   for field in FIELDS:
-    if field.check is not None and not field.check(value := get(config, field.path)):
+    if field.check is not None and not field.check(value := config[field.path]):
       raise UsageError.bad_value(field.path, value, field.allowed)
   for dependent in DEPENDENT:  # `off` where it does nothing
-    value = get(config, dependent.path)
+    value = config[dependent.path]
     if dependent.off is not None and value != dependent.off and not dependent.active(config):
       raise UsageError.bad_value(dependent.path, value, f"{dependent.off!r} (off) unless {dependent.needs}")
   _check_context(config)
@@ -366,12 +360,12 @@ def check_memory(config: ml_collections.ConfigDict, memory_bytes: int | None = N
 
   if total > memory_bytes:
     largest = max(terms, key=lambda term: term.bytes)
-    field = max(largest.fields, key=lambda path: float(get(config, path)) if is_number(get(config, path)) else 0.0)
-    raise UsageError.bad_value(field, get(config, field), f"a config that fits in this machine's {gib(memory_bytes)} "
+    field = max(largest.fields, key=lambda path: float(config[path]) if is_number(config[path]) else 0.0)
+    raise UsageError.bad_value(field, config[field], f"a config that fits in this machine's {gib(memory_bytes)} "
                                f"of memory: it needs about {gib(total)}, {gib(largest.bytes)} of it for {largest.what}")
 
 
 def hparams(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """The run's hyperparameters for TensorBoard: every field of `FIELDS`, and the data.* fields its source reads."""
-  return {**{field.path: get(config, field.path) for field in FIELDS},
+  return {**{field.path: config[field.path] for field in FIELDS},
           **{f"data.{name}": config.data[name] for name in sources.get(config.data.source).fields}}
