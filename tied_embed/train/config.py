@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import jax
 import ml_collections
 import numpy as np
+from flax import traverse_util
 
 from tied_embed.core.model import CONTEXTS, HIDDEN_MAPS
 from tied_embed.core.optim import OPTIMIZERS
@@ -188,13 +189,9 @@ def known_fields() -> frozenset[str]:
   return REQUIRED_FIELDS | {f"data.{name}" for source in sources.REGISTRY.values() for name in source.fields}
 
 
-def leaf_paths(config: ml_collections.ConfigDict, prefix: str = "") -> dict[str, Any]:
+def leaf_paths(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Every non-group field of `config` by dotted path: {'model.vocab_size': 1024, ...}."""
-  leaves = {}
-  for key, value in config.items():
-    group = isinstance(value, ml_collections.ConfigDict)
-    leaves.update(leaf_paths(value, f"{prefix}{key}.") if group else {f"{prefix}{key}": value})
-  return leaves
+  return traverse_util.flatten_dict(config.to_dict(), sep=".")
 
 
 def defaults() -> dict[str, Any]:
