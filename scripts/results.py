@@ -186,11 +186,10 @@ def final_line(console: list[str], measured_on: str, date: str) -> str:
 
 def config_fields(path: str, fields: tuple[str, ...]) -> str:
   """'data.split=by_document, model.vocab_size=8192, ...': the values of `fields` in the config file at `path`."""
-  from tied_embed.train.config import get  # noqa: PLC0415
   from tied_embed.train.config_file import load_config_file  # noqa: PLC0415
 
   config = load_config_file(str(ROOT / path))
-  return ", ".join(f"{field}={get(config, field)!r}" for field in fields)
+  return ", ".join(f"{field}={config[field]!r}" for field in fields)
 
 
 def subword_section(rows: list[dict], measured_on: str, date: str, load: str) -> str:

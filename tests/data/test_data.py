@@ -29,7 +29,7 @@ def synthetic_task(name: str, vocab_size: int, d_model: int, logit_scale: float,
                    seed: int) -> tuple[np.ndarray, np.ndarray]:
   """A synthetic task's current-token distribution p (V,) and log P(next | current) (V, V), both float64."""
   table = synthetic.hidden_table(vocab_size, d_model, logit_scale, seed)
-  return sources.zipf_probs(vocab_size, zipf_exponent), transition_log_probs(name, table)
+  return base.zipf_probs(vocab_size, zipf_exponent), transition_log_probs(name, table)
 
 
 def hand_entropy(logit_rows: list[list[float]]) -> float:
@@ -44,7 +44,7 @@ def hand_entropy(logit_rows: list[list[float]]) -> float:
 def test_planted_floor_matches_hand_computation():
   # e·eᵀ for the rows (1,0), (0,1), (1,1).
   logits = [[1, 0, 1], [0, 1, 1], [1, 1, 2]]
-  floor = sources.conditional_entropy(sources.zipf_probs(3, 1.0),
+  floor = synthetic.conditional_entropy(base.zipf_probs(3, 1.0),
                                       transition_log_probs("planted", HAND_TABLE))
   assert floor == pytest.approx(hand_entropy(logits), rel=1e-12)
 
@@ -52,7 +52,7 @@ def test_planted_floor_matches_hand_computation():
 def test_directed_floor_matches_hand_computation():
   # Column j scores e_i against e_{j-1}: columns use rows 2, 0, 1.
   logits = [[1, 1, 0], [1, 0, 1], [2, 1, 1]]
-  floor = sources.conditional_entropy(sources.zipf_probs(3, 1.0),
+  floor = synthetic.conditional_entropy(base.zipf_probs(3, 1.0),
                                       transition_log_probs("directed", HAND_TABLE))
   assert floor == pytest.approx(hand_entropy(logits), rel=1e-12)
 
@@ -66,18 +66,18 @@ def test_transition_rows_sum_to_one(source):
 @pytest.mark.parametrize("source", sources.SYNTHETIC_SOURCES)
 def test_sampled_pairs_follow_the_table_and_average_to_the_floor(source):
   current_probs, log_probs = synthetic_task(source, 8, 4, 4.0, 1.0, seed=2)
-  ids, next_ids = sources.sample_pairs(current_probs, log_probs, 400_000, np.random.default_rng(0))
+  ids, next_ids = synthetic.sample_pairs(current_probs, log_probs, 400_000, np.random.default_rng(0))
   counts = np.zeros((8, 8))
   np.add.at(counts, (ids, next_ids), 1)
   expected = current_probs[:, None] * np.exp(log_probs) * len(ids)
   assert np.all(np.abs(counts - expected) < 5 * np.sqrt(expected) + 5)
   nll = -log_probs[ids, next_ids]
-  floor = sources.conditional_entropy(current_probs, log_probs)
+  floor = synthetic.conditional_entropy(current_probs, log_probs)
   assert abs(nll.mean() - floor) < 4 * nll.std() / np.sqrt(len(nll))
 
 
 def test_zipf_current_tokens_make_high_ids_rare():
-  probs = sources.zipf_probs(4, 1.0)
+  probs = base.zipf_probs(4, 1.0)
   np.testing.assert_allclose(probs, np.array([12, 6, 4, 3]) / 25)
 
 
@@ -103,14 +103,14 @@ def planted_workdir(tmp_path_factory):
 def test_dataset_round_trips_the_generated_pairs(planted_workdir):
   _, loaded = planted_workdir
   current_probs, log_probs = synthetic_task("planted", 16, 4, 6.0, 1.0, seed=3)
-  splits = sources.synthetic_splits(current_probs, log_probs, 5000, 3000, seed=3)
+  splits = synthetic.synthetic_splits(current_probs, log_probs, 5000, 3000, seed=3)
   for got, want in [((loaded.train_ids, loaded.train_next), splits["train"]),
                     ((loaded.eval_ids, loaded.eval_next), splits["validation"])]:
     assert got[0].dtype == np.int32
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
   np.testing.assert_array_equal(loaded.input_counts, np.bincount(splits["train"][0], minlength=16))
-  assert loaded.loss_floor == sources.conditional_entropy(current_probs, log_probs)
+  assert loaded.loss_floor == synthetic.conditional_entropy(current_probs, log_probs)
   np.testing.assert_array_equal(loaded.true_log_probs, log_probs)
 
 

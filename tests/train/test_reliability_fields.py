@@ -149,7 +149,7 @@ def test_a_bool_in_a_config_file_is_not_taken_for_a_number(tmp_path, path):
                          f"  config.{path} = True\n  return config\n")
   config_file.with_name("configs").symlink_to(ROOT / "configs")
   config = load_config_file(str(config_file))
-  assert config_lib.get(config, path) is True
+  assert config[path] is True
   assert _refusal(config).startswith(f"{path}=True is not allowed: expected ")
 
 

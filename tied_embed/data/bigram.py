@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 1 << 16  # pairs per stored example: whole blocks, since per-pair Python generators are slow
 SPLITS = ("train", "validation")
-TOKENIZERS = "tokenizers"  # the data dir's folder of SentencePiece models (tied_embed.data.text.tokenized)
+TOKENIZERS = "tokenizers"  # the data dir's folder of SentencePiece models (tied_embed.data.sources.text)
 DOCUMENT_ENDS = "document_ends"  # the TFDS metadata key of a by-document dataset: {split: [pair end of each doc]}
 DIGESTS = "sha256"  # the loaded splits' key of {split: `pairs_digest`}
 DIGEST_FILE = "pairs_sha256.json"  # in the dataset's version folder: {split: `pairs_digest`} as stored when built

@@ -252,7 +252,7 @@ class Checkpointer:
       manifest["dataset_sha256"] = self.dataset_sha256
     metrics = None
     if self._select:
-      manifest.update(select_loss=select_loss, selection=(selection or Selection()).to_json())
+      manifest.update(select_loss=select_loss, selection=dataclasses.asdict(selection or Selection()))
       if min_delta := float(config.train.get("min_delta", 0.0)):
         manifest["min_delta"] = min_delta
       metrics = _metrics_of(step, manifest)

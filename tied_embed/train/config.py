@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import jax
 import ml_collections
 import numpy as np
+from flax import traverse_util
 
 from tied_embed.core.model import CONTEXTS, HIDDEN_MAPS
 from tied_embed.core.optim import OPTIMIZERS
@@ -188,19 +189,9 @@ def known_fields() -> frozenset[str]:
   return REQUIRED_FIELDS | {f"data.{name}" for source in sources.REGISTRY.values() for name in source.fields}
 
 
-def leaf_paths(config: ml_collections.ConfigDict, prefix: str = "") -> dict[str, Any]:
+def leaf_paths(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Every non-group field of `config` by dotted path: {'model.vocab_size': 1024, ...}."""
-  leaves = {}
-  for key, value in config.items():
-    group = isinstance(value, ml_collections.ConfigDict)
-    leaves.update(leaf_paths(value, f"{prefix}{key}.") if group else {f"{prefix}{key}": value})
-  return leaves
-
-
-def get(config: ml_collections.ConfigDict, path: str) -> Any:
-  for key in path.split("."):
-    config = config[key]
-  return config
+  return traverse_util.flatten_dict(config.to_dict(), sep=".")
 
 
 def defaults() -> dict[str, Any]:
@@ -240,10 +231,10 @@ def validate(config: Any, num_devices: int | None = None, memory_bytes: int | No
   if missing := sorted(REQUIRED_FIELDS - leaves.keys()):
     raise UsageError(f"{missing[0]} is missing from the config: expected every field of configs/default.py")
   for field in FIELDS:
-    if field.check is not None and not field.check(value := get(config, field.path)):
+    if field.check is not None and not field.check(value := config[field.path]):
       raise UsageError.bad_value(field.path, value, field.allowed)
   for dependent in DEPENDENT:  # `off` where it does nothing
-    value = get(config, dependent.path)
+    value = config[dependent.path]
     if dependent.off is not None and value != dependent.off and not dependent.active(config):
       raise UsageError.bad_value(dependent.path, value, f"{dependent.off!r} (off) unless {dependent.needs}")
   _check_context(config)
@@ -366,12 +357,12 @@ def check_memory(config: ml_collections.ConfigDict, memory_bytes: int | None = N
 
   if total > memory_bytes:
     largest = max(terms, key=lambda term: term.bytes)
-    field = max(largest.fields, key=lambda path: float(get(config, path)) if is_number(get(config, path)) else 0.0)
-    raise UsageError.bad_value(field, get(config, field), f"a config that fits in this machine's {gib(memory_bytes)} "
+    field = max(largest.fields, key=lambda path: float(config[path]) if is_number(config[path]) else 0.0)
+    raise UsageError.bad_value(field, config[field], f"a config that fits in this machine's {gib(memory_bytes)} "
                                f"of memory: it needs about {gib(total)}, {gib(largest.bytes)} of it for {largest.what}")
 
 
 def hparams(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """The run's hyperparameters for TensorBoard: every field of `FIELDS`, and the data.* fields its source reads."""
-  return {**{field.path: get(config, field.path) for field in FIELDS},
+  return {**{field.path: config[field.path] for field in FIELDS},
           **{f"data.{name}": config.data[name] for name in sources.get(config.data.source).fields}}

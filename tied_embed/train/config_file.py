@@ -68,7 +68,7 @@ def _bools_kept() -> Iterator[Any]:
 def set_unchecked(config: ml_collections.ConfigDict, path: str, value: Any) -> None:
   """Sets dotted `path` of `config` to `value` of any type (ml_collections' type check off)."""
   *parents, leaf = path.split(".")
-  node = config_lib.get(config, ".".join(parents)) if parents else config
+  node = config[".".join(parents)] if parents else config
   with node.ignore_type():
     node[leaf] = value
 
@@ -89,7 +89,7 @@ def unparsed_override(config: ml_collections.ConfigDict, path: str, text: str) -
     except UsageError as error:
       if str(error).startswith(f"{path}="):
         return error
-  default = config_lib.get(config, path)
+  default = config[path]
   return UsageError.bad_value(path, text, f"a {type(default).__name__} like its default {default!r}")
 
 

@@ -153,9 +153,6 @@ class Selection:
     """Whether early stopping with `patience` (0 = off) ends the run here: `patience` evals without a new best."""
     return patience > 0 and self.best_step is not None and self.evals_since_best >= patience
 
-  def to_json(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
-
   @classmethod
   def from_manifest(cls, manifest: dict[str, Any] | None) -> Selection:
     """The selection a checkpoint's manifest recorded; a fresh one for a checkpoint without (no selection split)."""

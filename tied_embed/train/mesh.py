@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import jax
 import ml_collections
@@ -68,18 +68,6 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
 
 
-def state_shardings(state: nnx.State, mesh: Mesh) -> Any:
-  """A NamedSharding per leaf of an (abstract) nnx.State, from its Variables' `out_sharding` logical axis names
-  (the optimizer's moments inherit the Param's) under LOGICAL_AXIS_RULES; anything unannotated is replicated."""
-
-  def sharding(variable: nnx.Variable) -> nnx.Variable:
-    names = variable.get_metadata().get("out_sharding")
-    spec = PartitionSpec(*(LOGICAL_AXIS_RULES.get(name) for name in names)) if names else PartitionSpec()
-    return variable.replace(NamedSharding(mesh, spec))
-
-  return jax.tree.map(sharding, state, is_leaf=lambda leaf: isinstance(leaf, nnx.Variable))
-
-
 def state_builder(config: ml_collections.ConfigDict) -> Callable[[], RunState]:
   """→ build(): a new RunState (model, optimizer, bookkeeping) of `config`, for `abstract_state` and `fresh_state`."""
   tx = optim.make_optimizer(config.train)
@@ -87,10 +75,14 @@ def state_builder(config: ml_collections.ConfigDict) -> Callable[[], RunState]:
 
 
 def abstract_state(build: Callable[[], RunState], mesh: Mesh) -> tuple[nnx.GraphDef, nnx.State]:
-  """The graphdef and the shape/dtype/sharding-only state of the RunState `build()` makes, on `mesh`."""
+  """The graphdef and the shape/dtype/sharding-only state of the RunState `build()` makes, on `mesh`: each leaf's
+  sharding is Flax's of its Variable's `out_sharding` logical axis names (the optimizer's moments inherit the Param's)
+  under LOGICAL_AXIS_RULES; anything unannotated is replicated."""
   graphdef, shapes = nnx.split(nnx.eval_shape(build))
+  with nnx.logical_axis_rules(tuple(LOGICAL_AXIS_RULES.items())):
+    shardings = nnx.get_named_sharding(shapes, mesh)
   return graphdef, jax.tree.map(lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
-                                shapes, state_shardings(shapes, mesh))
+                                shapes, shardings)
 
 
 def fresh_state(build: Callable[[], RunState], target: nnx.State) -> nnx.State:

@@ -1,1 +1,1 @@
-"""What the text sources share: corpora, tokenizers, the token stream and its references, sparse pair counts."""
+"""What the text source uses: corpora and their splits, tokenizers, sparse pair counts."""
