@@ -70,3 +70,15 @@ def test_the_readmes_reading_order_names_every_story_module_and_only_files_that_
     assert (ROOT / path).is_file(), path
   story = {str(path.relative_to(ROOT)) for path in CORE_FILES if path.name != "__init__.py"}
   assert story <= set(paths), f"the reading order leaves out {sorted(story - set(paths))}"
+
+
+def _lines(paths) -> int:
+  return sum(len(path.read_text().splitlines()) for path in paths)
+
+
+def test_the_house_keeps_its_line_budgets():
+  """The story stays short enough to read in one sitting, and the package as a whole stays small (issue 44)."""
+  package = ROOT / "tied_embed"
+  assert _lines(CORE_FILES) <= 700, "tied_embed/core/ holds more than 700 lines"
+  assert _lines([package / "train" / "config.py"]) <= 400, "tied_embed/train/config.py holds more than 400 lines"
+  assert _lines(package.rglob("*.py")) <= 7_500, "tied_embed/ holds more than 7,500 lines of Python"
