@@ -1,6 +1,7 @@
 """The chunked loss's three dots on each route: XLA's dot, tied_embed/fast/kernels/gemm.py, and PyTorch's matmul.
 
   python benchmarks/probes/gemm_routes.py [--rounds=5] [--json=runs/bench/gemm_routes.json]
+  python benchmarks/probes/gemm_routes.py --dtypes=float32 --kernel_anywhere   # oneMKL's sgemm on an AMD CPU too
 
 For each shape of benchmarks/run.py's sections (V, D, T) and the step's chunk of C=256 tokens, the three dots of one
 chunk (tied_embed/fast/chunked_loss.py's `_chunk_step`):
@@ -46,6 +47,10 @@ REPEATS = 8  # calls per timing
 SHAPES = {**throughput.SHAPES, "memory": (memory.VOCAB_SIZE, memory.D_MODEL, memory.NUM_TOKENS)}  # section → (V, D, T)
 flags.DEFINE_integer("rounds", 5, "interleaved timing rounds")
 flags.DEFINE_string("json", None, "also write the results here")
+flags.DEFINE_list("dtypes", ["float32", "bfloat16"], "operand dtypes to time (PyTorch's bfloat16 matmul on a CPU "
+                  "without avx512_bf16 runs a scalar loop: minutes a shape)")
+flags.DEFINE_bool("kernel_anywhere", False, "time the float32 kernel on a CPU the step does not route to it too "
+                  "(anything but an Intel one with AVX-512): the measurement that decides such a route")
 FLAGS = flags.FLAGS
 
 
@@ -93,11 +98,11 @@ def _repeated(fn):
   return run
 
 
-def measure(rounds: int = 5) -> list[dict]:
+def measure(rounds: int = 5, dtypes: tuple[str, ...] = ("float32", "bfloat16")) -> list[dict]:
   """One row per (shape, dtype, route, dot): fastest ms and GFLOP/s."""
   results = []
   for section, (vocab_size, d_model, _) in SHAPES.items():
-    for dtype in ("float32", "bfloat16"):
+    for dtype in dtypes:
       routes = {"XLA dot": _jax_dots(vocab_size, d_model, dtype, kernel=False)}
       if mkl.available(dtype):
         routes["the kernel"] = _jax_dots(vocab_size, d_model, dtype, kernel=True)
@@ -116,7 +121,9 @@ def measure(rounds: int = 5) -> list[dict]:
 
 def main(argv) -> None:
   del argv
-  results = measure(FLAGS.rounds)
+  if FLAGS.kernel_anywhere:  # the step's own gate stays as it is; only this process's probe lifts it
+    mkl.cpu_is_intel_avx512 = lambda *_, **__: True
+  results = measure(FLAGS.rounds, tuple(FLAGS.dtypes))
   print(f"one chunk's dots (C={CHUNK}), fastest of {FLAGS.rounds} calls, {workload.cpu_threads()} threads")
   for row in results:
     print(f"  {row['shape']:<10} V={row['V']:<6} D={row['D']:<4} {row['dtype']:<9} {row['route']:<15} "
