@@ -131,7 +131,7 @@ def budget_lines(bigram: dict[str, Any], budget: dict[str, Any], controls: dict[
   entry, measured = budget["corpora"][corpus], bigram["corpora"][corpus]
   runs = joined_runs(bigram, controls, corpus) if controls is not None else measured["runs"]
   lines = [f"| train data | draws | add-k k | tokens current | antisymmetric share | PSD rank-{entry['d_model']} "
-           "residual share | PSD rank-D excess loss (nats) | measured tied − (tied + W) |"
+           f"residual share | PSD rank-{entry['d_model']} excess loss (nats) | measured tied − (tied + W) |"
            + (" measured (tied + S) − (tied + W) |" if controls is not None else ""),
            "|---" * (8 + (controls is not None)) + "|"]
   for fraction in measured["count"]:
