@@ -113,7 +113,8 @@ def test_default_config_on_a_4x2_mesh_finishes_every_time(tmp_path):
   log steps.
   """
   code = (
-      "import sys; from configs import default; from tied_embed.train.trainer import train_and_evaluate\n"
+      "import os, sys; from configs import default; from tied_embed.train.trainer import train_and_evaluate\n"
+      "print('flags', os.environ['XLA_FLAGS'], flush=True)\n"
       "for run in range(3):\n"
       "  config = default.get_config()\n"
       "  config.train.num_steps, config.mesh.data, config.mesh.model = 300, 4, 2\n"
@@ -127,6 +128,7 @@ def test_default_config_on_a_4x2_mesh_finishes_every_time(tmp_path):
   )
   assert result.returncode == 0, result.stderr[-3000:]
   assert [line for line in result.stdout.splitlines() if line.startswith("finished")] == ["finished 300"] * 3
+  assert "flags --xla_force_host_platform_device_count=8\n" in result.stdout  # the users' shape at XLA's defaults
 
 
 def test_checkpoint_from_8_devices_restores_on_1_device(sharded, smoke_run):
