@@ -83,7 +83,8 @@ def _parser() -> _Parser:
                       help="comma-separated train data sizes in (0, 1] "
                            f"(default: {','.join(f'{f:g}' for f in FRACTIONS)})")
   parser.add_argument("--from-json", default="",
-                      help="train nothing: rewrite the tables, plot (and with --write-docs the docs) from this JSON")
+                      help="train nothing: rewrite the tables, plot (and with --write-docs the docs) from this JSON; "
+                           "comma-separated JSONs of one family's blocks on different corpora are read as one")
   parser.add_argument("--convergence-factor", type=int, default=CONVERGENCE_FACTOR,
                       help="the convergence check at the largest size: this many times the steps, an integer ≥ 2 "
                            f"(0: no check; default {CONVERGENCE_FACTOR})")
@@ -172,7 +173,33 @@ def other_block(written: pathlib.Path, chosen: list[str], families: tuple[str, .
   return f"--corpora={','.join(theirs[0])} --family={','.join(theirs[1])}"
 
 
-def read_results(path: str) -> dict[str, Any]:
+# what blocks merged by --from-json=a.json,b.json share: the same models, tuned and scored the same way
+SHARED_KEYS = ("families", "models", "fractions", "seeds", "tune_seed", "grids", "patience")
+
+
+def read_results(paths: str) -> dict[str, Any]:
+  """The sweep's results in the comma-separated JSON files `paths`, one (corpus, family) block's each, merged into
+  one: the corpora side by side, each merged-in entry naming its own machine, the times summed. UsageError where a
+  file is missing, not JSON or not a sweep's, or where two disagree on a SHARED_KEYS value or share a corpus."""
+  first, *others = paths.split(",")
+  results = _read_one(first)
+  for path in others:
+    block = _read_one(path)
+    differs = next((key for key in SHARED_KEYS if block.get(key) != results.get(key)), None)
+    if differs:
+      raise UsageError(f"--from-json={paths}: {path}'s {differs!r} differs from {first}'s: expected blocks of one "
+                       "family, tuned and scored the same way")
+    shared = next((name for name in block["corpora"] if name in results["corpora"]), None)
+    if shared:
+      raise UsageError(f"--from-json={paths}: {path} and another file both hold the {shared!r} corpus")
+    for name, entry in block["corpora"].items():
+      results["corpora"][name] = {**entry, "machine": entry.get("machine", block["machine"])}
+    results["seconds"] += block["seconds"]
+    results["cpu_seconds"] += block["cpu_seconds"]
+  return results
+
+
+def _read_one(path: str) -> dict[str, Any]:
   """The sweep's results in the JSON file at `path`; UsageError where it is missing, not JSON, or not a sweep's."""
   if not pathlib.Path(path).is_file():
     raise UsageError(f"--from-json={path}: no such file")
