@@ -318,3 +318,37 @@ def test_inspection_reads_each_control_in_its_own_words_and_at_the_tables_d():
       scores=model.scores_in_words(), d_model=int(model.d_model))
   assert built["parameters"]["table_shape"] == [VOCAB, D_MODEL]
   assert built["parameters"]["tied"] == VOCAB * D_MODEL + VOCAB  # the table and b, by hand
+
+
+@pytest.mark.parametrize("hidden", ["linear", "symmetric"])
+def test_an_output_bias_around_a_hidden_map_keeps_the_map(hidden):
+  # The bias wraps the map: its logits are E·W·Eᵀ + b (S for symmetric), the map applied, not skipped.
+  model = build_model(ml_collections.ConfigDict({
+      "seed": 0, "data": {"context_length": 1},
+      "model": {"vocab_size": VOCAB, "d_model": D_MODEL, "tied": True, "hidden": hidden, "output_bias": True}}))
+  rng = np.random.default_rng(5)
+  kernel, bias = np.eye(D_MODEL) + 0.5 * rng.standard_normal((D_MODEL, D_MODEL)), rng.standard_normal(VOCAB)
+  model.embedder.hidden_map.kernel[...] = jnp.asarray(kernel, jnp.float32)
+  model.bias[...] = jnp.asarray(bias, jnp.float32)
+  table = np.asarray(model.tables()[0], np.float64)
+  kernel = np.asarray(model.embedder.hidden_map.kernel[...], np.float64)
+  mapped = kernel if hidden == "linear" else (kernel + kernel.T) / 2
+  expected = table[IDS] @ mapped @ table.T + np.asarray(model.bias[...], np.float64)
+  np.testing.assert_allclose(np.asarray(model(jnp.asarray(IDS))), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_an_output_bias_around_a_context_model_keeps_the_context():
+  config = ml_collections.ConfigDict({
+      "seed": 0, "data": {"context_length": 4},
+      "model": {"vocab_size": VOCAB, "d_model": D_MODEL, "tied": True, "context": "mlp", "context_k": 3,
+                "output_bias": True}})
+  model = build_model(config)
+  model.bias[...] = jnp.asarray(np.random.default_rng(6).standard_normal(VOCAB), jnp.float32)
+  windows = jnp.asarray(IDS.reshape(2, 4))
+  with_bias = np.asarray(model(windows), np.float64)
+  without = np.asarray(model.embedder(windows), np.float64)
+  np.testing.assert_allclose(with_bias - without, np.broadcast_to(np.asarray(model.bias[...]), without.shape),
+                             rtol=1e-5, atol=1e-5)
+  # and the last position reads the tokens before it: another first token changes it
+  changed = np.asarray(model(windows.at[:, 2].set((windows[:, 2] + 1) % VOCAB)))
+  assert not np.allclose(changed[:, 3], with_bias[:, 3])

@@ -124,6 +124,9 @@ class _Around(LanguageModel):
   def table_params(self) -> tuple[nnx.Param, nnx.Param]:
     return self.embedder.table_params()
 
+  def hidden(self, rows: jax.Array) -> jax.Array:
+    return self.embedder.hidden(rows)
+
   def attend(self, x: jax.Array) -> jax.Array:
     return self.embedder.attend(x)
 
