@@ -123,6 +123,8 @@ def test_the_sparse_lookup_path_gives_the_plain_paths_rows_norms_and_sums():
                     (paths.lookup_at(rows), plain.lookup_at(rows)), (paths.add_lookup(paths.projection, 0.5),
                                                                      plain.add_lookup(plain.projection, 0.5))]:
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8)
+  for added in (paths, plain):  # without a scale: the lookup path added once
+    _assert_close(added.add_lookup(added.projection), projection + lookup)
 
 
 def test_split_error_measures_a_wrong_split_against_the_direct_gradient():
