@@ -13,11 +13,6 @@ from tied_embed.data import sources
 from tied_embed.data.base import LogProbRows, dense_rows, log_softmax, row_blocks
 
 
-def score_matrix(lookup_table: np.ndarray, projection_table: np.ndarray) -> np.ndarray:
-  """Learned scores `S[i, j] = lookup[i] · projection[j]`: (V, D), (V, D) → (V, V) float64."""
-  return np.asarray(lookup_table, np.float64) @ np.asarray(projection_table, np.float64).T
-
-
 def own_score_rank(scores: np.ndarray, token: int) -> tuple[float, int]:
   """S (V, V) or its row i (V,), token i → (own score S[i, i], its rank in the row, 1 + #{j : S[i, j] > S[i, i]})."""
   row = np.asarray(scores)
