@@ -58,11 +58,6 @@ def _escaped(character: str) -> str:
   return repr(character)[1:-1]
 
 
-def one_line(text: str) -> str:
-  """`text` on one line as the terminal shows it (`printable`), so an error naming an odd path stays one line."""
-  return printable(text)
-
-
 def is_utf8(text: str) -> bool:
   """Whether `text` (a path as Python holds it) is valid UTF-8: no surrogate, os.fsdecode's stand-in for a bad byte."""
   return not any("\ud800" <= character <= "\udfff" for character in text)
@@ -219,7 +214,7 @@ def _refuse_odd_lock_file(path: pathlib.Path, what: str) -> None:
     return
   if not stat.S_ISREG(mode):
     kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
-    raise UsageError(f"{one_line(str(path))} is {kind}; {what} keeps its lock file there: remove it, or use "
+    raise UsageError(f"{printable(str(path))} is {kind}; {what} keeps its lock file there: remove it, or use "
                      f"another directory")
 
 
@@ -241,7 +236,7 @@ def exclusive(directory: str | pathlib.Path, what: str, *, record_now: bool = Tr
     if error.errno == errno.ELOOP:  # made a link since the check above
       _refuse_odd_lock_file(path, what)
     if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR):
-      raise UsageError(f"{what}: {one_line(str(directory))} is not writable ({error.strerror or error}): the run "
+      raise UsageError(f"{what}: {printable(str(directory))} is not writable ({error.strerror or error}): the run "
                        f"keeps its lock there; use a writable directory") from None
     raise
   if not stat.S_ISREG(os.fstat(fd).st_mode):  # made something else since the check above

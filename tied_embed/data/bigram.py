@@ -180,8 +180,8 @@ def refuse_links(bc: BigramConfig, directory: pathlib.Path) -> None:
 
 
 def _link_refused(link: pathlib.Path, directory: pathlib.Path) -> UsageError:
-  return UsageError(f"data.data_dir={util.one_line(str(directory))!r}: {util.one_line(str(link))} is a symbolic link "
-                    f"(to {util.one_line(os.readlink(link))}); the run writes and deletes its dataset there and never "
+  return UsageError(f"data.data_dir={util.printable(str(directory))!r}: {util.printable(str(link))} is a symbolic link "
+                    f"(to {util.printable(os.readlink(link))}); the run writes and deletes its dataset there and never "
                     f"through a link: replace the link with the files themselves, or use another data.data_dir")
 
 

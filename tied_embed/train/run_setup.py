@@ -179,7 +179,7 @@ def _check_layout(workdir: pathlib.Path) -> None:
     with contextlib.suppress(FileNotFoundError):
       mode = (path := workdir / name).lstat().st_mode
       if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-        raise UsageError(f"{util.one_line(str(path))} is {util.file_kind(mode)}, not a regular file; the run keeps "
+        raise UsageError(f"{util.printable(str(path))} is {util.file_kind(mode)}, not a regular file; the run keeps "
                          f"its {name} there: move it away")
   for name in ("checkpoints", "damaged_checkpoints", "data", "report"):
     path = workdir / name
@@ -229,9 +229,9 @@ def _check_same_pairs(step: int, manifest: dict, data: data_lib.BigramData, file
   """UsageError naming the split's files if the pairs loaded are not those checkpoint `step`'s manifest digested."""
   for split, digest in (manifest.get("dataset_sha256") or {}).items():
     if data.digests.get(split) != digest:
-      raise UsageError(f"{util.one_line(str(files))}/bigram_pairs-{split}.array_record* holds other pairs than "
+      raise UsageError(f"{util.printable(str(files))}/bigram_pairs-{split}.array_record* holds other pairs than "
                        f"checkpoint {step} was trained on (sha256 {str(data.digests.get(split))[:16]}..., the "
-                       f"checkpoint's {str(digest)[:16]}...): delete {util.one_line(str(files))} to have it generated "
+                       f"checkpoint's {str(digest)[:16]}...): delete {util.printable(str(files))} to have it generated "
                        f"again, or start fresh with another --workdir")
 
 
