@@ -104,26 +104,24 @@ class Text(base.Source):
     files = [p.resolve() for p in self._files(config)]
     scan = corpus.scan(files, check_utf8=utf8)
     text_path = str(files[0]) if len(files) == 1 else str(config.data.get("text_path"))
+    corpus_files = {"text_path": text_path, "files": [str(p) for p in files]}
     seed = draw.seed_of(config.data.get("split"))
     if seed is not None:  # stored as a by-document dataset: its selection split is cut at a document end
       pieces, count, validation = draw.draw(files, seed)
-      return {"text_path": text_path, "files": [str(p) for p in files],
-              "content": f"sha{scan.sha256}-draw{seed}", "split": corpus.BY_DOCUMENT, "draw_seed": seed,
+      return {**corpus_files, "content": f"sha{scan.sha256}-draw{seed}", "split": corpus.BY_DOCUMENT, "draw_seed": seed,
               "pieces": [list(piece) for piece in pieces], "validation_documents": count,
               "num_bytes": {"train": scan.num_bytes - validation, "validation": validation}}
     if _by_document(config, files):
       # The content hash stays that of the files in sorted order; the label beside it names the split and its
       # seed, so the tokenizer and the dataset of this split never share a cache entry with the contiguous ones.
       order, documents, validation = _document_split(files)
-      return {"text_path": text_path, "files": [str(p) for p in files],
-              "content": f"sha{scan.sha256}-{corpus.DOCUMENT_LABEL}", "split": corpus.BY_DOCUMENT,
+      return {**corpus_files, "content": f"sha{scan.sha256}-{corpus.DOCUMENT_LABEL}", "split": corpus.BY_DOCUMENT,
               "document_order": order, "validation_documents": documents,
               "num_bytes": {"train": scan.num_bytes - validation, "validation": validation}}
     split_at = corpus.split_point(scan.num_bytes)
     split_at = corpus.char_boundary(files, split_at) if utf8 else split_at
-    return {"text_path": text_path, "files": [str(p) for p in files], "content": f"sha{scan.sha256}",
-            "split_at": split_at, "num_bytes": {"train": split_at, "validation": scan.num_bytes - split_at}}
-
+    return {**corpus_files, "content": f"sha{scan.sha256}", "split_at": split_at,
+            "num_bytes": {"train": split_at, "validation": scan.num_bytes - split_at}}
 
   def identity(self, settings: dict[str, Any]) -> str:
     if settings["tokenizer"] == tokenizer_lib.SENTENCEPIECE:  # the key names the corpus, V and the settings
