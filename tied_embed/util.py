@@ -47,9 +47,7 @@ def first_line(error: BaseException, limit: int = 300) -> str:
 def printable(text: str, keep: str = "") -> str:
   """`text` as a terminal shows it without acting on it: control characters, bidirectional overrides and undecodable
   bytes written as escapes (\\n, \\x1b, \\u202e, \\xNN), except the characters in `keep`."""
-  if text.isprintable():
-    return text
-  return "".join(c if c in keep or c.isprintable() else _escaped(c) for c in text)
+  return text if text.isprintable() else "".join(c if c in keep or c.isprintable() else _escaped(c) for c in text)
 
 
 def _escaped(character: str) -> str:

@@ -75,9 +75,7 @@ def _target_logits(x: jax.Array, table: jax.Array, targets: jax.Array) -> jax.Ar
 
 def _chunk_logits(table, x_chunk, compute_dtype, kernel: bool) -> jax.Array:
   """table (V, D) · x_chunkᵀ (C, D) → (V, C) float32 logits, on oneMKL if `kernel`."""
-  if kernel:
-    return mkl.gemm(table, x_chunk, trans_b=True, dtype=compute_dtype)
-  return dot(table, x_chunk.T, compute_dtype)
+  return mkl.gemm(table, x_chunk, trans_b=True, dtype=compute_dtype) if kernel else dot(table, x_chunk.T, compute_dtype)
 
 
 def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, kernel):

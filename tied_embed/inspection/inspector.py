@@ -55,10 +55,8 @@ def inspect_run(workdir: str | pathlib.Path, step: int | str | None = None, toke
 
   restored, facts, steps = open_run(workdir, step, warnings, check=check_tokens)
   config, provenance, model = restored.config, restored.provenance, restored.model
-  if tokens is None:
-    tokens = [int(i) for i in np.argsort(-facts.input_counts, kind="stable")[:_DEFAULT_TOKENS]]
-  else:
-    tokens = [resolve_token(token, facts.tokenizer) for token in tokens]
+  tokens = ([int(i) for i in np.argsort(-facts.input_counts, kind="stable")[:_DEFAULT_TOKENS]] if tokens is None
+            else [resolve_token(token, facts.tokenizer) for token in tokens])
   series, eval_loss = _loss_series(workdir, restored.step, warnings)
   lookup_table, projection_table = (np.asarray(table) for table in model.scoring_tables())
   tables = {id(param): param[...].size for param in model.table_params()}  # one entry when tied

@@ -147,6 +147,4 @@ def value_at(series: tuple[np.ndarray, np.ndarray] | None, step: int) -> dict[st
     return None
   steps, values = series
   index = int(np.searchsorted(steps, step, side="right")) - 1
-  if index < 0:
-    return None
-  return {"step": int(steps[index]), "value": float(values[index])}
+  return None if index < 0 else {"step": int(steps[index]), "value": float(values[index])}
