@@ -77,6 +77,14 @@ def shell_quote(text: str) -> str:
   return "$'" + "".join(map(escape, text)) + "'"
 
 
+def shown_path(path: str | pathlib.Path) -> str:
+  """`path` as a shell word (`shell_quote`): relative to the current directory inside it ('runs/a'), else absolute."""
+  path = pathlib.Path(path).absolute()
+  with contextlib.suppress(ValueError):  # outside the current directory: shown absolute
+    path = path.relative_to(pathlib.Path.cwd())
+  return shell_quote(str(path))
+
+
 class RunStopped(Exception):
   """A valid run that ended before its last step (a signal, a non-finite loss, a failed write), in a one-line str()."""
 

@@ -21,7 +21,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from tied_embed.util import RunStopped, UsageError, first_line, is_utf8, printable, refuse_if_held, require
+from tied_embed.util import RunStopped, UsageError, first_line, is_utf8, printable, refuse_if_held, require, shown_path
 
 # TensorFlow is chatty should a library load it where a venv holds it (the project needs none).
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -96,13 +96,9 @@ def unknown_override(config, argv: list[str]) -> str:
 
 def _command(argv0: str) -> str:
   """How to start this command again as pasted: '.venv/bin/python train.py' for a script, else the path given."""
-  def shown(path: str) -> str:
-    relative = os.path.relpath(path)
-    return relative if not relative.startswith("..") else os.path.abspath(path)
-
   if argv0.endswith(".py"):
-    return shlex.join([shown(sys.executable), argv0])
-  return shlex.quote(shown(argv0) if os.sep in argv0 else argv0)
+    return f"{shown_path(sys.executable)} {shlex.quote(argv0)}"
+  return shown_path(argv0) if os.sep in argv0 else shlex.quote(argv0)
 
 
 def usage(program: str) -> str:
