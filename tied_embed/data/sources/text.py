@@ -72,12 +72,7 @@ class Text(base.Source):
     require(size >= _MIN_BYTES, "data.text_path", config.data.get("text_path"),
             f"a corpus of at least {_MIN_BYTES} bytes ({', '.join(map(str, files[:3]))} has {size})")
     if choice == tokenizer_lib.SENTENCEPIECE:  # a hopeless size fails now, not after training
-      by_document, seed = _by_document(config, files), draw.seed_of(config.data.get("split"))
-      resolved = [p.resolve() for p in files]
-      if seed is not None:
-        train_bytes = size - draw.draw(resolved, seed)[2]
-      else:
-        train_bytes = size - _document_split(resolved)[2] if by_document else corpus.split_point(size)
+      train_bytes = self._text_settings(config, utf8=True)["num_bytes"]["train"]
       most = train_bytes // MIN_BYTES_PER_PIECE
       require(vocab_size <= most, "model.vocab_size", vocab_size,
               f"at most {most} pieces for the {train_bytes:,} bytes of train text in data.text_path="
