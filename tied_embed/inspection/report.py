@@ -142,7 +142,7 @@ def sample_after(scores: Callable[[list[int]], np.ndarray], prompt: list[int], n
                  seed: int) -> list[int]:
   """`num_tokens` ids drawn one by one from softmax(scores(ids so far) / temperature); temperature 0: the likeliest."""
   rng = np.random.default_rng(seed)
-  tokens, drawn = list(prompt), []
+  tokens = list(prompt)
   for _ in range(num_tokens):
     next_scores = scores(tokens)
     if temperature == 0:
@@ -152,8 +152,7 @@ def sample_after(scores: Callable[[list[int]], np.ndarray], prompt: list[int], n
         probs = np.exp(log_softmax(((next_scores - next_scores.max()) / temperature)[None]))[0]
       token = int(rng.choice(len(probs), p=probs / probs.sum()))
     tokens.append(token)
-    drawn.append(token)
-  return drawn
+  return tokens[len(prompt):]
 
 
 def parameter_summary(vocab_size: int, d_model: int, tied: bool, other_params: int = 0) -> dict[str, Any]:
