@@ -106,7 +106,7 @@ class Text(base.Source):
       return {**corpus_files, "content": f"sha{scan.sha256}-draw{seed}", "split": corpus.BY_DOCUMENT, "draw_seed": seed,
               "pieces": [list(piece) for piece in pieces], "validation_documents": count,
               "num_bytes": {"train": scan.num_bytes - validation, "validation": validation}}
-    if _by_document(config, files):
+    if config.data.get("split", corpus.CONTIGUOUS) == corpus.BY_DOCUMENT and len(files) > 1:
       # The content hash stays that of the files in sorted order; the label beside it names the split and its
       # seed, so the tokenizer and the dataset of this split never share a cache entry with the contiguous ones.
       order, documents, validation = _document_split(files)
@@ -306,10 +306,6 @@ def _pieces(settings: dict[str, Any], split: str) -> list[tuple[int, int, int | 
             else [(index, 0, None) for index in settings["document_order"]])
   validation = settings["validation_documents"]
   return pieces[:-validation] if split == "train" else pieces[-validation:]
-
-
-def _by_document(config: Any, files: list[pathlib.Path]) -> bool:
-  return config.data.get("split", corpus.CONTIGUOUS) == corpus.BY_DOCUMENT and len(files) > 1
 
 
 def _document_split(files: list[pathlib.Path]) -> tuple[list[int], int, int]:
