@@ -109,7 +109,10 @@ class Text(base.Source):
     if config.data.get("split", corpus.CONTIGUOUS) == corpus.BY_DOCUMENT and len(files) > 1:
       # The content hash stays that of the files in sorted order; the label beside it names the split and its
       # seed, so the tokenizer and the dataset of this split never share a cache entry with the contiguous ones.
-      order, documents, validation = _document_split(files)
+      order = corpus.document_order(files)
+      sizes = [files[i].stat().st_size for i in order]
+      documents = corpus.validation_documents(sizes)
+      validation = sum(sizes[len(sizes) - documents:])
       return {**corpus_files, "content": f"sha{scan.sha256}-{corpus.DOCUMENT_LABEL}", "split": corpus.BY_DOCUMENT,
               "document_order": order, "validation_documents": documents,
               "num_bytes": {"train": scan.num_bytes - validation, "validation": validation}}
@@ -306,14 +309,6 @@ def _pieces(settings: dict[str, Any], split: str) -> list[tuple[int, int, int | 
             else [(index, 0, None) for index in settings["document_order"]])
   validation = settings["validation_documents"]
   return pieces[:-validation] if split == "train" else pieces[-validation:]
-
-
-def _document_split(files: list[pathlib.Path]) -> tuple[list[int], int, int]:
-  """'by_document''s order of `files`, how many of the last are validation, and their bytes."""
-  order = corpus.document_order(files)
-  sizes = [files[i].stat().st_size for i in order]
-  count = corpus.validation_documents(sizes)
-  return order, count, sum(sizes[len(sizes) - count:])
 
 
 def document_pairs(tokens: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
