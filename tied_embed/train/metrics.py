@@ -125,11 +125,8 @@ def read_scalars(logdir: str | pathlib.Path, tags: tuple[str, ...]) -> dict[str,
       for value in (value for value in event.summary.value if value.tag in wanted):
         number = float(make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
         series.setdefault(value.tag, {})[int(event.step)] = number
-  result = {}
-  for tag, by_step in series.items():
-    steps = np.array(sorted(by_step), np.int64)
-    result[tag] = (steps, np.array([by_step[s] for s in steps], np.float64))
-  return result
+  return {tag: (np.array(sorted(by_step), np.int64), np.array([by_step[s] for s in sorted(by_step)], np.float64))
+          for tag, by_step in series.items()}
 
 
 def value_at(series: tuple[np.ndarray, np.ndarray] | None, step: int) -> dict[str, float] | None:
