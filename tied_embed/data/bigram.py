@@ -322,8 +322,7 @@ def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
 
 def load_existing_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
   """The dataset as cached under the data dir, writing nothing; UsageError saying what is missing or wrong."""
-  bc = builder_config(config)
-  directory = data_dir(config, workdir)
+  bc, directory = builder_config(config), data_dir(config, workdir)
   settings = sources.get(bc.source).prepared(bc.settings, directory)
   if settings is None:
     raise UsageError(f"the tokenizer of dataset {bc.name} is not in {directory}")

@@ -82,7 +82,6 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
   if trains:
     record_holder()
   mesh = mesh_lib.make_mesh(config.mesh)
-  batch_sharding = mesh_lib.batch_sharding(mesh)
   build_state = mesh_lib.state_builder(config)
   graphdef, target = mesh_lib.abstract_state(build_state, mesh)
   selecting = data_lib.selection_fraction(config) > 0
@@ -94,7 +93,7 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
     # compiler's freed memory goes back to the OS; jit reuses the programs).
     length = int(config.data.get("context_length", 1))  # the trainer's batches: (B,) pairs, or (B, L) windows
     shape = (int(config.train.batch_size),) + ((length,) if length > 1 else ())
-    batch = jax.ShapeDtypeStruct(shape, jnp.int32, sharding=batch_sharding)
+    batch = jax.ShapeDtypeStruct(shape, jnp.int32, sharding=mesh_lib.batch_sharding(mesh))
     compilation.compile_ahead(train_step, target, batch, batch)
   start, state, selection, manifest = _resume(config, build_state, target, checkpointer, dataset)
   data = mesh_lib.process_0_first(lambda: data_lib.load_bigram_data(config, workdir), "bigram dataset ready")

@@ -317,8 +317,7 @@ def document_pairs(tokens: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np
   starts = ends[(ends > 0) & (ends < len(tokens))]  # where a document after the first begins
   crossing = np.zeros(max(len(tokens) - 1, 0), bool)
   crossing[starts - 1] = True  # pair i joins tokens i and i + 1: it crosses when a document begins at i + 1
-  lengths = np.diff(ends, prepend=0)
-  pair_ends = np.cumsum(np.maximum(lengths - 1, 0), dtype=np.int64)
+  pair_ends = np.cumsum(np.maximum(np.diff(ends, prepend=0) - 1, 0), dtype=np.int64)  # each document's tokens less 1
   return tokens[:-1][~crossing], tokens[1:][~crossing], pair_ends
 
 

@@ -36,8 +36,7 @@ def documents(files: list[pathlib.Path]) -> list[tuple[int, int, int]]:
   with files[0].open("rb") as f:
     while cuts[-1] + BLOCK_BYTES < size:
       f.seek(cuts[-1] + BLOCK_BYTES - 1)
-      ahead = f.read(_LINE_SEARCH)
-      newline = ahead.find(b"\n")
+      newline = f.read(_LINE_SEARCH).find(b"\n")
       cut = cuts[-1] + BLOCK_BYTES + newline if newline >= 0 else corpus.char_boundary(files, cuts[-1] + BLOCK_BYTES)
       if cut >= size:
         break
