@@ -246,7 +246,14 @@ def loss_and_path_gradients(table_in, table_out, ids, loss_fn):
 
   model = model_with_tables(table_in, None if table_out is table_in else table_out)
   paths = sparse_paths.path_gradients(model, jnp.asarray(ids), None, lambda x, table, _: loss_fn(x, table))
-  return paths.loss, paths.lookup_dense(), paths.projection
+  return paths.loss, lookup_dense(paths), paths.projection
+
+
+def lookup_dense(paths):
+  """A sparse_paths.PathGradients' lookup-path gradient as one (V, D) array: its rows added into zeros."""
+  import jax.numpy as jnp  # noqa: PLC0415
+
+  return paths.add_lookup(jnp.zeros_like(paths.projection))
 
 
 def hand_hidden_gradients(table_in, table_out, kernel, ids, next_ids, l2=0.0):

@@ -28,10 +28,8 @@ _FLOAT32_BYTES = 4
 @functools.cache
 def _memory_bytes() -> int:
   """The memory of the default device: its allocator's limit where it reports one (GPU, TPU), else the host's RAM."""
-  stats = jax.devices()[0].memory_stats() or {}
-  if stats.get("bytes_limit"):
-    return int(stats["bytes_limit"])
-  return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  limit = (jax.devices()[0].memory_stats() or {}).get("bytes_limit")
+  return int(limit) if limit else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _check_fits(vocab_size: int, d_model: int, token_count: int) -> None:

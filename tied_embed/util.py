@@ -47,20 +47,13 @@ def first_line(error: BaseException, limit: int = 300) -> str:
 def printable(text: str, keep: str = "") -> str:
   """`text` as a terminal shows it without acting on it: control characters, bidirectional overrides and undecodable
   bytes written as escapes (\\n, \\x1b, \\u202e, \\xNN), except the characters in `keep`."""
-  if text.isprintable():
-    return text
-  return "".join(c if c in keep or c.isprintable() else _escaped(c) for c in text)
+  return text if text.isprintable() else "".join(c if c in keep or c.isprintable() else _escaped(c) for c in text)
 
 
 def _escaped(character: str) -> str:
   if "\udc80" <= character <= "\udcff":  # os.fsdecode's stand-in for an undecodable byte
     return f"\\x{ord(character) - 0xDC00:02x}"
   return repr(character)[1:-1]
-
-
-def one_line(text: str) -> str:
-  """`text` on one line as the terminal shows it (`printable`), so an error naming an odd path stays one line."""
-  return printable(text)
 
 
 def is_utf8(text: str) -> bool:
@@ -82,6 +75,14 @@ def shell_quote(text: str) -> str:
     return "".join(f"\\x{byte:02x}" for byte in character.encode("utf-8", "surrogateescape"))
 
   return "$'" + "".join(map(escape, text)) + "'"
+
+
+def shown_path(path: str | pathlib.Path) -> str:
+  """`path` as a shell word (`shell_quote`): relative to the current directory inside it ('runs/a'), else absolute."""
+  path = pathlib.Path(path).absolute()
+  with contextlib.suppress(ValueError):  # outside the current directory: shown absolute
+    path = path.relative_to(pathlib.Path.cwd())
+  return shell_quote(str(path))
 
 
 class RunStopped(Exception):
@@ -219,7 +220,7 @@ def _refuse_odd_lock_file(path: pathlib.Path, what: str) -> None:
     return
   if not stat.S_ISREG(mode):
     kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
-    raise UsageError(f"{one_line(str(path))} is {kind}; {what} keeps its lock file there: remove it, or use "
+    raise UsageError(f"{printable(str(path))} is {kind}; {what} keeps its lock file there: remove it, or use "
                      f"another directory")
 
 
@@ -241,7 +242,7 @@ def exclusive(directory: str | pathlib.Path, what: str, *, record_now: bool = Tr
     if error.errno == errno.ELOOP:  # made a link since the check above
       _refuse_odd_lock_file(path, what)
     if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR):
-      raise UsageError(f"{what}: {one_line(str(directory))} is not writable ({error.strerror or error}): the run "
+      raise UsageError(f"{what}: {printable(str(directory))} is not writable ({error.strerror or error}): the run "
                        f"keeps its lock there; use a writable directory") from None
     raise
   if not stat.S_ISREG(os.fstat(fd).st_mode):  # made something else since the check above

@@ -12,6 +12,7 @@ import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
+from helpers import lookup_dense
 
 from tied_embed.core import loss as loss_lib
 from tied_embed.core import paths as plain_paths
@@ -158,7 +159,7 @@ def test_the_speed_paths_serve_the_controls_as_the_plain_paths_do(control, chunk
   for shards in (1, 2):
     fast = choose.paths_function(chunk_size=chunk_size, shards=shards)(model, ids, next_ids)
     _close(fast.loss, want["loss"])
-    _close(fast.lookup_dense(), plain.lookup)
+    _close(lookup_dense(fast), plain.lookup)
     _close(fast.projection, plain.projection)
     _close(_extra_grad(control, fast.hidden), _extra_grad(control, plain.hidden))
 
@@ -296,7 +297,7 @@ def test_an_output_bias_around_a_context_model_routes_and_serves_its_windows():
   assert float(step_lib.split_error(model, step_lib.param_gradients(model, plain), ids, next_ids)) < 1e-5
   fast = choose.paths_function(chunk_size=3)(model, ids, next_ids)
   _close(fast.loss, plain.loss)
-  _close(fast.lookup_dense(), plain.lookup)
+  _close(lookup_dense(fast), plain.lookup)
   _close(fast.projection, plain.projection)
   _close(fast.hidden["bias"], plain.hidden["bias"])
 

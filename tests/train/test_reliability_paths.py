@@ -21,10 +21,10 @@ from tied_embed.util import UsageError
 NOT_UTF8 = os.fsdecode(b"run-\xff")  # how Python holds a name with the byte 0xff: 'run-\udcff'
 
 
-def test_one_line_escapes_every_character_a_terminal_acts_on():
+def test_printable_escapes_every_character_a_terminal_acts_on():
   text = "a\x1b[31mb\nc\rd\te\x7ff\x85g\u202eh" + NOT_UTF8
-  assert util.one_line(text) == "a\\x1b[31mb\\nc\\rd\\te\\x7ff\\x85g\\u202eh" + "run-\\xff"  # written out by hand
-  assert util.one_line("plain /tmp/é ü") == "plain /tmp/é ü"
+  assert util.printable(text) == "a\\x1b[31mb\\nc\\rd\\te\\x7ff\\x85g\\u202eh" + "run-\\xff"  # written out by hand
+  assert util.printable("plain /tmp/é ü") == "plain /tmp/é ü"
 
 
 def test_console_log_lines_escape_control_characters_but_keep_their_line_breaks():

@@ -46,10 +46,6 @@ class LogProbRows:
   vocab_size: int
   rows: Callable[[np.ndarray], np.ndarray]
 
-  @property
-  def shape(self) -> tuple[int, int]:
-    return (self.vocab_size, self.vocab_size)
-
   def __len__(self) -> int:
     return self.vocab_size
 

@@ -180,8 +180,8 @@ def refuse_links(bc: BigramConfig, directory: pathlib.Path) -> None:
 
 
 def _link_refused(link: pathlib.Path, directory: pathlib.Path) -> UsageError:
-  return UsageError(f"data.data_dir={util.one_line(str(directory))!r}: {util.one_line(str(link))} is a symbolic link "
-                    f"(to {util.one_line(os.readlink(link))}); the run writes and deletes its dataset there and never "
+  return UsageError(f"data.data_dir={util.printable(str(directory))!r}: {util.printable(str(link))} is a symbolic link "
+                    f"(to {util.printable(os.readlink(link))}); the run writes and deletes its dataset there and never "
                     f"through a link: replace the link with the files themselves, or use another data.data_dir")
 
 
@@ -322,8 +322,7 @@ def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
 
 def load_existing_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
   """The dataset as cached under the data dir, writing nothing; UsageError saying what is missing or wrong."""
-  bc = builder_config(config)
-  directory = data_dir(config, workdir)
+  bc, directory = builder_config(config), data_dir(config, workdir)
   settings = sources.get(bc.source).prepared(bc.settings, directory)
   if settings is None:
     raise UsageError(f"the tokenizer of dataset {bc.name} is not in {directory}")

@@ -11,8 +11,7 @@ import numpy as np
 def document_bounds(count: int, document_ends: np.ndarray | None) -> list[tuple[int, int]]:
   """[(start, end)] of each document among the first `count` pairs (one document without `document_ends`)."""
   ends = [int(end) for end in (() if document_ends is None else document_ends) if 0 < end < count] + [count]
-  starts = [0] + ends[:-1]
-  return [(start, end) for start, end in zip(starts, ends, strict=True) if end > start]
+  return [(start, end) for start, end in zip([0] + ends[:-1], ends, strict=True) if end > start]
 
 
 def window_starts(count: int, document_ends: np.ndarray | None, length: int) -> np.ndarray:

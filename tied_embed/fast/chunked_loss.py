@@ -15,6 +15,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from tied_embed.core import loss as loss_lib
 from tied_embed.fast.kernels import gemm as mkl
 from tied_embed.fast.precision import as_dtype, dot, operand
 
@@ -22,9 +23,7 @@ from tied_embed.fast.precision import as_dtype, dot, operand
 def full_cross_entropy(x: jax.Array, projection_table: jax.Array, targets: jax.Array,
                        compute_dtype=jnp.float32) -> jax.Array:
   """Mean softmax cross-entropy with full (T, V) float32 logits: x (T, D), table (V, D), targets (T,) int → scalar."""
-  logits = dot(x, projection_table.T, as_dtype(compute_dtype))
-  target_logits = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
-  return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - target_logits)
+  return loss_lib.cross_entropy(dot(x, projection_table.T, as_dtype(compute_dtype)), targets)
 
 
 def cross_entropy(x: jax.Array, projection_table: jax.Array, targets: jax.Array, chunk_size: int = 0,
@@ -75,9 +74,7 @@ def _target_logits(x: jax.Array, table: jax.Array, targets: jax.Array) -> jax.Ar
 
 def _chunk_logits(table, x_chunk, compute_dtype, kernel: bool) -> jax.Array:
   """table (V, D) · x_chunkᵀ (C, D) → (V, C) float32 logits, on oneMKL if `kernel`."""
-  if kernel:
-    return mkl.gemm(table, x_chunk, trans_b=True, dtype=compute_dtype)
-  return dot(table, x_chunk.T, compute_dtype)
+  return mkl.gemm(table, x_chunk, trans_b=True, dtype=compute_dtype) if kernel else dot(table, x_chunk.T, compute_dtype)
 
 
 def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, kernel):

@@ -22,10 +22,6 @@ class PathGradients(NamedTuple):
   projection: jax.Array  # (V, D), through `x @ E.T`
   hidden: dict  # the other Params' gradients, nested by name ({} without any)
 
-  def lookup_dense(self) -> jax.Array:
-    """The lookup-path gradient as a (V, D) array."""
-    return self.add_lookup(jnp.zeros_like(self.projection))
-
   def add_lookup(self, grad: jax.Array, scale: float = 1.0) -> jax.Array:
     """grad + scale · lookup-path gradient, the rows added in place of `grad`: (V, D) → (V, D)."""
     rows = self.lookup_rows if scale == 1.0 else scale * self.lookup_rows

@@ -20,7 +20,7 @@ from absl import logging
 
 from tied_embed.inspection.inspector import continue_prompt, inspect_run
 from tied_embed.inspection.text import format_continuation, format_text
-from tied_embed.util import UsageError, one_line, printable
+from tied_embed.util import UsageError, printable
 
 _TOKEN = re.compile(r"-?[0-9]+")  # ASCII digits only: int() would also take '1_0' and other scripts' digits
 
@@ -82,12 +82,12 @@ def main(argv: list[str] | None = None) -> int:
       tokens = None if args.tokens is None else parse_token_items(args.tokens)
       output = inspect_run(args.workdir, args.step, tokens, args.top_k, pictures=not args.no_pictures)
   except UsageError as error:
-    print(f"error: {printable(one_line(str(error)))}", file=sys.stderr)
+    print(f"error: {printable(str(error))}", file=sys.stderr)
     return 2
   finally:
     logging.set_verbosity(verbosity)
   for warning in output["warnings"]:
-    print(f"warning: {printable(one_line(warning))}", file=sys.stderr)
+    print(f"warning: {printable(warning)}", file=sys.stderr)
   if args.json:
     print(json.dumps(output, indent=2, allow_nan=False, ensure_ascii=False))
   else:  # a path or a vocabulary piece holding a control character is shown escaped, as the pieces are

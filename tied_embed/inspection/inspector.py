@@ -20,7 +20,7 @@ from tied_embed.data import record as record_lib
 from tied_embed.data.base import log_softmax
 from tied_embed.inspection import report as report_lib
 from tied_embed.inspection.text import format_markdown
-from tied_embed.util import UsageError, file_kind, first_line, first_link, one_line, require, write_atomically
+from tied_embed.util import UsageError, file_kind, first_line, first_link, printable, require, write_atomically
 
 _LOSS_TAGS = ("train/loss", "eval/loss", *map(frequency.scalar_name, frequency.BUCKETS))
 _DEFAULT_TOKENS = 3  # without --tokens: the most frequent input tokens
@@ -55,10 +55,8 @@ def inspect_run(workdir: str | pathlib.Path, step: int | str | None = None, toke
 
   restored, facts, steps = open_run(workdir, step, warnings, check=check_tokens)
   config, provenance, model = restored.config, restored.provenance, restored.model
-  if tokens is None:
-    tokens = [int(i) for i in np.argsort(-facts.input_counts, kind="stable")[:_DEFAULT_TOKENS]]
-  else:
-    tokens = [resolve_token(token, facts.tokenizer) for token in tokens]
+  tokens = ([int(i) for i in np.argsort(-facts.input_counts, kind="stable")[:_DEFAULT_TOKENS]] if tokens is None
+            else [resolve_token(token, facts.tokenizer) for token in tokens])
   series, eval_loss = _loss_series(workdir, restored.step, warnings)
   lookup_table, projection_table = (np.asarray(table) for table in model.scoring_tables())
   tables = {id(param): param[...].size for param in model.table_params()}  # one entry when tied
@@ -105,7 +103,7 @@ def _loss_series(workdir: pathlib.Path, step: int, warnings: list[str]) -> tuple
   try:  # no loss curves where the events cannot be read: a damaged file must not hide the checkpoint's report
     for path in sorted(workdir.glob("events.out.tfevents.*")):  # the reader would wait on a FIFO for ever
       if not stat.S_ISREG(mode := path.lstat().st_mode):
-        raise OSError(f"{one_line(str(path))} is {file_kind(mode)}, not a regular file")
+        raise OSError(f"{printable(str(path))} is {file_kind(mode)}, not a regular file")
     series = read_scalars(workdir, _LOSS_TAGS)
   except Exception as error:  # noqa: BLE001 (TensorBoard's reader fails in many types)
     warnings.append(f"the event files in {workdir} cannot be read ({first_line(error)}): no loss curves")
@@ -186,7 +184,7 @@ def open_run(workdir: str | pathlib.Path, step: int | str | None, warnings: list
   workdir = pathlib.Path(workdir)
   for path in [workdir / name for name in _READ_NAMES] + sorted(workdir.glob("events.out.tfevents.*")):
     if (link := first_link(path)) is not None:
-      raise UsageError(f"{one_line(str(link))} is a symbolic link (to {one_line(os.readlink(link))}); inspection "
+      raise UsageError(f"{printable(str(link))} is a symbolic link (to {printable(os.readlink(link))}); inspection "
                        f"reads only inside --workdir={str(workdir)!r}: put the files themselves there")
   try:
     steps = checkpoint.available_steps(workdir)

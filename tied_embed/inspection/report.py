@@ -13,11 +13,6 @@ from tied_embed.data import sources
 from tied_embed.data.base import LogProbRows, dense_rows, log_softmax, row_blocks
 
 
-def score_matrix(lookup_table: np.ndarray, projection_table: np.ndarray) -> np.ndarray:
-  """Learned scores `S[i, j] = lookup[i] · projection[j]`: (V, D), (V, D) → (V, V) float64."""
-  return np.asarray(lookup_table, np.float64) @ np.asarray(projection_table, np.float64).T
-
-
 def own_score_rank(scores: np.ndarray, token: int) -> tuple[float, int]:
   """S (V, V) or its row i (V,), token i → (own score S[i, i], its rank in the row, 1 + #{j : S[i, j] > S[i, i]})."""
   row = np.asarray(scores)
@@ -35,24 +30,19 @@ def top_next(scores_row: np.ndarray, true_log_probs_row: np.ndarray, k: int) -> 
            "true_prob": float(true_probs[j]) if np.isfinite(true_probs[j]) else None} for j in order]
 
 
-def fit_to_truth(scores: np.ndarray, true_log_probs: np.ndarray) -> dict[str, Any]:
+def fit_to_truth(scores: np.ndarray | LogProbRows, true_log_probs: np.ndarray | LogProbRows) -> dict[str, Any]:
   """How well S fits the true log-probabilities once each row's constant (which softmax ignores) is removed: (V, V), (V,
-  V) → {correlation, mean_abs_error, entries, rows}, over the finite true entries of rows with at least two."""
-  scores, true_log_probs = np.asarray(scores, np.float64), np.asarray(true_log_probs, np.float64)
-  return _fit_by_rows(lambda ids: (scores[ids], true_log_probs[ids]), len(scores))
-
-
-def _fit_by_rows(rows: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], vocab_size: int) -> dict[str, Any]:
-  """`fit_to_truth` from a function of row ids (K,) → (scores (K, V), true log-probs (K, V)), summed by blocks."""
+  V) → {correlation, mean_abs_error, entries, rows}, over the finite true entries of rows with at least two. Summed
+  over blocks of rows, so either table may be a `LogProbRows` that computes only the rows asked for."""
   totals = np.zeros(7)  # entries, Σx, Σy, Σx², Σy², Σxy, Σ|x - y| over centred learned x and true y
   rows_used = 0
-  for ids in row_blocks(vocab_size):
-    scores, truth = rows(ids)
+  for ids in row_blocks(len(scores)):
+    learned, truth = (np.asarray(table[ids], np.float64) for table in (scores, true_log_probs))
     mask = np.isfinite(truth)
     mask &= (mask.sum(axis=1) >= 2)[:, None]
     counts = np.maximum(mask.sum(axis=1, keepdims=True), 1)
     truth = np.where(mask, truth, 0.0)
-    learned = np.where(mask, scores, 0.0)
+    learned = np.where(mask, learned, 0.0)
     y = (truth - truth.sum(axis=1, keepdims=True) / counts)[mask]
     x = (learned - learned.sum(axis=1, keepdims=True) / counts)[mask]
     totals += [x.size, x.sum(), y.sum(), x @ x, y @ y, x @ y, np.abs(x - y).sum()]
@@ -152,7 +142,7 @@ def sample_after(scores: Callable[[list[int]], np.ndarray], prompt: list[int], n
                  seed: int) -> list[int]:
   """`num_tokens` ids drawn one by one from softmax(scores(ids so far) / temperature); temperature 0: the likeliest."""
   rng = np.random.default_rng(seed)
-  tokens, drawn = list(prompt), []
+  tokens = list(prompt)
   for _ in range(num_tokens):
     next_scores = scores(tokens)
     if temperature == 0:
@@ -162,8 +152,7 @@ def sample_after(scores: Callable[[list[int]], np.ndarray], prompt: list[int], n
         probs = np.exp(log_softmax(((next_scores - next_scores.max()) / temperature)[None]))[0]
       token = int(rng.choice(len(probs), p=probs / probs.sum()))
     tokens.append(token)
-    drawn.append(token)
-  return drawn
+  return tokens[len(prompt):]
 
 
 def parameter_summary(vocab_size: int, d_model: int, tied: bool, other_params: int = 0) -> dict[str, Any]:
@@ -205,6 +194,6 @@ def build_report(lookup_table: np.ndarray, projection_table: np.ndarray, *, tied
       "scores": scores,
       "parameters": parameter_summary(vocab_size, d_model, tied, other_params),
       "tokens": token_entries,
-      "fit": _fit_by_rows(lambda ids: (lookup[ids] @ projection.T, true_rows.rows(ids)), vocab_size),
+      "fit": fit_to_truth(LogProbRows(vocab_size, lambda ids: lookup[ids] @ projection.T), true_rows),
       "provenance": provenance,
   }

@@ -21,7 +21,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from tied_embed.util import RunStopped, UsageError, first_line, is_utf8, one_line, printable, refuse_if_held, require
+from tied_embed.util import RunStopped, UsageError, first_line, is_utf8, printable, refuse_if_held, require, shown_path
 
 # TensorFlow is chatty should a library load it where a venv holds it (the project needs none).
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -96,13 +96,9 @@ def unknown_override(config, argv: list[str]) -> str:
 
 def _command(argv0: str) -> str:
   """How to start this command again as pasted: '.venv/bin/python train.py' for a script, else the path given."""
-  def shown(path: str) -> str:
-    relative = os.path.relpath(path)
-    return relative if not relative.startswith("..") else os.path.abspath(path)
-
   if argv0.endswith(".py"):
-    return shlex.join([shown(sys.executable), argv0])
-  return shlex.quote(shown(argv0) if os.sep in argv0 else argv0)
+    return f"{shown_path(sys.executable)} {shlex.quote(argv0)}"
+  return shown_path(argv0) if os.sep in argv0 else shlex.quote(argv0)
 
 
 def usage(program: str) -> str:
@@ -161,7 +157,7 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def _usage_error(message: str) -> None:
-  print(f"error: {one_line(message)}", file=sys.stderr)
+  print(f"error: {printable(message)}", file=sys.stderr)
   sys.exit(2)
 
 
@@ -221,7 +217,7 @@ def _main(argv: list[str]) -> None:
   except UsageError as error:
     _usage_error(str(error))
   except RunStopped as stop:  # a signal, a non-finite step, a failed write: one line and the run's exit status
-    print(f"error: {one_line(str(stop))}", file=sys.stderr)
+    print(f"error: {printable(str(stop))}", file=sys.stderr)
     from tied_embed.train.signals import Preempted  # noqa: PLC0415 (loaded by the trainer already)
 
     if isinstance(stop, Preempted) and stop.step is None:  # set-up: a compile or data thread may still run
@@ -230,7 +226,7 @@ def _main(argv: list[str]) -> None:
   except Exception as error:  # noqa: BLE001 (anything else, e.g. a library's own failure: still one line)
     if FLAGS.verbose:
       raise
-    print(f"error: {one_line(first_line(error))} (rerun with --verbose for the traceback)", file=sys.stderr)
+    print(f"error: {printable(first_line(error))} (rerun with --verbose for the traceback)", file=sys.stderr)
     sys.exit(1)
 
 

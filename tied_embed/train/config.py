@@ -238,8 +238,7 @@ def validate(config: Any, num_devices: int | None = None, memory_bytes: int | No
     if dependent.off is not None and value != dependent.off and not dependent.active(config):
       raise UsageError.bad_value(dependent.path, value, f"{dependent.off!r} (off) unless {dependent.needs}")
   _check_context(config)
-  settings = validate_data(config)
-  check_memory(config, memory_bytes, settings)
+  check_memory(config, memory_bytes, validate_data(config))
   # V splits over mesh.model and the batch over mesh.data; mesh_lib refuses a mesh the devices can't hold.
   num_devices = jax.device_count() if num_devices is None else num_devices
   data_size, model_size = mesh_lib.mesh_shape(config.mesh, num_devices)

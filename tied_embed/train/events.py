@@ -135,8 +135,7 @@ def _image_pb(tag: str, pixels: np.ndarray) -> summary_pb2.Summary:
   """An image summary as `tf.summary.image` writes it; `pixels`: (N, H, W, C) or (H, W, C) uint8, C in 1, 3, 4."""
   from PIL import Image  # noqa: PLC0415 (inspection's pictures only)
 
-  if pixels.ndim == 3:
-    pixels = pixels[None]
+  pixels = pixels[None] if pixels.ndim == 3 else pixels
   pngs = []
   for image in pixels.astype(np.uint8):
     buffer = io.BytesIO()

@@ -87,8 +87,7 @@ def abstract_state(build: Callable[[], RunState], mesh: Mesh) -> tuple[nnx.Graph
 
 def fresh_state(build: Callable[[], RunState], target: nnx.State) -> nnx.State:
   """A new RunState's state, created directly in the shardings of `target` (`abstract_state`'s)."""
-  shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
-  return jax.jit(lambda: nnx.state(build()), out_shardings=shardings)()
+  return jax.jit(lambda: nnx.state(build()), out_shardings=jax.tree.map(lambda leaf: leaf.sharding, target))()
 
 
 # The environment variables that describe a run of several processes started by hand (docs/scale-out.md).

@@ -3,7 +3,6 @@ TensorBoard event files, its closing lines; and the scalar series read back."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import pathlib
 import sys
@@ -16,7 +15,7 @@ from tensorboard.util.tensor_util import make_ndarray
 from tied_embed.data import bigram as data_lib
 from tied_embed.data import sources
 from tied_embed.train import events as events_lib
-from tied_embed.util import shell_quote
+from tied_embed.util import shown_path
 
 log = logging.getLogger(__name__)
 
@@ -64,14 +63,6 @@ class ProgressLine:
     left = (self._num_steps - step) / rate if rate > 0 else float("inf")
     parts.append(f"{rate:.0f} steps/s, {left:.0f} s left")
     return " | ".join(parts)
-
-
-def shown_path(path: pathlib.Path) -> str:
-  """`path` as a shell word (`shell_quote`): relative to the current directory inside it ('runs/a'), else absolute."""
-  path = pathlib.Path(path).absolute()
-  with contextlib.suppress(ValueError):  # outside the current directory: shown absolute
-    path = path.relative_to(pathlib.Path.cwd())
-  return shell_quote(str(path))
 
 
 def venv_command(name: str, *module: str) -> str:
@@ -134,11 +125,8 @@ def read_scalars(logdir: str | pathlib.Path, tags: tuple[str, ...]) -> dict[str,
       for value in (value for value in event.summary.value if value.tag in wanted):
         number = float(make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
         series.setdefault(value.tag, {})[int(event.step)] = number
-  result = {}
-  for tag, by_step in series.items():
-    steps = np.array(sorted(by_step), np.int64)
-    result[tag] = (steps, np.array([by_step[s] for s in steps], np.float64))
-  return result
+  return {tag: (np.array(sorted(by_step), np.int64), np.array([by_step[s] for s in sorted(by_step)], np.float64))
+          for tag, by_step in series.items()}
 
 
 def value_at(series: tuple[np.ndarray, np.ndarray] | None, step: int) -> dict[str, float] | None:
@@ -147,6 +135,4 @@ def value_at(series: tuple[np.ndarray, np.ndarray] | None, step: int) -> dict[st
     return None
   steps, values = series
   index = int(np.searchsorted(steps, step, side="right")) - 1
-  if index < 0:
-    return None
-  return {"step": int(steps[index]), "value": float(values[index])}
+  return None if index < 0 else {"step": int(steps[index]), "value": float(values[index])}

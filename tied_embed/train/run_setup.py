@@ -82,7 +82,6 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
   if trains:
     record_holder()
   mesh = mesh_lib.make_mesh(config.mesh)
-  batch_sharding = mesh_lib.batch_sharding(mesh)
   build_state = mesh_lib.state_builder(config)
   graphdef, target = mesh_lib.abstract_state(build_state, mesh)
   selecting = data_lib.selection_fraction(config) > 0
@@ -94,7 +93,7 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
     # compiler's freed memory goes back to the OS; jit reuses the programs).
     length = int(config.data.get("context_length", 1))  # the trainer's batches: (B,) pairs, or (B, L) windows
     shape = (int(config.train.batch_size),) + ((length,) if length > 1 else ())
-    batch = jax.ShapeDtypeStruct(shape, jnp.int32, sharding=batch_sharding)
+    batch = jax.ShapeDtypeStruct(shape, jnp.int32, sharding=mesh_lib.batch_sharding(mesh))
     compilation.compile_ahead(train_step, target, batch, batch)
   start, state, selection, manifest = _resume(config, build_state, target, checkpointer, dataset)
   data = mesh_lib.process_0_first(lambda: data_lib.load_bigram_data(config, workdir), "bigram dataset ready")
@@ -179,7 +178,7 @@ def _check_layout(workdir: pathlib.Path) -> None:
     with contextlib.suppress(FileNotFoundError):
       mode = (path := workdir / name).lstat().st_mode
       if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-        raise UsageError(f"{util.one_line(str(path))} is {util.file_kind(mode)}, not a regular file; the run keeps "
+        raise UsageError(f"{util.printable(str(path))} is {util.file_kind(mode)}, not a regular file; the run keeps "
                          f"its {name} there: move it away")
   for name in ("checkpoints", "damaged_checkpoints", "data", "report"):
     path = workdir / name
@@ -229,9 +228,9 @@ def _check_same_pairs(step: int, manifest: dict, data: data_lib.BigramData, file
   """UsageError naming the split's files if the pairs loaded are not those checkpoint `step`'s manifest digested."""
   for split, digest in (manifest.get("dataset_sha256") or {}).items():
     if data.digests.get(split) != digest:
-      raise UsageError(f"{util.one_line(str(files))}/bigram_pairs-{split}.array_record* holds other pairs than "
+      raise UsageError(f"{util.printable(str(files))}/bigram_pairs-{split}.array_record* holds other pairs than "
                        f"checkpoint {step} was trained on (sha256 {str(data.digests.get(split))[:16]}..., the "
-                       f"checkpoint's {str(digest)[:16]}...): delete {util.one_line(str(files))} to have it generated "
+                       f"checkpoint's {str(digest)[:16]}...): delete {util.printable(str(files))} to have it generated "
                        f"again, or start fresh with another --workdir")
 
 

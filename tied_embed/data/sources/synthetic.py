@@ -21,8 +21,7 @@ MAX_VOCAB_SIZE = 32_768
 
 def hidden_table(vocab_size: int, d_model: int, logit_scale: float, seed: int) -> np.ndarray:
   """e* (V, D) float64, entries N(0, logit_scale / D): the self or next logit ≈ logit_scale, others ± it / √D."""
-  rng = np.random.default_rng([seed, 0])
-  return rng.standard_normal((vocab_size, d_model)) * np.sqrt(logit_scale / d_model)
+  return np.random.default_rng([seed, 0]).standard_normal((vocab_size, d_model)) * np.sqrt(logit_scale / d_model)
 
 
 def table_rows(table: np.ndarray, output: np.ndarray) -> base.LogProbRows:

@@ -72,12 +72,7 @@ class Text(base.Source):
     require(size >= _MIN_BYTES, "data.text_path", config.data.get("text_path"),
             f"a corpus of at least {_MIN_BYTES} bytes ({', '.join(map(str, files[:3]))} has {size})")
     if choice == tokenizer_lib.SENTENCEPIECE:  # a hopeless size fails now, not after training
-      by_document, seed = _by_document(config, files), draw.seed_of(config.data.get("split"))
-      resolved = [p.resolve() for p in files]
-      if seed is not None:
-        train_bytes = size - draw.draw(resolved, seed)[2]
-      else:
-        train_bytes = size - _document_split(resolved)[2] if by_document else corpus.split_point(size)
+      train_bytes = self._text_settings(config, utf8=True)["num_bytes"]["train"]
       most = train_bytes // MIN_BYTES_PER_PIECE
       require(vocab_size <= most, "model.vocab_size", vocab_size,
               f"at most {most} pieces for the {train_bytes:,} bytes of train text in data.text_path="
@@ -104,26 +99,27 @@ class Text(base.Source):
     files = [p.resolve() for p in self._files(config)]
     scan = corpus.scan(files, check_utf8=utf8)
     text_path = str(files[0]) if len(files) == 1 else str(config.data.get("text_path"))
+    corpus_files = {"text_path": text_path, "files": [str(p) for p in files]}
     seed = draw.seed_of(config.data.get("split"))
     if seed is not None:  # stored as a by-document dataset: its selection split is cut at a document end
       pieces, count, validation = draw.draw(files, seed)
-      return {"text_path": text_path, "files": [str(p) for p in files],
-              "content": f"sha{scan.sha256}-draw{seed}", "split": corpus.BY_DOCUMENT, "draw_seed": seed,
+      return {**corpus_files, "content": f"sha{scan.sha256}-draw{seed}", "split": corpus.BY_DOCUMENT, "draw_seed": seed,
               "pieces": [list(piece) for piece in pieces], "validation_documents": count,
               "num_bytes": {"train": scan.num_bytes - validation, "validation": validation}}
-    if _by_document(config, files):
+    if config.data.get("split", corpus.CONTIGUOUS) == corpus.BY_DOCUMENT and len(files) > 1:
       # The content hash stays that of the files in sorted order; the label beside it names the split and its
       # seed, so the tokenizer and the dataset of this split never share a cache entry with the contiguous ones.
-      order, documents, validation = _document_split(files)
-      return {"text_path": text_path, "files": [str(p) for p in files],
-              "content": f"sha{scan.sha256}-{corpus.DOCUMENT_LABEL}", "split": corpus.BY_DOCUMENT,
+      order = corpus.document_order(files)
+      sizes = [files[i].stat().st_size for i in order]
+      documents = corpus.validation_documents(sizes)
+      validation = sum(sizes[len(sizes) - documents:])
+      return {**corpus_files, "content": f"sha{scan.sha256}-{corpus.DOCUMENT_LABEL}", "split": corpus.BY_DOCUMENT,
               "document_order": order, "validation_documents": documents,
               "num_bytes": {"train": scan.num_bytes - validation, "validation": validation}}
     split_at = corpus.split_point(scan.num_bytes)
     split_at = corpus.char_boundary(files, split_at) if utf8 else split_at
-    return {"text_path": text_path, "files": [str(p) for p in files], "content": f"sha{scan.sha256}",
-            "split_at": split_at, "num_bytes": {"train": split_at, "validation": scan.num_bytes - split_at}}
-
+    return {**corpus_files, "content": f"sha{scan.sha256}", "split_at": split_at,
+            "num_bytes": {"train": split_at, "validation": scan.num_bytes - split_at}}
 
   def identity(self, settings: dict[str, Any]) -> str:
     if settings["tokenizer"] == tokenizer_lib.SENTENCEPIECE:  # the key names the corpus, V and the settings
@@ -315,26 +311,13 @@ def _pieces(settings: dict[str, Any], split: str) -> list[tuple[int, int, int | 
   return pieces[:-validation] if split == "train" else pieces[-validation:]
 
 
-def _by_document(config: Any, files: list[pathlib.Path]) -> bool:
-  return config.data.get("split", corpus.CONTIGUOUS) == corpus.BY_DOCUMENT and len(files) > 1
-
-
-def _document_split(files: list[pathlib.Path]) -> tuple[list[int], int, int]:
-  """'by_document''s order of `files`, how many of the last are validation, and their bytes."""
-  order = corpus.document_order(files)
-  sizes = [files[i].stat().st_size for i in order]
-  count = corpus.validation_documents(sizes)
-  return order, count, sum(sizes[len(sizes) - count:])
-
-
 def document_pairs(tokens: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """tokens (N,), document ends (D,) → ids, next_ids (P,) int32 within each document, and its pair ends (D,) int64."""
   tokens, ends = np.asarray(tokens, np.int32), np.asarray(ends, np.int64)
   starts = ends[(ends > 0) & (ends < len(tokens))]  # where a document after the first begins
   crossing = np.zeros(max(len(tokens) - 1, 0), bool)
   crossing[starts - 1] = True  # pair i joins tokens i and i + 1: it crosses when a document begins at i + 1
-  lengths = np.diff(ends, prepend=0)
-  pair_ends = np.cumsum(np.maximum(lengths - 1, 0), dtype=np.int64)
+  pair_ends = np.cumsum(np.maximum(np.diff(ends, prepend=0) - 1, 0), dtype=np.int64)  # each document's tokens less 1
   return tokens[:-1][~crossing], tokens[1:][~crossing], pair_ends
 
 

@@ -36,8 +36,7 @@ def documents(files: list[pathlib.Path]) -> list[tuple[int, int, int]]:
   with files[0].open("rb") as f:
     while cuts[-1] + BLOCK_BYTES < size:
       f.seek(cuts[-1] + BLOCK_BYTES - 1)
-      ahead = f.read(_LINE_SEARCH)
-      newline = ahead.find(b"\n")
+      newline = f.read(_LINE_SEARCH).find(b"\n")
       cut = cuts[-1] + BLOCK_BYTES + newline if newline >= 0 else corpus.char_boundary(files, cuts[-1] + BLOCK_BYTES)
       if cut >= size:
         break
@@ -48,8 +47,7 @@ def documents(files: list[pathlib.Path]) -> list[tuple[int, int, int]]:
 def draw(files: list[pathlib.Path], seed: int) -> tuple[list[tuple[int, int, int]], int, int]:
   """The documents in draw `seed`'s order, how many of the last are validation, and their bytes."""
   pieces = documents(files)
-  order = np.random.default_rng(seed).permutation(len(pieces))
-  drawn = [pieces[i] for i in order]
+  drawn = [pieces[i] for i in np.random.default_rng(seed).permutation(len(pieces))]
   count = corpus.validation_documents([stop - start for _, start, stop in drawn])
   return drawn, count, sum(stop - start for _, start, stop in drawn[len(drawn) - count:])
 
