@@ -173,8 +173,9 @@ def other_block(written: pathlib.Path, chosen: list[str], families: tuple[str, .
   return f"--corpora={','.join(theirs[0])} --family={','.join(theirs[1])}"
 
 
-# what blocks merged by --from-json=a.json,b.json share: the same models, tuned and scored the same way
-SHARED_KEYS = ("families", "models", "fractions", "seeds", "tune_seed", "grids", "patience")
+# what blocks merged by --from-json=a.json,b.json share: the same models, tuned and scored the same way (each corpus
+# entry holds its own sizes: a block may have run fewer of them)
+SHARED_KEYS = ("families", "models", "seeds", "tune_seed", "grids", "patience")
 
 
 def read_results(paths: str) -> dict[str, Any]:
@@ -194,6 +195,7 @@ def read_results(paths: str) -> dict[str, Any]:
       raise UsageError(f"--from-json={paths}: {path} and another file both hold the {shared!r} corpus")
     for name, entry in block["corpora"].items():
       results["corpora"][name] = {**entry, "machine": entry.get("machine", block["machine"])}
+    results["fractions"] = sorted({*results["fractions"], *block["fractions"]})
     results["seconds"] += block["seconds"]
     results["cpu_seconds"] += block["cpu_seconds"]
   return results

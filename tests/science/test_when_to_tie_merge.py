@@ -18,6 +18,7 @@ def _blocks(tmp_path, change=None):
   first = json.loads(PUBLISHED.read_text())
   second = copy.deepcopy(first)
   second["corpora"] = {"subword": second["corpora"]["bytes"]}
+  second["fractions"] = [0.01, 0.1]
   second["machine"], second["seconds"], second["cpu_seconds"] = "the other box", 600.0, 300.0
   if change:
     change(second)
@@ -32,6 +33,7 @@ def test_two_blocks_are_published_as_one_report(tmp_path):
   out = tmp_path / "out"
   merged = cli.main(["--from-json", ",".join(map(str, paths)), "--out", str(out)])
   assert list(merged["corpora"]) == ["bytes", "subword"]
+  assert merged["fractions"] == [0.01, 0.1, 1.0]  # the union: the second block ran two of the three sizes
   assert merged["seconds"] == pytest.approx(first["seconds"] + 600.0)
   assert merged["cpu_seconds"] == pytest.approx(first["cpu_seconds"] + 300.0)
   assert "machine" not in merged["corpora"]["bytes"]  # the report's own machine, named at its top
