@@ -230,3 +230,13 @@ def test_hidden_l2_is_lambda_times_the_squared_distance_to_the_identity():
   # (W − Wᵀ)/2 = [[0, 1], [−1, 0]]: norm √2, over ‖W‖ = √14
   np.testing.assert_allclose(stats["antisymmetric_share"], np.sqrt(2.0) / np.sqrt(14.0), rtol=1e-6)
   assert WithHiddenMap(TiedEmbed(4, 2, rngs=nnx.Rngs(0))).penalty() is None
+
+
+def test_the_cosine_of_a_path_that_is_all_zero_is_0_not_nan():
+  # A path with no gradient (a batch whose loss does not reach one use) has no direction: its cosine reads 0.
+  projection = jnp.asarray(np.arange(12, dtype=np.float32).reshape(4, 3))
+  for lookup, other in ((jnp.zeros((4, 3)), projection), (projection, jnp.zeros((4, 3)))):
+    paths = plain_paths.PathGradients(jnp.float32(0), jnp.array([0, 2]), lookup, other, {})
+    stats = paths.split_stats()
+    assert float(stats["cosine"]) == 0.0
+    assert float(stats["total_norm"]) == pytest.approx(np.linalg.norm(np.arange(12)), rel=1e-6)
