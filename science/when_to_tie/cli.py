@@ -367,8 +367,9 @@ def run_sweep(args: argparse.Namespace) -> dict[str, Any]:
                          convergence_factor=args.convergence_factor, quick=args.quick)
     results["corpora"][name] = entry
     print(f"{name}: {entry['seconds'] / 60:.1f} min, {entry['cpu_seconds'] / 60:.1f} min CPU", flush=True)
-  results["seconds"] = time.perf_counter() - started
-  results["cpu_seconds"] = time.process_time() - cpu_started
+  resumed = [entry.get("resumed", {}) for entry in results["corpora"].values()]  # runs taken from the record
+  results["seconds"] = time.perf_counter() - started + sum(part.get("seconds", 0.0) for part in resumed)
+  results["cpu_seconds"] = time.process_time() - cpu_started + sum(part.get("cpu_seconds", 0.0) for part in resumed)
   paths = report.publish(results, out, args.write_docs)
   written = " and docs/when_to_tie.*, docs/results.md" if args.write_docs else ""
   print(f"wrote {', '.join(map(str, paths))}{written}; "

@@ -301,7 +301,8 @@ def _corpus_lines(corpus: str, entry: dict[str, Any], labels: dict[str, str]) ->
       f"{entry['select_pairs']:,} selection pairs, the train split's last {100 * plan['selection_share']:g}%, "
       f"leave), {entry['eval_pairs']:,} validation pairs, floor {entry['floor']:.4f} nats, uniform guess "
       f"log V = {entry['uniform']:.4f}; dataset `{entry['dataset']}`; {entry['seconds'] / 60:.1f} min "
-      f"({entry['cpu_seconds'] / 60:.1f} min CPU)"
+      f"({entry['cpu_seconds'] / 60:.1f} min CPU"
+      + (f"; {entry['resumed']['runs']} of its runs timed in an earlier sitting" if "resumed" in entry else "") + ")"
       # a corpus swept in a run of its own, its entry merged into the results of another, names its machine
       + (f" on {entry['machine']}" if "machine" in entry else "") + ".",
       "",

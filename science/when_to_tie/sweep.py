@@ -201,6 +201,7 @@ class Sweep:
     self.runs_dir = out / "runs" / corpus.key
     self.finished_path = out / FINISHED
     self.finished = read_finished(self.finished_path)
+    self.resumed: dict[str, tuple[float, float]] = {}  # key → (seconds, cpu_seconds) of a run taken from the record
     self.draws: dict[int, Any] = {}
     self.data = self.drawn(0)
     self.batch_size = int(corpus.base.get_config().train.batch_size)
@@ -261,6 +262,7 @@ class Sweep:
     # --<corpus>-steps on the same --out makes other runs
     key = f"{self.drawn(draw).identity}/{workdir.name}-n{steps}-e{every}-m{self.plan.min_delta:g}"
     if key in self.finished:
+      self.resumed[key] = (self.finished[key]["seconds"], self.finished[key]["cpu_seconds"])
       return self.finished[key]
     problem = checks.link_problem(self.out, [workdir])  # a link made since the command line was checked
     if problem:
@@ -427,6 +429,10 @@ def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, gr
                                        for draw in scored_draws for seed in seeds]
   if convergence_factor:
     entry["convergence"] = convergence_check(sweep, entry, models, convergence_factor)
-  entry["seconds"] = time.perf_counter() - started
-  entry["cpu_seconds"] = time.process_time() - cpu_started
+  # a resumed sweep counts the runs it took from the record at the times they took when they ran
+  resumed = [sum(times) for times in zip(*sweep.resumed.values(), strict=True)] or [0.0, 0.0]
+  entry["seconds"] = time.perf_counter() - started + resumed[0]
+  entry["cpu_seconds"] = time.process_time() - cpu_started + resumed[1]
+  if sweep.resumed:
+    entry["resumed"] = {"runs": len(sweep.resumed), "seconds": resumed[0], "cpu_seconds": resumed[1]}
   return entry

@@ -141,7 +141,7 @@ def _fake_sweep(tmp_path, monkeypatch, calls):
   made.corpus, made.plan, made.keep_runs, made.batch_size, made.out = corpus, plans.QUICK_PLAN, False, 8, tmp_path
   made.data_dir, made.runs_dir = tmp_path / "data", tmp_path / "runs" / "bytes"
   made.finished_path = tmp_path / sweep.FINISHED
-  made.finished = sweep.read_finished(made.finished_path)
+  made.finished, made.resumed = sweep.read_finished(made.finished_path), {}
   made.data = types.SimpleNamespace(train_ids=ids, train_next=ids, eval_ids=ids, eval_next=ids, identity="text-v4")
   made.draws = {0: made.data}
   return made
@@ -158,6 +158,8 @@ def test_a_killed_sweep_resumes_from_its_record_without_training_finished_runs(t
   again = _fake_sweep(tmp_path, monkeypatch, calls)
   assert again.train(plans.MODELS[0], 1.0, 0, {"weight_decay": 0.1}) == recorded[next(iter(recorded))]
   assert len(calls) == 1
+  # and counts the recorded run's own times, so a resumed sweep's report names the whole work's time
+  assert again.resumed == {next(iter(recorded)): (done["seconds"], done["cpu_seconds"])}
   again.train(plans.MODELS[0], 1.0, 1, {"weight_decay": 0.1})
   assert calls[1:] == ["tied-weight_decay=0.1-f1-s1"]
   # Other steps are another run, never a recorded one: --bytes-steps changed between the two commands.
