@@ -31,11 +31,13 @@ CORPUS_GRIDS = {"subword": {"weight_decay": (0.0, 0.3, 3.0)}}
 QUICK_GRIDS = {"learning_rate": (1.0,), "weight_decay": (0.0,), "hidden_l2": (0.1,)}  # one trial per model
 # A (corpus, model family) block of runs: at most this long on the 2-core build machine, so a block is one sitting.
 BLOCK_SECONDS = 2 * 3600
-# Wall seconds of one run by corpus and size on 2 idle cores: the mean of a full two-seed sweep's runs at the same
-# schedule (EPOCHS passes, each corpus's max_steps; bytes on a 2-core Xeon, subword on a 2-core AVX-512 EPYC); a
-# block's estimate is its runs times these (`block_seconds`). The controls cost what the bigram models cost. The bytes
-# bigram block of docs/when_to_tie.json took 53.0 min of CPU (84.6 min wall beside other jobs, load 9-14).
-RUN_SECONDS = {"bytes": {0.01: 6.6, 0.1: 5.9, 1.0: 10.3}, "subword": {0.01: 11.5, 0.1: 22.1, 1.0: 91.5}}
+# Wall seconds of one run by corpus and size on 2 idle cores; a block's estimate is its runs times these
+# (`block_seconds`). The controls cost what the bigram models cost. Bytes: the mean of a full two-seed sweep's runs at
+# the same schedule (EPOCHS passes, at most 3,000 steps) on a 2-core Xeon; the bytes bigram block of
+# docs/when_to_tie.json took 53.0 min of CPU (84.6 min wall beside other jobs, load 9-14). Subword: the means of the
+# subword bigram block's runs on the 2-core AMD EPYC build machine (AVX2; evaluation by distinct inputs), 1% and 10%
+# measured (72 runs each, 277 and 2,772 steps); 100% estimated as 10%'s 25.7 ms of CPU a step × its 27,774 steps.
+RUN_SECONDS = {"bytes": {0.01: 6.6, 0.1: 5.9, 1.0: 10.3}, "subword": {0.01: 15.9, 0.1: 61.4, 1.0: 714.0}}
 # A context family's run: CPU seconds of one run (the family's tied + W, the tuning seed, the block's schedule),
 # measured by science/when_to_tie's Sweep.train on the 2-core AMD EPYC build machine (AVX2) under a load average of
 # 10-14 (a sweep and three other engineers' work beside it: the wall times were 5-7× these), and taken as the wall
@@ -62,9 +64,11 @@ CONTEXT_MAX_STEPS = {block: cut["max_steps"] for block, cut in CONTEXT_CUTS.item
 # 3 sizes (`block_seconds` gives their estimate): on subword the windowed evals alone (each scoring the whole
 # selection and validation splits through the model, ~38 µs of CPU a token) outweigh the two hours; the bytes
 # transformer's 186 runs at its ~36 s fixed cost a run are 1.9 h before a step or an eval (with 10 evals a run its
-# 1% and 10% runs alone are 7,337 s). Run them by size (--fractions), on more cores, or once the trainer scores
-# validation at the best step alone and compiles a run's programs once per block.
-UNFIT_BLOCKS = {("subword", "mlp"), ("subword", "transformer"), ("bytes", "transformer")}
+# 1% and 10% runs alone are 7,337 s). The subword bigram models' (and controls') 100% runs, 27,774 steps each, are
+# 8.3 h of the ~9.9 h block: the steps themselves. Run them by size (--fractions), on more cores, or once the trainer
+# scores validation at the best step alone and compiles a run's programs once per block.
+UNFIT_BLOCKS = {("subword", "mlp"), ("subword", "transformer"), ("bytes", "transformer"), ("subword", "bigram"),
+                ("subword", "controls")}
 SUBWORD_VOCAB = 2048  # 8192 pieces cost ~4× the steps and evals, and do not converge at 100% in the budget
 EPOCHS = 10  # a run's schedule: 10 passes over its train pairs, within [MIN_STEPS, Plan.max_steps]
 MIN_STEPS = 200

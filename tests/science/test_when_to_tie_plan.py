@@ -15,8 +15,8 @@ from science.when_to_tie import sweep
 
 def test_each_timed_block_fits_in_two_hours_by_hand_arithmetic():
   # subword bigram: 3 models; per size 9 trials + 5 seeds × draws (3 at 1% and 10%, 1 at 100%):
-  # 1%: 3 · (9 + 15) · 11.5 s = 828 s; 10%: 3 · 24 · 22.1 = 1,591.2 s; 100%: 3 · (9 + 5) · 91.5 = 3,843 s.
-  assert plans.block_seconds("subword", "bigram") == pytest.approx(828 + 1591.2 + 3843)  # 1.74 h
+  # 1%: 3 · (9 + 15) · 15.9 s = 1,144.8 s; 10%: 3 · 24 · 61.4 = 4,420.8 s; 100%: 3 · (9 + 5) · 714 = 29,988 s.
+  assert plans.block_seconds("subword", "bigram") == pytest.approx(1144.8 + 4420.8 + 29988)  # 9.9 h
   assert plans.block_seconds("bytes", "bigram") == pytest.approx(3 * 24 * 6.6 + 3 * 24 * 5.9 + 3 * 14 * 10.3)
   for corpus in plans.RUN_SECONDS:
     for family in plans.TIMED_FAMILIES:
