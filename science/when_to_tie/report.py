@@ -79,6 +79,11 @@ def by_draw(numbers: dict[str, Any]) -> dict[int, float]:
   return {int(draw): loss for draw, loss in numbers.get("by_draw", {"0": numbers["eval_loss"]}).items()}
 
 
+def draws_mean(numbers: dict[str, Any]) -> float:
+  """A count model's eval loss averaged over the data draws it was fitted on (draw 0's alone where one was)."""
+  return float(np.mean(list(by_draw(numbers).values())))
+
+
 def pick(entry: dict[str, Any], fraction: str) -> Pick:
   """The pick at one size from its runs' paired differences (same seed, same draw)."""
   order = ranking(entry, fraction)
@@ -306,7 +311,9 @@ def _corpus_lines(corpus: str, entry: dict[str, Any], labels: dict[str, str]) ->
       # a corpus swept in a run of its own, its entry merged into the results of another, names its machine
       + (f" on {entry['machine']}" if "machine" in entry else "") + ".",
       "",
-      "Best-step eval loss (nats) and its distance from the count model:",
+      "Best-step eval loss (nats) and its distance from the count model (each count model is fitted on a draw's "
+      "train pairs: the mean over the draws, with draw 0's k or discount; Δ count: the mean of each run less the count "
+      "model of its own draw):",
       "",
       "| train data | count model (k) | " + ("Kneser-Ney (discount) | " if "kneser_ney" in entry else "")
       + "".join(f"Kneser-Ney n-gram of the {context}'s context (order, discount) | " for context in ngrams)
@@ -316,15 +323,16 @@ def _corpus_lines(corpus: str, entry: dict[str, Any], labels: dict[str, str]) ->
   for fraction, count in entry["count"].items():
     cells = []
     if "kneser_ney" in entry:
-      cells.append(f"{entry['kneser_ney'][fraction]['eval_loss']:.4f} ({entry['kneser_ney'][fraction]['discount']:g})")
+      cells.append(f"{draws_mean(entry['kneser_ney'][fraction]):.4f} ({entry['kneser_ney'][fraction]['discount']:g})")
     for numbers in (by_fraction[fraction] for by_fraction in ngrams.values()):
-      cells.append(f"{numbers['eval_loss']:.4f} ({numbers['order']}, {numbers['discount']:g})")
+      cells.append(f"{draws_mean(numbers):.4f} ({numbers['order']}, {numbers['discount']:g})")
     for k in keys:
-      mean, sd = mean_sd(entry["runs"][k][fraction], "eval_loss")
-      cells.append(f"{mean:.4f} ± {sd:.4f} ({mean - count['eval_loss']:+.3f})")
+      runs = entry["runs"][k][fraction]
+      mean, sd = mean_sd(runs, "eval_loss")
+      cells.append(f"{mean:.4f} ± {sd:.4f} ({against(runs, by_draw(count)).mean:+.3f})")
     chosen = pick(entry, fraction)
     named = labels[chosen.first] if chosen.named else f"{labels[chosen.first]} ≈ {labels[chosen.second]}"
-    lines.append(f"| {100 * float(fraction):g}% ({len_used(entry, fraction):,} pairs) | {count['eval_loss']:.4f} "
+    lines.append(f"| {100 * float(fraction):g}% ({len_used(entry, fraction):,} pairs) | {draws_mean(count):.4f} "
                  f"({count['k']:g}) | " + " | ".join(cells) + f" | {named} |")
   lines += _per_model_lines(entry, labels)
   lines += ["", "Pick per data size: " + "; ".join(picks(entry, labels)) + "."]
@@ -501,13 +509,13 @@ def figure(results: dict[str, Any]):
       means, sds = zip(*(mean_sd(runs[f], "predicts_self") for f in fractions), strict=True)
       self_ax.errorbar(pairs, 100 * np.array(means), yerr=100 * np.array(sds), marker="o", capsize=3,
                        label=labels[key])
-    loss_ax.plot(pairs, [entry["count"][f]["eval_loss"] for f in fractions], "k--", marker="s",
+    loss_ax.plot(pairs, [draws_mean(entry["count"][f]) for f in fractions], "k--", marker="s",
                  label="count bigram (add-k)")
     if "kneser_ney" in entry:
-      loss_ax.plot(pairs, [entry["kneser_ney"][f]["eval_loss"] for f in fractions], "k-.", marker="^",
+      loss_ax.plot(pairs, [draws_mean(entry["kneser_ney"][f]) for f in fractions], "k-.", marker="^",
                    label="count bigram (Kneser-Ney)")
     for context, by_fraction in entry.get("ngram", {}).items():
-      loss_ax.plot(pairs, [by_fraction[f]["eval_loss"] for f in fractions], ":", marker="v",
+      loss_ax.plot(pairs, [draws_mean(by_fraction[f]) for f in fractions], ":", marker="v",
                    label=f"Kneser-Ney n-gram, the {context}'s context")
     loss_ax.axhline(entry["floor"], color="grey", linestyle=":", label="floor (unreachable)")
     self_ax.plot(pairs, [100 * entry["repeats"][f]["repeats"] for f in fractions], "k--",

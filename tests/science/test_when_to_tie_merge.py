@@ -57,3 +57,20 @@ def test_blocks_that_do_not_belong_together_are_refused_in_one_line(tmp_path, ca
   (line,) = capsys.readouterr().err.splitlines()
   assert line.startswith(f"error: --from-json={paths[0]},{paths[1]}: ") and said in line, line
   assert not out.exists()
+
+
+def test_the_count_models_in_the_loss_table_are_averaged_over_the_draws_the_runs_are_averaged_over():
+  # At 10% the bytes runs span 3 draws: the count cell is the mean of the 3 draws' count models, and a model's
+  # Δ count the mean of each run less its own draw's count model (hand arithmetic in float64).
+  from science.when_to_tie import report  # noqa: PLC0415
+
+  results = json.loads(PUBLISHED.read_text())
+  entry = results["corpora"]["bytes"]
+  count = entry["count"]["0.1"]
+  assert len(count["by_draw"]) == 3
+  mean = sum(count["by_draw"].values()) / 3
+  runs = entry["runs"]["tied"]["0.1"]
+  delta = sum(run["eval_loss"] - count["by_draw"][str(run["draw"])] for run in runs) / len(runs)
+  row = next(line for line in report.markdown(results, "x.png").splitlines() if line.startswith("| 10% ("))
+  assert f"| {mean:.4f} (" in row and f"({delta:+.3f})" in row, row
+  assert f"| {count['eval_loss']:.4f} (" not in row  # not draw 0's alone
