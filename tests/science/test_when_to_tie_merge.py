@@ -16,6 +16,7 @@ PUBLISHED = plans.REPO / "docs" / "when_to_tie.json"
 def _blocks(tmp_path, change=None):
   """The published bytes block, and a copy of it as another corpus's block swept elsewhere (→ their paths)."""
   first = json.loads(PUBLISHED.read_text())
+  first["corpora"] = {"bytes": first["corpora"]["bytes"]}  # the bytes block alone
   second = copy.deepcopy(first)
   second["corpora"] = {"subword": second["corpora"]["bytes"]}
   second["fractions"] = [0.01, 0.1]
