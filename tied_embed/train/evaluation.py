@@ -122,6 +122,8 @@ class Evaluator:
       inputs, rows = np.unique(ids, return_inverse=True)
       (rows, next_ids), counts = np.unique(np.stack([rows.reshape(-1), next_ids]), axis=1, return_counts=True)
       ids, next_ids, weights = inputs[rows], next_ids.astype(np.int32), counts.astype(np.float32)
+      pad = -len(ids) % size  # one batch shape, one program: the last batch filled with pairs that weigh 0
+      ids, next_ids, rows, weights = (np.pad(column, (0, pad)) for column in (ids, next_ids, rows, weights))
       # padded to a multiple of the data axis (with its first input, whose extra logsumexps no pair reads)
       inputs = np.pad(inputs, (0, -len(inputs) % data_size), mode="edge")
       self._inputs = jax.device_put(inputs, mesh_lib.batch_sharding(mesh))
