@@ -114,7 +114,7 @@ class Evaluator:
     self._logsumexps = jax.jit(lambda state, inputs: _input_logsumexps(graphdef, chunk_size, dtype, state, inputs))
     self._totals = jax.device_put((jnp.float32(0), jnp.zeros(num_buckets, jnp.float32)), mesh_lib.replicated(mesh))
     size, data_size, length = int(config.train.eval_batch_size), mesh.shape["data"], data.context_length
-    self._count, self._inputs = len(ids), None
+    self._count, self._inputs, self._none = len(ids), None, jnp.zeros(0, jnp.float32)  # windows read no logsumexps
     if length > 1:
       ids, next_ids, weights = windows.tiled_windows(ids, next_ids, document_ends, length)
       size, columns = max(size // length, 1), (ids, next_ids, weights)  # windows per batch: ~eval_batch_size pairs
@@ -141,7 +141,7 @@ class Evaluator:
 
   def _input_scores(self, state: nnx.State) -> jax.Array:
     """The distinct inputs' logsumexps (U,) at `state` (an empty array for windows, which need none)."""
-    return jnp.zeros(0, jnp.float32) if self._inputs is None else self._logsumexps(state, self._inputs)
+    return self._none if self._inputs is None else self._logsumexps(state, self._inputs)
 
   def compile_ahead(self, state: nnx.State) -> None:
     """Compiles the batch program for every batch shape and layout the split has (jit reuses them)."""
