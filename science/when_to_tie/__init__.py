@@ -59,12 +59,15 @@ once its numbers are taken, unless --keep-runs.
 The mechanism (mechanism.py): with --write-docs, the controls block's JSON beside docs/when_to_tie.json is paired
 with it run against run (same size, seed and draw) into the docs' notes, and so is the asymmetry budget's
 (--asymmetry, budget.py: the add-k count model of each size's and draw's train pairs, tied_embed/data/asymmetry.py).
+Whether the bigram's answer carries over to context (carry_over.py): each context block's JSON beside it
+(docs/when_to_tie_mlp.json, _transformer.json) is paired with it the same way, tying's cost (tied − untied) compared
+without and with context run by run.
 
 The package: `plan` (models, corpora, grids, trials, blocks, schedules, run configs), `sweep` (the runs, the tuning,
 the convergence check and the NumPy references they are scored against), `stats` (means, paired intervals), `report`
-(markdown, figure, docs and README), `mechanism` (the controls paired across blocks, the asymmetry table), `budget`
-(the asymmetry budget of the train pairs), `checks` (what --from-json and --out must hold), `cli` (the command line;
-`__main__` runs it).
+(markdown, figure, docs and README), `mechanism` (the controls paired across blocks, the asymmetry table),
+`carry_over` (the context blocks paired with the bigram block), `budget` (the asymmetry budget of the train pairs),
+`checks` (what --from-json and --out must hold), `cli` (the command line; `__main__` runs it).
 """
 
 import os

@@ -64,12 +64,12 @@ def gains(runs: dict[str, dict[str, list]], fraction: str) -> dict[tuple[str, st
   return {(better, worse): paired(runs[better][fraction], runs[worse][fraction]) for better, worse, _ in GAINS}
 
 
-def _labels(*blocks: dict[str, Any]) -> dict[str, str]:
+def labels_of(*blocks: dict[str, Any]) -> dict[str, str]:
   """Model key → its label, 'tied + bias, E·Eᵀ + b' (the label's two-space gap as a comma)."""
   return {model["key"]: model["label"].replace("  ", ", ") for block in blocks for model in block["models"]}
 
 
-def _cell(value: Interval) -> str:
+def cell(value: Interval) -> str:
   return f"{value.mean:.3f} ({value.low:.3f} to {value.high:.3f})" if value.n >= 2 else f"{value.mean:.3f} (1 run)"
 
 
@@ -81,7 +81,7 @@ def _spread(values: list[Interval]) -> str:
 def controls_lines(bigram: dict[str, Any], controls: dict[str, Any], corpus: str = "bytes") -> list[str]:
   """The means of the five models per size, the GAINS rows with their paired intervals, and the sentences that
   read them, from the two blocks' results alone: → markdown lines."""
-  runs, labels = joined_runs(bigram, controls, corpus), _labels(bigram, controls)
+  runs, labels = joined_runs(bigram, controls, corpus), labels_of(bigram, controls)
   fractions = list(bigram["corpora"][corpus]["count"])
   sizes = [f"{100 * float(fraction):g}%" for fraction in fractions]
   lines = ["| model | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
@@ -96,7 +96,7 @@ def controls_lines(bigram: dict[str, Any], controls: dict[str, Any], corpus: str
             f"size) with its {100 * CONFIDENCE:g}% t-interval:", "",
             "| paired difference | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
   for better, worse, text in GAINS:
-    lines.append(f"| {text} | " + " | ".join(_cell(by_size[fraction][better, worse]) for fraction in fractions) + " |")
+    lines.append(f"| {text} | " + " | ".join(cell(by_size[fraction][better, worse]) for fraction in fractions) + " |")
   row = {(better, worse): [by_size[fraction][better, worse] for fraction in fractions] for better, worse, _ in GAINS}
   holding = [f"{text.split(':')[0]} at {size}" for better, worse, text in GAINS
              for size, value in zip(sizes, row[better, worse], strict=True) if not value.excludes_zero]
@@ -141,8 +141,8 @@ def budget_lines(bigram: dict[str, Any], budget: dict[str, Any], controls: dict[
     lines.append(
         f"| {100 * float(fraction):g}% | {len(numbers['by_draw'])} | {', '.join(f'{k:g}' for k in ks)} | "
         f"{mean['tokens']:.0f} | {mean['antisymmetric_share']:.3f} | {mean['psd_rank_residual_share']:.3f} | "
-        f"{mean['psd_rank_excess_loss']:.3f} | {_cell(paired(runs['tied_w'][fraction], runs['tied'][fraction]))} |"
-        + (f" {_cell(paired(runs['tied_w'][fraction], runs['tied_sym'][fraction]))} |" if controls is not None else ""))
+        f"{mean['psd_rank_excess_loss']:.3f} | {cell(paired(runs['tied_w'][fraction], runs['tied'][fraction]))} |"
+        + (f" {cell(paired(runs['tied_w'][fraction], runs['tied_sym'][fraction]))} |" if controls is not None else ""))
   means = [entry["by_fraction"][fraction]["mean"] for fraction in measured["count"]]
   gaps = [paired(runs["tied_w"][fraction], runs["tied"][fraction]) for fraction in measured["count"]]
   lines += ["", f"The antisymmetric share is {_range_of([m['antisymmetric_share'] for m in means])} at the "
@@ -163,7 +163,7 @@ def notes_with_tables(notes: str, bigram: dict[str, Any], docs: pathlib.Path) ->
   is, and one line says why where the blocks cannot be paired."""
   if not {"tied", "tied_w"} <= {model["key"] for model in bigram["models"]}:
     return notes  # not the bigram block's results: nothing to pair the controls with
-  controls, budget = _read(docs / CONTROLS_JSON), _read(docs / BUDGET_JSON)
+  controls, budget = read_json(docs / CONTROLS_JSON), read_json(docs / BUDGET_JSON)
   for start, end, other in ((CONTROLS_START, CONTROLS_END, controls), (BUDGET_START, BUDGET_END, budget)):
     shared = [corpus for corpus in bigram["corpora"] if other is not None and corpus in other["corpora"]]
     if not shared or common.block(notes, start, end) is None:
@@ -182,7 +182,7 @@ def notes_with_tables(notes: str, bigram: dict[str, Any], docs: pathlib.Path) ->
   return notes
 
 
-def _read(path: pathlib.Path) -> dict[str, Any] | None:
+def read_json(path: pathlib.Path) -> dict[str, Any] | None:
   return json.loads(path.read_text()) if path.is_file() else None
 
 

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from science import common
-from science.when_to_tie import checks, mechanism
+from science.when_to_tie import carry_over, checks, mechanism
 from science.when_to_tie.plan import EPOCHS, MIN_STEPS, REPO
-from science.when_to_tie.stats import CONFIDENCE, Interval, against, mean_sd, paired
+from science.when_to_tie.stats import CONFIDENCE, Interval, against, by_draw, draws_mean, mean_sd, paired
 
 COMMAND = "python -m science.when_to_tie"  # how the pages name the command that wrote them
 NOTES_START, NOTES_END = "<!-- NOTES (kept by --write-docs) -->", "<!-- /NOTES -->"
@@ -72,16 +72,6 @@ def baseline(entry: dict[str, Any], fraction: str, context: str = "none") -> tup
     present[NGRAM + context] = entry["ngram"][context][fraction]
   key = min(present, key=lambda key: present[key]["eval_loss"])
   return key, present[key]
-
-
-def by_draw(numbers: dict[str, Any]) -> dict[int, float]:
-  """A count model's eval loss per data draw: {draw: loss} ("by_draw" where the sweep drew several, else draw 0)."""
-  return {int(draw): loss for draw, loss in numbers.get("by_draw", {"0": numbers["eval_loss"]}).items()}
-
-
-def draws_mean(numbers: dict[str, Any]) -> float:
-  """A count model's eval loss averaged over the data draws it was fitted on (draw 0's alone where one was)."""
-  return float(np.mean(list(by_draw(numbers).values())))
 
 
 def pick(entry: dict[str, Any], fraction: str) -> Pick:
@@ -608,12 +598,18 @@ def _write_picks(picks_text: str, readme: pathlib.Path) -> None:
     readme.write_text(common.replace_block(text, README_START, README_END, rewritten))
 
 
+def generated_notes(notes: str, results: dict[str, Any], docs: pathlib.Path) -> str:
+  """`notes` with their generated tables (the controls', the asymmetry budget's, the context blocks') remade from
+  `results` (the bigram block's) and the JSON files beside it in `docs`."""
+  return carry_over.notes_with_context(mechanism.notes_with_tables(notes, results, docs), results, docs)
+
+
 def publish(results: dict[str, Any], out: pathlib.Path, write_docs: bool) -> list[pathlib.Path]:
   """Writes <out>/when_to_tie.*; with `write_docs` also docs/when_to_tie.* (keeping its notes) and the picks in
   docs/results.md."""
   docs = REPO / "docs"
   picks_text = readme_block(results)  # made before anything is written, as `write` makes its files
-  notes = mechanism.notes_with_tables(kept_notes(docs / "when_to_tie.md"), results, docs) if write_docs else ""
+  notes = generated_notes(kept_notes(docs / "when_to_tie.md"), results, docs) if write_docs else ""
   paths = write(results, out, notes)
   if write_docs:
     for path in paths:
@@ -632,4 +628,4 @@ def write_budget_docs(path: pathlib.Path, docs: pathlib.Path = REPO / "docs") ->
   notes = kept_notes(page)
   if notes and (docs / "when_to_tie.json").is_file():
     results = json.loads((docs / "when_to_tie.json").read_text())
-    common.rewrite_block(page, NOTES_START, NOTES_END, mechanism.notes_with_tables(notes, results, docs))
+    common.rewrite_block(page, NOTES_START, NOTES_END, generated_notes(notes, results, docs))

@@ -69,3 +69,13 @@ def against(runs: list[dict[str, Any]], reference: dict[int, float], key: str = 
   """run − reference of each run, the reference being a number per data draw (a count model fitted on that draw's
   train pairs): → the interval of their mean."""
   return interval([run[key] - reference[run_key(run)[1]] for run in sorted(runs, key=run_key)])
+
+
+def by_draw(numbers: dict[str, Any]) -> dict[int, float]:
+  """A count model's eval loss per data draw: {draw: loss} ("by_draw" where the sweep drew several, else draw 0)."""
+  return {int(draw): loss for draw, loss in numbers.get("by_draw", {"0": numbers["eval_loss"]}).items()}
+
+
+def draws_mean(numbers: dict[str, Any]) -> float:
+  """A count model's eval loss averaged over the data draws it was fitted on (draw 0's alone where one was)."""
+  return float(np.mean(list(by_draw(numbers).values())))

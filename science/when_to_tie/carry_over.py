@@ -1,0 +1,117 @@
+"""Does the bigram's answer carry over to models with context? A context family's block (`--family=mlp` or
+`--family=transformer`) paired run against run with the bigram block, as a generated table inside the docs page's
+notes.
+
+A context block runs on the bigram block's dataset, seeds and data draws, so its runs pair with the bigram block's at
+the same (size, seed, draw), as the controls do (mechanism.py). Tying's cost is tied − untied within each block; what
+context does to it is the paired difference of the two costs, run by run: (tied − untied) without context minus
+(tied − untied) with it, so a positive number is the part of tying's cost that context takes away."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+from science import common
+from science.when_to_tie import mechanism
+from science.when_to_tie.stats import CONFIDENCE, Interval, draws_mean, interval, mean_sd, paired, run_key
+
+CONTEXT_JSON = "when_to_tie_{}.json"  # .format(family): a context block's results beside docs/when_to_tie.json
+CONTEXT_START, CONTEXT_END = "<!-- context (generated from when_to_tie*.json) -->", "<!-- /context -->"
+CONTEXT_FAMILIES = ("mlp", "transformer")
+
+
+def cost_change(runs: dict[str, dict[str, list]], family: str, fraction: str) -> Interval:
+  """(tied − untied) − (tied − untied with `family`'s context) per (seed, draw) that all four ran, in eval loss:
+  → its interval (positive: context takes that much of tying's cost away)."""
+  losses = {key: {run_key(run): run["eval_loss"] for run in runs[key][fraction]}
+            for key in ("tied", "untied", f"tied_{family}", f"untied_{family}")}
+  shared = sorted(set.intersection(*(set(by_key) for by_key in losses.values())))
+  return interval([(losses["tied"][both] - losses["untied"][both])
+                   - (losses[f"tied_{family}"][both] - losses[f"untied_{family}"][both]) for both in shared])
+
+
+def _rows(family: str) -> tuple[tuple[str, str, str], ...]:
+  """(better, worse, what the row says) of the paired table: each row is worse − better (stats.paired)."""
+  return (("untied", "tied", "tying's cost without context: tied − untied"),
+          (f"untied_{family}", f"tied_{family}", f"tying's cost with the {family}'s context: tied − untied"),
+          ("tied_w", "tied", "W's gain without context: tied − (tied + W)"),
+          (f"tied_w_{family}", f"tied_{family}", f"W's gain with the {family}'s context: tied − (tied + W)"),
+          (f"tied_{family}", "tied", f"the {family}'s context for tied: tied − (tied + {family})"))
+
+
+def _sizes(fractions: list[str]) -> list[str]:
+  return [f"{100 * float(fraction):g}%" for fraction in fractions]
+
+
+def context_lines(bigram: dict[str, Any], block: dict[str, Any], family: str, corpus: str = "bytes") -> list[str]:
+  """The six models' means and the count models per size, the paired rows with their intervals, the change in
+  tying's cost, and a sentence that reads them, from the two blocks' results alone: → markdown lines."""
+  runs, labels = mechanism.joined_runs(bigram, block, corpus), mechanism.labels_of(bigram, block)
+  entry = block["corpora"][corpus]
+  fractions = list(bigram["corpora"][corpus]["count"])
+  sizes = _sizes(fractions)
+  lines = ["| model | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
+  for key in ("tied", "untied", "tied_w", f"tied_{family}", f"untied_{family}", f"tied_w_{family}"):
+    lines.append(f"| {labels[key]} | "
+                 + " | ".join(f"{mean_sd(runs[key][fraction], 'eval_loss')[0]:.4f}" for fraction in fractions) + " |")
+  counts = [("Kneser-Ney bigram (count model)", [entry["kneser_ney"][fraction] for fraction in fractions])]
+  if family in entry.get("ngram", {}):
+    ngrams = [entry["ngram"][family][fraction] for fraction in fractions]
+    orders = "/".join(sorted({str(numbers["order"]) for numbers in ngrams}))
+    counts.append((f"Kneser-Ney {orders}-gram, the {family}'s context (count model)", ngrams))
+  for name, numbers in counts:
+    lines.append(f"| {name} | " + " | ".join(f"{draws_mean(each):.4f}" for each in numbers) + " |")
+  rows = _rows(family)
+  by_size = {fraction: [paired(runs[better][fraction], runs[worse][fraction]) for better, worse, _ in rows]
+             for fraction in fractions}
+  change = {fraction: cost_change(runs, family, fraction) for fraction in fractions}
+  pairs = sorted({value.n for values in by_size.values() for value in values}, reverse=True)
+  lines += ["", f"In nats of eval loss, the paired difference over the runs of the same seed and data draw "
+            f"({' or '.join(map(str, pairs))} a size) with its {100 * CONFIDENCE:g}% t-interval; the last row is "
+            "the first two rows' difference, run by run (positive: context takes that much of tying's cost away):",
+            "", "| paired difference | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
+  for index, (_, _, text) in enumerate(rows):
+    lines.append(f"| {text} | " + " | ".join(mechanism.cell(by_size[fraction][index]) for fraction in fractions)
+                 + " |")
+  lines.append(f"| what the {family}'s context changes in tying's cost | "
+               + " | ".join(mechanism.cell(change[fraction]) for fraction in fractions) + " |")
+  return [*lines, "", _reading(family, sizes, [by_size[fraction] for fraction in fractions],
+                               [change[fraction] for fraction in fractions])]
+
+
+def _says(value: Interval, positive: str, negative: str) -> str:
+  """'positive' or 'negative' where the interval excludes 0 on that side, '≈ 0' where it holds 0."""
+  if not value.excludes_zero:
+    return "≈ 0"
+  return positive if value.mean > 0 else negative
+
+
+def _reading(family: str, sizes: list[str], by_size: list[list[Interval]], change: list[Interval]) -> str:
+  """One sentence per size: tying's cost without and with context, and whether context changed it."""
+  parts = []
+  for size, values, moved in zip(sizes, by_size, change, strict=True):
+    without, with_context = values[0], values[1]
+    verdict = _says(moved, "context shrinks it", "context widens it")
+    parts.append(f"at {size} tying costs {without.mean:+.3f} without context and {with_context.mean:+.3f} with the "
+                 f"{family}'s ({verdict}: {moved.mean:+.3f}, {moved.low:.3f} to {moved.high:.3f})")
+  return "Tying's cost (positive: untied is better): " + "; ".join(parts) + "."
+
+
+def notes_with_context(notes: str, bigram: dict[str, Any], docs: pathlib.Path) -> str:
+  """`notes` with the context table between its markers, made from `bigram` (the bigram block's results) and each
+  CONTEXT_JSON beside it in `docs`, for each (family, corpus) they share (a heading each); left as it is where no
+  context block is there or the markers are not in the notes, one line saying why where the blocks cannot be
+  paired."""
+  if not {"tied", "untied", "tied_w"} <= {model["key"] for model in bigram["models"]}:
+    return notes
+  if common.block(notes, CONTEXT_START, CONTEXT_END) is None:
+    return notes
+  parts = []
+  for family in CONTEXT_FAMILIES:
+    block = mechanism.read_json(docs / CONTEXT_JSON.format(family))
+    for corpus in [corpus for corpus in bigram["corpora"] if block is not None and corpus in block["corpora"]]:
+      problem = mechanism.cross_block_problem(bigram, block, corpus)
+      lines = [f"No paired differences: {problem}."] if problem else context_lines(bigram, block, family, corpus)
+      parts.append("\n".join([f"**{corpus}, {family}** ({CONTEXT_JSON.format(family)})", "", *lines]))
+  return common.replace_block(notes, CONTEXT_START, CONTEXT_END, "\n" + "\n\n".join(parts) + "\n") if parts else notes

@@ -1,0 +1,106 @@
+"""Does tying's answer carry over to context? A context block paired with the bigram block run against run, on
+hand-made results whose losses are chosen so each interval is known by hand: the table's means, its paired rows, the
+change in tying's cost, and the sentence that reads them."""
+
+import copy
+import json
+import math
+import re
+
+import pytest
+
+from science.when_to_tie import carry_over, mechanism
+
+T_TABLE = {2: 4.30265273}  # t_{0.975, 2} from a printed table: 3 paired runs
+_CELL = re.compile(r"^(-?[\d.]+) \((-?[\d.]+) to (-?[\d.]+)\)$")
+KEYS = {0: (0, 0), 1: (1, 0), 2: (0, 1)}  # run index → (seed, draw)
+# eval losses of 3 runs per model at one size: tied − untied without context is 0.3, 0.4, 0.5; with the MLP's
+# context 0.1, 0.1, 0.1; so context takes 0.2, 0.3, 0.4 of tying's cost away
+LOSSES = {"tied": (2.3, 2.4, 2.5), "untied": (2.0, 2.0, 2.0), "tied_w": (2.1, 2.1, 2.2),
+          "tied_mlp": (1.6, 1.7, 1.8), "untied_mlp": (1.5, 1.6, 1.7), "tied_w_mlp": (1.6, 1.6, 1.6)}
+COUNT = {"k": 0.03, "eval_loss": 2.2, "select_loss": 2.3, "by_draw": {"0": 2.2, "1": 2.4}}
+KNESER_NEY = {"discount": 0.9, "eval_loss": 2.1, "select_loss": 2.2, "by_draw": {"0": 2.1, "1": 2.3}}
+NGRAM = {"order": 4, "discount": 0.8, "eval_loss": 1.5, "select_loss": 1.6, "by_draw": {"0": 1.5, "1": 1.9}}
+
+
+def _block(keys, family=None):
+  runs = {key: {"0.1": [{"seed": KEYS[i][0], "draw": KEYS[i][1], "eval_loss": LOSSES[key][i]} for i in range(3)]}
+          for key in keys}
+  entry = {"dataset": "text-draw0", "count": {"0.1": COUNT}, "kneser_ney": {"0.1": KNESER_NEY}, "runs": runs}
+  if family:
+    entry["ngram"] = {family: {"0.1": NGRAM}}
+  return {"models": [{"key": key, "label": key.replace("_", " ")} for key in keys], "corpora": {"bytes": entry}}
+
+
+BIGRAM = _block(("tied", "untied", "tied_w"))
+MLP = _block(("tied_mlp", "untied_mlp", "tied_w_mlp"), "mlp")
+
+
+def _by_hand(differences):
+  """(mean, low, high) of `differences` by the printed t table (ddof = 1)."""
+  n = len(differences)
+  mean = sum(differences) / n
+  sd = math.sqrt(sum((d - mean) ** 2 for d in differences) / (n - 1))
+  half = T_TABLE[n - 1] * sd / math.sqrt(n)
+  return mean, mean - half, mean + half
+
+
+def _table(lines, header):
+  start = next(i for i, line in enumerate(lines) if line.startswith(header))
+  rows = {}
+  for line in lines[start + 2:]:
+    if not line.startswith("|"):
+      break
+    cells = [cell.strip() for cell in line.strip("|").split("|")]
+    rows[cells[0]] = cells[1:]
+  return rows
+
+
+def test_the_table_pairs_the_blocks_run_by_run_and_reads_the_change_in_tyings_cost():
+  lines = carry_over.context_lines(BIGRAM, MLP, "mlp")
+  means = _table(lines, "| model |")
+  for key in LOSSES:
+    assert float(means[key.replace("_", " ")][0]) == pytest.approx(sum(LOSSES[key]) / 3, abs=6e-5)
+  # count models: the mean over the draws they were fitted on, not draw 0's
+  assert float(means["Kneser-Ney bigram (count model)"][0]) == pytest.approx(2.2)
+  assert float(means["Kneser-Ney 4-gram, the mlp's context (count model)"][0]) == pytest.approx(1.7)
+  rows = {name.split(":")[0]: cells[0] for name, cells in _table(lines, "| paired difference |").items()}
+  expected = {
+      "tying's cost without context": _by_hand([0.3, 0.4, 0.5]),
+      "tying's cost with the mlp's context": (0.1, 0.1, 0.1),  # no spread: the interval is the point
+      "W's gain without context": _by_hand([0.2, 0.3, 0.3]),
+      "W's gain with the mlp's context": _by_hand([0.0, 0.1, 0.2]),
+      "the mlp's context for tied": (0.7, 0.7, 0.7),
+  }
+  change = _table(lines, "| paired difference |")["what the mlp's context changes in tying's cost"][0]
+  for name, value in expected.items():
+    assert tuple(map(float, _CELL.match(rows[name]).groups())) == pytest.approx(value, abs=6e-4), name
+  mean, low, high = _by_hand([0.2, 0.3, 0.4])
+  assert tuple(map(float, _CELL.match(change).groups())) == pytest.approx((mean, low, high), abs=6e-4)
+  assert lines[-1] == (f"Tying's cost (positive: untied is better): at 10% tying costs +0.400 without context and "
+                       f"+0.100 with the mlp's (context shrinks it: +0.300, {low:.3f} to {high:.3f}).")
+
+
+def test_a_change_whose_interval_holds_zero_is_read_as_none():
+  block = copy.deepcopy(MLP)
+  for run, loss in zip(block["corpora"]["bytes"]["runs"]["tied_mlp"]["0.1"], (1.8, 2.0, 2.2), strict=True):
+    run["eval_loss"] = loss  # tied − untied with context: 0.3, 0.4, 0.5, the same as without: a change of 0 each
+  block["corpora"]["bytes"]["runs"]["tied_mlp"]["0.1"][1]["eval_loss"] = 2.1  # one run 0.1 off: changes 0, −0.1, 0
+  mean, low, high = _by_hand([0.0, -0.1, 0.0])
+  assert low < 0 < high
+  assert carry_over.context_lines(BIGRAM, block, "mlp")[-1].endswith(
+      f"+0.433 with the mlp's (≈ 0: {mean:+.3f}, {low:.3f} to {high:.3f}).")
+
+
+def test_the_notes_get_the_table_of_each_context_json_beside_the_bigram_block(tmp_path):
+  notes = f"before {carry_over.CONTEXT_START}\nold\n{carry_over.CONTEXT_END} after"
+  assert carry_over.notes_with_context(notes, BIGRAM, tmp_path) == notes  # no context block there: kept
+  (tmp_path / "when_to_tie_mlp.json").write_text(json.dumps(MLP))
+  rewritten = carry_over.notes_with_context(notes, BIGRAM, tmp_path)
+  assert rewritten.startswith("before ") and rewritten.endswith(" after") and "old" not in rewritten
+  assert "**bytes, mlp** (when_to_tie_mlp.json)" in rewritten and "what the mlp's context changes" in rewritten
+  other = copy.deepcopy(MLP)
+  other["corpora"]["bytes"]["dataset"] += "-other"
+  (tmp_path / "when_to_tie_mlp.json").write_text(json.dumps(other))
+  assert "No paired differences: their bytes datasets differ" in carry_over.notes_with_context(notes, BIGRAM, tmp_path)
+  assert mechanism.cross_block_problem(BIGRAM, MLP, "bytes") == ""
