@@ -56,6 +56,10 @@ def run_one(use: str, vocab_size: int) -> dict:
   result = {}
   if use == "torch_chunked":
     step = torch_step.make_torch_step(config, workload.cpu_threads(), "chunked")
+    if step is None:
+      print("use='torch_chunked' needs PyTorch, which is not installed: pip install -r requirements-bench.txt "
+            "(`make bench` does)", file=sys.stderr)
+      sys.exit(2)
     result["baseline_mib"] = _baseline()
     _steps(step)
   elif use == "ahead":
@@ -114,6 +118,11 @@ def measure(vocab_sizes=VOCAB_SIZES) -> dict:
 
 if __name__ == "__main__":
   if len(sys.argv) > 1:
-    print(json.dumps(run_one(sys.argv[1], int(sys.argv[2]))))
+    use, size = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
+    if use not in USES or not size.isdigit() or int(size) < 1:
+      print(f"use={use!r} vocab_size={size!r}: expected one of {', '.join(USES)} and a positive integer",
+            file=sys.stderr)
+      sys.exit(2)
+    print(json.dumps(run_one(use, int(size))))
   else:
     print(json.dumps(measure(), indent=2))
