@@ -9,9 +9,13 @@ import re
 
 import pytest
 
-from science.when_to_tie import carry_over, mechanism
+from science import common
+from science.when_to_tie import carry_over, mechanism, report
+from science.when_to_tie import plan as plans
 
-T_TABLE = {2: 4.30265273}  # t_{0.975, 2} from a printed table: 3 paired runs
+DOCS = plans.REPO / "docs"
+# t_{0.975, df} from a printed table, df = n − 1: 3 paired runs; 5 seeds; 5 seeds × 3 draws
+T_TABLE = {2: 4.30265273, 4: 2.77644511, 14: 2.14478669}
 _CELL = re.compile(r"^(-?[\d.]+) \((-?[\d.]+) to (-?[\d.]+)\)$")
 KEYS = {0: (0, 0), 1: (1, 0), 2: (0, 1)}  # run index → (seed, draw)
 # eval losses of 3 runs per model at one size: tied − untied without context is 0.3, 0.4, 0.5; with the MLP's
@@ -36,7 +40,7 @@ BIGRAM = _block(("tied", "untied", "tied_w"))
 MLP = _block(("tied_mlp", "untied_mlp", "tied_w_mlp"), "mlp")
 
 
-def _by_hand(differences):
+def _by_hand_t(differences):
   """(mean, low, high) of `differences` by the printed t table (ddof = 1)."""
   n = len(differences)
   mean = sum(differences) / n
@@ -66,16 +70,16 @@ def test_the_table_pairs_the_blocks_run_by_run_and_reads_the_change_in_tyings_co
   assert float(means["Kneser-Ney 4-gram, the mlp's context (count model)"][0]) == pytest.approx(1.7)
   rows = {name.split(":")[0]: cells[0] for name, cells in _table(lines, "| paired difference |").items()}
   expected = {
-      "tying's cost without context": _by_hand([0.3, 0.4, 0.5]),
+      "tying's cost without context": _by_hand_t([0.3, 0.4, 0.5]),
       "tying's cost with the mlp's context": (0.1, 0.1, 0.1),  # no spread: the interval is the point
-      "W's gain without context": _by_hand([0.2, 0.3, 0.3]),
-      "W's gain with the mlp's context": _by_hand([0.0, 0.1, 0.2]),
+      "W's gain without context": _by_hand_t([0.2, 0.3, 0.3]),
+      "W's gain with the mlp's context": _by_hand_t([0.0, 0.1, 0.2]),
       "the mlp's context for tied": (0.7, 0.7, 0.7),
   }
   change = _table(lines, "| paired difference |")["what the mlp's context changes in tying's cost"][0]
   for name, value in expected.items():
     assert tuple(map(float, _CELL.match(rows[name]).groups())) == pytest.approx(value, abs=6e-4), name
-  mean, low, high = _by_hand([0.2, 0.3, 0.4])
+  mean, low, high = _by_hand_t([0.2, 0.3, 0.4])
   assert tuple(map(float, _CELL.match(change).groups())) == pytest.approx((mean, low, high), abs=6e-4)
   assert lines[-1] == (f"Tying's cost (positive: untied is better): at 10% tying costs +0.400 without context and "
                        f"+0.100 with the mlp's (context shrinks it: +0.300, {low:.3f} to {high:.3f}).")
@@ -86,7 +90,7 @@ def test_a_change_whose_interval_holds_zero_is_read_as_none():
   for run, loss in zip(block["corpora"]["bytes"]["runs"]["tied_mlp"]["0.1"], (1.8, 2.0, 2.2), strict=True):
     run["eval_loss"] = loss  # tied − untied with context: 0.3, 0.4, 0.5, the same as without: a change of 0 each
   block["corpora"]["bytes"]["runs"]["tied_mlp"]["0.1"][1]["eval_loss"] = 2.1  # one run 0.1 off: changes 0, −0.1, 0
-  mean, low, high = _by_hand([0.0, -0.1, 0.0])
+  mean, low, high = _by_hand_t([0.0, -0.1, 0.0])
   assert low < 0 < high
   assert carry_over.context_lines(BIGRAM, block, "mlp")[-1].endswith(
       f"+0.433 with the mlp's (≈ 0: {mean:+.3f}, {low:.3f} to {high:.3f}).")
@@ -104,3 +108,42 @@ def test_the_notes_get_the_table_of_each_context_json_beside_the_bigram_block(tm
   (tmp_path / "when_to_tie_mlp.json").write_text(json.dumps(other))
   assert "No paired differences: their bytes datasets differ" in carry_over.notes_with_context(notes, BIGRAM, tmp_path)
   assert mechanism.cross_block_problem(BIGRAM, MLP, "bytes") == ""
+
+
+def _docs_losses(names):
+  """{model: {fraction: {(seed, draw): eval loss}}} of the bytes runs in the docs JSONs `names`."""
+  found = {}
+  for name in names:
+    for key, by_fraction in json.loads((DOCS / name).read_text())["corpora"]["bytes"]["runs"].items():
+      found[key] = {fraction: {(run["seed"], run["draw"]): run["eval_loss"] for run in runs}
+                    for fraction, runs in by_fraction.items()}
+  return found
+
+
+def test_the_page_states_the_mlp_blocks_paired_table_of_the_jsons():
+  losses = _docs_losses(["when_to_tie.json", "when_to_tie_mlp.json"])
+  page = common.block((DOCS / "when_to_tie.md").read_text(), carry_over.CONTEXT_START, carry_over.CONTEXT_END)
+  rows = {name.split(":")[0]: cells for name, cells in _table(page.splitlines(), "| paired difference |").items()}
+  # each row: (worse, better) per (seed, draw), worse − better
+  differences = {"tying's cost without context": ("tied", "untied"),
+                 "tying's cost with the mlp's context": ("tied_mlp", "untied_mlp"),
+                 "W's gain with the mlp's context": ("tied_mlp", "tied_w_mlp"),
+                 "the mlp's context for tied": ("tied", "tied_mlp")}
+  for index, fraction in enumerate(["0.01", "0.1", "1"]):
+    keys = sorted(losses["tied_mlp"][fraction])
+    assert keys == sorted(losses["tied"][fraction])  # every context run has its bigram partner
+    by_row = {name: [losses[worse][fraction][key] - losses[better][fraction][key] for key in keys]
+              for name, (worse, better) in differences.items()}
+    for name, values in by_row.items():
+      cell = rows[name][index]
+      assert tuple(map(float, _CELL.match(cell).groups())) == pytest.approx(_by_hand_t(values), abs=6e-4), name
+    moved = [a - b for a, b in zip(by_row["tying's cost without context"],
+                                   by_row["tying's cost with the mlp's context"], strict=True)]
+    cell = rows["what the mlp's context changes in tying's cost"][index]
+    assert tuple(map(float, _CELL.match(cell).groups())) == pytest.approx(_by_hand_t(moved), abs=6e-4), fraction
+
+
+def test_the_page_holds_the_context_table_the_jsons_make():
+  notes = report.kept_notes(DOCS / "when_to_tie.md")
+  bigram = json.loads((DOCS / "when_to_tie.json").read_text())
+  assert carry_over.notes_with_context(notes, bigram, DOCS) == notes
