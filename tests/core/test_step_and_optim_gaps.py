@@ -83,6 +83,20 @@ def test_the_jitted_train_step_pins_its_new_state_to_the_shardings_it_is_given()
   assert not any(isinstance(sharding, jax.sharding.NamedSharding) for sharding in leaves)
 
 
+def test_the_jitted_train_step_donates_the_old_state_and_passes_its_compiler_options():
+  """The step writes its new state into the old one's buffers (the loop keeps one state's memory, not two): after a
+  call every old state array is deleted; its compiler options reach XLA, which refuses an option it has no name for."""
+  table, ids, next_ids = small_problem()
+  graphdef, state = _sgd_state(table)
+  old = jax.tree.leaves(state)
+  new_state, _ = step_lib.make_train_step(graphdef)(state, jnp.asarray(ids), jnp.asarray(next_ids))
+  assert old and all(leaf.is_deleted() for leaf in old)
+  assert not any(leaf.is_deleted() for leaf in jax.tree.leaves(new_state))
+  step = step_lib.make_train_step(graphdef, compiler_options={"xla_no_such_option_here": True})
+  with pytest.raises(Exception, match="xla_no_such_option_here"):
+    step(new_state, jnp.asarray(ids), jnp.asarray(next_ids))
+
+
 def _train(optimizer="adamw", learning_rate=0.1, weight_decay=0.0, grad_clip_norm=0.0, warmup_steps=0,
            num_steps=10):
   return ml_collections.ConfigDict(dict(optimizer=optimizer, learning_rate=learning_rate, weight_decay=weight_decay,
