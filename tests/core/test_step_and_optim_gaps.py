@@ -83,6 +83,15 @@ def test_the_jitted_train_step_pins_its_new_state_to_the_shardings_it_is_given()
   assert not any(isinstance(sharding, jax.sharding.NamedSharding) for sharding in leaves)
 
 
+def test_the_step_function_is_the_plain_step_unless_asked_for_its_statistics():
+  """make_step_function's step, called without `with_stats` (as a caller that jits it itself does), returns the loss
+  alone: the split check's second backward pass runs only when asked for."""
+  table, ids, next_ids = small_problem()
+  graphdef, state = _sgd_state(table)
+  _, metrics, _ = jax.jit(step_lib.make_step_function(graphdef))(state, jnp.asarray(ids), jnp.asarray(next_ids))
+  assert set(metrics) == {"loss"}
+
+
 def test_the_jitted_train_step_donates_the_old_state_and_passes_its_compiler_options():
   """The step writes its new state into the old one's buffers (the loop keeps one state's memory, not two): after a
   call every old state array is deleted; its compiler options reach XLA, which refuses an option it has no name for."""
