@@ -13,8 +13,8 @@ import pathlib
 from typing import Any
 
 from science import common
-from science.when_to_tie import mechanism
-from science.when_to_tie.stats import CONFIDENCE, Interval, draws_mean, interval, mean_sd, paired, run_key
+from science.when_to_tie import mechanism, stats
+from science.when_to_tie.stats import CONFIDENCE, Interval, mean_sd, paired
 
 CONTEXT_JSON = "when_to_tie_{}.json"  # .format(family): a context block's results beside docs/when_to_tie.json
 CONTEXT_START, CONTEXT_END = "<!-- context (generated from when_to_tie*.json) -->", "<!-- /context -->"
@@ -24,10 +24,10 @@ CONTEXT_FAMILIES = ("mlp", "transformer")
 def cost_change(runs: dict[str, dict[str, list]], family: str, fraction: str) -> Interval:
   """(tied − untied) − (tied − untied with `family`'s context) per (seed, draw) that all four ran, in eval loss:
   → its interval (positive: context takes that much of tying's cost away)."""
-  losses = {key: {run_key(run): run["eval_loss"] for run in runs[key][fraction]}
+  losses = {key: {stats.run_key(run): run["eval_loss"] for run in runs[key][fraction]}
             for key in ("tied", "untied", f"tied_{family}", f"untied_{family}")}
   shared = sorted(set.intersection(*(set(by_key) for by_key in losses.values())))
-  return interval([(losses["tied"][both] - losses["untied"][both])
+  return stats.interval([(losses["tied"][both] - losses["untied"][both])
                    - (losses[f"tied_{family}"][both] - losses[f"untied_{family}"][both]) for both in shared])
 
 
@@ -61,7 +61,7 @@ def context_lines(bigram: dict[str, Any], block: dict[str, Any], family: str, co
     orders = "/".join(sorted({str(numbers["order"]) for numbers in ngrams}))
     counts.append((f"Kneser-Ney {orders}-gram, the {family}'s context (count model)", ngrams))
   for name, numbers in counts:
-    lines.append(f"| {name} | " + " | ".join(f"{draws_mean(each):.4f}" for each in numbers) + " |")
+    lines.append(f"| {name} | " + " | ".join(f"{stats.draws_mean(each):.4f}" for each in numbers) + " |")
   rows = _rows(family)
   by_size = {fraction: [paired(runs[better][fraction], runs[worse][fraction]) for better, worse, _ in rows]
              for fraction in fractions}
@@ -76,6 +76,12 @@ def context_lines(bigram: dict[str, Any], block: dict[str, Any], family: str, co
                  + " |")
   lines.append(f"| what the {family}'s context changes in tying's cost | "
                + " | ".join(mechanism.cell(change[fraction]) for fraction in fractions) + " |")
+  if family in entry.get("ngram", {}):  # each run less the n-gram fitted on its own draw's train pairs
+    for key in (f"tied_{family}", f"untied_{family}"):
+      behind = [stats.against(runs[key][fraction], stats.by_draw(entry["ngram"][family][fraction]))
+                for fraction in fractions]
+      lines.append(f"| {labels[key]} − the Kneser-Ney n-gram of its context (positive: the count model is "
+                   "better) | " + " | ".join(map(mechanism.cell, behind)) + " |")
   return [*lines, "", _reading(family, sizes, [by_size[fraction] for fraction in fractions],
                                [change[fraction] for fraction in fractions])]
 

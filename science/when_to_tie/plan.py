@@ -50,8 +50,11 @@ RUN_SECONDS = {"bytes": {0.01: 6.6, 0.1: 5.9, 1.0: 10.3}, "subword": {0.01: 15.9
 # steps and evals. Estimated (not measured): the subword MLP at 10% and 100% as 1%'s evals plus its steps at ~18 ms
 # (the bytes MLP's per-step cost × the subword bigram's per-step cost over the bytes bigram's); the subword
 # transformer as the subword MLP × the bytes transformer's measured ratio to the bytes MLP at the same size.
+# Bytes MLP, replaced by its block's own runs (2026-12-06, the same machine at a load average of 2-4, 2,500 steps at
+# most): the mean wall seconds of its runs, 12.4 s at 1%, 15.8 s at 10%, 31.4 s at 100% (the block: 63.8 min, its
+# datasets and count models included), so a loaded machine's CPU seconds overstated an idle one's wall by 2-3×.
 CONTEXT_RUN_SECONDS = {
-    "mlp": {"bytes": {0.01: 33.0, 0.1: 33.3, 1.0: 55.4}, "subword": {0.01: 225.9, 0.1: 274.0, 1.0: 751.0}},
+    "mlp": {"bytes": {0.01: 12.4, 0.1: 15.8, 1.0: 31.4}, "subword": {0.01: 225.9, 0.1: 274.0, 1.0: 751.0}},
     "transformer": {"bytes": {0.01: 57.1, 0.1: 54.2, 1.0: 86.8}, "subword": {0.01: 390.9, 0.1: 446.0, 1.0: 1081.0}},
 }
 TIMED_FAMILIES = ("bigram", "controls", *CONTEXT_RUN_SECONDS)

@@ -7,6 +7,7 @@ import json
 import math
 import re
 
+import numpy as np
 import pytest
 
 from science import common
@@ -81,6 +82,10 @@ def test_the_table_pairs_the_blocks_run_by_run_and_reads_the_change_in_tyings_co
     assert tuple(map(float, _CELL.match(rows[name]).groups())) == pytest.approx(value, abs=6e-4), name
   mean, low, high = _by_hand_t([0.2, 0.3, 0.4])
   assert tuple(map(float, _CELL.match(change).groups())) == pytest.approx((mean, low, high), abs=6e-4)
+  # each run less the 4-gram of its own draw (draw 0: 1.5, draw 1: 1.9): 1.6 − 1.5, 1.7 − 1.5, 1.8 − 1.9
+  ngram_rows = _table(lines, "| paired difference |")
+  cell = ngram_rows["tied mlp − the Kneser-Ney n-gram of its context (positive: the count model is better)"][0]
+  assert tuple(map(float, _CELL.match(cell).groups())) == pytest.approx(_by_hand_t([0.1, 0.2, -0.1]), abs=6e-4)
   assert lines[-1] == (f"Tying's cost (positive: untied is better): at 10% tying costs +0.400 without context and "
                        f"+0.100 with the mlp's (context shrinks it: +0.300, {low:.3f} to {high:.3f}).")
 
@@ -147,3 +152,20 @@ def test_the_page_holds_the_context_table_the_jsons_make():
   notes = report.kept_notes(DOCS / "when_to_tie.md")
   bigram = json.loads((DOCS / "when_to_tie.json").read_text())
   assert carry_over.notes_with_context(notes, bigram, DOCS) == notes
+
+
+def test_the_readme_and_results_quote_tyings_cost_with_and_without_context_from_the_jsons():
+  losses = _docs_losses(["when_to_tie.json", "when_to_tie_mlp.json"])
+  fractions = ["0.01", "0.1", "1"]
+
+  def cost(tied, untied):
+    return [float(np.mean([losses[tied][f][key] - losses[untied][f][key] for key in losses[tied][f]]))
+            for f in fractions]
+
+  with_context, without = cost("tied_mlp", "untied_mlp"), cost("tied", "untied")
+  quoted = (f"tying costs {with_context[0]:.3f}, {with_context[1]:.3f} and {with_context[2]:.3f} nats at 1%, 10% and "
+            f"100%")
+  against = f"against {without[0]:.3f}, {without[1]:.3f} and {without[2]:.3f} without context"
+  for page in (plans.REPO / "README.md", DOCS / "results.md"):
+    text = " ".join(page.read_text().split())
+    assert quoted in text and against in text, page.name
