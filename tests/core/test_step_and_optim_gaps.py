@@ -88,8 +88,18 @@ def test_the_step_function_is_the_plain_step_unless_asked_for_its_statistics():
   alone: the split check's second backward pass runs only when asked for."""
   table, ids, next_ids = small_problem()
   graphdef, state = _sgd_state(table)
-  _, metrics, _ = jax.jit(step_lib.make_step_function(graphdef))(state, jnp.asarray(ids), jnp.asarray(next_ids))
+  new_state, metrics, grads = jax.jit(step_lib.make_step_function(graphdef))(state, jnp.asarray(ids),
+                                                                             jnp.asarray(next_ids))
   assert set(metrics) == {"loss"}
+  # the default scales are 1: the gradient is the two paths' plain sum, and sgd at rate 1 subtracts it
+  lookup, projection = hand_path_gradients(table, table, ids, next_ids)
+  np.testing.assert_allclose(grads["embedding"][...], lookup + projection, rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(nnx.merge(graphdef, new_state).model.embedding[...], table - (lookup + projection),
+                             rtol=1e-5, atol=1e-6)
+  # and `gradients` itself, called with its defaults, is the plain step up to the update
+  _, direct, metrics = step_lib.gradients(model_with_tables(table), jnp.asarray(ids), jnp.asarray(next_ids))
+  assert set(metrics) == {"loss"}
+  np.testing.assert_allclose(direct["embedding"][...], lookup + projection, rtol=1e-5, atol=1e-7)
 
 
 def test_the_jitted_train_step_donates_the_old_state_and_passes_its_compiler_options():
