@@ -291,6 +291,24 @@ def test_the_hidden_maps_statistics_and_penalty_against_hand_values():
                              rtol=1e-6)
 
 
+def test_the_steps_hidden_norm_is_the_norm_of_ws_gradient():
+  """With statistics, the step's 'hidden_norm' is ‖∂L/∂W‖ for tied + W, against jax.grad of the loss written out by
+  hand in W alone (the paths machinery not used): L(W) = mean CE(E[ids]·W·Eᵀ, next)."""
+  table, ids, next_ids = small_problem()
+  model = WithHiddenMap(model_with_tables(table))
+  kernel = np.eye(table.shape[1]) + 0.2 * np.random.default_rng(1).standard_normal((table.shape[1],) * 2)
+  model.hidden_map.kernel[...] = jnp.asarray(kernel, jnp.float32)
+
+  def hand_loss(w):
+    logits = jnp.asarray(table)[ids] @ w @ jnp.asarray(table).T
+    return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - logits[jnp.arange(len(ids)), next_ids])
+
+  expected = np.linalg.norm(np.asarray(jax.grad(hand_loss)(jnp.asarray(kernel, jnp.float32))))
+  _, _, metrics = step_lib.gradients(model, jnp.asarray(ids), jnp.asarray(next_ids), with_stats=True)
+  assert expected > 1e-3
+  np.testing.assert_allclose(float(metrics["hidden_norm"]), expected, rtol=1e-5)
+
+
 def test_a_model_config_without_hidden_fields_builds_the_plain_model():
   config = ml_collections.ConfigDict({"seed": 0, "model": {"vocab_size": 6, "d_model": 3, "tied": False}})
   assert type(build_model(config)).__name__ == "UntiedEmbed"
