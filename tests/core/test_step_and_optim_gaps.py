@@ -309,6 +309,15 @@ def test_the_steps_hidden_norm_is_the_norm_of_ws_gradient():
   np.testing.assert_allclose(float(metrics["hidden_norm"]), expected, rtol=1e-5)
 
 
+def test_the_split_error_of_an_all_zero_gradient_is_0_not_nan():
+  """An all-zero table has an all-zero gradient (the lookup path is (p − y)·E = 0, the projection path (p − y)ᵀ·x = 0):
+  the split error of zero paths against it is 0/tiny = 0, where dividing by float64's tiny (0 in float32) gives NaN."""
+  table, ids, next_ids = small_problem()
+  model = model_with_tables(np.zeros_like(table))
+  zero = jax.tree.map(jnp.zeros_like, nnx.state(model, nnx.Param))
+  assert float(step_lib.split_error(model, zero, jnp.asarray(ids), jnp.asarray(next_ids))) == 0.0
+
+
 def test_a_model_config_without_hidden_fields_builds_the_plain_model():
   config = ml_collections.ConfigDict({"seed": 0, "model": {"vocab_size": 6, "d_model": 3, "tied": False}})
   assert type(build_model(config)).__name__ == "UntiedEmbed"
