@@ -277,3 +277,16 @@ def hand_hidden_gradients(table_in, table_out, kernel, ids, next_ids, l2=0.0):
   lookup = np.zeros_like(table_in)
   np.add.at(lookup, ids, dhidden @ kernel.T)
   return loss, lookup, dlogits.T @ hidden, rows.T @ dhidden + 2 * l2 * (kernel - eye)
+
+
+def markdown_table(text: str, header: str) -> dict[str, list[str]]:
+  """{first cell: [the other cells]} of the markdown table in `text` whose header row starts with `header`."""
+  lines = text.splitlines()
+  start = next(i for i, line in enumerate(lines) if line.startswith(header))
+  rows = {}
+  for line in lines[start + 2:]:
+    if not line.startswith("|"):
+      break
+    cells = [cell.strip() for cell in line.strip("|").split("|")]
+    rows[cells[0]] = cells[1:]
+  return rows

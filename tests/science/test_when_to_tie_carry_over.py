@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers import markdown_table
 
 from science import common
 from science.when_to_tie import carry_over, mechanism, report
@@ -50,26 +51,16 @@ def _by_hand_t(differences):
   return mean, mean - half, mean + half
 
 
-def _table(lines, header):
-  start = next(i for i, line in enumerate(lines) if line.startswith(header))
-  rows = {}
-  for line in lines[start + 2:]:
-    if not line.startswith("|"):
-      break
-    cells = [cell.strip() for cell in line.strip("|").split("|")]
-    rows[cells[0]] = cells[1:]
-  return rows
-
-
 def test_the_table_pairs_the_blocks_run_by_run_and_reads_the_change_in_tyings_cost():
   lines = carry_over.context_lines(BIGRAM, MLP, "mlp")
-  means = _table(lines, "| model |")
+  means = markdown_table("\n".join(lines), "| model |")
+  paired_rows = markdown_table("\n".join(lines), "| paired difference |")
   for key in LOSSES:
     assert float(means[key.replace("_", " ")][0]) == pytest.approx(sum(LOSSES[key]) / 3, abs=6e-5)
   # count models: the mean over the draws they were fitted on, not draw 0's
   assert float(means["Kneser-Ney bigram (count model)"][0]) == pytest.approx(2.2)
   assert float(means["Kneser-Ney 4-gram, the mlp's context (count model)"][0]) == pytest.approx(1.7)
-  rows = {name.split(":")[0]: cells[0] for name, cells in _table(lines, "| paired difference |").items()}
+  rows = {name.split(":")[0]: cells[0] for name, cells in paired_rows.items()}
   expected = {
       "tying's cost without context": _by_hand_t([0.3, 0.4, 0.5]),
       "tying's cost with the mlp's context": (0.1, 0.1, 0.1),  # no spread: the interval is the point
@@ -77,14 +68,13 @@ def test_the_table_pairs_the_blocks_run_by_run_and_reads_the_change_in_tyings_co
       "W's gain with the mlp's context": _by_hand_t([0.0, 0.1, 0.2]),
       "the mlp's context for tied": (0.7, 0.7, 0.7),
   }
-  change = _table(lines, "| paired difference |")["what the mlp's context changes in tying's cost"][0]
+  change = paired_rows["what the mlp's context changes in tying's cost"][0]
   for name, value in expected.items():
     assert tuple(map(float, _CELL.match(rows[name]).groups())) == pytest.approx(value, abs=6e-4), name
   mean, low, high = _by_hand_t([0.2, 0.3, 0.4])
   assert tuple(map(float, _CELL.match(change).groups())) == pytest.approx((mean, low, high), abs=6e-4)
   # each run less the 4-gram of its own draw (draw 0: 1.5, draw 1: 1.9): 1.6 − 1.5, 1.7 − 1.5, 1.8 − 1.9
-  ngram_rows = _table(lines, "| paired difference |")
-  cell = ngram_rows["tied mlp − the Kneser-Ney n-gram of its context (positive: the count model is better)"][0]
+  cell = paired_rows["tied mlp − the Kneser-Ney n-gram of its context (positive: the count model is better)"][0]
   assert tuple(map(float, _CELL.match(cell).groups())) == pytest.approx(_by_hand_t([0.1, 0.2, -0.1]), abs=6e-4)
   assert lines[-1] == (f"Tying's cost (positive: untied is better): at 10% tying costs +0.400 without context and "
                        f"+0.100 with the mlp's (context shrinks it: +0.300, {low:.3f} to {high:.3f}).")
@@ -128,7 +118,7 @@ def _docs_losses(names):
 def test_the_page_states_the_mlp_blocks_paired_table_of_the_jsons():
   losses = _docs_losses(["when_to_tie.json", "when_to_tie_mlp.json"])
   page = common.block((DOCS / "when_to_tie.md").read_text(), carry_over.CONTEXT_START, carry_over.CONTEXT_END)
-  rows = {name.split(":")[0]: cells for name, cells in _table(page.splitlines(), "| paired difference |").items()}
+  rows = {name.split(":")[0]: cells for name, cells in markdown_table(page, "| paired difference |").items()}
   # each row: (worse, better) per (seed, draw), worse − better
   differences = {"tying's cost without context": ("tied", "untied"),
                  "tying's cost with the mlp's context": ("tied_mlp", "untied_mlp"),

@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers import markdown_table
 
 from science import common
 from science.when_to_tie import budget, cli, mechanism, report
@@ -48,19 +49,6 @@ def _interval(losses, better, worse, fraction):
   return diffs.mean(), diffs.mean() - half, diffs.mean() + half
 
 
-def _table(block, header):
-  """{first cell: [the other cells]} of the markdown table in `block` whose header row starts with `header`."""
-  lines = block.splitlines()
-  start = next(i for i, line in enumerate(lines) if line.startswith(header))
-  rows = {}
-  for line in lines[start + 2:]:
-    if not line.startswith("|"):
-      break
-    cells = [cell.strip() for cell in line.strip("|").split("|")]
-    rows[cells[0]] = cells[1:]
-  return rows
-
-
 def _page_block(start, end):
   return common.block((DOCS / "when_to_tie.md").read_text(), start, end)
 
@@ -68,14 +56,14 @@ def _page_block(start, end):
 def test_the_page_states_the_cross_block_means_and_paired_intervals_of_the_jsons():
   losses, fractions = _losses(), ["0.01", "0.1", "1"]
   block = _page_block(mechanism.CONTROLS_START, mechanism.CONTROLS_END)
-  means = _table(block, "| model |")
+  means = markdown_table(block, "| model |")
   assert len(means) == 5
   for label, cells in means.items():
     key = {"tied E·Eᵀ": "tied", "tied + bias": "tied_bias", "tied + S": "tied_sym", "tied + W": "tied_w",
            "untied at D/2": "untied_half"}[label.split(",")[0].split(" (")[0]]
     for cell, fraction in zip(cells, fractions, strict=True):
       assert float(cell) == pytest.approx(np.mean(list(losses[key][fraction].values())), abs=6e-5), (label, cell)
-  rows = _table(block, "| paired difference |")
+  rows = markdown_table(block, "| paired difference |")
   assert {name.split(":")[0] for name in rows} == set(ROWS)
   spreads = {}
   for name, cells in rows.items():
@@ -98,7 +86,7 @@ def test_the_page_states_the_asymmetry_budget_of_the_json_beside_the_measured_ga
   entry = budget_json["corpora"]["bytes"]
   assert entry["dataset"] == _json("when_to_tie.json")["corpora"]["bytes"]["dataset"]
   assert budget_json["command"].startswith("python -m science.when_to_tie --asymmetry") and budget_json["machine"]
-  rows = _table(_page_block(mechanism.BUDGET_START, mechanism.BUDGET_END), "| train data |")
+  rows = markdown_table(_page_block(mechanism.BUDGET_START, mechanism.BUDGET_END), "| train data |")
   assert list(rows) == ["1%", "10%", "100%"]
   for (size, cells), fraction in zip(rows.items(), ["0.01", "0.1", "1"], strict=True):
     draws = list(entry["by_fraction"][fraction]["by_draw"].values())
