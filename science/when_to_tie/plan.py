@@ -49,13 +49,16 @@ RUN_SECONDS = {"bytes": {0.01: 6.6, 0.1: 5.9, 1.0: 10.3}, "subword": {0.01: 15.9
 # with 10 evals instead of 20: ~36 s of a transformer run is its fixed cost (set-up and compiling), whatever its
 # steps and evals. Estimated (not measured): the subword MLP at 10% and 100% as 1%'s evals plus its steps at ~18 ms
 # (the bytes MLP's per-step cost × the subword bigram's per-step cost over the bytes bigram's); the subword
-# transformer as the subword MLP × the bytes transformer's measured ratio to the bytes MLP at the same size.
+# transformer as the subword MLP × the bytes transformer's measured ratio to the bytes MLP at the same size (from
+# their loaded-machine timings: transformer 57.1, 54.2, 86.8 s at 1%, 10%, 100%).
 # Bytes MLP, replaced by its block's own runs (2026-12-06, the same machine at a load average of 2-4, 2,500 steps at
 # most): the mean wall seconds of its runs, 12.4 s at 1%, 15.8 s at 10%, 31.4 s at 100% (the block: 63.8 min, its
 # datasets and count models included), so a loaded machine's CPU seconds overstated an idle one's wall by 2-3×.
+# Bytes transformer, likewise (2026-12-06, two sittings): the median wall seconds of its runs, 20.1 s, 27.5 s and
+# 60.0 s (the block: 112.8 min).
 CONTEXT_RUN_SECONDS = {
     "mlp": {"bytes": {0.01: 12.4, 0.1: 15.8, 1.0: 31.4}, "subword": {0.01: 225.9, 0.1: 274.0, 1.0: 751.0}},
-    "transformer": {"bytes": {0.01: 57.1, 0.1: 54.2, 1.0: 86.8}, "subword": {0.01: 390.9, 0.1: 446.0, 1.0: 1081.0}},
+    "transformer": {"bytes": {0.01: 20.1, 0.1: 27.5, 1.0: 60.0}, "subword": {0.01: 390.9, 0.1: 446.0, 1.0: 1081.0}},
 }
 TIMED_FAMILIES = ("bigram", "controls", *CONTEXT_RUN_SECONDS)
 # What was cut so that a context block fits BLOCK_SECONDS, per (corpus, family) block: Plan fields replaced, the
@@ -65,13 +68,11 @@ CONTEXT_CUTS: dict[tuple[str, str], dict[str, float]] = {("bytes", "mlp"): {"max
 CONTEXT_MAX_STEPS = {block: cut["max_steps"] for block, cut in CONTEXT_CUTS.items() if "max_steps" in cut}
 # The blocks that do not fit BLOCK_SECONDS under any cut that keeps 5 seeds, 3 draws at 1% and 10%, 9 trials and
 # 3 sizes (`block_seconds` gives their estimate): on subword the windowed evals alone (each scoring the whole
-# selection and validation splits through the model, ~38 µs of CPU a token) outweigh the two hours; the bytes
-# transformer's 186 runs at its ~36 s fixed cost a run are 1.9 h before a step or an eval (with 10 evals a run its
-# 1% and 10% runs alone are 7,337 s). The subword bigram models' (and controls') 100% runs, 27,774 steps each, are
-# 8.3 h of the ~9.9 h block: the steps themselves. Run them by size (--fractions), on more cores, or once the trainer
-# scores validation at the best step alone and compiles a run's programs once per block.
-UNFIT_BLOCKS = {("subword", "mlp"), ("subword", "transformer"), ("bytes", "transformer"), ("subword", "bigram"),
-                ("subword", "controls")}
+# selection and validation splits through the model, ~38 µs of CPU a token) outweigh the two hours. The subword
+# bigram models' (and controls') 100% runs, 27,774 steps each, are 8.3 h of the ~9.9 h block: the steps themselves.
+# Run them by size (--fractions), on more cores, or once the trainer scores validation at the best step alone and
+# compiles a run's programs once per block.
+UNFIT_BLOCKS = {("subword", "mlp"), ("subword", "transformer"), ("subword", "bigram"), ("subword", "controls")}
 SUBWORD_VOCAB = 2048  # 8192 pieces cost ~4× the steps and evals, and do not converge at 100% in the budget
 EPOCHS = 10  # a run's schedule: 10 passes over its train pairs, within [MIN_STEPS, Plan.max_steps]
 MIN_STEPS = 200

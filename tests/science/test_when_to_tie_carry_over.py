@@ -115,17 +115,20 @@ def _docs_losses(names):
   return found
 
 
-def test_the_page_states_the_mlp_blocks_paired_table_of_the_jsons():
-  losses = _docs_losses(["when_to_tie.json", "when_to_tie_mlp.json"])
+@pytest.mark.parametrize("family", ["mlp", "transformer"])
+def test_the_page_states_each_context_blocks_paired_table_of_the_jsons(family):
+  losses = _docs_losses(["when_to_tie.json", f"when_to_tie_{family}.json"])
   page = common.block((DOCS / "when_to_tie.md").read_text(), carry_over.CONTEXT_START, carry_over.CONTEXT_END)
+  page = page[page.index(f"**bytes, {family}** (when_to_tie_{family}.json)"):]  # this block's tables come first
   rows = {name.split(":")[0]: cells for name, cells in markdown_table(page, "| paired difference |").items()}
   # each row: (worse, better) per (seed, draw), worse − better
+  tied, untied, tied_w = f"tied_{family}", f"untied_{family}", f"tied_w_{family}"
   differences = {"tying's cost without context": ("tied", "untied"),
-                 "tying's cost with the mlp's context": ("tied_mlp", "untied_mlp"),
-                 "W's gain with the mlp's context": ("tied_mlp", "tied_w_mlp"),
-                 "the mlp's context for tied": ("tied", "tied_mlp")}
+                 f"tying's cost with the {family}'s context": (tied, untied),
+                 f"W's gain with the {family}'s context": (tied, tied_w),
+                 f"the {family}'s context for tied": ("tied", tied)}
   for index, fraction in enumerate(["0.01", "0.1", "1"]):
-    keys = sorted(losses["tied_mlp"][fraction])
+    keys = sorted(losses[tied][fraction])
     assert keys == sorted(losses["tied"][fraction])  # every context run has its bigram partner
     by_row = {name: [losses[worse][fraction][key] - losses[better][fraction][key] for key in keys]
               for name, (worse, better) in differences.items()}
@@ -133,8 +136,8 @@ def test_the_page_states_the_mlp_blocks_paired_table_of_the_jsons():
       cell = rows[name][index]
       assert tuple(map(float, _CELL.match(cell).groups())) == pytest.approx(_by_hand_t(values), abs=6e-4), name
     moved = [a - b for a, b in zip(by_row["tying's cost without context"],
-                                   by_row["tying's cost with the mlp's context"], strict=True)]
-    cell = rows["what the mlp's context changes in tying's cost"][index]
+                                   by_row[f"tying's cost with the {family}'s context"], strict=True)]
+    cell = rows[f"what the {family}'s context changes in tying's cost"][index]
     assert tuple(map(float, _CELL.match(cell).groups())) == pytest.approx(_by_hand_t(moved), abs=6e-4), fraction
 
 
@@ -145,7 +148,7 @@ def test_the_page_holds_the_context_table_the_jsons_make():
 
 
 def test_the_readme_and_results_quote_tyings_cost_with_and_without_context_from_the_jsons():
-  losses = _docs_losses(["when_to_tie.json", "when_to_tie_mlp.json"])
+  losses = _docs_losses(["when_to_tie.json", "when_to_tie_mlp.json", "when_to_tie_transformer.json"])
   fractions = ["0.01", "0.1", "1"]
 
   def cost(tied, untied):
@@ -156,6 +159,9 @@ def test_the_readme_and_results_quote_tyings_cost_with_and_without_context_from_
   quoted = (f"tying costs {with_context[0]:.3f}, {with_context[1]:.3f} and {with_context[2]:.3f} nats at 1%, 10% and "
             f"100%")
   against = f"against {without[0]:.3f}, {without[1]:.3f} and {without[2]:.3f} without context"
+  transformer = cost("tied_transformer", "untied_transformer")
+  quoted_transformer = f"tying costs {transformer[0]:.3f}, {transformer[1]:.3f} and {transformer[2]:.3f} nats"
   for page in (plans.REPO / "README.md", DOCS / "results.md"):
     text = " ".join(page.read_text().split())
     assert quoted in text and against in text, page.name
+    assert quoted_transformer in text, page.name

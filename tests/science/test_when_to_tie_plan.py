@@ -27,6 +27,8 @@ def test_each_timed_block_fits_in_two_hours_by_hand_arithmetic():
   assert set(plans.TIMED_FAMILIES) == set(plans.FAMILIES)  # every family has an estimate
   # bytes MLP, 2,500 steps at most, its block's own runs: 3 · 24 · (12.4 + 15.8) s + 3 · 14 · 31.4 s = 3,349.2 s
   assert plans.block_seconds("bytes", "mlp") == pytest.approx(3 * 24 * (12.4 + 15.8) + 3 * 14 * 31.4)
+  # bytes transformer, its block's own runs: 3 · 24 · (20.1 + 27.5) s + 3 · 14 · 60.0 s = 5,947.2 s (1.65 h)
+  assert plans.block_seconds("bytes", "transformer") == pytest.approx(5947.2)
   # A context family: the same runs (3 models, 9 trials + 5 seeds × draws) at its own measured seconds.
   mlp = plans.CONTEXT_RUN_SECONDS["mlp"]["subword"]
   assert plans.block_seconds("subword", "mlp") == pytest.approx(3 * 24 * (mlp[0.01] + mlp[0.1]) + 3 * 14 * mlp[1.0])
