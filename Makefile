@@ -115,14 +115,15 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 # Mutation testing with mutmut 3 (requirements-mutate.txt, installed only here): `make mutate PACKAGE=core`, one of
-# core | entrypoint | fast | data | train (MUTANTS='tied_embed.core.optim.*' reruns those mutants alone); mutants/
-# is its working copy and cache. docs/testing.md has the scores.
+# core | entrypoint | fast | data | train (MUTANTS='tied_embed.core.optim.*' reruns those mutants alone; SAMPLE=40
+# runs 40 drawn at random); mutants/ is its working copy and cache. docs/testing.md has the scores.
 PACKAGE ?= core
 MUTANTS ?=
+SAMPLE ?=
 MUTATE_STAMP := $(VENV)/.mutate-installed
 
 mutate: $(STAMP) $(TEST_STAMP) $(MUTATE_STAMP)
-	$(PY) scripts/mutate.py $(PACKAGE) $(MUTANTS)
+	$(PY) scripts/mutate.py $(PACKAGE) $(MUTANTS) $(if $(SAMPLE),--sample $(SAMPLE))
 
 $(MUTATE_STAMP): $(TEST_STAMP) requirements-mutate.txt
 	$(PY) -m pip install --quiet -r requirements-mutate.txt

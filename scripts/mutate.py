@@ -1,6 +1,7 @@
 """Mutation testing of one package with mutmut 3: `python scripts/mutate.py PACKAGE [MUTANTS]` (`make mutate
 PACKAGE=core MUTANTS='tied_embed.core.optim.*'`); MUTANTS, globs of mutant names separated by spaces, runs those
-alone.
+alone. `--sample N` (`make mutate PACKAGE=fast SAMPLE=40`) runs N mutants drawn at random (seed 0) from all of the
+package's, for a package too large to run whole in an hour, and prints the sample's score with its 95% interval.
 
 mutmut reads one [tool.mutmut] table, so this script supplies one per package instead: the files it mutates, and
 the tests that mirror the package (mutmut then runs, for each mutant, only those of them that call the mutated
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import pathlib
+import random
 import shutil
 import sys
 
@@ -58,19 +61,57 @@ def _use_settings(settings: dict) -> None:
   configuration._config_reader = reader
 
 
-def score(work: pathlib.Path = WORK) -> tuple[collections.Counter, list[str]]:
+def score(work: pathlib.Path = WORK, only: list[str] | None = None) -> tuple[collections.Counter, list[str]]:
   """(count of each status, names of the mutants that survived or that no test calls) from mutmut's result files
-  under `work`."""
+  under `work`; of the mutants named in `only` where given."""
   from mutmut.stats import status_by_exit_code  # noqa: PLC0415
 
   counts, survivors = collections.Counter(), []
   for meta in sorted(work.rglob("*.py.meta")):
     for name, exit_code in json.loads(meta.read_text())["exit_code_by_key"].items():
+      if only is not None and name not in only:
+        continue
       status = status_by_exit_code[exit_code]
       counts[status] += 1
       if status in ("survived", "no tests"):  # a mutant no test calls survives too
         survivors.append(name)
   return counts, survivors
+
+
+def generate_mutants() -> list[str]:
+  """The names of every mutant of the package set up by `_use_settings`: mutmut's generation step alone, as its
+  `run` begins (which then finds them made and makes them again only for files changed since)."""
+  from mutmut import __main__ as mutmut_main  # noqa: PLC0415
+
+  mutmut_main.set_mutant_under_test("mutant_generation")
+  mutmut_main.copy_src_dir()
+  mutmut_main.copy_also_copy_files()
+  mutmut_main.setup_source_paths()
+  mutmut_main.create_mutants(1)
+  mutmut_main.set_mutant_under_test("")
+  return sorted(name for meta in WORK.rglob("*.py.meta") for name in json.loads(meta.read_text())["exit_code_by_key"])
+
+
+def wilson_interval(killed: int, total: int, z: float = 1.96) -> tuple[float, float]:
+  """The Wilson score 95% interval of a proportion killed/total: the package's score estimated from a sample."""
+  if total == 0:
+    return 0.0, 1.0
+  p = killed / total
+  centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+  half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+  return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _sample_arguments(argv: list[str]) -> tuple[int | None, list[str]]:
+  """(N of `--sample N` or None, the other arguments)."""
+  if "--sample" not in argv:
+    return None, argv
+  at = argv.index("--sample")
+  value = argv[at + 1] if at + 1 < len(argv) else ""
+  if not value.isdigit() or int(value) < 1:
+    print(f"SAMPLE={value!r} is not allowed: expected a whole number of mutants, at least 1", file=sys.stderr)
+    raise SystemExit(2)
+  return int(value), argv[:at] + argv[at + 2:]
 
 
 def main(argv: list[str]) -> int:
@@ -79,6 +120,7 @@ def main(argv: list[str]) -> int:
           file=sys.stderr)
     return 2
   package = argv[0]
+  sample, argv = _sample_arguments(argv)
   if WORK.exists() and (not MARKER.exists() or MARKER.read_text() != package):
     shutil.rmtree(WORK)  # another package's copy: its results and test associations do not apply
   _use_settings(_settings(package))
@@ -87,15 +129,24 @@ def main(argv: list[str]) -> int:
   (WORK / "setup.cfg").write_text("[mutmut]\nsource_paths=tied_embed\n")
   from mutmut.__main__ import cli  # noqa: PLC0415
 
+  names = argv[1:]
+  if sample is not None:
+    everything = generate_mutants()
+    names = sorted(random.Random(0).sample(everything, min(sample, len(everything))))
+    print(f"{package}: {len(names)} of its {len(everything)} mutants, drawn at random (seed 0)")
   try:
-    cli(["run", "--max-children", "1", *argv[1:]], standalone_mode=False)
+    cli(["run", "--max-children", "1", *names], standalone_mode=False)
   finally:
     if WORK.exists():
       MARKER.write_text(package)
-  counts, survivors = score()
+  counts, survivors = score(only=names if sample is not None else None)
   decided = counts["killed"] + counts["survived"] + counts["timeout"] + counts["no tests"]
   print(f"{package}: {counts['killed']} killed, {counts['survived']} survived, {counts['timeout']} timeouts, "
         f"{counts['no tests']} without tests; score {counts['killed'] + counts['timeout']}/{decided}")
+  if sample is not None:
+    low, high = wilson_interval(counts["killed"] + counts["timeout"], decided)
+    print(f"{package}: the package's score, estimated from the sample: 95% interval {low:.1%} to {high:.1%} "
+          "(equivalent mutants among the survivors still count against it)")
   for name in survivors:
     print(f"  survived: {name}")
   return 0
