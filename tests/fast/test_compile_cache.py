@@ -30,9 +30,11 @@ def test_a_cache_the_caller_set_up_is_left_alone(no_cache_yet, monkeypatch, tmp_
 
 def test_the_variable_names_the_directory(no_cache_yet, monkeypatch, tmp_path):
   monkeypatch.setenv(compilation.CACHE_VARIABLE, str(tmp_path / "xla"))
+  jax.config.update("jax_compilation_cache_max_size", -1)  # JAX's default: no limit, and no file lock
   assert compilation.cache_compiles() == tmp_path / "xla"
   assert jax.config.jax_compilation_cache_dir == str(tmp_path / "xla") and (tmp_path / "xla").is_dir()
-  assert jax.config.jax_persistent_cache_min_compile_time_secs == compilation.CACHE_MIN_COMPILE_SECONDS
+  assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.3
+  assert jax.config.jax_compilation_cache_max_size == 2 * 1024**3  # 2 GiB: a limit, so JAX locks its entries
 
 
 def test_without_the_variable_it_is_under_the_users_cache_folder(no_cache_yet, monkeypatch, tmp_path):

@@ -9,6 +9,7 @@ for it, so the cases run without a compiler or the kernels' build, and never tou
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import logging
 import pathlib
@@ -184,3 +185,58 @@ def test_the_kernel_set_names_what_the_step_runs(monkeypatch):
   config.loss.chunk_size = 0
   monkeypatch.setattr(fused_adamw, "available", lambda: False)
   assert in_use.kernel_set(config, params) == "none"
+
+
+def _stand_in_compiler(directory: pathlib.Path, stderr: str, code: int) -> str:
+  """A g++ stand-in: prints `stderr` to its stderr and exits `code`; on 0 writes b"a build" to its -o file."""
+  script = directory / "g++"
+  script.write_text(f"#!{sys.executable}\nimport sys\nsys.stderr.write({stderr!r})\n"
+                    f"if {code} == 0:\n  open(sys.argv[sys.argv.index('-o') + 1], 'wb').write(b'a build')\n"
+                    f"sys.exit({code})\n")
+  script.chmod(0o755)
+  return str(script)
+
+
+def test_the_command_links_the_runtime_it_finds_under_the_prefix_and_names_what_is_missing(tmp_path, monkeypatch):
+  monkeypatch.setattr(build.shutil, "which", lambda name: "/usr/bin/g++")
+  monkeypatch.setattr(build.sys, "prefix", str(tmp_path))
+  header, runtime = tmp_path / "include" / library.GEMM.header, tmp_path / "lib" / library.GEMM.runtime
+  for path in (header, runtime):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("")
+  output = tmp_path / "out" / "_gemm.so"
+  args = build.command(library.GEMM, output)
+  assert args[0] == "/usr/bin/g++" and args[args.index("-o") + 1] == str(output)
+  assert args[-3:] == [f"-I{tmp_path}/include", str(runtime), f"-Wl,-rpath,{(tmp_path / 'lib').resolve()}"]
+  header.unlink()
+  assert build.command(library.GEMM, output) == (
+      f"{header} is missing (requirements-kernels.txt installs it, on x86-64 only)")
+  header.write_text("")
+  runtime.unlink()
+  assert build.command(library.GEMM, output) == (
+      f"{runtime} is missing (requirements-kernels.txt installs it, on x86-64 only)")
+
+
+@pytest.mark.parametrize(("stderr", "reason"), [
+    ("", "g++ failed: no output"),
+    ("a.cc:1: warning\na.cc:2: error: no\n", "g++ failed: a.cc:2: error: no"),
+])
+def test_a_failed_compile_is_named_by_its_last_line(tmp_path, monkeypatch, stderr, reason):
+  compiler = _stand_in_compiler(tmp_path, stderr, code=1)
+  monkeypatch.setattr(build.shutil, "which", lambda name: compiler)
+  output = tmp_path / library.ADAMW.file
+  assert build.build(library.ADAMW, output) == reason
+  assert not output.exists() and not library.record_path(output).exists()
+
+
+def test_a_build_writes_the_file_and_the_record_its_check_accepts(tmp_path, monkeypatch):
+  compiler = _stand_in_compiler(tmp_path, "", code=0)
+  monkeypatch.setattr(build.shutil, "which", lambda name: compiler)
+  output = tmp_path / library.ADAMW.file
+  assert build.build(library.ADAMW, output) is None
+  assert output.read_bytes() == b"a build"
+  record = json.loads(library.record_path(output).read_text())
+  assert record["size"] == 7 and record["sha256"] == hashlib.sha256(b"a build").hexdigest()
+  assert library.check(library.ADAMW, output) is None  # the record is this library's: its sources and flags
+  assert library.check(library.GEMM, output) == (
+      f"{output} was built from other sources than these (`{library.REBUILD}` rebuilds it)")
