@@ -77,6 +77,11 @@ class ByteTokenizer(Tokenizer):
   def label(self, token: int) -> str:
     return repr(bytes([token]))[1:]
 
+  def lookup(self, text: str) -> int | None:
+    # A label as shown first: unquoted, '\\x80' would read as the character U+0080, which is two bytes in UTF-8.
+    labels = [self.label(token) for token in range(256)]
+    return labels.index(text) if text in labels else super().lookup(text)
+
   def _lookup(self, text: str) -> int | None:
     for token in range(256):
       if text in (self.label(token), self.label(token)[1:-1]):
