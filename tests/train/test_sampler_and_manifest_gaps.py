@@ -16,6 +16,7 @@ from helpers import smoke_with
 from tied_embed.core import optim
 from tied_embed.core.model import build_model
 from tied_embed.train import checkpoint, run_step
+from tied_embed.train import mesh as mesh_lib
 from tied_embed.train.trainer import train_batch
 from tied_embed.util import UsageError
 
@@ -74,3 +75,16 @@ def test_a_manifest_that_misses_an_array_or_names_one_too_many_is_refused(tmp_pa
   path.write_text(json.dumps(manifest))
   with pytest.raises(UsageError, match="damaged"):
     checkpoint.restore(tmp_path, step=3)
+
+
+def test_a_launcher_of_two_tasks_or_more_joins_them_through_jax_distributed(monkeypatch):
+  calls = []
+  monkeypatch.setattr(mesh_lib.jax.distributed, "initialize", lambda **kwargs: calls.append(kwargs))
+  for name in ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"):  # 2, the smallest that is more than one process
+    assert mesh_lib.initialize_from_environment({name: "2"}) is True
+  assert calls == [{}, {}]  # the launcher's own variables tell JAX the rest
+  environ = {"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1", "JAX_COORDINATOR_ADDRESS": "host:1234"}
+  assert mesh_lib.initialize_from_environment(environ) is True
+  assert calls[-1] == {"coordinator_address": "host:1234", "num_processes": 2, "process_id": 1}
+  assert mesh_lib.initialize_from_environment({"SLURM_NTASKS": "1", "OMPI_COMM_WORLD_SIZE": "1"}) is False
+  assert len(calls) == 3
