@@ -72,7 +72,7 @@ def score(work: pathlib.Path = WORK, only: list[str] | None = None) -> tuple[col
   under `work`; of the mutants named in `only` where given."""
   from mutmut.stats import status_by_exit_code  # noqa: PLC0415
 
-  counts, survivors = collections.Counter(), []
+  counts, survivors, only = collections.Counter(), [], None if only is None else set(only)
   for meta in sorted(work.rglob("*.py.meta")):
     for name, exit_code in json.loads(meta.read_text())["exit_code_by_key"].items():
       if only is not None and name not in only:

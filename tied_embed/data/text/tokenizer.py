@@ -84,7 +84,7 @@ class ByteTokenizer(Tokenizer):
 
   def _lookup(self, text: str) -> int | None:
     for token in range(256):
-      if text in (self.label(token), self.label(token)[1:-1]):
+      if text == self.label(token)[1:-1]:  # a label unquoted: \\n, \\x80 (lookup matched the quoted ones)
         return token
     encoded = text.encode()
     return encoded[0] if len(encoded) == 1 else None
