@@ -28,6 +28,15 @@ os.environ["XLA_FLAGS"] = with_suite_xla_flags(os.environ.get("XLA_FLAGS", "")) 
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
+if os.environ.get("MUTANT_UNDER_TEST") == "stats":  # `make mutate`'s first step, which maps tests to functions:
+  # mutmut's code counts each call to a function through settings it reads from the current directory, which a
+  # train.py the tests start elsewhere lacks; so this process keeps the flag to itself and its children run the plain
+  # code (their calls would not reach the map anyway). Each mutant's own run still reaches the children.
+  from mutmut.mutation import trampoline  # noqa: E402
+
+  trampoline.set_mutant_under_test("stats")
+  del os.environ["MUTANT_UNDER_TEST"]
+
 
 # The files holding the suite's longest tests (runs in subprocesses, the 8-device runs, the quick sweep: 15-40 s
 # each), longest first. They run first: pytest-xdist's worksteal gives each worker half of the collection in order and

@@ -11,7 +11,6 @@ from tied_embed.data import base, sources
 from tied_embed.data import bigram as data
 from tied_embed.data.sources import synthetic
 from tied_embed.train import config as config_lib
-from tied_embed.train import mesh as mesh_lib
 from tied_embed.train.trainer import train_batch
 from tied_embed.util import UsageError
 
@@ -172,13 +171,6 @@ def test_train_batch_is_a_function_of_seed_and_step(planted_workdir):
   # Every pair is a real train pair.
   train_pairs = set(zip(loaded.train_ids.tolist(), loaded.train_next.tolist(), strict=True))
   assert set(zip(ids.tolist(), next_ids.tolist(), strict=True)) <= train_pairs
-
-
-def test_process_slices_tile_the_global_batch():
-  batch = np.arange(12)
-  np.testing.assert_array_equal(np.concatenate([mesh_lib.process_slice(batch, p, 3) for p in range(3)]), batch)
-  with pytest.raises(UsageError, match="train.batch_size"):
-    mesh_lib.process_slice(batch, 0, 5)
 
 
 @pytest.mark.parametrize("model_change, data_change, field", [

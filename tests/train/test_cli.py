@@ -1,6 +1,7 @@
 """The training command line (tied_embed.train.cli): its console lines, its one-line refusals, its entry points.
 
-Three tests run train.py in a subprocess: a config file that exits, a busy workdir, and a run with its rerun.
+Some tests run train.py in a subprocess, as a user does; the flag parser and the signal handlers are also called in
+this process, which is quicker and where `make mutate` sees which function each test calls.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import logging
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import tomllib
@@ -225,3 +227,68 @@ def test_the_inspection_module_in_a_python_without_the_projects_libraries_says_w
   assert result.returncode == 1 and result.stdout == ""
   (line,) = result.stderr.splitlines()
   assert line.startswith("error: ") and " is not installed in " in line and "make install" in line, line
+
+
+@pytest.fixture
+def parse(monkeypatch, capsys):
+  """cli.parse_flags on `train.py *args` in this process → (exit status, or None where it returned; stdout; stderr).
+  Afterwards the flags are as before: ml_collections registers a flag for each override it finds in sys.argv."""
+  def run(*args: str) -> tuple[int | None, str, str]:
+    argv = ["train.py", *args]
+    monkeypatch.setattr(sys, "argv", argv)
+    status = None
+    try:
+      cli.parse_flags(argv)
+    except SystemExit as stop:
+      status = stop.code
+    finally:
+      cli.FLAGS.unparse_flags()
+      for name in [name for name in cli.FLAGS if name.startswith("config.")]:
+        delattr(cli.FLAGS, name)
+    out, err = capsys.readouterr()
+    return status, out, err
+  return run
+
+
+def test_helpfull_is_the_usage_a_blank_line_then_every_flag(parse):
+  status, out, err = parse("--helpfull")
+  assert status == 0 and err == ""
+  usage, _, rest = out.partition("\n\nEvery flag, the libraries' included:\n")
+  assert usage == cli.usage(cli._command("train.py")) and "--workdir" in rest and "--[no]verbose" in rest
+
+
+@pytest.mark.parametrize("form", ["--config=PATH", "--config PATH"])
+def test_a_config_file_interrupted_while_read_is_named_in_either_form(parse, tmp_path, form):
+  path = tmp_path / "interrupts.py"
+  path.write_text("def get_config():\n  raise KeyboardInterrupt\n")
+  status, _, err = parse(*form.replace("PATH", str(path)).split(" "))
+  assert status == 130  # 128 + SIGINT, as the shell reports a Ctrl-C
+  assert err == (f"error: --config={str(path)!r}: interrupted (KeyboardInterrupt) while it was read; "
+                 "nothing was written\n")
+
+
+def test_an_override_absl_could_not_read_is_the_fields_own_refusal(parse):
+  status, _, err = parse(f"--config={ROOT / 'configs' / 'smoke.py'}", "--config.train.num_steps=abc")
+  assert status == 2
+  assert err == ("error: train.num_steps='abc' is not allowed: expected an integer in [0, 2**31 - 1] "
+                 "(optax counts steps in int32)\n")
+
+
+def test_a_flag_error_with_a_line_break_in_its_value_is_still_one_line(parse):
+  status, _, err = parse("--verbose=a\nb")
+  assert status == 2
+  assert err.startswith("error: flag --verbose=a b: ") and err.count("\n") == 1
+
+
+def test_after_completion_a_ctrl_c_or_sigterm_ends_the_command_with_0(monkeypatch):
+  statuses = []
+  monkeypatch.setattr(cli, "_exit_now", statuses.append)
+  before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+  try:
+    cli._completed()
+    for signum in before:
+      signal.getsignal(signum)(signum, None)
+  finally:
+    for signum, handler in before.items():
+      signal.signal(signum, handler)
+  assert statuses == [0, 0]

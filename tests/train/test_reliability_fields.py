@@ -105,6 +105,12 @@ def test_a_field_that_does_nothing_in_both_configs_does_not_block_a_resume():
   assert run_setup.config_differences(unread, text) == []
   assert run_setup.config_differences(smoke_with("data.task_d_model", 8), smoke_with("data.task_d_model", 64)) == [
       "data.task_d_model: 8 in the checkpoints, 64 now"]
+  by_document = text.copy_and_resolve_references()
+  by_document.data.split = "by_document"
+  without_split = text.copy_and_resolve_references()
+  del without_split.data["split"]  # a field the new config lacks is named as absent, not as its default
+  assert run_setup.config_differences(by_document, without_split) == [
+      "data.split: 'by_document' in the checkpoints, '<absent>' now"]
 
 
 def test_inactive_fields_are_the_dependent_and_other_sources_fields():

@@ -190,6 +190,15 @@ def test_mesh_errors_say_which_size_conflicts_with_what(data, model, field, reas
   assert field in message and reason in message and "\n" not in message, message
 
 
+def test_process_slices_tile_the_global_batch():
+  batch = np.arange(12)
+  np.testing.assert_array_equal(np.concatenate([mesh_lib.process_slice(batch, p, 3) for p in range(3)]), batch)
+  np.testing.assert_array_equal(mesh_lib.process_slice(batch, 3, 4), [9, 10, 11])  # the last process: the last 3
+  with pytest.raises(UsageError) as refusal:
+    mesh_lib.process_slice(batch, 0, 5)
+  assert str(refusal.value) == "train.batch_size=12 is not allowed: expected a multiple of the 5 processes"
+
+
 def test_several_processes_need_whole_data_rows_each():
   mesh_lib.check_mesh_fits_processes(4, 2, num_devices=8, num_processes=2)
   mesh_lib.check_mesh_fits_processes(1, 8, num_devices=8, num_processes=1)
