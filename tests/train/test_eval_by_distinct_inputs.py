@@ -110,12 +110,13 @@ def test_a_bfloat16_eval_is_float64_s_within_bfloat16_operands():
   assert loss == pytest.approx(expected, rel=2e-2) and loss != pytest.approx(expected, rel=1e-7)
 
 
-def test_an_eval_compiled_ahead_compiles_nothing_more():
-  config = _config()
+@pytest.mark.parametrize("context_length, model", [(1, {}), (4, {"context": "mlp", "context_k": 3})])
+def test_an_eval_compiled_ahead_compiles_nothing_more(context_length, model):
+  config = _config(**model)  # with context, the split is scored in windows of 4, without the inputs' logsumexps
   model = _randomized(config)
   ids, next_ids = _split()
   graphdef, state = nnx.split(_Holder(model))
-  data = types.SimpleNamespace(context_length=1, input_counts=np.bincount(ids, minlength=V))
+  data = types.SimpleNamespace(context_length=context_length, input_counts=np.bincount(ids, minlength=V))
   evaluator = evaluation.Evaluator(graphdef, ids, next_ids, data, config, mesh_lib.make_mesh(config.mesh,
                                                                                              jax.devices()[:1]))
   evaluator.compile_ahead(state)

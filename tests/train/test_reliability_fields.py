@@ -111,6 +111,12 @@ def test_a_field_that_does_nothing_in_both_configs_does_not_block_a_resume():
   del without_split.data["split"]  # a field the new config lacks is named as absent, not as its default
   assert run_setup.config_differences(by_document, without_split) == [
       "data.split: 'by_document' in the checkpoints, '<absent>' now"]
+  before_tokenizers = text.copy_and_resolve_references()
+  del before_tokenizers.data["tokenizer"]  # a field with no assumed default, which an older checkpoint lacks
+  pieces = text.copy_and_resolve_references()
+  pieces.data.tokenizer = "sentencepiece"
+  assert run_setup.config_differences(before_tokenizers, pieces) == [
+      "data.tokenizer: '<absent>' in the checkpoints, 'sentencepiece' now"]
 
 
 def test_inactive_fields_are_the_dependent_and_other_sources_fields():

@@ -26,7 +26,7 @@ from helpers import all_series, smoke_with, subprocess_env
 from tied_embed.data import bigram as data_lib
 from tied_embed.data.sources import text
 from tied_embed.inspection.cli import main as inspect_main
-from tied_embed.train import checkpoint, signals, trainer
+from tied_embed.train import checkpoint, metrics, signals, trainer
 from tied_embed.train.trainer import train_and_evaluate
 from tied_embed.util import UsageError
 
@@ -217,6 +217,18 @@ def test_a_deleted_best_checkpoint_is_named_not_replaced_by_another(selected, tm
   (closing,) = [record.getMessage() for record in caplog.records if record.getMessage().startswith("Checkpoints in")]
   assert f"(latest: step {newest}, best: step {best}, its checkpoint is gone)" in closing
   assert "--step best" not in closing
+
+
+def test_the_closing_line_offers_step_best_only_while_that_checkpoint_is_there(tmp_path, caplog):
+  (tmp_path / "checkpoints" / "30").mkdir(parents=True)
+  with caplog.at_level(logging.INFO, logger="tied_embed"):
+    metrics.closing_lines(tmp_path, 40, best_step=30)
+    metrics.closing_lines(tmp_path, 40, best_step=20)
+    metrics.closing_lines(tmp_path, 40)
+  kept, gone, without = (record.getMessage() for record in caplog.records)
+  assert "(latest: step 40, best: step 30, inspect it with --step best)" in kept
+  assert "(latest: step 40, best: step 20, its checkpoint is gone)" in gone
+  assert "(latest: step 40)" in without
 
 
 def test_a_best_checkpoint_cut_short_is_named_in_one_clean_line(selected, tmp_path, capsys):

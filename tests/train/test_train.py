@@ -43,6 +43,10 @@ def test_smoke_loss_falls_towards_the_floor(smoke_run):
   assert smoke_run.summary.loss_floor < eval_losses[-1] < 0.5 * np.log(vocab_size)
   for step in (20, 40, 60):
     assert series["eval/gap"][step] == pytest.approx(series["eval/loss"][step] - series["eval/loss_floor"][step])
+  # The summary's gap is the last logged eval's, and its relative gap is that gap over the floor.
+  floor = series["eval/loss_floor"][60]
+  assert smoke_run.summary.gap == pytest.approx(eval_losses[-1] - floor, rel=1e-6)
+  assert smoke_run.summary.relative_gap == pytest.approx((eval_losses[-1] - floor) / floor, rel=1e-6)
 
 
 def test_logged_split_error_is_tiny(smoke_workdir):
