@@ -1,6 +1,6 @@
 """Context models (model.context = mlp | transformer): the two path gradients, routed by which Param each table is,
 against nnx.grad of the plain loss and a NumPy float64 forward pass; the speed paths equal to the plain one on
-windows; causality; and a 1% error in the fast path caught by the split check."""
+windows; the transformer against a NumPy float64 forward pass; causality; and a 1% error in the fast path caught by the split check."""
 
 from __future__ import annotations
 
@@ -92,6 +92,55 @@ def test_the_context_mlp_reads_the_previous_k_rows_as_numpy_does():
   ids, _ = _windows()
   np.testing.assert_allclose(np.asarray(model(ids), np.float64), _numpy_mlp_logits(model, np.asarray(ids)),
                              rtol=1e-4, atol=1e-5)
+
+
+def _numpy_layer_norm(x: np.ndarray, norm) -> np.ndarray:
+  """LayerNorm over the last axis, ε = 1e-6 (Flax's default), then its scale and bias."""
+  centred = x - x.mean(-1, keepdims=True)
+  return centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-6) * _f64(norm.scale) + _f64(norm.bias)
+
+
+def _f64(param) -> np.ndarray:
+  return np.asarray(param[...], np.float64)
+
+
+def _numpy_transformer_logits(model, ids: np.ndarray) -> np.ndarray:
+  """ContextTransformer's logits in float64 from its Params, one window at a time: x = E[ids] + P; per block
+  x += Attn(LN(x)) with H heads of D/H, scores q·k/√(D/H) over positions ≤ t; x += W2 gelu(W1 LN(x) + b1) + b2
+  (gelu's tanh form, JAX's default); logits = LN(x)·Eᵀ."""
+  table, length = _f64(model.embedder.embedding), ids.shape[1]
+  later = np.triu(np.ones((length, length), bool), k=1)  # [t, s]: s after t
+  logits = np.zeros(ids.shape + (VOCAB,))
+  for b in range(ids.shape[0]):
+    x = table[ids[b]] + _f64(model.positions)[:length]  # (L, D)
+    for block in model.blocks:
+      attention, normed = block.attention, _numpy_layer_norm(x, block.attention_norm)
+      q, k, v = (np.einsum("ld,dhe->lhe", normed, _f64(dense.kernel)) + _f64(dense.bias)
+                 for dense in (attention.query, attention.key, attention.value))
+      scores = np.einsum("the,she->hts", q, k) / np.sqrt(q.shape[-1])
+      scores = np.where(later, -np.inf, scores)
+      weights = np.exp(scores - scores.max(-1, keepdims=True))
+      weights /= weights.sum(-1, keepdims=True)
+      heads = np.einsum("hts,she->the", weights, v)
+      x = x + np.einsum("the,hed->td", heads, _f64(attention.out.kernel)) + _f64(attention.out.bias)
+      inner = _numpy_layer_norm(x, block.mlp_norm) @ _f64(block.mlp_in.kernel) + _f64(block.mlp_in.bias)
+      gelu = 0.5 * inner * (1 + np.tanh(np.sqrt(2 / np.pi) * (inner + 0.044715 * inner**3)))
+      x = x + gelu @ _f64(block.mlp_out.kernel) + _f64(block.mlp_out.bias)
+    logits[b] = _numpy_layer_norm(x, model.final_norm) @ table.T
+  return logits
+
+
+def test_the_context_transformer_is_numpys_float64_forward_pass():
+  model = _model("transformer")
+  rng = np.random.default_rng(3)  # every Param drawn afresh: norms' scales far from 1, biases far from 0
+  params = nnx.state(model, nnx.Param)
+  nnx.update(model, jax.tree.map(lambda value: rng.normal(0, 0.5, value.shape).astype(np.float32), params))
+  ids, _ = _windows()
+  np.testing.assert_allclose(np.asarray(model(ids), np.float64), _numpy_transformer_logits(model, np.asarray(ids)),
+                             rtol=1e-4, atol=1e-4)
+  short = np.asarray(ids)[:, :LENGTH - 2]  # a window shorter than the model's length reads the first positions
+  np.testing.assert_allclose(np.asarray(model(jnp.asarray(short)), np.float64),
+                             _numpy_transformer_logits(model, short), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("context", ["mlp", "transformer"])
