@@ -1,6 +1,6 @@
 """Context models (model.context = mlp | transformer): the two path gradients, routed by which Param each table is,
-against nnx.grad of the plain loss and a NumPy float64 forward pass; the speed paths equal to the plain one on
-windows; the transformer against a NumPy float64 forward pass; causality; and a 1% error in the fast path caught by the split check."""
+against nnx.grad of the plain loss; each forward pass against NumPy float64's; the speed paths equal to the plain one
+on windows; causality; and a 1% error in the fast path caught by the split check."""
 
 from __future__ import annotations
 
