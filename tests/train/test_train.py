@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import types
 
 import jax.numpy as jnp
 import numpy as np
@@ -16,7 +17,7 @@ from helpers import all_series, event_series, hand_path_gradients
 from tied_embed.core import optim
 from tied_embed.core.model import build_model
 from tied_embed.fast import compilation
-from tied_embed.train import evaluation, run_step
+from tied_embed.train import evaluation, run_step, trainer
 
 SCALAR_TAGS = (
     "train/loss", "eval/loss", "eval/loss_floor", "eval/gap", "grad/lookup_norm", "grad/projection_norm",
@@ -47,6 +48,14 @@ def test_smoke_loss_falls_towards_the_floor(smoke_run):
   floor = series["eval/loss_floor"][60]
   assert smoke_run.summary.gap == pytest.approx(eval_losses[-1] - floor, rel=1e-6)
   assert smoke_run.summary.relative_gap == pytest.approx((eval_losses[-1] - floor) / floor, rel=1e-6)
+
+
+@pytest.mark.parametrize(("floor", "relative_gap"), [(2.0, 0.25), (0.0, float("inf"))])
+def test_the_summary_states_the_final_gap_and_its_share_of_the_floor(tmp_path, floor, relative_gap):
+  run = types.SimpleNamespace(data=types.SimpleNamespace(loss_floor=floor), selection=evaluation.Selection(),
+                              param_count=10, state=None, complete=True, workdir=tmp_path)
+  summary = trainer.finish(run, trainer._Ended(step=5, stopped_early=False, eval_loss=2.5))
+  assert summary.gap == 2.5 - floor and summary.relative_gap == relative_gap  # (2.5 − 2) / 2; no floor: ∞
 
 
 def test_logged_split_error_is_tiny(smoke_workdir):
