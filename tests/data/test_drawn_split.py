@@ -1,6 +1,6 @@
-"""data.split='drawn-<seed>': selection and validation are whole documents (files, or blocks of one long file) drawn
-from one seeded shuffle; a smaller train size is a subset of a larger one within a draw; the draw is in the dataset
-identity; the other split values are untouched."""
+"""data.split='drawn-<seed>': selection and validation are whole documents (files, with a long one among them in
+blocks, or blocks of one long file) drawn from one seeded shuffle; a smaller train size is a subset of a larger one
+within a draw; the draw is in the dataset identity; the other split values are untouched."""
 
 from __future__ import annotations
 
@@ -81,6 +81,28 @@ def test_one_long_file_is_cut_into_blocks_at_line_ends_that_cover_it(tmp_path):
   assert sorted(drawn) == pieces and 1 <= count < len(drawn)
   assert validation == sum(stop - start for _, start, stop in drawn[-count:])
   assert abs(validation - 0.1 * len(text)) <= draw.BLOCK_BYTES  # about a tenth of the bytes
+
+
+def test_a_long_file_among_several_is_cut_into_blocks_so_no_one_file_makes_a_split(tmp_path, monkeypatch):
+  monkeypatch.setattr(draw, "MAX_DOCUMENT_BYTES", 256)
+  folder = _documents(tmp_path)  # 12 files of 21-32 bytes, then one of 40 lines of 'z' ≈ 3,300 bytes: 90% of the bytes
+  long_text = b"".join(b"z" * (60 + k % 40) + b"\n" for k in range(40))
+  (folder / "long.txt").write_bytes(long_text)
+  files = sorted(folder.glob("*.txt"))
+  pieces = draw.documents(files)
+  long_index = files.index(folder / "long.txt")
+  blocks = [(start, stop) for index, start, stop in pieces if index == long_index]
+  assert blocks[0][0] == 0 and blocks[-1][1] == len(long_text) and len(blocks) > 10
+  assert all(stop == start for (_, stop), (start, _) in zip(blocks, blocks[1:], strict=False))
+  assert all(long_text[start - 1:start] == b"\n" for start, _ in blocks[1:])  # each block begins a line
+  assert all(256 <= stop - start <= 256 + 100 for start, stop in blocks[:-1])  # the cap, then to the line's end
+  assert [(start, stop) for index, start, stop in pieces if index != long_index] == [
+      (0, k + 21) for k in range(12)]  # the short files whole
+  assert draw.label(3, files) == "-draw3-max256" and draw.label(3, files[:1]) == "-draw3"
+  # The selection split (20% of train) holds blocks of the long file and short files both, not the long one alone.
+  got = data.load_bigram_data(_config(folder, tmp_path, "drawn-0", selection_fraction=0.2), tmp_path)
+  assert "z" in _letters(got.select_ids) and len(_letters(got.select_ids)) >= 2
+  assert "-draw0-max256" in got.identity
 
 
 def test_the_split_values_and_seeds(tmp_path):

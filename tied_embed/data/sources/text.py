@@ -103,8 +103,8 @@ class Text(base.Source):
     seed = draw.seed_of(config.data.get("split"))
     if seed is not None:  # stored as a by-document dataset: its selection split is cut at a document end
       pieces, count, validation = draw.draw(files, seed)
-      return {**corpus_files, "content": f"sha{scan.sha256}-draw{seed}", "split": corpus.BY_DOCUMENT, "draw_seed": seed,
-              "pieces": [list(piece) for piece in pieces], "validation_documents": count,
+      return {**corpus_files, "content": f"sha{scan.sha256}{draw.label(seed, files)}", "split": corpus.BY_DOCUMENT,
+              "draw_seed": seed, "pieces": [list(piece) for piece in pieces], "validation_documents": count,
               "num_bytes": {"train": scan.num_bytes - validation, "validation": validation}}
     if config.data.get("split", corpus.CONTIGUOUS) == corpus.BY_DOCUMENT and len(files) > 1:
       # The content hash stays that of the files in sorted order; the label beside it names the split and its

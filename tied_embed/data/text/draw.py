@@ -1,8 +1,9 @@
 """data.split='drawn-<seed>': one distribution for every split, the draw a seed of its own.
 
-The corpus is cut into documents (its files, or blocks of about BLOCK_BYTES ending at a line end), shuffled by the seed;
-the last (about VALIDATION_FRACTION of the bytes) are validation, the selection split is cut at a document end before
-them, and train sizes are prefixes of the rest. The seed is in the dataset identity (`-draw<seed>`)."""
+The corpus is cut into documents (its files, a file over MAX_DOCUMENT_BYTES in blocks of about that size; one file in
+blocks of about BLOCK_BYTES; each block ending at a line end), shuffled by the seed; the last (about VALIDATION_FRACTION
+of the bytes) are validation, the selection split is cut at a document end before them, and train sizes are prefixes
+of the rest. The seed is in the dataset identity (`label`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from tied_embed.data.text import corpus
 
 PREFIX = "drawn-"  # data.split = "drawn-0", "drawn-1", ...
 BLOCK_BYTES = 1 << 13  # a one-file corpus's document: ~90 of them in the 750 KB default corpus
+# A longer file of a corpus of several is cut into blocks of about this size: whole, Vim's change notes (version9.txt,
+# 1.3 MB, 14% of the help files) alone made the 5% selection split of two draws in three.
+MAX_DOCUMENT_BYTES = 1 << 16
 _LINE_SEARCH = 1 << 16  # how far past a block's nominal end to look for the line end that closes it
 _NAME = re.compile(r"drawn-(0|[1-9][0-9]{0,8})")
 
@@ -26,22 +30,33 @@ def seed_of(split: object) -> int | None:
   return int(found.group(1)) if found else None
 
 
+def label(seed: int, files: list[pathlib.Path]) -> str:
+  """What names draw `seed` of `files` in the dataset identity: '-draw<seed>', and for a corpus of several files
+  the size its documents are cut at (so a dataset drawn by another rule is never read back as this one)."""
+  return f"-draw{seed}" if len(files) == 1 else f"-draw{seed}-max{MAX_DOCUMENT_BYTES}"
+
+
 def documents(files: list[pathlib.Path]) -> list[tuple[int, int, int]]:
-  """The corpus's documents in order, each (file index, start byte, stop byte): every file where there are several, else
-  blocks ending after the first newline at least BLOCK_BYTES in (or at a UTF-8 character start)."""
-  sizes = [path.stat().st_size for path in files]
-  if len(files) > 1:
-    return [(index, 0, size) for index, size in enumerate(sizes)]
-  cuts, size = [0], sizes[0]
-  with files[0].open("rb") as f:
-    while cuts[-1] + BLOCK_BYTES < size:
-      f.seek(cuts[-1] + BLOCK_BYTES - 1)
+  """The corpus's documents in order, each (file index, start byte, stop byte): every file where there are several
+  (a file over MAX_DOCUMENT_BYTES in blocks of about that size), else blocks of about BLOCK_BYTES."""
+  if len(files) == 1:
+    return _blocks(files[0], 0, BLOCK_BYTES)
+  return [piece for index, path in enumerate(files) for piece in _blocks(path, index, MAX_DOCUMENT_BYTES)]
+
+
+def _blocks(path: pathlib.Path, index: int, size_bytes: int) -> list[tuple[int, int, int]]:
+  """File `index` (at `path`) as blocks that end after the first newline at least `size_bytes` in (or at a UTF-8
+  character start), the last one whatever is left; one block if the file is no longer than `size_bytes`."""
+  cuts, size = [0], path.stat().st_size
+  with path.open("rb") as f:
+    while cuts[-1] + size_bytes < size:
+      f.seek(cuts[-1] + size_bytes - 1)
       newline = f.read(_LINE_SEARCH).find(b"\n")
-      cut = cuts[-1] + BLOCK_BYTES + newline if newline >= 0 else corpus.char_boundary(files, cuts[-1] + BLOCK_BYTES)
+      cut = cuts[-1] + size_bytes + newline if newline >= 0 else corpus.char_boundary([path], cuts[-1] + size_bytes)
       if cut >= size:
         break
       cuts.append(cut)
-  return [(0, start, stop) for start, stop in zip(cuts, [*cuts[1:], size], strict=True)]
+  return [(index, start, stop) for start, stop in zip(cuts, [*cuts[1:], size], strict=True)]
 
 
 def draw(files: list[pathlib.Path], seed: int) -> tuple[list[tuple[int, int, int]], int, int]:
