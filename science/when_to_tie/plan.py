@@ -301,7 +301,7 @@ def corpora(quick: bool, subword_corpus: str) -> dict[str, Corpus]:
                                    split=DRAWN),
       "subword": Corpus("subword", subword, path, SUBWORD_VOCAB,
                         f"SentencePiece, {SUBWORD_VOCAB} pieces, of {path} ({size / 1e6:.1f} MB; Vim's help files "
-                        "by default), drawn as random whole files", DRAWN),
+                        "by default), drawn as random whole files, one over 64 KiB in blocks", DRAWN),
   }
 
 
