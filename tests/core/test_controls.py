@@ -321,6 +321,29 @@ def test_inspection_reads_each_control_in_its_own_words_and_at_the_tables_d():
   assert built["parameters"]["tied"] == VOCAB * D_MODEL + VOCAB  # the table and b, by hand
 
 
+_BIAS = " + b (an output bias: one learned score per next token)"
+_SYMMETRIC = " with a symmetric map S = (W + Wᵀ)/2: S = Sᵀ, so no direction, but indefinite)"
+
+
+@pytest.mark.parametrize(("tied", "hidden", "output_bias", "words"), [
+    (True, "none", False, None),
+    (False, "none", False, None),
+    (True, "linear", False, "E·W·Eᵀ (tied table with a hidden map W: W's antisymmetric part lets S differ from Sᵀ)"),
+    (False, "linear", False, "input·W·outputᵀ (untied model with a hidden map W)"),
+    (True, "symmetric", False, "E·S·Eᵀ (tied table" + _SYMMETRIC),
+    (False, "symmetric", False, "input·S·outputᵀ (untied model" + _SYMMETRIC),
+    (True, "none", True, "E·Eᵀ (tied table)" + _BIAS),
+    (False, "none", True, "input·outputᵀ (untied model)" + _BIAS),
+    (True, "symmetric", True, "E·S·Eᵀ (tied table" + _SYMMETRIC + _BIAS),
+])
+def test_each_model_names_what_its_scoring_tables_multiply(tied, hidden, output_bias, words):
+  # The inspection report prints this beside the tables: it must name the model's own form, tied or not.
+  model = build_model(ml_collections.ConfigDict({
+      "seed": 0, "data": {"context_length": 1},
+      "model": {"vocab_size": VOCAB, "d_model": D_MODEL, "tied": tied, "hidden": hidden, "output_bias": output_bias}}))
+  assert model.scores_in_words() == words
+
+
 @pytest.mark.parametrize("hidden", ["linear", "symmetric"])
 def test_an_output_bias_around_a_hidden_map_keeps_the_map(hidden):
   # The bias wraps the map: its logits are E·W·Eᵀ + b (S for symmetric), the map applied, not skipped.
