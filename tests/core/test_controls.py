@@ -321,6 +321,18 @@ def test_inspection_reads_each_control_in_its_own_words_and_at_the_tables_d():
   assert built["parameters"]["tied"] == VOCAB * D_MODEL + VOCAB  # the table and b, by hand
 
 
+def test_the_symmetric_maps_logged_statistics_are_numpys():
+  model = _model("symmetric")  # W = I + 0.5·noise, so S = (W + Wᵀ)/2 is far from I
+  kernel = np.asarray(model.hidden_map.kernel[...], np.float64)
+  symmetric = (kernel + kernel.T) / 2
+  stats = model.hidden_stats()
+  np.testing.assert_allclose(float(stats["identity_distance"]), np.linalg.norm(symmetric - np.eye(D_MODEL)),
+                             rtol=1e-5)
+  eigenvalues = np.linalg.eigvalsh(symmetric)  # ascending
+  assert eigenvalues[1] - eigenvalues[0] > 0.1  # the smallest is not its neighbour
+  np.testing.assert_allclose(float(stats["min_eigenvalue"]), eigenvalues[0], rtol=1e-4, atol=1e-5)
+
+
 _BIAS = " + b (an output bias: one learned score per next token)"
 _SYMMETRIC = " with a symmetric map S = (W + Wᵀ)/2: S = Sᵀ, so no direction, but indefinite)"
 
