@@ -194,7 +194,13 @@ def test_the_split_check_catches_a_1_percent_error_in_a_context_models_fast_path
   assert errors["injected"] > 1e-3, errors
 
 
-def test_pairs_to_a_context_model_are_windows_of_one_token():
-  model = _model("transformer")
+@pytest.mark.parametrize("context", ["mlp", "transformer"])
+def test_pairs_to_a_context_model_are_windows_of_one_token(context):
+  model = _model(context)
   ids = jnp.array([3, 5, 3], jnp.int32)
-  np.testing.assert_allclose(model(ids), model(ids[:, None])[:, 0], rtol=1e-6)
+  logits = model(ids)
+  assert logits.shape == (3, VOCAB)
+  np.testing.assert_allclose(logits, model(ids[:, None])[:, 0], rtol=1e-6)
+  if context == "mlp":  # a window of one token reads its own row and zeros before it, as NumPy's does
+    np.testing.assert_allclose(np.asarray(logits, np.float64), _numpy_mlp_logits(model, np.asarray(ids)[:, None])[:, 0],
+                               rtol=1e-4, atol=1e-5)
