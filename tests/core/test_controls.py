@@ -333,6 +333,21 @@ def test_the_symmetric_maps_logged_statistics_are_numpys():
   np.testing.assert_allclose(float(stats["min_eigenvalue"]), eigenvalues[0], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("tied", [True, False])
+def test_every_vocabulary_param_is_annotated_to_split_along_v(tied):
+  # On a mesh each (V,) or (V, D) Param is split along V by its annotation (tests/train/test_sharding.py checks the
+  # split itself); one without it would be replicated whole on every device.
+  model = build_model(ml_collections.ConfigDict({
+      "seed": 0, "data": {"context_length": 1},
+      "model": {"vocab_size": VOCAB, "d_model": D_MODEL, "tied": tied, "hidden": "linear", "output_bias": True}}))
+  annotations = {path: (variable.shape, variable.get_metadata().get("out_sharding"))
+                 for path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+  vocabulary = {path: axes for path, (shape, axes) in annotations.items() if shape[0] == VOCAB}
+  assert len(vocabulary) == (2 if tied else 3)  # the table(s) and the bias
+  assert all(axes is not None and axes[0] == "vocab" for axes in vocabulary.values()), vocabulary
+  assert vocabulary[("bias",)] == ("vocab",)
+
+
 _BIAS = " + b (an output bias: one learned score per next token)"
 _SYMMETRIC = " with a symmetric map S = (W + Wᵀ)/2: S = Sᵀ, so no direction, but indefinite)"
 
