@@ -194,6 +194,16 @@ def test_the_split_check_catches_a_1_percent_error_in_a_context_models_fast_path
   assert errors["injected"] > 1e-3, errors
 
 
+def test_the_transformers_positions_start_as_gpt2s_normal_of_standard_deviation_0_02():
+  config = ml_collections.ConfigDict({
+      "seed": 0, "data": {"context_length": 64},
+      "model": {"vocab_size": VOCAB, "d_model": 32, "tied": True, "context": "transformer", "layers": 1, "heads": 2}})
+  positions = np.asarray(build_model(config).positions[...], np.float64)
+  assert positions.shape == (64, 32)
+  assert positions.std() == pytest.approx(0.02, rel=0.1)  # 2,048 draws: the sample's std within ~3% of 0.02
+  assert abs(positions.mean()) < 0.002
+
+
 @pytest.mark.parametrize("context", ["mlp", "transformer"])
 def test_pairs_to_a_context_model_are_windows_of_one_token(context):
   model = _model(context)
