@@ -132,6 +132,7 @@ def _numpy_transformer_logits(model, ids: np.ndarray) -> np.ndarray:
 
 def test_the_context_transformer_is_numpys_float64_forward_pass():
   model = _model("transformer")
+  assert len(model.blocks) == 2  # the config's model.layers
   rng = np.random.default_rng(3)  # every Param drawn afresh: norms' scales far from 1, biases far from 0
   params = nnx.state(model, nnx.Param)
   nnx.update(model, jax.tree.map(lambda value: rng.normal(0, 0.5, value.shape).astype(np.float32), params))
