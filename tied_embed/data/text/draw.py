@@ -17,9 +17,7 @@ from tied_embed.data.text import corpus
 
 PREFIX = "drawn-"  # data.split = "drawn-0", "drawn-1", ...
 BLOCK_BYTES = 1 << 13  # a one-file corpus's document: ~90 of them in the 750 KB default corpus
-# A longer file of a corpus of several is cut into blocks of about this size: whole, Vim's change notes (version9.txt,
-# 1.3 MB, 14% of the help files) alone made the 5% selection split of two draws in three.
-MAX_DOCUMENT_BYTES = 1 << 16
+MAX_DOCUMENT_BYTES = 1 << 16  # a longer file among several is cut in blocks (whole, Vim's version9.txt was a split)
 _LINE_SEARCH = 1 << 16  # how far past a block's nominal end to look for the line end that closes it
 _NAME = re.compile(r"drawn-(0|[1-9][0-9]{0,8})")
 
@@ -31,22 +29,19 @@ def seed_of(split: object) -> int | None:
 
 
 def label(seed: int, files: list[pathlib.Path]) -> str:
-  """What names draw `seed` of `files` in the dataset identity: '-draw<seed>', and for a corpus of several files
-  the size its documents are cut at (so a dataset drawn by another rule is never read back as this one)."""
+  """Draw `seed` in the dataset identity: '-draw<seed>', and the cut size for several files (a rule of its own)."""
   return f"-draw{seed}" if len(files) == 1 else f"-draw{seed}-max{MAX_DOCUMENT_BYTES}"
 
 
 def documents(files: list[pathlib.Path]) -> list[tuple[int, int, int]]:
   """The corpus's documents in order, each (file index, start byte, stop byte): every file where there are several
   (a file over MAX_DOCUMENT_BYTES in blocks of about that size), else blocks of about BLOCK_BYTES."""
-  if len(files) == 1:
-    return _blocks(files[0], 0, BLOCK_BYTES)
-  return [piece for index, path in enumerate(files) for piece in _blocks(path, index, MAX_DOCUMENT_BYTES)]
+  return (_blocks(files[0], 0, BLOCK_BYTES) if len(files) == 1
+          else [piece for index, path in enumerate(files) for piece in _blocks(path, index, MAX_DOCUMENT_BYTES)])
 
 
 def _blocks(path: pathlib.Path, index: int, size_bytes: int) -> list[tuple[int, int, int]]:
-  """File `index` (at `path`) as blocks that end after the first newline at least `size_bytes` in (or at a UTF-8
-  character start), the last one whatever is left; one block if the file is no longer than `size_bytes`."""
+  """File `index` in blocks ending after the first newline at least `size_bytes` in (or at a character start)."""
   cuts, size = [0], path.stat().st_size
   with path.open("rb") as f:
     while cuts[-1] + size_bytes < size:
