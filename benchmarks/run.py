@@ -57,10 +57,12 @@ def matrix_units(flags: list[str]) -> str:
   return ", ".join(units)
 
 
-def cpu_kind(cpu: str) -> str:
-  """'intel', 'amd' or 'other', from the CPU's model name: which of docs/performance.md's tables a run belongs in."""
+def cpu_kind(cpu: str, flags: list[str] | tuple[str, ...] = ()) -> str:
+  """'intel', 'amd-avx512' (Zen 4 on), 'amd' (AVX2) or 'other', from the CPU's model name and flags: which of
+  docs/performance.md's tables a run belongs in (the step's routes differ between the two AMD kinds)."""
   name = cpu.lower()
-  return "intel" if "intel" in name else "amd" if ("amd" in name or "epyc" in name) else "other"
+  kind = "intel" if "intel" in name else "amd" if ("amd" in name or "epyc" in name) else "other"
+  return "amd-avx512" if kind == "amd" and "avx512f" in flags else kind
 
 
 def routes() -> dict[str, str]:
@@ -81,7 +83,7 @@ def machine() -> dict:
     torch_version = torch.__version__
   except ImportError:
     torch_version = None
-  return {"cpu": cpu, "cpu_kind": cpu_kind(cpu), "cpu_flags": flags, "matrix_units": matrix_units(flags),
+  return {"cpu": cpu, "cpu_kind": cpu_kind(cpu, flags), "cpu_flags": flags, "matrix_units": matrix_units(flags),
           "threads": workload.cpu_threads(), "routes": routes(), "date": datetime.date.today().isoformat(),
           "load_average": os.getloadavg()[0], "jax": jax.__version__,
           "torch": torch_version, "python": platform.python_version()}

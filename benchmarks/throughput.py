@@ -61,10 +61,8 @@ def matmul_fn(num_tokens: int, d_model: int, vocab_size: int, dtype=jnp.float32)
 
 def kernel_name(dtype: str) -> str:
   """What the chunked step's `dtype` dots run on here, in words (tied_embed/fast/kernels, or why XLA's dot)."""
-  routine = {"float32": "oneMKL cblas_sgemm",
-             "bfloat16": "AMX (oneMKL cblas_gemm_bf16bf16f32; the logits on oneDNN's matmul)"}[dtype]
   reason = mkl.unavailable_reason(dtype)
-  return routine if reason is None else f"XLA's dot ({reason})"
+  return mkl.ROUTES[mkl.route(dtype)][0] if reason is None else f"XLA's dot ({reason})"
 
 
 def torch_steps(config, threads: int, names=TORCH_STEPS) -> dict:

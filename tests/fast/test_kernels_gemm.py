@@ -24,6 +24,7 @@ from helpers import numpy_loss_and_grads, random_problem
 
 from tied_embed.fast.chunked_loss import chunked_cross_entropy
 from tied_embed.fast.kernels import gemm
+from tied_embed.fast.kernels.library import GEMM, GEMM_ONEDNN
 
 KERNEL_BOUND = 1e-5  # float32 accumulation of bfloat16 products (see the module docstring)
 BF16_BOUND = 2e-2  # the bfloat16 loss and gradients against float64, as tests/fast/test_precision.py bounds them
@@ -162,18 +163,30 @@ def test_the_float32_fallback_compiles_no_custom_call():
   assert "custom_call" not in lowered.as_text()
 
 
-def test_no_amx_in_cpuinfo_means_no_kernel(tmp_path: pathlib.Path):
-  epyc = tmp_path / "cpuinfo"
-  epyc.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")
-  assert not gemm.cpu_has_amx_bf16(epyc)
-  assert not gemm.cpu_is_intel_avx512(epyc)  # oneMKL's sgemm is not measured against XLA's dot on AMD
-  sapphire = tmp_path / "cpuinfo_spr"
-  sapphire.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: avx512f avx512_bf16 amx_bf16 amx_tile\n")
-  assert gemm.cpu_has_amx_bf16(sapphire) and gemm.cpu_is_intel_avx512(sapphire)
-  skylake = tmp_path / "cpuinfo_avx2"
-  skylake.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu avx2 fma\n")
-  assert not gemm.cpu_is_intel_avx512(skylake) and not gemm.cpu_has_amx_bf16(skylake)
-  assert not gemm.cpu_has_amx_bf16(tmp_path / "absent") and not gemm.cpu_is_intel_avx512(tmp_path / "absent")
+@pytest.mark.parametrize(("vendor", "flags", "float32", "bfloat16"), [
+    ("AuthenticAMD", "fpu avx2 avx512f avx512_bf16", "gemm-f32-onednn", "gemm-bf16-onednn"),  # Zen 4
+    ("AuthenticAMD", "fpu avx2 fma", None, None),  # Zen 3: AVX2 only
+    ("GenuineIntel", "avx512f avx512_bf16 amx_bf16 amx_tile", "gemm-f32", "gemm-bf16"),  # Sapphire Rapids
+    ("GenuineIntel", "avx512f avx512_bf16 amx_tile", "gemm-f32", "gemm-bf16-onednn"),  # tiles without bf16: no AMX
+    ("GenuineIntel", "avx512f avx512bw", "gemm-f32", None),  # Skylake-X: no bfloat16 instructions
+    ("GenuineIntel", "fpu avx2 fma", None, None),
+])
+def test_the_route_follows_the_instruction_sets(tmp_path: pathlib.Path, vendor, flags, float32, bfloat16):
+  cpuinfo = tmp_path / "cpuinfo"
+  cpuinfo.write_text(f"processor\t: 0\nvendor_id\t: {vendor}\nflags\t\t: {flags}\nprocessor\t: 1\n")
+  assert (gemm.route("float32", cpuinfo), gemm.route("bfloat16", cpuinfo)) == (float32, bfloat16)
+  assert gemm.route("float32", tmp_path / "absent") is None and gemm.route("bfloat16", tmp_path / "absent") is None
+
+
+def test_each_route_registers_its_own_library():
+  assert {library for _, (library, _) in gemm.ROUTES["gemm-bf16-onednn"][1].items()} == {GEMM_ONEDNN}
+  assert {library for _, (library, _) in gemm.ROUTES["gemm-f32-onednn"][1].items()} == {GEMM_ONEDNN}
+  assert {library for _, (library, _) in gemm.ROUTES["gemm-f32"][1].items()} == {GEMM}
+  amx = gemm.ROUTES["gemm-bf16"][1]
+  assert amx["tied_embed_bf16_gemm_onednn"][0] == GEMM_ONEDNN and amx["tied_embed_bf16_gemm"][0] == GEMM
+  for _, targets in gemm.ROUTES.values():  # every route serves every target name the loss calls for its dtype
+    prefix = next(iter(targets)).rsplit("_gemm", 1)[0] + "_gemm"
+    assert {prefix, f"{prefix}_accumulate"} <= set(targets)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -235,16 +248,18 @@ def test_a_mesh_of_several_devices_keeps_xlas_dots(monkeypatch: pytest.MonkeyPat
 
 
 @needs_f32_kernel
-def test_a_float32_run_never_loads_onednn():
-  # oneDNN alone makes 17 MiB resident, which the float32 step's memory (at most PyTorch's) has no room for.
+def test_a_float32_run_loads_only_its_routes_library():
+  # oneDNN alone makes 17 MiB resident, which the float32 step's memory (at most PyTorch's) has no room for where
+  # oneMKL runs the dots; where oneDNN does, oneMKL (hundreds of MiB mapped) stays out.
   script = (
       "import jax.numpy as jnp, pathlib\n"
       "from tied_embed.fast.kernels import gemm\n"
       "out = gemm.gemm(jnp.ones((4, 3)), jnp.ones((3, 2)))\n"
       "assert float(out[0, 0]) == 3.0\n"
       "maps = pathlib.Path('/proc/self/maps').read_text()\n"
-      "print('_gemm.so' in maps, 'libdnnl' in maps)\n"
+      "print('_gemm.so' in maps, 'libdnnl' in maps, 'libmkl' in maps)\n"
   )
   done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
   assert done.returncode == 0, done.stderr
-  assert done.stdout.split() == ["True", "False"]
+  onednn = gemm.route("float32") == "gemm-f32-onednn"
+  assert done.stdout.split() == (["False", "True", "False"] if onednn else ["True", "False", "True"])

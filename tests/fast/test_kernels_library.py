@@ -176,6 +176,7 @@ def test_the_kernel_set_names_what_the_step_runs(monkeypatch):
   params = {"embedding": ctypes.c_float}  # pays_off is stubbed below: only the choices are under test
   monkeypatch.setattr(gemm, "available", lambda dtype="float32": True)
   monkeypatch.setattr(gemm, "pays_off", lambda shape, dtype="float32": True)
+  monkeypatch.setattr(gemm, "route", {"float32": "gemm-f32", "bfloat16": "gemm-bf16"}.get)
   monkeypatch.setattr(fused_adamw, "available", lambda: True)
   monkeypatch.setattr(fused_adamw, "pays_off", lambda params: True)
   assert in_use.kernel_set(config, params) == "gemm-f32,adamw"

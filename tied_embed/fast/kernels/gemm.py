@@ -1,8 +1,9 @@
-"""The chunked loss's matmuls as jax.ffi kernels: float32 on oneMKL (AVX-512), bfloat16 on AMX (oneDNN and oneMKL).
+"""The chunked loss's matmuls as jax.ffi kernels on oneMKL and oneDNN, routed by the CPU's instruction sets (`route`).
 
 On the chunk's shapes oneMKL's sgemm runs at 300–360 GFLOP/s on 2 AVX-512 Xeon cores, XLA:CPU's dot at 190–240, and XLA
-widens bfloat16 to float32 (benchmarks/README.md). No VJP: the chunked loss calls `gemm` inside its own. `available`
-is False where the libraries are not built or fail their check, off CPU, with TIED_EMBED_MKL=0, on CPUs not measured."""
+widens bfloat16 to float32, so a bfloat16 dot costs it a float32 one (benchmarks/README.md). No VJP: the chunked loss
+calls `gemm` inside its own. `available` is False where the libraries are not built or fail their check, off CPU,
+with TIED_EMBED_MKL=0, on CPUs without a route."""
 
 from __future__ import annotations
 
@@ -17,12 +18,18 @@ from tied_embed.fast.kernels import library
 from tied_embed.fast.kernels.library import GEMM, GEMM_ONEDNN
 
 SWITCH = "TIED_EMBED_MKL"  # "0" turns the kernel off (XLA's dots instead)
-TARGETS = {  # dtype → {FFI target name: (library, its handler symbol)}; each library loads only where needed
-    "float32": {"tied_embed_f32_gemm": (GEMM, "F32Gemm"),
-                "tied_embed_f32_gemm_accumulate": (GEMM, "F32GemmAccumulate")},
-    "bfloat16": {"tied_embed_bf16_gemm": (GEMM, "Bf16Gemm"),
-                 "tied_embed_bf16_gemm_onednn": (GEMM_ONEDNN, "Bf16Gemm"),
-                 "tied_embed_bf16_gemm_accumulate": (GEMM, "Bf16GemmAccumulate")},
+
+
+_ONEMKL_F32 = {"tied_embed_f32_gemm": (GEMM, "F32Gemm"), "tied_embed_f32_gemm_accumulate": (GEMM, "F32GemmAccumulate")}
+_AMX_BF16 = {"tied_embed_bf16_gemm": (GEMM, "Bf16Gemm"), "tied_embed_bf16_gemm_onednn": (GEMM_ONEDNN, "Bf16Gemm"),
+             "tied_embed_bf16_gemm_accumulate": (GEMM, "Bf16GemmAccumulate")}
+# route (as a run's kernels.json records it) → (what runs, {FFI target: (library, handler symbol)}); each library loads
+# only where its route is taken. Which CPU takes which: `route`.
+ROUTES = {
+    "gemm-f32": ("oneMKL's cblas_sgemm", _ONEMKL_F32),
+    "gemm-f32-onednn": ("oneDNN's matmul (AVX-512)", {n: (GEMM_ONEDNN, s) for n, (_, s) in _ONEMKL_F32.items()}),
+    "gemm-bf16": ("oneMKL's cblas_gemm_bf16bf16f32 and (the logits) oneDNN's matmul, on AMX", _AMX_BF16),
+    "gemm-bf16-onednn": ("oneDNN's matmul on avx512_bf16", {n: (GEMM_ONEDNN, s) for n, (_, s) in _AMX_BF16.items()}),
 }
 _PREFIX = {jnp.dtype(jnp.float32): "tied_embed_f32_gemm", jnp.dtype(jnp.bfloat16): "tied_embed_bf16_gemm"}
 
@@ -33,18 +40,16 @@ FLOAT32_MIN_TABLE_SIZE = 2**19
 log = logging.getLogger(__name__)
 
 
-def _cpu_flags(cpuinfo: pathlib.Path) -> set[str]:
-  return set((library.cpuinfo_field("flags", cpuinfo) or "").split())
-
-
-def cpu_has_amx_bf16(cpuinfo: pathlib.Path = pathlib.Path("/proc/cpuinfo")) -> bool:
-  """Whether this CPU multiplies bfloat16 on AMX tiles (`amx_bf16` and `amx_tile` among its flags)."""
-  return {"amx_bf16", "amx_tile"} <= _cpu_flags(cpuinfo)
-
-
-def cpu_is_intel_avx512(cpuinfo: pathlib.Path = pathlib.Path("/proc/cpuinfo")) -> bool:
-  """Whether this CPU is an Intel one with AVX-512 (`GenuineIntel`, `avx512f`): where float32 on oneMKL was measured."""
-  return library.cpuinfo_field("vendor_id", cpuinfo) == "GenuineIntel" and "avx512f" in _cpu_flags(cpuinfo)
+def route(dtype="float32", cpuinfo: pathlib.Path = pathlib.Path("/proc/cpuinfo")) -> str | None:
+  """The ROUTES key `dtype`'s dots take on this CPU, by its instruction sets, each the fastest measured on such a CPU
+  (docs/performance.md); None: XLA's dot (with AVX2 alone every library ran within 10% of it)."""
+  flags = set((library.cpuinfo_field("flags", cpuinfo) or "").split())
+  if jnp.dtype(dtype) == jnp.float32:
+    if "avx512f" not in flags:
+      return None
+    return "gemm-f32" if library.cpuinfo_field("vendor_id", cpuinfo) == "GenuineIntel" else "gemm-f32-onednn"
+  amx = {"amx_bf16", "amx_tile"} <= flags
+  return "gemm-bf16" if amx else "gemm-bf16-onednn" if "avx512_bf16" in flags else None
 
 
 @functools.cache
@@ -53,18 +58,13 @@ def unavailable_reason(dtype="float32") -> str | None:
   dtype = jnp.dtype(dtype)
   if dtype not in _PREFIX:
     raise ValueError(f"dtype={dtype} is not allowed: expected float32 or bfloat16")
-  cpu = None
-  if dtype == jnp.bfloat16 and not cpu_has_amx_bf16():
-    cpu = "this CPU has no AMX bfloat16 unit (amx_bf16)"
-  elif dtype == jnp.float32 and not cpu_is_intel_avx512():
-    cpu = "this CPU is not an Intel one with AVX-512, where oneMKL's sgemm was measured faster"
-  reason = library.switched_off(SWITCH) or cpu or library.register(TARGETS[dtype.name])
-  routine = (f"oneMKL's cblas_sgemm, for tables of at least {FLOAT32_MIN_TABLE_SIZE} entries"
-             if dtype == jnp.float32 else "oneMKL's cblas_gemm_bf16bf16f32 and (the logits) oneDNN's matmul, on AMX")
-  if reason is None:
-    log.info("%s matmuls of the chunked loss run on %s (tied_embed/fast/kernels).", dtype, routine)
-  else:
-    log.info("%s matmuls of the chunked loss run as XLA's dots: %s.", dtype, reason)
+  taken = route(dtype)
+  cpu = None if taken else ("this CPU has no AVX-512, where no GEMM library was measured faster than XLA's dot"
+                            if dtype == jnp.float32 else "this CPU has neither AMX nor avx512_bf16")
+  reason = library.switched_off(SWITCH) or cpu or library.register(ROUTES[taken][1])
+  size = f", for tables of at least {FLOAT32_MIN_TABLE_SIZE} entries" if dtype == jnp.float32 else ""
+  log.info("%s matmuls of the chunked loss run %s.", dtype, f"as XLA's dots: {reason}" if reason else
+           f"on {ROUTES[taken][0]}{size} (tied_embed/fast/kernels)")
   return reason
 
 
@@ -84,15 +84,15 @@ def gemm(a: jax.Array, b: jax.Array, *, trans_a: bool = False, trans_b: bool = F
   (M, K)·(K, N) → (M, N), op transposing with trans_a / trans_b. RuntimeError where not `available(dtype)`."""
   dtype = jnp.dtype(dtype)
   if not available(dtype):  # also registers the kernel's targets on first use
-    raise RuntimeError(f"the oneMKL {dtype} kernel cannot run here: {unavailable_reason(dtype.name)}")
+    raise RuntimeError(f"the {dtype} kernel cannot run here: {unavailable_reason(dtype.name)}")
   a, b = a.astype(dtype), b.astype(dtype)
   rows = a.shape[1] if trans_a else a.shape[0]
   cols = b.shape[0] if trans_b else b.shape[1]
   result = jax.ShapeDtypeStruct((rows, cols), jnp.float32)
   # The handler takes matrices only: under vmap (per-token losses, tests/core/test_losses.py) it runs once per element.
   if add_to is None:
-    # oneDNN runs bfloat16 a·bᵀ (the logits E·xᵀ) 1.4-2.3x faster than oneMKL; oneMKL runs dx as fast or faster
-    # (but at GPT-2's shape) and d table faster (benchmarks/README.md).
+    # On AMX oneDNN runs bfloat16 a·bᵀ (the logits E·xᵀ) 1.4-2.3x faster than oneMKL; oneMKL runs dx as fast or
+    # faster (but at GPT-2's shape) and d table faster (benchmarks/README.md). On the oneDNN route both names are it.
     onednn = dtype == jnp.bfloat16 and trans_b and not trans_a
     target = f"{_PREFIX[dtype]}_onednn" if onednn else _PREFIX[dtype]
     return jax.ffi.ffi_call(target, result, vmap_method="sequential")(a, b, trans_a=trans_a, trans_b=trans_b)

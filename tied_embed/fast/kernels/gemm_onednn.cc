@@ -1,7 +1,8 @@
-// oneDNN's bfloat16 matmul for XLA:CPU, on the AMX tiles of CPUs that have them, with float32 accumulation: the
-// chunked loss's (V, C) logits E·xᵀ, the product oneMKL's bfloat16 GEMM runs slowest, which oneDNN's AMX kernels
-// run 1.4-2.3x faster (benchmarks/README.md). A library of its own, loaded only where bfloat16 runs on the kernel:
-// oneDNN's relocations alone make 17 MiB resident. Shapes: gemm.h.
+// oneDNN's matmul for XLA:CPU, with float32 accumulation: bfloat16 on the AMX tiles of CPUs that have them (the
+// chunked loss's (V, C) logits E·xᵀ, which oneMKL's bfloat16 GEMM runs slowest: oneDNN runs them 1.4-2.3x faster), and
+// all three dots, bfloat16 or float32, on a CPU with AVX-512 but no AMX (an AMD EPYC of the Zen 4 kind), where oneDNN
+// runs bfloat16 on `avx512_bf16` at about twice oneMKL's rate (benchmarks/README.md). A library of its own, loaded
+// only where the kernel takes its route: oneDNN's relocations alone make 17 MiB resident. Shapes: gemm.h.
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -16,8 +17,8 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-// The matmul primitives, one per (m, n, k, trans_a, trans_b), created on first use and kept (a step has three
-// shapes). One call at a time: the primitives share one stream and oneDNN's scratchpad.
+// The matmul primitives, one per (type, m, n, k, trans_a, trans_b, accumulate), created on first use and kept (a step
+// has three shapes). One call at a time: the primitives share one stream and oneDNN's scratchpad.
 class Matmuls {
  public:
   static Matmuls& Get() {
@@ -25,20 +26,28 @@ class Matmuls {
     return instance;
   }
 
-  void Multiply(const uint16_t* a, const uint16_t* b, float* out, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                int64_t k) {
+  // out (m, n) = op(a) · op(b), plus out itself where `accumulate` (oneDNN's sum post-op: beta = 1).
+  void Multiply(dnnl::memory::data_type type, const void* a, const void* b, float* out, bool trans_a, bool trans_b,
+                int64_t m, int64_t n, int64_t k, bool accumulate) {
     using dnnl::memory;
     std::lock_guard<std::mutex> lock(mutex_);
-    const memory::desc a_desc({m, k}, memory::data_type::bf16, trans_a ? memory::dims{1, m} : memory::dims{k, 1});
-    const memory::desc b_desc({k, n}, memory::data_type::bf16, trans_b ? memory::dims{1, k} : memory::dims{n, 1});
+    const memory::desc a_desc({m, k}, type, trans_a ? memory::dims{1, m} : memory::dims{k, 1});
+    const memory::desc b_desc({k, n}, type, trans_b ? memory::dims{1, k} : memory::dims{n, 1});
     const memory::desc out_desc({m, n}, memory::data_type::f32, memory::dims{n, 1});
-    const auto key = std::make_tuple(m, n, k, trans_a, trans_b);
+    const auto key = std::make_tuple(static_cast<int>(type), m, n, k, trans_a, trans_b, accumulate);
     auto found = primitives_.find(key);
     if (found == primitives_.end()) {
-      found = primitives_.emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(engine_, a_desc, b_desc, out_desc)))
+      dnnl::primitive_attr attributes;
+      if (accumulate) {
+        dnnl::post_ops sum;
+        sum.append_sum(1.0f);
+        attributes.set_post_ops(sum);
+      }
+      found = primitives_.emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(engine_, a_desc, b_desc, out_desc,
+                                                                                   attributes)))
                   .first;
     }
-    memory a_memory(a_desc, engine_, const_cast<uint16_t*>(a)), b_memory(b_desc, engine_, const_cast<uint16_t*>(b));
+    memory a_memory(a_desc, engine_, const_cast<void*>(a)), b_memory(b_desc, engine_, const_cast<void*>(b));
     memory out_memory(out_desc, engine_, out);
     found->second.execute(stream_, {{DNNL_ARG_SRC, a_memory}, {DNNL_ARG_WEIGHTS, b_memory}, {DNNL_ARG_DST, out_memory}});
     stream_.wait();
@@ -47,31 +56,58 @@ class Matmuls {
  private:
   dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream_{engine_};
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool>, dnnl::matmul> primitives_;
+  std::map<std::tuple<int, int64_t, int64_t, int64_t, bool, bool, bool>, dnnl::matmul> primitives_;
   std::mutex mutex_;
 };
 
-ffi::Error Multiply(const uint16_t* a, const uint16_t* b, float* out, bool trans_a, bool trans_b, int64_t m,
-                    int64_t n, int64_t k, int64_t /*lda*/, int64_t /*ldb*/, float /*beta: always 0 here*/) {
+template <typename Operand>
+ffi::Error Multiply(const Operand* a, const Operand* b, float* out, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                    int64_t k, int64_t /*lda*/, int64_t /*ldb*/, float beta) {
+  const auto type = sizeof(Operand) == 2 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
   try {
-    Matmuls::Get().Multiply(a, b, out, trans_a, trans_b, m, n, k);
+    Matmuls::Get().Multiply(type, a, b, out, trans_a, trans_b, m, n, k, beta != 0.0f);
   } catch (const dnnl::error& error) {
     return ffi::Error::Internal(std::string("onednn matmul: ") + error.what());
   }
   return ffi::Error::Success();
 }
 
-ffi::Error GemmImpl(ffi::Buffer<ffi::BF16> a, ffi::Buffer<ffi::BF16> b, bool trans_a, bool trans_b,
-                    ffi::ResultBuffer<ffi::F32> out) {
-  return tied_embed::Gemm<ffi::BF16>(a, b, nullptr, trans_a, trans_b, out, Multiply);
+template <ffi::DataType T>
+ffi::Error GemmImpl(ffi::Buffer<T> a, ffi::Buffer<T> b, bool trans_a, bool trans_b, ffi::ResultBuffer<ffi::F32> out) {
+  return tied_embed::Gemm<T>(a, b, nullptr, trans_a, trans_b, out, [](auto... args) { return Multiply(args...); });
+}
+
+template <ffi::DataType T>
+ffi::Error GemmAccumulateImpl(ffi::Buffer<T> a, ffi::Buffer<T> b, ffi::Buffer<ffi::F32> c, bool trans_a,
+                              bool trans_b, ffi::ResultBuffer<ffi::F32> out) {
+  if (c.element_count() != out->element_count()) {
+    return ffi::Error::InvalidArgument("onednn gemm_accumulate: the addend must have the output's shape");
+  }
+  return tied_embed::Gemm<T>(a, b, c.typed_data(), trans_a, trans_b, out,
+                             [](auto... args) { return Multiply(args...); });
 }
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Bf16Gemm, GemmImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::BF16>>()
-                                  .Arg<ffi::Buffer<ffi::BF16>>()
-                                  .Attr<bool>("trans_a")
-                                  .Attr<bool>("trans_b")
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+#define PLAIN_HANDLER(NAME, DTYPE)                                   \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, GemmImpl<DTYPE>,               \
+                                ffi::Ffi::Bind()                     \
+                                    .Arg<ffi::Buffer<DTYPE>>()       \
+                                    .Arg<ffi::Buffer<DTYPE>>()       \
+                                    .Attr<bool>("trans_a")           \
+                                    .Attr<bool>("trans_b")           \
+                                    .Ret<ffi::Buffer<ffi::F32>>());
+#define ACCUMULATE_HANDLER(NAME, DTYPE)                              \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, GemmAccumulateImpl<DTYPE>,     \
+                                ffi::Ffi::Bind()                     \
+                                    .Arg<ffi::Buffer<DTYPE>>()       \
+                                    .Arg<ffi::Buffer<DTYPE>>()       \
+                                    .Arg<ffi::Buffer<ffi::F32>>()    \
+                                    .Attr<bool>("trans_a")           \
+                                    .Attr<bool>("trans_b")           \
+                                    .Ret<ffi::Buffer<ffi::F32>>());
+
+PLAIN_HANDLER(F32Gemm, ffi::F32)
+ACCUMULATE_HANDLER(F32GemmAccumulate, ffi::F32)
+PLAIN_HANDLER(Bf16Gemm, ffi::BF16)
+ACCUMULATE_HANDLER(Bf16GemmAccumulate, ffi::BF16)

@@ -22,13 +22,13 @@ log = logging.getLogger(__name__)
 
 
 def kernel_set(config: ml_collections.ConfigDict, params, devices: int = 1) -> str:
-  """The kernels `config`'s step uses here, as fast/choose.py picks them: e.g. "gemm-f32,adamw", or "none"."""
+  """The kernels `config`'s step uses, as fast/choose.py picks them: e.g. "gemm-f32,adamw" (gemm.ROUTES), "none"."""
   if devices != 1:
     return "none"
   dtype, table = str(config.model.dtype), (int(config.model.vocab_size), int(config.model.d_model))
   names = []
   if int(config.loss.chunk_size) > 0 and gemm.available(dtype) and gemm.pays_off(table, dtype):
-    names.append("gemm-f32" if dtype == "float32" else "gemm-bf16")
+    names.append(gemm.route(dtype))
   if config.train.optimizer == "adamw" and fused_adamw.available() and fused_adamw.pays_off(params):
     names.append("adamw")
   return ",".join(names) or "none"
