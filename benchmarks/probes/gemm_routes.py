@@ -1,7 +1,7 @@
 """The chunked loss's three dots on each route: XLA's dot, tied_embed/fast/kernels/gemm.py, and PyTorch's matmul.
 
   python benchmarks/probes/gemm_routes.py [--rounds=5] [--json=runs/bench/gemm_routes.json]
-  python benchmarks/probes/gemm_routes.py --dtypes=float32 --kernel_anywhere   # oneMKL's sgemm on an AMD CPU too
+  python benchmarks/probes/gemm_routes.py --routes=gemm-f32,gemm-bf16   # oneMKL's routes on any CPU, AMD's too
 
 For each shape of benchmarks/run.py's sections (V, D, T) and the step's chunk of C=256 tokens, the three dots of one
 chunk (tied_embed/fast/chunked_loss.py's `_chunk_step`):
@@ -49,8 +49,8 @@ flags.DEFINE_integer("rounds", 5, "interleaved timing rounds")
 flags.DEFINE_string("json", None, "also write the results here")
 flags.DEFINE_list("dtypes", ["float32", "bfloat16"], "operand dtypes to time (PyTorch's bfloat16 matmul on a CPU "
                   "without avx512_bf16 runs a scalar loop: minutes a shape)")
-flags.DEFINE_bool("kernel_anywhere", False, "time the kernel on a CPU the step does not route to it too: the "
-                  "measurement that decides such a route")
+flags.DEFINE_list("routes", [], "time the kernel on these routes (tied_embed/fast/kernels/gemm.py's ROUTES, one per "
+                  "dtype) in place of this CPU's own: the measurement that decides a CPU's route")
 FLAGS = flags.FLAGS
 
 
@@ -105,7 +105,7 @@ def measure(rounds: int = 5, dtypes: tuple[str, ...] = ("float32", "bfloat16")) 
     for dtype in dtypes:
       routes = {"XLA dot": _jax_dots(vocab_size, d_model, dtype, kernel=False)}
       if mkl.available(dtype):
-        routes["the kernel"] = _jax_dots(vocab_size, d_model, dtype, kernel=True)
+        routes[mkl.route(dtype)] = _jax_dots(vocab_size, d_model, dtype, kernel=True)  # the kernel, by its route
       try:
         routes["PyTorch matmul"] = _torch_dots(vocab_size, d_model, dtype)
       except ImportError:
@@ -121,12 +121,14 @@ def measure(rounds: int = 5, dtypes: tuple[str, ...] = ("float32", "bfloat16")) 
 
 def main(argv) -> None:
   del argv
-  if FLAGS.kernel_anywhere:  # the step's own gate stays as it is; only this process's probe lifts it
-    mkl.cpu_is_intel_avx512 = mkl.cpu_has_amx_bf16 = lambda *_, **__: True
+  if FLAGS.routes:  # the step's own routing stays as it is; only this process's probe takes others
+    forced = {("float32" if "f32" in name else "bfloat16"): name for name in FLAGS.routes}
+    own = mkl.route
+    mkl.route = lambda dtype="float32", *args: forced.get(jax.numpy.dtype(dtype).name) or own(dtype, *args)
   results = measure(FLAGS.rounds, tuple(FLAGS.dtypes))
   print(f"one chunk's dots (C={CHUNK}), fastest of {FLAGS.rounds} calls, {workload.cpu_threads()} threads")
   for row in results:
-    print(f"  {row['shape']:<10} V={row['V']:<6} D={row['D']:<4} {row['dtype']:<9} {row['route']:<15} "
+    print(f"  {row['shape']:<10} V={row['V']:<6} D={row['D']:<4} {row['dtype']:<9} {row['route']:<16} "
           f"{row['dot']:<7} {row['ms']:7.2f} ms {row['gflops']:6.0f} GFLOP/s")
   if FLAGS.json:
     pathlib.Path(FLAGS.json).parent.mkdir(parents=True, exist_ok=True)

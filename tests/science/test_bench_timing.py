@@ -44,3 +44,13 @@ def test_the_report_writes_a_runs_table_into_its_cpu_kinds_block_only(tmp_path, 
   amd_block = text.split(amd[0])[1].split(amd[1])[0]
   assert "AMD EPYC" in amd_block and "2026-12-05" in amd_block and "avx2 fma" in amd_block
   assert "| V=2048: jit on first call | 9 |" in amd_block and "old" not in amd_block
+
+
+def test_each_cpu_kind_keeps_its_own_table():
+  from benchmarks import run  # noqa: PLC0415
+
+  assert run.cpu_kind("AMD EPYC 9R14 96-Core Processor", ["avx2", "avx512f", "avx512_bf16"]) == "amd-avx512"
+  assert run.cpu_kind("AMD EPYC 7R13 Processor", ["avx2", "fma"]) == "amd"  # Zen 3: XLA's dots, a table of its own
+  assert run.cpu_kind("Intel(R) Xeon(R) Platinum 8488C", ["avx512f", "amx_bf16"]) == "intel"
+  assert run.cpu_kind("Neoverse-V1", ["avx512f"]) == "other"
+  assert report.markers("amd-avx512") == ("<!-- bench:amd-avx512:begin -->", "<!-- bench:amd-avx512:end -->")
