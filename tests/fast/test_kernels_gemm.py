@@ -69,6 +69,11 @@ def test_gemm_accumulates_onto_its_addend():
   addend = rng.standard_normal((5, 3)).astype(np.float32)
   got = jax.jit(lambda a, b, c: gemm.gemm(a, b, add_to=c, dtype="bfloat16"))(a, b, addend)
   assert _max_relative(got, _bf16(a) @ _bf16(b) + addend.astype(np.float64)) < KERNEL_BOUND
+  # donated, as the step's loop donates d table: the output is the addend's own buffer, added to in place
+  in_place = jax.jit(lambda a, b, c: gemm.gemm(a, b, add_to=c, dtype="bfloat16"), donate_argnums=2)
+  got = in_place(a, b, jnp.asarray(addend))
+  assert _max_relative(got, _bf16(a) @ _bf16(b) + addend.astype(np.float64)) < KERNEL_BOUND
+  assert _max_relative(in_place(a, b, got), 2 * (_bf16(a) @ _bf16(b)) + addend.astype(np.float64)) < KERNEL_BOUND
 
 
 @needs_kernel
