@@ -29,43 +29,6 @@ ffi::Error Multiply(const uint16_t* a, const uint16_t* b, float* out, bool trans
   return ffi::Error::Success();
 }
 
-template <ffi::DataType T>
-ffi::Error GemmImpl(ffi::Buffer<T> a, ffi::Buffer<T> b, bool trans_a, bool trans_b,
-                    ffi::ResultBuffer<ffi::F32> out) {
-  return tied_embed::Gemm<T>(a, b, nullptr, trans_a, trans_b, out, [](auto... args) { return Multiply(args...); });
-}
-
-template <ffi::DataType T>
-ffi::Error GemmAccumulateImpl(ffi::Buffer<T> a, ffi::Buffer<T> b, ffi::Buffer<ffi::F32> c, bool trans_a,
-                              bool trans_b, ffi::ResultBuffer<ffi::F32> out) {
-  if (c.element_count() != out->element_count()) {
-    return ffi::Error::InvalidArgument("mkl gemm_accumulate: the addend must have the output's shape");
-  }
-  return tied_embed::Gemm<T>(a, b, c.typed_data(), trans_a, trans_b, out,
-                             [](auto... args) { return Multiply(args...); });
-}
-
 }  // namespace
 
-#define PLAIN_HANDLER(NAME, DTYPE)                                   \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, GemmImpl<DTYPE>,               \
-                                ffi::Ffi::Bind()                     \
-                                    .Arg<ffi::Buffer<DTYPE>>()       \
-                                    .Arg<ffi::Buffer<DTYPE>>()       \
-                                    .Attr<bool>("trans_a")           \
-                                    .Attr<bool>("trans_b")           \
-                                    .Ret<ffi::Buffer<ffi::F32>>());
-#define ACCUMULATE_HANDLER(NAME, DTYPE)                              \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, GemmAccumulateImpl<DTYPE>,     \
-                                ffi::Ffi::Bind()                     \
-                                    .Arg<ffi::Buffer<DTYPE>>()       \
-                                    .Arg<ffi::Buffer<DTYPE>>()       \
-                                    .Arg<ffi::Buffer<ffi::F32>>()    \
-                                    .Attr<bool>("trans_a")           \
-                                    .Attr<bool>("trans_b")           \
-                                    .Ret<ffi::Buffer<ffi::F32>>());
-
-PLAIN_HANDLER(F32Gemm, ffi::F32)
-ACCUMULATE_HANDLER(F32GemmAccumulate, ffi::F32)
-PLAIN_HANDLER(Bf16Gemm, ffi::BF16)
-ACCUMULATE_HANDLER(Bf16GemmAccumulate, ffi::BF16)
+TIED_EMBED_GEMM_HANDLERS()

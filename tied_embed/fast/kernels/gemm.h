@@ -52,3 +52,48 @@ ffi::Error Gemm(ffi::Buffer<T> a, ffi::Buffer<T> b, const float* c, bool trans_a
 }
 
 }  // namespace tied_embed
+
+// Each library's FFI handlers, expanded once at the end of its file, where its `Multiply` overloads (float and
+// uint16_t, i.e. bfloat16, operands; the signature above) are declared: F32Gemm, F32GemmAccumulate, Bf16Gemm and
+// Bf16GemmAccumulate, the symbols tied_embed/fast/kernels/gemm.py registers.
+#define TIED_EMBED_GEMM_HANDLERS()                                                                                 \
+  namespace {                                                                                                      \
+  template <xla::ffi::DataType T>                                                                                  \
+  xla::ffi::Error GemmImpl(xla::ffi::Buffer<T> a, xla::ffi::Buffer<T> b, bool trans_a, bool trans_b,               \
+                           xla::ffi::ResultBuffer<xla::ffi::F32> out) {                                            \
+    return tied_embed::Gemm<T>(a, b, nullptr, trans_a, trans_b, out,                                               \
+                               [](auto... args) { return Multiply(args...); });                                    \
+  }                                                                                                                \
+  template <xla::ffi::DataType T>                                                                                  \
+  xla::ffi::Error GemmAccumulateImpl(xla::ffi::Buffer<T> a, xla::ffi::Buffer<T> b,                                 \
+                                     xla::ffi::Buffer<xla::ffi::F32> c, bool trans_a, bool trans_b,                \
+                                     xla::ffi::ResultBuffer<xla::ffi::F32> out) {                                  \
+    if (c.element_count() != out->element_count()) {                                                               \
+      return xla::ffi::Error::InvalidArgument("gemm_accumulate: the addend must have the output's shape");         \
+    }                                                                                                              \
+    return tied_embed::Gemm<T>(a, b, c.typed_data(), trans_a, trans_b, out,                                        \
+                               [](auto... args) { return Multiply(args...); });                                    \
+  }                                                                                                                \
+  }                                                                                                                \
+  TIED_EMBED_PLAIN_HANDLER(F32Gemm, xla::ffi::F32)                                                                 \
+  TIED_EMBED_ACCUMULATE_HANDLER(F32GemmAccumulate, xla::ffi::F32)                                                  \
+  TIED_EMBED_PLAIN_HANDLER(Bf16Gemm, xla::ffi::BF16)                                                               \
+  TIED_EMBED_ACCUMULATE_HANDLER(Bf16GemmAccumulate, xla::ffi::BF16)
+
+#define TIED_EMBED_PLAIN_HANDLER(NAME, DTYPE)                                                                      \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, GemmImpl<DTYPE>,                                                             \
+                                xla::ffi::Ffi::Bind()                                                              \
+                                    .Arg<xla::ffi::Buffer<DTYPE>>()                                                \
+                                    .Arg<xla::ffi::Buffer<DTYPE>>()                                                \
+                                    .Attr<bool>("trans_a")                                                         \
+                                    .Attr<bool>("trans_b")                                                         \
+                                    .Ret<xla::ffi::Buffer<xla::ffi::F32>>());
+#define TIED_EMBED_ACCUMULATE_HANDLER(NAME, DTYPE)                                                                 \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, GemmAccumulateImpl<DTYPE>,                                                   \
+                                xla::ffi::Ffi::Bind()                                                              \
+                                    .Arg<xla::ffi::Buffer<DTYPE>>()                                                \
+                                    .Arg<xla::ffi::Buffer<DTYPE>>()                                                \
+                                    .Arg<xla::ffi::Buffer<xla::ffi::F32>>()                                        \
+                                    .Attr<bool>("trans_a")                                                         \
+                                    .Attr<bool>("trans_b")                                                         \
+                                    .Ret<xla::ffi::Buffer<xla::ffi::F32>>());
