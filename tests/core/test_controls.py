@@ -403,3 +403,16 @@ def test_an_output_bias_around_a_context_model_keeps_the_context():
   # and the last position reads the tokens before it: another first token changes it
   changed = np.asarray(model(windows.at[:, 2].set((windows[:, 2] + 1) % VOCAB)))
   assert not np.allclose(changed[:, 3], with_bias[:, 3])
+
+
+def test_a_config_without_the_optional_model_fields_builds_the_plain_model():
+  # An older workdir's config holds no `context`, `hidden`, `hidden_l2` or `output_bias`: each reads as absent.
+  def bare(**model):
+    return ml_collections.ConfigDict({"seed": 0, "model": {"vocab_size": 8, "d_model": 4, "tied": True, **model}})
+
+  plain = build_model(bare())
+  assert type(plain).__name__ == "TiedEmbed"
+  assert [path for path, _ in nnx.to_flat_state(nnx.state(plain, nnx.Param))] == [("embedding",)]
+  mapped = build_model(bare(hidden="full"))  # W without its l2: no penalty, even with W away from I
+  mapped.hidden_map.kernel[...] = 2 * jnp.eye(4)
+  assert type(mapped).__name__ == "WithHiddenMap" and mapped.penalty() is None
