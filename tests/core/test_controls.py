@@ -408,7 +408,8 @@ def test_an_output_bias_around_a_context_model_keeps_the_context():
 def test_a_config_without_the_optional_model_fields_builds_the_plain_model():
   # An older workdir's config holds no `context`, `hidden`, `hidden_l2` or `output_bias`: each reads as absent.
   def bare(**model):
-    return ml_collections.ConfigDict({"seed": 0, "model": {"vocab_size": 8, "d_model": 4, "tied": True, **model}})
+    return ml_collections.ConfigDict({"seed": 0, "data": {}, "model": {"vocab_size": 8, "d_model": 4, "tied": True,
+                                                                        **model}})
 
   plain = build_model(bare())
   assert type(plain).__name__ == "TiedEmbed"
@@ -416,3 +417,6 @@ def test_a_config_without_the_optional_model_fields_builds_the_plain_model():
   mapped = build_model(bare(hidden="full"))  # W without its l2: no penalty, even with W away from I
   mapped.hidden_map.kernel[...] = 2 * jnp.eye(4)
   assert type(mapped).__name__ == "WithHiddenMap" and mapped.penalty() is None
+  # a transformer with no data.context_length: windows of one position (bigram pairs)
+  transformer = build_model(bare(context="transformer", layers=1, heads=2))
+  assert transformer.positions[...].shape == (1, 4)
