@@ -96,6 +96,29 @@ def test_the_bfloat16_chunked_loss_runs_the_kernel_and_stays_within_bfloat16_of_
   assert max(errors) < BF16_BOUND, errors
 
 
+@needs_kernel
+@pytest.mark.parametrize("by_token", [False, True])
+def test_the_chunked_loss_forms_the_logits_in_the_orientation_its_route_asks_and_stays_in_bounds(monkeypatch, by_token):
+  """(V, C) logits, E·xᵀ, or (C, V), x·Eᵀ (oneDNN's faster bfloat16 orientation): the same loss and gradients."""
+  monkeypatch.setattr(gemm, "LOGITS_BY_TOKEN", {gemm.route("bfloat16")} if by_token else set())
+  x, table, targets = random_problem(40, 120, 16, seed=8)
+
+  def loss(x, e):
+    return chunked_cross_entropy(x, e, targets, 8, compute_dtype="bfloat16")
+
+  hlo = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, table).as_text()
+  logits = re.findall(r"custom_call @tied_embed_bf16_gemm_onednn\(.*-> tensor<(\d+x\d+)xf32>", hlo)
+  assert logits and set(logits) == {"8x120" if by_token else "120x8"}  # C = 8 tokens, V = 120
+  value, grads = jax.value_and_grad(loss, argnums=(0, 1))(x, table)
+  for got, want in zip((value, *grads), numpy_loss_and_grads(x, table, targets), strict=True):
+    assert np.linalg.norm(np.asarray(got, np.float64) - want) / np.linalg.norm(want) < BF16_BOUND
+
+
+def test_only_onednns_bfloat16_route_forms_the_logits_by_token():
+  # measured faster there (docs/performance.md); on the other routes x·Eᵀ is unmeasured or no faster
+  assert gemm.LOGITS_BY_TOKEN == {"gemm-bf16-onednn"} and gemm.LOGITS_BY_TOKEN <= set(gemm.ROUTES)
+
+
 def test_the_fallback_keeps_xlas_dots_and_the_same_bounds():
   """mkl_kernel=False (what a mesh, or a CPU without AMX, gets) compiles no custom call and stays in bounds."""
   x, table, targets = random_problem(40, 90, 8, seed=7)

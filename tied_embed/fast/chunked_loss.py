@@ -5,8 +5,8 @@ its share of both gradients (p = softmax(x Eᵀ), one-hot targets Y):
 
   d loss / d x = (p E − E[targets]) / T,      d loss / d E = (pᵀ x − Yᵀ x) / T,
 
-in a `jax.custom_vjp`'s forward pass. The logits are formed transposed, (V, C): p stored (C, V) misses XLA:CPU's fast
-matmul path for `pᵀ x` (20-60% slower; benchmarks/README.md)."""
+in a `jax.custom_vjp`'s forward pass. The logits are formed (V, C): p stored (C, V) misses XLA:CPU's fast path for
+`pᵀ x` (20-60% slower; benchmarks/README.md), but oneDNN's bfloat16 matmul runs x Eᵀ faster: its route forms (C, V)."""
 
 from __future__ import annotations
 
@@ -72,29 +72,32 @@ def _target_logits(x: jax.Array, table: jax.Array, targets: jax.Array) -> jax.Ar
   return jnp.sum(x * table[targets], axis=-1)
 
 
-def _chunk_logits(table, x_chunk, compute_dtype, kernel: bool) -> jax.Array:
-  """table (V, D) · x_chunkᵀ (C, D) → (V, C) float32 logits, on oneMKL if `kernel`."""
-  return mkl.gemm(table, x_chunk, trans_b=True, dtype=compute_dtype) if kernel else dot(table, x_chunk.T, compute_dtype)
+def _chunk_logits(table, x_chunk, compute_dtype, kernel: bool) -> tuple[jax.Array, int]:
+  """(float32 logits, their vocabulary axis) of table (V, D) and x_chunk (C, D): table · x_chunkᵀ, (V, C), on the
+  kernel if `kernel`; x_chunk · tableᵀ, (C, V), on a kernel route that runs that faster (gemm.LOGITS_BY_TOKEN)."""
+  by_token = kernel and mkl.route(compute_dtype) in mkl.LOGITS_BY_TOKEN
+  a, b = (x_chunk, table) if by_token else (table, x_chunk)
+  return (mkl.gemm(a, b, trans_b=True, dtype=compute_dtype) if kernel else dot(a, b.T, compute_dtype)), int(by_token)
 
 
 def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, kernel):
   """One chunk's logsumexp and p-part of both gradients, float32: table (V, D) in `compute_dtype`, d_table (V, D) or
   None (the first chunk's), x_chunk (C, D), weights (C,) or None → (d_table + the chunk's, lse (C,), dx (C, D))."""
-  logits = _chunk_logits(table, x_chunk, compute_dtype, kernel)  # (V, C)
-  top = jnp.max(logits, axis=0)
+  logits, vocab_axis = _chunk_logits(table, x_chunk, compute_dtype, kernel)  # (V, C), or (C, V) on axis 1
+  top = jnp.max(logits, axis=vocab_axis, keepdims=True)
   exp = jnp.exp(logits - top)
-  total = jnp.sum(exp, axis=0)
+  total = jnp.sum(exp, axis=vocab_axis)
   # p = exp / total and the mean's 1/T scale the (C, D) operand and product: no pass over the (V, C) exponentials.
   scale = (1.0 / (num_tokens * total))[:, None]  # (C, 1)
   row_scale = scale if weights is None else scale * weights[:, None]
   if kernel:  # d_table accumulates in place (the kernel's output aliases it)
-    d_table = mkl.gemm(exp, x_chunk * row_scale, add_to=d_table, dtype=compute_dtype)
-    dx = mkl.gemm(exp, table, trans_a=True, dtype=compute_dtype) * scale
+    d_table = mkl.gemm(exp, x_chunk * row_scale, trans_a=vocab_axis == 1, add_to=d_table, dtype=compute_dtype)
+    dx = mkl.gemm(exp, table, trans_a=vocab_axis == 0, dtype=compute_dtype) * scale
   else:
     product = dot(exp, x_chunk * row_scale, compute_dtype)
     d_table = product if d_table is None else d_table + product
     dx = dot(exp, table, compute_dtype, (((0,), (0,)), ((), ()))) * scale  # pᵀ E, (C, D)
-  return d_table, top + jnp.log(total), dx
+  return d_table, top.reshape(-1) + jnp.log(total), dx
 
 
 def _add_target_rows(d_table, x, targets, num_tokens, piece):
@@ -124,7 +127,7 @@ def _chunked_ce(x: jax.Array, table: jax.Array, targets: jax.Array, chunk: int, 
   operand_table = operand(table, compute_dtype)
 
   def chunk_lse(carry, x_chunk):
-    return carry, jax.nn.logsumexp(_chunk_logits(operand_table, x_chunk, compute_dtype, kernel), axis=0)
+    return carry, jax.nn.logsumexp(*_chunk_logits(operand_table, x_chunk, compute_dtype, kernel))  # (logits, axis)
 
   _, lse = jax.lax.scan(chunk_lse, None, _token_chunks(x, chunk))
   return jnp.mean(_unchunk(lse, x.shape[0]) - _target_logits(x, table, targets))

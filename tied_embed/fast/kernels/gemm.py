@@ -31,6 +31,7 @@ ROUTES = {
     "gemm-bf16": ("oneMKL's cblas_gemm_bf16bf16f32 and (the logits) oneDNN's matmul, on AMX", _AMX_BF16),
     "gemm-bf16-onednn": ("oneDNN's matmul on avx512_bf16", {n: (GEMM_ONEDNN, s) for n, (_, s) in _AMX_BF16.items()}),
 }
+LOGITS_BY_TOKEN = {"gemm-bf16-onednn"}  # routes forming the logits x·Eᵀ, (C, V): oneDNN runs it faster on avx512_bf16
 _PREFIX = {jnp.dtype(jnp.float32): "tied_embed_f32_gemm", jnp.dtype(jnp.bfloat16): "tied_embed_bf16_gemm"}
 
 # float32 takes the kernel for tables of at least this many entries (V·D): below, each call's overhead outweighs the
@@ -45,11 +46,9 @@ def route(dtype="float32", cpuinfo: pathlib.Path = pathlib.Path("/proc/cpuinfo")
   (docs/performance.md); None: XLA's dot (with AVX2 alone every library ran within 10% of it)."""
   flags = set((library.cpuinfo_field("flags", cpuinfo) or "").split())
   if jnp.dtype(dtype) == jnp.float32:
-    if "avx512f" not in flags:
-      return None
-    return "gemm-f32" if library.cpuinfo_field("vendor_id", cpuinfo) == "GenuineIntel" else "gemm-f32-onednn"
-  amx = {"amx_bf16", "amx_tile"} <= flags
-  return "gemm-bf16" if amx else "gemm-bf16-onednn" if "avx512_bf16" in flags else None
+    intel = library.cpuinfo_field("vendor_id", cpuinfo) == "GenuineIntel"
+    return None if "avx512f" not in flags else "gemm-f32" if intel else "gemm-f32-onednn"
+  return "gemm-bf16" if {"amx_bf16", "amx_tile"} <= flags else "gemm-bf16-onednn" if "avx512_bf16" in flags else None
 
 
 @functools.cache
@@ -91,8 +90,7 @@ def gemm(a: jax.Array, b: jax.Array, *, trans_a: bool = False, trans_b: bool = F
   result = jax.ShapeDtypeStruct((rows, cols), jnp.float32)
   # The handler takes matrices only: under vmap (per-token losses, tests/core/test_losses.py) it runs once per element.
   if add_to is None:
-    # On AMX oneDNN runs bfloat16 a·bᵀ (the logits E·xᵀ) 1.4-2.3x faster than oneMKL; oneMKL runs dx as fast or
-    # faster (but at GPT-2's shape) and d table faster (benchmarks/README.md). On the oneDNN route both names are it.
+    # On AMX oneDNN runs the bfloat16 logits 1.4-2.3x faster than oneMKL, oneMKL the rest (benchmarks/README.md).
     onednn = dtype == jnp.bfloat16 and trans_b and not trans_a
     target = f"{_PREFIX[dtype]}_onednn" if onednn else _PREFIX[dtype]
     return jax.ffi.ffi_call(target, result, vmap_method="sequential")(a, b, trans_a=trans_a, trans_b=trans_b)
