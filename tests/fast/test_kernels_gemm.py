@@ -126,7 +126,11 @@ def test_the_fallback_keeps_xlas_dots_and_the_same_bounds():
   def loss(x, e):
     return chunked_cross_entropy(x, e, targets, 8, compute_dtype="bfloat16", mkl_kernel=False)
 
-  assert "custom_call" not in jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, table).as_text()
+  hlo = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, table).as_text()
+  assert "custom_call" not in hlo
+  # every dot of the fallback (logits, d table, dx) takes bfloat16 operands to a float32 result, as asked
+  dots = re.findall(r"dot_general .*: \(tensor<[\dx]+x(\w+)>, tensor<[\dx]+x(\w+)>\) -> tensor<[\dx]+x(\w+)>", hlo)
+  assert len(dots) == 6 and set(dots) == {("bf16", "bf16", "f32")}, dots
   value, grads = jax.value_and_grad(loss, argnums=(0, 1))(x, table)
   reference = numpy_loss_and_grads(x, table, targets)
   for got, want in zip((value, *grads), reference, strict=True):
