@@ -114,6 +114,17 @@ def test_the_chunked_loss_forms_the_logits_in_the_orientation_its_route_asks_and
     assert np.linalg.norm(np.asarray(got, np.float64) - want) / np.linalg.norm(want) < BF16_BOUND
 
 
+@needs_kernel
+@needs_f32_kernel
+def test_a_route_in_logits_by_token_turns_its_own_dtypes_logits_only(monkeypatch):
+  monkeypatch.setattr(gemm, "FLOAT32_MIN_TABLE_SIZE", 0)  # the float32 kernel at this small size too
+  monkeypatch.setattr(gemm, "LOGITS_BY_TOKEN", {gemm.route("bfloat16")})
+  x, table, targets = random_problem(40, 120, 16, seed=8)
+  hlo = jax.jit(lambda x, e: chunked_cross_entropy(x, e, targets, 8)).lower(x, table).as_text()
+  logits = re.findall(r"custom_call @tied_embed_f32_gemm\(.*-> tensor<(\d+x\d+)xf32>", hlo)
+  assert logits == ["120x8"]  # float32's logits stay (V, C): only the bfloat16 route is named
+
+
 def test_only_onednns_bfloat16_route_forms_the_logits_by_token():
   # measured faster there (docs/performance.md); on the other routes x·Eᵀ is unmeasured or no faster
   assert gemm.LOGITS_BY_TOKEN == {"gemm-bf16-onednn"} and gemm.LOGITS_BY_TOKEN <= set(gemm.ROUTES)
