@@ -19,7 +19,6 @@ from tied_embed.fast.kernels.library import GEMM, GEMM_ONEDNN
 
 SWITCH = "TIED_EMBED_MKL"  # "0" turns the kernel off (XLA's dots instead)
 
-
 _ONEMKL_F32 = {"tied_embed_f32_gemm": (GEMM, "F32Gemm"), "tied_embed_f32_gemm_accumulate": (GEMM, "F32GemmAccumulate")}
 _AMX_BF16 = {"tied_embed_bf16_gemm": (GEMM, "Bf16Gemm"), "tied_embed_bf16_gemm_onednn": (GEMM_ONEDNN, "Bf16Gemm"),
              "tied_embed_bf16_gemm_accumulate": (GEMM, "Bf16GemmAccumulate")}
@@ -41,6 +40,7 @@ FLOAT32_MIN_TABLE_SIZE = 2**19
 log = logging.getLogger(__name__)
 
 
+@functools.cache  # read once per process, not on every trace of the chunked loss
 def route(dtype="float32", cpuinfo: pathlib.Path = pathlib.Path("/proc/cpuinfo")) -> str | None:
   """The ROUTES key `dtype`'s dots take on this CPU, by its instruction sets, each the fastest measured on such a CPU
   (docs/performance.md); None: XLA's dot (with AVX2 alone every library ran within 10% of it)."""
