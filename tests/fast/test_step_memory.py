@@ -76,21 +76,3 @@ def test_a_step_jitted_on_its_first_call_compiles_then_frees_the_compilers_heap_
   assert events == ["compile", "release", "run", "run", "compile", "release", "run", "run"]
   compiles = [r for r in caplog.records if r.getMessage().startswith("Compiling jit(step)")]
   assert len(compiles) == 2, [r.getMessage()[:80] for r in compiles]  # once per variant: jit reuses what it compiled
-
-
-def test_the_step_compiles_with_xlas_classic_fusion_emitters_and_so_computes_what_the_mlir_ones_do(monkeypatch):
-  # XLA:CPU's MLIR fusion emitters build a pass pipeline per fusion: compiling the step at V=32768 held 173 MiB above
-  # the state against the classic emitters' 77, and the compile is the peak of a step jitted on its first call
-  # (docs/performance.md). The same step either way, but for the last place of an exp or log (1 ulp in a fifth of
-  # the table's entries after two steps here; bit for bit at the bench's V=8192, where oneDNN runs the dots).
-  assert compilation.compiler_options()["xla_cpu_use_fusion_emitters"] is False
-  classic, _, ids, next_ids = _setup()
-  monkeypatch.setitem(compilation.CPU_COMPILER_OPTIONS, "xla_cpu_use_fusion_emitters", True)
-  mlir, state, _, _ = _setup()
-  got, want = jax.tree.map(jnp.copy, state), state
-  for with_stats in (False, True):
-    got, got_metrics = classic(got, ids, next_ids, with_stats=with_stats)
-    want, want_metrics = mlir(want, ids, next_ids, with_stats=with_stats)
-  np.testing.assert_allclose(got_metrics["loss"], want_metrics["loss"], rtol=1e-6)
-  for (path, value), other in zip(jax.tree.leaves_with_path(want), jax.tree.leaves(got), strict=True):
-    np.testing.assert_allclose(other, value, rtol=1e-5, atol=1e-7, err_msg=jax.tree_util.keystr(path))

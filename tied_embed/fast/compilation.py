@@ -1,4 +1,5 @@
-"""How the train step is compiled: XLA:CPU's options, the persistent cache, compiling ahead and `release_freed`."""
+"""How the train step is compiled: XLA:CPU's options, and compiling ahead of the first step so that the compiler's
+freed memory goes back to the OS (`release_freed`) before any step's temporaries exist."""
 
 from __future__ import annotations
 
@@ -15,11 +16,9 @@ from flax import nnx
 # - YNNPACK fuses each dot with its elementwise neighbours, so the chunked loss's `d_table + exp @ x` accumulates inside
 #   the dot (10-15% faster, one (V, D) buffer fewer), and the reductions, which stop fusing under the dot fusion alone.
 # - Copy insertion by region analysis: without it XLA:CPU copied the (V, D) table before updating it in place.
-# - XLA:CPU's classic fusion emitters: compiling with the MLIR ones held 2.2x the heap (docs/performance.md).
 CPU_COMPILER_OPTIONS = {
     "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_REDUCE",
     "xla_cpu_copy_insertion_use_region_analysis": True,
-    "xla_cpu_use_fusion_emitters": False,
 }
 
 
@@ -34,8 +33,9 @@ CACHE_MAX_BYTES = 2 << 30  # the least recently used programs are dropped beyond
 
 
 def cache_compiles() -> pathlib.Path | None:
-  """Keeps compiled programs for runs of the same shapes, config and JAX in $TIED_EMBED_COMPILE_CACHE, else
-  $XDG_CACHE_HOME/tied_embed/xla; none if that is '' or can't be made (a cache set up already is kept) → it or None."""
+  """Keeps compiled programs in JAX's persistent cache, so a run with the same shapes, config and JAX reads them back
+  (the same program, the same numbers): $TIED_EMBED_COMPILE_CACHE, else $XDG_CACHE_HOME/tied_embed/xla; none where that
+  is '' or can't be made, and a cache already set up is left as it is. → the directory, or None."""
   chosen = os.environ.get(CACHE_VARIABLE)
   if chosen == "" or jax.config.jax_compilation_cache_dir:
     return None
