@@ -90,12 +90,11 @@ class StepWithGradientBuffer:
 
   def lower(self, state, ids, next_ids, with_stats: bool = False):
     """The lowered step for these arguments (arrays, or `jax.ShapeDtypeStruct`s for compiling ahead)."""
-    concrete = all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(state))
-    # For a state of arrays, the very buffer the calls will donate: an abstract leaf counts as committed, the buffer
-    # beside an uncommitted state does not, and jit would compile again at the first call.
-    buffer = self._buffer_for(state) if concrete else jax.tree.map(
-        lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding),
-        model_params(self._graphdef, state))
+    def abstract(param):  # placed as `_buffer_for` places it (an abstract leaf counts as committed): jit's same key
+      sharding = param.sharding if getattr(param, "committed", True) else None
+      return jax.ShapeDtypeStruct(param.shape, param.dtype, sharding=sharding)
+
+    buffer = jax.tree.map(abstract, model_params(self._graphdef, state))
     return self._jitted.lower(state, ids, next_ids, buffer, with_stats=with_stats)
 
   def _buffer_for(self, state) -> nnx.State:
@@ -111,22 +110,23 @@ class StepWithGradientBuffer:
     return self._buffer
 
   def __call__(self, state, ids, next_ids, with_stats: bool = False):
+    self._compile_once(state, ids, next_ids, with_stats)
     buffer = self._buffer_for(state)
-    self._compile_once(state, ids, next_ids, buffer, with_stats)
     new_state, metrics, self._buffer = self._jitted(state, ids, next_ids, buffer, with_stats=with_stats)
     return new_state, metrics
 
-  def _compile_once(self, state, ids, next_ids, buffer, with_stats: bool) -> None:
+  def _compile_once(self, state, ids, next_ids, with_stats: bool) -> None:
     """Compiles the step for a new signature of these arguments before running it, then hands the compiler's freed
     heap back to the OS: jit compiling inside the call would leave that heap (~90 MiB) held under every step after.
-    A signature compiled ahead (`compilation.compile_ahead`) comes back from jit's cache without compiling again."""
+    Before the first call makes the (V, D) gradient buffer, so the two never add up. A signature compiled ahead
+    (`compilation.compile_ahead`) comes back from jit's cache without compiling again."""
     def signature(leaf):  # what jit keys a compiled program by: shape, dtype, weak type, and a committed placement
       committed = getattr(leaf, "committed", False)  # a NumPy batch is placed by jit as an uncommitted array is
       return leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False), leaf.sharding if committed else None
 
-    arguments = (state, ids, next_ids, buffer)
+    arguments = (state, ids, next_ids)  # the buffer follows from the state's Params
     key = (with_stats, jax.tree.structure(arguments), tuple(signature(leaf) for leaf in jax.tree.leaves(arguments)))
     if key not in self._compiled:
-      self._jitted.lower(state, ids, next_ids, buffer, with_stats=with_stats).compile()
+      self.lower(state, ids, next_ids, with_stats).compile()
       compilation.release_freed()
       self._compiled.add(key)
