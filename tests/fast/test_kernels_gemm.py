@@ -221,7 +221,6 @@ def test_the_route_follows_the_instruction_sets(tmp_path: pathlib.Path, vendor, 
   assert gemm.route("float32", tmp_path / "absent") is None and gemm.route("bfloat16", tmp_path / "absent") is None
 
 
-
 def test_the_route_reads_the_cpus_flags_once_per_process_not_on_every_trace(tmp_path: pathlib.Path, monkeypatch):
   cpuinfo = tmp_path / "cpuinfo"
   cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: avx512f avx512_bf16\n")
@@ -230,6 +229,7 @@ def test_the_route_reads_the_cpus_flags_once_per_process_not_on_every_trace(tmp_
   monkeypatch.setattr(gemm.library, "cpuinfo_field", lambda *args: reads.append(args) or field(*args))
   assert [gemm.route("bfloat16", cpuinfo) for _ in range(3)] == ["gemm-bf16-onednn"] * 3
   assert len(reads) == 1
+
 
 def test_each_route_registers_its_own_library():
   assert {library for _, (library, _) in gemm.ROUTES["gemm-bf16-onednn"][1].items()} == {GEMM_ONEDNN}

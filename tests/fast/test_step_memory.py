@@ -1,6 +1,7 @@
 """What the train step holds, read from its compiled program and its call order, not timed: it donates its whole
 state, its temporaries never include the (T, V) logits, and jitted on its first call it compiles first and hands
-the compiler's freed heap back before its gradient buffer and the step's temporaries exist (benchmarks/step_memory.py measures the peaks).
+the compiler's freed heap back before its gradient buffer and the step's temporaries exist
+(benchmarks/step_memory.py measures the peaks).
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def test_a_step_jitted_on_its_first_call_compiles_frees_the_compilers_heap_then_
   release, make_buffer = compilation.release_freed, step._buffer_for
   monkeypatch.setattr(compilation, "release_freed", lambda: events.append("release") or release())
   # The (V, D) gradient buffer made after the compile: its memory and the compiler's peak never add up.
-  monkeypatch.setattr(step, "_buffer_for", lambda s: (step._buffer is None and events.append("buffer")) or make_buffer(s))
+  monkeypatch.setattr(step, "_buffer_for",
+                      lambda s: (step._buffer is None and events.append("buffer")) or make_buffer(s))
   step._jitted = _SpyJit(step._jitted, events)
   with jax.log_compiles(True), caplog.at_level(logging.WARNING, logger="jax._src.interpreters.pxla"):
     for with_stats in (False, False, True, False):

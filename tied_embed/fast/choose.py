@@ -8,7 +8,6 @@ import functools
 import logging
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -90,23 +89,23 @@ class StepWithGradientBuffer:
 
   def lower(self, state, ids, next_ids, with_stats: bool = False):
     """The lowered step for these arguments (arrays, or `jax.ShapeDtypeStruct`s for compiling ahead)."""
-    def abstract(param):  # placed as `_buffer_for` places it (an abstract leaf counts as committed): jit's same key
+    return self._jitted.lower(state, ids, next_ids, self._abstract_buffer(state), with_stats=with_stats)
+
+  def _abstract_buffer(self, state) -> nnx.State:
+    # Placed as the Params are (abstract: committed): a committed buffer by uncommitted Params recompiles at the call.
+    def abstract(param):
       sharding = param.sharding if getattr(param, "committed", True) else None
       return jax.ShapeDtypeStruct(param.shape, param.dtype, sharding=sharding)
 
-    buffer = jax.tree.map(abstract, model_params(self._graphdef, state))
-    return self._jitted.lower(state, ids, next_ids, buffer, with_stats=with_stats)
+    return jax.tree.map(abstract, model_params(self._graphdef, state))
 
   def _buffer_for(self, state) -> nnx.State:
     # None before the first call; deleted if a call donated it and then failed before returning the new one.
     if self._buffer is None or any(leaf.is_deleted() for leaf in jax.tree.leaves(self._buffer)):
-      # Host zeros (jnp.zeros would compile a program after the trainer compiled ahead), placed as the Params are:
-      # a committed buffer beside an uncommitted state would commit the outputs, and jit would compile again.
-      def zeros_like(param):
-        zeros = np.zeros(param.shape, param.dtype)
-        return jax.device_put(zeros, param.sharding) if param.committed else jnp.asarray(zeros)
-
-      self._buffer = jax.tree.map(zeros_like, model_params(self._graphdef, state))
+      # Host zeros, transferred: jnp.zeros and jnp.asarray would each compile a program after the trainer compiled
+      # ahead. `device_put` with no sharding leaves the buffer uncommitted, as jit places the Params beside it.
+      self._buffer = jax.tree.map(lambda buffer: jax.device_put(np.zeros(buffer.shape, buffer.dtype), buffer.sharding),
+                                  self._abstract_buffer(state))
     return self._buffer
 
   def __call__(self, state, ids, next_ids, with_stats: bool = False):

@@ -1,5 +1,4 @@
-"""How the train step is compiled: XLA:CPU's options, and compiling ahead of the first step so that the compiler's
-freed memory goes back to the OS (`release_freed`) before any step's temporaries exist."""
+"""How the train step is compiled: XLA:CPU's options, the persistent cache, compiling ahead and `release_freed`."""
 
 from __future__ import annotations
 
