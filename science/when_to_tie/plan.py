@@ -38,27 +38,19 @@ BLOCK_SECONDS = 2 * 3600
 # subword bigram block's runs on the 2-core AMD EPYC build machine (AVX2; evaluation by distinct inputs), 1% and 10%
 # measured (72 runs each, 277 and 2,772 steps); 100% estimated as 10%'s 25.7 ms of CPU a step × its 27,774 steps.
 RUN_SECONDS = {"bytes": {0.01: 6.6, 0.1: 5.9, 1.0: 10.3}, "subword": {0.01: 15.9, 0.1: 61.4, 1.0: 714.0}}
-# A context family's run: CPU seconds of one run (the family's tied + W, the tuning seed, the block's schedule),
-# measured by science/when_to_tie's Sweep.train on the 2-core AMD EPYC build machine (AVX2) under a load average of
-# 10-14 (a sweep and three other engineers' work beside it: the wall times were 5-7× these), and taken as the wall
-# seconds of a run on an unloaded 2-core machine (the published sweeps' runs used 0.7-1.7 cores: 7.4 min of CPU in
-# 10.5 min on bytes, 124 in 73 on subword). Measured: bytes MLP 33.0 s at 1% (200 steps, 20 evals), 33.3 s at 10%
-# (603 steps), 60.3 s at 100% (3,000 steps): a windowed eval (each scores the selection and validation windows) is
-# most of a run, ~9.75 ms of CPU a step the rest; subword MLP 225.9 s at 1% (277 steps, 12 evals of 463,000 tokens:
-# ~17.6 s each); bytes transformer 57.1 s at 1%, 54.2 s at 10%, 86.8 s at 100% (13.6 ms a step), and 48.2 s at 1%
-# with 10 evals instead of 20: ~36 s of a transformer run is its fixed cost (set-up and compiling), whatever its
-# steps and evals. Estimated (not measured): the subword MLP at 10% and 100% as 1%'s evals plus its steps at ~18 ms
-# (the bytes MLP's per-step cost × the subword bigram's per-step cost over the bytes bigram's); the subword
-# transformer as the subword MLP × the bytes transformer's measured ratio to the bytes MLP at the same size (from
-# their loaded-machine timings: transformer 57.1, 54.2, 86.8 s at 1%, 10%, 100%).
-# Bytes MLP, replaced by its block's own runs (2026-12-06, the same machine at a load average of 2-4, 2,500 steps at
-# most): the mean wall seconds of its runs, 12.4 s at 1%, 15.8 s at 10%, 31.4 s at 100% (the block: 63.8 min, its
-# datasets and count models included), so a loaded machine's CPU seconds overstated an idle one's wall by 2-3×.
-# Bytes transformer, likewise (2026-12-06, two sittings): the median wall seconds of its runs, 20.1 s, 27.5 s and
-# 60.0 s (the block: 112.8 min).
+# A context family's run: wall seconds of one run by corpus and size, as its block's sweep measured them (median
+# wall seconds of its runs; `block_seconds` is their sum). Bytes, on the 2-core AMD EPYC build machine (AVX2) at a
+# load average of 2-4: MLP 12.4 s, 15.8 s and 31.4 s at 1%, 10% and 100% (2,500 steps at most; the block 63.8 min),
+# transformer 20.1 s, 27.5 s and 60.0 s (the block 112.8 min, two sittings). Subword, on the 2-core AMD EPYC with
+# AVX-512, the MLP and transformer blocks' sittings side by side (each run on about one core): MLP 41.7 s at 1%
+# (285 steps, 12 evals of ~496,000 tokens: the windowed evals are most of it), 139.5 s at 10% and 660.0 s at 100%
+# (3 runs of 28,534 steps); transformer 84.0 s at 1% and 146.4 s at 10%, its 100% estimated as the MLP's × the
+# transformer's 10% over the MLP's. An earlier estimate from one run on a loaded machine (its CPU seconds taken for
+# an idle machine's wall seconds) overstated these 1.5-5×.
 CONTEXT_RUN_SECONDS = {
-    "mlp": {"bytes": {0.01: 12.4, 0.1: 15.8, 1.0: 31.4}, "subword": {0.01: 225.9, 0.1: 274.0, 1.0: 751.0}},
-    "transformer": {"bytes": {0.01: 20.1, 0.1: 27.5, 1.0: 60.0}, "subword": {0.01: 390.9, 0.1: 446.0, 1.0: 1081.0}},
+    "mlp": {"bytes": {0.01: 12.4, 0.1: 15.8, 1.0: 31.4}, "subword": {0.01: 41.7, 0.1: 139.5, 1.0: 660.0}},
+    "transformer": {"bytes": {0.01: 20.1, 0.1: 27.5, 1.0: 60.0},
+                    "subword": {0.01: 84.0, 0.1: 146.4, 1.0: round(660.0 * 146.4 / 139.5, 1)}},
 }
 TIMED_FAMILIES = ("bigram", "controls", *CONTEXT_RUN_SECONDS)
 # What was cut so that a context block fits BLOCK_SECONDS, per (corpus, family) block: Plan fields replaced, the
@@ -67,11 +59,9 @@ TIMED_FAMILIES = ("bigram", "controls", *CONTEXT_RUN_SECONDS)
 CONTEXT_CUTS: dict[tuple[str, str], dict[str, float]] = {("bytes", "mlp"): {"max_steps": 2500}}
 CONTEXT_MAX_STEPS = {block: cut["max_steps"] for block, cut in CONTEXT_CUTS.items() if "max_steps" in cut}
 # The blocks that do not fit BLOCK_SECONDS under any cut that keeps 5 seeds, 3 draws at 1% and 10%, 9 trials and
-# 3 sizes (`block_seconds` gives their estimate): on subword the windowed evals alone (each scoring the whole
-# selection and validation splits through the model, ~38 µs of CPU a token) outweigh the two hours. The subword
-# bigram models' (and controls') 100% runs, 27,774 steps each, are 8.3 h of the ~9.9 h block: the steps themselves.
-# Run them by size (--fractions), on more cores, or once the trainer scores validation at the best step alone and
-# compiles a run's programs once per block.
+# 3 sizes (`block_seconds` gives their estimate): on subword the 42 runs at 100% (28,534 steps each) outweigh the two
+# hours alone, 8.3 h of the bigram models' ~9.9 h block and 7.7 h of the MLP's ~11.3 h: the steps themselves. Run
+# them in sittings (a killed sweep resumes from its finished runs), by size (--fractions), or on more cores.
 UNFIT_BLOCKS = {("subword", "mlp"), ("subword", "transformer"), ("subword", "bigram"), ("subword", "controls")}
 SUBWORD_VOCAB = 2048  # 8192 pieces cost ~4× the steps and evals, and do not converge at 100% in the budget
 EPOCHS = 10  # a run's schedule: 10 passes over its train pairs, within [MIN_STEPS, Plan.max_steps]
