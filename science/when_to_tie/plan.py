@@ -44,13 +44,13 @@ RUN_SECONDS = {"bytes": {0.01: 6.6, 0.1: 5.9, 1.0: 10.3}, "subword": {0.01: 15.9
 # transformer 20.1 s, 27.5 s and 60.0 s (the block 112.8 min, two sittings). Subword, on the 2-core AMD EPYC with
 # AVX-512, the MLP and transformer blocks' sittings side by side (each run on about one core): MLP 41.7 s at 1%
 # (285 steps, 12 evals of ~496,000 tokens: the windowed evals are most of it), 139.5 s at 10% and 660.0 s at 100%
-# (3 runs of 28,534 steps); transformer 84.0 s at 1% and 146.4 s at 10%, its 100% estimated as the MLP's × the
+# (9 runs of 28,534 steps); transformer 84.0 s at 1% and 146.9 s at 10%, its 100% estimated as the MLP's × the
 # transformer's 10% over the MLP's. An earlier estimate from one run on a loaded machine (its CPU seconds taken for
 # an idle machine's wall seconds) overstated these 1.5-5×.
 CONTEXT_RUN_SECONDS = {
     "mlp": {"bytes": {0.01: 12.4, 0.1: 15.8, 1.0: 31.4}, "subword": {0.01: 41.7, 0.1: 139.5, 1.0: 660.0}},
     "transformer": {"bytes": {0.01: 20.1, 0.1: 27.5, 1.0: 60.0},
-                    "subword": {0.01: 84.0, 0.1: 146.4, 1.0: round(660.0 * 146.4 / 139.5, 1)}},
+                    "subword": {0.01: 84.0, 0.1: 146.9, 1.0: round(660.0 * 146.9 / 139.5, 1)}},
 }
 TIMED_FAMILIES = ("bigram", "controls", *CONTEXT_RUN_SECONDS)
 # What was cut so that a context block fits BLOCK_SECONDS, per (corpus, family) block: Plan fields replaced, the
