@@ -45,8 +45,7 @@ RUN_SECONDS = {"bytes": {0.01: 6.6, 0.1: 5.9, 1.0: 10.3}, "subword": {0.01: 15.9
 # AVX-512, the MLP and transformer blocks' sittings side by side (each run on about one core): MLP 41.7 s at 1%
 # (285 steps, 12 evals of ~496,000 tokens: the windowed evals are most of it), 139.5 s at 10% and 660.0 s at 100%
 # (9 runs of 28,534 steps); transformer 84.0 s at 1% and 146.9 s at 10%, its 100% estimated as the MLP's × the
-# transformer's 10% over the MLP's. An earlier estimate from one run on a loaded machine (its CPU seconds taken for
-# an idle machine's wall seconds) overstated these 1.5-5×.
+# transformer's 10% over the MLP's.
 CONTEXT_RUN_SECONDS = {
     "mlp": {"bytes": {0.01: 12.4, 0.1: 15.8, 1.0: 31.4}, "subword": {0.01: 41.7, 0.1: 139.5, 1.0: 660.0}},
     "transformer": {"bytes": {0.01: 20.1, 0.1: 27.5, 1.0: 60.0},
