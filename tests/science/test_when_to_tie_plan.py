@@ -35,6 +35,25 @@ def test_each_timed_block_fits_in_two_hours_by_hand_arithmetic():
   assert math.isnan(plans.block_seconds("subword", "words"))  # a family never timed has no estimate
 
 
+def test_the_subword_context_run_seconds_are_the_medians_of_their_sittings_runs():
+  # Each size's seconds in plan.CONTEXT_RUN_SECONDS against the median wall seconds of the runs kept in its sitting's
+  # record (science/sittings/subword_<family>/finished_runs.json), wherever 5 or more runs of that size finished:
+  # within 10%, so that a record a later sitting extends still agrees, and a dropped digit or a swapped size does not.
+  import statistics  # noqa: PLC0415
+
+  compared = 0
+  for family in ("mlp", "transformer"):
+    record = json.loads((plans.REPO / "science" / "sittings" / f"subword_{family}" / sweep.FINISHED).read_text())
+    by_size: dict[float, list[float]] = {}
+    for key, run in record.items():
+      by_size.setdefault(float(key.rsplit("-f", 1)[1].split("-")[0]), []).append(run["seconds"])
+    for size, seconds in by_size.items():
+      if len(seconds) >= 5:
+        assert plans.CONTEXT_RUN_SECONDS[family]["subword"][size] == pytest.approx(statistics.median(seconds), rel=0.1)
+        compared += 1
+  assert compared >= 4  # both families at 1% and 10%, the MLP at 100% too
+
+
 def test_the_controls_and_the_model_axis_run():
   assert [m.key for m in plans.FAMILIES["controls"]] == ["tied_bias", "tied_sym", "untied_half"]
   assert {m.key for m in plans.FAMILIES["transformer"]} == {"tied_transformer", "untied_transformer",
