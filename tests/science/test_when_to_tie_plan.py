@@ -4,6 +4,7 @@ and a killed sweep resumes from the record of its finished runs without training
 
 import json
 import math
+import statistics
 import types
 
 import numpy as np
@@ -37,9 +38,9 @@ def test_each_timed_block_fits_in_two_hours_by_hand_arithmetic():
 
 def test_the_subword_context_run_seconds_are_the_medians_of_their_sittings_runs():
   # Each size's seconds in plan.CONTEXT_RUN_SECONDS against the median wall seconds of the runs kept in its sitting's
-  # record (science/sittings/subword_<family>/finished_runs.json), wherever 5 or more runs of that size finished:
+  # record (finished_runs.json in science/sittings/subword_mlp and science/sittings/subword_transformer), wherever 5
+  # or more runs of that size finished:
   # within 10%, so that a record a later sitting extends still agrees, and a dropped digit or a swapped size does not.
-  import statistics  # noqa: PLC0415
 
   compared = 0
   for family in ("mlp", "transformer"):
