@@ -43,13 +43,12 @@ RUN_SECONDS = {"bytes": {0.01: 6.6, 0.1: 5.9, 1.0: 10.3}, "subword": {0.01: 15.9
 # load average of 2-4: MLP 12.4 s, 15.8 s and 31.4 s at 1%, 10% and 100% (2,500 steps at most; the block 63.8 min),
 # transformer 20.1 s, 27.5 s and 60.0 s (the block 112.8 min, two sittings). Subword, on the 2-core AMD EPYC with
 # AVX-512, the MLP and transformer blocks' sittings side by side (each run on about one core): MLP 41.7 s at 1%
-# (285 steps, 12 evals of ~496,000 tokens: the windowed evals are most of it), 139.5 s at 10% and 660.0 s at 100%
-# (9 runs of 28,534 steps); transformer 84.0 s at 1% and 146.9 s at 10%, its 100% estimated as the MLP's × the
-# transformer's 10% over the MLP's.
+# (285 steps, 12 evals of ~496,000 tokens: the windowed evals are most of it), 139.5 s at 10% and 676.5 s at 100%
+# (20 runs of 28,534 steps); transformer 84.0 s at 1%, 146.4 s at 10% and 839.4 s at 100% (6 runs).
 CONTEXT_RUN_SECONDS = {
-    "mlp": {"bytes": {0.01: 12.4, 0.1: 15.8, 1.0: 31.4}, "subword": {0.01: 41.7, 0.1: 139.5, 1.0: 660.0}},
+    "mlp": {"bytes": {0.01: 12.4, 0.1: 15.8, 1.0: 31.4}, "subword": {0.01: 41.7, 0.1: 139.5, 1.0: 676.5}},
     "transformer": {"bytes": {0.01: 20.1, 0.1: 27.5, 1.0: 60.0},
-                    "subword": {0.01: 84.0, 0.1: 146.9, 1.0: round(660.0 * 146.9 / 139.5, 1)}},
+                    "subword": {0.01: 84.0, 0.1: 146.4, 1.0: 839.4}},
 }
 TIMED_FAMILIES = ("bigram", "controls", *CONTEXT_RUN_SECONDS)
 # What was cut so that a context block fits BLOCK_SECONDS, per (corpus, family) block: Plan fields replaced, the
@@ -59,7 +58,7 @@ CONTEXT_CUTS: dict[tuple[str, str], dict[str, float]] = {("bytes", "mlp"): {"max
 CONTEXT_MAX_STEPS = {block: cut["max_steps"] for block, cut in CONTEXT_CUTS.items() if "max_steps" in cut}
 # The blocks that do not fit BLOCK_SECONDS under any cut that keeps 5 seeds, 3 draws at 1% and 10%, 9 trials and
 # 3 sizes (`block_seconds` gives their estimate): on subword the 42 runs at 100% (28,534 steps each) outweigh the two
-# hours alone, 8.3 h of the bigram models' ~9.9 h block and 7.7 h of the MLP's ~11.3 h: the steps themselves. Run
+# hours alone, 8.3 h of the bigram models' ~9.9 h block and 7.9 h of the MLP's ~11.5 h: the steps themselves. Run
 # them in sittings (a killed sweep resumes from its finished runs), by size (--fractions), or on more cores.
 UNFIT_BLOCKS = {("subword", "mlp"), ("subword", "transformer"), ("subword", "bigram"), ("subword", "controls")}
 SUBWORD_VOCAB = 2048  # 8192 pieces cost ~4× the steps and evals, and do not converge at 100% in the budget
