@@ -267,8 +267,12 @@ class Sweep:
     problem = checks.link_problem(self.out, [workdir])  # a link made since the command line was checked
     if problem:
       raise UsageError(problem)
-    started, cpu_started = time.perf_counter(), time.process_time()
-    summary = trainer.train_and_evaluate(config, workdir)
+    clock = RunClock(workdir)
+    try:
+      summary = trainer.train_and_evaluate(config, workdir)
+    except BaseException:  # stopped (a signal, say): its checkpoint resumes it, so its seconds are kept with it
+      clock.keep()
+      raise
     best = checkpoint.restore(workdir, step=summary.best_step).model
     data = self.drawn(draw)
     if context_length(model) > 1:  # its logits depend on the tokens before: scored through its forward pass
@@ -288,10 +292,10 @@ class Sweep:
         "float64_eval_loss": scores["eval_loss"],  # the restored best checkpoint rescored in NumPy
         "predicts_self": scores["predicts_self"], "predicts_self_rare": scores["predicts_self_rare"],
         "param_count": summary.param_count,
-        "seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu_started,
+        **clock.spent(),  # seconds, cpu_seconds: from the run's first start, its stopped invocations included
     }
     self.finished[key] = run
-    write_finished(self.finished_path, self.finished)  # before the workdir goes: a kill between keeps the numbers
+    write_json(self.finished_path, self.finished)  # before the workdir goes: a kill between keeps the numbers
     if not self.keep_runs:  # the numbers are all the sweep needs of it
       shutil.rmtree(workdir)
     print(f"  {self.corpus.key:7s} {model.key:7s} {name:28s} f={fraction:<5g} seed {seed}"
@@ -347,6 +351,27 @@ def tune(sweep: Sweep, model: Model, fraction: float, grids: dict[str, tuple[flo
 
 
 FINISHED = "finished_runs.json"  # under --out: every finished run's numbers, so a killed sweep resumes
+SPENT = "sweep_seconds.json"  # in a stopped run's workdir: the wall and CPU seconds it had spent
+
+
+class RunClock:
+  """A run's wall and CPU seconds from its first start: a stopped invocation keeps its seconds in the workdir (SPENT)
+  beside the checkpoint it resumes from, and the invocation that resumes it starts from them."""
+
+  def __init__(self, workdir: pathlib.Path):
+    self.path = workdir / SPENT
+    earlier = json.loads(self.path.read_text()) if self.path.is_file() else {"seconds": 0.0, "cpu_seconds": 0.0}
+    self.wall_origin = time.perf_counter() - earlier["seconds"]
+    self.cpu_origin = time.process_time() - earlier["cpu_seconds"]
+
+  def spent(self) -> dict[str, float]:
+    """{seconds, cpu_seconds} since the run first started."""
+    return {"seconds": time.perf_counter() - self.wall_origin, "cpu_seconds": time.process_time() - self.cpu_origin}
+
+  def keep(self) -> None:
+    """Writes spent() to the workdir, if the run made one (a link there is replaced, never written through)."""
+    if self.path.parent.is_dir():
+      write_json(self.path, self.spent())
 
 
 def read_finished(path: pathlib.Path) -> dict[str, dict[str, Any]]:
@@ -356,10 +381,10 @@ def read_finished(path: pathlib.Path) -> dict[str, dict[str, Any]]:
   return json.loads(path.read_text())
 
 
-def write_finished(path: pathlib.Path, finished: dict[str, dict[str, Any]]) -> None:
-  """Writes the record whole to a temporary file beside it and renames it over: a kill leaves the old or the new."""
+def write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
+  """Writes `value` whole to a temporary file beside `path` and renames it over: a kill leaves the old or the new."""
   temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-  temporary.write_text(json.dumps(finished, indent=0, allow_nan=True))
+  temporary.write_text(json.dumps(value, indent=0, allow_nan=True))
   os.replace(temporary, path)
 
 

@@ -4,7 +4,10 @@ and a killed sweep resumes from the record of its finished runs without training
 
 import json
 import math
+import shutil
+import signal
 import statistics
+import time
 import types
 
 import numpy as np
@@ -189,6 +192,43 @@ def test_a_killed_sweep_resumes_from_its_record_without_training_finished_runs(t
   assert len(calls) == 3
   assert len(json.loads((tmp_path / sweep.FINISHED).read_text())) == 3
   assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def _burn_cpu(seconds):
+  """Busy until this process has spent `seconds` more of CPU time (and so at least as much wall time)."""
+  until = time.process_time() + seconds
+  while time.process_time() < until:
+    pass
+
+
+def test_a_run_stopped_midway_and_resumed_is_timed_from_its_first_start(tmp_path, monkeypatch):
+  from tied_embed.train import signals, trainer  # noqa: PLC0415
+
+  made = _fake_sweep(tmp_path, monkeypatch, [])
+  finishing = trainer.train_and_evaluate
+
+  def stopped_midway(config, workdir):  # a checkpoint, 0.3 s of CPU, then SIGTERM
+    workdir.mkdir(parents=True)
+    _burn_cpu(0.3)
+    raise signals.Preempted(signal.SIGTERM, 10)
+
+  def resumed(config, workdir):  # the stand-in makes its workdir anew; the sweep has read what the stop kept there
+    shutil.rmtree(workdir)
+    return finishing(config, workdir)
+
+  monkeypatch.setattr(trainer, "train_and_evaluate", stopped_midway)
+  wall = time.perf_counter()
+  with pytest.raises(signals.Preempted):
+    made.train(plans.MODELS[0], 1.0, 0, {"weight_decay": 0.1})
+  monkeypatch.setattr(trainer, "train_and_evaluate", resumed)
+  run = made.train(plans.MODELS[0], 1.0, 0, {"weight_decay": 0.1})
+  wall = time.perf_counter() - wall
+  # both invocations counted: the stopped one's 0.3 s of CPU (and so of wall time) and the resumed one's, no more
+  assert 0.3 <= run["cpu_seconds"] and 0.3 <= run["seconds"] <= wall
+  assert not made.runs_dir.exists() or not any(made.runs_dir.iterdir())  # the kept seconds went with the workdir
+  made.finished = {}  # so a later run of that name starts from 0
+  monkeypatch.setattr(trainer, "train_and_evaluate", finishing)
+  assert made.train(plans.MODELS[0], 1.0, 0, {"weight_decay": 0.1})["cpu_seconds"] < 0.3
 
 
 @pytest.mark.slow
