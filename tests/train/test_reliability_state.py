@@ -362,6 +362,36 @@ def test_an_interrupt_a_callback_swallows_prints_no_traceback_and_still_stops(mo
   assert [type(error) for error in printed] == [ValueError]
 
 
+def test_a_stop_a_run_ends_before_acting_on_goes_to_the_handler_it_replaced():
+  from tied_embed.train import signals  # noqa: PLC0415
+
+  # a sweep's handler (interrupting), then a run's own, which finishes its last step rather than stop on it
+  with pytest.raises(signals.Interrupted), signals.StopSignals(interrupting=True) as sweep:
+    with signals.StopSignals() as run:
+      signal.raise_signal(signal.SIGTERM)
+      assert run.received == signal.SIGTERM and sweep.received is None  # the run's, until it ends
+  assert sweep.received == signal.SIGTERM
+  # a stop the run acted on (it raised Preempted, after saving) is the caller's through that exception alone
+  with pytest.raises(signals.Preempted), signals.StopSignals(interrupting=True) as sweep:
+    with signals.StopSignals() as run:
+      signal.raise_signal(signal.SIGINT)
+      raise signals.Preempted(run.received, 3)
+  assert sweep.received is None
+  # any other handler before the run (train.py's start-up one, which says "nothing was written"; Python's
+  # KeyboardInterrupt; the default action, "ignore" standing in for it) is not called for a run that finished
+  called = []
+  for signum, other in ((signal.SIGTERM, lambda signum, frame: called.append(signum)),
+                        (signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_IGN)):
+    before = signal.signal(signum, other)
+    try:
+      with signals.StopSignals() as run:
+        signal.raise_signal(signum)
+      assert run.received == signum and signal.getsignal(signum) == other
+    finally:
+      signal.signal(signum, before)
+  assert called == []
+
+
 # What a non-finite step's message tells the user to change.
 
 

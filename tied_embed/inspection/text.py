@@ -35,8 +35,7 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
   for token in report["tokens"]:
     name = str(token["id"]) if token["label"] == str(token["id"]) else f"{token['label']} (id {token['id']})"
     lines += [
-        "",
-        f"token {name}: own score {own_name} = {token['own_score']:.4f},"
+        "", f"token {name}: own score {own_name} = {token['own_score']:.4f},"
         f" rank {token['own_rank']} of {vocab_size} in its row",
         f"  {'next':>8}  {'model':>7}  {probability_name:>9}",
         *(f"  {entry['label']:>8}  {entry['model_prob']:7.4f}  {_num(entry['true_prob']):>9}"

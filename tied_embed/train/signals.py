@@ -54,9 +54,12 @@ class StopSignals:
     return self
 
   def __exit__(self, *exc_info) -> None:
-    for signum, handler in self._previous.items():
+    replaced, self._previous = self._previous, {}
+    for signum, handler in replaced.items():
       signal.signal(signum, handler)
-    self._previous = {}
+    caller = replaced.get(self.received)  # a stop the run ended before acting on is handed to the StopSignals
+    if exc_info[0] is None and isinstance(getattr(caller, "__self__", None), StopSignals):  # around it (a sweep's)
+      caller(self.received, None)
 
   def agreed(self, sync_point: bool) -> int | None:
     """The signal to stop on after this step, the same on every process; None to go on. Several processes decide
