@@ -36,18 +36,17 @@ each model at the settings chosen there reruns seed 0 with F times the steps, th
 cosine decay to 0 over the longer run) and as many evals, scored at its best step as every run is. --from-json with
 --add-convergence trains only these runs and adds them to that JSON.
 
-A sweep that fits and resumes: each finished run's numbers are written to <out>/finished_runs.json (whole, renamed
-into place); the same command run again takes them from there and trains only the rest (an unfinished run resumes
-from its checkpoint). SIGTERM or SIGINT stops it in one line (exit 128 + the signal). plan.block_seconds sizes each
-(corpus, model family) block to at most plan.BLOCK_SECONDS on 2 cores; --family (the keys of plan.FAMILIES,
-comma-separated, default bigram) picks the block's models: the controls (output bias, symmetric S, untied at D/2),
-and the model axis, `mlp` and `transformer`: the three models again reading windows of plan.CONTEXT_LENGTH tokens
-(never across a document; B / L windows a step, so the bigram's tokens per step), scored through their forward pass
-on the trainer's eval windows, and compared with the interpolated Kneser-Ney n-gram of their own context
-(science/kneser_ney.py: the MLP's order k + 1, the transformer's best of 2..8, its order and discount chosen on the
-selection split, each pair scored from the tokens its model sees). plan.unavailable says what a model the trainer
-cannot build still needs (the command refuses it in one line). Nothing is written or deleted through a link under
---out.
+A sweep that fits and resumes: each finished run's numbers are written to <out>/finished_runs.json (whole, renamed into
+place); the same command run again takes them from there and trains only the rest (an unfinished run resumes from its
+checkpoint, and its clock from the seconds it had spent: sweep.RunClock). SIGTERM or SIGINT stops it in one line (exit
+128 + the signal). plan.block_seconds sizes each (corpus, model family) block to at most plan.BLOCK_SECONDS on 2 cores;
+--family (the keys of plan.FAMILIES, comma-separated, default bigram) picks the block's models: the controls (output
+bias, symmetric S, untied at D/2), and the model axis, `mlp` and `transformer`: the three models again reading windows
+of plan.CONTEXT_LENGTH tokens (never across a document; B / L windows a step, so the bigram's tokens per step), scored
+through their forward pass on the trainer's eval windows, and compared with the interpolated Kneser-Ney n-gram of their
+own context (science/kneser_ney.py: the MLP's order k + 1, the transformer's best of 2..8, its order and discount chosen
+on the selection split, each pair scored from the tokens its model sees). plan.unavailable says what a model the trainer
+cannot build still needs (the command refuses it in one line). Nothing is written or deleted through a link under --out.
 
 Compiled programs are cached on disk (JAX's persistent compilation cache, under <out>/jax_cache): runs that differ
 only in seed or data size share their step and eval programs. The sweep prints each run and its own wall and CPU
