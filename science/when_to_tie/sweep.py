@@ -384,6 +384,7 @@ def read_finished(path: pathlib.Path) -> dict[str, dict[str, Any]]:
 def write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
   """Writes `value` whole to a temporary file beside `path` and renames it over: a kill leaves the old or the new."""
   temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+  temporary.unlink(missing_ok=True)  # a link left at that name is removed, never written through
   temporary.write_text(json.dumps(value, indent=0, allow_nan=True))
   os.replace(temporary, path)
 

@@ -4,6 +4,7 @@ and a killed sweep resumes from the record of its finished runs without training
 
 import json
 import math
+import os
 import shutil
 import signal
 import statistics
@@ -192,6 +193,17 @@ def test_a_killed_sweep_resumes_from_its_record_without_training_finished_runs(t
   assert len(calls) == 3
   assert len(json.loads((tmp_path / sweep.FINISHED).read_text())) == 3
   assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_the_record_is_written_whole_and_never_through_a_link_at_its_temporary_name(tmp_path):
+  outside = tmp_path / "outside.txt"
+  outside.write_text("not the sweep's")
+  path = tmp_path / "out" / sweep.FINISHED
+  path.parent.mkdir()
+  (path.parent / f".{path.name}.{os.getpid()}.tmp").symlink_to(outside)
+  sweep.write_json(path, {"run": {"seconds": 1.5}})
+  assert json.loads(path.read_text()) == {"run": {"seconds": 1.5}} and outside.read_text() == "not the sweep's"
+  assert [p.name for p in path.parent.iterdir()] == [sweep.FINISHED]
 
 
 def _burn_cpu(seconds):
