@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import os
 import pathlib
 import shutil
 from typing import Any
@@ -569,13 +568,11 @@ def write(results: dict[str, Any], out: pathlib.Path, notes: str = "") -> list[p
   contents = render(results, notes)
   out.mkdir(parents=True, exist_ok=True)
   paths = [out / f"when_to_tie.{suffix}" for suffix in SUFFIXES]
+  from tied_embed import util  # noqa: PLC0415
+
   for path, suffix in zip(paths, SUFFIXES, strict=True):
     data = contents[suffix]
-    # a new file renamed over the old: a link at the path is replaced, never written through
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.unlink(missing_ok=True)
-    temporary.write_bytes(data if isinstance(data, bytes) else data.encode())
-    os.replace(temporary, path)
+    util.write_atomically(path, data if isinstance(data, bytes) else data.encode())  # never through a link there
   return paths
 
 

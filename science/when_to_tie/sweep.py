@@ -8,7 +8,6 @@ import dataclasses
 import io
 import json
 import math
-import os
 import pathlib
 import shutil
 import time
@@ -382,11 +381,10 @@ def read_finished(path: pathlib.Path) -> dict[str, dict[str, Any]]:
 
 
 def write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
-  """Writes `value` whole to a temporary file beside `path` and renames it over: a kill leaves the old or the new."""
-  temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-  temporary.unlink(missing_ok=True)  # a link left at that name is removed, never written through
-  temporary.write_text(json.dumps(value, indent=0, allow_nan=True))
-  os.replace(temporary, path)
+  """Writes `value` as JSON whole or not at all (a kill leaves the old file or the new; a link there is replaced)."""
+  from tied_embed import util  # noqa: PLC0415
+
+  util.write_atomically(path, json.dumps(value, indent=0, allow_nan=True).encode())
 
 
 CONVERGENCE_KEYS = ("num_steps", "eval_every", "best_step", "end_step", "select_loss", "eval_loss")

@@ -203,7 +203,10 @@ def test_the_record_is_written_whole_and_never_through_a_link_at_its_temporary_n
   (path.parent / f".{path.name}.{os.getpid()}.tmp").symlink_to(outside)
   sweep.write_json(path, {"run": {"seconds": 1.5}})
   assert json.loads(path.read_text()) == {"run": {"seconds": 1.5}} and outside.read_text() == "not the sweep's"
-  assert [p.name for p in path.parent.iterdir()] == [sweep.FINISHED]
+  path.unlink()
+  path.symlink_to(outside)  # a link at the record's own name: replaced by the record, the file it named untouched
+  sweep.write_json(path, {})
+  assert not path.is_symlink() and json.loads(path.read_text()) == {} and outside.read_text() == "not the sweep's"
 
 
 def _burn_cpu(seconds):
