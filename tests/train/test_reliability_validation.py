@@ -238,7 +238,7 @@ def test_validation_imports_no_tensorflow():
     ("num_train_pairs", "fraction", "held_out"),
     [
         (1, 0.1, 0),  # round(0.1) = 0: the run trained, then divided by an empty selection split at its first eval
-        (20_000, 1e-300, 0),  # round(2e-296) = 0, which a clip to one pair used to hide
+        (20_000, 1e-300, 0),  # round(2e-296) = 0, which a clip to one pair would hide
         (10, 0.05, 0),  # round(0.5) = 0: halves go to the even neighbour
         (3, 0.1, 0),
     ],
