@@ -290,3 +290,34 @@ def markdown_table(text: str, header: str) -> dict[str, list[str]]:
     cells = [cell.strip() for cell in line.strip("|").split("|")]
     rows[cells[0]] = cells[1:]
   return rows
+
+
+# Student's t two-sided 95% quantiles from a printed table (df → t_0.975), independent of scipy.
+T_TABLE = {1: 12.7062047, 2: 4.30265273, 3: 3.18244631, 4: 2.77644511, 5: 2.57058184, 6: 2.44691185,
+           7: 2.36462425, 8: 2.30600414, 9: 2.26215716, 10: 2.22813885, 11: 2.20098516, 12: 2.17881283,
+           13: 2.16036866, 14: 2.14478669}
+
+
+def by_hand_interval(differences: dict[tuple[int, int], float]) -> tuple[float, float, float]:
+  """(mean, low, high) of paired differences keyed by (seed, draw), in NumPy float64 and the printed t table: on one
+  draw or one seed, the t-interval of them all; on r draws × c seeds (every seed on every draw) the crossed design's,
+  its variance (MS_draw + MS_seed) / (r·c) with Satterthwaite's degrees of freedom rounded down; on an incomplete grid
+  their mean ± the half-width of the t-interval of the draws' means."""
+  seeds, draws = sorted({s for s, _ in differences}), sorted({d for _, d in differences})
+  if len(draws) == 1 or len(seeds) == 1 or len(differences) != len(seeds) * len(draws):
+    groups = [[differences[key]] for key in sorted(differences)] if len(draws) == 1 else [
+        [value for (_, d), value in differences.items() if d == draw] for draw in draws]
+    values = np.array([np.mean(group) for group in groups], np.float64)
+    half = T_TABLE[len(values) - 1] * values.std(ddof=1) / np.sqrt(len(values))
+    mean = float(np.mean(list(differences.values())))  # all the differences' mean; the draws' means give the spread
+    return mean, mean - half, mean + half
+  grid = np.array([[differences[s, d] for s in seeds] for d in draws], np.float64)
+  r, c = grid.shape
+  grand = grid.mean()
+  ms_draw = c * ((grid.mean(axis=1) - grand) ** 2).sum() / (r - 1)
+  ms_seed = r * ((grid.mean(axis=0) - grand) ** 2).sum() / (c - 1)
+  if ms_draw + ms_seed == 0:  # every difference the same: the interval is the point
+    return float(grand), float(grand), float(grand)
+  dof = int((ms_draw + ms_seed) ** 2 // (ms_draw ** 2 / (r - 1) + ms_seed ** 2 / (c - 1)))
+  half = T_TABLE[dof] * np.sqrt((ms_draw + ms_seed) / (r * c))
+  return float(grand), float(grand - half), float(grand + half)

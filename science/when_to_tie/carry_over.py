@@ -14,7 +14,7 @@ from typing import Any
 
 from science import common
 from science.when_to_tie import mechanism, stats
-from science.when_to_tie.stats import CONFIDENCE, Interval, mean_sd, paired
+from science.when_to_tie.stats import INTERVAL_NAME, Interval, mean_sd, paired
 
 CONTEXT_JSON = "when_to_tie_{}.json"  # .format(family): a context block's results beside docs/when_to_tie.json
 CONTEXT_START, CONTEXT_END = "<!-- context (generated from when_to_tie*.json) -->", "<!-- /context -->"
@@ -26,9 +26,10 @@ def cost_change(runs: dict[str, dict[str, list]], family: str, fraction: str) ->
   → its interval (positive: context takes that much of tying's cost away)."""
   losses = {key: {stats.run_key(run): run["eval_loss"] for run in runs[key][fraction]}
             for key in ("tied", "untied", f"tied_{family}", f"untied_{family}")}
-  shared = sorted(set.intersection(*(set(by_key) for by_key in losses.values())))
-  return stats.interval([(losses["tied"][both] - losses["untied"][both])
-                   - (losses[f"tied_{family}"][both] - losses[f"untied_{family}"][both]) for both in shared])
+  shared = set.intersection(*(set(by_key) for by_key in losses.values()))
+  return stats.crossed_interval({both: (losses["tied"][both] - losses["untied"][both])
+                                 - (losses[f"tied_{family}"][both] - losses[f"untied_{family}"][both])
+                                 for both in shared})
 
 
 def _rows(family: str) -> tuple[tuple[str, str, str], ...]:
@@ -68,7 +69,7 @@ def context_lines(bigram: dict[str, Any], block: dict[str, Any], family: str, co
   change = {fraction: cost_change(runs, family, fraction) for fraction in fractions}
   pairs = sorted({value.n for values in by_size.values() for value in values}, reverse=True)
   lines += ["", f"In nats of eval loss, the paired difference over the runs of the same seed and data draw "
-            f"({' or '.join(map(str, pairs))} a size) with its {100 * CONFIDENCE:g}% t-interval; the last row is "
+            f"({' or '.join(map(str, pairs))} a size) with its {INTERVAL_NAME}; the last row is "
             "the first two rows' difference, run by run (positive: context takes that much of tying's cost away):",
             "", "| paired difference | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
   for index, (_, _, text) in enumerate(rows):

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from science import common
-from science.when_to_tie.stats import CONFIDENCE, Interval, mean_sd, paired
+from science.when_to_tie.stats import INTERVAL_NAME, Interval, mean_sd, paired
 
 CONTROLS_JSON, BUDGET_JSON = "when_to_tie_controls.json", "when_to_tie_asymmetry.json"
 CONTROLS_START, CONTROLS_END = "<!-- controls (generated from when_to_tie*.json) -->", "<!-- /controls -->"
@@ -93,7 +93,7 @@ def controls_lines(bigram: dict[str, Any], controls: dict[str, Any], corpus: str
   counts = sorted({by_size[fraction][GAINS[0][:2]].n for fraction in fractions}, reverse=True)
   lines += ["", f"What each buys, in nats of eval loss (positive: the first is better), the paired difference over "
             f"the runs of the same seed and data draw in the two blocks ({' or '.join(map(str, counts))} pairs a "
-            f"size) with its {100 * CONFIDENCE:g}% t-interval:", "",
+            f"size) with its {INTERVAL_NAME}:", "",
             "| paired difference | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
   for better, worse, text in GAINS:
     lines.append(f"| {text} | " + " | ".join(cell(by_size[fraction][better, worse]) for fraction in fractions) + " |")

@@ -14,7 +14,7 @@ import numpy as np
 from science import common
 from science.when_to_tie import carry_over, checks, mechanism
 from science.when_to_tie.plan import EPOCHS, MIN_STEPS, REPO
-from science.when_to_tie.stats import CONFIDENCE, Interval, against, by_draw, draws_mean, mean_sd, paired
+from science.when_to_tie.stats import INTERVAL_NAME, Interval, against, by_draw, draws_mean, mean_sd, paired
 
 COMMAND = "python -m science.when_to_tie"  # how the pages name the command that wrote them
 NOTES_START, NOTES_END = "<!-- NOTES (kept by --write-docs) -->", "<!-- /NOTES -->"
@@ -110,7 +110,7 @@ def picks(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
 
 
 INTERVALS_NOTE = (f"Margins: the paired difference in eval loss (nats) between the two best models over the seeds both "
-                  f"ran (same seed, same data draw), with its {100 * CONFIDENCE:g}% t-interval; a model is named only "
+                  f"ran (same seed, same data draw), with its {INTERVAL_NAME}; a model is named only "
                   "where its interval against every other model excludes 0, \"≈\" elsewhere. The count model is the "
                   "stronger of add-k and Kneser-Ney (where swept) by eval loss.")
 CONTEXT_NOTE = (" For a model with context (MLP, transformer) it is the strongest of those and the Kneser-Ney n-gram "

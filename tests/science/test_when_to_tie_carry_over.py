@@ -4,29 +4,26 @@ change in tying's cost, and the sentence that reads them."""
 
 import copy
 import json
-import math
 import re
 
 import numpy as np
 import pytest
-from helpers import markdown_table
+from helpers import by_hand_interval, markdown_table
 
 from science import common
 from science.when_to_tie import carry_over, mechanism, report
 from science.when_to_tie import plan as plans
 
 DOCS = plans.REPO / "docs"
-# t_{0.975, df} from a printed table, df = n − 1: 3 paired runs; 5 seeds; 5 seeds × 3 draws
-T_TABLE = {2: 4.30265273, 4: 2.77644511, 14: 2.14478669}
 _CELL = re.compile(r"^(-?[\d.]+) \((-?[\d.]+) to (-?[\d.]+)\)$")
-KEYS = {0: (0, 0), 1: (1, 0), 2: (0, 1)}  # run index → (seed, draw)
+KEYS = {0: (0, 0), 1: (0, 1), 2: (0, 2)}  # run index → (seed, draw): one seed on each of 3 draws
 # eval losses of 3 runs per model at one size: tied − untied without context is 0.3, 0.4, 0.5; with the MLP's
 # context 0.1, 0.1, 0.1; so context takes 0.2, 0.3, 0.4 of tying's cost away
 LOSSES = {"tied": (2.3, 2.4, 2.5), "untied": (2.0, 2.0, 2.0), "tied_w": (2.1, 2.1, 2.2),
           "tied_mlp": (1.6, 1.7, 1.8), "untied_mlp": (1.5, 1.6, 1.7), "tied_w_mlp": (1.6, 1.6, 1.6)}
 COUNT = {"k": 0.03, "eval_loss": 2.2, "select_loss": 2.3, "by_draw": {"0": 2.2, "1": 2.4}}
 KNESER_NEY = {"discount": 0.9, "eval_loss": 2.1, "select_loss": 2.2, "by_draw": {"0": 2.1, "1": 2.3}}
-NGRAM = {"order": 4, "discount": 0.8, "eval_loss": 1.5, "select_loss": 1.6, "by_draw": {"0": 1.5, "1": 1.9}}
+NGRAM = {"order": 4, "discount": 0.8, "eval_loss": 1.5, "select_loss": 1.6, "by_draw": {"0": 1.5, "1": 1.9, "2": 1.7}}
 
 
 def _block(keys, family=None):
@@ -43,12 +40,9 @@ MLP = _block(("tied_mlp", "untied_mlp", "tied_w_mlp"), "mlp")
 
 
 def _by_hand_t(differences):
-  """(mean, low, high) of `differences` by the printed t table (ddof = 1)."""
-  n = len(differences)
-  mean = sum(differences) / n
-  sd = math.sqrt(sum((d - mean) ** 2 for d in differences) / (n - 1))
-  half = T_TABLE[n - 1] * sd / math.sqrt(n)
-  return mean, mean - half, mean + half
+  """(mean, low, high) of the fixture's 3 runs' differences (KEYS: one seed on each of 3 draws, so the t-interval of
+  the 3 draws' values) by hand (helpers.by_hand_interval)."""
+  return by_hand_interval({KEYS[index]: value for index, value in enumerate(differences)})
 
 
 def test_the_table_pairs_the_blocks_run_by_run_and_reads_the_change_in_tyings_cost():
@@ -73,9 +67,9 @@ def test_the_table_pairs_the_blocks_run_by_run_and_reads_the_change_in_tyings_co
     assert tuple(map(float, _CELL.match(rows[name]).groups())) == pytest.approx(value, abs=6e-4), name
   mean, low, high = _by_hand_t([0.2, 0.3, 0.4])
   assert tuple(map(float, _CELL.match(change).groups())) == pytest.approx((mean, low, high), abs=6e-4)
-  # each run less the 4-gram of its own draw (draw 0: 1.5, draw 1: 1.9): 1.6 − 1.5, 1.7 − 1.5, 1.8 − 1.9
+  # each run less the 4-gram of its own draw (draws 0, 1, 2: 1.5, 1.9, 1.7): 1.6 − 1.5, 1.7 − 1.9, 1.8 − 1.7
   cell = paired_rows["tied mlp − the Kneser-Ney n-gram of its context (positive: the count model is better)"][0]
-  assert tuple(map(float, _CELL.match(cell).groups())) == pytest.approx(_by_hand_t([0.1, 0.2, -0.1]), abs=6e-4)
+  assert tuple(map(float, _CELL.match(cell).groups())) == pytest.approx(_by_hand_t([0.1, -0.2, 0.1]), abs=6e-4)
   assert lines[-1] == (f"Tying's cost (positive: untied is better): at 10% tying costs +0.400 without context and "
                        f"+0.100 with the mlp's (context shrinks it: +0.300, {low:.3f} to {high:.3f}).")
 
@@ -134,11 +128,13 @@ def test_the_page_states_each_context_blocks_paired_table_of_the_jsons(family):
               for name, (worse, better) in differences.items()}
     for name, values in by_row.items():
       cell = rows[name][index]
-      assert tuple(map(float, _CELL.match(cell).groups())) == pytest.approx(_by_hand_t(values), abs=6e-4), name
+      expected = by_hand_interval(dict(zip(keys, values, strict=True)))  # 3 draws × 5 seeds at 1% and 10%
+      assert tuple(map(float, _CELL.match(cell).groups())) == pytest.approx(expected, abs=6e-4), name
     moved = [a - b for a, b in zip(by_row["tying's cost without context"],
                                    by_row[f"tying's cost with the {family}'s context"], strict=True)]
     cell = rows[f"what the {family}'s context changes in tying's cost"][index]
-    assert tuple(map(float, _CELL.match(cell).groups())) == pytest.approx(_by_hand_t(moved), abs=6e-4), fraction
+    expected = by_hand_interval(dict(zip(keys, moved, strict=True)))
+    assert tuple(map(float, _CELL.match(cell).groups())) == pytest.approx(expected, abs=6e-4), fraction
 
 
 def test_the_page_holds_the_context_table_the_jsons_make():

@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers import by_hand_interval
 
 from science import common
 from science.when_to_tie import plan as plans
@@ -48,11 +49,25 @@ def test_differences_pair_runs_by_seed_and_draw_not_by_position():
   a = [_run(1, 2.0, draw=0), _run(0, 1.0, draw=0), _run(0, 5.0, draw=1)]
   b = [_run(0, 1.5, draw=0), _run(0, 5.1, draw=1), _run(1, 2.2, draw=0), _run(2, 9.0, draw=0)]  # seed 2: unpaired
   got = stats.paired(a, b)
-  # pairs in (seed, draw) order: (0, 0) 0.5, (0, 1) 0.1, (1, 0) 0.2
-  expected = np.array([0.5, 0.1, 0.2])
-  half = T_TABLE[2] * expected.std(ddof=1) / math.sqrt(3)
-  assert got.n == 3 and got.mean == pytest.approx(expected.mean())
-  assert (got.low, got.high) == pytest.approx((expected.mean() - half, expected.mean() + half))
+  # pairs: (0, 0) 0.5, (0, 1) 0.1, (1, 0) 0.2: seed 1 ran on draw 0 alone, so the spread is the two draws' means'
+  # (0.35 and 0.1: sd 0.25/√2, half-width 12.706 · 0.125), about the mean of all three (0.8/3)
+  half = T_TABLE[1] * 0.125
+  assert got.n == 3 and got.mean == pytest.approx(0.8 / 3)
+  assert (got.low, got.high) == pytest.approx((0.8 / 3 - half, 0.8 / 3 + half))
+
+
+def test_on_several_draws_the_interval_counts_the_draws_spread_and_the_seeds():
+  # 2 draws × 3 seeds: differences d[draw][seed] = [[0.1, 0.2, 0.3], [0.3, 0.4, 0.5]]: mean 0.3; draw means 0.2, 0.4
+  # (MS_draw = 3 · (0.01 + 0.01) / 1 = 0.06), seed means 0.2, 0.3, 0.4 (MS_seed = 2 · 0.02 / 2 = 0.02);
+  # variance (0.06 + 0.02) / 6; dof (0.08)² / (0.06² / 1 + 0.02² / 2) = 0.0064 / 0.0038 = 1.68 → 1
+  a = [_run(seed, 1.0, draw=draw) for draw in (0, 1) for seed in (0, 1, 2)]
+  b = [_run(seed, 1.0 + 0.1 * (seed + 1) + 0.2 * draw, draw=draw) for draw in (0, 1) for seed in (0, 1, 2)]
+  got = stats.paired(a, b)
+  half = T_TABLE[1] * math.sqrt(0.08 / 6)
+  assert got.n == 6 and got.mean == pytest.approx(0.3)
+  assert (got.low, got.high) == pytest.approx((0.3 - half, 0.3 + half))
+  # the same six differences as if independent (the draw ignored) give a narrower interval that excludes 0
+  assert not got.excludes_zero and stats.interval([0.1, 0.2, 0.3, 0.3, 0.4, 0.5]).excludes_zero
 
 
 def _entry(first, second, third, count=3.0):
@@ -100,11 +115,8 @@ def _independent_picks(entry, fraction):
             for key, by_fraction in entry["runs"].items()}
   order = sorted(losses, key=lambda key: np.mean(list(losses[key].values())))
 
-  def paired(a, b):
-    both = sorted(losses[a].keys() & losses[b].keys())
-    diffs = np.array([losses[b][k] - losses[a][k] for k in both], np.float64)
-    half = T_TABLE[len(diffs) - 1] * diffs.std(ddof=1) / math.sqrt(len(diffs))
-    return diffs.mean(), diffs.mean() - half, diffs.mean() + half
+  def paired(a, b):  # 5 seeds on one draw, or 3 draws × 5 seeds crossed (helpers.by_hand_interval)
+    return by_hand_interval({k: losses[b][k] - losses[a][k] for k in losses[a].keys() & losses[b].keys()})
 
   first, second = order[:2]
   named = all(paired(first, other)[1] > 0 for other in order[1:])
