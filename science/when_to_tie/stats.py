@@ -4,12 +4,12 @@ Two models at one data size are compared run against run: the runs with the same
 their batches' order and their data, so the difference of their losses cancels what the seed and the draw do to both.
 A pick is named only where the interval of that difference excludes 0; elsewhere the two are "≈".
 
-Where the runs span several data draws, the differences are not independent: the draw changes the difference itself
-(the draws' mean square is 5-2,500 times the residual one in the published blocks), and the same seeds run on every
-draw. So the interval is that of a two-way crossed design, draws × seeds: its variance the draws' mean square plus the
-seeds' over draws · seeds (a conservative estimate: it drops the residual term that the exact one subtracts), its
-degrees of freedom Satterthwaite's, rounded down. A difference that moves from draw to draw is then not called from
-the runs of three draws as if they were fifteen independent ones."""
+Where the runs span several data draws, the differences are not independent: the draw changes the difference itself (the
+draws' mean square is up to 2,555 times the residual one in the published blocks, above 5 in 21 of 30), and the same
+seeds run on every draw. So the interval is that of a two-way crossed design, draws × seeds: its variance the draws'
+mean square plus the seeds' over draws · seeds (a conservative estimate: it drops the residual term that the exact one
+subtracts), its degrees of freedom Satterthwaite's, rounded down. A difference that moves from draw to draw is then not
+called from the runs of three draws as if they were fifteen independent ones."""
 
 from __future__ import annotations
 
