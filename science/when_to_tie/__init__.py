@@ -25,7 +25,8 @@ never by eval. Every run scores the selection split at every eval, keeps the che
 runs its whole schedule (PATIENCE = 0) and is scored at that best step: its eval loss, its loss on rare inputs, and
 (from the restored best checkpoint, in NumPy float64) how often its likeliest next token is the current token. The
 chosen setting is then scored on plan.SEEDS on every draw. Picks are paired differences (same seed, same draw) with
-95% t-intervals (stats.py): a model is named only where its interval against every other model excludes 0.
+95% t-intervals, over several draws those of draws × seeds crossed (stats.py): a model is named only where its
+interval against every other model excludes 0.
 
 Beside the models, at every size and draw, two count-bigram references of exactly the pairs the models train on,
 each tuned on the selection split: add-k (k from count_bigram.K_GRID) and interpolated Kneser-Ney (the discount from
