@@ -16,7 +16,7 @@ TIED = "tied a=1 b=1"
 
 def _stat(runs: list[dict], key: str) -> tuple[float, float]:
   values = [run[key] for run in runs]
-  return float(np.mean(values)), float(np.std(values))
+  return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else float("nan")
 
 
 def _ratio(name: str) -> float:
@@ -103,7 +103,7 @@ def write(results: dict, out: pathlib.Path) -> None:
   lines = [
       f"V = {sizes['vocab_size']}, D = {sizes['d_model']}, batch {sizes['batch_size']}, {sizes['steps']} steps, "
       f"{sizes['seeds']} seeds (model init and batch order; the task is fixed), {rates}, {sizes['schedule']}; "
-      f"the sweep took {results['seconds']:.0f} s. Mean ± standard deviation over seeds.",
+      f"the sweep took {results['seconds']:.0f} s. Mean ± standard deviation over seeds (ddof = 1).",
       "",
   ]
   for task, entry in results["tasks"].items():

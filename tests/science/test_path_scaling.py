@@ -180,3 +180,21 @@ def test_text_pairs_split_by_position():
   splits = path_scaling.text_pairs(bytes(range(20)))
   np.testing.assert_array_equal(splits["train"][0], np.arange(17))
   np.testing.assert_array_equal(splits["validation"][1], [19])
+
+
+def test_the_docs_final_gap_spread_is_the_seeds_sample_standard_deviation():
+  import json  # noqa: PLC0415
+
+  docs = pathlib.Path(__file__).resolve().parents[2] / "docs"
+  results = json.loads((docs / "path_scaling.json").read_text())
+  page = (docs / "path_scaling.md").read_text()
+  checked = 0
+  for task, entry in results["tasks"].items():
+    for optimizer, by_name in entry["runs"].items():
+      for name, runs in by_name.items():
+        gaps = np.array([run["final_gap"] for run in runs], np.float64)
+        # 3 seeds: the sample standard deviation (ddof = 1), √(3/2) times the population one
+        cell = f"| {task} | {name} | {gaps.mean():.4f} ± {gaps.std(ddof=1):.4f} |"
+        assert cell in page, (task, optimizer, name, cell)
+        checked += 1
+  assert checked >= 20
