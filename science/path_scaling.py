@@ -226,7 +226,7 @@ def main() -> None:
         runs[name] = [summarise(task, run(task, config, tied, scales, seed, args.eval_every, cache))
                       for seed in range(args.seeds)]
         gaps = [r["final_gap"] for r in runs[name]]
-        print(f"{task.name:8s} {optimizer:5s} {name:22s} gap {np.mean(gaps):.4f} ± {np.std(gaps):.4f}   "
+        print(f"{task.name:8s} {optimizer:5s} {name:22s} gap {np.mean(gaps):.4f} ± {np.std(gaps, ddof=1):.4f}   "
               f"[{time.perf_counter() - started:.0f} s]", flush=True)
     results["tasks"][task.name] = entry
   results["seconds"] = time.perf_counter() - started
