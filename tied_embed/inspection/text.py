@@ -35,13 +35,13 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
   for token in report["tokens"]:
     name = str(token["id"]) if token["label"] == str(token["id"]) else f"{token['label']} (id {token['id']})"
     lines += [
-        "", f"token {name}: own score {own_name} = {token['own_score']:.4f},"
+        "",
+        f"token {name}: own score {own_name} = {token['own_score']:.4f},"
         f" rank {token['own_rank']} of {vocab_size} in its row",
         f"  {'next':>8}  {'model':>7}  {probability_name:>9}",
         *(f"  {entry['label']:>8}  {entry['model_prob']:7.4f}  {_num(entry['true_prob']):>9}"
           for entry in token["top"]),
     ]
-  shares = prov["lookup_share"]
   lines += [
       "",
       f"fit      S vs {probability_name} log P, per-row constants removed: correlation {_num(fit['correlation'])},"
@@ -51,7 +51,7 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
       f"  path totals: lookup {prov['lookup_sum']:.4g}, projection {prov['projection_sum']:.4g}",
       f"  rows with gradient only through the projection: {len(prov['projection_only'])}"
       + (f" ({_ids(prov['projection_only'])})" if prov["projection_only"] else ""),
-      "  lookup share per row: " + ", ".join(f"{key} {_num(value)}" for key, value in shares.items()),
+      "  lookup share per row: " + ", ".join(f"{key} {_num(value)}" for key, value in prov["lookup_share"].items()),
       "  most lookup-heavy rows: " + _skewed(prov["most_lookup"]),
       "  most projection-heavy looked-up rows: " + _skewed(prov["most_projection"]),
   ]
