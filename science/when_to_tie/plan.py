@@ -44,7 +44,8 @@ RUN_SECONDS = {"bytes": {0.01: 6.6, 0.1: 5.9, 1.0: 10.3}, "subword": {0.01: 15.9
 # transformer 20.1 s, 27.5 s and 60.0 s (the block 112.8 min, two sittings). Subword, on the 2-core AMD EPYC with
 # AVX-512, the MLP and transformer blocks' sittings side by side (each run on about one core): MLP 41.7 s at 1%
 # (285 steps, 12 evals of ~496,000 tokens: the windowed evals are most of it), 139.5 s at 10% and 676.5 s at 100%
-# (20 runs of 28,534 steps); transformer 84.0 s at 1%, 146.4 s at 10% and 839.4 s at 100% (6 runs).
+# (all 42 runs of 28,534 steps: 31 side by side, 649-925 s, the last 11 alone, 378-415 s); transformer 84.0 s at 1%,
+# 146.4 s at 10% and 839.4 s at 100% (its first 6 runs).
 CONTEXT_RUN_SECONDS = {
     "mlp": {"bytes": {0.01: 12.4, 0.1: 15.8, 1.0: 31.4}, "subword": {0.01: 41.7, 0.1: 139.5, 1.0: 676.5}},
     "transformer": {"bytes": {0.01: 20.1, 0.1: 27.5, 1.0: 60.0},

@@ -99,21 +99,21 @@ def test_the_notes_get_the_table_of_each_context_json_beside_the_bigram_block(tm
   assert mechanism.cross_block_problem(BIGRAM, MLP, "bytes") == ""
 
 
-def _docs_losses(names):
-  """{model: {fraction: {(seed, draw): eval loss}}} of the bytes runs in the docs JSONs `names`."""
+def _docs_losses(names, corpus="bytes"):
+  """{model: {fraction: {(seed, draw): eval loss}}} of the `corpus` runs in the docs JSONs `names`."""
   found = {}
   for name in names:
-    for key, by_fraction in json.loads((DOCS / name).read_text())["corpora"]["bytes"]["runs"].items():
+    for key, by_fraction in json.loads((DOCS / name).read_text())["corpora"][corpus]["runs"].items():
       found[key] = {fraction: {(run["seed"], run["draw"]): run["eval_loss"] for run in runs}
                     for fraction, runs in by_fraction.items()}
   return found
 
 
-@pytest.mark.parametrize("family", ["mlp", "transformer"])
-def test_the_page_states_each_context_blocks_paired_table_of_the_jsons(family):
-  losses = _docs_losses(["when_to_tie.json", f"when_to_tie_{family}.json"])
+@pytest.mark.parametrize(("corpus", "family"), [("bytes", "mlp"), ("bytes", "transformer"), ("subword", "mlp")])
+def test_the_page_states_each_context_blocks_paired_table_of_the_jsons(corpus, family):
+  losses = _docs_losses(["when_to_tie.json", f"when_to_tie_{family}.json"], corpus)
   page = common.block((DOCS / "when_to_tie.md").read_text(), carry_over.CONTEXT_START, carry_over.CONTEXT_END)
-  page = page[page.index(f"**bytes, {family}** (when_to_tie_{family}.json)"):]  # this block's tables come first
+  page = page[page.index(f"**{corpus}, {family}** (when_to_tie_{family}.json)"):]  # this block's tables come first
   rows = {name.split(":")[0]: cells for name, cells in markdown_table(page, "| paired difference |").items()}
   # each row: (worse, better) per (seed, draw), worse − better
   tied, untied, tied_w = f"tied_{family}", f"untied_{family}", f"tied_w_{family}"
@@ -145,9 +145,10 @@ def test_the_page_holds_the_context_table_the_jsons_make():
 
 def test_the_readme_and_results_quote_tyings_cost_with_and_without_context_from_the_jsons():
   losses = _docs_losses(["when_to_tie.json", "when_to_tie_mlp.json", "when_to_tie_transformer.json"])
+  subword_losses = _docs_losses(["when_to_tie.json", "when_to_tie_mlp.json"], "subword")
   fractions = ["0.01", "0.1", "1"]
 
-  def cost(tied, untied):
+  def cost(tied, untied, losses=losses):
     return [float(np.mean([losses[tied][f][key] - losses[untied][f][key] for key in losses[tied][f]]))
             for f in fractions]
 
@@ -157,7 +158,13 @@ def test_the_readme_and_results_quote_tyings_cost_with_and_without_context_from_
   against = f"against {without[0]:.3f}, {without[1]:.3f} and {without[2]:.3f} without context"
   transformer = cost("tied_transformer", "untied_transformer")
   quoted_transformer = f"tying costs {transformer[0]:.3f}, {transformer[1]:.3f} and {transformer[2]:.3f} nats"
+  subword = cost("tied_mlp", "untied_mlp", subword_losses)
+  subword_without = cost("tied", "untied", subword_losses)
+  quoted_subword = (f"tying costs {subword[0]:.3f}, {subword[1]:.3f} and {subword[2]:.3f} nats at 1%, 10% and 100%, "
+                    f"against {subword_without[0]:.3f}, {subword_without[1]:.3f} and {subword_without[2]:.3f} without "
+                    "context")
   for page in (plans.REPO / "README.md", DOCS / "results.md"):
     text = " ".join(page.read_text().split())
     assert quoted in text and against in text, page.name
     assert quoted_transformer in text, page.name
+    assert quoted_subword in text, page.name
