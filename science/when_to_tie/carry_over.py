@@ -122,3 +122,53 @@ def notes_with_context(notes: str, bigram: dict[str, Any], docs: pathlib.Path) -
       lines = [f"No paired differences: {problem}."] if problem else context_lines(bigram, block, family, corpus)
       parts.append("\n".join([f"**{corpus}, {family}** ({CONTEXT_JSON.format(family)})", "", *lines]))
   return common.replace_block(notes, CONTEXT_START, CONTEXT_END, "\n" + "\n\n".join(parts) + "\n") if parts else notes
+
+
+COST_START, COST_END = "<!-- tying-cost (generated from docs/when_to_tie*.json) -->", "<!-- /tying-cost -->"
+
+
+def _context_words(block: dict[str, Any], family: str) -> str:
+  """'an MLP over the previous 3 tokens' or '1 transformer block over 16 tokens', from the tied model's config."""
+  needs = dict(map(tuple, next(m["needs"] for m in block["models"] if m["key"] == f"tied_{family}")))
+  if family == "mlp":
+    return f"an MLP over the previous {needs['model.context_k']} tokens"
+  return f"{needs['model.layers']} transformer block over {needs['data.context_length']} tokens"
+
+
+def _verdict(value: Interval, with_interval: bool) -> str:
+  """'untied by 0.031' or 'tied by 0.020' where the interval excludes 0 (positive: untied is better), 'level: -0.018'
+  where it holds 0; the interval after it with `with_interval`."""
+  interval = f" ({value.low:.3f} to {value.high:.3f})" if with_interval else ""
+  if not value.excludes_zero:
+    return f"level: {value.mean:.3f}{interval}"
+  return f"{'untied' if value.mean > 0 else 'tied'} by {abs(value.mean):.3f}{interval}"
+
+
+def cost_table(bigram: dict[str, Any], docs: pathlib.Path, with_interval: bool = False) -> list[str]:
+  """Tying's cost, tied − untied paired over the same seed and data draw, per corpus and size: without context (the
+  bigram block) and with each context block beside it in `docs` that pairs with it (CONTEXT_JSON): → markdown lines
+  of one table, each cell who is ahead and by how much, or 'level' where the 95% interval holds 0."""
+  fractions = list(next(iter(bigram["corpora"].values()))["count"])
+  lines = ["| text | between the table's two uses | " + " | ".join(_sizes(fractions)) + " |",
+           "|---|---|" + "---|" * len(fractions)]
+  blocks = {family: mechanism.read_json(docs / CONTEXT_JSON.format(family)) for family in CONTEXT_FAMILIES}
+  for corpus, entry in bigram["corpora"].items():
+    if list(entry["count"]) != fractions:
+      raise ValueError(f"the {corpus} block's sizes differ from the first corpus's")
+    rows = [("nothing (the bigram model)", entry["runs"]["tied"], entry["runs"]["untied"])]
+    for family, block in blocks.items():
+      if block is not None and corpus in block["corpora"] and not mechanism.cross_block_problem(bigram, block, corpus):
+        runs = block["corpora"][corpus]["runs"]  # same dataset, seeds and draws: paired run by run
+        rows.append((_context_words(block, family), runs[f"tied_{family}"], runs[f"untied_{family}"]))
+    for words, tied, untied in rows:
+      lines.append(f"| {corpus} | {words} | " + " | ".join(
+        _verdict(paired(untied[fraction], tied[fraction]), with_interval) for fraction in fractions) + " |")
+  return lines
+
+
+def cost_tables(bigram: dict[str, Any], docs: pathlib.Path) -> dict[pathlib.Path, list[str]]:
+  """{page: its cost table}: the README's (who is ahead and by how much) and results.md's (with the intervals), made
+  from the bigram block `bigram` and the context blocks in `docs`; {} where `bigram` is not the bigram block."""
+  if not {"tied", "untied"} <= {model["key"] for model in bigram["models"]}:
+    return {}
+  return {docs.parent / "README.md": cost_table(bigram, docs), docs / "results.md": cost_table(bigram, docs, True)}

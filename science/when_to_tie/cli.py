@@ -64,7 +64,8 @@ def _parser() -> _Parser:
                    description=science.when_to_tie.__doc__.splitlines()[0])
   parser.add_argument("--out", default=str(REPO / "runs" / "when_to_tie"), help="writes <out>/when_to_tie.*")
   parser.add_argument("--write-docs", action="store_true",
-                      help="also copy the results to docs/when_to_tie.* and rewrite docs/results.md's picks")
+                      help="also copy the results to docs/when_to_tie.*, rewrite docs/results.md's picks and the "
+                           "README's and docs/results.md's table of tying's cost with and without context")
   parser.add_argument("--quick", action="store_true",
                       help=f"a tiny sweep for tests: {QUICK_PLAN.max_steps} steps, 1 size, 1 seed, one setting "
                            "per model")
@@ -371,7 +372,7 @@ def run_sweep(args: argparse.Namespace) -> dict[str, Any]:
   results["seconds"] = time.perf_counter() - started + sum(part.get("seconds", 0.0) for part in resumed)
   results["cpu_seconds"] = time.process_time() - cpu_started + sum(part.get("cpu_seconds", 0.0) for part in resumed)
   paths = report.publish(results, out, args.write_docs)
-  written = " and docs/when_to_tie.*, docs/results.md" if args.write_docs else ""
+  written = " and docs/when_to_tie.*, docs/results.md, README.md" if args.write_docs else ""
   print(f"wrote {', '.join(map(str, paths))}{written}; "
         f"wall time {results['seconds'] / 60:.1f} min, CPU time {results['cpu_seconds'] / 60:.1f} min")
   return results

@@ -602,17 +602,20 @@ def generated_notes(notes: str, results: dict[str, Any], docs: pathlib.Path) -> 
 
 
 def publish(results: dict[str, Any], out: pathlib.Path, write_docs: bool) -> list[pathlib.Path]:
-  """Writes <out>/when_to_tie.*; with `write_docs` also docs/when_to_tie.* (keeping its notes) and the picks in
-  docs/results.md."""
+  """Writes <out>/when_to_tie.*; with `write_docs` also docs/when_to_tie.* (keeping its notes), the picks in
+  docs/results.md and tying's cost with and without context in the README and docs/results.md."""
   docs = REPO / "docs"
   picks_text = readme_block(results)  # made before anything is written, as `write` makes its files
   notes = generated_notes(kept_notes(docs / "when_to_tie.md"), results, docs) if write_docs else ""
+  cost_tables = carry_over.cost_tables(results, docs) if write_docs else {}
   paths = write(results, out, notes)
   if write_docs:
     for path in paths:
       if path.resolve() != (docs / path.name).resolve():
         shutil.copyfile(path, docs / path.name)
     _write_picks(picks_text, REPO / "docs" / "results.md")
+    for page, lines in cost_tables.items():
+      common.rewrite_block(page, carry_over.COST_START, carry_over.COST_END, "\n" + "\n".join(lines) + "\n")
   return paths
 
 

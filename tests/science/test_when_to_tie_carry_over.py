@@ -6,7 +6,6 @@ import copy
 import json
 import re
 
-import numpy as np
 import pytest
 from helpers import by_hand_interval, markdown_table
 
@@ -152,28 +151,69 @@ def test_the_page_holds_the_context_table_the_jsons_make():
   assert carry_over.notes_with_context(notes, bigram, DOCS) == notes
 
 
-def test_the_readme_and_results_quote_tyings_cost_with_and_without_context_from_the_jsons():
-  losses = _docs_losses(["when_to_tie.json", "when_to_tie_mlp.json", "when_to_tie_transformer.json"])
-  subword_losses = _docs_losses(["when_to_tie.json", "when_to_tie_mlp.json"], "subword")
-  fractions = ["0.01", "0.1", "1"]
+# (tied, untied) of each row of the pages' cost table, with the words its family's config gives (configs'
+# model.context_k=3 for the MLP; data.context_length=16, model.layers=1 for the transformer)
+COST_ROWS = {None: ("nothing (the bigram model)", "tied", "untied"),
+             "mlp": ("an MLP over the previous 3 tokens", "tied_mlp", "untied_mlp"),
+             "transformer": ("1 transformer block over 16 tokens", "tied_transformer", "untied_transformer")}
+_VERDICT = re.compile(r"^(?:(untied|tied) by|(level):) (-?[\d.]+)(?: \((-?[\d.]+) to (-?[\d.]+)\))?$")
 
-  def cost(tied, untied, losses=losses):
-    return [float(np.mean([losses[tied][f][key] - losses[untied][f][key] for key in losses[tied][f]]))
-            for f in fractions]
 
-  with_context, without = cost("tied_mlp", "untied_mlp"), cost("tied", "untied")
-  quoted = (f"tying costs {with_context[0]:.3f}, {with_context[1]:.3f} and {with_context[2]:.3f} nats at 1%, 10% and "
-            f"100%")
-  against = f"against {without[0]:.3f}, {without[1]:.3f} and {without[2]:.3f} without context"
-  transformer = cost("tied_transformer", "untied_transformer")
-  quoted_transformer = f"tying costs {transformer[0]:.3f}, {transformer[1]:.3f} and {transformer[2]:.3f} nats"
-  subword = cost("tied_mlp", "untied_mlp", subword_losses)
-  subword_without = cost("tied", "untied", subword_losses)
-  quoted_subword = (f"tying costs {subword[0]:.3f}, {subword[1]:.3f} and {subword[2]:.3f} nats at 1%, 10% and 100%, "
-                    f"against {subword_without[0]:.3f}, {subword_without[1]:.3f} and {subword_without[2]:.3f} without "
-                    "context")
-  for page in (plans.REPO / "README.md", DOCS / "results.md"):
-    text = " ".join(page.read_text().split())
-    assert quoted in text and against in text, page.name
-    assert quoted_transformer in text, page.name
-    assert quoted_subword in text, page.name
+def _by_hand_verdict(differences):
+  """(who is ahead or 'level', the number shown, low, high) of tied − untied keyed by (seed, draw), by hand."""
+  mean, low, high = by_hand_interval(differences)
+  if low > 0 or high < 0:
+    return ("untied" if mean > 0 else "tied"), abs(mean), low, high
+  return "level", mean, low, high
+
+
+@pytest.mark.parametrize(("page", "with_interval"), [("README.md", False), ("docs/results.md", True)])
+def test_the_readme_and_results_state_tyings_cost_with_and_without_context_from_the_jsons(page, with_interval):
+  text = common.block((plans.REPO / page).read_text(), carry_over.COST_START, carry_over.COST_END)
+  lines = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| text |")]
+  table = {tuple(cell.strip() for cell in line.strip("|").split("|")[:2]): line.strip("|").split("|")[2:]
+           for line in lines}
+  expected_rows = [(corpus, COST_ROWS[None][0]) for corpus in ("bytes", "subword")]
+  expected_rows += [(corpus, COST_ROWS[family][0]) for corpus, family in DOCS_BLOCKS]
+  assert sorted(table) == sorted(expected_rows)  # every block the JSONs hold, no other
+  for family in (None, "mlp", "transformer"):
+    words, tied, untied = COST_ROWS[family]
+    for corpus in [corpus for corpus, known in table if known == words]:
+      losses = _docs_losses(["when_to_tie.json"] + ([f"when_to_tie_{family}.json"] if family else []), corpus)
+      for index, fraction in enumerate(["0.01", "0.1", "1"]):
+        by_hand = _by_hand_verdict({key: losses[tied][fraction][key] - losses[untied][fraction][key]
+                                    for key in losses[tied][fraction]})
+        found = _VERDICT.match(table[corpus, words][index].strip()).groups()
+        assert (found[0] or found[1]) == by_hand[0], (corpus, words, fraction)
+        shown = [float(value) for value in found[2:] if value is not None]
+        assert len(shown) == (3 if with_interval else 1)
+        assert shown == pytest.approx(by_hand[1:len(shown) + 1], abs=6e-4), (corpus, words, fraction)
+
+
+def test_the_pages_hold_the_cost_tables_the_jsons_make():
+  bigram = json.loads((DOCS / "when_to_tie.json").read_text())
+  for page, lines in carry_over.cost_tables(bigram, DOCS).items():
+    assert common.block(page.read_text(), carry_over.COST_START, carry_over.COST_END) == "\n" + "\n".join(lines) + "\n"
+
+
+def test_the_cost_table_names_who_is_ahead_or_level_by_the_interval(tmp_path):
+  block = copy.deepcopy(MLP)
+  block["models"] = [{**model, "needs": [["model.context_k", 3]]} for model in block["models"]]
+  # with the MLP at 10% tied − untied is 0.1 each run; then tied 0.2 lower (tied ahead), then one run off (level)
+  (tmp_path / "when_to_tie_mlp.json").write_text(json.dumps(block))
+  lines = carry_over.cost_table(BIGRAM, tmp_path, with_interval=True)
+  mean, low, high = _by_hand_t([0.3, 0.4, 0.5])
+  assert lines[2] == f"| bytes | nothing (the bigram model) | untied by {mean:.3f} ({low:.3f} to {high:.3f}) |"
+  assert lines[3] == "| bytes | an MLP over the previous 3 tokens | untied by 0.100 (0.100 to 0.100) |"
+  for loss_shift, cell in ((0.2, "tied by 0.100"), (None, None)):
+    if loss_shift is None:  # one run off: tied − untied 0.1, −0.1, 0.1 holds 0
+      losses = (1.6, 1.5, 1.8)
+      mean, low, high = _by_hand_t([0.1, -0.1, 0.1])
+      cell = f"level: {mean:.3f}"
+    else:
+      losses = tuple(loss - loss_shift for loss in LOSSES["tied_mlp"])
+    for run, loss in zip(block["corpora"]["bytes"]["runs"]["tied_mlp"]["0.1"], losses, strict=True):
+      run["eval_loss"] = loss
+    (tmp_path / "when_to_tie_mlp.json").write_text(json.dumps(block))
+    assert carry_over.cost_table(BIGRAM, tmp_path)[3] == f"| bytes | an MLP over the previous 3 tokens | {cell} |"
+  assert carry_over.cost_tables(MLP, tmp_path) == {}  # a context block alone makes no cost table
