@@ -287,7 +287,7 @@ def recheck_ends(results: dict[str, Any], args: argparse.Namespace) -> None:
     for key, fraction, run in ends:
       factor = run.get("steps_factor", 1)
       dense = sweep.train(models[key], float(fraction), run["seed"], run["settings"], steps_factor=factor,
-                          evals_factor=RECHECK_EVALS)
+                          evals_factor=RECHECK_EVALS, draw=run.get("draw", 0))  # the same data draw as the run
       base = {field: run[field] for field in ("eval_every", "best_step", "end_step", "select_loss", "eval_loss")}
       rechecked.append({"model": key, "fraction": fraction, "steps_factor": factor, "base": base, "dense": dense})
     if rechecked:

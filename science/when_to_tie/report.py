@@ -129,22 +129,28 @@ def at_the_end(run: dict[str, Any]) -> bool:
   return run["end_step"] - run["best_step"] < max(1, run["end_step"] // 100)
 
 
-def rechecked_before_the_end(entry: dict[str, Any]) -> set[tuple[str, str, int, int]]:
-  """(model, fraction, seed, steps factor) of each run of a corpus whose best step was at the end of its schedule
-  and is before it when rechecked with more evals (`recheck_lines`)."""
-  return {(checked["model"], checked["fraction"], checked["dense"]["seed"], checked.get("steps_factor", 1))
+def rechecked_before_the_end(entry: dict[str, Any]) -> set[tuple[str, str, int, int, int]]:
+  """(model, fraction, seed, data draw, steps factor) of each run of a corpus whose best step was at the end of its
+  schedule and is before it when rechecked with more evals (`recheck_lines`)."""
+  return {(checked["model"], checked["fraction"], checked["dense"]["seed"], checked["dense"].get("draw", 0),
+           checked.get("steps_factor", 1))
           for checked in entry.get("recheck", {}).get("runs", []) if not at_the_end(checked["dense"])}
 
 
 def unconverged(results: dict[str, Any]) -> list[str]:
   """Every run whose best step is at the end of its schedule (it may still have been improving when it ended) and
-  stays there when rechecked with more evals."""
+  stays there when rechecked with more evals; each named by its seed, and its data draw where the corpus has
+  several."""
   failing = []
   for corpus, entry in results["corpora"].items():
     before = rechecked_before_the_end(entry)
+    runs = [(key, fraction, run) for key, by_fraction in entry["runs"].items()
+            for fraction, runs in by_fraction.items() for run in runs]
+    drawn = len({run.get("draw", 0) for _, _, run in runs}) > 1
     failing += [f"{corpus} {key} {100 * float(fraction):g}% seed {run['seed']}"
-                for key, by_fraction in entry["runs"].items() for fraction, runs in by_fraction.items()
-                for run in runs if at_the_end(run) and (key, fraction, run["seed"], 1) not in before]
+                + (f" draw {run.get('draw', 0)}" if drawn else "")
+                for key, fraction, run in runs
+                if at_the_end(run) and (key, fraction, run["seed"], run.get("draw", 0), 1) not in before]
   return failing
 
 
@@ -197,7 +203,7 @@ def markdown(results: dict[str, Any], png_name: str, notes: str = "") -> str:
     lines += [NOTES_START, notes.strip("\n"), NOTES_END, ""]
   lines.append(_method(results, labels))
   failing = unconverged(results)
-  rechecked = sum(1 for entry in results["corpora"].values() for _, _, _, factor in rechecked_before_the_end(entry)
+  rechecked = sum(1 for entry in results["corpora"].values() for *_, factor in rechecked_before_the_end(entry)
                   if factor == 1)
   lines += ["", "Best step before the end of the schedule: " + (
       "every run" if not failing else f"all but {len(failing)} runs, whose best step is their last or within the "
@@ -380,7 +386,8 @@ def convergence_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str
   ]
   before = rechecked_before_the_end(entry)
   rechecked = {key for key, run in check["runs"].items()
-               if at_the_end(run["long"]) and (key, fraction, run["long"]["seed"], factor) in before}
+               if at_the_end(run["long"])
+               and (key, fraction, run["long"]["seed"], run["long"].get("draw", 0), factor) in before}
   for key, run in check["runs"].items():
     base, long = run["base"], run["long"]
     verdict = "yes (with more evals)" if key in rechecked else "no" if at_the_end(long) else "yes"

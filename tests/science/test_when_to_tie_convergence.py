@@ -99,13 +99,15 @@ class _DenseEvalSweep:
   """Stands in for Sweep.train: records each call; a run with `evals_factor` evals that often, its best step set."""
 
   def __init__(self, dense_best):
-    self.dense_best, self.calls = dense_best, []
+    self.dense_best, self.calls, self.draws = dense_best, [], []
 
-  def train(self, model, fraction, seed, settings, steps_factor=1, evals_factor=1):
+  def train(self, model, fraction, seed, settings, steps_factor=1, evals_factor=1, draw=0):
     self.calls.append((model.key, fraction, seed, dict(settings), steps_factor, evals_factor))
+    self.draws.append(draw)
     end = 100 * steps_factor
-    run = {**_run(seed, self.dense_best[model.key] * steps_factor, end, 2.29, 2.005, steps=end),
-           "settings": dict(settings), "steps_factor": steps_factor, "end_select_loss": 2.289}
+    best = self.dense_best.get((model.key, draw)) or self.dense_best[model.key]  # a draw's own, else the model's
+    run = {**_run(seed, best * steps_factor, end, 2.29, 2.005, steps=end), "settings": dict(settings),
+           "steps_factor": steps_factor, "end_select_loss": 2.289, "draw": draw}
     run["eval_every"] //= evals_factor
     return run
 
@@ -146,3 +148,17 @@ def test_recheck_reruns_the_runs_whose_best_step_is_at_the_end_with_more_evals_a
   assert "| 100% | W | 1 | 10 → 2 | 100 → 100 / 100 |" in text
   assert "| 100% (3× the steps) | U | 0 | 30 → 7 | 300 → 240 / 300 |" in text
   assert text.endswith("| yes |\n\n1 of them still have their best step at the end with 4× the evals.")
+
+
+def test_a_recheck_reruns_each_run_on_its_own_data_draw_and_counts_it_for_that_draw_alone(monkeypatch):
+  wd = {"weight_decay": 0.1}
+  # seed 0 ran on draws 0 and 2, both with their best step at the end; rechecked, draw 2's comes before it
+  entry = {"runs": {"untied": {"0.1": [{**_run(0, 100, 100, 2.3, 2.0), "settings": wd, "draw": draw}
+                                       for draw in (0, 2)]}}}
+  results = {"corpora": {"subword": entry}}
+  assert report.unconverged(results) == ["subword untied 10% seed 0 draw 0", "subword untied 10% seed 0 draw 2"]
+  stub = _DenseEvalSweep({("untied", 0): 100, ("untied", 2): 80})
+  monkeypatch.setattr(cli, "_existing_sweeps", lambda results, args: iter([("subword", entry, stub)]))
+  cli.recheck_ends(results, argparse.Namespace())
+  assert stub.draws == [0, 2]  # each rerun on the draw it was trained on
+  assert report.unconverged(results) == ["subword untied 10% seed 0 draw 0"]  # draw 2's recheck is not draw 0's
