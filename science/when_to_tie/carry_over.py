@@ -84,7 +84,31 @@ def context_lines(bigram: dict[str, Any], block: dict[str, Any], family: str, co
       lines.append(f"| {labels[key]} − the Kneser-Ney n-gram of its context (positive: the count model is "
                    "better) | " + " | ".join(map(mechanism.cell, behind)) + " |")
   return [*lines, "", _reading(family, sizes, [by_size[fraction] for fraction in fractions],
-                               [change[fraction] for fraction in fractions])]
+                               [change[fraction] for fraction in fractions]), *_ends_lines(entry, family, labels)]
+
+
+_AXES = {"learning_rate": "learning rate", "weight_decay": "weight decay", "hidden_l2": "λ"}
+_PLACES = ("lowest", "middle", "highest")
+
+
+def _ends_lines(entry: dict[str, Any], family: str, labels: dict[str, str]) -> list[str]:
+  """Per context model and size: how many runs had their best step at their last eval (still improving when the
+  schedule ended) and the settings tuning chose, each placed in its grid (the lowest or highest value: at its edge)."""
+  fractions = list(entry["count"])
+  lines = ["", "Where the runs ended and what tuning chose: the runs whose best step is at their last eval (within one "
+           "eval interval of their end: still improving when the schedule ended), and each chosen setting's place in "
+           "its grid of 3:", "", "| context model | " + " | ".join(_sizes(fractions)) + " |",
+           "|---|" + "---|" * len(fractions)]
+  for key in (f"tied_{family}", f"untied_{family}", f"tied_w_{family}"):
+    cells = []
+    for fraction in fractions:
+      runs, chosen = entry["runs"][key][fraction], entry["tuning"][key][fraction]["chosen"]
+      last = sum(run["end_step"] - run["best_step"] < run["eval_every"] for run in runs)
+      places = [f"{_AXES[axis]} {value:g} ({_PLACES[entry['grids'][axis].index(value)]})"
+                for axis, value in chosen.items()]
+      cells.append(f"{last} of {len(runs)} at the last eval; " + ", ".join(places))
+    lines.append(f"| {labels[key]} | " + " | ".join(cells) + " |")
+  return lines
 
 
 def _says(value: Interval, positive: str, negative: str) -> str:

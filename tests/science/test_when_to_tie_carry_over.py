@@ -25,10 +25,20 @@ KNESER_NEY = {"discount": 0.9, "eval_loss": 2.1, "select_loss": 2.2, "by_draw": 
 NGRAM = {"order": 4, "discount": 0.8, "eval_loss": 1.5, "select_loss": 1.6, "by_draw": {"0": 1.5, "1": 1.9, "2": 1.7}}
 
 
+# each run's best step and its end (evals every 100 steps): the first run's best at its last eval, the others' before
+STEPS = ((995, 1000), (800, 1000), (900, 1000))
+GRIDS = {"learning_rate": [0.01, 0.03, 0.1], "weight_decay": [0.0, 0.1, 1.0], "hidden_l2": [0.0, 0.001, 0.01]}
+CHOSEN = {"learning_rate": 0.1, "weight_decay": 0.1, "hidden_l2": 0.0}
+
+
 def _block(keys, family=None):
-  runs = {key: {"0.1": [{"seed": KEYS[i][0], "draw": KEYS[i][1], "eval_loss": LOSSES[key][i]} for i in range(3)]}
+  runs = {key: {"0.1": [{"seed": KEYS[i][0], "draw": KEYS[i][1], "eval_loss": LOSSES[key][i], "best_step": STEPS[i][0],
+                         "end_step": STEPS[i][1], "eval_every": 100} for i in range(3)]}
           for key in keys}
-  entry = {"dataset": "text-draw0", "count": {"0.1": COUNT}, "kneser_ney": {"0.1": KNESER_NEY}, "runs": runs}
+  tuning = {key: {"0.1": {"chosen": {axis: value for axis, value in CHOSEN.items()
+                                     if axis != "hidden_l2" or key.startswith("tied_w")}}} for key in keys}
+  entry = {"dataset": "text-draw0", "count": {"0.1": COUNT}, "kneser_ney": {"0.1": KNESER_NEY}, "runs": runs,
+           "tuning": tuning, "grids": GRIDS}
   if family:
     entry["ngram"] = {family: {"0.1": NGRAM}}
   return {"models": [{"key": key, "label": key.replace("_", " ")} for key in keys], "corpora": {"bytes": entry}}
@@ -69,8 +79,18 @@ def test_the_table_pairs_the_blocks_run_by_run_and_reads_the_change_in_tyings_co
   # each run less the 4-gram of its own draw (draws 0, 1, 2: 1.5, 1.9, 1.7): 1.6 − 1.5, 1.7 − 1.9, 1.8 − 1.7
   cell = paired_rows["tied mlp − the Kneser-Ney n-gram of its context (positive: the count model is better)"][0]
   assert tuple(map(float, _CELL.match(cell).groups())) == pytest.approx(_by_hand_t([0.1, -0.2, 0.1]), abs=6e-4)
-  assert lines[-1] == (f"Tying's cost (positive: untied is better): at 10% tying costs +0.400 without context and "
-                       f"+0.100 with the mlp's (context shrinks it: +0.300, {low:.3f} to {high:.3f}).")
+  reading = next(line for line in lines if line.startswith("Tying's cost"))
+  assert reading == (f"Tying's cost (positive: untied is better): at 10% tying costs +0.400 without context and "
+                     f"+0.100 with the mlp's (context shrinks it: +0.300, {low:.3f} to {high:.3f}).")
+
+
+def test_the_table_says_how_many_runs_ended_at_their_last_eval_and_where_each_choice_sits_in_its_grid():
+  ends = markdown_table("\n".join(carry_over.context_lines(BIGRAM, MLP, "mlp")), "| context model |")
+  # STEPS: 995 of 1000 is within the 100 steps of one eval interval of the end, 900 and 800 are not
+  assert ends["tied mlp"] == ["1 of 3 at the last eval; learning rate 0.1 (highest), weight decay 0.1 (middle)"]
+  assert ends["untied mlp"] == ends["tied mlp"]
+  assert ends["tied w mlp"] == ["1 of 3 at the last eval; learning rate 0.1 (highest), weight decay 0.1 (middle), "
+                                "λ 0 (lowest)"]
 
 
 def test_a_change_whose_interval_holds_zero_is_read_as_none():
@@ -80,7 +100,7 @@ def test_a_change_whose_interval_holds_zero_is_read_as_none():
   block["corpora"]["bytes"]["runs"]["tied_mlp"]["0.1"][1]["eval_loss"] = 2.1  # one run 0.1 off: changes 0, −0.1, 0
   mean, low, high = _by_hand_t([0.0, -0.1, 0.0])
   assert low < 0 < high
-  assert carry_over.context_lines(BIGRAM, block, "mlp")[-1].endswith(
+  assert next(line for line in carry_over.context_lines(BIGRAM, block, "mlp") if line.startswith("Tying's")).endswith(
       f"+0.433 with the mlp's (≈ 0: {mean:+.3f}, {low:.3f} to {high:.3f}).")
 
 
