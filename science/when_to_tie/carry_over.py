@@ -92,12 +92,14 @@ _PLACES = ("lowest", "middle", "highest")
 
 
 def _ends_lines(entry: dict[str, Any], family: str, labels: dict[str, str]) -> list[str]:
-  """Per context model and size: how many runs had their best step at their last eval (still improving when the
-  schedule ended) and the settings tuning chose, each placed in its grid (the lowest or highest value: at its edge)."""
+  """Per context model and size: how many runs had their best step in their last eval interval (still improving when
+  the schedule ended) and the settings tuning chose, each placed in its grid (the lowest or highest value: at its
+  edge)."""
   fractions = list(entry["count"])
-  lines = ["", "Where the runs ended and what tuning chose: the runs whose best step is at their last eval (within one "
-           "eval interval of their end: still improving when the schedule ended), and each chosen setting's place in "
-           "its grid of 3:", "", "| context model | " + " | ".join(_sizes(fractions)) + " |",
+  lines = ["", "Where the runs ended and what tuning chose: the runs whose best step is in their last eval interval "
+           "(the last regular eval or the one at the final step: still improving, by more than the plan's min_delta, "
+           "when the schedule ended), and each chosen setting's place in its grid of 3:", "",
+           "| context model | " + " | ".join(_sizes(fractions)) + " |",
            "|---|" + "---|" * len(fractions)]
   for key in (f"tied_{family}", f"untied_{family}", f"tied_w_{family}"):
     cells = []
@@ -106,7 +108,7 @@ def _ends_lines(entry: dict[str, Any], family: str, labels: dict[str, str]) -> l
       last = sum(run["end_step"] - run["best_step"] < run["eval_every"] for run in runs)
       places = [f"{_AXES[axis]} {value:g} ({_PLACES[entry['grids'][axis].index(value)]})"
                 for axis, value in chosen.items()]
-      cells.append(f"{last} of {len(runs)} at the last eval; " + ", ".join(places))
+      cells.append(f"{last} of {len(runs)} best in the last eval interval; " + ", ".join(places))
     lines.append(f"| {labels[key]} | " + " | ".join(cells) + " |")
   return lines
 

@@ -93,7 +93,7 @@ class Plan:
   selection_share: float  # data.selection_fraction
   max_steps: int  # optimizer updates at most (the --<corpus>-steps flag)
   evals_per_epoch: float  # evals per pass over the train pairs used
-  max_evals: int  # at least steps / max_evals between evals
+  max_evals: int  # at most steps / max_evals steps between evals: at least max_evals evals a run
   min_delta: float = 0.0  # train.min_delta: a new best must be this many nats of select/loss below the best so far
 
 
@@ -316,7 +316,8 @@ def corpus_grids(corpus: Corpus, grids: dict[str, tuple[float, ...]]) -> dict[st
 def schedule(plan: Plan, train_pairs: int, batch_size: int) -> tuple[int, int]:
   """(steps, steps between evals) of a run on `train_pairs`: EPOCHS passes within [MIN_STEPS, plan.max_steps]
   (early stopping ends most runs sooner); plan.evals_per_epoch evals a pass, at least MIN_EVAL_EVERY steps apart
-  and at most steps / plan.max_evals (so a run that never stops early has max_evals evals to choose from)."""
+  and at most steps / plan.max_evals (so a run that never stops early has at least max_evals evals to choose from,
+  and the trainer's eval at its last step)."""
   per_epoch = train_pairs / batch_size
   steps = int(min(plan.max_steps, max(MIN_STEPS, round(EPOCHS * per_epoch))))
   every = max(1, min(max(MIN_EVAL_EVERY, round(per_epoch / plan.evals_per_epoch)), steps // plan.max_evals))

@@ -64,12 +64,12 @@ def baseline_name(entry: dict[str, Any], key: str, fraction: str) -> str:
 
 def baseline(entry: dict[str, Any], fraction: str, context: str = "none") -> tuple[str, dict[str, Any]]:
   """The strongest count model of a size that sees no more context than a model reading `context` does, by eval
-  loss: the bigrams (BASELINES), and for a context model also the Kneser-Ney n-gram of its context. → (its key,
-  its numbers)."""
+  loss averaged over the data draws: the bigrams (BASELINES), and for a context model also the Kneser-Ney n-gram of
+  its context. → (its key, its numbers)."""
   present = {key: entry[key][fraction] for key in BASELINES if fraction in entry.get(key, {})}
   if fraction in entry.get("ngram", {}).get(context, {}):
     present[NGRAM + context] = entry["ngram"][context][fraction]
-  key = min(present, key=lambda key: present[key]["eval_loss"])
+  key = min(present, key=lambda key: draws_mean(present[key]))  # over the draws, as the tables compare
   return key, present[key]
 
 
@@ -295,7 +295,7 @@ def _corpus_lines(corpus: str, entry: dict[str, Any], labels: dict[str, str]) ->
       "",
       f"V = {entry['vocab_size']}, D = {entry['d_model']}, at most {plan['max_steps']} steps per run, "
       f"{plan['evals_per_epoch']:g} eval{'s' if plan['evals_per_epoch'] != 1 else ''} per pass over the train "
-      f"pairs (at most {plan['max_evals']} a run)"
+      f"pairs (at least {plan['max_evals']} a run, and one at its last step)"
       + (f", a new best more than {plan['min_delta']:g} nats below the best before it" if plan.get("min_delta") else "")
       + f"; {entry['train_pairs']:,} train pairs at 100% (what the "
       f"{entry['select_pairs']:,} selection pairs, the train split's last {100 * plan['selection_share']:g}%, "

@@ -60,6 +60,16 @@ def test_a_best_step_in_the_last_percent_of_the_schedule_counts_as_at_the_end():
   assert not report.at_the_end({"best_step": 180, "end_step": 200})
 
 
+def test_the_strongest_count_model_is_chosen_by_its_eval_loss_over_the_draws_not_draw_0s():
+  # add-k is ahead on draw 0 (2.0 against 2.1) but behind over the 3 draws (2.2 against 2.1)
+  add_k = {"eval_loss": 2.0, "by_draw": {"0": 2.0, "1": 2.3, "2": 2.3}}
+  kneser_ney = {"eval_loss": 2.1, "by_draw": {"0": 2.1, "1": 2.1, "2": 2.1}}
+  drawn = {"count": {"0.1": add_k}, "kneser_ney": {"0.1": kneser_ney}}
+  assert report.baseline(drawn, "0.1") == ("kneser_ney", kneser_ney)
+  one_draw = {"count": {"1": {"eval_loss": 2.0}}, "kneser_ney": {"1": {"eval_loss": 2.1}}}
+  assert report.baseline(one_draw, "1")[0] == "count"
+
+
 def test_schedule_is_ten_epochs_and_evals_per_epoch_within_bounds():
   plan = plans.Plan(selection_share=0.1, max_steps=3000, evals_per_epoch=2, max_evals=20)
   assert plans.EPOCHS == 10 and plans.MIN_STEPS == 200 and plans.MIN_EVAL_EVERY == 10

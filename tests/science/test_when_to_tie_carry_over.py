@@ -25,7 +25,8 @@ KNESER_NEY = {"discount": 0.9, "eval_loss": 2.1, "select_loss": 2.2, "by_draw": 
 NGRAM = {"order": 4, "discount": 0.8, "eval_loss": 1.5, "select_loss": 1.6, "by_draw": {"0": 1.5, "1": 1.9, "2": 1.7}}
 
 
-# each run's best step and its end (evals every 100 steps): the first run's best at its last eval, the others' before
+# each run's best step and its end (evals every 100 steps): the first run's best in its last eval interval, the others'
+# before it
 STEPS = ((995, 1000), (800, 1000), (900, 1000))
 GRIDS = {"learning_rate": [0.01, 0.03, 0.1], "weight_decay": [0.0, 0.1, 1.0], "hidden_l2": [0.0, 0.001, 0.01]}
 CHOSEN = {"learning_rate": 0.1, "weight_decay": 0.1, "hidden_l2": 0.0}
@@ -84,13 +85,13 @@ def test_the_table_pairs_the_blocks_run_by_run_and_reads_the_change_in_tyings_co
                      f"+0.100 with the mlp's (context shrinks it: +0.300, {low:.3f} to {high:.3f}).")
 
 
-def test_the_table_says_how_many_runs_ended_at_their_last_eval_and_where_each_choice_sits_in_its_grid():
+def test_the_table_says_how_many_runs_were_best_in_their_last_eval_interval_and_where_each_choice_sits():
   ends = markdown_table("\n".join(carry_over.context_lines(BIGRAM, MLP, "mlp")), "| context model |")
   # STEPS: 995 of 1000 is within the 100 steps of one eval interval of the end, 900 and 800 are not
-  assert ends["tied mlp"] == ["1 of 3 at the last eval; learning rate 0.1 (highest), weight decay 0.1 (middle)"]
+  chosen = "learning rate 0.1 (highest), weight decay 0.1 (middle)"
+  assert ends["tied mlp"] == [f"1 of 3 best in the last eval interval; {chosen}"]
   assert ends["untied mlp"] == ends["tied mlp"]
-  assert ends["tied w mlp"] == ["1 of 3 at the last eval; learning rate 0.1 (highest), weight decay 0.1 (middle), "
-                                "λ 0 (lowest)"]
+  assert ends["tied w mlp"] == [f"1 of 3 best in the last eval interval; {chosen}, λ 0 (lowest)"]
 
 
 def test_a_change_whose_interval_holds_zero_is_read_as_none():
