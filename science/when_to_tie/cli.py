@@ -42,7 +42,7 @@ from science.when_to_tie.plan import (
   split_of,
   unavailable,
 )
-from science.when_to_tie.sweep import FINISHED, Sweep, convergence_check, sweep_corpus
+from science.when_to_tie.sweep import FINISHED, Sweep, convergence_check, repeat_references, sweep_corpus
 
 
 def machine() -> str:
@@ -94,6 +94,9 @@ def _parser() -> _Parser:
   parser.add_argument("--recheck-ends", action="store_true",
                       help=f"with --from-json: rerun each run whose best step is at the end of its schedule as it "
                            f"was, with {RECHECK_EVALS}× the evals, and add them to that JSON's results")
+  parser.add_argument("--recount-repeats", action="store_true",
+                      help="with --from-json: recount each size's repeat shares (the data's, the count model's own "
+                           "self-argmax) over its scored data draws, training nothing, into that JSON's results")
   parser.add_argument("--asymmetry", action="store_true",
                       help="train nothing: the asymmetry budget of each chosen corpus's train pairs at each size and "
                            "draw (budget.py) into <out>/when_to_tie_asymmetry.json; with --write-docs also docs/ "
@@ -118,9 +121,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     raise UsageError("--add-convergence: needs --from-json, the sweep to add the check to")
   if args.recheck_ends and not args.from_json:
     raise UsageError("--recheck-ends: needs --from-json, the sweep whose runs it rechecks")
-  if args.asymmetry and (args.from_json or args.add_convergence or args.recheck_ends):
+  if args.recount_repeats and not args.from_json:
+    raise UsageError("--recount-repeats: needs --from-json, the sweep whose repeat shares it recounts")
+  if args.asymmetry and (args.from_json or args.add_convergence or args.recheck_ends or args.recount_repeats):
     raise UsageError("--asymmetry: trains nothing and reads no sweep's JSON; expected without --from-json, "
-                     "--add-convergence and --recheck-ends")
+                     "--add-convergence, --recheck-ends and --recount-repeats")
   if args.add_convergence and args.convergence_factor == 0:
     raise UsageError("--add-convergence with --convergence-factor=0: expected a factor ≥ 2")
   out = pathlib.Path(args.out)
@@ -230,6 +235,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         add_convergence(args.results, args)
       if args.results is not None and args.recheck_ends:
         recheck_ends(args.results, args)
+      if args.results is not None and args.recount_repeats:
+        recount_repeats(args.results, args)
       if args.results is not None:
         report.publish(args.results, out, args.write_docs)
         return args.results
@@ -293,6 +300,15 @@ def recheck_ends(results: dict[str, Any], args: argparse.Namespace) -> None:
     if rechecked:
       entry["recheck"] = {"evals_factor": RECHECK_EVALS, "runs": rechecked, "seconds": time.perf_counter() - started,
                           "cpu_seconds": time.process_time() - cpu_started}
+
+
+def recount_repeats(results: dict[str, Any], args: argparse.Namespace) -> None:
+  """Each size's repeat shares of the chosen corpora in `results` recounted over the data draws its runs were scored
+  on (sweep.repeat_references, the count model at the discount the sweep chose), replacing the entry's "repeats"."""
+  for _, entry, sweep in _existing_sweeps(results, args):
+    for key in entry["repeats"]:
+      scored = tuple(sorted({int(draw) for draw in entry["kneser_ney"][key].get("by_draw", {"0": None})}))
+      entry["repeats"][key] = repeat_references(sweep, float(key), scored, entry["kneser_ney"][key]["discount"])
 
 
 def _known_models() -> dict[str, Any]:

@@ -187,6 +187,22 @@ def _mean(values: np.ndarray) -> float:
   return float(np.mean(values, dtype=np.float64)) if len(values) else float("nan")
 
 
+def repeat_references(sweep: Sweep, fraction: float, scored_draws: tuple[int, ...], discount: float) -> dict[str, Any]:
+  """The data's repeat shares (`repeat_shares`) and the Kneser-Ney count model's own (`count_self_shares`) at one
+  size, each on a scored draw's validation pairs and rare bucket, the count model fitted on that draw's train pairs at
+  `discount` (chosen on draw 0, as the models' settings are): → their means over the draws (a share a draw has no
+  pairs for left out), with {"by_draw": {draw: shares}} where several are scored, beside the runs they average over."""
+  found = {}
+  for draw in scored_draws:
+    data, rare = sweep.drawn(draw), sweep.rare_inputs(fraction, draw)
+    found[str(draw)] = {**repeat_shares(data.eval_ids, data.eval_next, rare),
+                        **count_self_shares(sweep.train_pairs(fraction, draw), discount, data.eval_ids, rare,
+                                            sweep.corpus.vocab_size)}
+  means = {name: _mean(np.array([numbers[name] for numbers in found.values() if not math.isnan(numbers[name])]))
+           for name in found[str(scored_draws[0])]}
+  return {**means, "by_draw": found} if len(found) > 1 else means
+
+
 # --- the sweep ----------------------------------------------------------------------------------------------------
 
 class Sweep:
@@ -435,10 +451,7 @@ def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, gr
     key = f"{fraction:g}"
     scored_draws = draws(fraction, quick or corpus.split != DRAWN)
     entry["count"][key], entry["kneser_ney"][key] = count_references(sweep, fraction, scored_draws)
-    entry["repeats"][key] = {
-        **repeat_shares(data.eval_ids, data.eval_next, sweep.rare_inputs(fraction)),
-        **count_self_shares(sweep.train_pairs(fraction), entry["kneser_ney"][key]["discount"], data.eval_ids,
-                            sweep.rare_inputs(fraction), corpus.vocab_size)}
+    entry["repeats"][key] = repeat_references(sweep, fraction, scored_draws, entry["kneser_ney"][key]["discount"])
     print(f"  {corpus.key:7s} count models f={fraction:g}: add-k (k = {entry['count'][key]['k']:g}) eval "
           f"{entry['count'][key]['eval_loss']:.4f}, Kneser-Ney (discount {entry['kneser_ney'][key]['discount']:g}) "
           f"eval {entry['kneser_ney'][key]['eval_loss']:.4f}", flush=True)

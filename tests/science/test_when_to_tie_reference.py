@@ -73,3 +73,46 @@ def test_the_count_models_own_self_argmax_share_by_hand():
   rare = np.array([False, True, True])
   shares = sweep.count_self_shares(train, 0.5, eval_ids, rare, vocab_size=3)
   assert shares == {"count_self": 2 / 5, "count_self_rare": 0.0}
+
+
+class _TwoDraws:
+  """Stands in for a Sweep of V = 3 with two data draws: the same train pairs (those of the test above), each draw
+  its own validation pairs and rare bucket (draw 1: none rare)."""
+
+  corpus = type("Corpus", (), {"vocab_size": 3})
+  train = (np.array([0, 0, 0, 0, 1, 1]), np.array([0, 0, 0, 1, 2, 2]))
+  evals = {0: (np.array([0, 0, 1, 2, 2]), np.array([0, 1, 1, 2, 0])), 1: (np.array([1, 2]), np.array([2, 2]))}
+  rare = {0: np.array([False, True, True]), 1: np.array([False, False, False])}
+
+  def drawn(self, draw):
+    return type("Data", (), {"eval_ids": self.evals[draw][0], "eval_next": self.evals[draw][1]})
+
+  def rare_inputs(self, fraction, draw):
+    return self.rare[draw]
+
+  def train_pairs(self, fraction, draw):
+    return self.train
+
+
+def test_the_repeat_shares_are_averaged_over_the_scored_draws_each_on_its_own_pairs():
+  shares = sweep.repeat_references(_TwoDraws(), 0.1, (0, 1), 0.5)
+  # draw 0: repeats 3 of 5 pairs, of its 3 rare-input pairs 2; the count model (argmax 0→0, 1→2, 2→0) predicts
+  # itself for 2 of 5, for none of the rare. Draw 1: 1 repeat of 2 pairs, the count model none, no rare pairs (nan:
+  # left out of the mean, not counted as 0).
+  assert shares["by_draw"]["0"]["repeats"] == 3 / 5 and shares["by_draw"]["1"]["repeats"] == 1 / 2
+  expected = {"repeats": (3 / 5 + 1 / 2) / 2, "repeats_rare": 2 / 3, "rare_pair_share": (3 / 5 + 0) / 2,
+              "count_self": (2 / 5 + 0) / 2, "count_self_rare": 0.0}
+  assert {name: shares[name] for name in expected} == pytest.approx(expected, rel=1e-12)
+  one = sweep.repeat_references(_TwoDraws(), 0.1, (1,), 0.5)  # one draw: its own shares, no by_draw
+  assert "by_draw" not in one and one["repeats"] == 1 / 2 and math.isnan(one["repeats_rare"])
+
+
+def test_recount_repeats_replaces_each_sizes_shares_with_those_over_the_draws_it_scored(monkeypatch):
+  from science.when_to_tie import cli  # noqa: PLC0415
+
+  entry = {"repeats": {"0.1": {"repeats": 0.9}, "1": {"repeats": 0.9}},
+           "kneser_ney": {"0.1": {"discount": 0.5, "by_draw": {"0": 2.0, "1": 2.1}}, "1": {"discount": 0.5}}}
+  monkeypatch.setattr(cli, "_existing_sweeps", lambda results, args: iter([("subword", entry, _TwoDraws())]))
+  cli.recount_repeats({"corpora": {"subword": entry}}, None)
+  assert entry["repeats"]["0.1"]["repeats"] == pytest.approx((3 / 5 + 1 / 2) / 2)  # draws 0 and 1, as scored
+  assert entry["repeats"]["1"]["repeats"] == pytest.approx(3 / 5) and "by_draw" not in entry["repeats"]["1"]

@@ -20,6 +20,7 @@ from science.when_to_tie import plan as plans
     (["--convergence-factor=two"], "--convergence-factor"),
     (["--add-convergence"], "--add-convergence"),
     (["--recheck-ends"], "--recheck-ends"),
+    (["--recount-repeats"], "--recount-repeats"),
     (["--family=bigram,words"], "--family='bigram,words': 'words' is not one of bigram, controls"),
     (["--family="], "--family='': '' is not one of"),
     (["--asymmetry", "--from-json=docs/when_to_tie.json"], "--asymmetry: trains nothing"),
