@@ -240,7 +240,8 @@ def _method(results: dict[str, Any], labels: dict[str, str]) -> str:
       "Rare inputs: validation pairs whose current token is among the least frequent making up the last 10% of the "
       "train occurrences used, or never current in them (`tied_embed/data/frequency.py`). Self-argmax: the share of "
       "validation pairs whose predicted likeliest next token is the current token, from the restored best "
-      "checkpoint in NumPy float64; beside it the data's own rate of repeats (next = current).")
+      "checkpoint in NumPy float64; beside it the data's own rate of repeats (next = current), both averaged over the "
+      "data draws the runs were scored on.")
 
 
 def _tuning_text(results: dict[str, Any]) -> str:
