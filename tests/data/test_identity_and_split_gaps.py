@@ -39,8 +39,10 @@ def test_a_synthetic_datasets_identity_spells_out_each_setting():
   base = bigram.dataset_identity(make_config())
   assert base == "planted-v16-d4-seed3-n5000-m3000-scale6-zipf1"
   for field, value in [("task_seed", 4), ("num_train_pairs", 5001), ("num_eval_pairs", 2999), ("logit_scale", 6.5),
-                       ("zipf_exponent", 1.25), ("task_d_model", 3)]:
+                       ("zipf_exponent", 1.25), ("task_d_model", 3), ("logit_scale", 6.0000001),
+                       ("zipf_exponent", 1 + 1e-9)]:  # past :g's 6 digits: another task, another cache
     assert bigram.dataset_identity(make_config(**{field: value})) != base, field
+  assert bigram.dataset_identity(make_config(logit_scale=0.1, zipf_exponent=1.5)).endswith("-scale0.1-zipf1.5")
 
 
 @pytest.mark.parametrize("train_fraction, selection_fraction, suffix", [

@@ -139,6 +139,7 @@ def test_bad_corpora_are_one_line_naming_the_field_and_write_nothing(tmp_path):
   assert not (tmp_path / "data").exists()
   # Bytes need no decoding: the same file is fine as byte tokens.
   config_lib.validate_data(text_config(tmp_path / "latin1.txt", tmp_path, "bytes", 256))
+  config_lib.validate_data(text_config(tmp_path / "latin1.txt", tmp_path, "", 256))  # '' is bytes too
 
 
 def test_a_vocabulary_the_corpus_cannot_support_is_refused_with_nothing_half_written(corpus_file, tmp_path):

@@ -105,3 +105,23 @@ def test_a_bfloat16_smoke_run_ends_near_the_float32_one(smoke_run, tmp_path):
   assert np.isfinite(summary.eval_loss)
   assert summary.eval_loss != want  # bfloat16 was used
   assert abs(summary.eval_loss - want) < BF16_BOUND * want, (summary.eval_loss, want)
+
+
+@pytest.mark.parametrize("path", ["full", "chunked", "distinct"])
+def test_bfloat16_rounds_the_target_logit_as_it_rounds_the_others(path):
+  # Confident predictions (x = E[ids], |E| large): the loss is ~0, so a target logit taken from float32 operands
+  # beside a logsumexp from bfloat16 ones shows as a loss off by ~0.1, even below 0. Reference: float64 on the
+  # bfloat16-rounded operands, which each path promises (bfloat16 operands, float32 accumulation).
+  rng = np.random.default_rng(3)
+  table = jnp.asarray(1.5 * rng.standard_normal((16, 64)), jnp.float32)
+  ids = jnp.asarray(rng.integers(0, 16, 32), jnp.int32)
+  x = table[ids]
+  loss, grads = jax.value_and_grad(_loss_fns(ids, ids)[path], argnums=(0, 1))(x, table, jnp.bfloat16)
+  rounded = [np.asarray(a.astype(jnp.bfloat16), np.float64) for a in (x, table)]
+  want_loss, *want_grads = numpy_loss_and_grads(*rounded, np.asarray(ids))
+  assert float(loss) >= 0 and abs(float(loss) - want_loss) < 1e-5
+  # each gradient ~0: no floor of bfloat16's rounding of E / T. The distinct-rows path scales a row by its count
+  # before rounding it (a pass over the (C, D) rows, not the (V, C) exponentials), so its d table keeps one.
+  checked = grads if path != "distinct" else grads[:1]
+  for got, want in zip(checked, want_grads, strict=False):
+    assert np.abs(np.asarray(got, np.float64) - want).max() < 1e-4

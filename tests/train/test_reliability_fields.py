@@ -119,6 +119,16 @@ def test_a_field_that_does_nothing_in_both_configs_does_not_block_a_resume():
       "data.tokenizer: '<absent>' in the checkpoints, 'sentencepiece' now"]
 
 
+def test_a_checkpoint_from_before_the_selection_split_resumes_as_if_it_had_none():
+  # a saved config without data.selection_fraction (older checkpoints) is compared as its default, 0: no
+  # selection split, so early stopping and min_delta do nothing on either side and block nothing
+  before = smoke_with("seed", 0)
+  del before.data["selection_fraction"]
+  assert run_setup.config_differences(before, smoke_with("seed", 0)) == []
+  assert run_setup.config_differences(before, smoke_with("data.selection_fraction", 0.1)) == [
+      "data.selection_fraction: 0.0 in the checkpoints, 0.1 now"]
+
+
 def test_inactive_fields_are_the_dependent_and_other_sources_fields():
   planted = config_lib.inactive_paths(smoke_with("seed", 0))
   assert "model.hidden_l2" in planted and "data.task_d_model" not in planted and "data.text_path" in planted

@@ -67,9 +67,9 @@ def _unchunk(per_chunk: jax.Array, num_tokens: int) -> jax.Array:
   return jnp.swapaxes(per_chunk, 0, 1).reshape(-1, *per_chunk.shape[2:])[:num_tokens]
 
 
-def _target_logits(x: jax.Array, table: jax.Array, targets: jax.Array) -> jax.Array:
-  """x_t · E[targets_t], one dot product per token: (T, D), (V, D), (T,) → (T,)."""
-  return jnp.sum(x * table[targets], axis=-1)
+def _target_logits(x: jax.Array, table: jax.Array, targets: jax.Array, compute_dtype) -> jax.Array:
+  """x_t · E[targets_t] per token, of operands rounded as the logits' are: (T, D), (V, D), (T,) → (T,)."""
+  return jnp.sum(operand(x, compute_dtype).astype(jnp.float32) * operand(table[targets], compute_dtype), axis=-1)
 
 
 def _chunk_logits(table, x_chunk, compute_dtype, kernel: bool) -> tuple[jax.Array, int]:
@@ -100,24 +100,24 @@ def _chunk_step(table, d_table, x_chunk, weights, num_tokens, compute_dtype, ker
   return d_table, top.reshape(-1) + jnp.log(total), dx
 
 
-def _add_target_rows(d_table, x, targets, num_tokens, piece):
+def _add_target_rows(d_table, x, targets, piece, compute_dtype):
   """d table's −Y part, added in place: −x_t / T into row targets_t. (V, D), (T, D), (T,) → (V, D); `piece` tokens
   at a time (where they divide T): no (T, D) temporary of scaled rows."""
   pieces = x.shape[0] // piece if piece and x.shape[0] % piece == 0 else 1
 
   def add(d_table, rows):
     x_rows, target_rows = rows
-    return d_table.at[target_rows].add(-x_rows / num_tokens), None
+    return d_table.at[target_rows].add(-operand(x_rows, compute_dtype).astype(jnp.float32) / x.shape[0]), None
 
   rows = (x.reshape(pieces, -1, x.shape[1]), targets.reshape(pieces, -1))
   return jax.lax.scan(add, d_table, rows)[0]
 
 
-def _finish(table, targets, lse, dx, d_table, mean_target, num_tokens):
+def _finish(table, targets, lse, dx, d_table, mean_target, compute_dtype):
   """The loss, and dx's −Y part: −E[targets_t] / T, one row per token (d table already holds its own)."""
   # E[targets] again, not the rows the mean target logit gathered: XLA would keep those (T, D) rows through the
   # scans. The barrier makes it a gather of its own, which XLA fuses into this subtraction.
-  dx = dx - table[jax.lax.optimization_barrier(targets)] / num_tokens
+  dx = dx - operand(table[jax.lax.optimization_barrier(targets)], compute_dtype).astype(jnp.float32) / targets.shape[0]
   return jnp.mean(lse) - mean_target, (dx, d_table)
 
 
@@ -130,7 +130,7 @@ def _chunked_ce(x: jax.Array, table: jax.Array, targets: jax.Array, chunk: int, 
     return carry, jax.nn.logsumexp(*_chunk_logits(operand_table, x_chunk, compute_dtype, kernel))  # (logits, axis)
 
   _, lse = jax.lax.scan(chunk_lse, None, _token_chunks(x, chunk))
-  return jnp.mean(_unchunk(lse, x.shape[0]) - _target_logits(x, table, targets))
+  return jnp.mean(_unchunk(lse, x.shape[0]) - _target_logits(x, table, targets, compute_dtype))
 
 
 def _forward(x, table, targets, chunk, compute_dtype, kernel):
@@ -141,13 +141,13 @@ def _forward(x, table, targets, chunk, compute_dtype, kernel):
     d_table, lse, dx = _chunk_step(operand_table, d_table, x_chunk, None, num_tokens, compute_dtype, kernel)
     return d_table, (lse, dx)
 
-  mean_target = jnp.mean(_target_logits(x, table, targets))
+  mean_target = jnp.mean(_target_logits(x, table, targets, compute_dtype))
   chunks = _token_chunks(x, chunk)
   d_table, first = step(None, chunks[0])
-  d_table = _add_target_rows(d_table, x, targets, num_tokens, chunk)
+  d_table = _add_target_rows(d_table, x, targets, chunk, compute_dtype)
   d_table, rest = jax.lax.scan(step, d_table, chunks[1:])
   lse, dx = (_unchunk(jnp.concatenate([a[None], b]), num_tokens) for a, b in zip(first, rest, strict=True))
-  return _finish(table, targets, lse, dx, d_table, mean_target, num_tokens)
+  return _finish(table, targets, lse, dx, d_table, mean_target, compute_dtype)
 
 
 def _backward(*args):  # (the static arguments, residuals, cotangent) → cotangents of x, table, targets
@@ -188,7 +188,7 @@ def _distinct_p_part(x, table, targets, keys, chunk, num_tokens, compute_dtype, 
   # Chunk 0 starts d table (every block has a distinct row), and its rows start lse and dx; the loop adds the rest.
   d_table, lse, dx = chunk_i(0, None)
   # In pieces on one device only: split over a mesh, pieces of the batch would be gathered whole.
-  d_table = _add_target_rows(d_table, x.reshape(-1, d_model), targets, num_tokens, chunk if groups == 1 else 0)
+  d_table = _add_target_rows(d_table, x.reshape(-1, d_model), targets, chunk if groups == 1 else 0, compute_dtype)
   rest = ((0, 0), (0, padded - chunk))
   after_first = (d_table, jnp.pad(lse, rest), jnp.pad(dx, (*rest, (0, 0))))
   d_table, lse, dx = jax.lax.fori_loop(1, num_chunks, body, after_first)
@@ -206,10 +206,10 @@ def _distinct_ce(x, table, targets, keys, chunk: int, groups: int, compute_dtype
 def _distinct_forward(x, table, targets, keys, chunk, groups, compute_dtype, kernel):
   """Loss and both gradients for cotangent 1 (residuals), `chunk` rows per block and loop iteration."""
   num_tokens = x.shape[0]
-  mean_target = jnp.mean(_target_logits(x, table, targets))
+  mean_target = jnp.mean(_target_logits(x, table, targets, compute_dtype))
   d_table, lse, dx = _distinct_p_part(x.reshape(groups, -1, x.shape[1]), table, targets, keys.reshape(groups, -1),
                                       chunk, num_tokens, compute_dtype, kernel)
-  return _finish(table, targets, lse.reshape(-1), dx.reshape(x.shape), d_table, mean_target, num_tokens)
+  return _finish(table, targets, lse.reshape(-1), dx.reshape(x.shape), d_table, mean_target, compute_dtype)
 
 
 _distinct_ce.defvjp(_distinct_forward, lambda *args: (*_backward(*args), None))  # and None for the keys

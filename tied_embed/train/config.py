@@ -177,9 +177,9 @@ DEPENDENT: tuple[Dependent, ...] = (
     Dependent("model.heads", "model.context='transformer'",
               lambda config: config.model.get("context", "none") == "transformer", off=4),
     Dependent("train.early_stopping_patience", "data.selection_fraction > 0 (early stopping watches select/loss)",
-              lambda config: config.data.selection_fraction > 0, off=0),
+              lambda config: config.data.get("selection_fraction", 0.0) > 0, off=0),
     Dependent("train.min_delta", "data.selection_fraction > 0 (a new best is judged on select/loss)",
-              lambda config: config.data.selection_fraction > 0, off=0),
+              lambda config: config.data.get("selection_fraction", 0.0) > 0, off=0),
     Dependent("data.task_d_model", f"data.source is one of {sources.SYNTHETIC_SOURCES}",
               lambda config: config.data.get("source") in sources.SYNTHETIC_SOURCES),
 )

@@ -107,7 +107,7 @@ class SyntheticSource(base.Source):
 
   def identity(self, settings: dict[str, Any]) -> str:
     return ("{name}-v{vocab_size}-d{d_model}-seed{task_seed}-n{num_train_pairs}-m{num_eval_pairs}"
-            "-scale{logit_scale:g}-zipf{zipf_exponent:g}").format(name=self.name, **settings)
+            "-scale{logit_scale:.15g}-zipf{zipf_exponent:.15g}").format(name=self.name, **settings)  # all 15 digits
 
   def num_pairs(self, settings: dict[str, Any]) -> dict[str, int]:
     return {"train": settings["num_train_pairs"], "validation": settings["num_eval_pairs"]}

@@ -67,7 +67,7 @@ class Text(base.Source):
       count = len(draw.documents([p.resolve() for p in files]))
       require(count >= 2, "data.split", split, f"a corpus of at least 2 documents for a drawn split (it has {count}:"
               f" {len(files)} file(s); one file is cut into blocks of {draw.BLOCK_BYTES:,} bytes)")
-    subword = config.data.get("tokenizer", tokenizer_lib.BYTES) != tokenizer_lib.BYTES
+    subword = choice != tokenizer_lib.BYTES
     size = corpus.scan(files, check_utf8=True).num_bytes if subword else sum(p.stat().st_size for p in files)
     require(size >= _MIN_BYTES, "data.text_path", config.data.get("text_path"),
             f"a corpus of at least {_MIN_BYTES} bytes ({', '.join(map(str, files[:3]))} has {size})")
