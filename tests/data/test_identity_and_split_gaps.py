@@ -76,6 +76,8 @@ def test_the_selection_share_is_rounded_and_leaves_pairs_on_both_sides(num_pairs
     ([85, 95, 100], 15),  # a tie (85 and 95 both 5 away): the earlier end, the larger share
     ([100], 10),  # no document end inside the split: the plain count
     ([0, 100], 10),
+    ([10, 100], 10),  # the only end would hold out 90 of 100: over half, so the plain count, mid-document
+    ([50, 100], 50),  # half is the most it moves to
 ])
 def test_the_selection_cut_moves_to_the_nearest_document_end(ends, expected):
   assert bigram.selection_pairs(100, 0.1, document_ends=ends) == expected

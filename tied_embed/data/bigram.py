@@ -131,11 +131,12 @@ def selection_fraction(config: Any) -> float:
 
 def selection_pairs(num_train_pairs: int, fraction: float, document_ends: np.ndarray | None = None) -> int:
   """How many of the train split's last pairs are held out: 0 for fraction 0, else round(fraction · N) in [1, N - 1];
-  with `document_ends` (ascending), moved to the nearest document end that leaves pairs on both sides."""
+  with `document_ends` (ascending), moved to the nearest document end that holds out at most half (or the count)."""
   if fraction == 0:
     return 0
   count = min(num_train_pairs - 1, max(1, round(fraction * num_train_pairs)))
-  cuts = [int(end) for end in (() if document_ends is None else document_ends) if 0 < end < num_train_pairs]
+  lowest = max(1, num_train_pairs - max(count, num_train_pairs // 2))  # a cut here or later holds out at most that
+  cuts = [int(end) for end in (() if document_ends is None else document_ends) if lowest <= end < num_train_pairs]
   return num_train_pairs - min(cuts, key=lambda cut: (abs(cut - (num_train_pairs - count)), cut)) if cuts else count
 
 
@@ -363,9 +364,8 @@ def _bigram_data(bc: BigramConfig, splits: dict[str, Any], config: Any) -> Bigra
       eval_ids=eval_ids, eval_next=eval_next, select_ids=train_ids[kept:], select_next=train_next[kept:],
       loss_floor=reference.loss_floor, true_log_probs=reference.log_probs,
       input_counts=np.bincount(train_ids[:used], minlength=vocab_size).astype(np.int64),
-      identity=_identity(bc.name, fraction, held_out), reference=reference,
+      identity=_identity(bc.name, fraction, held_out), reference=reference, digests=splits[DIGESTS],
       eval_references=source.eval_references(bc.settings, splits["train"], splits["validation"]), **windows,
-      digests=splits[DIGESTS],
   )
 
 
