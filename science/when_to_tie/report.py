@@ -112,7 +112,7 @@ def picks(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
 INTERVALS_NOTE = (f"Margins: the paired difference in eval loss (nats) between the two best models over the seeds both "
                   f"ran (same seed, same data draw), with its {INTERVAL_NAME}; a model is named only "
                   "where its interval against every other model excludes 0, \"≈\" elsewhere. The count model is the "
-                  "stronger of add-k and Kneser-Ney (where swept) by eval loss.")
+                  "stronger of add-k and Kneser-Ney (where swept) by eval loss over the data draws.")
 CONTEXT_NOTE = (" For a model with context (MLP, transformer) it is the strongest of those and the Kneser-Ney n-gram "
                 "of its context.")
 
