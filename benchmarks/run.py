@@ -10,7 +10,7 @@ beside the same model in PyTorch), `memory`, `step_memory` (both uses of the ste
 compiled ahead, against PyTorch's chunked step at V = 8192, 32768, 65536), `entrypoint` and `machine` (the CPU's
 name and kind, vector extensions, matrix units, the routes the step takes (tied_embed/fast/kernels or XLA's own
 code), the date and the load: the ratios depend on them, since each framework's matmul kernels do). The
-targets are printed beside the measured ratios; they are results, not assertions. Expect about 6 minutes on 2
+targets are printed beside the measured ratios; they are results, not assertions. Expect about 10 minutes on 2
 quiet cores (`--only` picks sections).
 """
 

@@ -88,6 +88,16 @@ def test_untied_scores_use_input_times_output_and_say_so():
   assert built["parameters"] == {"table_shape": [3, 2], "tied": 6, "untied": 12, "saved": 6, "this_model": 12}
 
 
+def test_the_own_score_is_named_as_what_it_is():
+  # plain tables: |e_i|² tied, in_i·out_i untied; a model whose S is more than the tables (W, a bias): S's diagonal
+  common = dict(source="planted", true_log_probs=np.full((3, 3), np.log(1 / 3)), lookup_total=np.ones(3),
+                projection_total=np.ones(3), tokens=[2], top_k=3)
+  assert report.build_report(TABLE, TABLE, tied=True, **common)["own_score_name"] == "|e_i|²"
+  assert report.build_report(TABLE, TABLE[::-1], tied=False, **common)["own_score_name"] == "in_i·out_i"
+  with_w = report.build_report(TABLE, TABLE, tied=True, scores="E·W·Eᵀ (tied table with a hidden map W)", **common)
+  assert with_w["own_score_name"] == "S_ii"
+
+
 def test_text_tokens_are_shown_as_printable_characters():
   from tied_embed.data import sources  # noqa: PLC0415
 
@@ -536,3 +546,18 @@ def test_report_gives_the_tasks_asymmetry_budget(smoke_run):
   assert report["asymmetry"]["antisymmetric_share"] < 1e-9  # planted: a symmetric task
   assert report["asymmetry"]["tokens"] == smoke_run.config.model.vocab_size
   assert "asymmetry 0.000 of the task's row-centred log-probabilities is antisymmetric" in format_text(report)
+
+
+def test_a_fifo_among_the_report_event_files_is_replaced_not_read(tmp_path):
+  import os  # noqa: PLC0415
+
+  from matplotlib.figure import Figure  # noqa: PLC0415
+
+  from tied_embed.inspection.plots import write_pictures  # noqa: PLC0415
+
+  report_dir = tmp_path / "report"
+  report_dir.mkdir()
+  os.mkfifo(report_dir / "events.out.tfevents.0.fifo")  # TensorBoard's reader would wait on it for ever
+  assert write_pictures(report_dir, {"blank": Figure(figsize=(1, 1))}, step=5) == {"blank": "blank.png"}
+  assert not (report_dir / "events.out.tfevents.0.fifo").exists()
+  assert len(list(report_dir.glob("events.out.tfevents.*"))) == 1 and (report_dir / "blank.png").is_file()

@@ -119,6 +119,9 @@ def test_the_header_names_the_hidden_map_its_lambda_and_counts_w(smoke_workdir):
   assert " tied hidden=linear λ=0.25 " in config_line
   (params,) = [line for line in lines if line.startswith("params ")]
   assert f"tied V·D + D² = {32 * 8 + 8 * 8:,} vs untied 2·V·D + D² = {2 * 32 * 8 + 8 * 8:,}" in params
+  report["own_score_name"] = "S_ii"  # as build_report names it where S is more than the tables
+  tokens = [line for line in format_text(report, pictures_line=False).splitlines() if line.startswith("token ")]
+  assert tokens and all(" own score S_ii = " in line for line in tokens)
   plain = format_text(inspect_run(smoke_workdir, pictures=False), pictures_line=False)
   assert "hidden=" not in plain and "D²" not in plain and "tied V·D = 256 vs untied 2·V·D = 512" in plain
 

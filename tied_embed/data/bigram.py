@@ -356,9 +356,8 @@ def _bigram_data(bc: BigramConfig, splits: dict[str, Any], config: Any) -> Bigra
                                  f"the {used:,} pairs trained on, none lies in a window of {length})")
     select_ends = None if train_ends is None else np.asarray(train_ends, np.int64)[train_ends > kept] - kept
     train_document_ends = None if train_ends is None else np.asarray(train_ends, np.int64)[train_ends <= used]
-    windows = dict(context_length=length, train_starts=starts, select_document_ends=select_ends,
-                   train_document_ends=train_document_ends,
-                   eval_document_ends=splits.get(f"{DOCUMENT_ENDS}_validation"))
+    windows = dict(context_length=length, train_starts=starts, train_document_ends=train_document_ends,
+                   select_document_ends=select_ends, eval_document_ends=splits.get(f"{DOCUMENT_ENDS}_validation"))
   return BigramData(
       source=bc.source, vocab_size=vocab_size, train_ids=train_ids[:used], train_next=train_next[:used],
       eval_ids=eval_ids, eval_next=eval_next, select_ids=train_ids[kept:], select_next=train_next[kept:],

@@ -98,7 +98,7 @@ def write_pictures(report_dir: pathlib.Path, figures: dict[str, Figure], step: i
     canvas.draw()
     images[f"report/{name}"] = np.asarray(canvas.buffer_rgba())[..., :3].copy()[None]
   for path in report_dir.glob("events.out.tfevents.*"):
-    if path.is_symlink() or step in _image_steps(path):
+    if path.is_symlink() or not path.is_file() or step in _image_steps(path):  # never read a FIFO: it blocks
       path.unlink()
   writer = EventWriter(report_dir)
   try:

@@ -188,10 +188,11 @@ def build_report(lookup_table: np.ndarray, projection_table: np.ndarray, *, tied
   provenance = provenance_summary(lookup_total, projection_total, top_k)
   for entry in provenance["most_lookup"] + provenance["most_projection"]:
     entry["label"] = label(entry["id"])
+  own_name = "S_ii" if scores else "|e_i|²" if tied else "in_i·out_i"  # S's diagonal where S is more than the tables
   if scores is None:
     scores = "E·Eᵀ (tied table)" if tied else "input·outputᵀ (untied model: input and output tables differ)"
   return {
-      "scores": scores,
+      "scores": scores, "own_score_name": own_name,
       "parameters": parameter_summary(vocab_size, d_model, tied, other_params),
       "tokens": token_entries,
       "fit": fit_to_truth(LogProbRows(vocab_size, lambda ids: lookup[ids] @ projection.T), true_rows),

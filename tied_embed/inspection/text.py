@@ -30,7 +30,7 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
       f" {params['untied']:,} (tying saves {params['saved']:,}; this model has {params['this_model']:,})",
       f"scores   S = {report['scores']}",
   ]
-  own_name = "|e_i|²" if cfg["tied"] else "in_i·out_i"
+  own_name = report.get("own_score_name", "|e_i|²" if cfg["tied"] else "in_i·out_i")
   probability_name = run["reference"]  # 'true' or 'empirical', as the source says
   for token in report["tokens"]:
     name = str(token["id"]) if token["label"] == str(token["id"]) else f"{token['label']} (id {token['id']})"
