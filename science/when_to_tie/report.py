@@ -259,7 +259,8 @@ def _tuning_text(results: dict[str, Any]) -> str:
   with_l2 = [model["label"].split("  ")[0] for model in results["models"] if "hidden_l2" in model.get("tuned", ())]
   penalty = "" if not with_l2 else (
       f"; {' and '.join(with_l2)}'s penalty λ‖W − I‖² from {_values(grids['hidden_l2'])} is spread over those same "
-      "trials (a Latin square), not searched on top")
+      "trials (a Latin square), not searched on top; the weight decay applies to every parameter, W included, so "
+      "above 0 it pulls W toward 0 while λ pulls it toward I (the grid's 0 leaves W to λ alone)")
   return (f"Every model gets the same tuning budget per data size: its peak learning rate ({rates}) crossed with "
           f"weight decay (AdamW, decoupled) from {_values(grids['weight_decay'])}"
           + _own_grids(results, "weight_decay") + penalty + ". "
