@@ -10,13 +10,14 @@ README.md. `--subword` instead runs the two commands of "Train on your own text"
 files, tied then untied on the same dataset) and, with --write-docs, rewrites the SUBWORD block of docs/results.md.
 `--context` runs configs/context_mlp.py and configs/context_transformer.py, tied and untied, beside the bigram model
 (the same config with model.context=none) on one shared dataset, fits the Kneser-Ney count bigram of that dataset
-(its discount chosen on the selection split) and, with --write-docs, rewrites the CONTEXT block of docs/results.md
-and the README's context line.
+(its discount chosen on the train pairs' last share, science/kneser_ney.py's held_out_fit) and, with --write-docs,
+rewrites the CONTEXT block of docs/results.md and the README's context line.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import pathlib
@@ -305,6 +306,42 @@ def _refuse(message: str) -> None:
   sys.exit(2)
 
 
+# The tracked blocks each kind of run rewrites with --write-docs: (file, start marker, end marker).
+BLOCKS = {"table": [("docs/results.md", START, END), ("docs/running.md", SAMPLE_START, SAMPLE_END),
+                    ("README.md", FINAL_START, FINAL_END)],
+          "subword": [("docs/results.md", SUBWORD_START, SUBWORD_END)],
+          "context": [("docs/results.md", CONTEXT_START, CONTEXT_END),
+                      ("README.md", CONTEXT_LINE_START, CONTEXT_LINE_END)]}
+
+
+def check_blocks(kind: str) -> None:
+  """One `error:` line and exit 2, before any training, where a block `kind` rewrites has lost a marker."""
+  for name, start, end in BLOCKS[kind]:
+    path = ROOT / name
+    if common.block(path.read_text() if path.is_file() else "", start, end) is None:
+      _refuse(f"{name} has no {start} ... {end} block for --write-docs to rewrite: restore its markers")
+
+
+def write_blocks(kind: str, bodies: list[str]) -> None:
+  """Each block of `kind` (BLOCKS) set to its body, in order."""
+  for (name, start, end), body in zip(BLOCKS[kind], bodies, strict=True):
+    common.rewrite_block(ROOT / name, start, end, body)
+
+
+def check_workdirs(rows: list[tuple[str, list[str]]]) -> None:
+  """One `error:` line and exit 2 where a row's workdir cannot be one: it, or a folder above it, is a file, or it is a
+  link (a row clears its workdir first, and never through a link it did not make)."""
+  for name, _ in rows:
+    workdir = row_workdir(name)
+    if workdir.is_symlink():
+      _refuse(f"{workdir} is a link: row {name!r} trains there; remove the link")
+    blocker = next((path for path in (workdir, *workdir.parents) if path.exists() and not path.is_dir()), None)
+    if blocker == workdir:
+      _refuse(f"{workdir} is a file: row {name!r} trains there; move it away")
+    if blocker is not None:
+      _refuse(f"{blocker} is a file: row {name!r} trains in {workdir}; move it away")
+
+
 def row_workdir(name: str) -> pathlib.Path:
   return RESULTS_DIR / re.sub(r"[^a-z]+", "_", name).strip("_")
 
@@ -316,13 +353,7 @@ def selected_rows(only: str | None) -> list[tuple[str, list[str]]]:
   if not rows:
     _refuse(f"--only={only!r} matches no row: expected part of a row name, one of "
             + ", ".join(repr(name) for name, _ in RUNS))
-  for name, _ in rows:
-    workdir = row_workdir(name)
-    blocker = next((path for path in (workdir, *workdir.parents) if path.exists() and not path.is_dir()), None)
-    if blocker == workdir:
-      _refuse(f"{workdir} is a file: row {name!r} trains there; move it away")
-    if blocker is not None:
-      _refuse(f"{blocker} is a file: row {name!r} trains in {workdir}; move it away")
+  check_workdirs(rows)
   return rows
 
 
@@ -352,6 +383,8 @@ def main(argv: list[str] | None = None) -> None:
       parser.error("--context runs every context row; it takes no --only")
     _context(args.write_docs, args.reuse)
     return
+  if args.write_docs:
+    check_blocks("table")
   load = load_average()  # as the first row, the default one, starts
   rows = _run_rows(selected_rows(args.only))
   measured_on, date = machine(), time.strftime("%Y-%m-%d")
@@ -364,10 +397,8 @@ def main(argv: list[str] | None = None) -> None:
   if not args.write_docs:
     return
   console = rows[0]["console"]  # the default row: what `make train` prints
-  common.rewrite_block(ROOT / "docs" / "results.md", START, END, f"\n{text}\n")
   console_text = sample(console, measured_on, date, load)
-  common.rewrite_block(ROOT / "docs" / "running.md", SAMPLE_START, SAMPLE_END, f"\n{console_text}\n")
-  common.rewrite_block(ROOT / "README.md", FINAL_START, FINAL_END, final_line(console, measured_on, date))
+  write_blocks("table", [f"\n{text}\n", f"\n{console_text}\n", final_line(console, measured_on, date)])
   print("wrote docs/results.md's table, docs/running.md's sample console and README.md's final line")
 
 
@@ -391,14 +422,33 @@ def _subword(write_docs: bool) -> None:
   if not pathlib.Path(VIM_DOCS).is_dir():
     _refuse(f"{VIM_DOCS} is not a directory: the subword commands train on Vim 9.0's help files (install vim)")
   data_dir = RESULTS_DIR / "data-vim"
+  _check_data_dir(data_dir)
+  check_workdirs(SUBWORD_RUNS)
+  if write_docs:
+    check_blocks("subword")
   shutil.rmtree(data_dir, ignore_errors=True)
   load = load_average()
   rows = _run_rows(SUBWORD_RUNS, data_dir)
   text = subword_section(rows, machine(), time.strftime("%Y-%m-%d"), load)
   print(text)
   if write_docs:
-    common.rewrite_block(ROOT / "docs" / "results.md", SUBWORD_START, SUBWORD_END, f"\n{text}\n")
+    write_blocks("subword", [f"\n{text}\n"])
     print("wrote docs/results.md's subword block")
+
+
+def _check_data_dir(data_dir: pathlib.Path) -> None:
+  """One `error:` line and exit 2 where the shared data folder, cleared before the rows, is a link or a file."""
+  if data_dir.is_symlink() or (data_dir.exists() and not data_dir.is_dir()):
+    _refuse(f"{data_dir} is {'a link' if data_dir.is_symlink() else 'a file'}: the rows' dataset is made there; "
+            "move it away")
+
+
+def context_configs_digest() -> str:
+  """sha256 of the context rows' config files: --reuse refuses rows recorded on other configs."""
+  digest = hashlib.sha256()
+  for path in sorted({flags[flags.index("--config") + 1] for _, flags in CONTEXT_RUNS}):
+    digest.update((ROOT / path).read_bytes())
+  return digest.hexdigest()
 
 
 def _context(write_docs: bool, reuse: bool = False) -> None:
@@ -407,11 +457,18 @@ def _context(write_docs: bool, reuse: bool = False) -> None:
   if not pathlib.Path(VIM_DOCS).is_dir():
     _refuse(f"{VIM_DOCS} is not a directory: the context configs train on Vim's help files (install vim)")
   data_dir = RESULTS_DIR / "data-vim-windows"
+  _check_data_dir(data_dir)
+  check_workdirs(CONTEXT_RUNS)
+  if write_docs:
+    check_blocks("context")
   if reuse:
     missing = [name for name, _ in CONTEXT_RUNS if not (row_workdir(name) / ROW_RECORD).is_file()]
     if missing:
       _refuse(f"--reuse: no {ROW_RECORD} for row {missing[0]!r} in {row_workdir(missing[0])}: run --context first")
     rows = [json.loads((row_workdir(name) / ROW_RECORD).read_text()) for name, _ in CONTEXT_RUNS]
+    stale = next((row["name"] for row in rows if row.get("configs") != context_configs_digest()), None)
+    if stale:
+      _refuse(f"--reuse: row {stale!r} ran on other config files than today's (their sha256 differs): run --context")
     load = rows[0].get("load", "unknown")
     date = rows[0].get("date", time.strftime("%Y-%m-%d"))
   else:
@@ -420,15 +477,15 @@ def _context(write_docs: bool, reuse: bool = False) -> None:
     rows = _run_rows(CONTEXT_RUNS, data_dir)
     for row in rows:  # the block's note, for --reuse
       record = row_workdir(row["name"]) / ROW_RECORD
-      record.write_text(json.dumps({**json.loads(record.read_text()), "load": load, "date": date}, indent=1) + "\n")
+      record.write_text(json.dumps({**json.loads(record.read_text()), "load": load, "date": date,
+                                    "configs": context_configs_digest()}, indent=1) + "\n")
   kneser_ney = kneser_ney_rows(data_dir)
   measured_on = machine()
   text = context_section(rows, kneser_ney, measured_on, date, load)
   line = context_line(rows, kneser_ney, measured_on, date)
   print(text + "\n\n" + line)
   if write_docs:
-    common.rewrite_block(ROOT / "docs" / "results.md", CONTEXT_START, CONTEXT_END, f"\n{text}\n")
-    common.rewrite_block(ROOT / "README.md", CONTEXT_LINE_START, CONTEXT_LINE_END, f"\n{line}\n")
+    write_blocks("context", [f"\n{text}\n", f"\n{line}\n"])
     print("wrote docs/results.md's context block and README.md's context line")
 
 

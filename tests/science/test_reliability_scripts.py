@@ -6,7 +6,9 @@ Every subprocess here ends before any training: at --help, or at an argument che
 
 from __future__ import annotations
 
+import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -145,6 +147,38 @@ def test_a_failed_row_is_named_with_the_trainers_own_line(monkeypatch, tmp_path,
   assert status == 2  # train.py's own status
   assert message == ("error: row 'smoke, refused' failed (train.py exit status 2): model.vocab_size=0 is not "
                      "allowed: expected an integer in [1, 2**31 - 1]\n")
+
+
+def test_a_rows_workdir_that_is_a_link_is_refused_before_training(monkeypatch, tmp_path, capsys):
+  module = _results_script(monkeypatch, tmp_path)
+  (tmp_path / "elsewhere").mkdir()
+  (tmp_path / "results").mkdir()
+  (tmp_path / "results" / "text_tied").symlink_to(tmp_path / "elsewhere")
+  status, message = _refusal(module, capsys, "--only", "text, tied")
+  assert status == 2 and message == (f"error: {tmp_path / 'results' / 'text_tied'} is a link: row 'text, tied' "
+                                     "trains there; remove the link\n")
+  assert list((tmp_path / "elsewhere").iterdir()) == []  # nothing trained through it
+
+
+def test_write_docs_with_a_block_whose_markers_are_gone_is_refused_before_training(monkeypatch, tmp_path, capsys):
+  module = _results_script(monkeypatch, tmp_path)
+  page = tmp_path / "results.md"
+  page.write_text("a page without its RESULTS markers\n")
+  monkeypatch.setitem(module.BLOCKS, "table", [(str(page), module.START, module.END)])
+  status, message = _refusal(module, capsys, "--write-docs")
+  assert status == 2 and message.startswith(f"error: {page} has no {module.START} ... {module.END} block")
+  assert not (tmp_path / "results").exists()  # no row ran
+
+
+def test_reuse_refuses_rows_recorded_on_other_config_files(monkeypatch, tmp_path, capsys):
+  module = _results_script(monkeypatch, tmp_path)
+  if not pathlib.Path(module.VIM_DOCS).is_dir():
+    pytest.skip("the context rows need Vim's help files")
+  for name, _ in module.CONTEXT_RUNS:  # each row's record, as --context leaves it, but on other configs
+    module.row_workdir(name).mkdir(parents=True)
+    (module.row_workdir(name) / module.ROW_RECORD).write_text(json.dumps({"name": name, "configs": "0" * 64}))
+  status, message = _refusal(module, capsys, "--context", "--reuse")
+  assert status == 2 and "ran on other config files than today's" in message
 
 
 # python -m science.when_to_tie --from-json
