@@ -187,6 +187,8 @@ def test_document_pairs_and_the_selection_cut_by_hand():
   assert data.selection_pairs(100, 0.0, np.array([30, 60, 85, 100])) == 0
   assert corpus.validation_documents([10, 10, 10, 10, 10, 50]) == 1  # at least one file
   assert corpus.validation_documents([100] * 20) == 2
+  # 10% of 100 bytes is 10: the last file (8) and the last two (12) are both 2 away; a tie goes to fewer files
+  assert corpus.validation_documents([88, 4, 8]) == 1
 
 
 def test_a_split_the_text_source_does_not_know_is_refused_by_name(tmp_path):

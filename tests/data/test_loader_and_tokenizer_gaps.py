@@ -111,3 +111,16 @@ def test_a_streamed_encoding_logs_its_progress_and_no_document_count(monkeypatch
   messages = [record.getMessage() for record in caplog.records]
   assert sum(message.startswith("Tokenized ") and " MB of the text " in message for message in messages) >= 4
   assert messages[-1].startswith("Tokenized the text: ") and "documents" not in messages[-1]
+
+
+def test_the_selection_windows_end_where_the_selection_files_do(tmp_path):
+  # by hand: each selection file holds (its bytes − 1) pairs, so its end within the selection split is the running
+  # total of those; the windows (L = 8) of a context model never cross one
+  config = _config(_corpus(tmp_path / "corpus"), tmp_path, split="by_document", context_length=8,
+                   selection_fraction=0.3)
+  loaded = data.load_bigram_data(config, tmp_path / "work")
+  train_files = sources.get("text").documents(data.builder_config(config).settings, "train")
+  sizes = [len(path.read_bytes()) - 1 for path in train_files]
+  selected = next(count for count in range(1, len(sizes)) if sum(sizes[-count:]) == len(loaded.select_ids))
+  assert selected >= 2  # at least one end inside the selection split
+  np.testing.assert_array_equal(loaded.select_document_ends, np.cumsum(sizes[-selected:]))

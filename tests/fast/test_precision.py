@@ -125,3 +125,26 @@ def test_bfloat16_rounds_the_target_logit_as_it_rounds_the_others(path):
   checked = grads if path != "distinct" else grads[:1]
   for got, want in zip(checked, want_grads, strict=False):
     assert np.abs(np.asarray(got, np.float64) - want).max() < 1e-4
+
+
+def test_model_dtype_bfloat16_reaches_the_unchunked_training_paths_too():
+  # loss.chunk_size=0 trains on the full logits: with model.dtype=bfloat16 those must be bfloat16's, not float32's
+  import optax  # noqa: PLC0415
+  from flax import nnx  # noqa: PLC0415
+  from helpers import model_with_tables  # noqa: PLC0415
+
+  from tied_embed.core import step as step_lib  # noqa: PLC0415
+  from tied_embed.fast import choose  # noqa: PLC0415
+
+  rng = np.random.default_rng(5)
+  table = rng.standard_normal((64, 16)).astype(np.float32)
+  ids, next_ids = rng.integers(0, 64, 96).astype(np.int32), rng.integers(0, 64, 96).astype(np.int32)
+  lookup, projection = hand_path_gradients(table, table, ids, next_ids)
+  errors = {}
+  for dtype in ("float32", "bfloat16"):
+    graphdef, state = nnx.split(step_lib.TrainState(model_with_tables(table), optax.sgd(1.0)))
+    step = jax.jit(step_lib.make_step_function(graphdef, choose.paths_function(0, dtype)), static_argnums=3)
+    grads = step(state, jnp.asarray(ids), jnp.asarray(next_ids), False)[2]
+    errors[dtype] = _relative_error(grads["embedding"][...], lookup + projection)
+  assert errors["float32"] < F32_BOUND
+  assert CAST_VISIBLE < errors["bfloat16"] < BF16_BOUND

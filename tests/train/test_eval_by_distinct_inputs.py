@@ -125,3 +125,32 @@ def test_an_eval_compiled_ahead_compiles_nothing_more(context_length, model):
       lambda event, _duration, **_: compiles.append(event) if event.endswith("backend_compile_duration") else None)
   evaluator(state)
   assert compiles == []
+
+
+@pytest.mark.parametrize("model", [{"context": "mlp", "context_k": 3},
+                                   {"context": "transformer", "layers": 1, "heads": 2}])
+def test_a_windowed_eval_scores_each_document_on_its_own_and_skips_the_padding(model):
+  # 3 validation documents of 13, 17 and 20 pairs in windows of L = 4: each document cut from its start, its last
+  # window short. Reference: the model's own forward on each window's real pairs alone (a causal model's positions
+  # see only the earlier ones), cross-entropy in float64, over the 50 pairs.
+  config = _config(**model)
+  config.data.context_length = 4
+  randomized = _randomized(config)
+  ids, next_ids = _split(pairs=50)
+  ends = np.array([13, 30, 50])
+  graphdef, state = nnx.split(_Holder(randomized))
+  empty = np.zeros(0, np.int32)  # no selection split
+  data = types.SimpleNamespace(context_length=4, input_counts=np.bincount(ids, minlength=V), eval_ids=ids,
+                               eval_next=next_ids, eval_document_ends=ends, select_ids=empty, select_next=empty,
+                               select_document_ends=None)
+  held_out = evaluation.HeldOut(graphdef, data, config, mesh_lib.make_mesh(config.mesh, jax.devices()[:1]))
+  loss, _ = held_out.evaluate(state)
+  losses = []
+  for start, end in zip([0, *ends[:-1]], ends, strict=True):
+    for first in range(start, end, 4):
+      last = min(first + 4, end)
+      logits = np.asarray(randomized(ids[None, first:last]), np.float64)[0]  # (w, V)
+      top = logits.max(axis=1)
+      lse = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
+      losses += list(lse - logits[np.arange(last - first), next_ids[first:last]])
+  assert len(losses) == 50 and loss == pytest.approx(np.mean(losses), rel=2e-6)

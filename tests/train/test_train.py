@@ -34,6 +34,19 @@ def test_event_files_hold_every_scalar_and_histogram_tag(smoke_workdir):
   assert sorted(series["eval/loss"]) == [20, 40, 60]  # eval_every=20
 
 
+def test_the_logged_learning_rate_is_the_one_the_logged_steps_last_update_used(smoke_run):
+  # Logged at `done` = s + 1 steps, the rate of update s: configs/smoke.py's 0.05 peak, 5 warmup steps (0.05 · s / 5),
+  # then cosine decay to 0 over the remaining 55 of its 60 steps, by hand
+  train = smoke_run.config.train
+  assert (train.learning_rate, train.warmup_steps, train.num_steps) == (0.05, 5, 60)
+  logged = all_series(smoke_run.workdir)["train/learning_rate"]
+  for done, value in logged.items():
+    s = done - 1
+    expected = 0.05 * s / 5 if s < 5 else 0.05 * 0.5 * (1 + np.cos(np.pi * (s - 5) / 55))
+    assert value == pytest.approx(expected, rel=1e-5, abs=1e-9), done
+  assert sorted(logged) == [10, 20, 30, 40, 50, 60]
+
+
 def test_smoke_loss_falls_towards_the_floor(smoke_run):
   series = all_series(smoke_run.workdir)
   eval_losses = [series["eval/loss"][step] for step in (20, 40, 60)]
