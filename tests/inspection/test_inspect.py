@@ -53,16 +53,24 @@ def test_fit_is_exact_when_scores_are_true_log_probs_up_to_row_constants():
 
 
 def test_fit_skips_never_seen_entries_and_unknown_rows():
-  scores = np.array([[0.0, 1.0, 2.0], [5.0, 0.0, 0.0], [1.0, 2.0, 0.0]])
-  true = np.array([[np.log(0.5), np.log(0.5), -np.inf], [np.nan] * 3, [np.log(0.25), np.log(0.75), -np.inf]])
+  scores = np.array([[0.0, 1.0, 2.0], [5.0, 0.0, 0.0], [1.0, 2.0, 0.0], [3.0, 1.0, 2.0]])
+  true = np.array([[np.log(0.5), np.log(0.5), -np.inf], [np.nan] * 3, [np.log(0.25), np.log(0.75), -np.inf],
+                   [0.0, -np.inf, -np.inf]])
   fit = report.fit_to_truth(scores, true)
   # Row 0 centred on its two finite entries: learned [-0.5, 0.5], true [0, 0]; row 2: learned [-0.5, 0.5],
-  # true ±ln(3)/2. Row 1 is skipped.
+  # true ±ln(3)/2. Row 1 is skipped, and row 3 too: one finite entry centres to 0 against 0, no fit to read.
   half_ln3 = math.log(3) / 2
   assert (fit["entries"], fit["rows"]) == (4, 2)
   assert fit["mean_abs_error"] == pytest.approx((0.5 + 0.5 + 2 * abs(0.5 - half_ln3)) / 4)
   learned, truth = np.array([-0.5, 0.5, -0.5, 0.5]), np.array([0, 0, -half_ln3, half_ln3])
   assert fit["correlation"] == pytest.approx(np.corrcoef(learned, truth)[0, 1])
+
+
+def test_the_gap_is_shown_in_nats_and_as_a_percentage_of_the_floor():
+  from tied_embed.inspection.text import _gap  # noqa: PLC0415
+
+  assert _gap({"gap": 0.05, "loss_floor": 2.0}) == "0.0500 (2.50% of floor)"  # 0.05 / 2 = 2.5%
+  assert _gap({"gap": 0.05, "loss_floor": 0.0}) == "0.0500" and _gap({"gap": None, "loss_floor": 2.0}) == "n/a"
 
 
 def test_provenance_summary_by_hand():

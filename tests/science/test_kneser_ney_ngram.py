@@ -125,3 +125,23 @@ def test_a_fit_of_a_higher_order_scores_as_each_lower_order_fitted_alone():
     alone = kneser_ney.NgramCounts.of(ids, next_ids, np.array([1000, 2500]), order, 12)
     np.testing.assert_allclose(high.mix(statistics, 0.8, order),
                                alone.probabilities(eval_ids, eval_next, np.array([150]), 6, 0.8), rtol=1e-12)
+
+
+def test_the_held_out_part_is_scored_with_its_own_document_ends_from_its_start(monkeypatch):
+  # N = 1000 pairs, documents ending at 300, 930 and 1000; the held-out part is the last HELD_OUT_FRACTION: its ends,
+  # counted from its own start, by hand
+  rng = np.random.default_rng(4)
+  ids, next_ids = random_stream(rng, 1000, 12)
+  ends = np.array([300, 930, 1000])
+  cut = 1000 - int(1000 * count_bigram.HELD_OUT_FRACTION)
+  assert 300 < cut < 930
+  scored = []
+  real_choose = kneser_ney.choose
+  monkeypatch.setattr(kneser_ney, "choose", lambda counts, statistics, orders: scored.append(statistics)
+                      or real_choose(counts, statistics, orders))
+  kneser_ney.held_out_fit(ids, next_ids, ends, (2, 3), 4, 12)
+  fit = kneser_ney.NgramCounts.of(ids[:cut], next_ids[:cut], np.array([300]), 3, 12)
+  expected = fit.statistics(ids[cut:], next_ids[cut:], np.array([930 - cut, 1000 - cut]), 4)
+  (statistics,) = scored
+  for got, want in zip(statistics[:2], expected[:2], strict=True):
+    np.testing.assert_array_equal(got, want)

@@ -57,6 +57,9 @@ def test_a_best_step_in_the_last_percent_of_the_schedule_counts_as_at_the_end():
   assert report.at_the_end({"best_step": 12000, "end_step": 12000})
   assert report.at_the_end({"best_step": 2940, "end_step": 2942})  # the last regular eval, 2 steps before the end
   assert not report.at_the_end({"best_step": 2695, "end_step": 2942})
+  # the last 1% of 2942 steps is the last 29 (2942 // 100): a best 29 steps before the end is outside it, 28 inside
+  assert not report.at_the_end({"best_step": 2913, "end_step": 2942})
+  assert report.at_the_end({"best_step": 2914, "end_step": 2942})
   assert not report.at_the_end({"best_step": 180, "end_step": 200})
 
 

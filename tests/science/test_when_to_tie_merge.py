@@ -75,3 +75,18 @@ def test_the_count_models_in_the_loss_table_are_averaged_over_the_draws_the_runs
   row = next(line for line in report.markdown(results, "x.png").splitlines() if line.startswith("| 10% ("))
   assert f"| {mean:.4f} (" in row and f"({delta:+.3f})" in row, row
   assert f"| {count['eval_loss']:.4f} (" not in row  # not draw 0's alone
+  kneser_ney = entry["kneser_ney"]["0.1"]  # its own cell: the mean over the draws too, then its discount
+  kneser_mean = sum(kneser_ney["by_draw"].values()) / 3
+  assert f"| {kneser_mean:.4f} ({kneser_ney['discount']:g}) |" in row, row
+  assert f"{kneser_ney['eval_loss']:.4f}" != f"{kneser_mean:.4f}"  # draw 0's alone reads otherwise
+
+
+def test_the_docs_page_is_what_its_json_and_notes_make():
+  # every generated table of docs/when_to_tie.md (the loss tables, the per-model tables with their self-argmax
+  # shares, the notes' controls and context tables) as the published JSONs make it
+  from science.when_to_tie import report  # noqa: PLC0415
+
+  page = PUBLISHED.with_suffix(".md")
+  results = json.loads(PUBLISHED.read_text())
+  notes = report.generated_notes(report.kept_notes(page), results, PUBLISHED.parent)
+  assert report.markdown(results, "when_to_tie.png", notes) == page.read_text()
