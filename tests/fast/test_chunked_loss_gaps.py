@@ -100,3 +100,15 @@ def test_the_sparse_lookup_path_at_the_last_row_and_with_every_row_looked_up():
     _close(stats["cosine"], cosine)
     assert int(stats["rows_looked_up"]) == len(set(ids.tolist()))
     assert int(stats["rows_projection_only"]) == vocab - len(set(ids.tolist()))
+
+
+def test_the_sparse_split_counts_no_row_whose_projection_gradient_is_zero():
+  # every looked-up row zero: the hidden vectors are 0, so the projection gradient Σ (p − y) x is 0 in every row
+  rng = np.random.default_rng(7)
+  table = rng.standard_normal((12, 4)).astype(np.float32)
+  ids, next_ids = np.array([0, 3, 3, 11, 5], np.int32), np.array([3, 11, 0, 5, 7], np.int32)
+  table[ids] = 0.0
+  paths = sparse_paths.path_gradients(model_with_tables(table), jnp.asarray(ids), jnp.asarray(next_ids),
+                                      lambda h, e, y: chunked_cross_entropy(h, e, y, 2))
+  stats = paths.split_stats()
+  assert int(stats["rows_projection_only"]) == 0 and int(stats["rows_looked_up"]) == 4

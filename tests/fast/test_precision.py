@@ -148,3 +148,15 @@ def test_model_dtype_bfloat16_reaches_the_unchunked_training_paths_too():
     errors[dtype] = _relative_error(grads["embedding"][...], lookup + projection)
   assert errors["float32"] < F32_BOUND
   assert CAST_VISIBLE < errors["bfloat16"] < BF16_BOUND
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_trainers_step_takes_the_configs_model_dtype(monkeypatch, dtype):
+  from helpers import smoke_with  # noqa: PLC0415
+
+  from tied_embed.train import run_step  # noqa: PLC0415
+
+  asked = {}
+  monkeypatch.setattr(run_step, "make_train_step", lambda *args, **options: asked.update(options))
+  run_step.train_step_for(smoke_with("model.dtype", dtype), None, {})
+  assert asked["compute_dtype"] == dtype

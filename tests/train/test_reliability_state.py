@@ -428,3 +428,17 @@ def test_an_exact_tie_in_select_loss_keeps_the_earlier_step():
   assert (selection.best_step, selection.best_select_loss, selection.evals_since_best) == (10, 1.5, 1)
   assert selection.best_eval == {"eval/loss": 2.0}
   assert selection.exhausted(1) and not selection.exhausted(2)
+
+
+def test_each_damaged_copy_of_a_step_is_moved_aside_under_a_name_of_its_own(tmp_path, caplog):
+  from tied_embed.train import checkpoint  # noqa: PLC0415
+
+  for copy in range(3):  # step 60 damaged three times, each time a fresh checkpoint
+    (checkpoint.checkpoint_dir(tmp_path) / "60" / "manifest").mkdir(parents=True)
+    (checkpoint.checkpoint_dir(tmp_path) / "60" / "manifest" / "copy").write_text(str(copy))
+    checkpoint._move_to_damaged(tmp_path, 60, ValueError("unreadable"), "it is not restored")
+  damaged = checkpoint.damaged_dir(tmp_path)
+  assert sorted(path.name for path in damaged.iterdir()) == ["60", "60-2", "60-3"]
+  for name, copy in (("60", 0), ("60-2", 1), ("60-3", 2)):  # each the checkpoint folder itself, not one inside
+    assert (damaged / name / "manifest" / "copy").read_text() == str(copy)
+  assert str(damaged / "60-3") in caplog.text

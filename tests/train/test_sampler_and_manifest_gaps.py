@@ -39,6 +39,21 @@ def test_the_sampler_draws_every_pair_of_a_tiny_split_whole():
   assert counts.min() > 20, counts  # uniform: 40 expected each
 
 
+def test_the_sampler_draws_every_window_of_a_tiny_split_whole():
+  # 12 pairs (i, 10 + i), windows of L = 3 starting at 0, 2, 4, 6, 9 (the last one the last possible start)
+  ids = np.arange(12, dtype=np.int32)
+  starts = np.array([0, 2, 4, 6, 9])
+  data = types.SimpleNamespace(train_ids=ids, train_next=ids + 10, train_starts=starts, context_length=3)
+  drawn = [train_batch(data, seed=1, step=step, batch_size=4) for step in range(50)]
+  firsts = set()
+  for batch_ids, batch_next in drawn:
+    assert batch_ids.shape == batch_next.shape == (4, 3)
+    np.testing.assert_array_equal(batch_ids, batch_ids[:, :1] + np.arange(3))  # each window ids[s : s + 3]
+    np.testing.assert_array_equal(batch_next, batch_ids + 10)
+    firsts |= set(batch_ids[:, 0].tolist())
+  assert firsts == {0, 2, 4, 6, 9}  # the last start too; 200 draws miss one with p < 1e-18
+
+
 def test_a_batch_is_a_function_of_seed_and_step_alone():
   data = _tiny_split(1000)
   a = train_batch(data, seed=3, step=7, batch_size=64)

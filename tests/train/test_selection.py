@@ -369,3 +369,13 @@ def test_with_min_delta_the_best_step_is_the_last_big_enough_drop_and_orbax_keep
   assert summary.best_step == best and summary.step == stop and summary.stopped_early
   assert checkpoint.available_steps(tmp_path / "run") == [best, stop]
   assert checkpoint.restore(tmp_path / "run", "best", arrays=False).step == best
+
+
+def test_a_patience_that_runs_out_at_the_last_step_is_a_run_that_finished(tmp_path):
+  # min_delta 100: no eval after the first is a new best, so patience 2 runs out at the third eval, here the last
+  # step: the run ran its whole schedule, so it did not stop early
+  config = _overfitting_config(tmp_path / "data")
+  config.train.update(min_delta=100.0, early_stopping_patience=2, num_steps=3 * EVAL_EVERY)
+  summary = train_and_evaluate(config, tmp_path / "run")
+  assert _hand_early_stop(all_series(tmp_path / "run")["select/loss"], 2, min_delta=100.0)[1] == 3 * EVAL_EVERY
+  assert summary.step == 3 * EVAL_EVERY and not summary.stopped_early

@@ -47,6 +47,20 @@ def test_the_logged_learning_rate_is_the_one_the_logged_steps_last_update_used(s
   assert sorted(logged) == [10, 20, 30, 40, 50, 60]
 
 
+def test_the_console_line_reads_each_number_by_hand():
+  from tied_embed.train.metrics import ProgressLine  # noqa: PLC0415
+
+  scalars = {"train/loss": 2.5, "eval/loss": 2.06, "eval/loss_floor": 2.0, "eval/gap": 0.06, "select/loss": 2.1,
+             "select/best_step": 40, "grad/lookup_norm": 0.07, "grad/projection_norm": 0.5, "grad/cosine": 0.25,
+             "grad/rows_projection_only": 3}
+  line = ProgressLine(0, 100).format(50, scalars, 10.0)  # 0.06 / 2.0 = 3.0% of the floor; 50 steps at 10/s: 5 s
+  assert line == ("step 50/100 | loss 2.5000 | eval 2.0600 gap 3.0% | select 2.1000 best@40 | grad lookup 0.07 "
+                  "proj 0.5 cos 0.25 proj-only rows 3 | 10 steps/s, 5 s left")
+  no_floor = {"eval/loss": 0.5, "eval/loss_floor": 0.0, "eval/gap": 0.5}  # a floor of 0: the gap in nats
+  expected = "step 50/100 | eval 0.5000 gap 0.5000 | 10 steps/s, 5 s left"
+  assert ProgressLine(0, 100).format(50, no_floor, 10.0) == expected
+
+
 def test_smoke_loss_falls_towards_the_floor(smoke_run):
   series = all_series(smoke_run.workdir)
   eval_losses = [series["eval/loss"][step] for step in (20, 40, 60)]
