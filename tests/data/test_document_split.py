@@ -195,3 +195,12 @@ def test_a_split_the_text_source_does_not_know_is_refused_by_name(tmp_path):
   assert "split" in sources.get("text").fields  # declared and checked by the source that reads it
   with pytest.raises(UsageError, match=r"^data\.split='by_file' is not allowed: expected \"contiguous\""):
     sources.get("text").validate(config_for(write_corpus(tmp_path / "docs", 2)[0], tmp_path, "by_file"))
+
+
+def test_a_document_without_tokens_adds_no_pair_and_no_step_back_in_the_ends():
+  from tied_embed.data.sources.text import document_pairs  # noqa: PLC0415
+
+  # tokens 1 2 | (empty) | 3 4: the pairs (1, 2) and (3, 4); pair ends 1, 1, 2 (the empty document ends where its
+  # predecessor did)
+  ids, next_ids, pair_ends = document_pairs(np.array([1, 2, 3, 4]), np.array([2, 2, 4]))
+  assert ids.tolist() == [1, 3] and next_ids.tolist() == [2, 4] and pair_ends.tolist() == [1, 1, 2]

@@ -155,3 +155,26 @@ def test_a_subword_draw_of_documents_reads_each_drawn_document_when_a_run_checks
   config_lib.validate_data(config)
   data.load_bigram_data(config, tmp_path)
   data.check_preparable(config, tmp_path)  # reads each drawn document's lines: no error
+
+
+def test_a_draw_counts_its_validation_documents_in_the_order_it_drew_them(tmp_path):
+  # by hand: the documents in the seeded permutation's order, then the count of the last ones whose bytes come
+  # nearest 10% of the whole (ties: fewer)
+  files = []
+  for index, size in enumerate([400, 30, 250, 90, 60, 700, 20, 150]):
+    files.append(tmp_path / f"d{index}.txt")
+    files[-1].write_text(("x" * 9 + "\n") * (size // 10))
+  pieces = draw.documents(files)
+  for seed in (0, 1, 2, 3):
+    sizes = [pieces[i][2] - pieces[i][1] for i in np.random.default_rng(seed).permutation(len(pieces))]
+    target = 0.1 * sum(sizes)
+    gaps = [abs(sum(sizes[-count:]) - target) for count in range(1, len(sizes))]
+    count = 1 + gaps.index(min(gaps))
+    assert draw.draw(files, seed)[1:] == (count, sum(sizes[-count:])), seed
+
+
+def test_a_window_of_every_byte_reads_every_line_of_the_drawn_documents(tmp_path):
+  files = sorted(_documents(tmp_path).glob("*.txt"))
+  pieces = draw.draw(files, 1)[0]
+  total = sum(stop - start for _, start, stop in pieces)
+  assert list(draw.window_lines(files, pieces, [(0, total)])) == list(draw.read_lines(files, pieces))

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tied_embed.data import bigram as data
+from tied_embed.data import sources
 from tied_embed.data.text import corpus, count_bigram
 from tied_embed.data.text import tokenizer as tokenizer_lib
 from tied_embed.train import config as config_lib
@@ -311,3 +312,15 @@ def test_a_damaged_cached_model_is_trained_again_to_the_same_bytes(corpus_file, 
   model.write_bytes(good[:100])
   data.load_bigram_data(text_config(corpus_file, tmp_path), tmp_path / "work")
   assert model.read_bytes() == good
+
+
+def test_a_contiguous_split_moves_off_a_character_only_for_a_subword_tokenizer(tmp_path):
+  # 101 bytes, 50 two-byte characters then 'a': the last 10% starts at byte 101 − 10 = 91, inside the 46th 'é'. Bytes
+  # split there; a subword tokenizer reads characters, so the split moves back to the character's start, 90.
+  path = tmp_path / "accents.txt"
+  path.write_text("é" * 50 + "a", encoding="utf-8")
+  assert len(path.read_bytes()) == 101
+  text = sources.get("text")
+  for tokenizer, split_at in (("sentencepiece", 90), ("bytes", 91)):
+    config = text_config(path, tmp_path, tokenizer=tokenizer, split="contiguous")
+    assert text._text_settings(config, utf8=tokenizer != "bytes")["split_at"] == split_at, tokenizer

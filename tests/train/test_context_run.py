@@ -125,6 +125,28 @@ def test_context_refusals_name_the_field_and_what_is_allowed(tmp_path, path, val
   assert message.startswith(f"{path}={value!r} is not allowed: {allowed}") and "\n" not in message, message
 
 
+def test_a_transformers_fields_do_nothing_without_it_so_they_must_stay_off(tmp_path):
+  for path, value, off in (("model.layers", 5, 2), ("model.heads", 2, 4)):
+    config = _config(tmp_path)
+    config_lib_set(config, "model.context", "mlp")
+    config_lib_set(config, path, value)
+    with pytest.raises(UsageError) as refused:
+      config_lib.validate(config)
+    assert str(refused.value).startswith(f"{path}={value} is not allowed: expected {off} (off) unless "
+                                         "model.context='transformer'"), str(refused.value)
+
+
+@pytest.mark.parametrize("context", ["mlp", "transformer"])
+def test_the_shortest_window_a_context_model_takes_is_two(tmp_path, context):
+  config = _config(_corpus(tmp_path / "corpus"))
+  config_lib_set(config, "model.context", context)
+  if context == "mlp":
+    config_lib_set(config, "model.layers", 2)  # the transformer's fields at their off values
+    config_lib_set(config, "model.heads", 4)
+  config_lib_set(config, "data.context_length", 2)
+  config_lib.validate(config)  # a window of 2: each position sees itself and the one before
+
+
 def test_windows_need_a_token_stream():
   config = smoke.get_config()
   config.data.context_length = 4  # planted pairs are drawn independently

@@ -126,6 +126,9 @@ def test_memory_estimate_is_the_documented_sum():
   assert [term.bytes for term in memory_estimate(config)] == [
       32 * 8 * 2 * 4 * 6, 32 * 8 * 8, 16 * 32 * 4 * 3, 128 * 8 * 4 * 2, 16 * 32 * 4 * 2, 22_000 * 32,
   ]
+  config.data.context_length = 16  # a batch is 128 windows of 16 tokens: 2,048 hidden vectors, train logits by chunk
+  config.loss.chunk_size = 0
+  assert [term.bytes for term in memory_estimate(config)][2:4] == [128 * 16 * 32 * 4 * 3, 128 * 16 * 8 * 4 * 2]
 
 
 def test_a_config_that_cannot_fit_is_refused_with_the_estimate_and_the_memory():

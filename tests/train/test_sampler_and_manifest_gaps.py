@@ -103,3 +103,7 @@ def test_a_launcher_of_two_tasks_or_more_joins_them_through_jax_distributed(monk
   assert calls[-1] == {"coordinator_address": "host:1234", "num_processes": 2, "process_id": 1}
   assert mesh_lib.initialize_from_environment({"SLURM_NTASKS": "1", "OMPI_COMM_WORLD_SIZE": "1"}) is False
   assert len(calls) == 3
+  for process_id in ("2", "-1"):  # of 2 processes, the ids are 0 and 1: refused in one line, nothing joined
+    with pytest.raises(UsageError, match=r"JAX_PROCESS_ID in 0\.\.1"):
+      mesh_lib.initialize_from_environment({**environ, "JAX_PROCESS_ID": process_id})
+  assert len(calls) == 3
