@@ -51,3 +51,13 @@ def test_limit_counts_the_logits_too():
 def test_valid_call_is_unchanged_near_the_check():
   out = tied_io_embed(3.0, np.array([0.0, 2.0]), 3.0, 2.0)
   assert out.shape == (6,)
+
+
+def test_the_logits_are_counted_for_every_token(monkeypatch):
+  from tied_embed import entrypoint  # noqa: PLC0415
+
+  monkeypatch.setattr(entrypoint, "_memory_bytes", lambda: 1000)  # a device of 1,000 bytes
+  # V = 10, D = 1, T = 30: the table 4 · 10 and the (30, 10) logits 4 · 300 bytes, 1,240 in all
+  with pytest.raises(ValueError, match="need 1,240 bytes, more than the 1,000 bytes"):
+    entrypoint._check_fits(10, 1, 30)
+  entrypoint._check_fits(10, 1, 20)  # 4 · (10 + 200) = 840 fits

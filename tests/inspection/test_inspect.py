@@ -265,6 +265,8 @@ def test_json_output_parses_and_matches_the_library_report(inspected, capsys):
     [
         (["--step", "7"], "is not allowed: expected one of the saved steps "),
         (["--tokens", "1000"], "token ids in [0, "),
+        (["--tokens", "32"], "--tokens=32 is not allowed: expected token ids in [0, 32)"),  # V = 32: ids end at 31
+        (["--top-k", "33"], "--top-k=33 is not allowed: expected an integer in [1, 32]"),
         (["--tokens", "-1"], "--tokens=-1"),
         (["--tokens", "3,x"], "comma-separated integer token ids"),
         (["--top-k", "0"], "--top-k=0"),
@@ -284,6 +286,18 @@ def test_bad_input_is_one_line_and_exit_status_2(inspected, capsys, flags, messa
 
     assert err.endswith(", ".join(map(str, available_steps(workdir))))
   assert (workdir / "report" / "report.md").stat().st_mtime_ns == before  # nothing rewritten
+
+
+def test_without_tokens_the_report_shows_the_most_frequent_inputs_and_takes_top_k_up_to_v(inspected):
+  from tied_embed.inspection.inspector import inspect_run  # noqa: PLC0415
+
+  workdir, _, restored, bigrams = inspected
+  vocab_size = restored.model.vocab_size
+  assert vocab_size == 32
+  built = inspect_run(workdir, top_k=vocab_size, pictures=False)  # every token in its top k: allowed
+  counts = np.bincount(bigrams.train_ids, minlength=vocab_size)  # how often each token is a train input
+  assert [token["id"] for token in built["tokens"]] == np.argsort(-counts, kind="stable")[:3].tolist()
+  assert all(len(token["top"]) == vocab_size for token in built["tokens"])
 
 
 def test_cli_process_on_workdir_without_checkpoints_exits_2_without_traceback(tmp_path):
