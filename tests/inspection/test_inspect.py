@@ -583,3 +583,24 @@ def test_a_fifo_among_the_report_event_files_is_replaced_not_read(tmp_path):
   assert write_pictures(report_dir, {"blank": Figure(figsize=(1, 1))}, step=5) == {"blank": "blank.png"}
   assert not (report_dir / "events.out.tfevents.0.fifo").exists()
   assert len(list(report_dir.glob("events.out.tfevents.*"))) == 1 and (report_dir / "blank.png").is_file()
+
+
+def test_a_zoomed_heatmap_names_its_tokens_not_their_positions():
+  from tied_embed.inspection.plots import heatmaps_figure  # noqa: PLC0415
+
+  table = np.log(np.full((4, 4), 0.25))
+  fig = heatmaps_figure(table, table, "true", np.array([0, 2, 3]))  # three of V = 4 shown: positions 0, 1, 2
+  ticks = [text.get_text() for text in fig.axes[0].get_xticklabels()]
+  assert ticks == ["0", "2", "3"]  # the tokens at positions 0, 1 and 2
+
+
+def test_sampling_draws_from_the_tempered_softmax_with_the_given_seed():
+  # by hand in NumPy: each step's probabilities softmax(row / T), drawn with default_rng(seed).choice
+  rng_table = np.random.default_rng(11).standard_normal((6, 6))
+  for seed in (0, 1):
+    rng, tokens = np.random.default_rng(seed), [2]
+    for _ in range(8):
+      logits = rng_table[tokens[-1]] / 0.7
+      probs = np.exp(logits - logits.max())
+      tokens.append(int(rng.choice(6, p=probs / probs.sum())))
+    assert report.sample_after(lambda ids: rng_table[ids[-1]], [2], 8, 0.7, seed) == tokens[1:], seed
