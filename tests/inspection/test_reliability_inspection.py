@@ -176,8 +176,11 @@ def test_control_characters_in_sampled_text_and_labels_are_printed_escaped(monke
       "generated": [{"id": 27, "label": "\x1b"}] * 4, "temperature": 1e308, "seed": 0,
       "text": "the \x1b[2J\x07\rover\nline two\x9b\u202e",
   }
-  monkeypatch.setattr(cli, "continue_prompt", lambda *args: result)
-  assert cli.main(["--workdir", "W", "--next", "the ", "--generate", "4", "--temperature=1e308"]) == 0
+  asked = []
+  monkeypatch.setattr(cli, "continue_prompt", lambda *args: asked.append(args) or result)
+  assert cli.main(["--workdir", "W", "--next", "the ", "--generate", "4", "--temperature=1e308", "--seed", "5",
+                   "--step", "20", "--top-k", "3"]) == 0
+  assert asked == [("W", "the ", 3, 4, 1e308, 5, 20)]  # every flag reaches the continuation
   out = capsys.readouterr().out
   assert all(c.isprintable() or c == "\n" for c in out), repr(out)
   assert "  the \\x1b[2J\\x07\\rover\n  line two\\x9b\\u202e\n" in out  # line breaks kept, indented
