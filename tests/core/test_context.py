@@ -195,6 +195,31 @@ def test_the_split_check_catches_a_1_percent_error_in_a_context_models_fast_path
   assert errors["injected"] > 1e-3, errors
 
 
+def test_the_context_mixers_have_the_shapes_their_configs_ask_for():
+  # layers 1, heads 4, D 8: one block of 4 heads of 8 / 4 = 2; every hidden layer 4 · D = 32 wide (MLP_WIDTH)
+  config = ml_collections.ConfigDict({
+      "seed": 0, "data": {"context_length": LENGTH},
+      "model": {"vocab_size": VOCAB, "d_model": 8, "tied": True, "context": "transformer", "layers": 1, "heads": 4}})
+  transformer = build_model(config)
+  (block,) = transformer.blocks
+  assert [dense.kernel.shape for dense in (block.attention.query, block.attention.key, block.attention.value)] == [
+      (8, 4, 2)] * 3
+  assert block.attention.out.kernel.shape == (4, 2, 8)
+  assert block.mlp_in.kernel.shape == (8, 32) and block.mlp_out.kernel.shape == (32, 8)
+  config.model.update(context="mlp", context_k=3)
+  mlp = build_model(config)
+  assert mlp.layer.kernel.shape == (3 * 8, 32) and mlp.out.kernel.shape == (32, 8)  # k rows of D in, 4 · D wide
+
+
+def test_every_layer_norm_divides_by_the_root_of_the_variance_plus_1e_6():
+  # rows whose variance is ~1e-6, where ε shows: ε = 1e-5 would scale them by about 1 / 2.3
+  model = _model("transformer")
+  rows = 1e-3 * np.random.default_rng(2).standard_normal((5, D_MODEL))
+  for norm in (model.blocks[0].attention_norm, model.blocks[0].mlp_norm, model.final_norm):
+    np.testing.assert_allclose(np.asarray(norm(jnp.asarray(rows, jnp.float32)), np.float64),
+                               _numpy_layer_norm(rows, norm), rtol=1e-3, atol=1e-3)
+
+
 def test_the_transformers_positions_start_as_gpt2s_normal_of_standard_deviation_0_02():
   config = ml_collections.ConfigDict({
       "seed": 0, "data": {"context_length": 64},

@@ -152,6 +152,12 @@ def test_one_adamw_step_with_a_zero_gradient_shrinks_the_weight():
   np.testing.assert_allclose(got["w"], [0.9], rtol=1e-6)
 
 
+def test_adams_epsilon_is_1e_8_where_it_matters_most_a_gradient_of_its_size():
+  # g = 1e-8: the first update is −lr · g / (|g| + eps) = −0.1 · 1e-8 / 2e-8 = −0.05 (eps 1e-7 would give −0.0091)
+  got = _one_step(_train("adam", 0.1, 0.0), {"w": np.array([1.0])}, {"w": np.array([1e-8])})
+  np.testing.assert_allclose(got["w"], [1.0 - 0.05], rtol=1e-6)
+
+
 def test_one_adam_step_adds_the_l2_term_to_the_gradient_first():
   lr, wd = 0.1, 0.5
   got = _one_step(_train("adam", lr, wd), _PARAMS, _GRADS)

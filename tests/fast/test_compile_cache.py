@@ -49,3 +49,13 @@ def test_an_empty_variable_or_a_directory_that_cannot_be_made_turns_it_off(no_ca
   (tmp_path / "file").write_text("not a folder")
   monkeypatch.setenv(compilation.CACHE_VARIABLE, str(tmp_path / "file" / "xla"))
   assert compilation.cache_compiles() is None and jax.config.jax_compilation_cache_dir is None
+
+
+def test_a_home_relative_variable_and_a_home_without_xdg_resolve_under_home(no_cache_yet, monkeypatch, tmp_path):
+  monkeypatch.setenv("HOME", str(tmp_path))
+  monkeypatch.setenv(compilation.CACHE_VARIABLE, "~/xla")  # as a user writes it in a shell profile
+  assert compilation.cache_compiles() == tmp_path / "xla"
+  jax.config.update("jax_compilation_cache_dir", None)
+  monkeypatch.delenv(compilation.CACHE_VARIABLE)
+  monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+  assert compilation.cache_compiles() == tmp_path / ".cache" / "tied_embed" / "xla"  # XDG's default, ~/.cache
