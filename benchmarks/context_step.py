@@ -13,8 +13,8 @@ chunks), which says what the trainer's speed paths and bookkeeping cost at this 
 The PyTorch model is written as a user would write it: `nn.Embedding` whose weight is also the output projection,
 hand-written pre-norm blocks (`nn.LayerNorm`, one qkv `nn.Linear`, `F.scaled_dot_product_attention(is_causal=True)`,
 an MLP of 4·D with tanh GELU: `jax.nn.gelu`'s default), learned positions, a final LayerNorm;
-`torch.optim.AdamW` (its defaults otherwise) with the config's learning rate schedule (`LambdaLR`), weight decay
-and `clip_grad_norm_`. It starts from the JAX model's initial parameters, copied, so both see the same numbers:
+`torch.optim.AdamW` (`fused=True`, as in benchmarks/torch_step.py; its defaults otherwise) with the config's learning
+rate schedule (`LambdaLR`), weight decay and `clip_grad_norm_`. It starts from the JAX model's initial parameters, copied, so both see the same numbers:
 the two parameter counts and the two step-0 losses are checked equal before anything is timed. It runs eagerly and
 with the model and loss under `torch.compile`, float32, on as many threads as XLA's pool has.
 
@@ -42,6 +42,7 @@ import optax  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
+from benchmarks.torch_step import ADAMW_OPTIONS  # noqa: E402
 from configs import context_transformer  # noqa: E402
 from tied_embed.core import optim  # noqa: E402
 from tied_embed.core.model import MLP_WIDTH  # noqa: E402
@@ -285,7 +286,7 @@ def make_torch_step(config: ml_collections.ConfigDict, batch, params: dict[str, 
   schedule = optim.learning_rate_schedule(train)  # the same warmup + cosine, a number per step
   peak = float(train.learning_rate)
   optimizer = torch.optim.AdamW(model.parameters(), lr=peak, betas=(optim.ADAM_B1, optim.ADAM_B2),
-                                eps=optim.ADAM_EPS, weight_decay=float(train.weight_decay))
+                                eps=optim.ADAM_EPS, weight_decay=float(train.weight_decay), **ADAMW_OPTIONS)
   scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: float(schedule(step)) / peak)
   clip = float(train.grad_clip_norm)
   ids, next_ids = (torch.from_numpy(np.asarray(part, dtype=np.int64)) for part in batch)
@@ -300,7 +301,7 @@ def make_torch_step(config: ml_collections.ConfigDict, batch, params: dict[str, 
     scheduler.step()
     return loss.item()
 
-  step.model = model
+  step.model, step.optimizer = model, optimizer
   return step
 
 

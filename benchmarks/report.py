@@ -158,13 +158,22 @@ def step_memory_table(sections: list[dict], names: list[str]) -> str:
   return "\n".join(lines)
 
 
+def adamw_words(machine: dict) -> str:
+  """PyTorch's AdamW in the run's peers: its recorded options, or its defaults where the run predates recording them."""
+  options = machine.get("torch_adamw")
+  if not options:
+    return "AdamW with its defaults"
+  return "AdamW with " + ", ".join(f"{key}={value}" for key, value in options.items())
+
+
 def _header(results: list[dict], names: list[str]) -> str:
   info = results[0]["machine"]
   when = f", {info['date']}" if "date" in info else ""
   load = f", load average {info['load_average']:.1f} at the start" if "load_average" in info else ""
   text = (f"Runs {', '.join(names)} of `benchmarks/run.py`: {info['cpu']}, {info['threads']} cores{when}{load} "
           f"(vector extensions: {' '.join(info['cpu_flags']) or 'unknown'}; matrix units: "
-          f"{info.get('matrix_units', 'not recorded')}); jax {info['jax']}, torch {info['torch']}; ")
+          f"{info.get('matrix_units', 'not recorded')}); jax {info['jax']}, torch {info['torch']} "
+          f"({adamw_words(info)}); ")
   if "train_step" in results[0]:
     text += _turns(results[0]) + " "
   text += "Written by `benchmarks/report.py` from the runs' JSON."

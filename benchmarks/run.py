@@ -29,7 +29,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jax  # noqa: E402
 
-from benchmarks import context_step, entrypoint, memory, step_memory, throughput, workload  # noqa: E402
+from benchmarks import context_step, entrypoint, memory, step_memory, throughput, torch_step, workload  # noqa: E402
 from science import common  # noqa: E402
 from tied_embed.fast.kernels import fused_adamw  # noqa: E402
 
@@ -86,7 +86,7 @@ def machine() -> dict:
   return {"cpu": cpu, "cpu_kind": cpu_kind(cpu, flags), "cpu_flags": flags, "matrix_units": matrix_units(flags),
           "threads": workload.cpu_threads(), "routes": routes(), "date": datetime.date.today().isoformat(),
           "load_average": os.getloadavg()[0], "jax": jax.__version__,
-          "torch": torch_version, "python": platform.python_version()}
+          "torch": torch_version, "torch_adamw": torch_step.ADAMW_OPTIONS, "python": platform.python_version()}
 
 
 def _fmt(value, spec: str = ".1f") -> str:

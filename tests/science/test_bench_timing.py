@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks import report, workload
+
+TINY_CONTEXT = {"model.vocab_size": 64, "model.d_model": 16, "data.context_length": 4, "train.batch_size": 2}
 
 
 def test_each_turn_times_the_last_of_its_back_to_back_calls():
@@ -43,6 +47,7 @@ def test_the_report_writes_a_runs_table_into_its_cpu_kinds_block_only(tmp_path, 
   assert f"{intel[0]}\nIntel table\n{intel[1]}" in text  # the other kind's table untouched
   amd_block = text.split(amd[0])[1].split(amd[1])[0]
   assert "AMD EPYC" in amd_block and "2026-12-05" in amd_block and "avx2 fma" in amd_block
+  assert "torch 0 (AdamW with its defaults)" in amd_block  # a run that predates recording PyTorch's AdamW
   assert "| V=2048: jit on first call | 9 |" in amd_block and "old" not in amd_block
 
 
@@ -54,3 +59,32 @@ def test_each_cpu_kind_keeps_its_own_table():
   assert run.cpu_kind("Intel(R) Xeon(R) Platinum 8488C", ["avx512f", "amx_bf16"]) == "intel"
   assert run.cpu_kind("Neoverse-V1", ["avx512f"]) == "other"
   assert report.markers("amd-avx512") == ("<!-- bench:amd-avx512:begin -->", "<!-- bench:amd-avx512:end -->")
+
+
+def test_the_report_names_the_pytorch_peers_adamw():
+  from benchmarks import run, torch_step  # noqa: PLC0415
+
+  assert torch_step.ADAMW_OPTIONS == {"fused": True}  # PyTorch's fastest CPU update, not its per-parameter default
+  assert run.machine()["torch_adamw"] == torch_step.ADAMW_OPTIONS
+  assert report.adamw_words({"torch_adamw": {"fused": True}}) == "AdamW with fused=True"
+  assert report.adamw_words({}) == "AdamW with its defaults"
+
+
+def test_the_pytorch_peers_take_adamws_fused_update_and_it_equals_the_default_one():
+  torch = pytest.importorskip("torch")
+  from benchmarks import context_step, torch_step  # noqa: PLC0415
+
+  config = workload.bench_config(64, 16, 32, chunk_size=0)
+  state = torch_step.TorchState(config, num_threads=1)
+  assert state.optimizer.defaults["fused"] is True
+  context = context_step.make_torch_step(context_step.bench_config(**TINY_CONTEXT),
+                                         context_step.window_batch(context_step.bench_config(**TINY_CONTEXT)),
+                                         None, threads=1)
+  assert context.optimizer.defaults["fused"] is True
+  weights = {}
+  for fused in (True, None):  # one update of the same weight and gradient, PyTorch's two CPU implementations
+    weight = torch.nn.Parameter(torch.linspace(-1.0, 1.0, 64).reshape(8, 8))
+    weight.grad = torch.linspace(0.5, -0.5, 64).reshape(8, 8)
+    torch.optim.AdamW([weight], lr=0.1, weight_decay=0.1, fused=fused).step()
+    weights[fused] = weight.detach().clone()
+  torch.testing.assert_close(weights[True], weights[None])
