@@ -12,11 +12,11 @@ chunks), which says what the trainer's speed paths and bookkeeping cost at this 
 
 The PyTorch model is written as a user would write it: `nn.Embedding` whose weight is also the output projection,
 hand-written pre-norm blocks (`nn.LayerNorm`, one qkv `nn.Linear`, `F.scaled_dot_product_attention(is_causal=True)`,
-an MLP of 4·D with tanh GELU: `jax.nn.gelu`'s default), learned positions, a final LayerNorm;
-`torch.optim.AdamW` (`fused=True`, as in benchmarks/torch_step.py; its defaults otherwise) with the config's learning
-rate schedule (`LambdaLR`), weight decay and `clip_grad_norm_`. It starts from the JAX model's initial parameters, copied, so both see the same numbers:
-the two parameter counts and the two step-0 losses are checked equal before anything is timed. It runs eagerly and
-with the model and loss under `torch.compile`, float32, on as many threads as XLA's pool has.
+an MLP of 4·D with tanh GELU: `jax.nn.gelu`'s default), learned positions, a final LayerNorm; `torch.optim.AdamW`
+(`fused=True`, as in benchmarks/torch_step.py; its defaults otherwise) with the config's learning rate schedule
+(`LambdaLR`), weight decay and `clip_grad_norm_`. It starts from the JAX model's initial parameters, copied, so both
+see the same numbers: the two parameter counts and the two step-0 losses are checked equal before anything is timed.
+It runs eagerly and with the model and loss under `torch.compile`, float32, on as many threads as XLA's pool has.
 
 All are timed in turns in one process on the same windows (uniform random ids: with context every position's logits
 are formed, so the ids' distribution does not change the work), each timed call right after an untimed one of its
