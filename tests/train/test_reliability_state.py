@@ -442,3 +442,22 @@ def test_each_damaged_copy_of_a_step_is_moved_aside_under_a_name_of_its_own(tmp_
   for name, copy in (("60", 0), ("60-2", 1), ("60-3", 2)):  # each the checkpoint folder itself, not one inside
     assert (damaged / name / "manifest" / "copy").read_text() == str(copy)
   assert str(damaged / "60-3") in caplog.text
+
+
+@pytest.mark.parametrize("process_index", [0, 1])
+def test_no_process_moves_a_damaged_checkpoint_before_every_process_has_named_its_destination(
+    tmp_path, monkeypatch, process_index):
+  # Two processes of one run: each lists the damaged step and names where it goes while the step is still in place;
+  # only process 0 moves it, and both wait until it has (else a slower process finds the step gone or names a `-2`).
+  step_dir = checkpoint.checkpoint_dir(tmp_path) / "5"
+  step_dir.mkdir(parents=True)
+  barriers = []
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  monkeypatch.setattr(jax, "process_index", lambda: process_index)
+  monkeypatch.setattr(checkpoint.multihost_utils, "sync_global_devices",
+                      lambda name: barriers.append((name, step_dir.exists())))
+  checkpoint._move_to_damaged(tmp_path, 5, OSError("bad"), "test")
+  assert barriers == [("tied_embed: damaged checkpoint 5 named", True),
+                      ("tied_embed: damaged checkpoint 5 moved", process_index == 1)]
+  assert step_dir.exists() == (process_index == 1)  # the fake barrier lets process 1 run alone: nothing moved
+  assert (checkpoint.damaged_dir(tmp_path) / "5").is_dir() == (process_index == 0)

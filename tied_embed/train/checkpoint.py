@@ -284,16 +284,16 @@ class Checkpointer:
 
 def _move_to_damaged(workdir: pathlib.Path, step: int, error: Exception, consequence: str) -> None:
   """Moves damaged checkpoint `step` aside (so a later save of `step` can't collide) and warns."""
-  source = checkpoint_dir(workdir) / str(step)
   destination, n = damaged_dir(workdir) / str(step), 1
   while destination.exists():
     n += 1
     destination = damaged_dir(workdir) / f"{step}-{n}"
-  if jax.process_index() == 0:
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(source, destination)
-  if jax.process_count() > 1:
-    multihost_utils.sync_global_devices(f"tied_embed: damaged checkpoint {step} moved")
+  for stage in ("named", "moved"):  # every process lists `step` and names its destination before process 0 moves it
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices(f"tied_embed: damaged checkpoint {step} {stage}")
+    if stage == "named" and jax.process_index() == 0:
+      destination.parent.mkdir(parents=True, exist_ok=True)
+      shutil.move(checkpoint_dir(workdir) / str(step), destination)
   log.warning("Checkpoint %d is damaged (%s): moved it to %s; %s.", step, reason(error), destination, consequence)
 
 
