@@ -45,12 +45,12 @@ RUN_SECONDS = {"bytes": {0.01: 6.6, 0.1: 5.9, 1.0: 10.3}, "subword": {0.01: 15.9
 # AVX-512, the MLP and transformer blocks' sittings side by side (each run on about one core): MLP 41.7 s at 1%
 # (285 steps, 12 evals of ~496,000 tokens: the windowed evals are most of it), 139.5 s at 10% and 676.5 s at 100%
 # (all 42 runs of 28,534 steps: 31 side by side, 649-925 s, the last 11 alone, 378-415 s); transformer 84.0 s at 1%,
-# 146.4 s at 10% and 728.1 s at 100% (its first 33 runs: 15 side by side, 823-1,050 s, the rest partly or wholly
-# alone, 411-777 s; the median falls toward the alone runs' ~450 s as the block's last runs come in alone).
+# 146.4 s at 10% and 523.1 s at 100% (all 42 runs: 15 side by side, 823-1,050 s, the rest partly or wholly alone,
+# 411-777 s; the block 736.8 min over five sittings).
 CONTEXT_RUN_SECONDS = {
     "mlp": {"bytes": {0.01: 12.4, 0.1: 15.8, 1.0: 31.4}, "subword": {0.01: 41.7, 0.1: 139.5, 1.0: 676.5}},
     "transformer": {"bytes": {0.01: 20.1, 0.1: 27.5, 1.0: 60.0},
-                    "subword": {0.01: 84.0, 0.1: 146.4, 1.0: 728.1}},
+                    "subword": {0.01: 84.0, 0.1: 146.4, 1.0: 523.1}},
 }
 TIMED_FAMILIES = ("bigram", "controls", *CONTEXT_RUN_SECONDS)
 # What was cut so that a context block fits BLOCK_SECONDS, per (corpus, family) block: Plan fields replaced, the
