@@ -29,7 +29,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jax  # noqa: E402
 
-from benchmarks import context_step, entrypoint, memory, step_memory, throughput, torch_step, workload  # noqa: E402
+from benchmarks import context_step, entrypoint, memory, report, step_memory, throughput, torch_step, workload  # noqa: E402
 from science import common  # noqa: E402
 from tied_embed.fast.kernels import fused_adamw  # noqa: E402
 
@@ -202,7 +202,8 @@ def _print_entrypoint(r: dict) -> None:
 
 def print_table(results: dict) -> None:
   info = results["machine"]
-  print(f"\n{info['cpu']}, {info['threads']} threads, jax {info['jax']}, torch {info['torch'] or 'not installed'}")
+  torch = f"torch {info['torch']} ({report.adamw_words(info)})" if info["torch"] else "torch not installed"
+  print(f"\n{info['cpu']}, {info['threads']} threads, jax {info['jax']}, {torch}")
   print(f"vector extensions: {' '.join(info['cpu_flags']) or 'unknown'}")
   print(f"matrix units: {info['matrix_units']}")
   for piece, route in info.get("routes", {}).items():

@@ -70,6 +70,17 @@ def test_the_report_names_the_pytorch_peers_adamw():
   assert report.adamw_words({}) == "AdamW with its defaults"
 
 
+def test_the_bench_prints_the_pytorch_peers_adamw(capsys):
+  from benchmarks import run  # noqa: PLC0415
+
+  machine = {"cpu": "AMD EPYC", "threads": 2, "jax": "0", "torch": "2", "cpu_flags": [], "matrix_units": "none",
+             "torch_adamw": {"fused": True}}
+  run.print_table({"machine": machine})
+  assert "torch 2 (AdamW with fused=True)" in capsys.readouterr().out
+  run.print_table({"machine": {**machine, "torch": None}})
+  assert "torch not installed" in capsys.readouterr().out
+
+
 def test_the_pytorch_peers_take_adamws_fused_update_and_it_equals_the_default_one():
   torch = pytest.importorskip("torch")
   from benchmarks import context_step, torch_step  # noqa: PLC0415
