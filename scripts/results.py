@@ -461,12 +461,13 @@ def _context(write_docs: bool, reuse: bool = False) -> None:
   check_workdirs(CONTEXT_RUNS)
   if write_docs:
     check_blocks("context")
+  configs = context_configs_digest()  # of the config files as the rows start (or as --reuse finds them)
   if reuse:
     missing = [name for name, _ in CONTEXT_RUNS if not (row_workdir(name) / ROW_RECORD).is_file()]
     if missing:
       _refuse(f"--reuse: no {ROW_RECORD} for row {missing[0]!r} in {row_workdir(missing[0])}: run --context first")
     rows = [json.loads((row_workdir(name) / ROW_RECORD).read_text()) for name, _ in CONTEXT_RUNS]
-    stale = next((row["name"] for row in rows if row.get("configs") != context_configs_digest()), None)
+    stale = next((row["name"] for row in rows if row.get("configs") != configs), None)
     if stale:
       _refuse(f"--reuse: row {stale!r} ran on other config files than today's (their sha256 differs): run --context")
     load = rows[0].get("load", "unknown")
@@ -478,7 +479,7 @@ def _context(write_docs: bool, reuse: bool = False) -> None:
     for row in rows:  # the block's note, for --reuse
       record = row_workdir(row["name"]) / ROW_RECORD
       record.write_text(json.dumps({**json.loads(record.read_text()), "load": load, "date": date,
-                                    "configs": context_configs_digest()}, indent=1) + "\n")
+                                    "configs": configs}, indent=1) + "\n")
   kneser_ney = kneser_ney_rows(data_dir)
   measured_on = machine()
   text = context_section(rows, kneser_ney, measured_on, date, load)

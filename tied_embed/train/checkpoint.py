@@ -288,12 +288,13 @@ def _move_to_damaged(workdir: pathlib.Path, step: int, error: Exception, consequ
   while destination.exists():
     n += 1
     destination = damaged_dir(workdir) / f"{step}-{n}"
-  for stage in ("named", "moved"):  # every process lists `step` and names its destination before process 0 moves it
-    if jax.process_count() > 1:
-      multihost_utils.sync_global_devices(f"tied_embed: damaged checkpoint {step} {stage}")
-    if stage == "named" and jax.process_index() == 0:
-      destination.parent.mkdir(parents=True, exist_ok=True)
-      shutil.move(checkpoint_dir(workdir) / str(step), destination)
+  if jax.process_count() > 1:  # every process has listed `step` and named its destination before it moves
+    multihost_utils.sync_global_devices(f"tied_embed: damaged checkpoint {step} named")
+  if jax.process_index() == 0:
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(checkpoint_dir(workdir) / str(step), destination)
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(f"tied_embed: damaged checkpoint {step} moved")
   log.warning("Checkpoint %d is damaged (%s): moved it to %s; %s.", step, reason(error), destination, consequence)
 
 

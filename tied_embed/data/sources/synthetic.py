@@ -39,9 +39,8 @@ def conditional_entropy(current_probs: np.ndarray, log_probs: Any) -> float:
   return float(-(current_probs * np.concatenate(terms)).sum())
 
 
-def sample_pairs(
-    current_probs: np.ndarray, log_probs: Any, num_pairs: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
+def sample_pairs(current_probs: np.ndarray, log_probs: Any, num_pairs: int,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
   """Draws i ~ p, then j ~ P(·|i): (V,), (V, V) array or LogProbRows → ids (N,) int32, next_ids (N,) int32.
   Inverse-CDF sampling per current token, O(N log N) with no (N, V) array, the CDF one block of rows at a time."""
   vocab_size = len(current_probs)
@@ -59,9 +58,8 @@ def sample_pairs(
   return ids, np.minimum(next_ids, vocab_size - 1)
 
 
-def synthetic_splits(
-    current_probs: np.ndarray, log_probs: Any, num_train: int, num_eval: int, seed: int
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def synthetic_splits(current_probs: np.ndarray, log_probs: Any, num_train: int, num_eval: int,
+                     seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
   """Independent train and validation samples: → {'train': (ids, next_ids), 'validation': (ids, next_ids)}."""
   rng = np.random.default_rng([seed, 1])  # a stream apart from the hidden table's
   train = sample_pairs(current_probs, log_probs, num_train, rng)
