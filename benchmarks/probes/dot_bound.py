@@ -3,7 +3,8 @@
   python benchmarks/probes/dot_bound.py [--section=gpt2] [--dtypes=float32,bfloat16] [--rounds=5]
 
 For one of benchmarks/run.py's shapes (uniform ids, the configs' chunk of C=256 distinct rows) and each dtype, in turns
-in one process (medians of `rounds` timings of 2 back-to-back calls each):
+in one process (`rounds` timings of 2 back-to-back calls each; medians, and the fastest call of each, the least
+disturbed on a loaded machine):
 
 - the dots alone: one jitted loop over the step's chunks making each chunk's three dots on the kernel's route
   (tied_embed/fast/kernels/gemm.py), in the orientation the chunked loss uses: the (V, C) or (C, V) logits, dx from
@@ -84,18 +85,19 @@ def main(argv) -> None:
     fns.update({f"{dtype} {name}": step for name, step in torch.items()})
     fastest[dtype] = [f"{dtype} {name}" for name in torch]
   times = workload.interleaved_times(fns, FLAGS.rounds, calls_per_turn=throughput.CALLS_PER_TURN)
-  ms = {name: 1e3 * statistics.median(values) for name, values in times.items()}
   print(f"V={vocab_size} D={d_model} T={num_tokens}: {rows} distinct rows, chunks of {throughput.CHUNK_SIZE}; "
-        f"{workload.cpu_threads()} threads; medians of {FLAGS.rounds} rounds (ms)")
-  for name, value in ms.items():
-    print(f"  {name:40s} {value:9.1f}")
-  for dtype, torch_names in fastest.items():
-    if not torch_names:
-      continue
-    torch_ms = min(ms[name] for name in torch_names)
-    dots, step = ms[f"{dtype} dots alone"], ms[f"{dtype} step"]
-    print(f"{dtype}: step / fastest PyTorch {torch_ms / step:.2f}x; at most {torch_ms / dots:.2f}x were all but the "
-          f"dots free (the dots are {100 * dots / step:.0f}% of the step, the rest {step - dots:.0f} ms)")
+        f"{workload.cpu_threads()} threads; {FLAGS.rounds} rounds, ms: median / fastest call")
+  for name, values in times.items():
+    print(f"  {name:40s} {1e3 * statistics.median(values):9.1f} / {1e3 * min(values):9.1f}")
+  for stat in (statistics.median, min):
+    ms = {name: 1e3 * stat(values) for name, values in times.items()}
+    for dtype, torch_names in fastest.items():
+      if not torch_names:
+        continue
+      torch_ms = min(ms[name] for name in torch_names)
+      dots, step = ms[f"{dtype} dots alone"], ms[f"{dtype} step"]
+      print(f"{dtype}, {stat.__name__}: step / fastest PyTorch {torch_ms / step:.2f}x; at most {torch_ms / dots:.2f}x "
+            f"were all but the dots free (the dots alone take {100 * dots / step:.0f}% of the step's time)")
 
 
 if __name__ == "__main__":
