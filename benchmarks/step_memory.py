@@ -50,6 +50,17 @@ def _baseline() -> float:
   return workload.peak_mib()
 
 
+def user_state(config) -> tuple:
+  """(graphdef, state, ids, next_ids) as a user of the step API builds them: `nnx.split` of a `RunState` and a
+  uniform batch of the config's size, ready."""
+  import jax  # noqa: PLC0415
+
+  graphdef, state = workload.train_state(config)
+  ids, next_ids = jax.block_until_ready(workload.random_batch(int(config.model.vocab_size),
+                                                              int(config.train.batch_size)))
+  return graphdef, state, ids, next_ids
+
+
 def run_one(use: str, vocab_size: int) -> dict:
   """In this process: one use at V=`vocab_size` → {'baseline_mib', 'peak_mib', 'extra_mib', ...}."""
   config = workload.bench_config(vocab_size, D_MODEL, NUM_TOKENS, CHUNK_SIZE)
@@ -71,8 +82,7 @@ def run_one(use: str, vocab_size: int) -> dict:
 
     from tied_embed.train import run_step  # noqa: PLC0415
 
-    graphdef, state = workload.train_state(config)
-    ids, next_ids = jax.block_until_ready(workload.random_batch(vocab_size, NUM_TOKENS))
+    graphdef, state, ids, next_ids = user_state(config)
     result["baseline_mib"] = _baseline()
     step = run_step.make_train_step(graphdef, CHUNK_SIZE, train_config=config.train)
 

@@ -164,12 +164,22 @@ class Stepper:
     return jax.block_until_ready(metrics["loss"])
 
 
+def _status_mib(field: str) -> float:
+  """A memory field of this process's /proc/self/status (Linux), in MiB."""
+  for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+    if line.startswith(f"{field}:"):
+      return int(line.split()[1]) / 1024
+  raise RuntimeError(f"no {field} in /proc/self/status")
+
+
 def peak_mib() -> float:
   """This process's peak resident set size so far, in MiB (Linux VmHWM)."""
-  for line in pathlib.Path("/proc/self/status").read_text().splitlines():
-    if line.startswith("VmHWM:"):
-      return int(line.split()[1]) / 1024
-  raise RuntimeError("no VmHWM in /proc/self/status")
+  return _status_mib("VmHWM")
+
+
+def resident_mib() -> float:
+  """This process's resident set size now, in MiB (Linux VmRSS)."""
+  return _status_mib("VmRSS")
 
 
 def reset_peak() -> None:

@@ -32,12 +32,6 @@ flags.DEFINE_bool("one", False, "measure in this process and print its JSON (wha
 FLAGS = flags.FLAGS
 
 
-def _resident() -> tuple[float, float]:
-  """(VmRSS, VmHWM) of this process, MiB."""
-  fields = dict(line.split(":", 1) for line in pathlib.Path("/proc/self/status").read_text().splitlines())
-  return tuple(int(fields[name].split()[0]) / 1024 for name in ("VmRSS", "VmHWM"))
-
-
 def one_process() -> dict:
   """In this process: {phase: [rss, peak] above the baseline}, plus XLA's temporaries of the step (MiB)."""
   import jax  # noqa: PLC0415
@@ -45,16 +39,15 @@ def one_process() -> dict:
   from tied_embed.fast import compilation  # noqa: PLC0415
   from tied_embed.train import run_step  # noqa: PLC0415
 
-  vocab_size, num_tokens = step_memory.VOCAB_SIZES[1], step_memory.NUM_TOKENS
-  config = workload.bench_config(vocab_size, step_memory.D_MODEL, num_tokens, step_memory.CHUNK_SIZE)
-  graphdef, state = workload.train_state(config)
-  ids, next_ids = jax.block_until_ready(workload.random_batch(vocab_size, num_tokens))
+  config = workload.bench_config(step_memory.VOCAB_SIZES[1], step_memory.D_MODEL, step_memory.NUM_TOKENS,
+                                 step_memory.CHUNK_SIZE)
+  graphdef, state, ids, next_ids = step_memory.user_state(config)
   workload.reset_peak()
-  baseline = _resident()[0]
+  baseline = workload.resident_mib()
   phases = {}
 
   def note(phase):
-    phases[phase] = [round(value - baseline, 1) for value in _resident()]
+    phases[phase] = [round(value - baseline, 1) for value in (workload.resident_mib(), workload.peak_mib())]
 
   step = run_step.make_train_step(graphdef, step_memory.CHUNK_SIZE, train_config=config.train)
   lowered = step.lower(state, ids, next_ids)

@@ -45,6 +45,7 @@ def dots_alone(vocab_size: int, d_model: int, rows: int, dtype: str):
   num_chunks = -(-rows // chunk)
   by_token = mkl.route(dtype) in mkl.LOGITS_BY_TOKEN
   keys = jax.random.split(jax.random.key(0), 2)
+  # Scaled down to about a trained table's size; the GEMMs do the same work whatever the values.
   table = jax.random.normal(keys[0], (vocab_size, d_model)).astype(dtype) / d_model
   chunks = jax.random.normal(keys[1], (num_chunks, chunk, d_model)).astype(dtype)
 

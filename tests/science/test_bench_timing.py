@@ -99,3 +99,14 @@ def test_the_pytorch_peers_take_adamws_fused_update_and_it_equals_the_default_on
     torch.optim.AdamW([weight], lr=0.1, weight_decay=0.1, fused=fused).step()
     weights[fused] = weight.detach().clone()
   torch.testing.assert_close(weights[True], weights[None])
+
+
+def test_the_resident_and_peak_counters_follow_a_64_mib_array_in_and_out():
+  import numpy as np  # noqa: PLC0415
+
+  array = np.ones(16 * 2**20, np.float32)  # 64 MiB, every page written; above malloc's threshold, so unmapped by del
+  with_array = workload.resident_mib()
+  del array
+  without = workload.resident_mib()
+  assert 48 <= with_array - without <= 96
+  assert workload.peak_mib() >= with_array - 1  # the kernel updates VmHWM lazily: a few pages behind at times
