@@ -15,7 +15,7 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 CONFIG ?= configs/default.py
 WORKDIR ?= runs/default
 
-.PHONY: default help install kernels train test inspect tensorboard results bench lint notebook notebook-run mutate clean
+.PHONY: default help install kernels train test inspect tensorboard results bench lint notebook notebook-run mutate house clean
 
 # `make` alone installs, then lists the targets.
 default: install help
@@ -31,6 +31,7 @@ help:
 	@echo "make bench       the benchmarks into runs/bench/ (installs PyTorch CPU)"
 	@echo "make lint        ruff"
 	@echo "make mutate      mutation testing of one package: PACKAGE=core|entrypoint|fast|data|train (mutmut 3)"
+	@echo "make house       the house in figures: lines per layer, long functions (scripts/house.py)"
 	@echo "make install     only the venv (.venv) with the pinned requirements"
 	@echo "make clean       remove .venv, runs/ and the kernels' builds"
 	@echo "e.g. make train CONFIG=configs/untied.py WORKDIR=runs/untied, then make inspect WORKDIR=runs/untied"
@@ -131,3 +132,7 @@ $(MUTATE_STAMP): $(TEST_STAMP) requirements-mutate.txt
 
 clean:
 	rm -rf $(VENV) runs $(KERNELS) $(KERNELS:.so=.json)
+
+# The house in figures (budgets are reported, never a failing test).
+house:
+	python3 scripts/house.py
