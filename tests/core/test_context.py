@@ -47,7 +47,7 @@ def test_the_paths_routed_into_the_params_are_nnx_grad_of_the_whole_model(contex
   model = _model(context, tied, hidden)
   ids, next_ids = _windows()
   paths = plain_paths.path_gradients(model, ids, next_ids)
-  grads = step_lib.param_gradients(model, paths)
+  grads = plain_paths.param_gradients(model, paths)
   assert float(step_lib.split_error(model, grads, ids, next_ids)) < 1e-5
   direct = _flat(nnx.grad(loss_lib.model_loss)(model, ids, next_ids))
   got = _flat(grads)
@@ -66,7 +66,7 @@ def test_a_tied_context_model_holds_one_table_that_both_paths_update(context):
   assert len(tables) == 1
   ids, next_ids = _windows()
   paths = plain_paths.path_gradients(model, ids, next_ids)
-  grads = _flat(step_lib.param_gradients(model, paths))
+  grads = _flat(plain_paths.param_gradients(model, paths))
   table_grad = [g for g in grads.values() if g.shape == (VOCAB, D_MODEL)]
   assert len(table_grad) == 1
   np.testing.assert_allclose(table_grad[0], np.asarray(paths.lookup + paths.projection), rtol=1e-6, atol=1e-8)

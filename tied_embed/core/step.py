@@ -15,7 +15,7 @@ from flax import nnx
 
 from tied_embed.core import loss as loss_lib
 from tied_embed.core import paths as paths_lib
-from tied_embed.core.model import Model
+from tied_embed.core.model import LanguageModel
 
 Metrics = dict[str, jax.Array]
 TrainStep = Callable[..., tuple[nnx.State, Metrics]]
@@ -24,18 +24,18 @@ StepFunction = Callable[..., tuple[nnx.State, Metrics, nnx.State]]
 # record what a run keeps, adding to `metrics`).
 AfterGradients = Callable[..., None]
 # paths_fn(model, ids, next_ids (B,) or (B, L)) → path gradients: add_lookup, lookup_row_norms, lookup_at, split_stats.
-PathsFn = Callable[[Model, jax.Array, jax.Array], paths_lib.PathGradients]
+PathsFn = Callable[[LanguageModel, jax.Array, jax.Array], paths_lib.PathGradients]
 
 
 class TrainState(nnx.Module):
   """The model and its optimizer (an `nnx.Optimizer` over its Params, whose `step` counts updates)."""
 
-  def __init__(self, model: Model, tx: optax.GradientTransformation):
+  def __init__(self, model: LanguageModel, tx: optax.GradientTransformation):
     self.model = model
     self.optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
 
 
-def split_error(model: Model, grads: nnx.State, ids: jax.Array, next_ids: jax.Array) -> jax.Array:
+def split_error(model: LanguageModel, grads: nnx.State, ids: jax.Array, next_ids: jax.Array) -> jax.Array:
   """‖g − Σ paths‖ / ‖g‖ over all Params, a scalar: `grads` (the paths' unscaled gradients) against g = `nnx.grad` of
   `loss_lib.model_loss`, which differentiates `model(ids)` itself, so a speed path's bug cannot cancel out."""
   direct = nnx.grad(loss_lib.model_loss)(model, ids, next_ids)
@@ -45,7 +45,7 @@ def split_error(model: Model, grads: nnx.State, ids: jax.Array, next_ids: jax.Ar
   return norm(residual) / jnp.maximum(norm(direct_sq), jnp.finfo(jnp.float32).tiny)
 
 
-def gradients(model: Model, ids: jax.Array, next_ids: jax.Array, paths_fn: PathsFn = paths_lib.path_gradients, *,
+def gradients(model: LanguageModel, ids: jax.Array, next_ids: jax.Array, paths_fn: PathsFn = paths_lib.path_gradients, *,
               lookup_grad_scale: float = 1.0, projection_grad_scale: float = 1.0,
               split_check_tokens: int | None = None,
               with_stats: bool = False) -> tuple[paths_lib.PathGradients, nnx.State, Metrics]:

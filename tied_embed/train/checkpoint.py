@@ -33,7 +33,7 @@ from jax.sharding import Mesh
 from orbax.checkpoint.checkpoint_manager import METRIC_ITEM_NAME
 from orbax.checkpoint.checkpoint_managers import preservation_policy
 
-from tied_embed.core.model import Model
+from tied_embed.core.model import LanguageModel
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.train.evaluation import Selection
 from tied_embed.util import RunStopped, UsageError, drop_unraisable, first_line, irregular_file, json_sha256
@@ -121,7 +121,7 @@ class Restored:
     return Selection.from_manifest(self.manifest)
 
   @functools.cached_property
-  def model(self) -> Model:
+  def model(self) -> LanguageModel:
     return nnx.merge(self.graphdef, self.state).model
 
   @functools.cached_property

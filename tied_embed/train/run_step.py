@@ -17,7 +17,7 @@ from flax import nnx
 
 from tied_embed.core import paths as paths_lib
 from tied_embed.core import step as step_lib
-from tied_embed.core.model import Model
+from tied_embed.core.model import LanguageModel
 from tied_embed.fast import choose
 from tied_embed.fast.kernels import fused_adamw
 
@@ -45,7 +45,7 @@ class PathDirections(nnx.Variable):
 class RunState(step_lib.TrainState):
   """The model, its optimizer, the provenance totals and the running train metrics."""
 
-  def __init__(self, model: Model, tx: optax.GradientTransformation):
+  def __init__(self, model: LanguageModel, tx: optax.GradientTransformation):
     super().__init__(model, tx)
     vocab_axis = {"out_sharding": ("vocab",), "eager_sharding": False}
     self.lookup_total = ProvenanceTotal(jnp.zeros((model.vocab_size,), jnp.float32), **vocab_axis)
