@@ -414,3 +414,28 @@ def test_the_path_scaling_pairs_quoted_are_the_seeds_pairs():
   (m2, l2, h2), (m5, l5, h5) = pair("text", "sgd", "tied a=2 b=1"), pair("text", "sgd", "tied a=1 b=0.5")
   _says("docs/path_scaling.md", f"as a = 2: {m2:+.3f}, {_p(l2)} to {h2:.3f}, and as b = 0.5: {m5:+.3f}, {_p(l5)} to "
         f"{h5:.3f}")
+
+
+def test_the_context_bullets_quote_ws_gain_from_the_json():
+  def gains(corpus, family):
+    return [_diff(_block(corpus, family), size, f"tied_{family}", f"tied_w_{family}") for size in SIZES]
+  (m1, l1, h1), (m10, l10, h10), (m100, l100, h100) = gains("bytes", "mlp")
+  assert not _resolved(l1, h1) and h10 < 0 and not _resolved(l100, h100)
+  _says("docs/when_to_tie.md", f"tied + W + MLP against tied + MLP is unresolved at 1% (W {m1:.3f} ahead, {_p(l1)} to "
+        f"{h1:.3f}) and 100% ({-m100:.3f} behind, {_p(-h100)} to {-l100:.3f}), and {-m10:.3f} behind at 10% "
+        f"({-h10:.3f} to {-l10:.3f})")
+  bigram = _block("bytes", None)
+  recovered = [(_diff(bigram, size, "tied", "tied_w")[0], _diff(bigram, size, "tied", "untied")[0]) for size in SIZES]
+  _says("docs/when_to_tie.md", "Without context W recovers most of untied's lead over tied ("
+        + ", ".join(f"{w:.3f} of {u:.3f}" for w, u in recovered[:2]) + f" and {recovered[2][0]:.3f} of "
+        f"{recovered[2][1]:.3f} nats at 1%, 10% and 100%)")
+  transformer = gains("bytes", "transformer")
+  assert all(not _resolved(low, high) for _, low, high in transformer)
+  _says("docs/when_to_tie.md", "tied − (tied + W + transformer) is " + ", ".join(
+      f"{_p(m)} ({_p(lo)} to {_p(hi)})" for m, lo, hi in transformer[:2])
+        + f" and {_p(transformer[2][0])} ({_p(transformer[2][1])} to {_p(transformer[2][2])}) nats at 1%, 10% and 100%")
+  (s1, sl1, sh1), (s10, sl10, sh10), (s100, sl100, sh100) = gains("subword", "mlp")
+  assert sh1 < 0 and sh10 < 0 and not _resolved(sl100, sh100)
+  _says("docs/when_to_tie.md", f"tied + W + MLP is {-s1:.3f} nats behind tied + MLP at 1% ({-sh1:.3f} to {-sl1:.3f}) and "
+        f"{-s10:.3f} at 10% ({-sh10:.3f} to {-sl10:.3f}); at 100% unresolved ({-s100:.3f} behind, {_p(-sh100)} to "
+        f"{-sl100:.3f})")
