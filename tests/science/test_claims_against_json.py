@@ -205,7 +205,8 @@ def test_the_asymmetry_share_ranks_three_tasks_but_does_not_size_bytes_cost():
 
 def _self_shares() -> dict[str, list[float]]:
   """Each bytes model's (and the data's and the count model's) repeat shares per size, as the tables average them."""
-  bigram, controls = _json("when_to_tie.json")["corpora"]["bytes"], _json("when_to_tie_controls.json")["corpora"]["bytes"]
+  bigram = _json("when_to_tie.json")["corpora"]["bytes"]
+  controls = _json("when_to_tie_controls.json")["corpora"]["bytes"]
   shares = {key: [np.mean([run["predicts_self"] for run in bigram["runs"][key][size]]) for size in SIZES]
             for key in ("tied", "untied", "tied_w")}
   shares["tied_sym"] = [np.mean([run["predicts_self"] for run in controls["runs"]["tied_sym"][size]]) for size in SIZES]
@@ -224,10 +225,11 @@ def test_the_repeat_claims_compare_with_the_count_models_own_repeats():
   _says("README.md", f"for {_pct(shares['tied'])} of the validation bytes, where the Kneser-Ney count bigram does for "
         f"{_pct(shares['count'])} and the data repeats {_pct(shares['data'])}")
   _says("README.md", f"brings the repeats to {_pct(shares['tied_sym'])}")
-  _says("docs/when_to_tie.md", f"tied + S predicts a repeat for {_pct(shares['tied_sym'])} of the validation bytes, the "
-        f"Kneser-Ney count bigram's {_pct(shares['count'])}, against plain tied's {_pct(shares['tied'])}")
+  _says("docs/when_to_tie.md", f"tied + S predicts a repeat for {_pct(shares['tied_sym'])} of the validation bytes, "
+        f"the Kneser-Ney count bigram's {_pct(shares['count'])}, against plain tied's {_pct(shares['tied'])}")
   _says("docs/results.md", f"for {_pct(shares['tied'])} of the validation bytes (the data repeats "
-        f"{_pct(shares['data'])} of the time, the Kneser-Ney count model predicts a repeat for {_pct(shares['count'])})")
+        f"{_pct(shares['data'])} of the time, the Kneser-Ney count model predicts a repeat for "
+        f"{_pct(shares['count'])})")
 
 
 def test_plain_tying_trails_every_model_and_the_kneser_ney_bigram_at_every_size():
@@ -350,8 +352,8 @@ def test_the_count_ngram_of_the_same_context_stays_ahead_of_the_best_context_mod
   assert all(low > 0 for values in ranges.values() for _, low, _ in values)
   span = {key: _span([m for m, _, _ in values]) for key, values in ranges.items()}
   _says("docs/results.md", f"the 4-gram by {span['bytes', 'mlp']} nats of untied + MLP on bytes and "
-        f"{span['subword', 'mlp']} on subword pieces, the 8-gram by {span['bytes', 'transformer']} of every transformer "
-        f"on bytes, and the 5- or 8-gram by {span['subword', 'transformer']} of every transformer on subword pieces, "
+        f"{span['subword', 'mlp']} on subword pieces, the 8-gram by {span['bytes', 'transformer']} of every "
+        f"transformer on bytes, and the 5- or 8-gram by {span['subword', 'transformer']} of every transformer on subword pieces, "
         "each interval excluding 0")
 
 
@@ -375,7 +377,8 @@ def test_the_bigram_blocks_count_model_comparisons():
       runs = [loss for (_, d), loss in s["untied"][size].items() if d == draw]
       assert np.mean(runs) < float(subword_entry["kneser_ney"][size]["by_draw"][str(draw)])
   m, low, high = _against_count(s, "1", "untied", subword_entry["kneser_ney"]["1"])
-  _says("docs/results.md", f"and it is {m:.3f} ahead of untied ({low:.3f} to {high:.3f}) at 100%, which ran on one draw")
+  _says("docs/results.md", f"and it is {m:.3f} ahead of untied ({low:.3f} to {high:.3f}) at 100%, which ran on one "
+        "draw")
   assert {key[1] for key in s["untied"]["1"]} == {0}
 
 
@@ -436,6 +439,7 @@ def test_the_context_bullets_quote_ws_gain_from_the_json():
         + f" and {_p(transformer[2][0])} ({_p(transformer[2][1])} to {_p(transformer[2][2])}) nats at 1%, 10% and 100%")
   (s1, sl1, sh1), (s10, sl10, sh10), (s100, sl100, sh100) = gains("subword", "mlp")
   assert sh1 < 0 and sh10 < 0 and not _resolved(sl100, sh100)
-  _says("docs/when_to_tie.md", f"tied + W + MLP is {-s1:.3f} nats behind tied + MLP at 1% ({-sh1:.3f} to {-sl1:.3f}) and "
+  _says("docs/when_to_tie.md", f"tied + W + MLP is {-s1:.3f} nats behind tied + MLP at 1% ({-sh1:.3f} to "
+        f"{-sl1:.3f}) and "
         f"{-s10:.3f} at 10% ({-sh10:.3f} to {-sl10:.3f}); at 100% unresolved ({-s100:.3f} behind, {_p(-sh100)} to "
         f"{-sl100:.3f})")

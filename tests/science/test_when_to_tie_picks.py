@@ -88,7 +88,8 @@ def test_a_pick_is_named_only_where_its_interval_against_every_other_model_exclu
   entry = _entry([1.0, 1.0, 1.0], [1.3, 1.1, 0.9], [2.0, 2.0, 2.0])
   diffs = np.array([0.3, 0.1, -0.1])
   half = T_TABLE[2] * diffs.std(ddof=1) / math.sqrt(3)
-  assert report.pick_text(entry, "0.1", LABELS).startswith(f"10% T or U, unresolved ({0.1 - half:.3f} to {0.1 + half:.3f})")
+  assert report.pick_text(entry, "0.1", LABELS).startswith(
+      f"10% T or U, unresolved ({0.1 - half:.3f} to {0.1 + half:.3f})")
 
 
 def test_the_count_model_is_the_strongest_baseline_and_said_where_it_is_ahead():
