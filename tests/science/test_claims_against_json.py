@@ -353,8 +353,8 @@ def test_the_count_ngram_of_the_same_context_stays_ahead_of_the_best_context_mod
   span = {key: _span([m for m, _, _ in values]) for key, values in ranges.items()}
   _says("docs/results.md", f"the 4-gram by {span['bytes', 'mlp']} nats of untied + MLP on bytes and "
         f"{span['subword', 'mlp']} on subword pieces, the 8-gram by {span['bytes', 'transformer']} of every "
-        f"transformer on bytes, and the 5- or 8-gram by {span['subword', 'transformer']} of every transformer on subword pieces, "
-        "each interval excluding 0")
+        f"transformer on bytes, and the 5- or 8-gram by {span['subword', 'transformer']} of every transformer on "
+        "subword pieces, each interval excluding 0")
 
 
 def test_the_bigram_blocks_count_model_comparisons():
