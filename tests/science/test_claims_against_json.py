@@ -443,3 +443,18 @@ def test_the_context_bullets_quote_ws_gain_from_the_json():
         f"{-sl1:.3f}) and "
         f"{-s10:.3f} at 10% ({-sh10:.3f} to {-sl10:.3f}); at 100% unresolved ({-s100:.3f} behind, {_p(-sh100)} to "
         f"{-sl100:.3f})")
+
+
+def test_the_asymmetry_table_of_when_to_tie_md_is_the_budget_and_the_paired_gaps():
+  table = markdown_table((DOCS / "when_to_tie.md").read_text(), "| train data | draws | add-k k |")
+  by_size = _json("when_to_tie_asymmetry.json")["corpora"]["bytes"]["by_fraction"]
+  losses = {**_losses("bytes", "when_to_tie.json"), **_losses("bytes", "when_to_tie_controls.json")}
+  for size, label in zip(SIZES, ("1%", "10%", "100%"), strict=True):
+    draws = list(by_size[size]["by_draw"].values())
+    row = table[label]
+    assert row[0] == str(len(draws))
+    for column, field in ((3, "antisymmetric_share"), (4, "psd_rank_residual_share"), (5, "psd_rank_excess_loss")):
+      assert row[column] == f"{np.mean([draw[field] for draw in draws]):.3f}", (label, field)
+    for column, (worse, better) in ((6, ("tied", "tied_w")), (7, ("tied_sym", "tied_w"))):
+      mean, low, high = _diff(losses, size, worse, better)
+      assert row[column] == f"{mean:.3f} ({low:.3f} to {high:.3f})", (label, worse)
