@@ -362,6 +362,31 @@ declare(Variant("context", "mlp", "the previous model.context_k rows through one
                 build=lambda inner, config, rngs: ContextMLP(inner, int(setting(config, "context_k", 3)), rngs=rngs)))
 
 
+class ContextConv(_Around):
+  """A causal convolution: h_t = x_t + Σ_j x_(t−j) · K_j over the `width` rows up to t (zeros before the window),
+  one (D, D) kernel K_j per offset j, then a bias: the plainest context mixer, linear in the rows."""
+
+  def __init__(self, embedder: LanguageModel, width: int, *, rngs: nnx.Rngs):
+    super().__init__(embedder)
+    self.width = width
+    self.conv = nnx.Conv(embedder.d_model, embedder.d_model, kernel_size=(width,), padding=((width - 1, 0),),
+                         rngs=rngs)
+
+  def hidden(self, rows: jax.Array) -> jax.Array:
+    """rows (B, L, D) → (B, L, D), position t reading positions ≤ t; (B, D) are windows of one token."""
+    if rows.ndim == 2:
+      return self.hidden(rows[:, None])[:, 0]
+    rows = self.embedder.hidden(rows)
+    return rows + self.conv(rows)
+
+
+declare(Variant("context", "conv", "a causal convolution over the previous model.conv_width rows", check=needs_windows,
+                settings=(Setting("conv_width", 3, "rows each position's convolution reads (its own and the width - "
+                                  "1 before it)", low=1, high=256),),
+                build=lambda inner, config, rngs: ContextConv(inner, int(setting(config, "conv_width", 3)),
+                                                              rngs=rngs)))
+
+
 class Block(nnx.Module):
   """One pre-norm transformer block: x + attention(norm(x)) under a causal mask, then x + MLP(norm(x))."""
 
