@@ -60,6 +60,9 @@ class Variant(NamedTuple):
   settings: tuple[Setting, ...] = ()
   check: Callable[[Any], tuple[str, Any, str] | None] | None = None
   saved_names: tuple[str, ...] = ()  # other names a saved config may give it (built from, never accepted anew)
+  # memory(config) → [(what, bytes, the config fields it grows with)]: its own Params (with their gradient and two
+  # Adam moments) and the activations a train step keeps for the backward pass, for the check before a run
+  memory: Callable[[Any], list[tuple[str, int, tuple[str, ...]]]] | None = None
 
 
 # The families in the order they wrap the tables (the context mixer reads the rows first, then the hidden map).
@@ -347,6 +350,24 @@ class ContextMLP(_Around):
     return rows + self.out(jnp.tanh(self.layer(context)))
 
 
+F32_STATE = 4 * 4  # bytes a float32 Param costs in training: itself, its gradient and two Adam moments
+WINDOW_FIELDS = ("train.batch_size", "data.context_length")
+
+
+def _tokens(config: ml_collections.ConfigDict) -> int:
+  """Tokens in a train step: B windows of L."""
+  return int(config.train.batch_size) * int(config.data.context_length)
+
+
+def _mlp_memory(config: ml_collections.ConfigDict) -> list[tuple[str, int, tuple[str, ...]]]:
+  """ContextMLP: its two layers' Params; per token the k·D concatenation and the 4·D hidden layer, kept twice."""
+  d, k = int(config.model.d_model), int(config.model.context_k)
+  params = k * d * MLP_WIDTH * d + MLP_WIDTH * d + MLP_WIDTH * d * d + d
+  return [("the context MLP's Params", params * F32_STATE, ("model.context_k", "model.d_model")),
+          ("the context MLP's activations", _tokens(config) * (k + 2 * MLP_WIDTH) * d * 4 * 2,
+           (*WINDOW_FIELDS, "model.context_k", "model.d_model"))]
+
+
 def needs_windows(config: ml_collections.ConfigDict) -> tuple[str, Any, str] | None:
   """A context mixer's check: it reads windows of at least two tokens."""
   length = config.data.context_length
@@ -359,7 +380,8 @@ def needs_windows(config: ml_collections.ConfigDict) -> tuple[str, Any, str] | N
 declare(Variant("context", "mlp", "the previous model.context_k rows through one hidden layer", check=needs_windows,
                 settings=(Setting("context_k", 3, "rows concatenated at each position (the token's own and the k - 1 "
                                   "before it in the window)", low=1, high=256),),
-                build=lambda inner, config, rngs: ContextMLP(inner, int(setting(config, "context_k", 3)), rngs=rngs)))
+                build=lambda inner, config, rngs: ContextMLP(inner, int(setting(config, "context_k", 3)), rngs=rngs),
+                memory=_mlp_memory))
 
 
 class ContextConv(_Around):
@@ -384,7 +406,12 @@ declare(Variant("context", "conv", "a causal convolution over the previous model
                 settings=(Setting("conv_width", 3, "rows each position's convolution reads (its own and the width - "
                                   "1 before it)", low=1, high=256),),
                 build=lambda inner, config, rngs: ContextConv(inner, int(setting(config, "conv_width", 3)),
-                                                              rngs=rngs)))
+                                                              rngs=rngs),
+                memory=lambda config: [
+                    ("the convolution's Params", (int(config.model.conv_width) + 1) * int(config.model.d_model) ** 2
+                     * F32_STATE, ("model.conv_width", "model.d_model")),
+                    ("the convolution's activations", _tokens(config) * (int(config.model.conv_width) + 2)
+                     * int(config.model.d_model) * 4 * 2, (*WINDOW_FIELDS, "model.conv_width", "model.d_model"))]))
 
 
 class Block(nnx.Module):
@@ -434,13 +461,28 @@ def _check_transformer(config: ml_collections.ConfigDict) -> tuple[str, Any, str
   return None
 
 
+def _transformer_memory(config: ml_collections.ConfigDict) -> list[tuple[str, int, tuple[str, ...]]]:
+  """ContextTransformer: 12·D² + 13·D Params a block and the (L, D) positions; per token and block about 16·D kept
+  activations; per block the (B, heads, L, L) attention scores and weights and their gradient."""
+  d, layers, heads = int(config.model.d_model), int(config.model.layers), int(config.model.heads)
+  length = int(config.data.context_length)
+  params = layers * (12 * d * d + 13 * d) + length * d
+  return [("the transformer's Params", params * F32_STATE, ("model.layers", "model.d_model")),
+          ("the transformer's activations", _tokens(config) * layers * 16 * d * 4,
+           (*WINDOW_FIELDS, "model.layers", "model.d_model")),
+          ("the attention weights (B, heads, L, L) of every block",
+           int(config.train.batch_size) * heads * length * length * layers * 4 * 3,
+           ("data.context_length", "train.batch_size", "model.heads", "model.layers"))]
+
+
 declare(Variant("context", "transformer", "a causal transformer over the window", check=_check_transformer,
                 settings=(Setting("layers", 2, "pre-norm causal blocks", low=1, high=128),
                           Setting("heads", 4, "attention heads of each block (dividing model.d_model)", low=1,
                                   high=1024)),
                 build=lambda inner, config, rngs: ContextTransformer(
                     inner, int(config.data.get("context_length", 1)), int(setting(config, "layers", 2)),
-                    int(setting(config, "heads", 4)), rngs=rngs)))
+                    int(setting(config, "heads", 4)), rngs=rngs),
+                memory=_transformer_memory))
 
 
 def variant_of(config: ml_collections.ConfigDict, family: str) -> Variant:

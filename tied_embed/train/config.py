@@ -69,6 +69,7 @@ def _mesh_size(value: Any) -> bool:
 
 
 _POSITIVE = "an integer in [1, 2**31 - 1]"
+MAX_CONTEXT_LENGTH = 65_536  # tokens per window; the memory check bounds what fits well below this
 
 
 def _setting_field(family: str, setting: model_lib.Setting) -> Field:
@@ -117,7 +118,7 @@ FIELDS: tuple[Field, ...] = (
     Field("model.output_bias", False, "True or False", lambda v: isinstance(v, bool), False,
           "a learned score b_j of each next token after the projection, logits = h·Eᵀ + b (b (V,), from 0)"),
     *_family_fields("context"),
-    Field("data.context_length", 1, _POSITIVE, _int_in(1), False, "L, tokens per training window: 1 = (current, "
+    Field("data.context_length", 1, f"an integer in [1, {MAX_CONTEXT_LENGTH}]", _int_in(1, MAX_CONTEXT_LENGTH), False, "L, tokens per training window: 1 = (current, "
           "next) pairs; L > 1 = windows of L tokens within one document, scored on the next token at each position"),
     Field("data.source", "planted", f"one of {tuple(sorted(sources.REGISTRY))}", None, False,
           "the task (tied_embed/data/sources/); the source checks the data.* fields it reads"),
@@ -347,7 +348,8 @@ def memory_estimate(config: ml_collections.ConfigDict, settings: dict[str, Any] 
   """A valid config's memory on one host as named terms (bytes): the (V, D) tables 6 times (the parameter, two Adam
   moments, the gradient and its two paths); a synthetic task's float64 hidden table; the train logits 3 times; the
   hidden vectors twice; the eval logits twice; 32 bytes per train or validation pair while generating. (V, V) tables
-  (computed a few MB at a time) and sharding are not counted. `settings`: `Source.settings(config)` if not given."""
+  (computed a few MB at a time) and sharding are not counted. A context model adds its variant's own terms (its
+  Params, its activations, a transformer's (B, heads, L, L) attention weights). `settings`: `Source.settings(config)` if not given."""
   vocab_size, d_model = int(config.model.vocab_size), int(config.model.d_model)
   batch_size, eval_batch_size = int(config.train.batch_size), int(config.train.eval_batch_size)
   chunk_size, num_tables = int(config.loss.chunk_size), 1 if config.model.tied else 2
@@ -358,17 +360,22 @@ def memory_estimate(config: ml_collections.ConfigDict, settings: dict[str, Any] 
   batch_size *= int(config.data.get("context_length", 1))  # tokens per step: B windows of L
   train_rows, eval_rows = (min(chunk_size or rows, rows) for rows in (batch_size, eval_batch_size))
   task_d_model = int(config.data.task_d_model) if config.data.source in sources.SYNTHETIC_SOURCES else 0
+  window = ("data.context_length",) if int(config.data.get("context_length", 1)) > 1 else ()
+  variants = [model_lib.variant_of(config, family) for family in model_lib.VARIANTS]
+  own = [MemoryTerm(*term) for variant in variants if variant.memory is not None for term in variant.memory(config)]
   return [
       MemoryTerm("the (V, D) tables and their optimizer state", vocab_size * d_model * num_tables * 4 * 6,
                  ("model.vocab_size", "model.d_model")),
       MemoryTerm("the task's hidden table e*", vocab_size * task_d_model * 8,
                  ("data.task_d_model", "model.vocab_size")),
       MemoryTerm("the train logits (loss.chunk_size > 0 bounds them)", train_rows * vocab_size * 4 * 3,
-                 ("train.batch_size" if train_rows == batch_size else "loss.chunk_size", "model.vocab_size")),
-      MemoryTerm("the hidden vectors of a batch", batch_size * d_model * 4 * 2, ("train.batch_size", "model.d_model")),
+                 ("train.batch_size" if train_rows == batch_size else "loss.chunk_size", "model.vocab_size", *window)),
+      MemoryTerm("the hidden vectors of a batch", batch_size * d_model * 4 * 2,
+                 ("train.batch_size", "model.d_model", *window)),
       MemoryTerm("the eval logits", eval_rows * vocab_size * 4 * 2,
                  ("train.eval_batch_size" if eval_rows == eval_batch_size else "loss.chunk_size", "model.vocab_size")),
       MemoryTerm("the dataset", pairs * 32, pair_fields),
+      *own,
   ]
 
 
@@ -379,6 +386,14 @@ def available_memory() -> int:
     with contextlib.suppress(OSError, ValueError), open(path) as f:  # no such cgroup file, or "max"
       limits.append(int(f.read().strip()))
   return min(limits)
+
+
+def _turned_up(config: ml_collections.ConfigDict, path: str) -> float:
+  """How far `path` is set above its default (value / default): the field a person turned up to make a term large."""
+  value, default = config[path], defaults().get(path)
+  if not is_number(value):
+    return 0.0
+  return float(value) / float(default) if is_number(default) and default > 0 else float(value)
 
 
 def check_memory(config: ml_collections.ConfigDict, memory_bytes: int | None = None,
@@ -394,7 +409,7 @@ def check_memory(config: ml_collections.ConfigDict, memory_bytes: int | None = N
 
   if total > memory_bytes:
     largest = max(terms, key=lambda term: term.bytes)
-    field = max(largest.fields, key=lambda path: float(config[path]) if is_number(config[path]) else 0.0)
+    field = max(largest.fields, key=lambda path: _turned_up(config, path))
     raise UsageError.bad_value(field, config[field], f"a config that fits in this machine's {gib(memory_bytes)} "
                                f"of memory: it needs about {gib(total)}, {gib(largest.bytes)} of it for {largest.what}")
 
