@@ -27,3 +27,15 @@ def test_make_passes_config_and_workdir_as_one_argument_each(tmp_path, target, e
                           text=True, timeout=60)
   assert result.returncode == 0, result.stderr
   assert json.loads(result.stdout) == expected
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+def test_make_train_without_either_uses_the_defaults(tmp_path, monkeypatch):
+  monkeypatch.delenv("WORKDIR", raising=False)
+  monkeypatch.delenv("CONFIG", raising=False)
+  python = tmp_path / "python"
+  python.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+  python.chmod(0o755)
+  result = subprocess.run(["make", "-s", "--no-print-directory", "-o", ".venv/.installed", "train", f"PY={python}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+  assert json.loads(result.stdout) == ["train.py", "--config", "configs/default.py", "--workdir", "runs/default"]
