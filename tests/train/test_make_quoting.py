@@ -13,15 +13,21 @@ import pytest
 from conftest import ROOT
 
 
+@pytest.fixture()
+def python(tmp_path):
+  """A stand-in for the venv's Python: prints its arguments as JSON."""
+  path = tmp_path / "python"
+  path.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+  path.chmod(0o755)
+  return path
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 @pytest.mark.parametrize(("target", "expected"), [
     ("train", ["train.py", "--config", "configs/it's; a \"b\".py", "--workdir", "runs/a b"]),
     ("inspect", ["-m", "tied_embed.inspection", "--workdir", "runs/a b"]),
 ])
-def test_make_passes_config_and_workdir_as_one_argument_each(tmp_path, target, expected):
-  python = tmp_path / "python"
-  python.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
-  python.chmod(0o755)
+def test_make_passes_config_and_workdir_as_one_argument_each(python, target, expected):
   result = subprocess.run(["make", "-s", "--no-print-directory", "-o", ".venv/.installed", target, f"PY={python}",
                            "WORKDIR=runs/a b", "CONFIG=configs/it's; a \"b\".py"], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
@@ -30,12 +36,9 @@ def test_make_passes_config_and_workdir_as_one_argument_each(tmp_path, target, e
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
-def test_make_train_without_either_uses_the_defaults(tmp_path, monkeypatch):
+def test_make_train_without_either_uses_the_defaults(python, monkeypatch):
   monkeypatch.delenv("WORKDIR", raising=False)
   monkeypatch.delenv("CONFIG", raising=False)
-  python = tmp_path / "python"
-  python.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
-  python.chmod(0o755)
   result = subprocess.run(["make", "-s", "--no-print-directory", "-o", ".venv/.installed", "train", f"PY={python}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
   assert json.loads(result.stdout) == ["train.py", "--config", "configs/default.py", "--workdir", "runs/default"]
