@@ -56,6 +56,33 @@ def _escaped(character: str) -> str:
   return repr(character)[1:-1]
 
 
+# Room left under a directory's path for what the program makes inside it (checkpoints/<step>/<item>/<file>...).
+_ROOM_INSIDE = 256
+
+
+def require_path_fits(field: str, path: str) -> None:
+  """UsageError naming `field` unless the file system can hold `path` and the program's files under it: each name
+  at most NAME_MAX bytes (255 on most), the whole absolute path at most PATH_MAX less room for those files. Asked
+  of the nearest existing folder above it (255 and 4096 where it cannot say), so no OSError comes later instead."""
+  absolute = os.path.abspath(path)
+  existing = absolute
+  while not os.path.isdir(existing) and os.path.dirname(existing) != existing:
+    existing = os.path.dirname(existing)
+  limits = {}
+  for name, fallback in (("PC_NAME_MAX", 255), ("PC_PATH_MAX", 4096)):
+    try:
+      limits[name] = os.pathconf(existing, name)
+    except (OSError, ValueError):
+      limits[name] = -1
+    limits[name] = limits[name] if limits[name] > 0 else fallback  # -1: no limit given
+  longest = max(len(os.fsencode(part)) for part in pathlib.PurePath(absolute).parts)
+  require(longest <= limits["PC_NAME_MAX"], field, path, f"a path whose every name between slashes is at most "
+          f"{limits['PC_NAME_MAX']} bytes, the file system's limit (one here is {longest})")
+  require(len(os.fsencode(absolute)) <= limits["PC_PATH_MAX"] - _ROOM_INSIDE, field, path,
+          f"a path of at most {limits['PC_PATH_MAX'] - _ROOM_INSIDE} bytes once absolute (the file system's "
+          f"{limits['PC_PATH_MAX']}, less room for the files made under it)")
+
+
 def is_utf8(text: str) -> bool:
   """Whether `text` (a path as Python holds it) is valid UTF-8: no surrogate, os.fsdecode's stand-in for a bad byte."""
   return not any("\ud800" <= character <= "\udfff" for character in text)
