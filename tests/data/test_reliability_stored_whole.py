@@ -86,3 +86,12 @@ def test_a_fifo_in_the_stored_dataset_is_refused_in_one_line_before_it_is_opened
     within(20, load, config, workdir)
   assert str(fifo) in str(refused.value) and "\n" not in str(refused.value)
   assert fifo.exists()  # refused, not deleted with the dataset
+
+
+def test_a_record_from_before_the_metadata_digests_gets_them_at_the_next_load(stored):
+  config, workdir, version_dir, _ = stored
+  digests = version_dir / data_lib.DIGEST_FILE
+  recorded = json.loads(digests.read_text())
+  digests.write_text(json.dumps({split: recorded[split] for split in ("train", "validation")}))
+  data_lib.load_bigram_data(config, workdir)
+  assert json.loads(digests.read_text()) == recorded

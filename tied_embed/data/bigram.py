@@ -306,7 +306,10 @@ def _read_verified(bc: BigramConfig, directory: pathlib.Path) -> tuple[dict[str,
 def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
   """The verified splits (and DOCUMENT_ENDS), generated under the data dir's lock unless a good cache exists."""
   splits, why = _read_verified(bc, directory)
-  if splits is not None and splits[_RECORDED]:
+  if splits is not None and os.path.lexists(_version_dir(bc, directory) / DIGEST_FILE):
+    if not splits[_RECORDED]:  # recorded before the metadata files' digests were: added where it can be locked now
+      with contextlib.suppress(UsageError, OSError), util.exclusive(directory, f"data.data_dir={str(directory)!r}"):
+        _record_digests(bc, directory, splits)  # a read-only or busy data dir keeps the record it has
     return splits
   directory.mkdir(parents=True, exist_ok=True)
   with util.exclusive(directory, f"data.data_dir={str(directory)!r}"):
