@@ -22,7 +22,7 @@ from absl import logging
 
 from tied_embed.inspection.inspector import continue_prompt, inspect_run
 from tied_embed.inspection.text import format_continuation, format_text
-from tied_embed.util import UsageError, printable
+from tied_embed.util import UsageError, printable, require_path_fits
 
 _TOKEN = re.compile(r"-?[0-9]+")  # ASCII digits only: int() would also take '1_0' and other scripts' digits
 
@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
   logging.set_verbosity(logging.ERROR)
   try:
     args = parser.parse_args(argv)
+    require_path_fits("--workdir", args.workdir)
     if args.next is None and args.generate:
       raise UsageError.bad_value("--generate", args.generate, "--next PROMPT beside it (the text to continue)")
     if args.next is not None:

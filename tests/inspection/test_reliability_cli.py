@@ -1,5 +1,6 @@
-"""`--json` prints valid JSON whatever the event files logged: a NaN or infinite loss (a diverged run) is null, the
-rest of the report as always. On a copy of the session's smoke run, in this process."""
+"""The inspection command line answers whatever it is given: `--json` prints valid JSON whatever the event files
+logged (a NaN or infinite loss, from a diverged run, is null), and a --workdir the file system cannot hold is one
+line naming it (exit 2), not an OSError. On a copy of the session's smoke run, in this process."""
 
 from __future__ import annotations
 
@@ -35,3 +36,9 @@ def test_non_finite_event_values_are_null_in_valid_json(run_copy, smoke_run, cap
 def test_finite_or_null_keeps_every_other_value():
   value = {"a": [1.5, -math.inf, (math.nan, 2)], "b": "nan", "c": None, "d": True, "e": 3}
   assert finite_or_null(value) == {"a": [1.5, None, [None, 2]], "b": "nan", "c": None, "d": True, "e": 3}
+
+
+def test_a_workdir_with_a_256_byte_name_is_one_line_naming_it(tmp_path, capsys):
+  assert main(["--workdir", str(tmp_path / ("x" * 256))]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("error: --workdir=") and "at most 255 bytes" in err and err.count("\n") == 1
