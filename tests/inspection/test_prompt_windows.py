@@ -89,10 +89,27 @@ def test_next_reads_the_last_l_tokens_of_a_longer_prompt(monkeypatch):
   assert [entry["id"] for entry in result["prompt_tokens"]] == [3, 1, 4, 1, 5, 9, 2]
 
 
-def test_generate_slides_the_window_over_the_prompt_and_what_it_drew(monkeypatch):
-  model, result = _continue(monkeypatch, "dbebfjc", generate=5, temperature=0.0)
-  tokens = [3, 1, 4, 1, 5, 9, 2]
-  for entry in result["generated"]:  # greedy: each token the argmax after the last L tokens so far
-    assert entry["id"] == int(np.argmax(_last_position(model, tokens[-LENGTH:])))
-    tokens.append(entry["id"])
+class _Recording:
+  """The model, recording each window it is called on."""
+
+  def __init__(self, model):
+    self.model, self.windows = model, []
+
+  def __call__(self, ids):
+    self.windows.append(np.asarray(ids).tolist())
+    return self.model(ids)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_generate_slides_the_window_over_the_prompt_and_what_it_drew(monkeypatch, temperature):
+  recording = _Recording(_restored().model)
+  facts = types.SimpleNamespace(tokenizer=_Characters(), source="text", vocab_size=VOCAB)
+  restored = types.SimpleNamespace(config=_restored().config, model=recording, step=7)
+  monkeypatch.setattr(inspector, "open_run", lambda workdir, step, warnings: (restored, facts, None))
+  result = inspector.continue_prompt("unused", "dbebfjc", generate=5, temperature=temperature, seed=3)
+  drawn = [entry["id"] for entry in result["generated"]]
+  tokens = [3, 1, 4, 1, 5, 9, 2] + drawn
+  # one call for --next, then one per drawn token: each on the last L tokens of the prompt and what was drawn before
+  want = [[tokens[:7][-LENGTH:]]] + [[tokens[:7 + i][-LENGTH:]] for i in range(5)]
+  assert recording.windows == want
   assert result["text"] == _Characters().decode(tokens)
