@@ -121,3 +121,55 @@ def test_the_ngram_count_model_is_scored_at_the_order_chosen_on_selection():
   for split, name in ((selection, "select_loss"), (evaluation, "eval_loss")):
     want = float(-np.mean(np.log(fit.probabilities(*split, 8, numbers["discount"]))))
     assert numbers[name] == pytest.approx(want, rel=1e-9), name
+
+
+class _Draws:
+  """A sweep of three data draws, each its own pairs: what count_references and ngram_references read of a sweep."""
+
+  corpus = types.SimpleNamespace(vocab_size=5)
+
+  def __init__(self):
+    self.data = {}
+    for draw in range(3):
+      ids, next_ids = _markov_stream(300, 10 + draw)
+      select, evaluation = _markov_stream(200, 20 + draw), _markov_stream(200, 30 + draw)
+      self.data[draw] = types.SimpleNamespace(
+          train_ids=ids, train_next=next_ids, select_ids=select[0], select_next=select[1], eval_ids=evaluation[0],
+          eval_next=evaluation[1], train_document_ends=None, select_document_ends=None, eval_document_ends=None)
+
+  def drawn(self, draw):
+    return self.data[draw]
+
+  def train_pairs(self, fraction, draw=0):
+    data = self.data[draw]
+    used = round(fraction * len(data.train_ids))
+    return data.train_ids[:used], data.train_next[:used]
+
+  def splits(self, fraction, draw=0):
+    data = self.data[draw]
+    return ((*self.train_pairs(fraction, draw), None), (data.select_ids, data.select_next, None),
+            (data.eval_ids, data.eval_next, None))
+
+
+def test_each_draws_count_models_are_fitted_on_that_draws_pairs():
+  sweep = _Draws()
+  add_k, kneser = sweep_lib.count_references(sweep, 0.5, (0, 1, 2))
+  for draw in range(3):
+    data = sweep.drawn(draw)
+    splits = sweep.train_pairs(0.5, draw), (data.select_ids, data.select_next), (data.eval_ids, data.eval_next)
+    assert add_k["by_draw"][str(draw)] == sweep_lib.count_reference(*splits, 5)["eval_loss"]
+    assert kneser["by_draw"][str(draw)] == sweep_lib.kneser_ney_reference(*splits, 5)["eval_loss"]
+  assert len(set(add_k["by_draw"].values())) == len(set(kneser["by_draw"].values())) == 3
+  assert add_k["eval_loss"] == add_k["by_draw"]["0"]  # the numbers beside by_draw are draw 0's
+
+
+def test_each_draws_ngram_is_fitted_on_that_draws_pairs():
+  sweep = _Draws()
+  model = next(model for model in plan_lib.FAMILIES["mlp"])
+  found = sweep_lib.ngram_references(sweep, 0.5, (0, 1, 2), (model,))
+  (numbers,) = found.values()
+  for draw in range(3):
+    want = sweep_lib.ngram_reference(*sweep.splits(0.5, draw), plan_lib.context_length(model),
+                                     plan_lib.ngram_orders(model), 5)
+    assert numbers["by_draw"][str(draw)] == want["eval_loss"]
+  assert len(set(numbers["by_draw"].values())) == 3
