@@ -4,6 +4,8 @@ at the shipped sizes and above them, where the cap changes."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from configs import context_mlp, default
@@ -58,3 +60,34 @@ def test_the_memory_estimate_counts_a_windows_l_tokens(batch, length, chunk, row
   assert logits.bytes == rows * 1024 * 4 * 3
   assert logits.fields[0] == field
   assert terms["the hidden vectors of a batch"].bytes == batch * length * 32 * 4 * 2
+
+
+def _eval_batches(eval_batch_size: int, length: int, pairs: int = 100) -> list[tuple[int, ...]]:
+  """The shapes of the batches an Evaluator cuts `pairs` validation pairs (one document) into."""
+  import ml_collections  # noqa: PLC0415
+  import numpy as np  # noqa: PLC0415
+
+  from tied_embed.train import evaluation  # noqa: PLC0415
+  from tied_embed.train import mesh as mesh_lib  # noqa: PLC0415
+
+  ids = np.arange(pairs, dtype=np.int32) % 16
+  config = ml_collections.ConfigDict({"loss": {"chunk_size": 0}, "model": {"dtype": "float32"},
+                                      "train": {"eval_batch_size": eval_batch_size},
+                                      "mesh": {"data": 1, "model": 1}})
+  data = types.SimpleNamespace(context_length=length, input_counts=np.ones(16, np.int64))
+  evaluator = evaluation.Evaluator(None, ids, (ids + 1) % 16, data, config, mesh_lib.make_mesh(config.mesh))
+  return [tuple(batch[0].shape) for batch in evaluator._batches]
+
+
+@pytest.mark.parametrize(("eval_batch_size", "length", "want"), [
+    (64, 8, [(8, 8), (5, 8)]),  # 13 windows of 8 (the last padded), 8 a batch
+    (64, 1, None),  # pairs: distinct pairs, batches of 64 pairs
+    (4, 8, [(1, 8)] * 13),  # fewer pairs than a window: one window a batch
+    (200, 8, [(13, 8)]),  # 25 windows would fit: all 13 in one batch
+])
+def test_an_eval_batch_holds_about_eval_batch_size_pairs_in_windows(eval_batch_size, length, want):
+  shapes = _eval_batches(eval_batch_size, length)
+  if want is None:
+    assert all(shape == (64,) for shape in shapes)
+  else:
+    assert shapes == want
