@@ -175,12 +175,12 @@ def test_the_two_path_gradients_sum_to_nnx_grad_of_the_plain_loss(variant):
   lookup, projection = np.asarray(paths.lookup, np.float64), np.asarray(paths.projection, np.float64)
   if tied:
     (table,) = tables
-    np.testing.assert_allclose(lookup + projection, want[table], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(lookup + projection, want[table], rtol=1e-4, atol=5e-6)
   else:
     (inp,) = [name for name in tables if name.endswith("input_embedding")]
     (out,) = [name for name in tables if name.endswith("output_embedding")]
-    np.testing.assert_allclose(lookup, want[inp], rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(projection, want[out], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(lookup, want[inp], rtol=1e-4, atol=5e-6)
+    np.testing.assert_allclose(projection, want[out], rtol=1e-4, atol=5e-6)
   # the lookup path reaches only the rows looked up; each other Param's gradient is where nnx.grad puts it
   untouched = np.setdiff1d(np.arange(VOCAB), np.asarray(ids).reshape(-1))
   assert np.all(lookup[untouched] == 0)
@@ -190,4 +190,4 @@ def test_the_two_path_gradients_sum_to_nnx_grad_of_the_plain_loss(variant):
          for path in [[key.key for key in path]]}
   assert got.keys() == others.keys()
   for name, value in others.items():
-    np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=5e-6, err_msg=name)

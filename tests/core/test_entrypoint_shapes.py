@@ -1,5 +1,5 @@
-"""The entrypoint's inputs at their edges: 1-D and 2-D ids counted the same way by the memory guard and the output,
-and ids that arrive as floats cast to int32 as seed 001's step 3 says (a harness conversion: no rounding, no refusal)."""
+"""The entrypoint's inputs at their edges: 1-D and 2-D ids counted alike by the memory guard and the output, and ids
+that arrive as floats cast to int32 as seed 001's step 3 says (a harness conversion: no rounding, no refusal)."""
 
 import jax
 import jax.numpy as jnp
@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 from seed_reference import seed_table
 
-from tied_embed import entrypoint
-from tied_embed import tied_io_embed
+from tied_embed import entrypoint, tied_io_embed
 
 
 def _rows(seed, ids, vocab_size, d_model) -> np.ndarray:

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 from helpers import make_config
 
-from tied_embed.data import bigram
-from tied_embed.data import sources
+from tied_embed.data import bigram, sources
 
 _WORDS = ("the", "cat", "sat", "on", "a", "mat", "dog", "ran")
 

@@ -8,9 +8,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from tied_embed.data import bigram
-from tied_embed.data import sources
-from tied_embed.data import windows
+from tied_embed.data import bigram, sources, windows
 from tied_embed.train.trainer import train_batch
 
 TRAIN_ENDS = [6, 10, 19, 24, 30]  # five train documents, 30 pairs

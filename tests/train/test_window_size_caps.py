@@ -1,6 +1,6 @@
 """Caps that depend on a batch's size count a batch of B windows of L tokens as B·L tokens: the split check's share of
-the batch (run_step.train_step_for) and the memory estimate's train logits and hidden vectors (config.memory_estimate),
-at the shipped sizes and above them, where the cap changes."""
+the batch (run_step.train_step_for), the memory estimate's train logits and hidden vectors (config.memory_estimate)
+and an eval batch's windows (evaluation.Evaluator), at the shipped sizes and above them, where the cap changes."""
 
 from __future__ import annotations
 
