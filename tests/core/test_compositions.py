@@ -191,3 +191,12 @@ def test_the_two_path_gradients_sum_to_nnx_grad_of_the_plain_loss(variant):
   assert got.keys() == others.keys()
   for name, value in others.items():
     np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=5e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v[0] == "none"], ids=_name)
+def test_the_scoring_tables_inspection_reads_give_numpys_logits(variant):
+  model = _built(variant)
+  ids, _ = _ids(windows=False)
+  lookup, projection = (np.asarray(table, np.float64) for table in model.scoring_tables())
+  np.testing.assert_allclose(lookup[np.asarray(ids)] @ projection.T, _numpy_logits(variant, model, np.asarray(ids)),
+                             rtol=1e-5, atol=2e-5)
