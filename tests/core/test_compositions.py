@@ -106,6 +106,15 @@ def _numpy_context_transformer(p: dict, x: np.ndarray) -> np.ndarray:
   return _layer_norm(x, _one(p, "final_norm.scale"), _one(p, "final_norm.bias"))
 
 
+# The NumPy reference of each declared value: a value declared without one fails the first test below.
+NUMPY_CONTEXTS = {"none": lambda p, x: x, "mlp": _numpy_context_mlp, "transformer": _numpy_context_transformer}
+NUMPY_HIDDEN_MAPS = {
+    "none": lambda p, x: x,
+    "linear": lambda p, x: x @ _one(p, "hidden_map.kernel"),
+    "symmetric": lambda p, x: x @ ((_one(p, "hidden_map.kernel") + _one(p, "hidden_map.kernel").T) / 2),
+}
+
+
 def _numpy_logits(variant, model, ids: np.ndarray) -> np.ndarray:
   """The variant's logits in float64 from its Params, composed in the order the config describes: tables, the
   context mixer, the hidden map, the output bias. Pairs (B,) are windows of one token."""
@@ -113,14 +122,8 @@ def _numpy_logits(variant, model, ids: np.ndarray) -> np.ndarray:
   p = _params(model)
   lookup = _one(p, "embedding") if tied else _one(p, "input_embedding")
   projection = _one(p, "embedding") if tied else _one(p, "output_embedding")
-  x = lookup[ids if ids.ndim == 2 else ids[:, None]]  # (B, L, D)
-  if context == "mlp":
-    x = _numpy_context_mlp(p, x)
-  elif context == "transformer":
-    x = _numpy_context_transformer(p, x)
-  if hidden != "none":
-    w = _one(p, "hidden_map.kernel")
-    x = x @ (w if hidden == "linear" else (w + w.T) / 2)
+  x = NUMPY_CONTEXTS[context](p, lookup[ids if ids.ndim == 2 else ids[:, None]])  # (B, L, D)
+  x = NUMPY_HIDDEN_MAPS[hidden](p, x)
   logits = x @ projection.T + (p["bias"] if bias else 0.0)  # the outermost wrapper's own (V,)
   return logits if ids.ndim == 2 else logits[:, 0]
 
@@ -140,8 +143,9 @@ def _name(variant) -> str:
   return f"{context}-{'tied' if tied else 'untied'}-{hidden}-{'bias' if bias else 'nobias'}"
 
 
-def test_the_table_covers_every_declared_value():
+def test_the_table_covers_every_declared_value_and_each_has_a_numpy_reference():
   contexts, tieds, hiddens, biases = (set(values) for values in zip(*VARIANTS, strict=True))
+  assert contexts <= set(NUMPY_CONTEXTS) and hiddens <= set(NUMPY_HIDDEN_MAPS), "a declared value without a reference"
   assert contexts == set(model_lib.CONTEXTS) and hiddens == set(model_lib.HIDDEN_MAPS)
   assert tieds == biases == {True, False}
   assert len(VARIANTS) == len(model_lib.CONTEXTS) * len(model_lib.HIDDEN_MAPS) * 4
