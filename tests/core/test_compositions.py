@@ -21,7 +21,8 @@ from tied_embed.core import paths as paths_lib
 
 def declared_variants() -> list[tuple[str, bool, str, bool]]:
   """(context, tied, hidden map, output bias) for every value core/model.py declares: the one place to repoint."""
-  return list(itertools.product(model_lib.CONTEXTS, (True, False), model_lib.HIDDEN_MAPS, (False, True)))
+  return list(itertools.product(model_lib.VARIANTS["context"], (True, False), model_lib.VARIANTS["hidden"],
+                                (False, True)))
 
 
 VOCAB, D_MODEL, LENGTH, BATCH, CONTEXT_K, HEADS, LAYERS, HIDDEN_L2 = 11, 4, 5, 2, 3, 2, 1, 0.05
@@ -106,8 +107,17 @@ def _numpy_context_transformer(p: dict, x: np.ndarray) -> np.ndarray:
   return _layer_norm(x, _one(p, "final_norm.scale"), _one(p, "final_norm.bias"))
 
 
+def _numpy_context_conv(p: dict, x: np.ndarray) -> np.ndarray:
+  """(B, L, D) rows → x_t + Σ_j x_(t−j) · K[w−1−j] + c over the conv_width rows up to t, zeros before the window."""
+  kernel, width, length = _one(p, "conv.kernel"), _one(p, "conv.kernel").shape[0], x.shape[-2]
+  padded = np.concatenate([np.zeros(x.shape[:-2] + (width - 1, D_MODEL)), x], axis=-2)
+  mixed = sum(padded[..., width - 1 - j:width - 1 - j + length, :] @ kernel[width - 1 - j] for j in range(width))
+  return x + mixed + _one(p, "conv.bias")
+
+
 # The NumPy reference of each declared value: a value declared without one fails the first test below.
-NUMPY_CONTEXTS = {"none": lambda p, x: x, "mlp": _numpy_context_mlp, "transformer": _numpy_context_transformer}
+NUMPY_CONTEXTS = {"none": lambda p, x: x, "mlp": _numpy_context_mlp, "conv": _numpy_context_conv,
+                  "transformer": _numpy_context_transformer}
 NUMPY_HIDDEN_MAPS = {
     "none": lambda p, x: x,
     "linear": lambda p, x: x @ _one(p, "hidden_map.kernel"),
@@ -146,9 +156,9 @@ def _name(variant) -> str:
 def test_the_table_covers_every_declared_value_and_each_has_a_numpy_reference():
   contexts, tieds, hiddens, biases = (set(values) for values in zip(*VARIANTS, strict=True))
   assert contexts <= set(NUMPY_CONTEXTS) and hiddens <= set(NUMPY_HIDDEN_MAPS), "a declared value without a reference"
-  assert contexts == set(model_lib.CONTEXTS) and hiddens == set(model_lib.HIDDEN_MAPS)
+  assert contexts == set(model_lib.VARIANTS["context"]) and hiddens == set(model_lib.VARIANTS["hidden"])
   assert tieds == biases == {True, False}
-  assert len(VARIANTS) == len(model_lib.CONTEXTS) * len(model_lib.HIDDEN_MAPS) * 4
+  assert len(VARIANTS) == len(model_lib.VARIANTS["context"]) * len(model_lib.VARIANTS["hidden"]) * 4
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=_name)
