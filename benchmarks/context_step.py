@@ -49,6 +49,7 @@ from tied_embed.core.model import MLP_WIDTH  # noqa: E402
 from tied_embed.fast import compilation  # noqa: E402
 from tied_embed.train import mesh as mesh_lib  # noqa: E402
 from tied_embed.train import run_step  # noqa: E402
+from tied_embed.train import state as state_lib
 
 ROUNDS = 21  # a step is tens of ms: many short turns
 CALLS_PER_TURN = 2  # as benchmarks/throughput.py: time the second of two back-to-back calls
@@ -97,8 +98,8 @@ def trainer_step(config: ml_collections.ConfigDict):
   """What the trainer builds before compiling: (build, graphdef, abstract state, the train step, abstract (B, L)
   windows), on config.mesh (one device here); nothing compiled, nothing allocated."""
   mesh = mesh_lib.make_mesh(config.mesh)
-  build = mesh_lib.state_builder(config)
-  graphdef, abstract = mesh_lib.abstract_state(build, mesh)
+  build = state_lib.state_builder(config)
+  graphdef, abstract = state_lib.abstract_state(build, mesh)
   s = shape(config)
   abstract_ids = jax.ShapeDtypeStruct((s["B"], s["L"]), jnp.int32, sharding=mesh_lib.batch_sharding(mesh))
   return build, graphdef, abstract, run_step.train_step_for(config, graphdef, abstract), abstract_ids
@@ -113,7 +114,7 @@ class JaxStep:
   def __init__(self, config: ml_collections.ConfigDict, batch: tuple[np.ndarray, np.ndarray]):
     build, self.graphdef, abstract, self._step, abstract_ids = trainer_step(config)
     compilation.compile_ahead(self._step, abstract, abstract_ids, abstract_ids)
-    self.state = jax.block_until_ready(mesh_lib.fresh_state(build, abstract))
+    self.state = jax.block_until_ready(state_lib.fresh_state(build, abstract))
     self.batch = jax.device_put(tuple(jnp.asarray(part) for part in batch), abstract_ids.sharding)
     self.params = {name: np.asarray(value) for name, value in flat_params(self.model()).items()}
 

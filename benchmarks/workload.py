@@ -24,6 +24,7 @@ from tied_embed.core.model import build_model
 from tied_embed.fast import chunked_loss, compilation
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.train import run_step
+from tied_embed.train import state as state_lib
 
 
 def cpu_threads() -> int:
@@ -141,7 +142,7 @@ class Stepper:
       self.compile_peak_mib = peak_mib()
       return
     mesh = mesh_lib.make_mesh(config.mesh)
-    graphdef, abstract = mesh_lib.abstract_state(mesh_lib.state_builder(config), mesh)
+    graphdef, abstract = state_lib.abstract_state(state_lib.state_builder(config), mesh)
     shardings = jax.tree.map(lambda leaf: leaf.sharding, abstract)
     self._step = run_step.make_run_step(
         graphdef, chunk_size, shardings, compute_dtype=str(config.model.dtype), train_config=config.train
@@ -150,7 +151,7 @@ class Stepper:
     abstract_ids = jax.ShapeDtypeStruct(batch[0].shape, batch[0].dtype, sharding=batch_sharding)
     compilation.compile_ahead(self._step, abstract, abstract_ids, abstract_ids)  # releases the compiler's memory
     self.compile_peak_mib = peak_mib()
-    self.state = jax.block_until_ready(mesh_lib.fresh_state(mesh_lib.state_builder(config), abstract))
+    self.state = jax.block_until_ready(state_lib.fresh_state(state_lib.state_builder(config), abstract))
     self.batch = jax.device_put(batch, batch_sharding)
 
   def temp_bytes(self) -> int:

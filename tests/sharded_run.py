@@ -30,6 +30,7 @@ from flax import nnx  # noqa: E402
 from configs import smoke  # noqa: E402
 from tied_embed.train import checkpoint, evaluation, run_step  # noqa: E402
 from tied_embed.train import mesh as mesh_lib  # noqa: E402
+from tied_embed.train import state as state_lib
 from tied_embed.train.trainer import train_and_evaluate  # noqa: E402
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
@@ -85,7 +86,7 @@ def collectives(compiled) -> list[dict]:
 def compiled_programs(config) -> dict:
   """The step (plain and at a log step) and eval of `config`, compiled for a PROBE_BATCH batch on its mesh."""
   mesh = mesh_lib.make_mesh(config.mesh)
-  graphdef, target = mesh_lib.abstract_state(mesh_lib.state_builder(config), mesh)
+  graphdef, target = state_lib.abstract_state(state_lib.state_builder(config), mesh)
   shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
   batch = [jax.ShapeDtypeStruct((PROBE_BATCH,), np.int32, sharding=mesh_lib.batch_sharding(mesh))] * 2
   chunk_size = int(config.loss.chunk_size)

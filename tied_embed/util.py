@@ -20,6 +20,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
+from tied_embed import workdir as workdir_lib
+
 
 class UsageError(Exception):
   """A problem with what the user asked for (a config field, a flag, a workdir), in one line: the field, the value
@@ -197,7 +199,7 @@ def json_sha256(value: Any) -> str:
 # the OS releases however the holder's process ends (SIGKILL too), so a dead run leaves no stale lock. The .lock is a
 # file of the directory's own: one that is a symbolic link or has other names (a hard link, a copy made with
 # `cp -al`) is replaced before it is locked, so a lock or a record never reaches another directory through it.
-LOCK_NAME = ".lock"
+LOCK_NAME = workdir_lib.LOCK
 _LOCK_ATTEMPTS = 3  # a .lock linked or replaced by another process between the checks and the flock is opened again
 
 

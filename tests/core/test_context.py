@@ -12,8 +12,8 @@ import pytest
 from flax import nnx
 from helpers import lookup_dense
 
-from tied_embed.core import model as model_lib
 from tied_embed.core import loss as loss_lib
+from tied_embed.core import model as model_lib
 from tied_embed.core import optim
 from tied_embed.core import paths as plain_paths
 from tied_embed.core import step as step_lib

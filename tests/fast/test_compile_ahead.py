@@ -1,8 +1,8 @@
 """The trainer compiles its train step from the abstract state, before any state exists, and jit reuses it.
 
 Compiling on the state put the XLA compiler's working memory on top of the parameters and optimizer moments (120-135
-MiB above them at V=32768, benchmarks/README.md); compiling from `mesh_lib.abstract_state`'s ShapeDtypeStructs
-before `mesh_lib.fresh_state` (or a restore) keeps the two apart. That only pays if the step is not compiled again
+MiB above them at V=32768, benchmarks/README.md); compiling from `state_lib.abstract_state`'s ShapeDtypeStructs
+before `state_lib.fresh_state` (or a restore) keeps the two apart. That only pays if the step is not compiled again
 when the real arrays arrive, so the test counts the train step's compiles too.
 """
 
@@ -16,12 +16,13 @@ from helpers import smoke_with
 
 from tied_embed.fast import compilation
 from tied_embed.train import mesh as mesh_lib
+from tied_embed.train import state as state_lib
 from tied_embed.train import trainer
 
 
 def test_the_step_is_compiled_once_per_variant_before_the_state_exists(tmp_path, monkeypatch, caplog):
   events = []
-  compile_ahead, fresh_state = compilation.compile_ahead, mesh_lib.fresh_state
+  compile_ahead, fresh_state = compilation.compile_ahead, state_lib.fresh_state
 
   def spy_compile(step, state, ids, next_ids):
     events.append(("compile", all(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(state))))

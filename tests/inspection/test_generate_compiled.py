@@ -10,8 +10,8 @@ import logging
 import jax
 import numpy as np
 import pytest
-from configs import smoke
 
+from configs import smoke
 from tied_embed.core.model import build_model
 from tied_embed.inspection import report as report_lib
 from tied_embed.inspection.inspector import window_scores

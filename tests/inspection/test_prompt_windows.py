@@ -89,27 +89,31 @@ def test_next_reads_the_last_l_tokens_of_a_longer_prompt(monkeypatch):
   assert [entry["id"] for entry in result["prompt_tokens"]] == [3, 1, 4, 1, 5, 9, 2]
 
 
-class _Recording:
-  """The model, recording each window it is called on."""
-
-  def __init__(self, model):
-    self.model, self.windows = model, []
-
-  def __call__(self, ids):
-    self.windows.append(np.asarray(ids).tolist())
-    return self.model(ids)
-
-
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_generate_slides_the_window_over_the_prompt_and_what_it_drew(monkeypatch, temperature):
-  recording = _Recording(_restored().model)
+  restored = _restored()
+  model, windows = restored.model, []
+  compiled = inspector.window_scores
+
+  def recording(model, length):  # the compiled scores, each call's last L tokens recorded
+    scores = compiled(model, length)
+
+    def recorded(tokens):
+      windows.append(list(tokens[-length:]))
+      return scores(tokens)
+
+    return recorded
+
   facts = types.SimpleNamespace(tokenizer=_Characters(), source="text", vocab_size=VOCAB)
-  restored = types.SimpleNamespace(config=_restored().config, model=recording, step=7)
   monkeypatch.setattr(inspector, "open_run", lambda workdir, step, warnings: (restored, facts, None))
+  monkeypatch.setattr(inspector, "window_scores", recording)
   result = inspector.continue_prompt("unused", "dbebfjc", generate=5, temperature=temperature, seed=3)
   drawn = [entry["id"] for entry in result["generated"]]
   tokens = [3, 1, 4, 1, 5, 9, 2] + drawn
   # one call for --next, then one per drawn token: each on the last L tokens of the prompt and what was drawn before
-  want = [[tokens[:7][-LENGTH:]]] + [[tokens[:7 + i][-LENGTH:]] for i in range(5)]
-  assert recording.windows == want
+  want = [tokens[:7][-LENGTH:]] + [tokens[:7 + i][-LENGTH:] for i in range(5)]
+  assert windows == want
+  if temperature == 0.0:  # greedy: each drawn token is the model's own argmax on that window
+    for window, token in zip(want[1:], drawn, strict=True):
+      assert token == int(np.argmax(_last_position(model, window)))
   assert result["text"] == _Characters().decode(tokens)

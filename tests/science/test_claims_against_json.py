@@ -192,8 +192,8 @@ def test_the_asymmetry_share_ranks_three_tasks_but_does_not_size_bytes_cost():
   shares, costs = _tasks_cost_and_share()
   assert list(np.argsort(shares)) == list(np.argsort(costs))  # the same rank order on the three tasks
   byte_shares, byte_costs = _bytes_share_and_cost()
-  assert all(a > b for a, b in zip(byte_shares, byte_shares[1:]))  # falls from 1% to 100%
-  assert all(a < b for a, b in zip(byte_costs, byte_costs[1:]))  # while the cost rises
+  assert all(a > b for a, b in zip(byte_shares, byte_shares[1:], strict=False))  # falls from 1% to 100%
+  assert all(a < b for a, b in zip(byte_costs, byte_costs[1:], strict=False))  # while the cost rises
   _says("README.md", "over three tasks tying's cost ranks as their antisymmetric share does, but within byte text the "
         "share falls from 1% to 100% of the text while the cost rises")
   _says("docs/path_scaling.md", f"the share falls ({', '.join(f'{s:.3f}' for s in byte_shares)}) while tying's cost "

@@ -14,7 +14,6 @@ from helpers import all_series, hand_path_gradients, smoke_with
 
 from tied_embed.core import optim
 from tied_embed.core import paths as plain_paths
-from tied_embed.core import step as step_lib
 from tied_embed.core.model import build_model
 from tied_embed.train import run_step
 from tied_embed.train.config import validate as validate_config

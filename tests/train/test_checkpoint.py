@@ -18,7 +18,7 @@ from flax import nnx
 from tied_embed.core import optim
 from tied_embed.core.model import TiedEmbed, UntiedEmbed, build_model
 from tied_embed.train import checkpoint, run_step
-from tied_embed.train import mesh as mesh_lib
+from tied_embed.train import state as state_lib
 from tied_embed.util import UsageError
 
 
@@ -66,7 +66,7 @@ def test_untied_state_round_trips_with_optimizer_and_totals(tmp_path):
   np.testing.assert_array_equal(restored.provenance["lookup_total"], np.arange(config.model.vocab_size))
 
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
-  _, target = mesh_lib.abstract_state(mesh_lib.state_builder(config), mesh)
+  _, target = state_lib.abstract_state(state_lib.state_builder(config), mesh)
   full = checkpoint.restore(tmp_path, 7, target=target).state
   for got, want in zip(jax.tree.leaves(full), jax.tree.leaves(state), strict=True):
     np.testing.assert_array_equal(got, want)

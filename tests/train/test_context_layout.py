@@ -9,7 +9,7 @@ import pytest
 from jax.sharding import AbstractMesh, PartitionSpec
 
 from configs import context_transformer
-from tied_embed.train import mesh as mesh_lib
+from tied_embed.train import state as state_lib
 
 VOCAB, D_MODEL = 64, 8
 
@@ -18,7 +18,7 @@ def _layout(context: str, tied: bool, bias: bool) -> dict[str, tuple[tuple[int, 
   config = context_transformer.get_config()
   config.model.update(vocab_size=VOCAB, d_model=D_MODEL, tied=tied, context=context, heads=2, output_bias=bias)
   config.data.context_length = 4
-  _, state = mesh_lib.abstract_state(mesh_lib.state_builder(config), AbstractMesh((4, 2), ("data", "model")))
+  _, state = state_lib.abstract_state(state_lib.state_builder(config), AbstractMesh((4, 2), ("data", "model")))
   return {jax.tree_util.keystr(path): (leaf.shape, leaf.sharding.spec)
           for path, leaf in jax.tree_util.tree_leaves_with_path(state)}
 

@@ -25,6 +25,7 @@ from helpers import BAD_VALUES, all_series, event_series, smoke_with
 from tied_embed.core import optim
 from tied_embed.train import checkpoint, nonfinite, run_step, signals, trainer
 from tied_embed.train import mesh as mesh_lib
+from tied_embed.train import state as state_lib
 from tied_embed.train.trainer import train_and_evaluate
 from tied_embed.util import UsageError
 
@@ -43,7 +44,7 @@ def _run(workdir, *fault, extra=()) -> subprocess.CompletedProcess:
 def _saved_state(workdir, config, step):
   """The whole train state of checkpoint `step` (model, optimizer, totals) on one device."""
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), mesh_lib.AXES)
-  _, target = mesh_lib.abstract_state(mesh_lib.state_builder(config), mesh)
+  _, target = state_lib.abstract_state(state_lib.state_builder(config), mesh)
   return checkpoint.restore(workdir, step, target=target).state
 
 

@@ -22,6 +22,7 @@ from sharded_run import PROBE_BATCH
 
 from tied_embed.train import checkpoint
 from tied_embed.train import mesh as mesh_lib
+from tied_embed.train import state as state_lib
 from tied_embed.train.config import validate as validate_config
 from tied_embed.train.metrics import read_scalars
 from tied_embed.util import UsageError
@@ -91,7 +92,7 @@ def test_shardings_follow_the_annotations_whatever_the_optimizer_chain(tied, gra
   config = smoke.get_config()
   config.model.tied, config.train.grad_clip_norm = tied, grad_clip_norm
   config.model.d_model = config.model.vocab_size  # a (V, V) table: shapes alone could not tell the axes apart
-  _, target = mesh_lib.abstract_state(mesh_lib.state_builder(config), mesh_lib.make_mesh(config.mesh))
+  _, target = state_lib.abstract_state(state_lib.state_builder(config), mesh_lib.make_mesh(config.mesh))
   leaves = jax.tree_util.tree_leaves_with_path(target)
   specs = {jax.tree_util.keystr(path): tuple(leaf.sharding.spec) for path, leaf in leaves}
   tables = [name for name in specs if "embedding']" in name]

@@ -45,7 +45,8 @@ def split_error(model: LanguageModel, grads: nnx.State, ids: jax.Array, next_ids
   return norm(residual) / jnp.maximum(norm(direct_sq), jnp.finfo(jnp.float32).tiny)
 
 
-def gradients(model: LanguageModel, ids: jax.Array, next_ids: jax.Array, paths_fn: PathsFn = paths_lib.path_gradients, *,
+def gradients(model: LanguageModel, ids: jax.Array, next_ids: jax.Array,
+              paths_fn: PathsFn = paths_lib.path_gradients, *,
               lookup_grad_scale: float = 1.0, projection_grad_scale: float = 1.0,
               split_check_tokens: int | None = None,
               with_stats: bool = False) -> tuple[paths_lib.PathGradients, nnx.State, Metrics]:
@@ -67,7 +68,8 @@ def gradients(model: LanguageModel, ids: jax.Array, next_ids: jax.Array, paths_f
     metrics["split_error"] = split_error(model, unscaled, ids, next_ids)
   else:
     ids, next_ids = ids[:split_check_tokens], next_ids[:split_check_tokens]
-    metrics["split_error"] = split_error(model, paths_lib.param_gradients(model, paths_fn(model, ids, next_ids)), ids, next_ids)
+    check = paths_lib.param_gradients(model, paths_fn(model, ids, next_ids))
+    metrics["split_error"] = split_error(model, check, ids, next_ids)
   if paths.hidden:
     metrics["hidden_norm"] = optax.tree.norm(paths.hidden)
   metrics.update({f"train/hidden_{name}": value for name, value in model.hidden_stats().items()})

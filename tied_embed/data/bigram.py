@@ -20,6 +20,7 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from tied_embed import util
+from tied_embed import workdir as workdir_lib
 from tied_embed.data import record as record_lib
 from tied_embed.data import sources
 from tied_embed.data import windows as windows_lib
@@ -164,7 +165,7 @@ def _identity(builder_name: str, fraction: float, held_out: float) -> str:
 
 def data_dir(config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
   """Where the dataset is cached: data.data_dir, or <workdir>/data when that is ''."""
-  return pathlib.Path(config.data.data_dir).expanduser() if config.data.data_dir else pathlib.Path(workdir) / "data"
+  return pathlib.Path(config.data.data_dir).expanduser() if config.data.data_dir else workdir_lib.data(workdir)
 
 
 def _builder(bc: BigramConfig, directory: pathlib.Path) -> BigramPairs:

@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 
 from tied_embed import util
+from tied_embed import workdir as workdir_lib
 from tied_embed.data import sources
 from tied_embed.data.base import LogProbRows
 
-FILE_NAME = "report_data.npz"
-TOKENIZER_FILE = "tokenizer.model"
+FILE_NAME = workdir_lib.REPORT_DATA
+TOKENIZER_FILE = workdir_lib.TOKENIZER
 _RECORD_PREFIX = "record."
 # What the arrays of a report_data.npz may expand to: this much, plus this many times the file's own size. Float
 # tables barely compress and counts a few times; a file that expands further is not one a run wrote (a zip bomb).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import logging
 import os
@@ -56,11 +57,15 @@ def cache_compiles() -> pathlib.Path | None:
   return directory
 
 
+def _lower_and_compile(train_step: Callable, state, ids, next_ids, with_stats: bool):
+  return train_step.lower(state, ids, next_ids, with_stats=with_stats).compile()
+
+
 def compile_ahead(train_step: Callable, state: nnx.State, ids: jax.Array, next_ids: jax.Array) -> None:
   """Compiles both variants of `train_step` (plain and log step) for these arguments, which may be abstract (with
   shardings). Call the step with `with_stats` given: jit keys a call that leaves it out apart, and compiles again."""
   for with_stats in (False, True):
-    compile_past_a_bad_cache(lambda: train_step.lower(state, ids, next_ids, with_stats=with_stats).compile())
+    compile_past_a_bad_cache(functools.partial(_lower_and_compile, train_step, state, ids, next_ids, with_stats))
     release_freed()  # before the next compile, so the two compilers' heaps never add up
 
 

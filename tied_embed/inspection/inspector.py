@@ -15,6 +15,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from tied_embed import workdir as workdir_lib
 from tied_embed.data import asymmetry, frequency, sources
 from tied_embed.data import record as record_lib
 from tied_embed.data.base import log_softmax
@@ -27,7 +28,7 @@ _DEFAULT_TOKENS = 3  # without --tokens: the most frequent input tokens
 _HEATMAP_MAX_TOKENS = 256  # a bigger vocabulary is drawn as the block of its most frequent current tokens,
 _HEATMAP_ZOOM_TOKENS = 128  # this many, as a V x V picture would be a uniform haze at screen resolution
 # What inspection reads, directly in the workdir: a link among them would show another run's numbers as this one's.
-_READ_NAMES = ("checkpoints", "data", "report_data.npz")
+_READ_NAMES = (workdir_lib.CHECKPOINTS, workdir_lib.DATA, workdir_lib.REPORT_DATA)
 MAX_GENERATE = 10_000  # sampled tokens at most: a few seconds at V = 8192, a continuation a person still reads
 
 
@@ -101,7 +102,7 @@ def _loss_series(workdir: pathlib.Path, step: int, warnings: list[str]) -> tuple
   from tied_embed.train.metrics import read_scalars, value_at  # noqa: PLC0415 (TensorBoard only when inspecting)
 
   try:  # no loss curves where the events cannot be read: a damaged file must not hide the checkpoint's report
-    for path in sorted(workdir.glob("events.out.tfevents.*")):  # the reader would wait on a FIFO for ever
+    for path in workdir_lib.event_files(workdir):  # the reader would wait on a FIFO for ever
       if not stat.S_ISREG(mode := path.lstat().st_mode):
         raise OSError(f"{printable(str(path))} is {file_kind(mode)}, not a regular file")
     series = read_scalars(workdir, _LOSS_TAGS)
@@ -200,7 +201,7 @@ def open_run(workdir: str | pathlib.Path, step: int | str | None, warnings: list
   from tied_embed.train import checkpoint  # noqa: PLC0415 (Orbax stays out of `import tied_embed`)
 
   workdir = pathlib.Path(workdir)
-  for path in [workdir / name for name in _READ_NAMES] + sorted(workdir.glob("events.out.tfevents.*")):
+  for path in [workdir / name for name in _READ_NAMES] + workdir_lib.event_files(workdir):
     if (link := first_link(path)) is not None:
       raise UsageError(f"{printable(str(link))} is a symbolic link (to {printable(os.readlink(link))}); inspection "
                        f"reads only inside --workdir={str(workdir)!r}: put the files themselves there")
@@ -223,7 +224,7 @@ def open_run(workdir: str | pathlib.Path, step: int | str | None, warnings: list
 def _data_facts(restored: Any, workdir: pathlib.Path, warnings: list[str]) -> record_lib.InspectionData:
   """What the report needs of the data: WORKDIR/report_data.npz if it reads back with the checkpoint's V and dataset
   identity, else (warning why) the dataset cached under the data dir; UsageError when neither is there."""
-  path, vocab_size = workdir / record_lib.FILE_NAME, restored.model.vocab_size
+  path, vocab_size = workdir_lib.report_data(workdir), restored.model.vocab_size
   dataset = str(restored.manifest.get("dataset", ""))  # '' for a checkpoint saved without one
   try:
     facts = record_lib.read(workdir)
@@ -242,7 +243,7 @@ def _data_facts(restored: Any, workdir: pathlib.Path, warnings: list[str]) -> re
   try:
     bigrams = data.load_existing_bigram_data(restored.config, str(workdir))
   except (UsageError, OSError) as error:
-    raise UsageError(f"--workdir={str(workdir)!r} has no usable {record_lib.FILE_NAME}, and the dataset its config"
+    raise UsageError(f"--workdir={str(workdir)!r} has no usable {workdir_lib.REPORT_DATA}, and the dataset its config"
                      f" names cannot be read instead (inspection makes none): {error}") from None
   facts = data.inspection_data(bigrams)
   facts.tokenizer = sources.get(bigrams.source).tokenizer_from_record(bigrams.reference.record)
@@ -256,7 +257,7 @@ def _draw(report: dict[str, Any], workdir: pathlib.Path, lookup_table: np.ndarra
   there replaced, never written through); record their paths in `report`. OSError saying why where it cannot."""
   from tied_embed.inspection import plots  # noqa: PLC0415 (matplotlib and TensorBoard only when drawing)
 
-  report_dir = workdir / "report"
+  report_dir = workdir_lib.report(workdir)
   if report_dir.is_symlink():
     raise OSError(f"{report_dir} is a symbolic link (inspection writes only inside the workdir)")
   try:

@@ -11,6 +11,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from tied_embed import workdir as workdir_lib
 from tied_embed.train.events import EventsFailed, EventWriter, load_events
 from tied_embed.util import write_atomically
 
@@ -97,7 +98,7 @@ def write_pictures(report_dir: pathlib.Path, figures: dict[str, Figure], step: i
     canvas = FigureCanvasAgg(fig)  # rendered with Agg: (H, W, 3) uint8
     canvas.draw()
     images[f"report/{name}"] = np.asarray(canvas.buffer_rgba())[..., :3].copy()[None]
-  for path in report_dir.glob("events.out.tfevents.*"):
+  for path in workdir_lib.event_files(report_dir):
     if path.is_symlink() or not path.is_file() or step in _image_steps(path):  # never read a FIFO: it blocks
       path.unlink()
   writer = EventWriter(report_dir)

@@ -32,8 +32,10 @@ from jax.sharding import Mesh
 from orbax.checkpoint.checkpoint_manager import METRIC_ITEM_NAME
 from orbax.checkpoint.checkpoint_managers import preservation_policy
 
+from tied_embed import workdir as workdir_lib
 from tied_embed.core.model import LanguageModel
 from tied_embed.train import mesh as mesh_lib
+from tied_embed.train import state as state_lib
 from tied_embed.train.evaluation import Selection
 from tied_embed.util import RunStopped, UsageError, drop_unraisable, first_line, irregular_file, json_sha256
 
@@ -76,12 +78,12 @@ class Damaged(Exception):
 
 
 def checkpoint_dir(workdir: str | pathlib.Path) -> pathlib.Path:
-  return pathlib.Path(workdir).absolute() / "checkpoints"
+  return workdir_lib.checkpoints(workdir)
 
 
 def damaged_dir(workdir: str | pathlib.Path) -> pathlib.Path:
   """WORKDIR/damaged_checkpoints: damaged checkpoints are moved to <step>[-n] in it."""
-  return pathlib.Path(workdir).absolute() / "damaged_checkpoints"
+  return workdir_lib.damaged_checkpoints(workdir)
 
 
 # TensorStore appends what it was opening to its errors (` [tensorstore_spec='{...}']`, ` [source locations='...']`).
@@ -357,7 +359,7 @@ def restore(workdir: str | pathlib.Path, step: int | str | None = None, *, mesh:
         if arrays:
           if layout is None:  # each candidate's own config: a damaged newer one may describe another state
             mesh = mesh or mesh_lib.make_mesh(ml_collections.ConfigDict({"data": 1, "model": 1}), jax.devices()[:1])
-            graphdef, layout = mesh_lib.abstract_state(mesh_lib.state_builder(config), mesh)
+            graphdef, layout = state_lib.abstract_state(state_lib.state_builder(config), mesh)
           state = _read_state(manager, candidate, layout)
           saved, found = manifest.get("arrays", {}), fingerprint(state)
           if bad := sorted(path for path in set(saved) | set(found) if saved.get(path) != found.get(path)):

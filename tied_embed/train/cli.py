@@ -21,8 +21,17 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from tied_embed.util import (RunStopped, UsageError, first_line, is_utf8, printable, refuse_if_held, require,
-                             require_path_fits, shown_path)
+from tied_embed.util import (
+  RunStopped,
+  UsageError,
+  first_line,
+  is_utf8,
+  printable,
+  refuse_if_held,
+  require,
+  require_path_fits,
+  shown_path,
+)
 
 # TensorFlow is chatty should a library load it where a venv holds it (the project needs none).
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

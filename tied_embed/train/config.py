@@ -118,7 +118,8 @@ FIELDS: tuple[Field, ...] = (
     Field("model.output_bias", False, "True or False", lambda v: isinstance(v, bool), False,
           "a learned score b_j of each next token after the projection, logits = h·Eᵀ + b (b (V,), from 0)"),
     *_family_fields("context"),
-    Field("data.context_length", 1, f"an integer in [1, {MAX_CONTEXT_LENGTH}]", _int_in(1, MAX_CONTEXT_LENGTH), False, "L, tokens per training window: 1 = (current, "
+    Field("data.context_length", 1, f"an integer in [1, {MAX_CONTEXT_LENGTH}]", _int_in(1, MAX_CONTEXT_LENGTH), False,
+          "L, tokens per training window: 1 = (current, "
           "next) pairs; L > 1 = windows of L tokens within one document, scored on the next token at each position"),
     Field("data.source", "planted", f"one of {tuple(sorted(sources.REGISTRY))}", None, False,
           "the task (tied_embed/data/sources/); the source checks the data.* fields it reads"),
@@ -349,7 +350,8 @@ def memory_estimate(config: ml_collections.ConfigDict, settings: dict[str, Any] 
   moments, the gradient and its two paths); a synthetic task's float64 hidden table; the train logits 3 times; the
   hidden vectors twice; the eval logits twice; 32 bytes per train or validation pair while generating. (V, V) tables
   (computed a few MB at a time) and sharding are not counted. A context model adds its variant's own terms (its
-  Params, its activations, a transformer's (B, heads, L, L) attention weights). `settings`: `Source.settings(config)` if not given."""
+  Params, its activations, a transformer's (B, heads, L, L) attention weights). `settings`: `Source.settings(config)`
+  if not given."""
   vocab_size, d_model = int(config.model.vocab_size), int(config.model.d_model)
   batch_size, eval_batch_size = int(config.train.batch_size), int(config.train.eval_batch_size)
   chunk_size, num_tables = int(config.loss.chunk_size), 1 if config.model.tied else 2

@@ -27,6 +27,7 @@ from tensorboard.plugins.scalar import summary_v2 as scalar_summary
 from tensorboard.summary.writer.record_writer import RecordWriter
 from tensorboard.util import tensor_util
 
+from tied_embed import workdir as workdir_lib
 from tied_embed.util import RunStopped, first_line
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,8 @@ class EventWriter:
       return
     logdir = pathlib.Path(logdir)
     logdir.mkdir(parents=True, exist_ok=True)
-    name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILE_NUMBER)}.v2"
+    stamp = f"{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILE_NUMBER)}"
+    name = f"{workdir_lib.EVENTS_PREFIX}{stamp}.v2"
     self.path = logdir / name
     self._file = open(self.path, "xb")  # noqa: SIM115 (closed by close(); "x": never written through a link)
     self._records = RecordWriter(self._file)

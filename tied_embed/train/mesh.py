@@ -13,13 +13,9 @@ from typing import TypeVar
 import jax
 import ml_collections
 import numpy as np
-from flax import nnx
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from tied_embed.core import optim
-from tied_embed.core.model import build_model
-from tied_embed.train.run_step import RunState
 from tied_embed.util import UsageError, require
 
 T = TypeVar("T")
@@ -66,28 +62,6 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
 
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
-
-
-def state_builder(config: ml_collections.ConfigDict) -> Callable[[], RunState]:
-  """→ build(): a new RunState (model, optimizer, bookkeeping) of `config`, for `abstract_state` and `fresh_state`."""
-  tx = optim.make_optimizer(config.train)
-  return lambda: RunState(build_model(config), tx)
-
-
-def abstract_state(build: Callable[[], RunState], mesh: Mesh) -> tuple[nnx.GraphDef, nnx.State]:
-  """The graphdef and the shape/dtype/sharding-only state of the RunState `build()` makes, on `mesh`: each leaf's
-  sharding is Flax's of its Variable's `out_sharding` logical axis names (the optimizer's moments inherit the Param's)
-  under LOGICAL_AXIS_RULES; anything unannotated is replicated."""
-  graphdef, shapes = nnx.split(nnx.eval_shape(build))
-  with nnx.logical_axis_rules(tuple(LOGICAL_AXIS_RULES.items())):
-    shardings = nnx.get_named_sharding(shapes, mesh)
-  return graphdef, jax.tree.map(lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
-                                shapes, shardings)
-
-
-def fresh_state(build: Callable[[], RunState], target: nnx.State) -> nnx.State:
-  """A new RunState's state, created directly in the shardings of `target` (`abstract_state`'s)."""
-  return jax.jit(lambda: nnx.state(build()), out_shardings=jax.tree.map(lambda leaf: leaf.sharding, target))()
 
 
 # The environment variables that describe a run of several processes started by hand (docs/scale-out.md).

@@ -12,6 +12,7 @@ import ml_collections
 import numpy as np
 from tensorboard.util.tensor_util import make_ndarray
 
+from tied_embed import workdir as workdir_lib
 from tied_embed.data import bigram as data_lib
 from tied_embed.data import sources
 from tied_embed.train import events as events_lib
@@ -106,10 +107,10 @@ def opening_lines(config: ml_collections.ConfigDict, data: data_lib.BigramData, 
 
 def closing_lines(workdir: pathlib.Path, step: int, best_step: int | None = None) -> None:
   """Where the run left its checkpoints (and the best, while there), and the commands that look at them."""
-  shown, checkpoints = (shown_path(path) for path in (workdir, pathlib.Path(workdir) / "checkpoints"))
+  shown, checkpoints = (shown_path(path) for path in (workdir, workdir_lib.checkpoints(workdir)))
   best = ""
   if best_step is not None:
-    kept = (pathlib.Path(workdir) / "checkpoints" / str(best_step)).is_dir()
+    kept = (workdir_lib.checkpoints(workdir) / str(best_step)).is_dir()
     best = f", best: step {best_step}, " + ("inspect it with --step best" if kept else "its checkpoint is gone")
   log.info("Checkpoints in %s (latest: step %d%s). Inspect: %s --workdir %s | Watch: %s --logdir %s",
            checkpoints, step, best, venv_command("tied-embed-inspect", "tied_embed.inspection"), shown,
@@ -120,7 +121,7 @@ def read_scalars(logdir: str | pathlib.Path, tags: tuple[str, ...]) -> dict[str,
   """{tag: (steps (N,) int64, values (N,) float64)} from `logdir`'s event files; a step written twice keeps the last."""
   wanted = set(tags)
   series: dict[str, dict[int, float]] = {}
-  for path in sorted(pathlib.Path(logdir).glob("events.out.tfevents.*")):
+  for path in workdir_lib.event_files(logdir):
     for event in sorted(events_lib.load_events(path), key=lambda event: event.wall_time):
       for value in (value for value in event.summary.value if value.tag in wanted):
         number = float(make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value

@@ -20,9 +20,9 @@ from clu import parameter_overview
 from flax import nnx
 
 from tied_embed import util
+from tied_embed import workdir as workdir_lib
 from tied_embed.data import asymmetry, sources
 from tied_embed.data import bigram as data_lib
-from tied_embed.data import record as record_lib
 from tied_embed.fast import compilation
 from tied_embed.fast.kernels import in_use
 from tied_embed.train import checkpoint, run_step
@@ -30,6 +30,7 @@ from tied_embed.train import config as config_lib
 from tied_embed.train import events as events_lib
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.train import signals as signals_lib
+from tied_embed.train import state as state_lib
 from tied_embed.train.evaluation import Selection
 from tied_embed.util import UsageError, first_line
 
@@ -82,8 +83,8 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
   if trains:
     record_holder()
   mesh = mesh_lib.make_mesh(config.mesh)
-  build_state = mesh_lib.state_builder(config)
-  graphdef, target = mesh_lib.abstract_state(build_state, mesh)
+  build_state = state_lib.state_builder(config)
+  graphdef, target = state_lib.abstract_state(build_state, mesh)
   selecting = data_lib.selection_fraction(config) > 0
   checkpointer = checkpoint.Checkpointer(workdir, int(config.train.keep_checkpoints), select=selecting)
   stack.enter_context(contextlib.closing(checkpointer))
@@ -168,7 +169,7 @@ def _probe_writable(directory: pathlib.Path) -> None:
 
 
 # The files the run keeps in its workdir, each replaced whole (a link there is replaced, never written through).
-_OWN_FILES = (in_use.FILE, record_lib.FILE_NAME, record_lib.TOKENIZER_FILE)
+_OWN_FILES = workdir_lib.RUN_FILES
 
 
 def _check_layout(workdir: pathlib.Path) -> None:
@@ -180,12 +181,13 @@ def _check_layout(workdir: pathlib.Path) -> None:
       if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
         raise UsageError(f"{util.printable(str(path))} is {util.file_kind(mode)}, not a regular file; the run keeps "
                          f"its {name} there: move it away")
-  for name in ("checkpoints", "damaged_checkpoints", "data", "report"):
+  for name in workdir_lib.FOLDERS:
     path = workdir / name
     if path.is_symlink():
       raise UsageError(f"{path} is a symbolic link; the run keeps its {name} inside the workdir: replace the link "
                        f"with a directory, or use another --workdir")
-    if name != "report" and (link := util.first_link(path)) is not None:  # a step or dataset file from elsewhere
+    # a step or dataset file from elsewhere
+    if name != workdir_lib.REPORT and (link := util.first_link(path)) is not None:
       raise UsageError(f"{link} is a symbolic link (to {os.readlink(link)}); the run keeps its {name} inside the "
                        f"workdir: replace the link with the files themselves, or use another --workdir")
     if path.exists() and not path.is_dir():
@@ -215,14 +217,14 @@ def config_differences(saved: ml_collections.ConfigDict, config: ml_collections.
 def _resume(config: ml_collections.ConfigDict, build_state: Callable[[], Any], target: nnx.State,
             checkpointer: checkpoint.Checkpointer, dataset: str) -> tuple[int, nnx.State, Selection, dict]:
   """The step, train state, selection record and manifest to start from: the newest intact checkpoint's (newer
-  damaged ones moved aside), or a fresh state at step 0 (`build_state`'s, `mesh_lib.state_builder`; manifest {})."""
+  damaged ones moved aside), or a fresh state at step 0 (`build_state`'s, `state_lib.state_builder`; manifest {})."""
   restored = checkpoint.restore(checkpointer.workdir, target=target, resuming=True)
   if restored is not None:
     checkpointer.move_aside(restored.damaged, f"resuming from step {restored.step}")
     _check_resumable(restored.step, restored.manifest, config, dataset)
     log.info("Resuming from the checkpoint at step %d.", restored.step)
     return restored.step, restored.state, restored.selection, restored.manifest
-  return 0, mesh_lib.fresh_state(build_state, target), Selection(), {}
+  return 0, state_lib.fresh_state(build_state, target), Selection(), {}
 
 
 def _check_same_pairs(step: int, manifest: dict, data: data_lib.BigramData, files: pathlib.Path) -> None:

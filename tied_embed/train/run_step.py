@@ -122,8 +122,9 @@ def bookkeeping(apply_update: UpdateFn = optimizer_update) -> step_lib.AfterGrad
 def make_run_step(graphdef: nnx.GraphDef, chunk_size: int, state_shardings=None, lookup_grad_scale: float = 1.0,
                   projection_grad_scale: float = 1.0, compute_dtype: str = "float32", split_check: int | None = None,
                   train_config: ml_collections.ConfigDict | None = None) -> step_lib.TrainStep:
-  """The story's step with the run's `bookkeeping`, jitted on the paths and update these settings pick. `split_check`: `choose.split_check_tokens`'s pairs (None: the whole batch);
-  `train_config`: the config's `train` section (AdamW on one device updates on its fused kernel where it pays off)."""
+  """The story's step with the run's `bookkeeping`, jitted on the paths and update these settings pick.
+  `split_check`: `choose.split_check_tokens`'s pairs (None: the whole batch); `train_config`: the config's `train`
+  section (AdamW on one device updates on its fused kernel where it pays off)."""
   one_device = choose.mesh_devices(state_shardings) == 1
   fused = train_config is not None and train_config.optimizer == "adamw" and one_device
   paths_fn = choose.paths_function(chunk_size, compute_dtype, choose.data_shards(state_shardings), one_device)

@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING
 import jax
 
 from tied_embed import util
+from tied_embed import workdir as workdir_lib
 from tied_embed.fast.kernels import fused_adamw, gemm
 
 if TYPE_CHECKING:
   import ml_collections
 
-FILE = "kernels.json"  # in the workdir: {"kernels": kernel_set(...)} of the run that last trained there
+FILE = workdir_lib.KERNELS  # in the workdir: {"kernels": kernel_set(...)} of the run that last trained there
 
 log = logging.getLogger(__name__)
 
