@@ -69,3 +69,66 @@ def test_windows_are_a_pure_function_of_seed_and_step(step):
   assert first[0].shape == (4, 8)
   np.testing.assert_array_equal(first[0][:, 1:], first[1][:, :-1])
   assert not np.array_equal(train_batch(data, 1, step + 1, 4)[0], first[0])
+
+
+def _old_tiling(ids, next_ids, ends, length):
+  """Each document cut into windows of `length` from its start, the last one's positions past the end read from
+  pair 0 at weight 0: the tiling spelled out window by window."""
+  rows_ids, rows_next, rows_weights = [], [], []
+  for start, end in zip([0, *ends[:-1]], ends, strict=True):
+    for first in range(start, end, length):
+      real = list(range(first, min(first + length, end)))
+      positions = real + [0] * (length - len(real))
+      rows_ids.append(ids[positions])
+      rows_next.append(next_ids[positions])
+      rows_weights.append([1.0] * len(real) + [0.0] * (length - len(real)))
+  return np.array(rows_ids), np.array(rows_next), np.array(rows_weights, np.float32)
+
+
+# Documents (their lengths in pairs) around L = 4: shorter, equal, one longer by 1, long; and one of 1 pair.
+DOCUMENT_LENGTHS = [3, 4, 5, 13, 1, 9]
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3, 4])
+def test_strided_windows_score_every_pair_once_with_at_least_l_minus_s_earlier_tokens(stride):
+  length = 4
+  ends = list(np.cumsum(DOCUMENT_LENGTHS))
+  ids, next_ids, ends = _stream(ends)  # pair i is (i, i + 1), so an id names its position
+  document_start = np.repeat(np.concatenate([[0], ends[:-1]]), DOCUMENT_LENGTHS)  # (M,): each pair's first
+  got_ids, got_next, weights = windows.tiled_windows(ids, next_ids, ends, length, stride)
+  assert got_ids.shape == got_next.shape == weights.shape and got_ids.shape[1] == length
+  scored = got_ids[weights > 0]
+  np.testing.assert_array_equal(np.sort(scored), np.arange(ends[-1]))  # every pair exactly once
+  np.testing.assert_array_equal(got_next[weights > 0], scored + 1)
+  assert np.all(weights.sum(axis=1) > 0)  # no window that scores nothing
+  for row, row_weights in zip(got_ids, weights, strict=True):
+    start = document_start[row[0]]
+    for column in np.flatnonzero(row_weights):
+      position = row[column]
+      # the window's tokens before this one are the pairs of its own document just before it
+      np.testing.assert_array_equal(row[:column], np.arange(position - column, position))
+      assert position - column >= start
+      assert column >= min(position - start, length - stride), (row, column)
+  if stride == length:  # the tiling, bit for bit
+    for got, want in zip((got_ids, got_next, weights), _old_tiling(ids, next_ids, list(ends), length), strict=True):
+      assert got.dtype == want.dtype
+      np.testing.assert_array_equal(got, want)
+    for got, want in zip(windows.tiled_windows(ids, next_ids, ends, length), (got_ids, got_next, weights),
+                         strict=True):
+      np.testing.assert_array_equal(got, want)
+
+
+def test_stride_one_scores_the_last_pair_of_each_window_after_the_first():
+  ids, next_ids, ends = _stream([6, 8])
+  got_ids, _, weights = windows.tiled_windows(ids, next_ids, ends, 4, 1)
+  # by hand: document [0, 6): [0 1 2 3] all scored, then [1 2 3 4] scores 4 and [2 3 4 5] scores 5;
+  # document [6, 8): [6 7 pad pad] scores 6 and 7
+  np.testing.assert_array_equal(got_ids, [[0, 1, 2, 3], [1, 2, 3, 4], [2, 3, 4, 5], [6, 7, 0, 0]])
+  np.testing.assert_array_equal(weights, [[1, 1, 1, 1], [0, 0, 0, 1], [0, 0, 0, 1], [1, 1, 0, 0]])
+
+
+@pytest.mark.parametrize("stride", [0, 5, -1])
+def test_a_stride_outside_the_window_is_refused(stride):
+  ids, next_ids, ends = _stream([6])
+  with pytest.raises(ValueError, match=r"stride"):
+    windows.tiled_windows(ids, next_ids, ends, 4, stride)

@@ -292,3 +292,12 @@ def test_after_completion_a_ctrl_c_or_sigterm_ends_the_command_with_0(monkeypatc
     for signum, handler in before.items():
       signal.signal(signum, handler)
   assert statuses == [0, 0]
+
+
+def test_an_eval_stride_above_the_window_is_one_line_and_writes_nothing(tmp_path):
+  result = _train(tmp_path, "--config", str(ROOT / "configs" / "smoke.py"), "--workdir", str(tmp_path / "run"),
+                  "--config.train.eval_stride=2")
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert result.stderr == ("error: train.eval_stride=2 is not allowed: expected -1 (the window length) or an integer "
+                           "in [1, data.context_length=1]\n")
+  assert result.stdout == "" and not (tmp_path / "run").exists()

@@ -32,6 +32,7 @@ def test_the_fields_that_may_change_on_resume():
       "train.num_steps", "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
       "train.eval_batch_size", "loss.chunk_size", "model.dtype", "mesh.data", "mesh.model", "data.data_dir",
       "train.early_stopping_patience",  # how long the run goes on, like train.num_steps
+      "train.eval_stride",  # how the held-out splits are scored, never what is trained
   }
 
 

@@ -68,3 +68,12 @@ def test_unknown_compute_dtype_is_refused_naming_the_allowed_ones():
     validate_config(smoke_with("model.dtype", "float16"), num_devices=1)
   assert str(raised.value).startswith("model.dtype='float16' is not allowed: expected float32 | bfloat16")
   assert UsageError.exit_status == 2
+
+
+@pytest.mark.parametrize("stride", [0, 2, -2, 1.0, True])
+def test_without_windows_an_eval_stride_is_minus_one_or_one(stride):
+  validate_config(smoke_with("train.eval_stride", 1), num_devices=1)  # windows of 1: pairs, as -1 scores them
+  with pytest.raises(UsageError) as refused:
+    validate_config(smoke_with("train.eval_stride", stride), num_devices=1)
+  assert str(refused.value) == (f"train.eval_stride={stride!r} is not allowed: expected -1 (the window length) or an "
+                                "integer in [1, data.context_length=1]")

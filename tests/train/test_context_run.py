@@ -119,6 +119,8 @@ def test_a_context_run_resumes_bit_for_bit(context_run, tmp_path):
     ("model.heads", 3, "expected a divisor of model.d_model=8"),
     ("model.context", "rnn", 'expected "none" | "mlp" | "conv" | "transformer"'),
     ("model.context_k", 5, "expected 3 (off) unless model.context='mlp'"),
+    *(("train.eval_stride", stride, "expected -1 (the window length) or an integer in [1, data.context_length=16]")
+      for stride in (0, 17, -2)),
 ])
 def test_context_refusals_name_the_field_and_what_is_allowed(tmp_path, path, value, allowed):
   config = _config(tmp_path)

@@ -154,3 +154,39 @@ def test_a_windowed_eval_scores_each_document_on_its_own_and_skips_the_padding(m
       lse = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
       losses += list(lse - logits[np.arange(last - first), next_ids[first:last]])
   assert len(losses) == 50 and loss == pytest.approx(np.mean(losses), rel=2e-6)
+
+
+def _document_eval(config, model, ids, next_ids, ends):
+  """The validation split (ids, next_ids, documents ending at `ends`) scored by HeldOut at `config`: → mean loss."""
+  graphdef, state = nnx.split(_Holder(model))
+  empty = np.zeros(0, np.int32)  # no selection split
+  data = types.SimpleNamespace(context_length=config.data.context_length, input_counts=np.bincount(ids, minlength=V),
+                               eval_ids=ids, eval_next=next_ids, eval_document_ends=ends, select_ids=empty,
+                               select_next=empty, select_document_ends=None)
+  held_out = evaluation.HeldOut(graphdef, data, config, mesh_lib.make_mesh(config.mesh, jax.devices()[:1]))
+  return held_out.evaluate(state)[0]
+
+
+@pytest.mark.parametrize("model", [{"context": "conv", "conv_width": 3},
+                                   {"context": "transformer", "layers": 1, "heads": 2}])
+def test_a_stride_one_eval_scores_every_pair_with_its_whole_context(model):
+  # 2 validation documents of 9 and 6 pairs, L = 4. Reference: each pair scored alone, as the last position of the
+  # model's forward on its own document's tokens ending at it, L of them where the document has them (fewer at its
+  # start), cross-entropy in float64, over the 15 pairs.
+  config = _config(**model)
+  config.data.context_length = 4
+  randomized = _randomized(config, seed=2)
+  ids, next_ids = _split(seed=3, pairs=15)
+  ends = np.array([9, 15])
+  losses = []
+  for start, end in zip([0, *ends[:-1]], ends, strict=True):
+    for position in range(start, end):
+      first = max(start, position - 3)
+      logits = np.asarray(randomized(ids[None, first : position + 1]), np.float64)[0, -1]  # (V,)
+      top = logits.max()
+      losses.append(top + np.log(np.exp(logits - top).sum()) - logits[next_ids[position]])
+  config.train.eval_stride = 1
+  strided = _document_eval(config, randomized, ids, next_ids, ends)
+  assert len(losses) == 15 and strided == pytest.approx(np.mean(losses), rel=2e-6)
+  config.train.eval_stride = -1  # tiled: windows start afresh at pairs 4, 8 and 13, so those after see less
+  assert _document_eval(config, randomized, ids, next_ids, ends) != pytest.approx(strided, rel=1e-4)

@@ -100,6 +100,7 @@ def _family_fields(family: str) -> tuple[Field, ...]:
                  lambda v: isinstance(v, str) and v in variants, False, doc)
   return (chosen, *(_setting_field(family, setting) for setting in model_lib.family_settings(family).values()))
 _MESH = "a positive integer, or -1 for all remaining devices"
+EVAL_STRIDE = "-1 (the window length) or an integer in [1, data.context_length]"
 _STEPS = "an integer in [0, 2**31 - 1] (optax counts steps in int32)"
 
 FIELDS: tuple[Field, ...] = (
@@ -137,6 +138,11 @@ FIELDS: tuple[Field, ...] = (
           "(current, next) token pairs per step; windows of data.context_length tokens when that is over 1"),
     Field("train.eval_batch_size", 8192, _POSITIVE, _int_in(1), True,
           "pairs per evaluation batch; evaluation covers the whole validation split"),
+    Field("train.eval_stride", -1, EVAL_STRIDE, None, True, "with data.context_length L > 1, pairs between the "
+          "starts of consecutive evaluation windows of one document: -1 = L, each document tiled from its start (a "
+          "pair at position p of its window sees p earlier tokens); S < L = overlapping windows, each scoring its "
+          "last S pairs, so every pair past the first L of its document sees at least L - S earlier tokens (S = 1: "
+          "L - 1); an eval then computes about L / S times as many positions (eval_batch_size positions a batch)"),
     Field("train.learning_rate", 0.05, f"a finite number > 0, {IN_FLOAT32}", lambda v: in_float32(v) and v > 0,
           False, "peak learning rate, reached after the warmup"),
     Field("train.warmup_steps", 100, _STEPS, _int_in(0), False,
@@ -273,6 +279,7 @@ def validate(config: Any, num_devices: int | None = None, memory_bytes: int | No
     if dependent.off is not None and value != dependent.off and not dependent.active(config):
       raise UsageError.bad_value(dependent.path, value, f"{_as_written(dependent.off)} (off) unless {dependent.needs}")
   _check_variants(config)
+  _check_eval_stride(config)
   check_memory(config, memory_bytes, validate_data(config))
   # V splits over mesh.model and the batch over mesh.data; mesh_lib refuses a mesh the devices can't hold.
   num_devices = jax.device_count() if num_devices is None else num_devices
@@ -300,6 +307,13 @@ def _check_variants(config: Any) -> None:
   require(length == 1 or config.data.get("source") not in sources.SYNTHETIC_SOURCES, "data.context_length", length,
           f"1 with data.source={config.data.get('source')!r} (its pairs are drawn independently: no token stream to "
           "cut windows from)")
+
+
+def _check_eval_stride(config: Any) -> None:
+  """train.eval_stride: -1 (the window length) or an integer in [1, data.context_length]."""
+  stride, length = config.train.eval_stride, config.data.context_length
+  require(is_int(stride) and (stride == -1 or 1 <= stride <= length), "train.eval_stride", stride,
+          EVAL_STRIDE.replace("data.context_length", f"data.context_length={length}"))
 
 
 def validate_data(config: Any) -> dict[str, Any]:

@@ -88,7 +88,9 @@ def make_eval_losses(graphdef: nnx.GraphDef, chunk_size: int,
 
 class Evaluator:
   """A held-out split, placed on the mesh once and scored batch after batch into a running total and one per
-  input-frequency bucket. With data.context_length L > 1, in windows of L (`windows.tiled_windows`), each pair once;
+  input-frequency bucket. With data.context_length L > 1, in windows of L (`windows.tiled_windows`) starting
+  train.eval_stride S pairs apart in each document (-1: L, tiled), each pair scored once (a window after its
+  document's first scores only its last S positions, the rest being context), L·⌈M/S⌉ positions or so an eval;
   otherwise a pair's loss depends on its two ids alone, so each distinct input's logsumexp over the vocabulary is
   computed once an eval and each distinct pair is scored once, weighed by its count: U·V·D work for U distinct inputs
   in place of the split's M·V·D (Vim's help files: U ≈ 2,000 against M ≈ 463,000)."""
@@ -115,9 +117,11 @@ class Evaluator:
     self._totals = jax.device_put((jnp.float32(0), jnp.zeros(num_buckets, jnp.float32)), mesh_lib.replicated(mesh))
     size, data_size, length = int(config.train.eval_batch_size), mesh.shape["data"], data.context_length
     self._count, self._inputs, self._none = len(ids), None, jnp.zeros(0, jnp.float32)  # windows read no logsumexps
-    if length > 1:
-      ids, next_ids, weights = windows.tiled_windows(ids, next_ids, document_ends, length)
-      size, columns = max(size // length, 1), (ids, next_ids, weights)  # windows per batch: ~eval_batch_size pairs
+    if length > 1:  # train.eval_stride: -1 (the default) tiles each document; S < L overlaps the windows
+      stride = int(config.train.eval_stride)
+      ids, next_ids, weights = windows.tiled_windows(ids, next_ids, document_ends, length,
+                                                     length if stride == -1 else stride)
+      size, columns = max(size // length, 1), (ids, next_ids, weights)  # windows per batch: ~eval_batch_size positions
     else:
       inputs, rows = np.unique(ids, return_inverse=True)
       (rows, next_ids), counts = np.unique(np.stack([rows.reshape(-1), next_ids]), axis=1, return_counts=True)
