@@ -15,7 +15,6 @@ import pytest
 from helpers import smoke_with
 
 from tied_embed.fast import compilation
-from tied_embed.train import mesh as mesh_lib
 from tied_embed.train import state as state_lib
 from tied_embed.train import trainer
 
@@ -33,7 +32,7 @@ def test_the_step_is_compiled_once_per_variant_before_the_state_exists(tmp_path,
     return fresh_state(build, target)
 
   monkeypatch.setattr(compilation, "compile_ahead", spy_compile)
-  monkeypatch.setattr(mesh_lib, "fresh_state", spy_fresh)
+  monkeypatch.setattr(state_lib, "fresh_state", spy_fresh)
   config = smoke_with("train.num_steps", 20)
   with jax.log_compiles(True), caplog.at_level(logging.WARNING, logger="jax._src.interpreters.pxla"):
     trainer.train_and_evaluate(config, tmp_path / "run")

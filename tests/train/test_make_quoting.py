@@ -24,12 +24,12 @@ def python(tmp_path):
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 @pytest.mark.parametrize(("target", "expected"), [
-    ("train", ["train.py", "--config", "configs/it's; a \"b\".py", "--workdir", "runs/a b"]),
+    ("train", ["train.py", "--config", "my runs/it's; a \"b\".py", "--workdir", "runs/a b"]),
     ("inspect", ["-m", "tied_embed.inspection", "--workdir", "runs/a b"]),
 ])
 def test_make_passes_config_and_workdir_as_one_argument_each(python, target, expected):
   result = subprocess.run(["make", "-s", "--no-print-directory", "-o", ".venv/.installed", target, f"PY={python}",
-                           "WORKDIR=runs/a b", "CONFIG=configs/it's; a \"b\".py"], cwd=ROOT, capture_output=True,
+                           "WORKDIR=runs/a b", "CONFIG=my runs/it's; a \"b\".py"], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
   assert result.returncode == 0, result.stderr
   assert json.loads(result.stdout) == expected
