@@ -228,7 +228,8 @@ def test_a_stop_that_lands_in_a_callback_stops_the_sitting_after_the_run_is_kept
   finishing = trainer.train_and_evaluate
 
   def swallowing(config, workdir):
-    _StopsInAFinalizer()  # made and dropped: its finalizer runs here, and swallows the stop
+    if not calls:  # the first run: one signal (a second would end the process, as StopSignals means it to)
+      _StopsInAFinalizer()  # made and dropped: its finalizer runs here, and swallows the stop
     return finishing(config, workdir)
 
   monkeypatch.setattr(trainer, "train_and_evaluate", swallowing)
@@ -370,14 +371,14 @@ def test_results_reuse_names_a_damaged_row_record(monkeypatch, tmp_path, capsys,
 
 
 FAKE_TRAIN = '''
-import pathlib, signal, sys, time
+import os, pathlib, signal, sys, time
 workdir = pathlib.Path(sys.argv[sys.argv.index("--workdir") + 1])
 def stop(signum, frame):
   (workdir / "stopped").write_text(str(signum))
   sys.exit(128 + signum)
 signal.signal(signal.SIGTERM, stop)
 workdir.mkdir(parents=True)
-(workdir / "started").write_text("")
+(workdir / "started").write_text(str(os.getpid()))
 time.sleep(120)
 '''
 
@@ -391,8 +392,11 @@ def test_results_passes_a_stop_on_to_the_rows_train_py_and_says_so_in_one_line(m
   started = module.row_workdir("slow, tied") / "started"
 
   def stop_once_started():
-    while not started.exists():
+    while not started.exists() or not started.read_text():
       threading.Event().wait(0.05)
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):  # no handler: the stop would end pytest itself
+      os.kill(int(started.read_text()), signal.SIGKILL)  # so end the row instead, and let the assertions fail
+      return
     signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)  # as kill(1) would, to the main thread
 
   sender = threading.Thread(target=stop_once_started, daemon=True)
