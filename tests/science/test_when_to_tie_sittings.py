@@ -348,7 +348,11 @@ def _script_refusal(module, capsys, *argv, status=2):
 
 
 def test_results_only_empty_is_refused(monkeypatch, tmp_path, capsys):
-  module = _results_script(monkeypatch, tmp_path)
+  root = tmp_path / "root"
+  root.mkdir()
+  (root / "train.py").write_text("raise SystemExit(3)\n")  # were a row started: it fails at once, status 3
+  module = _results_script(monkeypatch, tmp_path, root)
+  monkeypatch.setattr(module, "RUNS", [("never, started", ["--config", "x"])])
   for empty in ("", "  "):
     assert f"--only={empty!r}" in _script_refusal(module, capsys, "--only", empty)
   assert not (tmp_path / "results").exists()
@@ -379,7 +383,7 @@ def stop(signum, frame):
 signal.signal(signal.SIGTERM, stop)
 workdir.mkdir(parents=True)
 (workdir / "started").write_text(str(os.getpid()))
-time.sleep(120)
+time.sleep(20)  # never reached where the stop is passed on
 '''
 
 
