@@ -294,7 +294,8 @@ def stopped_line(stop: BaseException, out: pathlib.Path | None) -> str:
   if out is None:
     return f"stopped by {name} before the sitting began: nothing was written; rerun the same command"
   try:
-    finished = f"{len(read_finished(out / FINISHED))} finished runs kept in {out / FINISHED}"
+    count = len(read_finished(out / FINISHED))
+    finished = f"{count} finished run{'' if count == 1 else 's'} kept in {out / FINISHED}"
   except UsageError:
     finished = f"the finished runs kept in {out / FINISHED}"
   workdir = getattr(stop, "run_in_progress", None)
