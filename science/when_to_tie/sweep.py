@@ -275,14 +275,14 @@ class Sweep:
     stretched = ("" if steps_factor == 1 else f"-x{steps_factor}") + ("" if evals_factor == 1 else f"-e{evals_factor}")
     drawn = "" if draw == 0 else f"-d{draw}"
     # The run's name holds all that decides its numbers: readable, the model, settings, size, seed, draw and
-    # schedule; whole, the digest of its config. So an edited model or another --<corpus>-steps is another run, in
-    # another workdir: a stopped run's checkpoint is resumed only under the schedule it was made with.
+    # schedule; whole, the digest of its config and dataset (corpus contents, split, draw, selection share). So an
+    # edited model, another --<corpus>-steps or another --subword-corpus is another run, in another workdir: a
+    # stopped run's checkpoint is resumed only under the schedule and data it was made with.
+    dataset = self.drawn(draw).identity
     run_name = (f"{model.key}-{name}-f{fraction:g}-s{seed}{drawn}{stretched}-n{steps}-e{every}"
-                f"-m{self.plan.min_delta:g}-c{config_digest(config)}")
+                f"-m{self.plan.min_delta:g}-c{run_digest(config, dataset)}")
     workdir = self.runs_dir / run_name
-    # and the dataset's identity (corpus contents, split, draw, selection share): another --subword-corpus on the
-    # same --out makes other runs
-    key = f"{self.drawn(draw).identity}/{run_name}"
+    key = f"{dataset}/{run_name}"  # the record's key: the dataset readable too
     if key in self.finished:
       self.resumed[key] = (self.finished[key]["seconds"], self.finished[key]["cpu_seconds"])
       return self.finished[key]
@@ -449,16 +449,17 @@ def check_sitting(out: pathlib.Path, corpora: list[str]) -> None:
 PLACES = ("data.data_dir", "data.text_path")
 
 
-def config_digest(config) -> str:
-  """12 hex digits of SHA-256 over the run's whole config but PLACES: its model (family fields, hidden map, context,
-  width), data, schedule, seed and settings, so that any change to what decides the run's numbers makes another run."""
+def run_digest(config, dataset: str) -> str:
+  """12 hex digits of SHA-256 over the run's whole config but PLACES (its model: family fields, hidden map, context,
+  width; its schedule, seed and settings) and its dataset's identity: any change to what decides the run's numbers
+  makes another run."""
   from tied_embed import util  # noqa: PLC0415
 
   fields = config.to_dict()
   for place in PLACES:
     section, name = place.split(".")
     fields.get(section, {}).pop(name, None)
-  return util.json_sha256(fields)[:12]
+  return util.json_sha256({"config": fields, "dataset": dataset})[:12]
 
 
 def stop_point() -> None:

@@ -10,6 +10,7 @@ import pathlib
 import re
 import signal
 import threading
+import types
 
 import pytest
 from test_when_to_tie_plan import _fake_sweep
@@ -152,8 +153,11 @@ def test_an_edited_model_or_schedule_is_another_run_and_another_workdir(tmp_path
 
   made.corpus = plans.dataclasses.replace(made.corpus, base=Wider)
   made.train(tied, 1.0, 0, {"weight_decay": 0.1})
-  assert len(calls) == 5
-  assert len(json.loads((tmp_path / sweep.FINISHED).read_text())) == 5
+  # and other data (another --subword-corpus): another run, in another workdir
+  made.draws[0] = types.SimpleNamespace(**{**vars(made.data), "identity": "text-v5"})
+  made.train(tied, 1.0, 0, {"weight_decay": 0.1})
+  assert len(calls) == 6 and len(set(calls)) == 6
+  assert len(json.loads((tmp_path / sweep.FINISHED).read_text())) == 6
 
 
 def test_a_stopped_run_resumes_only_under_its_own_schedule(tmp_path, monkeypatch):
@@ -186,7 +190,7 @@ NAME = re.compile(r"^(?P<model>[a-z_]+)-.*-f(?P<f>[0-9.]+)-s(?P<seed>\d+)(?:-d\d
 
 def test_the_committed_records_are_keyed_by_the_configs_todays_plan_gives_their_runs():
   """Each entry of science/sittings/*/finished_runs.json ends in the SHA-256 of its run's config as today's plan makes
-  it (but where the files lie): so the published sittings still resume, and an edit that changes a run's config
+  it (but where the files lie) and its dataset's identity: so the published sittings still resume, and an edit that changes a run's config
   shows here, not as a silently mixed block."""
   from configs import subword  # noqa: PLC0415
 
@@ -203,7 +207,8 @@ def test_the_committed_records_are_keyed_by_the_configs_todays_plan_gives_their_
                                 run["num_steps"], run["eval_every"], pathlib.Path("/elsewhere"), share,
                                 float(parts["m"]), draw=run["draw"]).to_dict()
       del config["data"]["data_dir"], config["data"]["text_path"]
-      digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+      payload = json.dumps({"config": config, "dataset": identity}, sort_keys=True)
+      digest = hashlib.sha256(payload.encode()).hexdigest()[:12]
       assert parts["digest"] == digest, f"{path}: {key}"
       checked += 1
   assert checked == 3 * 186
