@@ -19,10 +19,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import pathlib
 import platform
-import math
 import re
 import shutil
 import signal

@@ -190,8 +190,8 @@ NAME = re.compile(r"^(?P<model>[a-z_]+)-.*-f(?P<f>[0-9.]+)-s(?P<seed>\d+)(?:-d\d
 
 def test_the_committed_records_are_keyed_by_the_configs_todays_plan_gives_their_runs():
   """Each entry of science/sittings/*/finished_runs.json ends in the SHA-256 of its run's config as today's plan makes
-  it (but where the files lie) and its dataset's identity: so the published sittings still resume, and an edit that changes a run's config
-  shows here, not as a silently mixed block."""
+  it (but where the files lie) and its dataset's identity: so the published sittings still resume, and an edit that
+  changes a run's config shows here, not as a silently mixed block."""
   from configs import subword  # noqa: PLC0415
 
   corpus = plans.Corpus("subword", subword, "", plans.SUBWORD_VOCAB, "", plans.DRAWN)
