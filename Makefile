@@ -14,6 +14,9 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 # `make train CONFIG=configs/untied.py WORKDIR=runs/untied`, then `make inspect WORKDIR=runs/untied`.
 CONFIG ?= configs/default.py
 WORKDIR ?= runs/default
+# The recipes read them from the environment as "$$CONFIG" and "$$WORKDIR": one word each whatever they hold (a
+# space, a quote, a semicolon), where $(WORKDIR) in a recipe would be split and run by the shell.
+export CONFIG WORKDIR
 
 .PHONY: default help install kernels train test inspect tensorboard results bench lint notebook notebook-run mutate house clean
 
@@ -62,7 +65,7 @@ $(KERNELS) &: $(KERNEL_STAMP) $(wildcard tied_embed/fast/kernels/*.cc tied_embed
 	$(PY) -m tied_embed.fast.kernels.build
 
 train: $(STAMP)
-	$(PY) train.py --config $(CONFIG) --workdir $(WORKDIR)
+	$(PY) train.py --config "$$CONFIG" --workdir "$$WORKDIR"
 
 # The tests on TEST_WORKERS pytest-xdist workers (requirements-test.txt). One test: `.venv/bin/python -m pytest -q
 # tests/core/test_model.py`, in one process.
@@ -98,7 +101,7 @@ notebook-run: $(STAMP) $(NOTEBOOK_STAMP)
 	$(VENV)/bin/jupyter-execute --inplace runs/tutorial.ipynb
 
 inspect: $(STAMP)
-	$(PY) -m tied_embed.inspection --workdir $(WORKDIR)
+	$(PY) -m tied_embed.inspection --workdir "$$WORKDIR"
 
 tensorboard: $(STAMP)
 	$(VENV)/bin/tensorboard --logdir $(dir $(WORKDIR))

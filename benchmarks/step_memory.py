@@ -8,7 +8,7 @@ state, takes its baseline (the resident memory once the state exists, the kernel
 from it), runs STEPS steps and reports its peak (VmHWM) minus that baseline:
 
 - `first_call`: as a user of the step API writes it: the state built (`nnx.split` of a `RunState`), then
-  `run_step.make_train_step(...)` called on it, so the step is jitted on its first call, compile included.
+  `run_step.make_run_step(...)` called on it, so the step is jitted on its first call, compile included.
 - `ahead`: as the trainer runs it: the step compiled from the abstract state before the state exists
   (`workload.Stepper`), then the state, then the steps. The compile's own peak is reported beside it
   (`compile_peak_mib`, absolute: below `baseline_mib` when the compile, before the state existed, peaked lower).
@@ -84,7 +84,7 @@ def run_one(use: str, vocab_size: int) -> dict:
 
     graphdef, state, ids, next_ids = user_state(config)
     result["baseline_mib"] = _baseline()
-    step = run_step.make_train_step(graphdef, CHUNK_SIZE, train_config=config.train)
+    step = run_step.make_run_step(graphdef, CHUNK_SIZE, train_config=config.train)
 
     def run():
       nonlocal state

@@ -2,7 +2,7 @@
 
 Run: `python benchmarks/throughput.py [train_step|gpt2]` (prints the numbers; `gpt2` is V=50257, D=768, T=1024).
 `measure(section)` returns them for benchmarks/run.py.
-The step is `tied_embed.train.run_step.make_train_step` (what the trainer runs) on configs/default.py at this size:
+The step is `tied_embed.train.run_step.make_run_step` (what the trainer runs) on configs/default.py at this size:
 gradient provenance (two path gradients, per-row totals), clipping and AdamW, with full logits and with the chunked
 loss, which forms each distinct id's logits once. It runs on uniform ids (the most distinct ids a batch can have: the
 issue's workload) and on a text-like Zipf batch (`workload.zipf_batch`), and with `model.dtype` bfloat16 (bf16 matmul

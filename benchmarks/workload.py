@@ -121,7 +121,7 @@ def repeated_steps(step, state, batch, steps: int):
 class Stepper:
   """A jitted train step with its own state, callable repeatedly; blocks on each step's loss.
 
-  By default the real one, set up as the trainer sets it up: `tied_embed.train.run_step.make_train_step` (provenance,
+  By default the real one, set up as the trainer sets it up: `tied_embed.train.run_step.make_run_step` (provenance,
   totals, non-finite guard) on the config's mesh (one device here), compiled from the abstract state before the
   state exists, the compiler's freed memory handed back to the OS, then the state created in its shardings.
   `compile_peak_mib` is this process's peak up to the end of the compile. `plain=True` gives `make_plain_step`
@@ -143,7 +143,7 @@ class Stepper:
     mesh = mesh_lib.make_mesh(config.mesh)
     graphdef, abstract = mesh_lib.abstract_state(mesh_lib.state_builder(config), mesh)
     shardings = jax.tree.map(lambda leaf: leaf.sharding, abstract)
-    self._step = run_step.make_train_step(
+    self._step = run_step.make_run_step(
         graphdef, chunk_size, shardings, compute_dtype=str(config.model.dtype), train_config=config.train
     )
     batch_sharding = mesh_lib.batch_sharding(mesh)

@@ -17,12 +17,18 @@ import ml_collections
 from configs import subword
 
 
-def get_config() -> ml_collections.ConfigDict:
+def windows() -> ml_collections.ConfigDict:
+  """configs/subword.py's data on Vim's help files, cut into windows: what every context config starts from."""
   config = subword.get_config()
   config.data.text_path = "/usr/share/vim/vim*/doc/*.txt"  # Vim's help files, ~9.5 MB of English
   config.data.context_length = 32  # L, tokens per window
-  config.model.context = "mlp"  # the previous k rows through one hidden layer of 4·D units
-  config.model.context_k = 4  # rows read at each position: the token's own and the 3 before it
   config.train.batch_size = 32  # windows per step: 32 · 32 = 1024 tokens, configs/subword.py's pairs per step
   config.train.learning_rate = 0.01  # peak learning rate
+  return config
+
+
+def get_config() -> ml_collections.ConfigDict:
+  config = windows()
+  config.model.context = "mlp"  # the previous k rows through one hidden layer of 4·D units
+  config.model.context_k = 4  # rows read at each position: the token's own and the 3 before it
   return config

@@ -17,9 +17,8 @@ from configs import context_mlp
 
 
 def get_config() -> ml_collections.ConfigDict:
-  config = context_mlp.get_config()
+  config = context_mlp.windows()
   config.model.context = "transformer"  # learned positions, pre-norm causal blocks
-  config.model.context_k = 3  # not read by the transformer
   config.model.layers = 2  # blocks
   config.model.heads = 4  # heads per block, 16 dimensions each at D = 64
   return config

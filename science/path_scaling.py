@@ -5,7 +5,7 @@ another stem); `--write-docs` writes docs/path_scaling.* instead, the tracked pa
 
 The tied model trains with the update a·g_lookup + b·g_projection for a ∈ {0.5, 1, 2, 4} at b = 1 and
 b ∈ {0.5, 2, 4} at a = 1; the untied model at a = b = 1 is the reference each tied gap is compared with. Every
-run is the project's own step (`tied_embed.train.run_step.make_train_step`) and optimizer chain (`optim.make_optimizer`:
+run is the project's own step (`tied_embed.train.run_step.make_run_step`) and optimizer chain (`optim.make_optimizer`:
 warmup and cosine schedule, clipping at 1.0), with AdamW (configs/default.py's) and with plain SGD, at a small
 size, so the whole sweep takes a few minutes on 2 cores: V = 256, D = 16, batch 512, 1000 steps. The gap is
 measured exactly, not on samples: the expected loss over the task's joint distribution (synthetic: the true
@@ -125,7 +125,7 @@ def run(task: Task, config, tied: bool, scales: tuple[float, float], seed: int, 
   graphdef, state = nnx.split(run_step.RunState(model, optim.make_optimizer(config.train)))
   key = (config.train.optimizer, tied, scales)
   if key not in steps_cache:  # one compiled step per (optimizer, tied, scales), shared by every task and seed
-    steps_cache[key] = (run_step.make_train_step(graphdef, 0, lookup_grad_scale=scales[0],
+    steps_cache[key] = (run_step.make_run_step(graphdef, 0, lookup_grad_scale=scales[0],
                                                  projection_grad_scale=scales[1]),
                         jax.jit(lambda s, g=graphdef: model_log_probs(s, g)))
   step, log_probs_of = steps_cache[key]

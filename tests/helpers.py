@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import pathlib
 import socket
+import threading
+import time
 
 import numpy as np
 
@@ -321,3 +323,23 @@ def by_hand_interval(differences: dict[tuple[int, int], float]) -> tuple[float, 
   dof = int((ms_draw + ms_seed) ** 2 // (ms_draw ** 2 / (r - 1) + ms_seed ** 2 / (c - 1)))
   half = T_TABLE[dof] * np.sqrt((ms_draw + ms_seed) / (r * c))
   return float(grand), float(grand - half), float(grand + half)
+
+
+def within(seconds: float, call, *args, **kwargs):
+  """`call(*args, **kwargs)`'s result (or its exception, raised here), failing the test if it takes over `seconds`."""
+  outcome = {}
+
+  def run() -> None:
+    try:
+      outcome["value"] = call(*args, **kwargs)
+    except BaseException as error:  # noqa: BLE001 (passed on to the test below)
+      outcome["error"] = error
+
+  thread = threading.Thread(target=run, daemon=True)  # a thread stuck opening a FIFO must not keep pytest alive
+  start = time.monotonic()
+  thread.start()
+  thread.join(seconds)
+  assert not thread.is_alive(), f"{call.__name__} still running after {seconds} s (waiting on a FIFO?)"
+  if "error" in outcome:
+    raise outcome["error"]
+  return outcome["value"], time.monotonic() - start

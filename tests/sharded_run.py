@@ -89,7 +89,7 @@ def compiled_programs(config) -> dict:
   shardings = jax.tree.map(lambda leaf: leaf.sharding, target)
   batch = [jax.ShapeDtypeStruct((PROBE_BATCH,), np.int32, sharding=mesh_lib.batch_sharding(mesh))] * 2
   chunk_size = int(config.loss.chunk_size)
-  train_step = run_step.make_train_step(graphdef, chunk_size, shardings)
+  train_step = run_step.make_run_step(graphdef, chunk_size, shardings)
   return {
       "step": train_step.lower(target, *batch).compile(),
       "log step": train_step.lower(target, *batch, with_stats=True).compile(),

@@ -56,6 +56,33 @@ def _escaped(character: str) -> str:
   return repr(character)[1:-1]
 
 
+# Room left under a directory's path for what the program makes inside it (checkpoints/<step>/<item>/<file>...).
+_ROOM_INSIDE = 256
+
+
+def require_path_fits(field: str, path: str) -> None:
+  """UsageError naming `field` unless the file system can hold `path` and the program's files under it: each name
+  at most NAME_MAX bytes (255 on most), the whole absolute path at most PATH_MAX less room for those files. Asked
+  of the nearest existing folder above it (255 and 4096 where it cannot say), so no OSError comes later instead."""
+  absolute = os.path.abspath(path)
+  existing = absolute
+  while not os.path.isdir(existing) and os.path.dirname(existing) != existing:
+    existing = os.path.dirname(existing)
+  limits = {}
+  for name, fallback in (("PC_NAME_MAX", 255), ("PC_PATH_MAX", 4096)):
+    try:
+      limits[name] = os.pathconf(existing, name)
+    except (OSError, ValueError):
+      limits[name] = -1
+    limits[name] = limits[name] if limits[name] > 0 else fallback  # -1: no limit given
+  longest = max(len(os.fsencode(part)) for part in pathlib.PurePath(absolute).parts)
+  require(longest <= limits["PC_NAME_MAX"], field, path, f"a path whose every name between slashes is at most "
+          f"{limits['PC_NAME_MAX']} bytes, the file system's limit (one here is {longest})")
+  require(len(os.fsencode(absolute)) <= limits["PC_PATH_MAX"] - _ROOM_INSIDE, field, path,
+          f"a path of at most {limits['PC_PATH_MAX'] - _ROOM_INSIDE} bytes once absolute (the file system's "
+          f"{limits['PC_PATH_MAX']}, less room for the files made under it)")
+
+
 def is_utf8(text: str) -> bool:
   """Whether `text` (a path as Python holds it) is valid UTF-8: no surrogate, os.fsdecode's stand-in for a bad byte."""
   return not any("\ud800" <= character <= "\udfff" for character in text)
@@ -167,8 +194,11 @@ def json_sha256(value: Any) -> str:
 
 
 # Exclusive locks on directories (a workdir, a dataset being generated): `fcntl.flock` on `<directory>/.lock`, which
-# the OS releases however the holder's process ends (SIGKILL too), so a dead run leaves no stale lock.
+# the OS releases however the holder's process ends (SIGKILL too), so a dead run leaves no stale lock. The .lock is a
+# file of the directory's own: one that is a symbolic link or has other names (a hard link, a copy made with
+# `cp -al`) is replaced before it is locked, so a lock or a record never reaches another directory through it.
 LOCK_NAME = ".lock"
+_LOCK_ATTEMPTS = 3  # a .lock linked or replaced by another process between the checks and the flock is opened again
 
 
 def holder(directory: str | pathlib.Path) -> str:
@@ -182,6 +212,30 @@ def holder(directory: str | pathlib.Path) -> str:
     return "unknown holder"
 
 
+def _directory_id(directory: str | pathlib.Path) -> str:
+  """'device:inode' of `directory`: the same after a rename, another for a copy (a directory has no hard links)."""
+  status = os.stat(directory)
+  return f"{status.st_dev}:{status.st_ino}"
+
+
+def _held_as_lock_of(fd: int, directory: str | pathlib.Path) -> bool:
+  """Whether some process holds the flock of the open .lock `fd` as the lock of `directory`. A file with other names
+  can be held as another directory's (the one `cp -al` copied): it is this one's only when its record names this
+  directory, or names none (a holder not yet recorded)."""
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    if os.fstat(fd).st_nlink == 1:
+      return True
+    try:
+      recorded = json.loads(os.pread(fd, 4096, 0)).get("directory")
+    except (OSError, ValueError, AttributeError):
+      recorded = None
+    return recorded in (None, _directory_id(directory))
+  fcntl.flock(fd, fcntl.LOCK_UN)
+  return False
+
+
 def is_locked(directory: str | pathlib.Path) -> bool:
   """Whether some process holds the lock of `directory` now (a probe: takes and releases it if free). Read-only (it
   answers on a read-only workdir too), never through a link: a .lock that is not a regular file is no lock (False)."""
@@ -190,18 +244,15 @@ def is_locked(directory: str | pathlib.Path) -> bool:
   except OSError:
     return False  # none there, a link, or unreadable: no lock another run of ours could hold
   try:
-    if stat.S_ISREG(os.fstat(fd).st_mode):
-      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken if free, and released by the close below
-    return False
-  except BlockingIOError:
-    return True
+    return stat.S_ISREG(os.fstat(fd).st_mode) and _held_as_lock_of(fd, directory)
   finally:
     os.close(fd)
 
 
 def refuse_if_held(directory: str | pathlib.Path, what: str) -> None:
   """The UsageError `exclusive` would raise if another process holds the lock of `directory` now, or if its .lock
-  is not a regular file; creates nothing. A cheap early check before slow imports; `exclusive` still takes the lock."""
+  is neither a regular file nor a link; creates nothing. A cheap early check before slow imports; `exclusive` still
+  takes the lock."""
   _refuse_odd_lock_file(pathlib.Path(directory) / LOCK_NAME, what)
   if is_locked(directory):
     raise _in_use(directory, what)
@@ -213,15 +264,80 @@ def _in_use(directory: str | pathlib.Path, what: str) -> UsageError:
 
 
 def _refuse_odd_lock_file(path: pathlib.Path, what: str) -> None:
-  """UsageError if the .lock `path` exists but is not a regular file (a link would put its record outside)."""
+  """UsageError if the .lock `path` exists but is neither a regular file nor a symbolic link (which is replaced)."""
   try:
     mode = path.lstat().st_mode
   except OSError:
     return
-  if not stat.S_ISREG(mode):
-    kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
-    raise UsageError(f"{printable(str(path))} is {kind}; {what} keeps its lock file there: remove it, or use "
-                     f"another directory")
+  if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+    raise UsageError(f"{printable(str(path))} is not a regular file; {what} keeps its lock file there: remove it, or "
+                     f"use another directory")
+
+
+def _shared(path: pathlib.Path) -> bool:
+  """Whether the .lock `path` is a symbolic link or a regular file with other names (hard links)."""
+  try:
+    status = path.lstat()
+  except OSError:
+    return False
+  return stat.S_ISLNK(status.st_mode) or (stat.S_ISREG(status.st_mode) and status.st_nlink > 1)
+
+
+def _replace_shared(directory: pathlib.Path, path: pathlib.Path, what: str) -> None:
+  """Replaces the .lock `path`, if a link or a file with other names, by an empty file of its own (renamed in: the
+  other name keeps its file and record). Runs under a flock on `directory` itself, so concurrent runs replace it once;
+  UsageError if it is held as this directory's lock, or where a directory cannot be locked (NFS)."""
+  directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+  try:
+    try:
+      fcntl.flock(directory_fd, fcntl.LOCK_EX)  # held for a rename only: waiting on it is brief
+    except OSError:
+      raise UsageError(f"{printable(str(path))} is a link or has other names, and {what} cannot replace it safely "
+                       f"on this file system: remove it, or use another directory") from None
+    if not _shared(path):  # replaced by another run meanwhile
+      return
+    if not path.is_symlink():
+      fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+      try:
+        if _held_as_lock_of(fd, directory):
+          raise _in_use(directory, what)
+      finally:
+        os.close(fd)
+    write_atomically(path, b"")
+  finally:
+    os.close(directory_fd)  # releases the flock on the directory
+
+
+def _open_own_lock(directory: pathlib.Path, what: str) -> int:
+  """The fd of `directory`'s .lock (created if needed), a regular file of its own (`_replace_shared`), flock held;
+  UsageError if another process holds it, or the directory is not writable."""
+  path = directory / LOCK_NAME
+  for _ in range(_LOCK_ATTEMPTS):
+    _refuse_odd_lock_file(path, what)
+    if _shared(path):
+      _replace_shared(directory, path, what)
+    try:  # read-write, created if needed, never through a link
+      fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as error:
+      if error.errno == errno.ELOOP:  # made a link since the check above: replaced next time round
+        continue
+      if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR):
+        raise UsageError(f"{what}: {printable(str(directory))} is not writable ({error.strerror or error}): the run "
+                         f"keeps its lock there; use a writable directory") from None
+      raise
+    status = os.fstat(fd)
+    if stat.S_ISREG(status.st_mode) and status.st_nlink == 1:
+      try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError:
+        os.close(fd)
+        raise _in_use(directory, what) from None
+      now = path.lstat()
+      if (now.st_dev, now.st_ino) == (status.st_dev, status.st_ino):  # not replaced between the open and the flock
+        return fd
+    os.close(fd)  # something else, linked, or replaced since the checks: looked at again
+  raise UsageError(f"{printable(str(path))} keeps being linked or replaced while {what} locks it: stop what does that, "
+                   f"or use another directory")
 
 
 @contextlib.contextmanager
@@ -235,43 +351,27 @@ def exclusive(directory: str | pathlib.Path, what: str, *, record_now: bool = Tr
   path = directory / LOCK_NAME
   existed = os.path.lexists(path)
   times = None if existed else directory.stat()
-  _refuse_odd_lock_file(path, what)
-  try:  # read-write, created if needed, never through a link
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
-  except OSError as error:
-    if error.errno == errno.ELOOP:  # made a link since the check above
-      _refuse_odd_lock_file(path, what)
-    if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR):
-      raise UsageError(f"{what}: {printable(str(directory))} is not writable ({error.strerror or error}): the run "
-                       f"keeps its lock there; use a writable directory") from None
-    raise
-  if not stat.S_ISREG(os.fstat(fd).st_mode):  # made something else since the check above
-    os.close(fd)
-    _refuse_odd_lock_file(path, what)
+  fd = _open_own_lock(directory, what)
   created = None if existed else directory.stat()  # the directory's times with the new lock in it
-  locked = recorded = False
+  recorded = False
 
   def record() -> None:
     nonlocal recorded
-    if recorded:  # once: the holder since when it first wrote
+    if recorded or os.fstat(fd).st_nlink > 1:  # once; and never through a name linked to it since (`cp -al`)
       return
     since = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    payload = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": since}).encode()
+    payload = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": since,
+                          "directory": _directory_id(directory)}).encode()
     os.ftruncate(fd, 0)
     os.pwrite(fd, payload, 0)
     recorded = True
 
   try:
-    try:
-      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      raise _in_use(directory, what) from None
-    locked = True
     if record_now:
       record()
     yield record
   finally:
-    if locked and not recorded and times is not None:  # still held: no one else can have opened it since
+    if not recorded and times is not None:  # still held: no one else can have opened it since
       untouched = directory.stat().st_mtime_ns == created.st_mtime_ns  # nothing else made or removed in it since
       path.unlink(missing_ok=True)
       if untouched:

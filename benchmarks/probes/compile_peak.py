@@ -49,7 +49,7 @@ def one_process() -> dict:
   def note(phase):
     phases[phase] = [round(value - baseline, 1) for value in (workload.resident_mib(), workload.peak_mib())]
 
-  step = run_step.make_train_step(graphdef, step_memory.CHUNK_SIZE, train_config=config.train)
+  step = run_step.make_run_step(graphdef, step_memory.CHUNK_SIZE, train_config=config.train)
   lowered = step.lower(state, ids, next_ids)
   note("lowered")
   compiled = lowered.compile()

@@ -39,7 +39,7 @@ def main(argv) -> None:
   config.model.tied = FLAGS.tied
   batch = workload.random_batch(FLAGS.vocab_size, FLAGS.batch_size)
   graphdef, _ = workload.train_state(config)
-  train_step = run_step.make_train_step(graphdef, FLAGS.chunk_size)
+  train_step = run_step.make_run_step(graphdef, FLAGS.chunk_size)
   variants = {
       "plain step": workload.make_plain_step(graphdef, FLAGS.chunk_size),
       "train step": train_step,

@@ -21,13 +21,14 @@ CONTEXT_START, CONTEXT_END = "<!-- context (generated from when_to_tie*.json) --
 CONTEXT_FAMILIES = ("mlp", "transformer")
 
 
-def cost_change(runs: dict[str, dict[str, list]], family: str, fraction: str) -> Interval:
-  """(tied − untied) − (tied − untied with `family`'s context) per (seed, draw) that all four ran, in eval loss:
-  → its interval (positive: context takes that much of tying's cost away)."""
+def cost_change(runs: dict[str, dict[str, list]], family: str, fraction: str, baseline: str = "tied") -> Interval:
+  """(`baseline` − untied) − (tied − untied with `family`'s context) per (seed, draw) that all four ran, in eval loss:
+  → its interval (positive: context takes that much of tying's cost away). `baseline` "tied" measures it against the
+  plain tied bigram, "tied_w" against tied + W, the bigram with a learned map between the table's two uses."""
   losses = {key: {stats.run_key(run): run["eval_loss"] for run in runs[key][fraction]}
-            for key in ("tied", "untied", f"tied_{family}", f"untied_{family}")}
+            for key in (baseline, "untied", f"tied_{family}", f"untied_{family}")}
   shared = set.intersection(*(set(by_key) for by_key in losses.values()))
-  return stats.crossed_interval({both: (losses["tied"][both] - losses["untied"][both])
+  return stats.crossed_interval({both: (losses[baseline][both] - losses["untied"][both])
                                  - (losses[f"tied_{family}"][both] - losses[f"untied_{family}"][both])
                                  for both in shared})
 
@@ -67,16 +68,21 @@ def context_lines(bigram: dict[str, Any], block: dict[str, Any], family: str, co
   by_size = {fraction: [paired(runs[better][fraction], runs[worse][fraction]) for better, worse, _ in rows]
              for fraction in fractions}
   change = {fraction: cost_change(runs, family, fraction) for fraction in fractions}
+  against_w = {fraction: cost_change(runs, family, fraction, "tied_w") for fraction in fractions}
   pairs = sorted({value.n for values in by_size.values() for value in values}, reverse=True)
   lines += ["", f"In nats of eval loss, the paired difference over the runs of the same seed and data draw "
-            f"({' or '.join(map(str, pairs))} a size) with its {INTERVAL_NAME}; the last row is "
-            "the first two rows' difference, run by run (positive: context takes that much of tying's cost away):",
+            f"({' or '.join(map(str, pairs))} a size) with its {INTERVAL_NAME}; the first row after these is "
+            "the first two rows' difference, run by run (positive: context takes that much of tying's cost away), and "
+            "the next the same against tied + W without context, ((tied + W) − untied) − (tied − untied with "
+            "context):",
             "", "| paired difference | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
   for index, (_, _, text) in enumerate(rows):
     lines.append(f"| {text} | " + " | ".join(mechanism.cell(by_size[fraction][index]) for fraction in fractions)
                  + " |")
   lines.append(f"| what the {family}'s context changes in tying's cost | "
                + " | ".join(mechanism.cell(change[fraction]) for fraction in fractions) + " |")
+  lines.append(f"| what the {family}'s context changes in tying's cost against tied + W | "
+               + " | ".join(mechanism.cell(against_w[fraction]) for fraction in fractions) + " |")
   if family in entry.get("ngram", {}):  # each run less the n-gram fitted on its own draw's train pairs
     for key in (f"tied_{family}", f"untied_{family}"):
       behind = [stats.against(runs[key][fraction], stats.by_draw(entry["ngram"][family][fraction]))
@@ -84,7 +90,8 @@ def context_lines(bigram: dict[str, Any], block: dict[str, Any], family: str, co
       lines.append(f"| {labels[key]} − the Kneser-Ney n-gram of its context (positive: the count model is "
                    "better) | " + " | ".join(map(mechanism.cell, behind)) + " |")
   return [*lines, "", _reading(family, sizes, [by_size[fraction] for fraction in fractions],
-                               [change[fraction] for fraction in fractions]), *_ends_lines(entry, family, labels)]
+                               [change[fraction] for fraction in fractions],
+                               [against_w[fraction] for fraction in fractions]), *_ends_lines(entry, family, labels)]
 
 
 _AXES = {"learning_rate": "learning rate", "weight_decay": "weight decay", "hidden_l2": "λ"}
@@ -114,20 +121,24 @@ def _ends_lines(entry: dict[str, Any], family: str, labels: dict[str, str]) -> l
 
 
 def _says(value: Interval, positive: str, negative: str) -> str:
-  """'positive' or 'negative' where the interval excludes 0 on that side, '≈ 0' where it holds 0."""
+  """'positive' or 'negative' where the interval excludes 0 on that side, 'unresolved' where it holds 0."""
   if not value.excludes_zero:
-    return "≈ 0"
+    return "unresolved"
   return positive if value.mean > 0 else negative
 
 
-def _reading(family: str, sizes: list[str], by_size: list[list[Interval]], change: list[Interval]) -> str:
-  """One sentence per size: tying's cost without and with context, and whether context changed it."""
+def _reading(family: str, sizes: list[str], by_size: list[list[Interval]], change: list[Interval],
+             against_w: list[Interval]) -> str:
+  """One sentence per size: tying's cost without and with context, and whether context changed it, against the
+  plain tied bigram and against tied + W."""
   parts = []
-  for size, values, moved in zip(sizes, by_size, change, strict=True):
+  for size, values, moved, moved_w in zip(sizes, by_size, change, against_w, strict=True):
     without, with_context = values[0], values[1]
     verdict = _says(moved, "context shrinks it", "context widens it")
+    verdict_w = _says(moved_w, "context shrinks it", "context widens it")
     parts.append(f"at {size} tying costs {without.mean:+.3f} without context and {with_context.mean:+.3f} with the "
-                 f"{family}'s ({verdict}: {moved.mean:+.3f}, {moved.low:.3f} to {moved.high:.3f})")
+                 f"{family}'s ({verdict}: {moved.mean:+.3f}, {moved.low:.3f} to {moved.high:.3f}; against tied + W "
+                 f"without context, {verdict_w}: {moved_w.mean:+.3f}, {moved_w.low:.3f} to {moved_w.high:.3f})")
   return "Tying's cost (positive: untied is better): " + "; ".join(parts) + "."
 
 
@@ -162,18 +173,20 @@ def _context_words(block: dict[str, Any], family: str) -> str:
 
 
 def _verdict(value: Interval, with_interval: bool) -> str:
-  """'untied by 0.031' or 'tied by 0.020' where the interval excludes 0 (positive: untied is better), 'level: -0.018'
-  where it holds 0; the interval after it with `with_interval`."""
-  interval = f" ({value.low:.3f} to {value.high:.3f})" if with_interval else ""
+  """Who is ahead, from tied − untied's 95% interval (positive: untied is better): 'untied by 0.031' or 'tied by 0.020'
+  where the interval excludes 0, the interval after it with `with_interval`; 'unresolved: 0.118 (-0.059 to 0.296)'
+  where it holds 0, always with its interval. An interval that holds 0 is at least as wide as the mean's distance
+  from 0, so it calls neither model ahead, nor the two level."""
+  interval = f" ({value.low:.3f} to {value.high:.3f})"
   if not value.excludes_zero:
-    return f"level: {value.mean:.3f}{interval}"
-  return f"{'untied' if value.mean > 0 else 'tied'} by {abs(value.mean):.3f}{interval}"
+    return f"unresolved: {value.mean:.3f}{interval}"
+  return f"{'untied' if value.mean > 0 else 'tied'} by {abs(value.mean):.3f}{interval if with_interval else ''}"
 
 
 def cost_table(bigram: dict[str, Any], docs: pathlib.Path, with_interval: bool = False) -> list[str]:
   """Tying's cost, tied − untied paired over the same seed and data draw, per corpus and size: without context (the
   bigram block) and with each context block beside it in `docs` that pairs with it (CONTEXT_JSON): → markdown lines
-  of one table, each cell who is ahead and by how much, or 'level' where the 95% interval holds 0."""
+  of one table, each cell who is ahead and by how much, or 'unresolved' where the 95% interval holds 0."""
   fractions = list(next(iter(bigram["corpora"].values()))["count"])
   lines = ["| text | between the table's two uses | " + " | ".join(_sizes(fractions)) + " |",
            "|---|---|" + "---|" * len(fractions)]

@@ -88,31 +88,31 @@ def _range(value: Interval) -> str:
 
 
 def pick_text(entry: dict[str, Any], fraction: str, labels: dict[str, str]) -> str:
-  """'10% tied + W by 0.077 (0.051 to 0.103)', or '3% tied + W ≈ untied (-0.010 to 0.040)', then the strongest
-  count model where it is ahead (or its interval holds 0)."""
+  """'10% tied + W by 0.077 (0.051 to 0.103)', or '3% tied + W or untied, unresolved (-0.010 to 0.040)' where the
+  interval holds 0, then the strongest count model where it is ahead (or its interval holds 0: unresolved)."""
   chosen = pick(entry, fraction)
   size = f"{100 * float(fraction):g}%"
   if chosen.named:
     text = f"{size} {labels[chosen.first]} by {chosen.margin.mean:.3f} ({_range(chosen.margin)})"
   else:
-    text = f"{size} {labels[chosen.first]} ≈ {labels[chosen.second]} ({_range(chosen.margin)})"
+    text = f"{size} {labels[chosen.first]} or {labels[chosen.second]}, unresolved ({_range(chosen.margin)})"
   count = f"the {baseline_name(entry, chosen.baseline, fraction)} count model"
   if chosen.behind.excludes_zero and chosen.behind.mean > 0:
     text += f", {count} {chosen.behind.mean:.3f} ahead ({_range(chosen.behind)})"
   elif not chosen.behind.excludes_zero:
-    text += f", ≈ {count} ({chosen.behind.mean:+.3f}, {_range(chosen.behind)})"
+    text += f", against {count} unresolved ({chosen.behind.mean:+.3f}, {_range(chosen.behind)})"
   return text
 
 
 def picks(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
-  """Per data size, the pick and its paired margin with its interval, or "≈" where the interval holds 0."""
+  """Per data size, the pick and its paired margin with its interval, or "unresolved" where the interval holds 0."""
   return [pick_text(entry, fraction, labels) for fraction in entry["count"]]
 
 
 INTERVALS_NOTE = (f"Margins: the paired difference in eval loss (nats) between the two best models over the seeds both "
                   f"ran (same seed, same data draw), with its {INTERVAL_NAME}; a model is named only "
-                  "where its interval against every other model excludes 0, \"≈\" elsewhere. The count model is the "
-                  "stronger of add-k and Kneser-Ney (where swept) by eval loss over the data draws.")
+                  "where its interval against every other model excludes 0, \"unresolved\" elsewhere. The count "
+                  "model is the stronger of add-k and Kneser-Ney (where swept) by eval loss over the data draws.")
 CONTEXT_NOTE = (" For a model with context (MLP, transformer) it is the strongest of those and the Kneser-Ney n-gram "
                 "of its context.")
 
@@ -328,7 +328,7 @@ def _corpus_lines(corpus: str, entry: dict[str, Any], labels: dict[str, str]) ->
       mean, sd = mean_sd(runs, "eval_loss")
       cells.append(f"{mean:.4f} ± {sd:.4f} ({against(runs, by_draw(count)).mean:+.3f})")
     chosen = pick(entry, fraction)
-    named = labels[chosen.first] if chosen.named else f"{labels[chosen.first]} ≈ {labels[chosen.second]}"
+    named = labels[chosen.first] if chosen.named else f"{labels[chosen.first]} or {labels[chosen.second]}, unresolved"
     lines.append(f"| {100 * float(fraction):g}% ({len_used(entry, fraction):,} pairs) | {draws_mean(count):.4f} "
                  f"({count['k']:g}) | " + " | ".join(cells) + f" | {named} |")
   lines += _per_model_lines(entry, labels)
@@ -470,7 +470,7 @@ def len_used(entry: dict[str, Any], fraction: str) -> int:
 
 def readme_block(results: dict[str, Any]) -> str:
   """The README's first-screen answer: per corpus and data size the model to pick and its paired margin with the
-  margin's 95% interval, or "≈" where the interval holds 0, and where the strongest count model is ahead."""
+  margin's 95% interval, or "unresolved" where the interval holds 0, and where the strongest count model is ahead."""
   labels = {model["key"]: model["label"].split("  ")[0] for model in results["models"]}
   lines = []
   for corpus, entry in results["corpora"].items():

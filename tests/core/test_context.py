@@ -12,6 +12,7 @@ import pytest
 from flax import nnx
 from helpers import lookup_dense
 
+from tied_embed.core import model as model_lib
 from tied_embed.core import loss as loss_lib
 from tied_embed.core import optim
 from tied_embed.core import paths as plain_paths
@@ -20,7 +21,9 @@ from tied_embed.core.model import build_model
 from tied_embed.fast import choose
 
 VOCAB, D_MODEL, LENGTH, BATCH = 24, 8, 6, 4
-FORMS = [(context, tied, hidden) for context in ("mlp", "transformer") for tied, hidden in
+# Every declared context mixer: a new one is covered by each test below without a new parametrization.
+CONTEXT_MIXERS = [name for name in model_lib.VARIANTS["context"] if name != "none"]
+FORMS = [(context, tied, hidden) for context in CONTEXT_MIXERS for tied, hidden in
          ((True, "none"), (False, "none"), (True, "linear"))]
 
 
@@ -28,7 +31,7 @@ def _model(context: str, tied: bool = True, hidden: str = "none", seed: int = 0)
   config = ml_collections.ConfigDict({
       "seed": seed, "data": {"context_length": LENGTH},
       "model": {"vocab_size": VOCAB, "d_model": D_MODEL, "tied": tied, "context": context, "context_k": 3,
-                "layers": 2, "heads": 2, "hidden": hidden, "hidden_l2": 0.1}})
+                "conv_width": 3, "layers": 2, "heads": 2, "hidden": hidden, "hidden_l2": 0.1}})
   return build_model(config)
 
 
@@ -47,7 +50,7 @@ def test_the_paths_routed_into_the_params_are_nnx_grad_of_the_whole_model(contex
   model = _model(context, tied, hidden)
   ids, next_ids = _windows()
   paths = plain_paths.path_gradients(model, ids, next_ids)
-  grads = step_lib.param_gradients(model, paths)
+  grads = plain_paths.param_gradients(model, paths)
   assert float(step_lib.split_error(model, grads, ids, next_ids)) < 1e-5
   direct = _flat(nnx.grad(loss_lib.model_loss)(model, ids, next_ids))
   got = _flat(grads)
@@ -59,14 +62,14 @@ def test_the_paths_routed_into_the_params_are_nnx_grad_of_the_whole_model(contex
   assert paths.hidden, "a context model has Params besides its tables"
 
 
-@pytest.mark.parametrize("context", ["mlp", "transformer"])
+@pytest.mark.parametrize("context", CONTEXT_MIXERS)
 def test_a_tied_context_model_holds_one_table_that_both_paths_update(context):
   model = _model(context)
   tables = [v for v in jax.tree.leaves(nnx.state(model, nnx.Param)) if v.shape == (VOCAB, D_MODEL)]
   assert len(tables) == 1
   ids, next_ids = _windows()
   paths = plain_paths.path_gradients(model, ids, next_ids)
-  grads = _flat(step_lib.param_gradients(model, paths))
+  grads = _flat(plain_paths.param_gradients(model, paths))
   table_grad = [g for g in grads.values() if g.shape == (VOCAB, D_MODEL)]
   assert len(table_grad) == 1
   np.testing.assert_allclose(table_grad[0], np.asarray(paths.lookup + paths.projection), rtol=1e-6, atol=1e-8)
@@ -91,6 +94,29 @@ def test_the_context_mlp_reads_the_previous_k_rows_as_numpy_does():
   model = _model("mlp")
   ids, _ = _windows()
   np.testing.assert_allclose(np.asarray(model(ids), np.float64), _numpy_mlp_logits(model, np.asarray(ids)),
+                             rtol=1e-4, atol=1e-5)
+
+
+def _numpy_conv_logits(model, ids: np.ndarray) -> np.ndarray:
+  """ContextConv's logits in float64 from its Params: h_t = x_t + Σ_j x_(t−j) · K[w−1−j] + c (Flax's kernel (w, D, D)
+  is a cross-correlation: its last tap reads the current row), zeros before the window."""
+  table = np.asarray(model.embedder.embedding[...], np.float64)
+  kernel, bias = np.asarray(model.conv.kernel[...], np.float64), np.asarray(model.conv.bias[...], np.float64)
+  width = kernel.shape[0]
+  logits = np.zeros(ids.shape + (VOCAB,))
+  for b in range(ids.shape[0]):
+    for t in range(ids.shape[1]):
+      mixed = bias + sum(table[ids[b, t - j]] @ kernel[width - 1 - j] for j in range(width) if t - j >= 0)
+      logits[b, t] = (table[ids[b, t]] + mixed) @ table.T
+  return logits
+
+
+def test_the_context_conv_reads_the_previous_width_rows_as_numpy_does():
+  model = _model("conv")
+  assert model.conv.kernel.shape == (3, D_MODEL, D_MODEL)
+  model.conv.bias[...] = jnp.linspace(-1, 1, D_MODEL)  # a bias away from its zeros, so a dropped bias shows
+  ids, _ = _windows()
+  np.testing.assert_allclose(np.asarray(model(ids), np.float64), _numpy_conv_logits(model, np.asarray(ids)),
                              rtol=1e-4, atol=1e-5)
 
 
@@ -144,7 +170,7 @@ def test_the_context_transformer_is_numpys_float64_forward_pass():
                              _numpy_transformer_logits(model, short), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("context", ["mlp", "transformer"])
+@pytest.mark.parametrize("context", CONTEXT_MIXERS)
 def test_a_position_never_reads_a_later_token(context):
   model = _model(context)
   ids, _ = _windows()
@@ -177,7 +203,7 @@ def _off_by_one_percent(paths_fn):
   return wrong
 
 
-@pytest.mark.parametrize("context", ["mlp", "transformer"])
+@pytest.mark.parametrize("context", CONTEXT_MIXERS)
 def test_the_split_check_catches_a_1_percent_error_in_a_context_models_fast_path(context):
   model = _model(context)
   tx = optim.make_optimizer(ml_collections.ConfigDict({
@@ -230,7 +256,7 @@ def test_the_transformers_positions_start_as_gpt2s_normal_of_standard_deviation_
   assert abs(positions.mean()) < 0.002
 
 
-@pytest.mark.parametrize("context", ["mlp", "transformer"])
+@pytest.mark.parametrize("context", CONTEXT_MIXERS)
 def test_pairs_to_a_context_model_are_windows_of_one_token(context):
   model = _model(context)
   ids = jnp.array([3, 5, 3], jnp.int32)

@@ -110,7 +110,7 @@ def test_the_logits_loss_and_path_gradients_are_the_float64_hand_derivation(cont
   _close(paths.projection, want["projection"])
   _close(_extra_grad(control, paths.hidden), want["bias" if control == "bias" else "kernel"])
   if tied:  # the one table's gradient is the sum of the two paths
-    grads = step_lib.param_gradients(model, paths)
+    grads = plain_paths.param_gradients(model, paths)
     _close(grads["embedder"]["embedding"][...], want["lookup"] + want["projection"])
 
 
@@ -119,7 +119,7 @@ def test_the_logits_loss_and_path_gradients_are_the_float64_hand_derivation(cont
 def test_the_split_error_is_below_1e_5(control, tied):
   model = _model(control, tied)
   ids, next_ids = jnp.asarray(IDS), jnp.asarray(NEXT)
-  grads = step_lib.param_gradients(model, plain_paths.path_gradients(model, ids, next_ids))
+  grads = plain_paths.param_gradients(model, plain_paths.path_gradients(model, ids, next_ids))
   assert float(step_lib.split_error(model, grads, ids, next_ids)) < 1e-5
 
 
@@ -294,7 +294,7 @@ def test_an_output_bias_around_a_context_model_routes_and_serves_its_windows():
   hidden = np.asarray(model.hidden(model.embed(ids)), np.float64)  # the context mixer's own output, then by hand:
   _close(model(ids), hidden @ np.asarray(model.tables()[1], np.float64).T + np.asarray(model.bias[...], np.float64))
   plain = plain_paths.path_gradients(model, ids, next_ids)
-  assert float(step_lib.split_error(model, step_lib.param_gradients(model, plain), ids, next_ids)) < 1e-5
+  assert float(step_lib.split_error(model, plain_paths.param_gradients(model, plain), ids, next_ids)) < 1e-5
   fast = choose.paths_function(chunk_size=3)(model, ids, next_ids)
   _close(fast.loss, plain.loss)
   _close(lookup_dense(fast), plain.lookup)

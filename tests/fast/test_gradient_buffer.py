@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 
 from tied_embed.core import optim
+from tied_embed.core import step as step_lib
 from tied_embed.core.model import build_model
 from tied_embed.fast import choose, compilation
 from tied_embed.train import run_step
@@ -33,10 +34,11 @@ def test_the_step_with_a_buffer_is_the_unbuffered_step_bit_for_bit(hidden):
   config, (graphdef, state) = _smoke_state(hidden)
   chunk_size = int(config.loss.chunk_size)
   ids, next_ids = _batch(int(config.model.vocab_size))
-  step_fn = run_step.make_step_function(graphdef, choose.paths_function(chunk_size))
+  step_fn = step_lib.make_step_function(graphdef, choose.paths_function(chunk_size),
+                                       after_gradients=run_step.bookkeeping())
   plain = jax.jit(lambda state, ids, next_ids, with_stats=False: step_fn(state, ids, next_ids, with_stats)[:2],
                  donate_argnums=0, static_argnames="with_stats", compiler_options=compilation.compiler_options())
-  buffered = run_step.make_train_step(graphdef, chunk_size)
+  buffered = run_step.make_run_step(graphdef, chunk_size)
   want, got = jax.tree.map(jnp.copy, state), jax.tree.map(jnp.copy, state)
   for with_stats in (False, True, False):
     want, want_metrics = plain(want, ids, next_ids, with_stats=with_stats)
@@ -50,7 +52,7 @@ def test_the_step_with_a_buffer_is_the_unbuffered_step_bit_for_bit(hidden):
 def test_each_step_writes_its_gradient_into_the_last_steps_buffer():
   config, (graphdef, state) = _smoke_state()
   ids, next_ids = _batch(int(config.model.vocab_size))
-  step = run_step.make_train_step(graphdef, int(config.loss.chunk_size))
+  step = run_step.make_run_step(graphdef, int(config.loss.chunk_size))
   state, _ = step(state, ids, next_ids)
   buffer = step._buffer["embedding"][...]
   address = buffer.unsafe_buffer_pointer()

@@ -123,8 +123,8 @@ def _run(step, state, ids, next_ids, calls=(False, True, False)):
 def test_the_fused_step_is_the_optax_step(hidden):
   config, (graphdef, state) = _state(hidden, grad_clip_norm=0.01, weight_decay=0.1)
   chunk_size, (ids, next_ids) = int(config.loss.chunk_size), _batch(int(config.model.vocab_size))
-  optax_step = run_step.make_train_step(graphdef, chunk_size)
-  fused_step = run_step.make_train_step(graphdef, chunk_size, train_config=config.train)
+  optax_step = run_step.make_run_step(graphdef, chunk_size)
+  fused_step = run_step.make_run_step(graphdef, chunk_size, train_config=config.train)
   assert fused_adamw.TARGET in fused_step.lower(state, ids, next_ids).as_text()
   assert fused_adamw.TARGET not in optax_step.lower(state, ids, next_ids).as_text()
   want, want_metrics = _run(optax_step, state, ids, next_ids)
@@ -147,7 +147,7 @@ def test_the_fused_step_records_a_non_finite_optimizer_state():
   nu = state["optimizer"]["opt_state"][1][0].nu["embedding"]
   nu[...] = nu[...].at[5, 7].set(jnp.inf)  # the params and the loss stay finite: only the check of nu sees it
   for train_config in (None, config.train):  # optax's update with core's check, then the fused one's
-    step = run_step.make_train_step(graphdef, int(config.loss.chunk_size), train_config=train_config)
+    step = run_step.make_run_step(graphdef, int(config.loss.chunk_size), train_config=train_config)
     new_state, _ = step(jax.tree.map(jnp.copy, state), ids, next_ids)
     assert np.isfinite(np.asarray(new_state["model"]["embedding"][...])).all()
     assert int(new_state["first_nonfinite_step"][...]) == 1
@@ -161,9 +161,9 @@ def test_elsewhere_the_step_is_optaxs_bit_for_bit(case, monkeypatch):
   if case == "kernel off":
     monkeypatch.setattr(fused_adamw, "available", lambda: False)
   chunk_size, (ids, next_ids) = int(config.loss.chunk_size), _batch(int(config.model.vocab_size))
-  step = run_step.make_train_step(graphdef, chunk_size, train_config=config.train)
+  step = run_step.make_run_step(graphdef, chunk_size, train_config=config.train)
   assert fused_adamw.TARGET not in step.lower(state, ids, next_ids).as_text()
-  want, _ = _run(run_step.make_train_step(graphdef, chunk_size), state, ids, next_ids, calls=(False,))
+  want, _ = _run(run_step.make_run_step(graphdef, chunk_size), state, ids, next_ids, calls=(False,))
   got, _ = _run(step, state, ids, next_ids, calls=(False,))
   for (path, value), (_, other) in zip(jax.tree.leaves_with_path(want), jax.tree.leaves_with_path(got), strict=True):
     np.testing.assert_array_equal(other, value, err_msg=jax.tree_util.keystr(path))

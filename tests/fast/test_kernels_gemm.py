@@ -260,7 +260,7 @@ def test_the_switch_turns_the_kernel_off(monkeypatch: pytest.MonkeyPatch, dtype)
 
 
 def _train_step_program(dtype: str = "bfloat16") -> str:
-  """The lowered `dtype` train step of configs/smoke.py with the chunked loss, as run_step.make_train_step makes it."""
+  """The lowered `dtype` train step of configs/smoke.py with the chunked loss, as run_step.make_run_step makes it."""
   from flax import nnx  # noqa: PLC0415
   from helpers import smoke_with  # noqa: PLC0415
 
@@ -271,7 +271,7 @@ def _train_step_program(dtype: str = "bfloat16") -> str:
   config = smoke_with("model.dtype", dtype)
   graphdef, state = nnx.split(run_step.RunState(build_model(config), optim.make_optimizer(config.train)))
   ids = jnp.zeros((int(config.train.batch_size),), jnp.int32)
-  step = run_step.make_train_step(graphdef, 8, compute_dtype=dtype)
+  step = run_step.make_run_step(graphdef, 8, compute_dtype=dtype)
   return step.lower(state, ids, ids, with_stats=False).as_text()
 
 

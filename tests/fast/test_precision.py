@@ -157,6 +157,6 @@ def test_the_trainers_step_takes_the_configs_model_dtype(monkeypatch, dtype):
   from tied_embed.train import run_step  # noqa: PLC0415
 
   asked = {}
-  monkeypatch.setattr(run_step, "make_train_step", lambda *args, **options: asked.update(options))
+  monkeypatch.setattr(run_step, "make_run_step", lambda *args, **options: asked.update(options))
   run_step.train_step_for(smoke_with("model.dtype", dtype), None, {})
   assert asked["compute_dtype"] == dtype

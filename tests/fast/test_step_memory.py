@@ -29,7 +29,7 @@ def _setup(chunk_size: int = C):
   config.model.vocab_size, config.model.d_model, config.train.batch_size = V, D, T
   graphdef, state = nnx.split(run_step.RunState(build_model(config), optim.make_optimizer(config.train)))
   ids, next_ids = np.random.default_rng(0).integers(0, V, (2, T), dtype=np.int32)
-  step = run_step.make_train_step(graphdef, chunk_size, train_config=config.train)
+  step = run_step.make_run_step(graphdef, chunk_size, train_config=config.train)
   return step, state, jnp.asarray(ids), jnp.asarray(next_ids)
 
 

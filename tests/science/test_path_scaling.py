@@ -43,7 +43,7 @@ def test_one_sgd_step_applies_the_weighted_path_gradients(tied, a, b):
   graphdef, state, before = _sgd_setup(tied)
   lookup, projection = hand_path_gradients(*before, IDS, NEXT_IDS)
 
-  step = run_step.make_train_step(graphdef, chunk_size=0, lookup_grad_scale=a, projection_grad_scale=b)
+  step = run_step.make_run_step(graphdef, chunk_size=0, lookup_grad_scale=a, projection_grad_scale=b)
   state, _ = step(state, jnp.asarray(IDS), jnp.asarray(NEXT_IDS))
 
   if tied:
@@ -64,7 +64,7 @@ def test_clipping_sees_the_weighted_sum():
   weighted = a * lookup + b * projection
   assert np.linalg.norm(weighted) > 10 * clip  # so the clip is active
 
-  step = run_step.make_train_step(graphdef, chunk_size=0, lookup_grad_scale=a, projection_grad_scale=b)
+  step = run_step.make_run_step(graphdef, chunk_size=0, lookup_grad_scale=a, projection_grad_scale=b)
   state, metrics = step(state, jnp.asarray(IDS), jnp.asarray(NEXT_IDS), with_stats=True)
 
   want = before[0] - 0.1 * weighted * clip / np.linalg.norm(weighted)
@@ -78,7 +78,7 @@ def test_log_step_reports_the_unweighted_paths_and_the_applied_norm(tied):
   graphdef, state, before = _sgd_setup(tied)
   lookup, projection = hand_path_gradients(*before, IDS, NEXT_IDS)
 
-  step = run_step.make_train_step(graphdef, chunk_size=0, lookup_grad_scale=a, projection_grad_scale=b)
+  step = run_step.make_run_step(graphdef, chunk_size=0, lookup_grad_scale=a, projection_grad_scale=b)
   _, metrics = step(state, jnp.asarray(IDS), jnp.asarray(NEXT_IDS), with_stats=True)
 
   np.testing.assert_allclose(metrics["lookup_norm"], np.linalg.norm(lookup), rtol=1e-5)
@@ -98,10 +98,13 @@ def test_a_run_logs_the_applied_norm_at_each_log_step(smoke_run):
     assert series["grad/applied_norm"][step] == pytest.approx(total, rel=1e-5)
 
 
+_ASSEMBLY = plain_paths.param_gradients
+
+
 def _unscaled_param_gradients(model, paths, *scales):
   """The update as it is with no scaling: each model's own assembly of its path gradients."""
   del scales
-  return plain_paths.param_gradients(model, paths.add_lookup, paths.projection, paths.hidden)
+  return _ASSEMBLY(model, paths)
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -109,10 +112,10 @@ def test_unit_scales_are_bitwise_the_unscaled_step(tied, monkeypatch):
   config = smoke_with("model.tied", tied)  # adamw with clipping, as the shipped configs train
   graphdef, state = nnx.split(run_step.RunState(build_model(config), optim.make_optimizer(config.train)))
   reference = jax.tree.map(jnp.copy, state)
-  step = run_step.make_train_step(graphdef, chunk_size=0, lookup_grad_scale=1.0, projection_grad_scale=1.0)
+  step = run_step.make_run_step(graphdef, chunk_size=0, lookup_grad_scale=1.0, projection_grad_scale=1.0)
   with monkeypatch.context() as patch:  # the same step with the identity hard-wired; it traces at its first call
-    patch.setattr(step_lib, "param_gradients", _unscaled_param_gradients)
-    unscaled = run_step.make_train_step(graphdef, chunk_size=0)
+    patch.setattr(plain_paths, "param_gradients", _unscaled_param_gradients)
+    unscaled = run_step.make_run_step(graphdef, chunk_size=0)
     rng = np.random.default_rng(0)
     batches = [tuple(jnp.asarray(rng.integers(0, 32, size=64, dtype=np.int32)) for _ in range(2)) for _ in range(6)]
     for i, (ids, next_ids) in enumerate(batches):

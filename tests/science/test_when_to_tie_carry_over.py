@@ -81,8 +81,14 @@ def test_the_table_pairs_the_blocks_run_by_run_and_reads_the_change_in_tyings_co
   cell = paired_rows["tied mlp − the Kneser-Ney n-gram of its context (positive: the count model is better)"][0]
   assert tuple(map(float, _CELL.match(cell).groups())) == pytest.approx(_by_hand_t([0.1, -0.2, 0.1]), abs=6e-4)
   reading = next(line for line in lines if line.startswith("Tying's cost"))
+  # against tied + W without context: (tied_w − untied) − 0.1 = 0.0, 0.0, 0.1
+  w_mean, w_low, w_high = _by_hand_t([0.0, 0.0, 0.1])
+  cell = paired_rows["what the mlp's context changes in tying's cost against tied + W"][0]
+  assert tuple(map(float, _CELL.match(cell).groups())) == pytest.approx((w_mean, w_low, w_high), abs=6e-4)
+  assert w_low < 0 < w_high
   assert reading == (f"Tying's cost (positive: untied is better): at 10% tying costs +0.400 without context and "
-                     f"+0.100 with the mlp's (context shrinks it: +0.300, {low:.3f} to {high:.3f}).")
+                     f"+0.100 with the mlp's (context shrinks it: +0.300, {low:.3f} to {high:.3f}; against tied + W "
+                     f"without context, unresolved: {w_mean:+.3f}, {w_low:.3f} to {w_high:.3f}).")
 
 
 def test_the_table_says_how_many_runs_were_best_in_their_last_eval_interval_and_where_each_choice_sits():
@@ -94,15 +100,19 @@ def test_the_table_says_how_many_runs_were_best_in_their_last_eval_interval_and_
   assert ends["tied w mlp"] == [f"1 of 3 best in the last eval interval; {chosen}, λ 0 (lowest)"]
 
 
-def test_a_change_whose_interval_holds_zero_is_read_as_none():
+def test_a_change_whose_interval_holds_zero_is_read_as_unresolved():
   block = copy.deepcopy(MLP)
   for run, loss in zip(block["corpora"]["bytes"]["runs"]["tied_mlp"]["0.1"], (1.8, 2.0, 2.2), strict=True):
     run["eval_loss"] = loss  # tied − untied with context: 0.3, 0.4, 0.5, the same as without: a change of 0 each
   block["corpora"]["bytes"]["runs"]["tied_mlp"]["0.1"][1]["eval_loss"] = 2.1  # one run 0.1 off: changes 0, −0.1, 0
   mean, low, high = _by_hand_t([0.0, -0.1, 0.0])
   assert low < 0 < high
+  # against tied + W: (tied_w − untied) 0.1, 0.1, 0.2 less (tied − untied with the MLP) 0.3, 0.5, 0.5
+  w_mean, w_low, w_high = _by_hand_t([-0.2, -0.4, -0.3])
+  assert w_high < 0
   assert next(line for line in carry_over.context_lines(BIGRAM, block, "mlp") if line.startswith("Tying's")).endswith(
-      f"+0.433 with the mlp's (≈ 0: {mean:+.3f}, {low:.3f} to {high:.3f}).")
+      f"+0.433 with the mlp's (unresolved: {mean:+.3f}, {low:.3f} to {high:.3f}; against tied + W without context, "
+      f"context widens it: {w_mean:+.3f}, {w_low:.3f} to {w_high:.3f}).")
 
 
 def test_the_notes_get_the_table_of_each_context_json_beside_the_bigram_block(tmp_path):
@@ -177,15 +187,15 @@ def test_the_page_holds_the_context_table_the_jsons_make():
 COST_ROWS = {None: ("nothing (the bigram model)", "tied", "untied"),
              "mlp": ("an MLP over the previous 3 tokens", "tied_mlp", "untied_mlp"),
              "transformer": ("1 transformer block over 16 tokens", "tied_transformer", "untied_transformer")}
-_VERDICT = re.compile(r"^(?:(untied|tied) by|(level):) (-?[\d.]+)(?: \((-?[\d.]+) to (-?[\d.]+)\))?$")
+_VERDICT = re.compile(r"^(?:(untied|tied) by|(unresolved):) (-?[\d.]+)(?: \((-?[\d.]+) to (-?[\d.]+)\))?$")
 
 
 def _by_hand_verdict(differences):
-  """(who is ahead or 'level', the number shown, low, high) of tied − untied keyed by (seed, draw), by hand."""
+  """(who is ahead or 'unresolved', the number shown, low, high) of tied − untied keyed by (seed, draw), by hand."""
   mean, low, high = by_hand_interval(differences)
   if low > 0 or high < 0:
     return ("untied" if mean > 0 else "tied"), abs(mean), low, high
-  return "level", mean, low, high
+  return "unresolved", mean, low, high
 
 
 @pytest.mark.parametrize(("page", "with_interval"), [("README.md", False), ("docs/results.md", True)])
@@ -207,7 +217,7 @@ def test_the_readme_and_results_state_tyings_cost_with_and_without_context_from_
         found = _VERDICT.match(table[corpus, words][index].strip()).groups()
         assert (found[0] or found[1]) == by_hand[0], (corpus, words, fraction)
         shown = [float(value) for value in found[2:] if value is not None]
-        assert len(shown) == (3 if with_interval else 1)
+        assert len(shown) == (3 if with_interval or by_hand[0] == "unresolved" else 1)
         assert shown == pytest.approx(by_hand[1:len(shown) + 1], abs=6e-4), (corpus, words, fraction)
 
 
@@ -217,10 +227,10 @@ def test_the_pages_hold_the_cost_tables_the_jsons_make():
     assert common.block(page.read_text(), carry_over.COST_START, carry_over.COST_END) == "\n" + "\n".join(lines) + "\n"
 
 
-def test_the_cost_table_names_who_is_ahead_or_level_by_the_interval(tmp_path):
+def test_the_cost_table_names_who_is_ahead_or_unresolved_by_the_interval(tmp_path):
   block = copy.deepcopy(MLP)
   block["models"] = [{**model, "needs": [["model.context_k", 3]]} for model in block["models"]]
-  # with the MLP at 10% tied − untied is 0.1 each run; then tied 0.2 lower (tied ahead), then one run off (level)
+  # with the MLP at 10% tied − untied is 0.1 each run; then tied 0.2 lower (tied ahead), then one run off (unresolved)
   (tmp_path / "when_to_tie_mlp.json").write_text(json.dumps(block))
   lines = carry_over.cost_table(BIGRAM, tmp_path, with_interval=True)
   mean, low, high = _by_hand_t([0.3, 0.4, 0.5])
@@ -230,7 +240,7 @@ def test_the_cost_table_names_who_is_ahead_or_level_by_the_interval(tmp_path):
     if loss_shift is None:  # one run off: tied − untied 0.1, −0.1, 0.1 holds 0
       losses = (1.6, 1.5, 1.8)
       mean, low, high = _by_hand_t([0.1, -0.1, 0.1])
-      cell = f"level: {mean:.3f}"
+      cell = f"unresolved: {mean:.3f} ({low:.3f} to {high:.3f})"
     else:
       losses = tuple(loss - loss_shift for loss in LOSSES["tied_mlp"])
     for run, loss in zip(block["corpora"]["bytes"]["runs"]["tied_mlp"]["0.1"], losses, strict=True):

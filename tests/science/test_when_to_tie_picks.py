@@ -84,11 +84,12 @@ def test_a_pick_is_named_only_where_its_interval_against_every_other_model_exclu
   # tied leads untied by 0.1 on every seed (sd 0): named; tied_w far behind.
   entry = _entry([1.0, 1.1, 1.2], [1.1, 1.2, 1.3], [2.0, 2.0, 2.0])
   assert report.pick_text(entry, "0.1", LABELS).startswith("10% T by 0.100 (0.100 to 0.100)")
-  # tied leads untied on average by 0.1, but one seed reverses: ≈, with the interval.
+  # tied leads untied on average by 0.1, but one seed reverses: unresolved, with the interval.
   entry = _entry([1.0, 1.0, 1.0], [1.3, 1.1, 0.9], [2.0, 2.0, 2.0])
   diffs = np.array([0.3, 0.1, -0.1])
   half = T_TABLE[2] * diffs.std(ddof=1) / math.sqrt(3)
-  assert report.pick_text(entry, "0.1", LABELS).startswith(f"10% T ≈ U ({0.1 - half:.3f} to {0.1 + half:.3f})")
+  assert report.pick_text(entry, "0.1", LABELS).startswith(
+      f"10% T or U, unresolved ({0.1 - half:.3f} to {0.1 + half:.3f})")
 
 
 def test_the_count_model_is_the_strongest_baseline_and_said_where_it_is_ahead():
@@ -101,11 +102,12 @@ def test_the_count_model_is_the_strongest_baseline_and_said_where_it_is_ahead():
       f"{0.11 + half:.3f})")
   entry["kneser_ney"]["0.1"]["eval_loss"] = 2.0  # add-k (1.5) is the stronger: the model beats it, nothing said
   assert report.pick_text(entry, "0.1", LABELS) == "10% T by 0.100 (0.100 to 0.100)"
-  entry["count"]["0.1"]["eval_loss"] = 1.01  # within the interval of tied's runs: "≈" the count model
-  assert report.pick_text(entry, "0.1", LABELS).endswith(", ≈ the add-k count model (+0.000, -0.025 to 0.025)")
+  entry["count"]["0.1"]["eval_loss"] = 1.01  # within the interval of tied's runs: unresolved against the count model
+  assert report.pick_text(entry, "0.1", LABELS).endswith(
+      ", against the add-k count model unresolved (+0.000, -0.025 to 0.025)")
 
 
-_PICK = re.compile(r"(?P<size>[\d.]+)% (?P<first>.+?) (?:by (?P<margin>-?[\d.]+)|≈ (?P<second>.+?)) "
+_PICK = re.compile(r"(?P<size>[\d.]+)% (?P<first>.+?) (?:by (?P<margin>-?[\d.]+)|or (?P<second>.+?), unresolved) "
                    r"\((?P<low>-?[\d.]+) to (?P<high>-?[\d.]+)\)")
 
 

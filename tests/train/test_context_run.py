@@ -110,10 +110,14 @@ def test_a_context_run_resumes_bit_for_bit(context_run, tmp_path):
 
 
 @pytest.mark.parametrize(("path", "value", "allowed"), [
-    ("data.context_length", 0, "expected an integer in [1, 2**31 - 1]"),
+    ("data.context_length", 0, "expected an integer in [1, 65536]"),
+    ("data.context_length", 65_537, "expected an integer in [1, 65536]"),
+    ("model.context_k", 257, "expected an integer in [1, 256]"),
+    ("model.layers", 129, "expected an integer in [1, 128]"),
+    ("model.heads", 1025, "expected an integer in [1, 1024]"),
     ("data.context_length", 1, "expected at least 2 with model.context='transformer'"),
     ("model.heads", 3, "expected a divisor of model.d_model=8"),
-    ("model.context", "rnn", 'expected "none" | "mlp" | "transformer"'),
+    ("model.context", "rnn", 'expected "none" | "mlp" | "conv" | "transformer"'),
     ("model.context_k", 5, "expected 3 (off) unless model.context='mlp'"),
 ])
 def test_context_refusals_name_the_field_and_what_is_allowed(tmp_path, path, value, allowed):

@@ -8,36 +8,14 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
-import threading
-import time
 
 import ml_collections
 import pytest
-from helpers import smoke_with
+from helpers import smoke_with, within
 
 from tied_embed import util
 from tied_embed.train import config as config_lib
 from tied_embed.util import UsageError
-
-
-def within(seconds: float, call, *args, **kwargs):
-  """`call(*args, **kwargs)`'s result (or its exception, raised here), failing the test if it takes over `seconds`."""
-  outcome = {}
-
-  def run() -> None:
-    try:
-      outcome["value"] = call(*args, **kwargs)
-    except BaseException as error:  # noqa: BLE001 (passed on to the test below)
-      outcome["error"] = error
-
-  thread = threading.Thread(target=run, daemon=True)  # a thread stuck opening a FIFO must not keep pytest alive
-  start = time.monotonic()
-  thread.start()
-  thread.join(seconds)
-  assert not thread.is_alive(), f"{call.__name__} still running after {seconds} s (waiting on a FIFO?)"
-  if "error" in outcome:
-    raise outcome["error"]
-  return outcome["value"], time.monotonic() - start
 
 
 @pytest.fixture()

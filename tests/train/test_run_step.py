@@ -12,6 +12,7 @@ from flax import nnx
 from helpers import hand_path_gradients, hand_tied_loss, model_with_tables, small_problem
 
 from tied_embed import TiedEmbed
+from tied_embed.core import step as step_lib
 from tied_embed.train import run_step
 
 VOCAB = 10  # small_problem's table: 10 rows
@@ -24,7 +25,7 @@ def _sgd_state(table, learning_rate=1.0):
 def test_the_step_records_each_rows_path_norms_and_the_tracked_rows_directions():
   table, ids, next_ids = small_problem(1)
   graphdef, state = _sgd_state(table, learning_rate=0.0)
-  step = jax.jit(run_step.make_step_function(graphdef), static_argnums=3)
+  step = jax.jit(step_lib.make_step_function(graphdef, after_gradients=run_step.bookkeeping()), static_argnums=3)
   state, _, _ = step(state, jnp.asarray(ids), jnp.asarray(next_ids), False)
   state, _, _ = step(state, jnp.asarray(ids), jnp.asarray(next_ids), False)  # learning rate 0: the same gradients
   lookup, projection = hand_path_gradients(table, table, ids, next_ids)
@@ -41,7 +42,7 @@ def test_the_step_records_each_rows_path_norms_and_the_tracked_rows_directions()
 def test_the_log_steps_train_loss_is_the_mean_since_the_previous_log_step():
   table, ids, next_ids = small_problem(2)
   graphdef, state = _sgd_state(table, learning_rate=0.5)
-  step = jax.jit(run_step.make_step_function(graphdef), static_argnums=3)
+  step = jax.jit(step_lib.make_step_function(graphdef, after_gradients=run_step.bookkeeping()), static_argnums=3)
   losses, tables = [], [table.astype(np.float64)]
   for with_stats in (False, False, True, True):
     state, metrics, _ = step(state, jnp.asarray(ids), jnp.asarray(next_ids), with_stats)
@@ -59,7 +60,7 @@ def test_the_log_steps_train_loss_is_the_mean_since_the_previous_log_step():
 def test_the_first_nonfinite_step_is_the_step_count_after_the_first_bad_update():
   table, ids, next_ids = small_problem(3)
   graphdef, state = _sgd_state(table)
-  step = jax.jit(run_step.make_step_function(graphdef), static_argnums=3)
+  step = jax.jit(step_lib.make_step_function(graphdef, after_gradients=run_step.bookkeeping()), static_argnums=3)
   state, _, _ = step(state, jnp.asarray(ids), jnp.asarray(next_ids), False)
   train_state = nnx.merge(graphdef, state)
   train_state.model.embedding[...] = train_state.model.embedding[...].at[VOCAB - 1, 0].set(jnp.inf)
@@ -88,7 +89,7 @@ def test_the_tracked_rows_are_the_first_rows_of_a_table_smaller_than_their_count
 def test_a_step_without_stats_reports_the_loss_alone_and_keeps_the_window():
   table, ids, next_ids = small_problem(4)
   graphdef, state = _sgd_state(table, learning_rate=0.0)
-  step_fn = run_step.make_step_function(graphdef)
+  step_fn = step_lib.make_step_function(graphdef, after_gradients=run_step.bookkeeping())
   state, metrics, _ = step_fn(state, jnp.asarray(ids), jnp.asarray(next_ids))
   assert set(metrics) == {"loss"}
   assert int(nnx.merge(graphdef, state).train_loss_count[...]) == 1
@@ -103,6 +104,7 @@ def test_an_update_that_checks_what_it_wrote_decides_the_first_nonfinite_step(wr
     run_step.optimizer_update(train_state, grads)
     return jnp.float32(written)  # what a fused update reports: finite exactly when all it wrote is
 
-  step = jax.jit(run_step.make_step_function(graphdef, apply_update=checked_update), static_argnums=3)
+  step_fn = step_lib.make_step_function(graphdef, after_gradients=run_step.bookkeeping(checked_update))
+  step = jax.jit(step_fn, static_argnums=3)
   state, _, _ = step(state, jnp.asarray(ids), jnp.asarray(next_ids), False)
   assert int(nnx.merge(graphdef, state).first_nonfinite_step[...]) == (0 if written == 1.0 else 1)

@@ -120,7 +120,7 @@ def test_one_sgd_step_matches_hand_gradients(tied):
   next_ids = np.array([1, 4, 4, 0, 5, 2], np.int32)
   lookup, projection = hand_path_gradients(*before, ids, next_ids)
 
-  state, _ = run_step.make_train_step(graphdef, chunk_size=0)(state, jnp.asarray(ids), jnp.asarray(next_ids))
+  state, _ = run_step.make_run_step(graphdef, chunk_size=0)(state, jnp.asarray(ids), jnp.asarray(next_ids))
 
   if tied:
     np.testing.assert_allclose(state["model"]["embedding"][...], before[0] - 0.1 * (lookup + projection), atol=1e-6)
@@ -197,7 +197,7 @@ def test_a_step_compiled_ahead_runs_without_compiling_again():
 
   config = smoke.get_config()
   graphdef, state = nnx.split(run_step.RunState(build_model(config), optim.make_optimizer(config.train)))
-  step = run_step.make_train_step(graphdef, int(config.loss.chunk_size))
+  step = run_step.make_run_step(graphdef, int(config.loss.chunk_size))
   ids = jnp.arange(64, dtype=jnp.int32) % 32
   compilation.compile_ahead(step, state, ids, ids[::-1])
   compilation.release_freed()  # True on glibc; either way harmless

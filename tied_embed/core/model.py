@@ -9,12 +9,17 @@ differently), `WithSymmetricMap`'s S = (W + Wᵀ)/2 (the control without it), or
 A model variant is one class answering two questions, all the step and the speed paths ask (core/paths.py):
 `table_params()`, which (V, D) Params the lookup and the projection read (the same one when tied), and
 `hidden(rows)`, the hidden vectors (..., D) from the looked-up rows (..., D). A model that adds to the scores also
-gives `score_operands`, its logits as one product H · Bᵀ, which every loss of (hidden, table) scores unchanged."""
+gives `score_operands`, its logits as one product H · Bᵀ, which every loss of (hidden, table) scores unchanged.
+
+Beside its class, a variant is declared once (`declare(Variant(...))`): the value of `model.<family>` that picks it,
+how it wraps the model inside it, the model.* fields it reads with their defaults and bounds, and its own check of a
+config. Config validation, the dead-value rule, the docs' field table and the tests read these declarations."""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -27,9 +32,57 @@ if TYPE_CHECKING:  # only for the annotations: the story imports no config machi
 # the optimizer's moments inherit them from the Param, so the whole train state is laid out from these annotations.
 TABLE_AXES = ("vocab", "embed")
 
-HIDDEN_MAPS = ("none", "linear", "symmetric")  # the values `model.hidden` may take
-CONTEXTS = ("none", "mlp", "transformer")  # the values `model.context` may take
 MLP_WIDTH = 4  # a context mixer's hidden layer is MLP_WIDTH · D wide
+
+
+class Setting(NamedTuple):
+  """A model.* config field a variant reads: `model.<name>`, its default (its type: int or float), its meaning, and
+  the values allowed, low ≤ value ≤ high (or < high where `high_open`; high None: as large as the type holds)."""
+
+  name: str
+  default: int | float
+  doc: str
+  low: int | float = 0
+  high: int | float | None = None
+  high_open: bool = False
+
+
+class Variant(NamedTuple):
+  """One value of a model family, `model.<family> = name`: how it wraps the model built so far, the fields it reads.
+
+  `build(inner, config, rngs)` → the model (`inner` itself for "none"); `check(config)` → None where the config fits
+  the variant, else (field, value, what is allowed) for a one-line refusal."""
+
+  family: str  # "context" or "hidden": the config field model.<family>
+  name: str
+  doc: str  # what the variant puts between the table's two uses
+  build: Callable[[Any, Any, nnx.Rngs], Any]
+  settings: tuple[Setting, ...] = ()
+  check: Callable[[Any], tuple[str, Any, str] | None] | None = None
+  saved_names: tuple[str, ...] = ()  # other names a saved config may give it (built from, never accepted anew)
+  # memory(config) → [(what, bytes, the config fields it grows with)]: its own Params (with their gradient and two
+  # Adam moments) and the activations a train step keeps for the backward pass, for the check before a run
+  memory: Callable[[Any], list[tuple[str, int, tuple[str, ...]]]] | None = None
+
+
+# The families in the order they wrap the tables (the context mixer reads the rows first, then the hidden map).
+VARIANTS: dict[str, dict[str, Variant]] = {"context": {}, "hidden": {}}
+
+
+def declare(variant: Variant) -> Variant:
+  """Registers `variant` under model.<family> = name; its settings' names must not clash with another family's."""
+  VARIANTS[variant.family][variant.name] = variant
+  return variant
+
+
+def setting(config: ml_collections.ConfigDict, name: str, default: Any) -> Any:
+  """config.model.<name>, or `default` where a saved config predates the field."""
+  return config.model.get(name, default)
+
+
+def family_settings(family: str) -> dict[str, Setting]:
+  """Every setting the variants of `family` read, by name, in declaration order (one Setting may serve several)."""
+  return {setting.name: setting for variant in VARIANTS[family].values() for setting in variant.settings}
 
 
 def table_param(table: jax.Array) -> nnx.Param:
@@ -114,6 +167,11 @@ class UntiedEmbed(LanguageModel):
     return self.input_embedding, self.output_embedding
 
 
+declare(Variant("context", "none", "nothing: a bigram model, each position reads its own row alone",
+                lambda inner, config, rngs: inner))
+declare(Variant("hidden", "none", "nothing: the hidden vector is the looked-up row", lambda inner, config, rngs: inner))
+
+
 class _Around(LanguageModel):
   """A model around `embedder`: its tables, hidden function (first), scores, penalty and scalars unless added to."""
 
@@ -192,6 +250,12 @@ class WithHiddenMap(_Around):
     return {"identity_distance": identity_distance, "antisymmetric_share": antisymmetric}
 
 
+HIDDEN_L2 = Setting("hidden_l2", 0.0, "λ: the training loss adds λ·‖W − I‖²_F (the eval loss is the cross-entropy "
+                    "alone)")
+declare(Variant("hidden", "linear", "h = x·W, W (D, D) from the identity", settings=(HIDDEN_L2,), saved_names=("full",),
+                build=lambda inner, config, rngs: WithHiddenMap(inner, float(setting(config, "hidden_l2", 0.0)))))
+
+
 class WithSymmetricMap(WithHiddenMap):
   """The control for `WithHiddenMap`: its W read as S = (W + Wᵀ)/2, logits = E[ids] · S · Eᵀ. S may be indefinite
   (no self-score advantage) but cannot score (a, b) and (b, a) differently; W's gradient is symmetric, so W stays S."""
@@ -220,6 +284,11 @@ class WithSymmetricMap(WithHiddenMap):
     symmetric = self.symmetric()
     identity_distance = jnp.linalg.norm(symmetric - jnp.eye(symmetric.shape[0], dtype=symmetric.dtype))
     return {"identity_distance": identity_distance, "min_eigenvalue": jnp.linalg.eigvalsh(symmetric)[0]}
+
+
+declare(Variant("hidden", "symmetric", "h = x·S, S = (W + Wᵀ)/2 (logits E·S·Eᵀ, a symmetric, possibly indefinite form)",
+                settings=(HIDDEN_L2,),
+                build=lambda inner, config, rngs: WithSymmetricMap(inner, float(setting(config, "hidden_l2", 0.0)))))
 
 
 class WithOutputBias(_Around):
@@ -281,6 +350,70 @@ class ContextMLP(_Around):
     return rows + self.out(jnp.tanh(self.layer(context)))
 
 
+F32_STATE = 4 * 4  # bytes a float32 Param costs in training: itself, its gradient and two Adam moments
+WINDOW_FIELDS = ("train.batch_size", "data.context_length")
+
+
+def _tokens(config: ml_collections.ConfigDict) -> int:
+  """Tokens in a train step: B windows of L."""
+  return int(config.train.batch_size) * int(config.data.context_length)
+
+
+def _mlp_memory(config: ml_collections.ConfigDict) -> list[tuple[str, int, tuple[str, ...]]]:
+  """ContextMLP: its two layers' Params; per token the k·D concatenation and the 4·D hidden layer, kept twice."""
+  d, k = int(config.model.d_model), int(config.model.context_k)
+  params = k * d * MLP_WIDTH * d + MLP_WIDTH * d + MLP_WIDTH * d * d + d
+  return [("the context MLP's Params", params * F32_STATE, ("model.context_k", "model.d_model")),
+          ("the context MLP's activations", _tokens(config) * (k + 2 * MLP_WIDTH) * d * 4 * 2,
+           (*WINDOW_FIELDS, "model.context_k", "model.d_model"))]
+
+
+def needs_windows(config: ml_collections.ConfigDict) -> tuple[str, Any, str] | None:
+  """A context mixer's check: it reads windows of at least two tokens."""
+  length = config.data.context_length
+  if length >= 2:
+    return None
+  return ("data.context_length", length,
+          f"at least 2 with model.context={config.model.context!r} (a window of one token has no context to mix)")
+
+
+declare(Variant("context", "mlp", "the previous model.context_k rows through one hidden layer", check=needs_windows,
+                settings=(Setting("context_k", 3, "rows concatenated at each position (the token's own and the k - 1 "
+                                  "before it in the window)", low=1, high=256),),
+                build=lambda inner, config, rngs: ContextMLP(inner, int(setting(config, "context_k", 3)), rngs=rngs),
+                memory=_mlp_memory))
+
+
+class ContextConv(_Around):
+  """A causal convolution: h_t = x_t + Σ_j x_(t−j) · K_j over the `width` rows up to t (zeros before the window),
+  one (D, D) kernel K_j per offset j, then a bias: the plainest context mixer, linear in the rows."""
+
+  def __init__(self, embedder: LanguageModel, width: int, *, rngs: nnx.Rngs):
+    super().__init__(embedder)
+    self.width = width
+    self.conv = nnx.Conv(embedder.d_model, embedder.d_model, kernel_size=(width,), padding=((width - 1, 0),),
+                         rngs=rngs)
+
+  def hidden(self, rows: jax.Array) -> jax.Array:
+    """rows (B, L, D) → (B, L, D), position t reading positions ≤ t; (B, D) are windows of one token."""
+    if rows.ndim == 2:
+      return self.hidden(rows[:, None])[:, 0]
+    rows = self.embedder.hidden(rows)
+    return rows + self.conv(rows)
+
+
+declare(Variant("context", "conv", "a causal convolution over the previous model.conv_width rows", check=needs_windows,
+                settings=(Setting("conv_width", 3, "rows each position's convolution reads (its own and the width - "
+                                  "1 before it)", low=1, high=256),),
+                build=lambda inner, config, rngs: ContextConv(inner, int(setting(config, "conv_width", 3)),
+                                                              rngs=rngs),
+                memory=lambda config: [
+                    ("the convolution's Params", (int(config.model.conv_width) + 1) * int(config.model.d_model) ** 2
+                     * F32_STATE, ("model.conv_width", "model.d_model")),
+                    ("the convolution's activations", _tokens(config) * (int(config.model.conv_width) + 2)
+                     * int(config.model.d_model) * 4 * 2, (*WINDOW_FIELDS, "model.conv_width", "model.d_model"))]))
+
+
 class Block(nnx.Module):
   """One pre-norm transformer block: x + attention(norm(x)) under a causal mask, then x + MLP(norm(x))."""
 
@@ -318,22 +451,54 @@ class ContextTransformer(_Around):
     return self.final_norm(x)
 
 
-Model = LanguageModel
+def _check_transformer(config: ml_collections.ConfigDict) -> tuple[str, Any, str] | None:
+  """Windows of at least two tokens, and heads that divide D."""
+  model = config.model
+  if (short := needs_windows(config)) is not None:
+    return short
+  if model.d_model % model.heads:
+    return "model.heads", model.heads, f"a divisor of model.d_model={model.d_model} (each head reads D / heads)"
+  return None
 
 
-def build_model(config: ml_collections.ConfigDict) -> Model:
-  """The model `config.model` describes, from `config.seed`: tables, context mixer, hidden map, output bias."""
+def _transformer_memory(config: ml_collections.ConfigDict) -> list[tuple[str, int, tuple[str, ...]]]:
+  """ContextTransformer: 12·D² + 13·D Params a block and the (L, D) positions; per token and block about 16·D kept
+  activations; per block the (B, heads, L, L) attention scores and weights and their gradient."""
+  d, layers, heads = int(config.model.d_model), int(config.model.layers), int(config.model.heads)
+  length = int(config.data.context_length)
+  params = layers * (12 * d * d + 13 * d) + length * d
+  return [("the transformer's Params", params * F32_STATE, ("model.layers", "model.d_model")),
+          ("the transformer's activations", _tokens(config) * layers * 16 * d * 4,
+           (*WINDOW_FIELDS, "model.layers", "model.d_model")),
+          ("the attention weights (B, heads, L, L) of every block",
+           int(config.train.batch_size) * heads * length * length * layers * 4 * 3,
+           ("data.context_length", "train.batch_size", "model.heads", "model.layers"))]
+
+
+declare(Variant("context", "transformer", "a causal transformer over the window", check=_check_transformer,
+                settings=(Setting("layers", 2, "pre-norm causal blocks", low=1, high=128),
+                          Setting("heads", 4, "attention heads of each block (dividing model.d_model)", low=1,
+                                  high=1024)),
+                build=lambda inner, config, rngs: ContextTransformer(
+                    inner, int(config.data.get("context_length", 1)), int(setting(config, "layers", 2)),
+                    int(setting(config, "heads", 4)), rngs=rngs),
+                memory=_transformer_memory))
+
+
+def variant_of(config: ml_collections.ConfigDict, family: str) -> Variant:
+  """The variant of `family` that `config.model` picks ("none" where the field is absent)."""
+  name = config.model.get(family, "none")
+  known = VARIANTS[family]
+  return known.get(name) or next(variant for variant in known.values() if name in variant.saved_names)
+
+
+def build_model(config: ml_collections.ConfigDict) -> LanguageModel:
+  """The model `config.model` describes, from `config.seed`: tables, then each family's variant around them (the
+  context mixer, the hidden map), then the output bias."""
   model, rngs = config.model, nnx.Rngs(int(config.seed))
   built = (TiedEmbed if model.tied else UntiedEmbed)(int(model.vocab_size), int(model.d_model), rngs=rngs)
-  context = model.get("context", "none")
-  if context == "mlp":
-    built = ContextMLP(built, int(model.context_k), rngs=rngs)
-  elif context == "transformer":
-    length = int(config.data.get("context_length", 1))
-    built = ContextTransformer(built, length, int(model.layers), int(model.heads), rngs=rngs)
-  hidden = model.get("hidden", "none")
-  if hidden != "none":
-    built = (WithSymmetricMap if hidden == "symmetric" else WithHiddenMap)(built, float(model.get("hidden_l2", 0.0)))
+  for family in VARIANTS:
+    built = variant_of(config, family).build(built, config, rngs)
   if model.get("output_bias", False):
     built = WithOutputBias(built)
   return built

@@ -114,18 +114,20 @@ def path_gradients(model, ids: jax.Array, next_ids: jax.Array,
   return PathGradients(loss=loss, ids=ids, lookup=lookup, projection=projection, hidden=hidden)
 
 
-def param_gradients(model, add_lookup: Callable[[jax.Array], jax.Array], projection: jax.Array,
-                    hidden: dict) -> nnx.State:
-  """The Params' gradients, routed by which Param each use reads: the projection path into the projection table's
-  Param, the lookup path added (`add_lookup(grad (V, D)) → grad + lookup path`) into the lookup table's (tied: the
-  same Param, so both land in the one table), the other Params' gradients `hidden` where they are."""
+def param_gradients(model, paths, lookup_scale: float = 1.0, projection_scale: float = 1.0) -> nnx.State:
+  """The Params' gradients from a batch's `paths` (these PathGradients, or a speed path's with the same methods),
+  each path weighted by its scale and routed by which Param each use reads: the projection path into the projection
+  table's Param, the lookup path added into the lookup table's (tied: the same Param, so both land in the one table),
+  the other Params' gradients where they are. A scale of exactly 1 multiplies nothing: the default step is the same
+  program, and bits, as one that never scales."""
+  projection = paths.projection if projection_scale == 1.0 else projection_scale * paths.projection
   lookup_path, projection_path = table_paths(model)
   grads = nnx.state(model, nnx.Param)
-  nnx.replace_by_pure_dict(grads, hidden)
+  nnx.replace_by_pure_dict(grads, paths.hidden)
   flat = dict(grads.flat_state())
   if lookup_path == projection_path:
-    flat[lookup_path] = flat[lookup_path].replace(add_lookup(projection))
+    flat[lookup_path] = flat[lookup_path].replace(paths.add_lookup(projection, lookup_scale))
   else:
-    flat[lookup_path] = flat[lookup_path].replace(add_lookup(jnp.zeros_like(projection)))
+    flat[lookup_path] = flat[lookup_path].replace(paths.add_lookup(jnp.zeros_like(projection), lookup_scale))
     flat[projection_path] = flat[projection_path].replace(projection)
   return nnx.from_flat_state(flat)

@@ -96,8 +96,9 @@ class Source(abc.ABC):
 
   name: ClassVar[str]
   reference_name: ClassVar[str] = "true"  # 'true' or 'empirical': what the reference table is
-  fields: ClassVar[tuple[str, ...]]  # the data.* config fields this source reads
-  field_defaults: ClassVar[dict[str, Any]] = {}  # what the resume check assumes where a saved config lacks a field
+  fields: ClassVar[dict[str, Any]]  # the data.* config fields this source reads, with their defaults
+  # what the resume check assumes where a saved config lacks a field: only a field added after checkpoints existed
+  assumed_when_absent: ClassVar[dict[str, Any]] = {}
 
   @abc.abstractmethod
   def validate(self, config: Any) -> None:

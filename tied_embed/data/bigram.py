@@ -34,6 +34,12 @@ TOKENIZERS = "tokenizers"  # the data dir's folder of SentencePiece models (tied
 DOCUMENT_ENDS = "document_ends"  # the TFDS metadata key of a by-document dataset: {split: [pair end of each doc]}
 DIGESTS = "sha256"  # the loaded splits' key of {split: `pairs_digest`}
 DIGEST_FILE = "pairs_sha256.json"  # in the dataset's version folder: {split: `pairs_digest`} as stored when built
+# TFDS's own files in the version folder, which decide how the pairs are read and cut (the split sizes, the document
+# ends): each one's sha256 is recorded in DIGEST_FILE under METADATA_DIGESTS, so an edit is seen as a swapped split is.
+METADATA_FILES = ("dataset_info.json", "features.json", "metadata.json")
+METADATA_DIGESTS = "metadata_sha256"
+_METADATA_BYTES = 1 << 28  # metadata.json holds one number per document: a generous bound, never a read without end
+_RECORDED = "recorded"  # the loaded splits' key: whether DIGEST_FILE covers the pairs and the metadata files
 
 
 @dataclasses.dataclass
@@ -199,41 +205,71 @@ def split_files(config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
   return _version_dir(builder_config(config), data_dir(config, workdir))
 
 
-def _recorded_digests(bc: BigramConfig, directory: pathlib.Path) -> dict[str, str] | None:
-  """{split: hex digest} stored when the dataset was built, or None; ValueError or OSError if the file is odd."""
+def _recorded_digests(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any] | None:
+  """{split: hex digest, METADATA_DIGESTS: {file: hex digest}} stored when the dataset was built, or None (the latter
+  key absent from a record written before it existed); ValueError or OSError if the file is odd."""
   path = _version_dir(bc, directory) / DIGEST_FILE
   if not os.path.lexists(path):
     return None
   recorded = json.loads(util.read_regular(path, 1 << 12))
-  if not isinstance(recorded, dict) or sorted(recorded) != sorted(SPLITS):
+  if not isinstance(recorded, dict) or sorted(set(recorded) - {METADATA_DIGESTS}) != sorted(SPLITS):
     raise ValueError(f"{path} holds no digest of each split")
+  metadata = recorded.get(METADATA_DIGESTS, {})
+  if not isinstance(metadata, dict) or not all(isinstance(digest, str) for digest in metadata.values()):
+    raise ValueError(f"{path} holds no digest of each metadata file")
   return recorded
 
 
-def _record_digests(bc: BigramConfig, directory: pathlib.Path, digests: dict[str, str]) -> None:
-  """Stores `digests` beside the dataset (under the data dir's lock, which the caller holds)."""
-  util.write_atomically(_version_dir(bc, directory) / DIGEST_FILE, json.dumps(digests, sort_keys=True).encode())
+def metadata_digests(version_dir: pathlib.Path) -> dict[str, str]:
+  """{file name: sha256 hex} of the METADATA_FILES present in `version_dir` (only regular files are read)."""
+  return {name: hashlib.sha256(util.read_regular(version_dir / name, _METADATA_BYTES)).hexdigest()
+          for name in METADATA_FILES if os.path.lexists(version_dir / name)}
+
+
+def _record_digests(bc: BigramConfig, directory: pathlib.Path, splits: dict[str, Any]) -> None:
+  """Stores the loaded `splits`' pair and metadata digests beside the dataset (under the data dir's lock, which the
+  caller holds)."""
+  record = {**splits[DIGESTS], METADATA_DIGESTS: splits[METADATA_DIGESTS]}
+  util.write_atomically(_version_dir(bc, directory) / DIGEST_FILE, json.dumps(record, sort_keys=True).encode())
 
 
 def _check_digests(bc: BigramConfig, directory: pathlib.Path, splits: dict[str, Any]) -> str:
-  """Adds {split: digest} to `splits` under DIGESTS; → '' if they are the digests recorded when it was built (or
-  none were), else why not, naming the split's files: a swapped or rewritten file is generated again."""
+  """Adds {split: digest} to `splits` under DIGESTS, the metadata files' under METADATA_DIGESTS and under _RECORDED
+  whether the record covers both; → '' if they are the digests recorded when it was built (or none were), else why
+  not, naming the files: a swapped or rewritten file is generated again."""
+  version_dir = _version_dir(bc, directory)
   splits[DIGESTS] = {split: pairs_digest(*splits[split]) for split in SPLITS}
   try:
+    splits[METADATA_DIGESTS] = metadata_digests(version_dir)
     recorded = _recorded_digests(bc, directory)
   except (OSError, ValueError) as error:
     return f"its digests cannot be read ({util.first_line(error)})"
+  splits[_RECORDED] = recorded is not None and METADATA_DIGESTS in recorded
   for split in SPLITS:
     if recorded is not None and recorded[split] != splits[DIGESTS][split]:
-      return (f"{_version_dir(bc, directory)}/bigram_pairs-{split}.array_record* holds other pairs than when it "
+      return (f"{version_dir}/bigram_pairs-{split}.array_record* holds other pairs than when it "
               f"was built (sha256 {splits[DIGESTS][split][:16]}..., recorded {str(recorded[split])[:16]}...)")
+  if splits[_RECORDED] and (changed := sorted(set(recorded[METADATA_DIGESTS].items())
+                                              ^ set(splits[METADATA_DIGESTS].items()))):
+    return (f"{version_dir}/{changed[0][0]} is not the file written when the dataset was built (its sha256 differs "
+            f"from the one in {DIGEST_FILE}, or it was added or removed since)")
   return ""
+
+
+def refuse_irregular_files(bc: BigramConfig, directory: pathlib.Path) -> None:
+  """UsageError if the stored dataset of `bc` under `directory` holds anything but regular files and folders (a FIFO
+  would hang TFDS or array_record at open, a device be read without end): checked before either opens a file."""
+  if problem := util.irregular_file(directory / BigramPairs.name / bc.name):
+    raise UsageError(f"data.data_dir={util.printable(str(directory))!r}: {util.printable(problem)}; a stored dataset "
+                     f"holds only regular files: remove it (the run generates the dataset again), or use another "
+                     f"data.data_dir")
 
 
 def _read_verified(bc: BigramConfig, directory: pathlib.Path) -> tuple[dict[str, Any] | None, str]:
   """(the cached splits, '') if present and checked (counts, ids, document ends, digests), else (None, why not)."""
   if not _version_dir(bc, directory).exists():
     return None, "missing"
+  refuse_irregular_files(bc, directory)
   try:
     builder = _builder(bc, directory)
     splits = {}
@@ -271,14 +307,17 @@ def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
   """The verified splits (and DOCUMENT_ENDS), generated under the data dir's lock unless a good cache exists."""
   splits, why = _read_verified(bc, directory)
   if splits is not None and os.path.lexists(_version_dir(bc, directory) / DIGEST_FILE):
+    if not splits[_RECORDED]:  # recorded before the metadata files' digests were: added where it can be locked now
+      with contextlib.suppress(UsageError, OSError), util.exclusive(directory, f"data.data_dir={str(directory)!r}"):
+        _record_digests(bc, directory, splits)  # a read-only or busy data dir keeps the record it has
     return splits
   directory.mkdir(parents=True, exist_ok=True)
   with util.exclusive(directory, f"data.data_dir={str(directory)!r}"):
     refuse_links(bc, directory)  # under the lock: no run of ours makes one while this one writes
     splits, why = _read_verified(bc, directory)  # another run may have finished it meanwhile
     if splits is not None:
-      if not os.path.lexists(_version_dir(bc, directory) / DIGEST_FILE):  # built without: recorded as first read
-        _record_digests(bc, directory, splits[DIGESTS])
+      if not splits[_RECORDED]:  # built without (or before the metadata's digests): recorded as first read
+        _record_digests(bc, directory, splits)
       return splits
     version_dir = _version_dir(bc, directory)
     if why != "missing":
@@ -288,7 +327,7 @@ def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
     _builder(bc, directory).download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
     splits, why = _read_verified(bc, directory)
     if splits is not None:
-      _record_digests(bc, directory, splits[DIGESTS])
+      _record_digests(bc, directory, splits)
   if splits is None:
     raise UsageError(f"the dataset generated in {version_dir} is unusable ({why}): delete {directory} and run again")
   return splits
@@ -298,6 +337,7 @@ def check_preparable(config: Any, workdir: str | pathlib.Path) -> None:
   """UsageError if a link is where the dataset goes, or the source refuses what it makes first (a vocabulary)."""
   bc = builder_config(config)
   refuse_links(bc, data_dir(config, workdir))
+  refuse_irregular_files(bc, data_dir(config, workdir))
   sources.get(bc.source).check_preparable(bc.settings, data_dir(config, workdir))
 
 

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import logging
 import os
 import pathlib
 from collections.abc import Callable
 
 import jax
 from flax import nnx
+
+from tied_embed.util import shell_quote
+
+log = logging.getLogger(__name__)
 
 # XLA:CPU options for the step (measured in benchmarks/README.md):
 # - YNNPACK fuses each dot with its elementwise neighbours, so the chunked loss's `d_table + exp @ x` accumulates inside
@@ -55,8 +60,29 @@ def compile_ahead(train_step: Callable, state: nnx.State, ids: jax.Array, next_i
   """Compiles both variants of `train_step` (plain and log step) for these arguments, which may be abstract (with
   shardings). Call the step with `with_stats` given: jit keys a call that leaves it out apart, and compiles again."""
   for with_stats in (False, True):
-    train_step.lower(state, ids, next_ids, with_stats=with_stats).compile()
+    compile_past_a_bad_cache(lambda: train_step.lower(state, ids, next_ids, with_stats=with_stats).compile())
     release_freed()  # before the next compile, so the two compilers' heaps never add up
+
+
+def compile_past_a_bad_cache(compile_program: Callable[[], object]) -> object:
+  """`compile_program()`; if JAX finds the program read back from the persistent cache is not the one asked for (an
+  AssertionError such as `(14, 16)`, its outputs counted: the cache's files swapped or overwritten), warns naming the
+  cache and how to clear it, turns the cache off for the rest of this process and compiles it afresh."""
+  try:
+    return compile_program()
+  except AssertionError as error:
+    directory = jax.config.jax_compilation_cache_dir
+    if not directory or not jax.config.jax_enable_compilation_cache:
+      raise
+    log.warning("The compilation cache %s returned another program than the one asked for (AssertionError: %s): "
+                "compiling without it for the rest of this run. Clear it with `rm -rf %s`, or run with %s='' to use "
+                "none.", directory, error, shell_quote(directory), CACHE_VARIABLE)
+  from jax.experimental.compilation_cache import compilation_cache  # noqa: PLC0415 (only on this rare path)
+
+  jax.config.update("jax_enable_compilation_cache", False)
+  compilation_cache.reset_cache()  # JAX decides once per process whether it reads the cache: asked again
+  jax.clear_caches()  # the bad program is also kept in memory, under the computation it was asked for
+  return compile_program()
 
 
 def release_freed() -> bool:

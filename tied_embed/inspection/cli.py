@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
+from typing import Any
 
 from absl import logging
 
 from tied_embed.inspection.inspector import continue_prompt, inspect_run
 from tied_embed.inspection.text import format_continuation, format_text
-from tied_embed.util import UsageError, printable
+from tied_embed.util import UsageError, printable, require_path_fits
 
 _TOKEN = re.compile(r"-?[0-9]+")  # ASCII digits only: int() would also take '1_0' and other scripts' digits
 
@@ -33,6 +35,18 @@ def parse_token_items(text: str) -> list[int | str]:
   if any(item == "" for item in items):
     raise UsageError.bad_value("--tokens", text, "comma-separated integer token ids, e.g. 3,17,42, or tokens")
   return items
+
+
+def finite_or_null(value: Any) -> Any:
+  """`value` (dicts and lists of JSON values) with every NaN or infinite float as None, JSON's null: an event file
+  may log one (a diverged run), and strict JSON has no spelling for them."""
+  if isinstance(value, float):
+    return value if math.isfinite(value) else None
+  if isinstance(value, dict):
+    return {key: finite_or_null(item) for key, item in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [finite_or_null(item) for item in value]
+  return value
 
 
 def _ascii_int(text: str) -> int:
@@ -73,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
   logging.set_verbosity(logging.ERROR)
   try:
     args = parser.parse_args(argv)
+    require_path_fits("--workdir", args.workdir)
     if args.next is None and args.generate:
       raise UsageError.bad_value("--generate", args.generate, "--next PROMPT beside it (the text to continue)")
     if args.next is not None:
@@ -89,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
   for warning in output["warnings"]:
     print(f"warning: {printable(warning)}", file=sys.stderr)
   if args.json:
-    print(json.dumps(output, indent=2, allow_nan=False, ensure_ascii=False))
+    print(json.dumps(finite_or_null(output), indent=2, allow_nan=False, ensure_ascii=False))
   else:  # a path or a vocabulary piece holding a control character is shown escaped, as the pieces are
     print(printable(format_continuation(output) if args.next is not None else format_text(output), keep="\n"))
   return 0

@@ -151,13 +151,31 @@ def continue_prompt(workdir: str | pathlib.Path, prompt: str, top_k: int = 5, ge
 
 def next_scores(restored: Any) -> Callable[[list[int]], np.ndarray]:
   """scores(tokens) → (V,) float64 next-token scores after a list of ids: a run on pairs scores the last token with
-  its scoring tables in float64; a run on windows of data.context_length L calls the model on the last L tokens."""
+  its scoring tables in float64; a run on windows of data.context_length L runs the model on the last L tokens."""
   length = int(restored.config.data.get("context_length", 1))
   if length == 1:
     lookup, projection = (np.asarray(table, np.float64) for table in restored.model.scoring_tables())
     return lambda tokens: lookup[tokens[-1]] @ projection.T
-  model = restored.model
-  return lambda tokens: np.asarray(model(np.asarray(tokens[-length:], np.int32)[None])[0, -1], np.float64)
+  return window_scores(restored.model, length)
+
+
+def window_scores(model: nnx.Module, length: int) -> Callable[[list[int]], np.ndarray]:
+  """scores(tokens) → (V,) float64: a causal context model's logits at the last of `tokens`' last `length` ids, from
+  one program compiled once: every window is written into a (1, length) one, a shorter one followed by padding, which
+  the positions before it never see; so a long --generate runs one compiled call per token, not the model op by op."""
+  graphdef, state = nnx.split(model)
+
+  @jax.jit
+  def scores_at(state: nnx.State, window: jax.Array, last: jax.Array) -> jax.Array:
+    return nnx.merge(graphdef, state)(window)[0, last]  # (1, L) ids → (1, L, V) logits → (V,)
+
+  def scores(tokens: list[int]) -> np.ndarray:
+    recent = tokens[-length:]
+    window = np.zeros((1, length), np.int32)
+    window[0, :len(recent)] = recent
+    return np.asarray(scores_at(state, window, np.int32(len(recent) - 1)), np.float64)
+
+  return scores
 
 
 def resolve_token(token: int | str, tokenizer: Any) -> int:

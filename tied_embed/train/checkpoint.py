@@ -18,7 +18,6 @@ import math
 import os
 import pathlib
 import re
-import shutil
 import traceback
 from typing import Any
 
@@ -33,7 +32,7 @@ from jax.sharding import Mesh
 from orbax.checkpoint.checkpoint_manager import METRIC_ITEM_NAME
 from orbax.checkpoint.checkpoint_managers import preservation_policy
 
-from tied_embed.core.model import Model
+from tied_embed.core.model import LanguageModel
 from tied_embed.train import mesh as mesh_lib
 from tied_embed.train.evaluation import Selection
 from tied_embed.util import RunStopped, UsageError, drop_unraisable, first_line, irregular_file, json_sha256
@@ -121,7 +120,7 @@ class Restored:
     return Selection.from_manifest(self.manifest)
 
   @functools.cached_property
-  def model(self) -> Model:
+  def model(self) -> LanguageModel:
     return nnx.merge(self.graphdef, self.state).model
 
   @functools.cached_property
@@ -290,9 +289,17 @@ def _move_to_damaged(workdir: pathlib.Path, step: int, error: Exception, consequ
     destination = damaged_dir(workdir) / f"{step}-{n}"
   if jax.process_count() > 1:  # every process has listed `step` and named its destination before it moves
     multihost_utils.sync_global_devices(f"tied_embed: damaged checkpoint {step} named")
-  if jax.process_index() == 0:
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(checkpoint_dir(workdir) / str(step), destination)
+  if jax.process_index() == 0:  # renamed within the workdir, whole or not at all: never a copy left half-deleted
+    made = not destination.parent.exists()
+    try:
+      destination.parent.mkdir(parents=True, exist_ok=True)
+      os.rename(checkpoint_dir(workdir) / str(step), destination)
+    except OSError as failure:
+      if made:
+        with contextlib.suppress(OSError):
+          destination.parent.rmdir()
+      raise RunStopped(f"{unreadable(checkpoint_dir(workdir), step, error)}, and it cannot be moved to {destination} "
+                       f"({failure.strerror or first_line(failure)}): move or delete it, then run again") from None
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices(f"tied_embed: damaged checkpoint {step} moved")
   log.warning("Checkpoint %d is damaged (%s): moved it to %s; %s.", step, reason(error), destination, consequence)

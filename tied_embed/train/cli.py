@@ -21,7 +21,8 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from tied_embed.util import RunStopped, UsageError, first_line, is_utf8, printable, refuse_if_held, require, shown_path
+from tied_embed.util import (RunStopped, UsageError, first_line, is_utf8, printable, refuse_if_held, require,
+                             require_path_fits, shown_path)
 
 # TensorFlow is chatty should a library load it where a venv holds it (the project needs none).
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -204,6 +205,7 @@ def _main(argv: list[str]) -> None:
     require(bool(FLAGS.workdir.strip()), "--workdir", FLAGS.workdir, "a directory path")
     require(is_utf8(FLAGS.workdir), "--workdir", FLAGS.workdir, "a path that is valid UTF-8 (array_record, which "
             "stores the dataset, takes no other)")
+    require_path_fits("--workdir", FLAGS.workdir)
     mesh_lib.initialize_from_environment()  # several processes (hosts) only; before anything touches a device
     if jax.process_index() == 0:  # the process that will hold the lock
       refuse_if_held(FLAGS.workdir, f"--workdir={FLAGS.workdir!r}")

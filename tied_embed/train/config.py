@@ -1,6 +1,8 @@
 """A training config: every field declared once (`FIELDS`: default, allowed values, resumable or not, meaning), and
 `validate`, the one check of a whole config (memory included) where a run starts. A source declares and checks its own
-data.* fields. scripts/config_fields.py prints the docs' field list."""
+data.* fields; a model variant declares its model.* fields beside its class (core/model.py's `declare`), and the rows
+here for model.context, model.hidden and their settings are made from those declarations. scripts/config_fields.py
+prints the docs' field list."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import ml_collections
 import numpy as np
 from flax import traverse_util
 
-from tied_embed.core.model import CONTEXTS, HIDDEN_MAPS
+from tied_embed.core import model as model_lib
 from tied_embed.core.optim import OPTIMIZERS
 from tied_embed.data import sources
 from tied_embed.data.base import is_int, is_number
@@ -67,6 +69,36 @@ def _mesh_size(value: Any) -> bool:
 
 
 _POSITIVE = "an integer in [1, 2**31 - 1]"
+MAX_CONTEXT_LENGTH = 65_536  # tokens per window; the memory check bounds what fits well below this
+
+
+def _setting_field(family: str, setting: model_lib.Setting) -> Field:
+  """The config field of a variant's `setting`: its check and refusal text from its type and bounds."""
+  readers = " or ".join(name for name, variant in model_lib.VARIANTS[family].items() if setting in variant.settings)
+  low, high, doc = setting.low, setting.high, f"{family}={readers}: {setting.doc}"
+  if isinstance(setting.default, int):
+    top = INT32_MAX if high is None else high
+    allowed = f"an integer in [{low}, {'2**31 - 1' if high is None else high}]"
+    return Field(f"model.{setting.name}", setting.default, allowed, _int_in(low, top), False, doc)
+  if high is None:
+    allowed = f"a finite number >= {low:g}{' (0 = off)' if setting.default == 0 == low else ''}, {IN_FLOAT32}"
+  else:
+    allowed = f"a finite number in [{low:g}, {high:g}{')' if setting.high_open else ']'}"
+
+  def check(value: Any) -> bool:
+    below_high = high is None or value < high or (value == high and not setting.high_open)
+    return in_float32(value) and value >= low and below_high
+
+  return Field(f"model.{setting.name}", setting.default, allowed, check, False, doc)
+
+
+def _family_fields(family: str) -> tuple[Field, ...]:
+  """model.<family> (which variant) and every setting its variants read, from their declarations."""
+  variants = model_lib.VARIANTS[family]
+  doc = "between lookup and projection: " + ", ".join(f"{name} ({v.doc})" for name, v in variants.items())
+  chosen = Field(f"model.{family}", "none", " | ".join(f'"{name}"' for name in variants),
+                 lambda v: isinstance(v, str) and v in variants, False, doc)
+  return (chosen, *(_setting_field(family, setting) for setting in model_lib.family_settings(family).values()))
 _MESH = "a positive integer, or -1 for all remaining devices"
 _STEPS = "an integer in [0, 2**31 - 1] (optax counts steps in int32)"
 
@@ -82,23 +114,11 @@ FIELDS: tuple[Field, ...] = (
     Field("model.dtype", "float32", " | ".join(COMPUTE_DTYPES) + " (the matmuls' compute dtype)",
           lambda v: v in COMPUTE_DTYPES, True, "compute dtype of the loss's matmuls (float32 accumulation; "
           "parameters and optimizer state stay float32)"),
-    Field("model.hidden", "none", " | ".join(f'"{name}"' for name in HIDDEN_MAPS), lambda v: v in HIDDEN_MAPS, False,
-          "between lookup and projection: none, linear: h = E[ids]·W, W (D, D) starting at the identity, or "
-          "symmetric: h = E[ids]·S, S = (W + Wᵀ)/2 (logits E·S·Eᵀ, a symmetric, possibly indefinite form)"),
-    Field("model.hidden_l2", 0.0, f"a finite number >= 0 (0 = off), {IN_FLOAT32}", _float32_at_least(0), False,
-          "λ: the training loss adds λ·‖W − I‖²_F (model.hidden=linear or symmetric; the eval loss is the "
-          "cross-entropy alone)"),
+    *_family_fields("hidden"),
     Field("model.output_bias", False, "True or False", lambda v: isinstance(v, bool), False,
           "a learned score b_j of each next token after the projection, logits = h·Eᵀ + b (b (V,), from 0)"),
-    Field("model.context", "none", " | ".join(f'"{name}"' for name in CONTEXTS), lambda v: v in CONTEXTS, False,
-          "what mixes a window's rows before the projection: none (a bigram model), mlp (the previous "
-          "model.context_k rows through one hidden layer) or transformer (a causal transformer over the window)"),
-    Field("model.context_k", 3, _POSITIVE, _int_in(1), False, "context=mlp: rows concatenated at each position (the "
-          "token's own and the k - 1 before it in the window)"),
-    Field("model.layers", 2, _POSITIVE, _int_in(1), False, "context=transformer: pre-norm causal blocks"),
-    Field("model.heads", 4, _POSITIVE + " dividing model.d_model", _int_in(1), False,
-          "context=transformer: attention heads of each block"),
-    Field("data.context_length", 1, _POSITIVE, _int_in(1), False, "L, tokens per training window: 1 = (current, "
+    *_family_fields("context"),
+    Field("data.context_length", 1, f"an integer in [1, {MAX_CONTEXT_LENGTH}]", _int_in(1, MAX_CONTEXT_LENGTH), False, "L, tokens per training window: 1 = (current, "
           "next) pairs; L > 1 = windows of L tokens within one document, scored on the next token at each position"),
     Field("data.source", "planted", f"one of {tuple(sorted(sources.REGISTRY))}", None, False,
           "the task (tied_embed/data/sources/); the source checks the data.* fields it reads"),
@@ -167,15 +187,21 @@ class Dependent:
 
 # A value given where it does nothing would train as if unset, so one with an `off` value is refused there. The
 # resume check skips a field that does nothing on both sides, so a dead value never blocks a resume.
+def _variant_dependents(family: str) -> tuple[Dependent, ...]:
+  """A variant setting acts only where the chosen variant of its family reads it; elsewhere it must be its default."""
+  dependents = []
+  for name, setting in model_lib.family_settings(family).items():
+    readers = tuple(variant for variant, v in model_lib.VARIANTS[family].items() if setting in v.settings)
+    needs = f"model.{family}=" + " or ".join(repr(reader) for reader in readers)
+    dependents.append(Dependent(f"model.{name}", needs,
+                                lambda config, family=family, readers=readers: config.model.get(family) in readers,
+                                off=setting.default))
+  return tuple(dependents)
+
+
 DEPENDENT: tuple[Dependent, ...] = (
-    Dependent("model.hidden_l2", "model.hidden='linear' or 'symmetric' (λ weights ‖W − I‖²; without the hidden map "
-              "there is no W)", lambda config: config.model.get("hidden", "none") != "none", off=0),
-    Dependent("model.context_k", "model.context='mlp' (the MLP reads k rows)",
-              lambda config: config.model.get("context", "none") == "mlp", off=3),
-    Dependent("model.layers", "model.context='transformer'",
-              lambda config: config.model.get("context", "none") == "transformer", off=2),
-    Dependent("model.heads", "model.context='transformer'",
-              lambda config: config.model.get("context", "none") == "transformer", off=4),
+    *_variant_dependents("hidden"),
+    *_variant_dependents("context"),
     Dependent("train.early_stopping_patience", "data.selection_fraction > 0 (early stopping watches select/loss)",
               lambda config: config.data.get("selection_fraction", 0.0) > 0, off=0),
     Dependent("train.min_delta", "data.selection_fraction > 0 (a new best is judged on select/loss)",
@@ -195,7 +221,15 @@ def leaf_paths(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 
 def defaults() -> dict[str, Any]:
-  return {field.path: field.default for field in FIELDS}
+  """Every field's default by dotted path: `FIELDS`', then the data.* fields each source reads (the one place
+  defaults live; configs/default.py is these)."""
+  return {**{field.path: field.default for field in FIELDS},
+          **{f"data.{name}": value for source in sources.REGISTRY.values() for name, value in source.fields.items()}}
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """A config with every field at its default: configs/default.py's, the run `make train` trains."""
+  return ml_collections.ConfigDict(traverse_util.unflatten_dict(defaults(), sep="."))
 
 
 def inactive_paths(config: ml_collections.ConfigDict) -> frozenset[str]:
@@ -236,8 +270,8 @@ def validate(config: Any, num_devices: int | None = None, memory_bytes: int | No
   for dependent in DEPENDENT:  # `off` where it does nothing
     value = config[dependent.path]
     if dependent.off is not None and value != dependent.off and not dependent.active(config):
-      raise UsageError.bad_value(dependent.path, value, f"{dependent.off!r} (off) unless {dependent.needs}")
-  _check_context(config)
+      raise UsageError.bad_value(dependent.path, value, f"{_as_written(dependent.off)} (off) unless {dependent.needs}")
+  _check_variants(config)
   check_memory(config, memory_bytes, validate_data(config))
   # V splits over mesh.model and the batch over mesh.data; mesh_lib refuses a mesh the devices can't hold.
   num_devices = jax.device_count() if num_devices is None else num_devices
@@ -250,13 +284,18 @@ def validate(config: Any, num_devices: int | None = None, memory_bytes: int | No
   mesh_lib.check_mesh_fits_processes(data_size, model_size, num_devices, jax.process_count())
 
 
-def _check_context(config: Any) -> None:
-  """The model fields together: a context model reads windows, heads divide D, windows need a token stream."""
-  model, length = config.model, config.data.context_length
-  require(model.context == "none" or length >= 2, "data.context_length", length,
-          f"at least 2 with model.context={model.context!r} (a window of one token has no context to mix)")
-  require(model.context != "transformer" or model.d_model % model.heads == 0, "model.heads", model.heads,
-          f"a divisor of model.d_model={model.d_model} (each head reads D / heads of every row)")
+def _as_written(value: Any) -> str:
+  """A default as a person writes it: 0.0 as 0, 3 as 3, 'none' as 'none'."""
+  return repr(int(value)) if isinstance(value, float) and value.is_integer() else repr(value)
+
+
+def _check_variants(config: Any) -> None:
+  """Each chosen variant's own check, then windows need a token stream to be cut from."""
+  for family in model_lib.VARIANTS:
+    variant = model_lib.variant_of(config, family)
+    if variant.check is not None and (refused := variant.check(config)) is not None:
+      raise UsageError.bad_value(*refused)
+  length = config.data.context_length
   require(length == 1 or config.data.get("source") not in sources.SYNTHETIC_SOURCES, "data.context_length", length,
           f"1 with data.source={config.data.get('source')!r} (its pairs are drawn independently: no token stream to "
           "cut windows from)")
@@ -309,7 +348,8 @@ def memory_estimate(config: ml_collections.ConfigDict, settings: dict[str, Any] 
   """A valid config's memory on one host as named terms (bytes): the (V, D) tables 6 times (the parameter, two Adam
   moments, the gradient and its two paths); a synthetic task's float64 hidden table; the train logits 3 times; the
   hidden vectors twice; the eval logits twice; 32 bytes per train or validation pair while generating. (V, V) tables
-  (computed a few MB at a time) and sharding are not counted. `settings`: `Source.settings(config)` if not given."""
+  (computed a few MB at a time) and sharding are not counted. A context model adds its variant's own terms (its
+  Params, its activations, a transformer's (B, heads, L, L) attention weights). `settings`: `Source.settings(config)` if not given."""
   vocab_size, d_model = int(config.model.vocab_size), int(config.model.d_model)
   batch_size, eval_batch_size = int(config.train.batch_size), int(config.train.eval_batch_size)
   chunk_size, num_tables = int(config.loss.chunk_size), 1 if config.model.tied else 2
@@ -320,17 +360,22 @@ def memory_estimate(config: ml_collections.ConfigDict, settings: dict[str, Any] 
   batch_size *= int(config.data.get("context_length", 1))  # tokens per step: B windows of L
   train_rows, eval_rows = (min(chunk_size or rows, rows) for rows in (batch_size, eval_batch_size))
   task_d_model = int(config.data.task_d_model) if config.data.source in sources.SYNTHETIC_SOURCES else 0
+  window = ("data.context_length",) if int(config.data.get("context_length", 1)) > 1 else ()
+  variants = [model_lib.variant_of(config, family) for family in model_lib.VARIANTS]
+  own = [MemoryTerm(*term) for variant in variants if variant.memory is not None for term in variant.memory(config)]
   return [
       MemoryTerm("the (V, D) tables and their optimizer state", vocab_size * d_model * num_tables * 4 * 6,
                  ("model.vocab_size", "model.d_model")),
       MemoryTerm("the task's hidden table e*", vocab_size * task_d_model * 8,
                  ("data.task_d_model", "model.vocab_size")),
       MemoryTerm("the train logits (loss.chunk_size > 0 bounds them)", train_rows * vocab_size * 4 * 3,
-                 ("train.batch_size" if train_rows == batch_size else "loss.chunk_size", "model.vocab_size")),
-      MemoryTerm("the hidden vectors of a batch", batch_size * d_model * 4 * 2, ("train.batch_size", "model.d_model")),
+                 ("train.batch_size" if train_rows == batch_size else "loss.chunk_size", "model.vocab_size", *window)),
+      MemoryTerm("the hidden vectors of a batch", batch_size * d_model * 4 * 2,
+                 ("train.batch_size", "model.d_model", *window)),
       MemoryTerm("the eval logits", eval_rows * vocab_size * 4 * 2,
                  ("train.eval_batch_size" if eval_rows == eval_batch_size else "loss.chunk_size", "model.vocab_size")),
       MemoryTerm("the dataset", pairs * 32, pair_fields),
+      *own,
   ]
 
 
@@ -341,6 +386,14 @@ def available_memory() -> int:
     with contextlib.suppress(OSError, ValueError), open(path) as f:  # no such cgroup file, or "max"
       limits.append(int(f.read().strip()))
   return min(limits)
+
+
+def _turned_up(config: ml_collections.ConfigDict, path: str) -> float:
+  """How far `path` is set above its default (value / default): the field a person turned up to make a term large."""
+  value, default = config[path], defaults().get(path)
+  if not is_number(value):
+    return 0.0
+  return float(value) / float(default) if is_number(default) and default > 0 else float(value)
 
 
 def check_memory(config: ml_collections.ConfigDict, memory_bytes: int | None = None,
@@ -356,7 +409,7 @@ def check_memory(config: ml_collections.ConfigDict, memory_bytes: int | None = N
 
   if total > memory_bytes:
     largest = max(terms, key=lambda term: term.bytes)
-    field = max(largest.fields, key=lambda path: float(config[path]) if is_number(config[path]) else 0.0)
+    field = max(largest.fields, key=lambda path: _turned_up(config, path))
     raise UsageError.bad_value(field, config[field], f"a config that fits in this machine's {gib(memory_bytes)} "
                                f"of memory: it needs about {gib(total)}, {gib(largest.bytes)} of it for {largest.what}")
 

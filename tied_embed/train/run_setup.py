@@ -201,8 +201,9 @@ def config_differences(saved: ml_collections.ConfigDict, config: ml_collections.
   """The fields outside config_lib.RESUMABLE where `config` differs from `saved`, as 'path: saved → new'. A field
   that does nothing in both is no difference, nor one no source reads; one `saved` lacks is compared as its default."""
   new = config_lib.leaf_paths(config)
-  added = {**config_lib.defaults(), **{f"data.{name}": value for source in sources.REGISTRY.values()
-                                       for name, value in source.field_defaults.items()}}
+  added = {**{field.path: field.default for field in config_lib.FIELDS},
+           **{f"data.{name}": value for source in sources.REGISTRY.values()
+              for name, value in source.assumed_when_absent.items()}}
   old = {**{path: value for path, value in added.items() if path in new}, **config_lib.leaf_paths(saved)}
   ignored = (config_lib.RESUMABLE | (config_lib.inactive_paths(saved) & config_lib.inactive_paths(config))
              | (old.keys() - config_lib.known_fields()))  # a saved field that nothing here reads does nothing

@@ -1,8 +1,9 @@
-"""The step the trainer runs: the story's step (tied_embed/core/step.py) inside the run's bookkeeping.
+"""What a run adds to the story's step (tied_embed/core/step.py), through its one hook, `after_gradients`.
 
 `RunState` is the story's `TrainState` plus what a run keeps: each row's accumulated path-gradient norms, a few tracked
 rows' directions, the train-loss window, the first non-finite step; a checkpoint of its state is all a resume needs.
-`make_train_step` picks the paths and update a config asks for (fast/choose.py)."""
+`bookkeeping` is the hook that keeps them around the update; `make_run_step` is the story's step with that hook, on
+the paths and update a config asks for (fast/choose.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from flax import nnx
 
 from tied_embed.core import paths as paths_lib
 from tied_embed.core import step as step_lib
-from tied_embed.core.model import Model
+from tied_embed.core.model import LanguageModel
 from tied_embed.fast import choose
 from tied_embed.fast.kernels import fused_adamw
 
@@ -44,7 +45,7 @@ class PathDirections(nnx.Variable):
 class RunState(step_lib.TrainState):
   """The model, its optimizer, the provenance totals and the running train metrics."""
 
-  def __init__(self, model: Model, tx: optax.GradientTransformation):
+  def __init__(self, model: LanguageModel, tx: optax.GradientTransformation):
     super().__init__(model, tx)
     vocab_axis = {"out_sharding": ("vocab",), "eager_sharding": False}
     self.lookup_total = ProvenanceTotal(jnp.zeros((model.vocab_size,), jnp.float32), **vocab_axis)
@@ -83,19 +84,15 @@ def optimizer_update(run_state: RunState, grads: nnx.State) -> None:
   run_state.optimizer.update(run_state.model, grads)
 
 
-def make_step_function(graphdef: nnx.GraphDef, paths_fn: step_lib.PathsFn = paths_lib.path_gradients, *,
-                       apply_update: UpdateFn = optimizer_update, **options) -> step_lib.StepFunction:
-  """step(state, ids, next_ids (B,) or (B, L), with_stats=False) → (new state, metrics, grads), to be jitted:
-  `step_lib.gradients`, the path totals and tracked rows, the update by `apply_update` (optax's, or a kernel's that
-  checks what it writes), the train-loss window and the non-finite marker.
+def bookkeeping(apply_update: UpdateFn = optimizer_update) -> step_lib.AfterGradients:
+  """The run's `after_gradients` hook: the path totals and tracked rows, the update by `apply_update` (optax's, or a
+  kernel's that checks what it writes), the train-loss window and the non-finite marker.
 
-  metrics: `step_lib.gradients`'s and, on log steps, 'train_loss' (the mean since the previous log step). A non-finite
+  On log steps (`with_stats`) it adds 'train_loss' (the mean since the previous log step) to the metrics. A non-finite
   loss or state is recorded in `first_nonfinite_step`, so a state that passes is safe to save."""
 
-  def step(state: nnx.State, ids: jax.Array, next_ids: jax.Array, with_stats: bool = False):
-    run_state = nnx.merge(graphdef, state)
-    paths, grads, metrics = step_lib.gradients(run_state.model, ids, next_ids, paths_fn, with_stats=with_stats,
-                                               **options)
+  def after_gradients(run_state: RunState, paths, grads: nnx.State, metrics: step_lib.Metrics,
+                      with_stats: bool) -> None:
     loss, tracked = paths.loss, run_state.tracked_rows[...]
     run_state.projection_total[...] += paths_lib.row_norms(paths.projection)
     run_state.tracked_projection[...] += paths.projection[tracked]
@@ -118,23 +115,22 @@ def make_step_function(graphdef: nnx.GraphDef, paths_fn: step_lib.PathsFn = path
       finite = all_finite(loss, rest) & jnp.isfinite(written_check)
     done = run_state.optimizer.step[...].astype(jnp.int32)
     run_state.first_nonfinite_step[...] = jnp.where((first_bad == 0) & ~finite, done, first_bad)
-    return nnx.state(run_state), metrics, grads
 
-  return step
+  return after_gradients
 
 
-def make_train_step(graphdef: nnx.GraphDef, chunk_size: int, state_shardings=None, lookup_grad_scale: float = 1.0,
-                    projection_grad_scale: float = 1.0, compute_dtype: str = "float32", split_check: int | None = None,
-                    train_config: ml_collections.ConfigDict | None = None) -> step_lib.TrainStep:
-  """The train step these settings pick. `split_check`: `choose.split_check_tokens`'s pairs (None: the whole batch);
+def make_run_step(graphdef: nnx.GraphDef, chunk_size: int, state_shardings=None, lookup_grad_scale: float = 1.0,
+                  projection_grad_scale: float = 1.0, compute_dtype: str = "float32", split_check: int | None = None,
+                  train_config: ml_collections.ConfigDict | None = None) -> step_lib.TrainStep:
+  """The story's step with the run's `bookkeeping`, jitted on the paths and update these settings pick. `split_check`: `choose.split_check_tokens`'s pairs (None: the whole batch);
   `train_config`: the config's `train` section (AdamW on one device updates on its fused kernel where it pays off)."""
   one_device = choose.mesh_devices(state_shardings) == 1
   fused = train_config is not None and train_config.optimizer == "adamw" and one_device
   paths_fn = choose.paths_function(chunk_size, compute_dtype, choose.data_shards(state_shardings), one_device)
   update = fused_adamw.make_update(train_config) if fused else optimizer_update
-  step_fn = make_step_function(graphdef, paths_fn, lookup_grad_scale=lookup_grad_scale,
-                               projection_grad_scale=projection_grad_scale, split_check_tokens=split_check,
-                               apply_update=update)
+  step_fn = step_lib.make_step_function(graphdef, paths_fn, after_gradients=bookkeeping(update),
+                                        lookup_grad_scale=lookup_grad_scale,
+                                        projection_grad_scale=projection_grad_scale, split_check_tokens=split_check)
   return choose.StepWithGradientBuffer(graphdef, step_fn, state_shardings)
 
 
@@ -145,7 +141,7 @@ def train_step_for(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef, ta
   length = int(config.data.get("context_length", 1))
   split_check = choose.split_check_tokens(int(train.batch_size), int(config.model.vocab_size) * length,
                                           choose.data_shards(shardings))
-  return make_train_step(
+  return make_run_step(
       graphdef, int(config.loss.chunk_size), shardings, lookup_grad_scale=float(train.lookup_grad_scale),
       projection_grad_scale=float(train.projection_grad_scale), compute_dtype=str(config.model.dtype),
       split_check=split_check, train_config=train)

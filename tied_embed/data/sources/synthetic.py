@@ -69,7 +69,10 @@ def synthetic_splits(current_probs: np.ndarray, log_probs: Any, num_train: int, 
 class SyntheticSource(base.Source):
   """A task defined by a hidden table; subclasses say which output table its logits score against."""
 
-  fields = ("task_seed", "num_train_pairs", "num_eval_pairs", "logit_scale", "zipf_exponent")
+  # task_seed: the hidden table e* and the sampled pairs; the train and validation split sizes; logit_scale: E|e*_i|²,
+  # the typical self (planted) or next (directed) logit; zipf_exponent s: current tokens follow p_i ∝ (i + 1)^-s
+  fields = {"task_seed": 0, "num_train_pairs": 2_000_000, "num_eval_pairs": 50_000, "logit_scale": 8.0,
+            "zipf_exponent": 1.0}
 
   @abc.abstractmethod
   def output_table(self, table: np.ndarray) -> np.ndarray:

@@ -43,8 +43,10 @@ class Text(base.Source):
 
   name = "text"
   reference_name = "empirical"
-  fields = ("text_path", "tokenizer", "split")
-  field_defaults = {"split": corpus.CONTIGUOUS}  # a saved config without data.split was split contiguously
+  # text_path '' = Python's pydoc_data/topics.py; tokenizer: bytes (V = 256) | sentencepiece (trained, V pieces) | a
+  # .model path; split: contiguous (the corpus's bytes in sorted file order) | by_document (whole files, shuffled)
+  fields = {"text_path": "", "tokenizer": "bytes", "split": corpus.CONTIGUOUS}
+  assumed_when_absent = {"split": corpus.CONTIGUOUS}  # a saved config without data.split was split contiguously
 
   def validate(self, config: Any) -> None:
     vocab_size, choice = config.model.get("vocab_size"), tokenizer_setting(config)
