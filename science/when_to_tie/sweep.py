@@ -445,20 +445,20 @@ def check_sitting(out: pathlib.Path, corpora: list[str]) -> None:
 
 
 # The config fields that name where a run reads or writes, not what it computes: the dataset's identity in the
-# record key stands for the data, so a record copied to another --out or machine resumes there.
+# digest stands for the data, so a record copied to another --out or machine resumes there.
 PLACES = ("data.data_dir", "data.text_path")
 
 
 def run_digest(config, dataset: str) -> str:
-  """12 hex digits of SHA-256 over the run's whole config but PLACES (its model: family fields, hidden map, context,
-  width; its schedule, seed and settings) and its dataset's identity: any change to what decides the run's numbers
-  makes another run."""
+  """12 hex digits of SHA-256 over the run's config fields that act (its model: family fields, hidden map, context,
+  width; its schedule, seed and settings; not PLACES, nor a field that does nothing in it, such as another family's
+  or another source's, so a new model variant's fields leave other runs as they are) and its dataset's identity:
+  any change to what decides the run's numbers makes another run."""
   from tied_embed import util  # noqa: PLC0415
+  from tied_embed.train import config as config_lib  # noqa: PLC0415
 
-  fields = config.to_dict()
-  for place in PLACES:
-    section, name = place.split(".")
-    fields.get(section, {}).pop(name, None)
+  idle = config_lib.inactive_paths(config) | set(PLACES)
+  fields = {path: value for path, value in config_lib.leaf_paths(config).items() if path not in idle}
   return util.json_sha256({"config": fields, "dataset": dataset})[:12]
 
 
