@@ -256,9 +256,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     _fail(stopped_line(stop, out), 128 + stop.signum)
   except util.RunStopped as stopped:  # a run that failed, and said why in one line
     _fail(str(stopped), stopped.exit_status)
-  except OSError as error:  # a full disk under --out, say
+  except OSError as error:  # a full disk under --out, say: the finished runs are in the record already
     where = f"{error.filename}: " if error.filename else ""
-    _fail(f"{where}{error.strerror or util.first_line(error)}", 1)
+    _fail(f"{where}{error.strerror or util.first_line(error)}: fix that, then rerun the same command", 1)
   except Exception as error:
     if not type(error).__module__.startswith(("tied_embed.", "science.")):
       raise  # not the project's own: a bug, whose traceback is what finds it
