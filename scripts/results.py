@@ -19,11 +19,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import pathlib
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -33,6 +35,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from science import common  # noqa: E402
+from science.when_to_tie import checks  # noqa: E402
 from tied_embed.train.metrics import read_scalars  # noqa: E402
 
 START, END = "<!-- RESULTS:START (written by scripts/results.py) -->", "<!-- RESULTS:END -->"
@@ -109,14 +112,71 @@ class RowFailed(Exception):
     self.status = status
 
 
+class Stops:
+  """SIGTERM and SIGINT as requests to stop at the next sync point (before and after each row, before anything is
+  written). The handler only notes the signal and passes it on to the row's train.py (which saves and stops), so a
+  signal landing inside a callback is never lost and train.py is never left running; a second one stops at once."""
+
+  def __init__(self):
+    self.received: int | None = None
+    self.child: subprocess.Popen | None = None
+    self.finished: list[str] = []  # the rows trained so far
+    self.in_progress = ""  # the row whose train.py runs now
+
+  def __enter__(self) -> Stops:
+    self.__init__()  # a fresh sitting each time main runs
+    self._previous = {signum: signal.signal(signum, self._handle) for signum in (signal.SIGTERM, signal.SIGINT)}
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)
+
+  def _handle(self, signum: int, frame) -> None:
+    if self.received is not None:  # asked twice: stop now
+      signal.signal(signum, signal.SIG_DFL)
+      signal.raise_signal(signum)
+      return
+    self.received = signum
+    self.forward()
+
+  def forward(self) -> None:
+    """Passes a received stop on to the row's train.py, if one runs."""
+    if self.received is not None and self.child is not None and self.child.poll() is None:
+      self.child.send_signal(self.received)
+
+  def sync_point(self) -> None:
+    """Where a stop was received: one `error:` line saying which rows finished and which stopped, exit 128 + it."""
+    if self.received is None:
+      return
+    finished = ", ".join(repr(name) for name in self.finished) or "none"
+    stopped = f"; row {self.in_progress!r} stopped in {row_workdir(self.in_progress)}" if self.in_progress else ""
+    print(f"error: stopped by {signal.Signals(self.received).name}: rows finished: {finished}{stopped}; no table "
+          "or doc was written: rerun the same command, which trains every row again (a row is timed as one whole "
+          "command, so none resumes)", file=sys.stderr)
+    sys.exit(128 + self.received)
+
+
+STOPS = Stops()
+
+
 def run(name: str, flags: list[str], workdir: pathlib.Path) -> dict:
   """Trains one row into `workdir` (a fresh one) and reads its final losses; RowFailed if train.py fails. The row
-  keeps its console (stderr, then stdout: the result lines) under "console"."""
+  keeps its console (stderr, then stdout: the result lines) under "console". train.py runs in its own session, so a
+  terminal's ^C reaches it once, through STOPS."""
   shutil.rmtree(workdir, ignore_errors=True)
   command = [sys.executable, "train.py", *flags, "--workdir", str(workdir)]
   started = time.perf_counter()
-  result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+  STOPS.in_progress = name
+  STOPS.child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 start_new_session=True)
+  STOPS.forward()  # a stop received as it started
+  stdout, stderr = STOPS.child.communicate()
   wall = time.perf_counter() - started
+  result = subprocess.CompletedProcess(command, STOPS.child.returncode, stdout, stderr)
+  STOPS.child = None
+  STOPS.sync_point()
+  STOPS.in_progress = ""
   if result.returncode != 0:
     raise RowFailed(name, result.returncode, result.stderr)
   tags = ("eval/loss", "eval/loss_floor", "eval/count_bigram_loss")
@@ -324,6 +384,7 @@ def check_blocks(kind: str) -> None:
 
 def write_blocks(kind: str, bodies: list[str]) -> None:
   """Each block of `kind` (BLOCKS) set to its body, in order."""
+  STOPS.sync_point()  # none is written after a stop
   for (name, start, end), body in zip(BLOCKS[kind], bodies, strict=True):
     common.rewrite_block(ROOT / name, start, end, body)
 
@@ -369,20 +430,28 @@ def main(argv: list[str] | None = None) -> None:
   parser.add_argument("--write-docs", action="store_true",
                       help="also rewrite the tracked blocks (docs/results.md, docs/running.md, README.md)")
   args = parser.parse_args(argv)
+  if args.only is not None and not args.only.strip():
+    parser.error(f"--only={args.only!r}: expected part of a row name (an empty one would pick every row)")
   if args.reuse and not args.context:
     parser.error("--reuse reads the context rows' records; it needs --context")
   if args.only and args.write_docs:
     parser.error("--write-docs rewrites the whole table; it takes no --only")
-  if args.subword:
-    if args.only:
-      parser.error("--subword runs both subword commands; it takes no --only")
-    _subword(args.write_docs)
-    return
-  if args.context:
-    if args.only:
-      parser.error("--context runs every context row; it takes no --only")
-    _context(args.write_docs, args.reuse)
-    return
+  if args.subword and args.only:
+    parser.error("--subword runs both subword commands; it takes no --only")
+  if args.context and args.only:
+    parser.error("--context runs every context row; it takes no --only")
+  with STOPS:  # from here a stop is taken at the next sync point, in one line
+    if args.subword:
+      _subword(args.write_docs)
+    elif args.context:
+      _context(args.write_docs, args.reuse)
+    else:
+      _table(args)
+
+
+def _table(args: argparse.Namespace) -> None:
+  """The results table's rows (those --only picks), printed; without --only written to runs/results/results.md and,
+  with --write-docs, into the tracked blocks."""
   if args.write_docs:
     check_blocks("table")
   load = load_average()  # as the first row, the default one, starts
@@ -392,6 +461,7 @@ def main(argv: list[str] | None = None) -> None:
   print(text)
   if args.only:
     return
+  STOPS.sync_point()
   (RESULTS_DIR / "results.md").write_text("# Results\n\n" + text + "\n")
   print("wrote runs/results/results.md")
   if not args.write_docs:
@@ -407,13 +477,16 @@ def _run_rows(rows: list[tuple[str, list[str]]], data_dir: pathlib.Path | None =
   `error:` line and train.py's exit status."""
   done = []
   for name, flags in rows:
+    STOPS.sync_point()
     extra = [] if data_dir is None else [f"--config.data.data_dir={data_dir}"]
     try:
       done.append(run(name, flags + extra, row_workdir(name)))
     except RowFailed as failed:
       print(f"error: {failed}", file=sys.stderr)
       sys.exit(failed.status)
+    STOPS.finished.append(name)
     print(f"{name}: {done[-1]['eval/loss']:.4f} in {done[-1]['wall']:.0f} s", flush=True)
+  STOPS.sync_point()
   return done
 
 
@@ -443,6 +516,38 @@ def _check_data_dir(data_dir: pathlib.Path) -> None:
             "move it away")
 
 
+# What a context row's record (ROW_RECORD) holds that the CONTEXT block reads: each a finite number (wall ≥ 0).
+ROW_NUMBERS = ("wall", "eval/loss", "eval/loss_floor", "eval/count_bigram_loss")
+
+
+def read_row(path: pathlib.Path) -> dict:
+  """The row record at `path`; one `error:` line naming it and what is wrong, exit 2, where it is not a regular file
+  of a JSON object with a name and finite ROW_NUMBERS (a damaged or hand-edited record)."""
+  try:
+    row = checks.read_json(path)
+  except ValueError as error:
+    problem = str(error)
+  else:
+    problem = _row_problem(row)
+    if not problem:
+      return row
+  _refuse(f"{path} is damaged: {problem}; run --context to remake it")
+
+
+def _row_problem(row: object) -> str:
+  """Why `row` is not a context row's record ('' where it is)."""
+  if not isinstance(row, dict):
+    return f"expected a JSON object, got {checks.json_kind(row)}"
+  if not isinstance(row.get("name"), str):
+    return "no row name"
+  for field in ROW_NUMBERS:
+    value = row.get(field)
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or (
+        field == "wall" and value < 0):
+      return f"{field} is {value!r}: expected a finite number" + (" ≥ 0" if field == "wall" else "")
+  return ""
+
+
 def context_configs_digest() -> str:
   """sha256 of the context rows' config files: --reuse refuses rows recorded on other configs."""
   digest = hashlib.sha256()
@@ -463,10 +568,10 @@ def _context(write_docs: bool, reuse: bool = False) -> None:
     check_blocks("context")
   configs = context_configs_digest()  # of the config files as the rows start (or as --reuse finds them)
   if reuse:
-    missing = [name for name, _ in CONTEXT_RUNS if not (row_workdir(name) / ROW_RECORD).is_file()]
+    missing = [name for name, _ in CONTEXT_RUNS if not os.path.lexists(row_workdir(name) / ROW_RECORD)]
     if missing:
       _refuse(f"--reuse: no {ROW_RECORD} for row {missing[0]!r} in {row_workdir(missing[0])}: run --context first")
-    rows = [json.loads((row_workdir(name) / ROW_RECORD).read_text()) for name, _ in CONTEXT_RUNS]
+    rows = [read_row(row_workdir(name) / ROW_RECORD) for name, _ in CONTEXT_RUNS]
     stale = next((row["name"] for row in rows if row.get("configs") != configs), None)
     if stale:
       _refuse(f"--reuse: row {stale!r} ran on other config files than today's (their sha256 differs): run --context")
@@ -478,7 +583,7 @@ def _context(write_docs: bool, reuse: bool = False) -> None:
     rows = _run_rows(CONTEXT_RUNS, data_dir)
     for row in rows:  # the block's note, for --reuse
       record = row_workdir(row["name"]) / ROW_RECORD
-      record.write_text(json.dumps({**json.loads(record.read_text()), "load": load, "date": date,
+      record.write_text(json.dumps({**read_row(record), "load": load, "date": date,
                                     "configs": configs}, indent=1) + "\n")
   kneser_ney = kneser_ney_rows(data_dir)
   measured_on = machine()

@@ -42,7 +42,16 @@ from science.when_to_tie.plan import (
   split_of,
   unavailable,
 )
-from science.when_to_tie.sweep import FINISHED, Sweep, convergence_check, repeat_references, sweep_corpus
+from science.when_to_tie.sweep import (
+  FINISHED,
+  Sweep,
+  check_sitting,
+  convergence_check,
+  read_finished,
+  repeat_references,
+  sweep_corpus,
+)
+from tied_embed import util
 
 
 def machine() -> str:
@@ -128,6 +137,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                      "--add-convergence, --recheck-ends and --recount-repeats")
   if args.add_convergence and args.convergence_factor == 0:
     raise UsageError("--add-convergence with --convergence-factor=0: expected a factor ≥ 2")
+  if not args.out.strip():
+    raise UsageError(f"--out={args.out!r}: expected a folder for the sweep's files (an empty one would put them in "
+                     "the current directory)")
   out = pathlib.Path(args.out)
   existing = next((p for p in (out, *out.parents) if p.exists()), None)
   if existing is not None and not existing.is_dir():
@@ -161,7 +173,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                                 + [out / folder / name for folder in ("runs", "data") for name in args.chosen])
   if problem:
     raise UsageError(f"--out={args.out}: {problem}")
+  if out.is_dir():  # a sitting on it now: refused before anything else is read (`main` takes the lock itself)
+    util.refuse_if_held(out, f"--out={args.out}")
   args.results = read_results(args.from_json) if args.from_json else None
+  publishes_only = args.from_json and not (args.add_convergence or args.recheck_ends or args.recount_repeats)
+  if not publishes_only:  # it reads the record of finished runs back: checked whole before any work
+    check_sitting(out, args.chosen)
   args.available = corpora(args.quick, args.subword_corpus)
   return args
 
@@ -169,10 +186,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def other_block(written: pathlib.Path, chosen: list[str], families: tuple[str, ...]) -> str:
   """The block (`--corpora=… --family=…`) whose report `written` holds where it is not the one asked for; '' where
   there is none, it is the same block (a rerun or a resume), or the file is not a sweep's report."""
-  try:
-    results = json.loads(written.read_bytes())
+  try:  # never a read that waits: a FIFO there is no report
+    results = checks.read_json(written)
     theirs = (sorted(results["corpora"]), sorted(results.get("families", ["bigram"])))
-  except (OSError, ValueError, KeyError, TypeError):
+  except (ValueError, KeyError, TypeError, AttributeError):
     return ""
   if theirs == (sorted(chosen), sorted(families)):
     return ""
@@ -209,12 +226,10 @@ def read_results(paths: str) -> dict[str, Any]:
 
 def _read_one(path: str) -> dict[str, Any]:
   """The sweep's results in the JSON file at `path`; UsageError where it is missing, not JSON, or not a sweep's."""
-  if not pathlib.Path(path).is_file():
-    raise UsageError(f"--from-json={path}: no such file")
-  try:
-    results = json.loads(pathlib.Path(path).read_bytes())
-  except (ValueError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-    raise UsageError(f"--from-json={path}: not JSON ({' '.join(str(error).split())})") from None
+  try:  # says what is there where it is no file of JSON: nothing, a directory, a device, a FIFO
+    results = checks.read_json(pathlib.Path(path))
+  except ValueError as error:
+    raise UsageError(f"--from-json={path}: {str(error)[:1].lower()}{str(error)[1:]}") from None
   problem = report.results_problem(results)
   if problem:
     raise UsageError(f"--from-json={path}: not the sweep's results: {' '.join(problem.split())}")
@@ -222,8 +237,9 @@ def _read_one(path: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-  """The command line: one line and exit 2 for bad input; on SIGTERM or SIGINT, one line and exit 128 + the signal,
-  the finished runs kept in <out>/finished_runs.json for the same command to resume from."""
+  """The command line: one line and exit 2 for bad input (a second sitting on the same --out too), one line and exit 1
+  for a failure (a full disk, a run that failed); on SIGTERM or SIGINT, one line and exit 128 + the signal, the
+  finished runs kept in <out>/finished_runs.json for the same command to resume from."""
   from tied_embed.train import signals  # noqa: PLC0415
 
   out = None
@@ -231,27 +247,62 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with signals.StopSignals(interrupting=True):  # a trainer run installs its own while it runs
       args = parse(argv)
       out = pathlib.Path(args.out)
-      if args.results is not None and args.add_convergence:
-        add_convergence(args.results, args)
-      if args.results is not None and args.recheck_ends:
-        recheck_ends(args.results, args)
-      if args.results is not None and args.recount_repeats:
-        recount_repeats(args.results, args)
-      if args.results is not None:
-        report.publish(args.results, out, args.write_docs)
-        return args.results
-      if args.asymmetry:
-        return measure_budget(args, sys.argv[1:] if argv is None else argv)
-      return run_sweep(args)
+      out.mkdir(parents=True, exist_ok=True)
+      with util.exclusive(out, f"--out={args.out}"):  # one sitting per --out: a second is refused, naming this one
+        return _act(args, argv)
   except UsageError as error:
-    print(f"error: {error}", file=sys.stderr)
-    raise SystemExit(2) from None
+    _fail(str(error), 2)
   except (signals.Interrupted, signals.Preempted) as stop:  # in our own set-up, or in a run (saved first)
-    signum = stop.signum
-    kept = "" if out is None else f"; the finished runs are kept in {out / FINISHED}"
-    print(f"error: stopped by {signal.Signals(signum).name}{kept}: rerun the same command to resume",
-          file=sys.stderr)
-    raise SystemExit(128 + signum) from None
+    _fail(stopped_line(stop, out), 128 + stop.signum)
+  except util.RunStopped as stopped:  # a run that failed, and said why in one line
+    _fail(str(stopped), stopped.exit_status)
+  except OSError as error:  # a full disk under --out, say: the finished runs are in the record already
+    where = f"{error.filename}: " if error.filename else ""
+    _fail(f"{where}{error.strerror or util.first_line(error)}: fix that, then rerun the same command", 1)
+  except Exception as error:
+    if not type(error).__module__.startswith(("tied_embed.", "science.")):
+      raise  # not the project's own: a bug, whose traceback is what finds it
+    _fail(util.first_line(error), 1)
+
+
+def _fail(message: str, status: int) -> None:
+  print(f"error: {util.printable(message)}", file=sys.stderr)
+  raise SystemExit(status) from None
+
+
+def _act(args: argparse.Namespace, argv: list[str] | None) -> dict[str, Any]:
+  """What the checked command line asks for, with the sitting's lock held: → the results written."""
+  out = pathlib.Path(args.out)
+  if args.results is not None and args.add_convergence:
+    add_convergence(args.results, args)
+  if args.results is not None and args.recheck_ends:
+    recheck_ends(args.results, args)
+  if args.results is not None and args.recount_repeats:
+    recount_repeats(args.results, args)
+  if args.results is not None:
+    report.publish(args.results, out, args.write_docs)
+    return args.results
+  if args.asymmetry:
+    return measure_budget(args, sys.argv[1:] if argv is None else argv)
+  return run_sweep(args)
+
+
+def stopped_line(stop: BaseException, out: pathlib.Path | None) -> str:
+  """The one line of a stopped sitting: the signal, how many runs finished and where they are kept, the run in
+  progress (its workdir resumes from its checkpoint), and how to resume."""
+  name = signal.Signals(stop.signum).name
+  if out is None:
+    return f"stopped by {name} before the sitting began: nothing was written; rerun the same command"
+  try:
+    count = len(read_finished(out / FINISHED))
+    finished = f"{count} finished run{'' if count == 1 else 's'} kept in {out / FINISHED}"
+  except UsageError:
+    finished = f"the finished runs kept in {out / FINISHED}"
+  workdir = getattr(stop, "run_in_progress", None)
+  step = getattr(stop, "step", None)
+  saved = ", if it saved one" if step is None else f" (step {step})"
+  in_progress = "" if workdir is None else f"; the run in progress, {workdir}, resumes from its checkpoint{saved}"
+  return f"stopped by {name}: {finished}{in_progress}: rerun the same command to resume"
 
 
 def setup_jax(args: argparse.Namespace, out: pathlib.Path) -> None:

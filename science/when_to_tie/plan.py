@@ -9,6 +9,10 @@ import os
 import pathlib
 from typing import Any
 
+# Bad command-line input: main prints `error: <message>` and exits with status 2, before any work. The project's own
+# class, so that a refusal from the trainer (a workdir in use, a config it cannot run) is answered the same way.
+from tied_embed.util import UsageError
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FRACTIONS = (0.01, 0.1, 1.0)  # three sizes a decade apart: what fits a (corpus, family) block in BLOCK_SECONDS
 SEEDS = (0, 1, 2, 3, 4)  # the scored seeds: five per cell, each model at its chosen settings
@@ -81,8 +85,6 @@ VIM_DOCS = "/usr/share/vim/vim*/doc"
 DRAWN = "drawn"
 
 
-class UsageError(Exception):
-  """Bad command-line input: main prints `error: <message>` and exits with status 2, before any work."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,9 +8,11 @@ import dataclasses
 import io
 import json
 import math
+import os
 import pathlib
 import shutil
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -272,21 +274,28 @@ class Sweep:
     name = "-".join(f"{key}={value:g}" for key, value in sorted(settings.items()))
     stretched = ("" if steps_factor == 1 else f"-x{steps_factor}") + ("" if evals_factor == 1 else f"-e{evals_factor}")
     drawn = "" if draw == 0 else f"-d{draw}"
-    workdir = self.runs_dir / f"{model.key}-{name}-f{fraction:g}-s{seed}{drawn}{stretched}"
-    # the dataset (corpus contents, split, draw, selection share) and the steps too: another --subword-corpus or
-    # --<corpus>-steps on the same --out makes other runs
-    key = f"{self.drawn(draw).identity}/{workdir.name}-n{steps}-e{every}-m{self.plan.min_delta:g}"
+    # The run's name holds all that decides its numbers: readable, the model, settings, size, seed, draw and
+    # schedule; whole, the digest of its config and dataset (corpus contents, split, draw, selection share). So an
+    # edited model, another --<corpus>-steps or another --subword-corpus is another run, in another workdir: a
+    # stopped run's checkpoint is resumed only under the schedule and data it was made with.
+    dataset = self.drawn(draw).identity
+    run_name = (f"{model.key}-{name}-f{fraction:g}-s{seed}{drawn}{stretched}-n{steps}-e{every}"
+                f"-m{self.plan.min_delta:g}-c{run_digest(config, dataset)}")
+    workdir = self.runs_dir / run_name
+    key = f"{dataset}/{run_name}"  # the record's key: the dataset readable too
     if key in self.finished:
       self.resumed[key] = (self.finished[key]["seconds"], self.finished[key]["cpu_seconds"])
       return self.finished[key]
+    stop_point()  # a stop that landed where it could not be raised ends the sitting before another run starts
     problem = checks.link_problem(self.out, [workdir])  # a link made since the command line was checked
     if problem:
       raise UsageError(problem)
     clock = RunClock(workdir)
     try:
       summary = trainer.train_and_evaluate(config, workdir)
-    except BaseException:  # stopped (a signal, say): its checkpoint resumes it, so its seconds are kept with it
+    except BaseException as stopped:  # stopped (a signal, say): its checkpoint resumes it, so its seconds are kept
       clock.keep()
+      stopped.run_in_progress = workdir  # named in the sitting's closing line
       raise
     best = checkpoint.restore(workdir, step=summary.best_step).model
     data = self.drawn(draw)
@@ -313,6 +322,7 @@ class Sweep:
     write_json(self.finished_path, self.finished)  # before the workdir goes: a kill between keeps the numbers
     if not self.keep_runs:  # the numbers are all the sweep needs of it
       shutil.rmtree(workdir)
+    stop_point()
     print(f"  {self.corpus.key:7s} {model.key:7s} {name:28s} f={fraction:<5g} seed {seed}"
           f"{'' if steps_factor == 1 else f' ×{steps_factor}'}{'' if evals_factor == 1 else f' {evals_factor}× evals'}"
           f": best step "
@@ -375,7 +385,7 @@ class RunClock:
 
   def __init__(self, workdir: pathlib.Path):
     self.path = workdir / SPENT
-    earlier = json.loads(self.path.read_text()) if self.path.is_file() else {"seconds": 0.0, "cpu_seconds": 0.0}
+    earlier = read_spent(self.path) if os.path.lexists(self.path) else {"seconds": 0.0, "cpu_seconds": 0.0}
     self.wall_origin = time.perf_counter() - earlier["seconds"]
     self.cpu_origin = time.process_time() - earlier["cpu_seconds"]
 
@@ -390,10 +400,80 @@ class RunClock:
 
 
 def read_finished(path: pathlib.Path) -> dict[str, dict[str, Any]]:
-  """The finished runs recorded at `path` ({} if none): {run key: its numbers}."""
-  if not path.exists():
+  """The finished runs recorded at `path` ({} if none): {run key: its numbers}. UsageError naming the file and the
+  entry where it is not a regular file of JSON, or an entry lacks a field a run records or holds a value that
+  --from-json would refuse to publish (checks.first_value_problem, shared with it)."""
+  if not os.path.lexists(path):
     return {}
-  return json.loads(path.read_text())
+  return _read_checked(path, "this --out's record of finished runs",
+                       lambda record: checks.entries_problem(record, checks.RUN_FIELDS))
+
+
+SPENT_FIELDS = ("seconds", "cpu_seconds")
+
+
+def read_spent(path: pathlib.Path) -> dict[str, float]:
+  """The seconds a stopped run had spent (SPENT in its workdir); UsageError naming the file where it is damaged."""
+  return _read_checked(path, "a stopped run's seconds", lambda spent: checks.entry_problem(spent, SPENT_FIELDS))
+
+
+def _read_checked(path: pathlib.Path, what: str, problem_of: Callable[[Any], str]) -> Any:
+  """The JSON at `path` where `problem_of` finds nothing wrong with it; else UsageError in one line naming the file,
+  what it is, and what is wrong (the entry and value at fault)."""
+  try:
+    value = checks.read_json(path)
+  except ValueError as error:
+    problem = str(error)
+  else:
+    problem = problem_of(value)
+    if not problem:
+      return value
+  raise UsageError(f"{path} ({what}): {problem}; the sitting reads it back: repair or remove it, or give another "
+                   "--out")
+
+
+def check_sitting(out: pathlib.Path, corpora: list[str]) -> None:
+  """Every file a sitting on `out` reads back, checked before any work: the record of finished runs and each stopped
+  run's seconds under <out>/runs/<corpus>/ (UsageError naming the first damaged file and entry)."""
+  read_finished(out / FINISHED)
+  for name in corpora:
+    runs = out / "runs" / name
+    if runs.is_dir() and not runs.is_symlink():  # a link there is refused by the command line's link check
+      for workdir in sorted(runs.iterdir()):
+        if os.path.lexists(workdir / SPENT):
+          read_spent(workdir / SPENT)
+
+
+# The config fields that name where a run reads or writes, not what it computes: the dataset's identity in the
+# digest stands for the data, so a record copied to another --out or machine resumes there.
+PLACES = ("data.data_dir", "data.text_path")
+
+
+def run_digest(config, dataset: str) -> str:
+  """12 hex digits of SHA-256 over the run's config fields that act (its model: family fields, hidden map, context,
+  width; its schedule, seed and settings; not PLACES, nor a field that does nothing in it, such as another family's
+  or another source's, so a new model variant's fields leave other runs as they are) and its dataset's identity:
+  any change to what decides the run's numbers makes another run."""
+  from tied_embed import util  # noqa: PLC0415
+  from tied_embed.train import config as config_lib  # noqa: PLC0415
+
+  idle = config_lib.inactive_paths(config) | set(PLACES)
+  fields = {path: value for path, value in config_lib.leaf_paths(config).items() if path not in idle}
+  return util.json_sha256({"config": fields, "dataset": dataset})[:12]
+
+
+def stop_point() -> None:
+  """Raises the stop that the sitting's StopSignals (cli.main's) received but could not raise where the signal
+  landed: inside a callback (a finalizer, a library's hook) its Interrupted is swallowed, `received` holds it all
+  the same. Called between runs and between a corpus's sizes, the sitting's sync points, so no stop is lost."""
+  import signal  # noqa: PLC0415
+
+  from tied_embed.train import signals  # noqa: PLC0415
+
+  for signum in (signal.SIGTERM, signal.SIGINT):
+    owner = getattr(signal.getsignal(signum), "__self__", None)
+    if isinstance(owner, signals.StopSignals) and owner.received is not None:
+      raise signals.Interrupted(owner.received)
 
 
 def write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
@@ -448,6 +528,7 @@ def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, gr
       "tuning": {model.key: {} for model in models}, "runs": {model.key: {} for model in models},
   }
   for fraction in fractions:
+    stop_point()
     key = f"{fraction:g}"
     scored_draws = draws(fraction, quick or corpus.split != DRAWN)
     entry["count"][key], entry["kneser_ney"][key] = count_references(sweep, fraction, scored_draws)

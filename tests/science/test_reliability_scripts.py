@@ -176,7 +176,9 @@ def test_reuse_refuses_rows_recorded_on_other_config_files(monkeypatch, tmp_path
     pytest.skip("the context rows need Vim's help files")
   for name, _ in module.CONTEXT_RUNS:  # each row's record, as --context leaves it, but on other configs
     module.row_workdir(name).mkdir(parents=True)
-    (module.row_workdir(name) / module.ROW_RECORD).write_text(json.dumps({"name": name, "configs": "0" * 64}))
+    record = {"name": name, "flags": "", "wall": 60.0, "eval/loss": 5.0, "eval/loss_floor": 4.0,
+              "eval/count_bigram_loss": 5.5, "configs": "0" * 64}
+    (module.row_workdir(name) / module.ROW_RECORD).write_text(json.dumps(record))
   status, message = _refusal(module, capsys, "--context", "--reuse")
   assert status == 2 and "ran on other config files than today's" in message
 

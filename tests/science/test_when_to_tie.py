@@ -177,7 +177,7 @@ def test_quick_sweep_writes_tables_and_plot(tmp_path):
     # The restored best checkpoint, rescored in float64, is the step the trainer scored as best.
     assert run["float64_eval_loss"] == pytest.approx(run["eval_loss"], rel=1e-5)
     # Its likeliest next token, from the model's own forward pass over every token.
-    workdir = (tmp_path / "runs" / "bytes").glob(f"{key}-*-s0")
+    workdir = (tmp_path / "runs" / "bytes").glob(f"{key}-*-s0-n*")  # then its schedule and config digest
     trial = next(w for w in workdir if "-".join(f"{a}={v:g}" for a, v in sorted(run["settings"].items())) in w.name)
     model = checkpoint.restore(trial, step=run["best_step"]).model
     logits = np.asarray(model(np.arange(256, dtype=np.int32)))

@@ -176,7 +176,9 @@ def test_a_killed_sweep_resumes_from_its_record_without_training_finished_runs(t
   calls = []
   first = _fake_sweep(tmp_path, monkeypatch, calls)
   done = first.train(plans.MODELS[0], 1.0, 0, {"weight_decay": 0.1})
-  assert calls == ["tied-weight_decay=0.1-f1-s0"] and not (first.runs_dir / calls[0]).exists()
+  # named by its model, settings, size, seed and schedule (20 steps, an eval every 5), then its config's digest
+  assert len(calls) == 1 and calls[0].startswith("tied-weight_decay=0.1-f1-s0-n20-e5-m0-c")
+  assert not (first.runs_dir / calls[0]).exists()
   recorded = json.loads((tmp_path / sweep.FINISHED).read_text())
   assert list(recorded.values()) == [json.loads(json.dumps(done))]
   # A new process on the same --out: the finished run comes from the record; a new one (seed 1) is trained.
@@ -186,7 +188,7 @@ def test_a_killed_sweep_resumes_from_its_record_without_training_finished_runs(t
   # and counts the recorded run's own times, so a resumed sweep's report names the whole work's time
   assert again.resumed == {next(iter(recorded)): (done["seconds"], done["cpu_seconds"])}
   again.train(plans.MODELS[0], 1.0, 1, {"weight_decay": 0.1})
-  assert calls[1:] == ["tied-weight_decay=0.1-f1-s1"]
+  assert len(calls) == 2 and calls[1].startswith("tied-weight_decay=0.1-f1-s1-n20-e5-m0-c")
   # Other steps are another run, never a recorded one: --bytes-steps changed between the two commands.
   again.plan = plans.dataclasses.replace(plans.QUICK_PLAN, max_steps=plans.MIN_STEPS + 40)
   again.train(plans.MODELS[0], 1.0, 0, {"weight_decay": 0.1})
