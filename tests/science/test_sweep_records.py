@@ -8,6 +8,7 @@ import types
 
 import numpy as np
 import pytest
+from helpers import smoke_with
 
 from science import kneser_ney
 from science.when_to_tie import plan as plan_lib
@@ -37,7 +38,8 @@ class _StandIn:
     self.trained, self.restored = [], []
     monkeypatch.setattr(trainer, "train_and_evaluate", self.train)
     monkeypatch.setattr(checkpoint, "restore", self.restore)
-    monkeypatch.setattr(sweep_lib, "run_config", lambda *args, **kwargs: None)
+    # a real config, so the run's name carries its digest, as a sweep's does
+    monkeypatch.setattr(sweep_lib, "run_config", lambda *args, **kwargs: smoke_with("seed", 0))
     monkeypatch.setattr(sweep_lib, "schedule", lambda plan, pairs, batch: (60, 20))
 
   def train(self, config, workdir):
