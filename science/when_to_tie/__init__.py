@@ -43,7 +43,8 @@ checkpoint, and its clock from the seconds it had spent: sweep.RunClock). A run'
 model, settings, size, seed, draw and schedule, and a digest of its acting config fields (sweep.run_digest): another
 plan is another run. The record and stopped runs' seconds are checked whole before any work (sweep.check_sitting); one
 sitting holds an --out at a time (its .lock). SIGTERM or SIGINT stops it in one line (exit 128 + the signal), at the
-next run or size where the signal landed in a callback (sweep.stop_point). plan.block_seconds sizes each (corpus, model family) block to at most plan.BLOCK_SECONDS on 2 cores;
+next run or size where the signal landed in a callback (sweep.stop_point). plan.block_seconds sizes each (corpus,
+model family) block to at most plan.BLOCK_SECONDS on 2 cores;
 --family (the keys of plan.FAMILIES, comma-separated, default bigram) picks the block's models: the controls (output
 bias, symmetric S, untied at D/2), and the model axis, `mlp` and `transformer`: the three models again reading windows
 of plan.CONTEXT_LENGTH tokens (never across a document; B / L windows a step, so the bigram's tokens per step), scored
