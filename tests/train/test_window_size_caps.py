@@ -18,7 +18,7 @@ CHECK_BYTES = 64 * 2**20  # the split check's logits: at most this many bytes of
 
 def _split_check(monkeypatch, config) -> int | None:
   asked = {}
-  monkeypatch.setattr(run_step, "make_train_step", lambda *args, **kwargs: asked.update(kwargs))
+  monkeypatch.setattr(run_step, "make_run_step", lambda *args, **kwargs: asked.update(kwargs))
   run_step.train_step_for(config, None, {})
   return asked["split_check"]
 

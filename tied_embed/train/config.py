@@ -184,12 +184,18 @@ REQUIRED_FIELDS: frozenset[str] = frozenset(BY_PATH)
 
 @dataclasses.dataclass(frozen=True)
 class Dependent:
-  """A field that acts only where `active(config)`; `off`: the value it must have elsewhere (None: ignored there)."""
+  """A field that acts only where `active(config)`; elsewhere it must be at its default (`must_be_off`), or is ignored.
+
+  `off` is the field's own default, read from `FIELDS` (the one place defaults live), or None where it is ignored."""
 
   path: str
   needs: str  # completes 'unless ...' in the refusal
   active: Callable[[Any], bool]
-  off: Any = None
+  must_be_off: bool = True
+
+  @property
+  def off(self) -> Any:
+    return BY_PATH[self.path].default if self.must_be_off else None
 
 
 # A value given where it does nothing would train as if unset, so one with an `off` value is refused there. The
@@ -201,8 +207,7 @@ def _variant_dependents(family: str) -> tuple[Dependent, ...]:
     readers = tuple(variant for variant, v in model_lib.VARIANTS[family].items() if setting in v.settings)
     needs = f"model.{family}=" + " or ".join(repr(reader) for reader in readers)
     dependents.append(Dependent(f"model.{name}", needs,
-                                lambda config, family=family, readers=readers: config.model.get(family) in readers,
-                                off=setting.default))
+                                lambda config, family=family, readers=readers: config.model.get(family) in readers))
   return tuple(dependents)
 
 
@@ -210,11 +215,11 @@ DEPENDENT: tuple[Dependent, ...] = (
     *_variant_dependents("hidden"),
     *_variant_dependents("context"),
     Dependent("train.early_stopping_patience", "data.selection_fraction > 0 (early stopping watches select/loss)",
-              lambda config: config.data.get("selection_fraction", 0.0) > 0, off=0),
+              lambda config: config.data.get("selection_fraction", 0.0) > 0),
     Dependent("train.min_delta", "data.selection_fraction > 0 (a new best is judged on select/loss)",
-              lambda config: config.data.get("selection_fraction", 0.0) > 0, off=0),
+              lambda config: config.data.get("selection_fraction", 0.0) > 0),
     Dependent("data.task_d_model", f"data.source is one of {sources.SYNTHETIC_SOURCES}",
-              lambda config: config.data.get("source") in sources.SYNTHETIC_SOURCES),
+              lambda config: config.data.get("source") in sources.SYNTHETIC_SOURCES, must_be_off=False),
 )
 
 

@@ -118,7 +118,7 @@ class Evaluator:
     size, data_size, length = int(config.train.eval_batch_size), mesh.shape["data"], data.context_length
     self._count, self._inputs, self._none = len(ids), None, jnp.zeros(0, jnp.float32)  # windows read no logsumexps
     if length > 1:  # train.eval_stride: -1 (the default) tiles each document; S < L overlaps the windows
-      stride = int(config.train.eval_stride)
+      stride = int(config.train.get("eval_stride", -1))  # a config from before the field: tiled
       ids, next_ids, weights = windows.tiled_windows(ids, next_ids, document_ends, length,
                                                      length if stride == -1 else stride)
       size, columns = max(size // length, 1), (ids, next_ids, weights)  # windows per batch: ~eval_batch_size positions
