@@ -53,6 +53,7 @@ RUN_FIRST = (
     "tests/train/test_cli.py",
     "tests/train/test_events.py",
     "tests/inspection/test_inspect.py",
+    "tests/inspection/test_context_report.py",
 )
 
 
