@@ -47,12 +47,13 @@ RUN_FIRST = (
     "tests/train/test_multihost_preemption.py",
     "tests/train/test_sharding.py",
     "tests/core/test_hidden_map.py",
-    "tests/train/test_reliability.py",
+    "tests/train/test_resume_after_faults.py",
     "tests/docs/test_tutorial.py",
     "tests/train/test_context_run.py",
     "tests/train/test_cli.py",
     "tests/train/test_events.py",
     "tests/inspection/test_inspect.py",
+    "tests/inspection/test_context_report.py",
 )
 
 

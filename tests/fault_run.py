@@ -1,4 +1,4 @@
-"""train.py with a fault at a chosen step, for tests/train/test_reliability.py (a helper script, not collected).
+"""train.py with a fault at a chosen step, for tests/train/test_resume_after_faults.py (a helper script, not collected).
 
   python tests/fault_run.py --kill-at N -- --config configs/smoke.py --workdir W
       SIGKILLs itself as the batch of step N (0-based) is drawn: N steps done, step N not started, and whatever

@@ -590,12 +590,7 @@ def kept_notes(path: pathlib.Path) -> str:
   return common.block(path.read_text() if path.exists() else "", NOTES_START, NOTES_END) or ""
 
 
-def write_readme(results: dict[str, Any], readme: pathlib.Path) -> None:
-  """Rewrites the generated sentence of the README's when-to-tie block (between its markers), keeping the rest."""
-  _write_picks(readme_block(results), readme)
-
-
-def _write_picks(picks_text: str, readme: pathlib.Path) -> None:
+def write_picks(picks_text: str, readme: pathlib.Path) -> None:
   """The picks block inside the README's when-to-tie block set to `picks_text`; a README without both left alone."""
   text = readme.read_text()
   section = common.block(text, README_START, README_END)
@@ -622,7 +617,7 @@ def publish(results: dict[str, Any], out: pathlib.Path, write_docs: bool) -> lis
     for path in paths:
       if path.resolve() != (docs / path.name).resolve():
         shutil.copyfile(path, docs / path.name)
-    _write_picks(picks_text, REPO / "docs" / "results.md")
+    write_picks(picks_text, REPO / "docs" / "results.md")
     for page, lines in cost_tables.items():
       common.rewrite_block(page, carry_over.COST_START, carry_over.COST_END, "\n" + "\n".join(lines) + "\n")
   return paths

@@ -189,7 +189,7 @@ def test_quick_sweep_writes_tables_and_plot(tmp_path):
   readme = tmp_path / "results.md"
   readme.write_text("intro\n<!-- when-to-tie -->\nhand text <!-- picks -->old<!-- /picks --> more\n"
                     "<!-- /when-to-tie -->\nrest\n")
-  report.write_readme(results, readme)
+  report.write_picks(report.readme_block(results), readme)
   rewritten = readme.read_text()
   assert rewritten.startswith("intro\n<!-- when-to-tie -->\nhand text <!-- picks -->\n- **bytes**")
   assert "10% untied" in rewritten or "10% tied" in rewritten

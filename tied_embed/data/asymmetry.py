@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tied_embed.data.base import log_softmax, row_block
+from tied_embed.data.base import LogProbRows, log_softmax, row_block
 
 MAX_DENSE = 4096  # a (V, V) float64 table of this size is 128 MB
 MAX_RANK_FIT = 256  # the rank fit's dozens of eigendecompositions: ~1 s at 256 tokens, 2-10 s at 512 (2 busy cores)
@@ -125,13 +125,13 @@ def summary(data: Any, d_model: int | None = None) -> dict[str, float]:
   return result
 
 
-def hidden_summary(hidden_stats: dict, lookup_table: np.ndarray, projection_table: np.ndarray) -> dict[str, float]:
+def hidden_summary(hidden_stats: dict, scores: np.ndarray | LogProbRows) -> dict[str, float]:
   """{name: float}: the model's `hidden_stats` (W's antisymmetric share as kernel_antisymmetric_share) and, for V ≤
-  MAX_DENSE, learned_antisymmetric_share of the log-probabilities of the scoring tables."""
+  MAX_DENSE, learned_antisymmetric_share of the log-probabilities of its scores S (V, V)."""
   result = {("kernel_" if name == "antisymmetric_share" else "") + name: float(value)
             for name, value in hidden_stats.items()}
-  if len(lookup_table) <= MAX_DENSE:
-    logits = np.asarray(lookup_table, np.float64) @ np.asarray(projection_table, np.float64).T
+  if len(scores) <= MAX_DENSE:
+    logits = np.asarray(scores, np.float64)
     log_probs = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
     result["learned_antisymmetric_share"] = antisymmetric_share(prepared_table(log_probs)[0])
   return result

@@ -16,9 +16,10 @@ import numpy as np
 from flax import nnx
 
 from tied_embed import workdir as workdir_lib
+from tied_embed.core.model import variant_of
 from tied_embed.data import asymmetry, frequency, sources
 from tied_embed.data import record as record_lib
-from tied_embed.data.base import log_softmax
+from tied_embed.data.base import LogProbRows, log_softmax, row_block
 from tied_embed.inspection import report as report_lib
 from tied_embed.inspection.text import format_markdown
 from tied_embed.util import UsageError, file_kind, first_line, first_link, printable, require, write_atomically
@@ -60,6 +61,7 @@ def inspect_run(workdir: str | pathlib.Path, step: int | str | None = None, toke
             else [resolve_token(token, facts.tokenizer) for token in tokens])
   series, eval_loss = _loss_series(workdir, restored.step, warnings)
   lookup_table, projection_table = (np.asarray(table) for table in model.scoring_tables())
+  scores, in_context = score_table(model, config), variant_of(config, "context").name != "none"
   tables = {id(param): param[...].size for param in model.table_params()}  # one entry when tied
   other_params = sum(leaf.size for leaf in jax.tree.leaves(nnx.state(model, nnx.Param))) - sum(tables.values())
   label = sources.get(facts.source).token_label if facts.tokenizer is None else facts.tokenizer.label
@@ -79,7 +81,9 @@ def inspect_run(workdir: str | pathlib.Path, step: int | str | None = None, toke
           lookup_table, projection_table, tied=bool(config.model.tied), source=facts.source,
           true_log_probs=facts.true_log_probs, lookup_total=provenance["lookup_total"],
           projection_total=provenance["projection_total"], tokens=tokens, top_k=top_k, label=label,
-          other_params=other_params, scores=model.scores_in_words(), d_model=int(model.d_model)),
+          other_params=other_params, d_model=int(model.d_model),
+          scores=_CONTEXT_SCORES if in_context else model.scores_in_words(),
+          score_rows=scores.rows if in_context else None),
       "undertrained": report_lib.undertrained_summary(
           np.asarray(model.tables()[0]), provenance["lookup_total"], provenance["projection_total"],
           facts.input_counts, top_k, label=label),
@@ -88,10 +92,10 @@ def inspect_run(workdir: str | pathlib.Path, step: int | str | None = None, toke
   report["path_directions"] = report_lib.path_direction_summary(restored.path_directions, label=label)
   report["asymmetry"] = asymmetry.summary(facts, d_model=int(config.model.d_model))
   if stats := model.hidden_stats():  # what the model's hidden function reports of itself
-    report["asymmetry"]["hidden_map"] = asymmetry.hidden_summary(stats, lookup_table, projection_table)
+    report["asymmetry"]["hidden_map"] = asymmetry.hidden_summary(stats, scores)
   if pictures:
     try:
-      _draw(report, workdir, lookup_table, projection_table, facts, provenance, series)
+      _draw(report, workdir, scores, facts, provenance, series)
     except OSError as error:
       warnings.append(f"pictures not written: {error}")
   return report
@@ -179,6 +183,34 @@ def window_scores(model: nnx.Module, length: int) -> Callable[[list[int]], np.nd
   return scores
 
 
+_CONTEXT_SCORES = ("the model's logits after token i alone, a window of one token, as --next gives them (a context"
+                   " model's scores are no product of its tables)")
+
+
+def score_table(model: nnx.Module, config: Any) -> LogProbRows:
+  """S (V, V), computed a block of rows at a time, float64: a context model's logits after each token alone (the first
+  position of a window, where it sees no context), one program compiled for every block; any other model's scoring
+  tables A[ids] · Bᵀ."""
+  vocab_size = int(model.vocab_size)
+  if variant_of(config, "context").name == "none":
+    lookup, projection = (np.asarray(table, np.float64) for table in model.scoring_tables())
+    return LogProbRows(vocab_size, lambda ids: lookup[ids] @ projection.T)
+  graphdef, state = nnx.split(model)
+  size = min(row_block(vocab_size), vocab_size)
+
+  @jax.jit
+  def logits(state: nnx.State, ids: jax.Array) -> jax.Array:
+    return nnx.merge(graphdef, state)(ids[:, None])[:, 0]  # (K, 1) windows → (K, 1, V) logits → (K, V)
+
+  def rows(ids: np.ndarray) -> np.ndarray:
+    padded = np.zeros(-(-len(ids) // size) * size, np.int32)  # whole blocks, the last one filled with token 0
+    padded[:len(ids)] = ids
+    blocks = [np.asarray(logits(state, block), np.float64) for block in padded.reshape(-1, size)]
+    return np.concatenate([np.zeros((0, vocab_size)), *blocks])[:len(ids)]
+
+  return LogProbRows(vocab_size, rows)
+
+
 def resolve_token(token: int | str, tokenizer: Any) -> int:
   """A token id, or a string looked up in the run's vocabulary; UsageError if the run has none or lacks it."""
   if not isinstance(token, str):
@@ -250,9 +282,8 @@ def _data_facts(restored: Any, workdir: pathlib.Path, warnings: list[str]) -> re
   return facts
 
 
-def _draw(report: dict[str, Any], workdir: pathlib.Path, lookup_table: np.ndarray, projection_table: np.ndarray,
-          facts: record_lib.InspectionData, provenance: dict[str, np.ndarray],
-          series: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+def _draw(report: dict[str, Any], workdir: pathlib.Path, scores: LogProbRows, facts: record_lib.InspectionData,
+          provenance: dict[str, np.ndarray], series: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
   """Write the PNGs, the TensorBoard images and report.md into WORKDIR/report (replacing each file whole, a link
   there replaced, never written through); record their paths in `report`. OSError saying why where it cannot."""
   from tied_embed.inspection import plots  # noqa: PLC0415 (matplotlib and TensorBoard only when drawing)
@@ -267,7 +298,7 @@ def _draw(report: dict[str, Any], workdir: pathlib.Path, lookup_table: np.ndarra
   vocab_size = facts.vocab_size
   shown = np.arange(vocab_size) if vocab_size <= _HEATMAP_MAX_TOKENS else np.sort(
       np.argsort(-facts.input_counts, kind="stable")[:_HEATMAP_ZOOM_TOKENS])
-  learned = log_softmax(np.asarray(lookup_table, np.float64)[shown] @ np.asarray(projection_table, np.float64).T)
+  learned = log_softmax(scores[shown])
   figures = {
       "heatmaps": plots.heatmaps_figure(learned[:, shown], facts.true_log_probs.rows(shown)[:, shown],
                                         facts.reference_name, None if len(shown) == vocab_size else shown, vocab_size,
@@ -293,4 +324,15 @@ def _config_summary(config: Any) -> dict[str, Any]:
           "hidden_l2": float(model.get("hidden_l2", 0.0)), "train_fraction": float(data.get("train_fraction", 1.0)),
           "selection_fraction": float(data.get("selection_fraction", 0.0)), "optimizer": str(train.optimizer),
           "learning_rate": float(train.learning_rate), "batch_size": int(train.batch_size),
-          "num_steps": int(train.num_steps)}
+          "num_steps": int(train.num_steps), "context": _context_in_words(config)}
+
+
+def _context_in_words(config: Any) -> str | None:
+  """'transformer over windows of 64 tokens (layers=2, heads=4): a causal transformer over the window', from the
+  variant's declaration; None for a model without context."""
+  variant = variant_of(config, "context")
+  if variant.name == "none":
+    return None
+  fields = ", ".join(f"{field.name}={config.model.get(field.name, field.default)}" for field in variant.settings)
+  return (f"{variant.name} over windows of {int(config.data.context_length)} tokens{f' ({fields})' if fields else ''}:"
+          f" {variant.doc}")

@@ -166,22 +166,25 @@ def parameter_summary(vocab_size: int, d_model: int, tied: bool, other_params: i
 def build_report(lookup_table: np.ndarray, projection_table: np.ndarray, *, tied: bool, source: str,
                  true_log_probs: np.ndarray | LogProbRows, lookup_total: np.ndarray, projection_total: np.ndarray,
                  tokens: list[int], top_k: int, label: Callable[[int], str] | None = None,
-                 other_params: int = 0, scores: str | None = None, d_model: int | None = None) -> dict[str, Any]:
+                 other_params: int = 0, scores: str | None = None, d_model: int | None = None,
+                 score_rows: Callable[[np.ndarray], np.ndarray] | None = None) -> dict[str, Any]:
   """The table-dependent part of the report: tables (V, D), true_log_probs (V, V), totals (V,) → dict: scores (what S =
   `lookup_table[ids] · projection_tableᵀ` is), parameters, tokens (ids already checked), fit, provenance.
 
   Only the rows shown of S and the true table are formed whole, the fit running over row blocks: memory grows with V·D,
-  not V². `label(id)` names a token; `d_model`: the table's D where the scoring tables are wider."""
+  not V². `label(id)` names a token; `d_model`: the table's D where the scoring tables are wider; `score_rows(ids)` (K,)
+  → (K, V): S's rows where no table product gives them (a context model run on each token), `scores` saying what."""
   vocab_size, width = np.shape(lookup_table)
   d_model = width if d_model is None else d_model  # a table's D, where the scoring tables carry more (a bias column)
   lookup, projection = np.asarray(lookup_table, np.float64), np.asarray(projection_table, np.float64)
   true_rows = true_log_probs if isinstance(true_log_probs, LogProbRows) else dense_rows(true_log_probs)
   label = label or sources.get(source).token_label
   ids = np.asarray(tokens, np.int64)
-  score_rows = lookup[ids] @ projection.T
+  score_rows = score_rows or (lambda ids: lookup[ids] @ projection.T)
+  shown_rows = score_rows(ids) if ids.size else np.zeros((0, vocab_size))
   truth_rows = true_rows.rows(ids) if ids.size else np.zeros((0, vocab_size))
   token_entries = []
-  for token, scores_row, truth_row in zip(tokens, score_rows, truth_rows, strict=True):
+  for token, scores_row, truth_row in zip(tokens, shown_rows, truth_rows, strict=True):
     own, rank = own_score_rank(scores_row, token)
     predicted = [{**entry, "label": label(entry["id"])} for entry in top_next(scores_row, truth_row, top_k)]
     token_entries.append({"id": token, "label": label(token), "own_score": own, "own_rank": rank, "top": predicted})
@@ -195,6 +198,6 @@ def build_report(lookup_table: np.ndarray, projection_table: np.ndarray, *, tied
       "scores": scores, "own_score_name": own_name,
       "parameters": parameter_summary(vocab_size, d_model, tied, other_params),
       "tokens": token_entries,
-      "fit": fit_to_truth(LogProbRows(vocab_size, lambda ids: lookup[ids] @ projection.T), true_rows),
+      "fit": fit_to_truth(LogProbRows(vocab_size, score_rows), true_rows),
       "provenance": provenance,
   }

@@ -23,6 +23,7 @@ def format_text(report: dict[str, Any], pictures_line: bool = True) -> str:
       f"config   source={cfg['source']} V={vocab_size} D={d_model} {'tied' if cfg['tied'] else 'untied'}{hidden_map}"
       f"  {cfg['optimizer']} lr={cfg['learning_rate']} batch={cfg['batch_size']}"
       f" steps={cfg['num_steps']} seed={cfg['seed']}",
+      *([f"context  {cfg['context']}"] if cfg.get("context") else []),
       f"loss     train {_logged(run['train_loss'])}  eval {_logged(run['eval_loss'])}"
       f"  floor {run['loss_floor']:.4f}  gap {_gap(run)}",
       *_by_input_frequency(report.get("loss_by_input_frequency")),

@@ -11,8 +11,8 @@ import zipfile
 
 import numpy as np
 import pytest
-from test_reliability_inspection import _rewrite_record as _add_to_record
-from test_reliability_inspection import run_copy  # noqa: F401 (the fixture)
+from test_foreign_files_and_inputs import _rewrite_record as _add_to_record
+from test_foreign_files_and_inputs import run_copy  # noqa: F401 (the fixture)
 
 from tied_embed.data import record as record_lib
 from tied_embed.data.text import tokenizer as tokenizer_lib

@@ -1,7 +1,7 @@
-"""Gaps a random sample of data/'s mutants showed (docs/testing.md): reading a built dataset back with its windows,
-the float64 of the reference rows, the synthetic reference rebuilt from its record, a table with no finite entry left,
-the tokenizer's sample windows, a byte's label looked up, and the streamed encoding's log lines. Expected values are
-hand arithmetic or NumPy on the inputs."""
+"""The data loader and tokenizer where a sample of data/'s mutants went unkilled (docs/testing.md): reading a built
+dataset back with its windows, the float64 of the reference rows, the synthetic reference rebuilt from its record, a
+table with no finite entry left, the tokenizer's sample windows, a byte's label looked up, and the streamed encoding's
+log lines. Expected values are hand arithmetic or NumPy on the inputs."""
 
 from __future__ import annotations
 
