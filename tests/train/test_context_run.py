@@ -48,6 +48,7 @@ def context_run(tmp_path_factory):
   root = tmp_path_factory.mktemp("context")
   corpus = _corpus(root / "corpus")
   config = _config(corpus)
+  config.model.dropout = 0.1  # masks from (seed, step): the split check, the tie and the bitwise resume hold with them
   compiles = _Messages()  # the step's compiles, counted by test_the_windowed_step_is_compiled_once_per_variant
   logger = logging.getLogger("jax._src.interpreters.pxla")
   logger.addHandler(compiles)
@@ -119,6 +120,8 @@ def test_a_context_run_resumes_bit_for_bit(context_run, tmp_path):
     ("model.heads", 3, "expected a divisor of model.d_model=8"),
     ("model.context", "rnn", 'expected "none" | "mlp" | "conv" | "transformer"'),
     ("model.context_k", 5, "expected 3 (off) unless model.context='mlp'"),
+    ("model.dropout", 1.0, "expected a finite number in [0, 1)"),
+    ("model.dropout", -0.1, "expected a finite number in [0, 1)"),
     *(("train.eval_stride", stride, "expected -1 (the window length) or an integer in [1, data.context_length=16]")
       for stride in (0, 17, -2)),
 ])

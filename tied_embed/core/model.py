@@ -142,6 +142,11 @@ class LanguageModel(nnx.Module):
   def hidden_stats(self) -> dict[str, jax.Array]:
     return {}
 
+  def train_at(self, step: jax.Array) -> None:
+    """Called by the train step, on its own copy of the model, before the loss: a model that draws randomness
+    (dropout) takes its keys from (seed, `step`), so a resumed run draws what an uninterrupted one would. Outside a
+    train step nothing calls it, and the model is deterministic."""
+
 
 class TiedEmbed(LanguageModel):
   """One table, `embedding`, a (V, D) float32 Param and the only one: the lookup and, transposed, the projection."""
@@ -199,6 +204,9 @@ class _Around(LanguageModel):
 
   def scores_in_words(self) -> str | None:
     return self.embedder.scores_in_words()
+
+  def train_at(self, step: jax.Array) -> None:
+    self.embedder.train_at(step)
 
 
 class LinearMap(nnx.Module):
@@ -425,29 +433,59 @@ class Block(nnx.Module):
     self.mlp_in = nnx.Linear(d_model, MLP_WIDTH * d_model, rngs=rngs)
     self.mlp_out = nnx.Linear(MLP_WIDTH * d_model, d_model, rngs=rngs)
 
-  def __call__(self, x: jax.Array) -> jax.Array:
-    """(B, L, D) → (B, L, D), position t attending to positions ≤ t."""
+  def __call__(self, x: jax.Array, drop: Callable[[jax.Array, int], jax.Array] | None = None) -> jax.Array:
+    """(B, L, D) → (B, L, D), position t attending to positions ≤ t; `drop(y, i)` (training with dropout) masks the
+    attention's output (i = 0) and the MLP's (i = 1) before each is added to the residual stream, as nanoGPT does."""
+    drop = drop or (lambda y, i: y)
     causal = nnx.make_causal_mask(jnp.ones(x.shape[:-1], jnp.int32))  # (B, 1, L, L)
-    x = x + self.attention(self.attention_norm(x), mask=causal)
-    return x + self.mlp_out(jax.nn.gelu(self.mlp_in(self.mlp_norm(x))))
+    x = x + drop(self.attention(self.attention_norm(x), mask=causal), 0)
+    return x + drop(self.mlp_out(jax.nn.gelu(self.mlp_in(self.mlp_norm(x)))), 1)
+
+
+class DropoutKey(nnx.Variable):
+  """The raw (uint32) PRNG key of a train step's dropout masks, from (seed, step): a plain array, so a checkpoint
+  holds it (Orbax saves no typed key)."""
 
 
 class ContextTransformer(_Around):
   """A causal transformer over up to `length` tokens: learned positions, `layers` pre-norm blocks, a final norm."""
 
-  def __init__(self, embedder: LanguageModel, length: int, layers: int, heads: int, *, rngs: nnx.Rngs):
+  def __init__(self, embedder: LanguageModel, length: int, layers: int, heads: int, *, rngs: nnx.Rngs,
+               dropout: float = 0.0, seed: int = 0):
     super().__init__(embedder)
     self.positions = nnx.Param(0.02 * jax.random.normal(rngs.params(), (length, embedder.d_model), jnp.float32))
     self.blocks = nnx.List([Block(embedder.d_model, heads, rngs=rngs) for _ in range(layers)])
     self.final_norm = nnx.LayerNorm(embedder.d_model, rngs=rngs)
+    # dropout: the share of the input's and every block output's entries zeroed in a train step (the rest scaled by
+    # 1 / (1 − rate)); `training` is set only on a train step's own copy, so evaluation never drops
+    self.dropout, self.dropout_seed, self.training = float(dropout), int(seed), False
+    if self.dropout > 0:
+      self.dropout_key = DropoutKey(jnp.zeros((2,), jnp.uint32))
+
+  def train_at(self, step: jax.Array) -> None:
+    """With dropout: this step's key, fold_in(key(seed), step), and the masks on."""
+    super().train_at(step)
+    if self.dropout > 0:
+      self.training = True
+      self.dropout_key[...] = jax.random.key_data(jax.random.fold_in(jax.random.key(self.dropout_seed), step))
+
+  def _drop(self, x: jax.Array, index: int) -> jax.Array:
+    """x with each entry zeroed with probability `dropout` (and the rest scaled by 1 / (1 − dropout)), the mask drawn
+    from this step's key folded with `index` (one mask per place in the network)."""
+    key = jax.random.fold_in(jax.random.wrap_key_data(self.dropout_key[...]), index)
+    keep = jax.random.bernoulli(key, 1.0 - self.dropout, x.shape)
+    return jnp.where(keep, x / (1.0 - self.dropout), jnp.zeros_like(x))
 
   def hidden(self, rows: jax.Array) -> jax.Array:
     """rows (B, L, D), L ≤ length → (B, L, D), position t reading positions ≤ t; (B, D) are windows of one."""
     if rows.ndim == 2:
       return self.hidden(rows[:, None])[:, 0]
     x = self.embedder.hidden(rows) + self.positions[...][:rows.shape[-2]]
-    for block in self.blocks:
-      x = block(x)
+    dropping = self.training and self.dropout > 0
+    if dropping:
+      x = self._drop(x, 0)
+    for n, block in enumerate(self.blocks):
+      x = block(x, (lambda y, i, n=n: self._drop(y, 1 + 2 * n + i)) if dropping else None)
     return self.final_norm(x)
 
 
@@ -478,10 +516,14 @@ def _transformer_memory(config: ml_collections.ConfigDict) -> list[tuple[str, in
 declare(Variant("context", "transformer", "a causal transformer over the window", check=_check_transformer,
                 settings=(Setting("layers", 2, "pre-norm causal blocks", low=1, high=128),
                           Setting("heads", 4, "attention heads of each block (dividing model.d_model)", low=1,
-                                  high=1024)),
+                                  high=1024),
+                          Setting("dropout", 0.0, "the share of the input's and each block output's entries zeroed "
+                                  "in a train step, its masks from (seed, step); never in evaluation", low=0, high=1,
+                                  high_open=True)),
                 build=lambda inner, config, rngs: ContextTransformer(
                     inner, int(config.data.get("context_length", 1)), int(setting(config, "layers", 2)),
-                    int(setting(config, "heads", 4)), rngs=rngs),
+                    int(setting(config, "heads", 4)), rngs=rngs, dropout=float(setting(config, "dropout", 0.0)),
+                    seed=int(config.seed)),
                 memory=_transformer_memory))
 
 

@@ -91,6 +91,7 @@ def make_step_function(graphdef: nnx.GraphDef, paths_fn: PathsFn = paths_lib.pat
 
   def step(state: nnx.State, ids: jax.Array, next_ids: jax.Array, with_stats: bool = False):
     train_state = nnx.merge(graphdef, state)
+    train_state.model.train_at(train_state.optimizer.step[...])  # dropout's masks from (seed, step), if it has any
     paths, grads, metrics = gradients(train_state.model, ids, next_ids, paths_fn, with_stats=with_stats, **options)
     after_gradients(train_state, paths, grads, metrics, with_stats)
     return nnx.state(train_state), metrics, grads
