@@ -523,14 +523,9 @@ ROW_NUMBERS = ("wall", "eval/loss", "eval/loss_floor", "eval/count_bigram_loss")
 def read_row(path: pathlib.Path) -> dict:
   """The row record at `path`; one `error:` line naming it and what is wrong, exit 2, where it is not a regular file
   of a JSON object with a name and finite ROW_NUMBERS (a damaged or hand-edited record)."""
-  try:
-    row = checks.read_json(path)
-  except ValueError as error:
-    problem = str(error)
-  else:
-    problem = _row_problem(row)
-    if not problem:
-      return row
+  row, problem = checks.read_checked(path, _row_problem)
+  if not problem:
+    return row
   _refuse(f"{path} is damaged: {problem}; run --context to remake it")
 
 

@@ -343,3 +343,18 @@ def within(seconds: float, call, *args, **kwargs):
   if "error" in outcome:
     raise outcome["error"]
   return outcome["value"], time.monotonic() - start
+
+
+def results_script(monkeypatch, tmp_path, **overrides):
+  """scripts/results.py loaded as a module, its RESULTS_DIR under `tmp_path` and each of `overrides` (ROOT, RUNS, ...)
+  patched in, so a test reads and writes nothing of the repository's own results."""
+  import importlib.util  # noqa: PLC0415
+
+  root = pathlib.Path(__file__).resolve().parents[1]
+  spec = importlib.util.spec_from_file_location("results_script", root / "scripts" / "results.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  monkeypatch.setattr(module, "RESULTS_DIR", tmp_path / "results")
+  for name, value in overrides.items():
+    monkeypatch.setattr(module, name, value)
+  return module

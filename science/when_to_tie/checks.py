@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # Losses that may be nan: a size whose validation pairs have no rare input has no rare-input loss or share.
@@ -99,6 +99,17 @@ def json_kind(value: Any) -> str:
   kinds = ((dict, "an object"), (list, "a list"), (str, "a string"), (bool, "true or false"),
            ((int, float), "a number"))
   return next((name for kind, name in kinds if isinstance(value, kind)), "null")
+
+
+def read_checked(path: pathlib.Path, problem_of: Callable[[Any], str]) -> tuple[Any, str]:
+  """(the JSON value at `path`, '') where `read_json` reads it and `problem_of` finds nothing wrong with it; else
+  (None, what is wrong), one line without the path, for the caller's refusal."""
+  try:
+    value = read_json(path)
+  except ValueError as error:
+    return None, str(error)
+  problem = problem_of(value)
+  return (None, problem) if problem else (value, "")
 
 
 def read_json(path: pathlib.Path) -> Any:

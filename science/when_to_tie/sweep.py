@@ -420,14 +420,9 @@ def read_spent(path: pathlib.Path) -> dict[str, float]:
 def _read_checked(path: pathlib.Path, what: str, problem_of: Callable[[Any], str]) -> Any:
   """The JSON at `path` where `problem_of` finds nothing wrong with it; else UsageError in one line naming the file,
   what it is, and what is wrong (the entry and value at fault)."""
-  try:
-    value = checks.read_json(path)
-  except ValueError as error:
-    problem = str(error)
-  else:
-    problem = problem_of(value)
-    if not problem:
-      return value
+  value, problem = checks.read_checked(path, problem_of)
+  if not problem:
+    return value
   raise UsageError(f"{path} ({what}): {problem}; the sitting reads it back: repair or remove it, or give another "
                    "--out")
 

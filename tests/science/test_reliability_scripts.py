@@ -14,6 +14,7 @@ import sys
 
 import pytest
 from conftest import ROOT
+from helpers import results_script
 
 TRAIN_FLAGS = ("--config FILE", "--config.<field>=VALUE", "--workdir DIR", "--verbose")
 
@@ -100,15 +101,7 @@ def test_an_error_naming_a_path_with_a_newline_stays_one_line(tmp_path):
 
 
 def _results_script(monkeypatch, tmp_path, runs=None):
-  import importlib.util  # noqa: PLC0415
-
-  spec = importlib.util.spec_from_file_location("results_script", ROOT / "scripts" / "results.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  monkeypatch.setattr(module, "RESULTS_DIR", tmp_path / "results")
-  if runs is not None:
-    monkeypatch.setattr(module, "RUNS", runs)
-  return module
+  return results_script(monkeypatch, tmp_path, **({} if runs is None else {"RUNS": runs}))
 
 
 def _refusal(module, capsys, *argv: str) -> tuple[int, str]:

@@ -13,6 +13,7 @@ import threading
 import types
 
 import pytest
+from helpers import results_script
 from test_when_to_tie_plan import _fake_sweep
 
 from science.when_to_tie import cli, sweep
@@ -334,15 +335,7 @@ def test_the_projects_own_errors_are_one_line(tmp_path, capsys, monkeypatch):
 
 
 def _results_script(monkeypatch, tmp_path, root=None):
-  import importlib.util  # noqa: PLC0415
-
-  spec = importlib.util.spec_from_file_location("results_script", plans.REPO / "scripts" / "results.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  monkeypatch.setattr(module, "RESULTS_DIR", tmp_path / "results")
-  if root is not None:
-    monkeypatch.setattr(module, "ROOT", root)
-  return module
+  return results_script(monkeypatch, tmp_path, **({} if root is None else {"ROOT": root}))
 
 
 def _script_refusal(module, capsys, *argv, status=2):
