@@ -15,6 +15,7 @@ import pytest
 from helpers import make_config
 
 from tied_embed import util
+from tied_embed import workdir as workdir_lib
 from tied_embed.data import bigram as data
 from tied_embed.data import sources
 from tied_embed.train import config as config_lib
@@ -335,12 +336,12 @@ def test_the_inspection_record_replaces_links_in_the_workdir(tmp_path):
   outside.write_bytes(b"precious")
   workdir = tmp_path / "run"
   workdir.mkdir()
-  for name in (record.FILE_NAME, record.TOKENIZER_FILE):
+  for name in (workdir_lib.REPORT_DATA, workdir_lib.TOKENIZER):
     (workdir / name).symlink_to(outside)
   facts = record.InspectionData(source="planted", identity="x", vocab_size=2, loss_floor=0.5, reference_name="true",
                                 true_log_probs=None, input_counts=np.array([1, 2]))
   model = np.frombuffer(b"model bytes", np.uint8)
   record.write(workdir, facts, {"table": np.zeros((2, 2), np.float32), "tokenizer_model": model})
   assert outside.read_bytes() == b"precious"
-  assert not any((workdir / name).is_symlink() for name in (record.FILE_NAME, record.TOKENIZER_FILE))
-  assert (workdir / record.TOKENIZER_FILE).read_bytes() == b"model bytes"
+  assert not any((workdir / name).is_symlink() for name in (workdir_lib.REPORT_DATA, workdir_lib.TOKENIZER))
+  assert (workdir / workdir_lib.TOKENIZER).read_bytes() == b"model bytes"

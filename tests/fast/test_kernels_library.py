@@ -20,6 +20,7 @@ import sys
 import pytest
 from conftest import ROOT
 
+from tied_embed import workdir as workdir_lib
 from tied_embed.fast.kernels import build, fused_adamw, gemm, in_use, library
 
 ADAMW_TARGETS = {fused_adamw.TARGET: (library.ADAMW, "FusedAdamW")}
@@ -165,7 +166,7 @@ def test_a_resume_on_another_kernel_set_says_it_is_not_bitwise(tmp_path, caplog,
   expected = [f"Resuming on kernels {now} where the checkpoints were written on {before}: the run continues, but "
               "not bitwise equal to an uninterrupted one (docs/failures.md)."]
   assert lines == (expected if warned else [])
-  assert json.loads((tmp_path / in_use.FILE).read_text()) == {"kernels": now}
+  assert json.loads((tmp_path / workdir_lib.KERNELS).read_text()) == {"kernels": now}
 
 
 def test_the_kernel_set_names_what_the_step_runs(monkeypatch):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from helpers import smoke_with
 
+from tied_embed import workdir as workdir_lib
 from tied_embed.data import bigram
 from tied_embed.data import record as record_lib
 
@@ -26,7 +27,7 @@ def run_copy(smoke_workdir, tmp_path):
 
 
 def _rewrite_record(workdir, **changes) -> None:
-  path = workdir / record_lib.FILE_NAME
+  path = workdir / workdir_lib.REPORT_DATA
   with np.load(path) as saved:
     arrays = {key: saved[key] for key in saved.files}
   arrays.update({key: np.array(value) for key, value in changes.items()})
@@ -71,7 +72,7 @@ def test_a_report_data_file_with_a_floor_no_run_writes_is_damaged_and_json_stays
 
 
 def test_nan_in_the_record_arrays_is_damage_too(run_copy):
-  path = run_copy / record_lib.FILE_NAME
+  path = run_copy / workdir_lib.REPORT_DATA
   with np.load(path) as saved:
     table_key = next(key for key in saved.files if key.startswith("record.") and saved[key].dtype.kind == "f")
     table = saved[table_key].copy()

@@ -14,6 +14,7 @@ import pytest
 from test_foreign_files_and_inputs import _rewrite_record as _add_to_record
 from test_foreign_files_and_inputs import run_copy  # noqa: F401 (the fixture)
 
+from tied_embed import workdir as workdir_lib
 from tied_embed.data import record as record_lib
 from tied_embed.data.text import tokenizer as tokenizer_lib
 from tied_embed.inspection.inspector import inspect_run, resolve_token
@@ -27,7 +28,7 @@ DEEP = "'a'+" + "-" * 100_000 + "1+'a'"  # a quoted "token" whose parse exhausts
 def test_a_report_data_that_expands_past_its_bound_is_not_decompressed(run_copy):  # noqa: F811 (the fixture)
   zeros = np.zeros((96 << 20) // 8)  # 96 MiB of zeros: about 100 KB compressed
   _add_to_record(run_copy, **{"record.padding": zeros})
-  size = (run_copy / record_lib.FILE_NAME).stat().st_size
+  size = (run_copy / workdir_lib.REPORT_DATA).stat().st_size
   assert (64 << 20) + 64 * size < zeros.nbytes  # past the bound: 64 MiB + 64 times the file (by hand)
   with pytest.raises(ValueError, match=r"expands to more than [\d,]+ bytes \(record\.padding\.npy"):
     record_lib.read(run_copy)
@@ -41,7 +42,7 @@ def test_an_array_header_claiming_a_huge_shape_is_refused_before_allocation(run_
   header["shape"] = (1 << 40,)
   member = io.BytesIO()
   np.lib.format.write_array_header_1_0(member, header)
-  with zipfile.ZipFile(run_copy / record_lib.FILE_NAME, "a") as archive:
+  with zipfile.ZipFile(run_copy / workdir_lib.REPORT_DATA, "a") as archive:
     archive.writestr("record.huge.npy", member.getvalue() + bytes(32))
   start = time.monotonic()
   with pytest.raises(ValueError, match="expands to more than"):

@@ -18,6 +18,7 @@ import pytest
 from helpers import smoke_with
 
 from tied_embed import util
+from tied_embed import workdir as workdir_lib
 from tied_embed.util import UsageError
 
 
@@ -220,11 +221,12 @@ def test_the_kernel_set_record_is_not_written_through_links(tmp_path):
   outside.write_text('{"kernels": "gemm-f32"}')
   workdir = tmp_path / "run"
   workdir.mkdir()
-  (workdir / f".{in_use.FILE}.partial").symlink_to(outside)  # where a writer could put its temporary file
-  (workdir / in_use.FILE).symlink_to(outside)  # its content is not this workdir's record: not read either
+  (workdir / f".{workdir_lib.KERNELS}.partial").symlink_to(outside)  # where a writer could put its temporary file
+  (workdir / workdir_lib.KERNELS).symlink_to(outside)  # its content is not this workdir's record: not read either
   in_use.record(workdir, "none", resuming=True)
   assert outside.read_text() == '{"kernels": "gemm-f32"}'
-  assert not (workdir / in_use.FILE).is_symlink() and (workdir / in_use.FILE).read_text() == '{"kernels": "none"}\n'
+  record = workdir / workdir_lib.KERNELS
+  assert not record.is_symlink() and record.read_text() == '{"kernels": "none"}\n'
 
 
 def test_a_kernel_build_writes_its_library_whole_and_never_through_a_link(tmp_path, monkeypatch):

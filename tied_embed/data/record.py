@@ -17,8 +17,6 @@ from tied_embed import workdir as workdir_lib
 from tied_embed.data import sources
 from tied_embed.data.base import LogProbRows
 
-FILE_NAME = workdir_lib.REPORT_DATA
-TOKENIZER_FILE = workdir_lib.TOKENIZER
 _RECORD_PREFIX = "record."
 # What the arrays of a report_data.npz may expand to: this much, plus this many times the file's own size. Float
 # tables barely compress and counts a few times; a file that expands further is not one a run wrote (a zip bomb).
@@ -53,14 +51,14 @@ def write(workdir: str | pathlib.Path, data: InspectionData, record: dict[str, n
   # Only the run holding the workdir's lock writes here: a killed writer's temporary files can go.
   if "tokenizer_model" in record:
     model = np.asarray(record["tokenizer_model"]).tobytes()
-    util.write_atomically(pathlib.Path(workdir) / TOKENIZER_FILE, model, remove_stale=True)
-  return util.write_atomically(pathlib.Path(workdir) / FILE_NAME, lambda f: np.savez_compressed(f, **arrays),
+    util.write_atomically(workdir_lib.tokenizer(workdir), model, remove_stale=True)
+  return util.write_atomically(workdir_lib.report_data(workdir), lambda f: np.savez_compressed(f, **arrays),
                                remove_stale=True)
 
 
 def read(workdir: str | pathlib.Path) -> InspectionData | None:
   """WORKDIR/report_data.npz as InspectionData, or None; ValueError or OSError if unreadable or not a run's."""
-  path = pathlib.Path(workdir) / FILE_NAME
+  path = workdir_lib.report_data(workdir)
   try:
     mode = path.lstat().st_mode
   except FileNotFoundError:

@@ -17,7 +17,6 @@ from tied_embed.fast.kernels import fused_adamw, gemm
 if TYPE_CHECKING:
   import ml_collections
 
-FILE = workdir_lib.KERNELS  # in the workdir: {"kernels": kernel_set(...)} of the run that last trained there
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +38,7 @@ def record(workdir: str | pathlib.Path, kernels: str, resuming: bool) -> None:
   """Keeps `kernels` in WORKDIR/kernels.json (process 0), first warning if a resume's checkpoints had another set."""
   if jax.process_index() != 0:
     return
-  path = pathlib.Path(workdir) / FILE
+  path = pathlib.Path(workdir) / workdir_lib.KERNELS  # {"kernels": kernel_set(...)} of the run that last trained there
   try:
     if path.is_symlink():  # not this workdir's record: read nothing through it
       raise OSError(f"{path} is a symbolic link")
