@@ -8,8 +8,8 @@ blocks: the table between the RESULTS markers of docs/results.md, the sample con
 row's) between the SAMPLE markers of docs/running.md, and the last line it prints between the FINAL_LINE markers of
 README.md. `--subword` instead runs the two commands of "Train on your own text" (configs/subword.py on Vim's help
 files, tied then untied on the same dataset) and, with --write-docs, rewrites the SUBWORD block of docs/results.md.
-`--context` runs configs/context_mlp.py and configs/context_transformer.py, tied and untied, beside the bigram model
-(the same config with model.context=none) on one shared dataset, fits the Kneser-Ney count bigram of that dataset
+`--context` runs configs/context_mlp.py and configs/context_transformer_small.py, tied and untied, beside the bigram
+model (the same config with model.context=none) on one shared dataset, fits the Kneser-Ney count bigram of that dataset
 (its discount chosen on the train pairs' last share, science/kneser_ney.py's held_out_fit) and, with --write-docs,
 rewrites the CONTEXT block of docs/results.md and the README's context line.
 """
@@ -69,7 +69,7 @@ SUBWORD_RUNS = [
 # configs/context_mlp.py's data (Vim's help files, V = 8192, windows of 32 tokens, split by whole files) for every
 # row, so each scores the same validation pairs; the bigram rows are that config with no context (each position
 # scored from its own token alone).
-CONTEXT_MLP, CONTEXT_TRANSFORMER = "configs/context_mlp.py", "configs/context_transformer.py"
+CONTEXT_MLP, CONTEXT_TRANSFORMER = "configs/context_mlp.py", "configs/context_transformer_small.py"
 BIGRAM_FLAGS = ["--config", CONTEXT_MLP, "--config.model.context=none", "--config.model.context_k=3"]
 CONTEXT_RUNS = [
     ("bigram, tied", BIGRAM_FLAGS),

@@ -144,8 +144,9 @@ CONTROLS = (
 # each carrying what its config needs. Windows of CONTEXT_LENGTH tokens (never across a document), B / L windows a
 # step so a step holds the bigram's tokens (`run_config`), at the corpus config's D (32 bytes, 64 subword pieces):
 # the MLP reads the last 3 rows (a 4-gram's context; configs/context_mlp.py reads 4 in windows of 32); the
-# transformer is one pre-norm block of 2 heads (configs/context_transformer.py: 2 blocks of 4 heads in windows of 32),
-# as small as still attends over the window, so that a (corpus, family) block fits BLOCK_SECONDS (see RUN_SECONDS).
+# transformer is one pre-norm block of 2 heads (configs/context_transformer_small.py: 2 blocks of 4 heads in windows
+# of 32), as small as still attends over the window, so that a (corpus, family) block fits BLOCK_SECONDS (see
+# RUN_SECONDS).
 CONTEXT_LENGTH = 16
 CONTEXT_NEEDS = {
     "mlp": (("data.context_length", CONTEXT_LENGTH), ("model.context", "mlp"), ("model.context_k", 3)),

@@ -12,7 +12,7 @@ from flax import nnx
 from benchmarks import context_step
 from tied_embed.core.model import build_model
 
-TINY = {"model.vocab_size": 64, "model.d_model": 16, "data.context_length": 4, "train.batch_size": 2}
+TINY = {"model.vocab_size": 64, "model.d_model": 16, "model.layers": 2, "data.context_length": 4, "train.batch_size": 2}
 
 
 def test_the_trainers_step_builds_for_windows_and_the_formula_counts_the_jax_model():
