@@ -1,0 +1,252 @@
+"""configs/context_transformer.py against the count n-gram: its learning curves at three widths, the untied model at
+the tied one's parameter count, and what each lever bought, from the runs' own event files.
+
+  .venv/bin/python science/context_transformer.py --runs runs/context_transformer --train    # trains what is missing
+  .venv/bin/python science/context_transformer.py --runs runs/context_transformer --write-docs
+
+`--train` runs train.py for each run below whose workdir under --runs has not reached its last step (a stopped run
+resumes from its checkpoint), one after another. Without it the script reads every run's eval/loss and select/loss
+from its TensorBoard events, picks each run's best step by select/loss (the trainer's own rule), fits Kneser-Ney
+n-grams of orders 2–8 on the same train pairs (science/kneser_ney.py's `held_out_fit`: order and discount chosen on
+the train pairs' last share) and scores the same validation pairs, each from the up to n − 1 tokens before it in its
+document. It writes <out>.json and <out>.png (--out; docs/context_transformer.* with --write-docs) and prints the
+tables docs/results.md quotes. A run's wall and CPU seconds come from `/usr/bin/time -v` in <workdir>.log, if any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from science import common  # noqa: E402
+
+CONFIG = "configs/context_transformer.py"
+DOCS_STEM = REPO / "docs" / "context_transformer"
+# The levers, each measured alone from the config at a quarter of its schedule (1,000 steps, an eval every 250), so
+# that all of them fit one afternoon on 2 cores: what each buys early in training, not at the end of a long one.
+SHORT = {"train.num_steps": 1000, "train.eval_every": 250, "train.checkpoint_every": 250}
+LEVERS = {
+    "base": {},
+    "dropout0.1": {"model.dropout": 0.1},
+    "lr0.001": {"train.learning_rate": 0.001},
+    "lr0.01": {"train.learning_rate": 0.01},
+    "wd0.1": {"train.weight_decay": 0.1},
+    "layers2": {"model.layers": 2},
+    "window32": {"data.context_length": 32, "train.batch_size": 64, "train.eval_stride": 16},  # 2,048 tokens a step
+}
+KN_ORDERS = (2, 3, 4, 5, 6, 7, 8)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  key: str  # the name in the JSON and the tables
+  workdir: str  # under --runs
+  flags: dict[str, Any]  # config overrides beyond configs/context_transformer.py
+
+
+RUNS = (
+    Run("tied", "tied", {}),
+    Run("untied", "untied", {"model.tied": False}),
+    Run("untied_d88", "untied_d88", {"model.tied": False, "model.d_model": 88}),  # tied D = 128's parameter count
+    Run("tied_d64", "tied_d64", {"model.d_model": 64}),
+    *(Run(f"lever_{name}", f"levers/{name}", {**SHORT, **flags}) for name, flags in LEVERS.items()),
+)
+
+
+def run_config(run: Run):
+  """configs/context_transformer.py with the run's overrides."""
+  from configs import context_transformer  # noqa: PLC0415
+
+  config = context_transformer.get_config()
+  for field, value in run.flags.items():
+    section, name = field.split(".")
+    config[section][name] = value
+  return config
+
+
+def parameters(run: Run) -> int:
+  """The run's model's parameter count, from its config (shapes only, nothing computed)."""
+  import jax  # noqa: PLC0415
+  from flax import nnx  # noqa: PLC0415
+
+  from tied_embed.core.model import build_model  # noqa: PLC0415
+
+  model = nnx.eval_shape(lambda: build_model(run_config(run)))
+  return int(sum(leaf.size for leaf in jax.tree.leaves(nnx.state(model, nnx.Param))))
+
+
+def curve(workdir: pathlib.Path) -> list[tuple[int, float, float]]:
+  """[(step, eval/loss, select/loss)] at every eval the run's events hold, by step."""
+  from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: PLC0415
+  from tensorboard.util import tensor_util  # noqa: PLC0415
+
+  if not workdir.is_dir():
+    return []
+  events = EventAccumulator(str(workdir), size_guidance={"tensors": 0}).Reload()
+  tags = events.Tags()["tensors"]
+  if "eval/loss" not in tags or "select/loss" not in tags:
+    return []
+  def by_step(tag):
+    return {e.step: float(tensor_util.make_ndarray(e.tensor_proto)) for e in events.Tensors(tag)}
+  evals, selects = by_step("eval/loss"), by_step("select/loss")
+  return [(step, evals[step], selects[step]) for step in sorted(evals) if step in selects]
+
+
+def best(points: list[tuple[int, float, float]]) -> tuple[int, float, float]:
+  """The (step, eval, select) with the lowest select/loss, the earliest on a tie: the trainer's best checkpoint."""
+  return min(points, key=lambda point: (point[2], point[0]))
+
+
+def timing(log: pathlib.Path) -> dict[str, float]:
+  """{'wall_s', 'user_s'} from `/usr/bin/time -v`'s lines in a run's log; {} without them."""
+  if not log.is_file():
+    return {}
+  text = log.read_text(errors="replace")
+  wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):([\d.]+)", text)
+  user = re.search(r"User time \(seconds\): ([\d.]+)", text)
+  if not wall or not user:
+    return {}
+  hours, minutes, seconds = int(wall.group(1) or 0), int(wall.group(2)), float(wall.group(3))
+  return {"wall_s": round(hours * 3600 + minutes * 60 + seconds, 1), "user_s": float(user.group(1))}
+
+
+def kneser_ney(data_dir: str, workdir: pathlib.Path) -> dict[str, float]:
+  """The best Kneser-Ney n-gram of orders 2–8 (uncapped context within a document) and the bigram, on the runs'
+  dataset: {'order', 'discount', 'eval_loss', 'bigram_eval_loss'}."""
+  from absl import logging as absl_logging  # noqa: PLC0415
+
+  from science import kneser_ney as kn  # noqa: PLC0415
+  from tied_embed.data import bigram as data_lib  # noqa: PLC0415
+
+  absl_logging.set_verbosity(absl_logging.ERROR)  # TFDS names the dataset's every file at WARNING
+  config = run_config(RUNS[0])
+  config.data.data_dir = data_dir
+  data = data_lib.load_bigram_data(config, workdir)
+  uncapped = 10**9
+  def fit(orders):
+    counts, discount = kn.held_out_fit(data.train_ids, data.train_next, data.train_document_ends, orders, uncapped,
+                                       data.vocab_size)
+    loss = counts.loss(data.eval_ids, data.eval_next, data.eval_document_ends, uncapped, discount)
+    return counts.order, discount, float(loss)
+  order, discount, loss = fit(KN_ORDERS)
+  return {"order": order, "discount": discount, "eval_loss": loss, "bigram_eval_loss": fit((2,))[2]}
+
+
+def train(runs: pathlib.Path, data_dir: str) -> None:
+  """train.py for each run not yet at its last step, one after another, under `/usr/bin/time -v` when present."""
+  for run in RUNS:
+    workdir = runs / run.workdir
+    steps = int(run_config(run).train.num_steps)
+    points = curve(workdir)
+    if points and points[-1][0] >= steps:
+      continue
+    workdir.parent.mkdir(parents=True, exist_ok=True)
+    timer = ["/usr/bin/time", "-v"] if os.path.exists("/usr/bin/time") else []
+    flags = [f"--config.{field}={value}" for field, value in run.flags.items()]
+    if data_dir:
+      flags.append(f"--config.data.data_dir={data_dir}")
+    command = [*timer, sys.executable, str(REPO / "train.py"), "--config", str(REPO / CONFIG), "--workdir",
+               str(workdir), *flags]
+    print(f"{run.key}: {' '.join(command[len(timer):])}", flush=True)
+    with open(f"{workdir}.log", "a") as log:
+      subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True, cwd=REPO)
+
+
+def collect(runs: pathlib.Path, data_dir: str) -> dict[str, Any]:
+  """The JSON: the machine, the Kneser-Ney reference and, for every run with events, its curve and best step."""
+  import jax  # noqa: PLC0415
+
+  model, _ = common.cpu()
+  out: dict[str, Any] = {
+      "config": CONFIG, "date": datetime.date.today().isoformat(),
+      "machine": f"{model}, {os.cpu_count()} cores; jax {jax.__version__}", "runs": {}}
+  for run in RUNS:
+    points = curve(runs / run.workdir)
+    if not points:
+      continue
+    step, eval_loss, select_loss = best(points)
+    out["runs"][run.key] = {
+        "flags": run.flags, "parameters": parameters(run), "steps": int(run_config(run).train.num_steps),
+        "curve": [list(point) for point in points], "best_step": step, "eval_at_best": eval_loss,
+        "select_at_best": select_loss, **timing(pathlib.Path(f"{runs / run.workdir}.log"))}
+  first = next(run for run in RUNS if run.key in out["runs"])
+  out["kneser_ney"] = kneser_ney(data_dir, runs / first.workdir)
+  return out
+
+
+def tables(results: dict[str, Any]) -> str:
+  """The markdown tables docs/results.md quotes: the full-length runs against Kneser-Ney, and the levers."""
+  runs, ngram = results["runs"], results["kneser_ney"]["eval_loss"]
+  lines = ["| run | parameters | best step (of) | eval loss there | − the best Kneser-Ney n-gram |",
+           "|---|---|---|---|---|"]
+  for key in ("tied", "untied", "untied_d88", "tied_d64"):
+    if key in runs:
+      run = runs[key]
+      lines.append(f"| {key} | {run['parameters']:,} | {run['best_step']} ({run['steps']}) | {run['eval_at_best']:.4f} "
+                   f"| {run['eval_at_best'] - ngram:+.4f} |")
+  lines += ["", "| lever (1,000 steps) | eval loss at the best step | − base |", "|---|---|---|"]
+  base = runs.get("lever_base")
+  for name in LEVERS:
+    run = runs.get(f"lever_{name}")
+    if run and base:
+      lines.append(f"| {name} | {run['eval_at_best']:.4f} (step {run['best_step']}) | "
+                   f"{run['eval_at_best'] - base['eval_at_best']:+.4f} |")
+  return "\n".join(lines)
+
+
+def figure(results: dict[str, Any], path: pathlib.Path) -> None:
+  """Eval loss against steps for the full-length runs, the best Kneser-Ney n-gram as a dashed line."""
+  import matplotlib  # noqa: PLC0415
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # noqa: PLC0415
+
+  fig, ax = plt.subplots(figsize=(7, 4.2))
+  for key in ("tied_d64", "untied_d88", "tied", "untied"):
+    run = results["runs"].get(key)
+    if run:
+      steps, evals = [point[0] for point in run["curve"]], [point[1] for point in run["curve"]]
+      ax.plot(steps, evals, marker="o", label=f"{key} ({run['parameters'] / 1e6:.2f} M parameters)")
+  ngram = results["kneser_ney"]
+  ax.axhline(ngram["eval_loss"], color="gray", linestyle="--", label=f"Kneser-Ney {ngram['order']}-gram")
+  ax.set(xlabel="step (2,048 tokens each)", ylabel="validation loss (nats)", ylim=(3.7, 5.2),
+         title="configs/context_transformer.py on Vim's help files")
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--runs", required=True, help="the folder holding every run's workdir")
+  parser.add_argument("--data-dir", default="", help="data.data_dir for every run (one dataset shared)")
+  parser.add_argument("--train", action="store_true", help="train the runs not yet at their last step")
+  parser.add_argument("--out", default="runs/context_transformer/results", help="stem of the .json and .png")
+  parser.add_argument("--write-docs", action="store_true", help=f"write {DOCS_STEM.relative_to(REPO)}.json/.png")
+  args = parser.parse_args(argv)
+  runs = pathlib.Path(args.runs).resolve()
+  if args.train:
+    train(runs, args.data_dir)
+    return
+  results = collect(runs, args.data_dir)
+  stem = DOCS_STEM if args.write_docs else pathlib.Path(args.out)
+  stem.parent.mkdir(parents=True, exist_ok=True)
+  pathlib.Path(f"{stem}.json").write_text(json.dumps(results, indent=1) + "\n")
+  figure(results, pathlib.Path(f"{stem}.png"))
+  print(tables(results))
+
+
+if __name__ == "__main__":
+  main()

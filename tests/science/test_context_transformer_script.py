@@ -1,0 +1,73 @@
+"""science/context_transformer.py: each run's parameters by hand arithmetic, its curve read back from real event
+files, the best step by the trainer's rule, `/usr/bin/time -v`'s figures, and the tables it prints."""
+
+from __future__ import annotations
+
+import pytest
+
+from science import context_transformer as script
+from tied_embed.train.events import EventWriter
+
+V, L = 8192, 64
+
+
+def _transformer_parameters(d: int, layers: int, tied: bool) -> int:
+  """A table (two untied), learned positions, per block attention's four D×D maps with biases (12·D² + 13·D with the
+  4·D MLP and two LayerNorms), and the final LayerNorm."""
+  return (1 if tied else 2) * V * d + L * d + layers * (12 * d * d + 13 * d) + 2 * d
+
+
+@pytest.mark.parametrize(("key", "d", "layers", "tied"), [
+    ("tied", 128, 4, True), ("untied", 128, 4, False), ("untied_d88", 88, 4, False), ("tied_d64", 64, 4, True),
+    ("lever_layers2", 128, 2, True)])
+def test_each_runs_parameters_are_the_hand_count(key, d, layers, tied):
+  run = next(run for run in script.RUNS if run.key == key)
+  assert script.parameters(run) == _transformer_parameters(d, layers, tied)
+
+
+def test_the_equal_parameter_control_is_within_2_percent_of_the_tied_model():
+  tied, untied = _transformer_parameters(128, 4, True), _transformer_parameters(88, 4, False)
+  assert abs(untied - tied) / tied < 0.02
+  assert _transformer_parameters(128, 4, False) / tied > 1.5  # at the same width untied has 1.57x
+
+
+def test_every_lever_changes_one_thing_at_the_short_schedule():
+  levers = [run for run in script.RUNS if run.key.startswith("lever_")]
+  assert [run.key for run in levers] == [f"lever_{name}" for name in script.LEVERS]
+  for run in levers:
+    config = script.run_config(run)
+    assert (config.train.num_steps, config.train.eval_every) == (1000, 250)
+    assert config.data.context_length * config.train.batch_size == 64 * 32  # the same tokens a step
+  assert script.run_config(levers[0]).model.d_model == 128
+
+
+def test_the_curve_reads_the_run_events_and_the_best_step_is_the_lowest_select_loss(tmp_path):
+  writer = EventWriter(tmp_path)
+  for step, (evaluation, select) in {250: (5.0, 4.5), 500: (4.6, 4.1), 750: (4.5, 4.1), 1000: (4.4, 4.2)}.items():
+    writer.write_scalars(step, {"eval/loss": evaluation, "select/loss": select, "train/loss": 9.0})
+  writer.close()
+  points = script.curve(tmp_path)
+  assert [point[0] for point in points] == [250, 500, 750, 1000]
+  assert points[1][1:] == pytest.approx((4.6, 4.1))
+  assert script.best(points)[0] == 500  # 4.1 at 500 and 750: the earliest, as the trainer keeps its first best
+  assert script.curve(tmp_path / "absent") == []
+
+
+def test_timing_reads_usr_bin_time(tmp_path):
+  log = tmp_path / "run.log"
+  log.write_text("step 1\n\tUser time (seconds): 2065.31\n\tElapsed (wall clock) time (h:mm:ss or m:ss): 1:02:03.5\n")
+  assert script.timing(log) == {"wall_s": 3723.5, "user_s": 2065.31}
+  log.write_text("\tUser time (seconds): 10.0\n\tElapsed (wall clock) time (h:mm:ss or m:ss): 38:30.12\n")
+  assert script.timing(log) == {"wall_s": 2310.1, "user_s": 10.0}
+  assert script.timing(tmp_path / "none.log") == {}
+
+
+def test_the_tables_subtract_the_ngram_and_the_base_lever():
+  def run(loss, step=1000, steps=1000, parameters=1):
+    return {"eval_at_best": loss, "best_step": step, "steps": steps, "parameters": parameters}
+  results = {"kneser_ney": {"eval_loss": 4.2},
+             "runs": {"tied": run(3.85, 4000, 4000, 1850112), "lever_base": run(4.3), "lever_wd0.1": run(4.25, 750)}}
+  text = script.tables(results)
+  assert "| tied | 1,850,112 | 4000 (4000) | 3.8500 | -0.3500 |" in text
+  assert "| wd0.1 | 4.2500 (step 750) | -0.0500 |" in text
+  assert "| base | 4.3000 (step 1000) | +0.0000 |" in text
