@@ -3,6 +3,7 @@
 # tutorial in Jupyter), `make inspect`, `make tensorboard`, `make results`, `make bench`.
 VENV := .venv
 PY := $(VENV)/bin/python
+TENSORBOARD := $(VENV)/bin/tensorboard
 STAMP := $(VENV)/.installed
 NOTEBOOK_STAMP := $(VENV)/.notebook-installed
 JUPYTER_STAMP := $(VENV)/.jupyter-installed
@@ -104,7 +105,7 @@ inspect: $(STAMP)
 	$(PY) -m tied_embed.inspection --workdir "$$WORKDIR"
 
 tensorboard: $(STAMP)
-	$(VENV)/bin/tensorboard --logdir $(dir $(WORKDIR))
+	$(TENSORBOARD) --logdir "$$(dirname "$$WORKDIR")"
 
 results: $(STAMP)
 	$(PY) scripts/results.py

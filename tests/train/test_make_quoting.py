@@ -1,6 +1,7 @@
-"""`make train` and `make inspect` pass CONFIG and WORKDIR as one argument each, whatever they hold: a space, a
-quote, a semicolon. Run with PY standing in for the venv's Python (it prints its arguments) and the venv taken as
-built (`make -o`), so nothing is installed or trained."""
+"""`make train`, `make inspect` and `make tensorboard` pass CONFIG and WORKDIR (or the folder above it) as one
+argument each, whatever they hold: a space, a quote, a semicolon. Run with PY and TENSORBOARD standing in for the
+venv's programs (each prints its arguments) and the venv taken as built (`make -o`), so nothing is installed or
+trained."""
 
 from __future__ import annotations
 
@@ -26,11 +27,13 @@ def python(tmp_path):
 @pytest.mark.parametrize(("target", "expected"), [
     ("train", ["train.py", "--config", "my runs/it's; a \"b\".py", "--workdir", "runs/a b"]),
     ("inspect", ["-m", "tied_embed.inspection", "--workdir", "runs/a b"]),
+    ("tensorboard", ["--logdir", "my runs"]),
 ])
 def test_make_passes_config_and_workdir_as_one_argument_each(python, target, expected):
+  workdir = "my runs/a b" if target == "tensorboard" else "runs/a b"
   result = subprocess.run(["make", "-s", "--no-print-directory", "-o", ".venv/.installed", target, f"PY={python}",
-                           "WORKDIR=runs/a b", "CONFIG=my runs/it's; a \"b\".py"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+                           f"TENSORBOARD={python}", f"WORKDIR={workdir}", "CONFIG=my runs/it's; a \"b\".py"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
   assert result.returncode == 0, result.stderr
   assert json.loads(result.stdout) == expected
 
