@@ -24,6 +24,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import textwrap
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -47,6 +48,9 @@ LEVERS = {
     "window32": {"data.context_length": 32, "train.batch_size": 64, "train.eval_stride": 16},  # 2,048 tokens a step
 }
 KN_ORDERS = (2, 3, 4, 5, 6, 7, 8)
+RESULTS_PAGE = REPO / "docs" / "results.md"
+BLOCK = ("<!-- CONTEXT_TRANSFORMER:START (written by science/context_transformer.py --write-docs) -->",
+         "<!-- CONTEXT_TRANSFORMER:END -->")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,10 +172,11 @@ def collect(runs: pathlib.Path, data_dir: str) -> dict[str, Any]:
   """The JSON: the machine, the Kneser-Ney reference and, for every run with events, its curve and best step."""
   import jax  # noqa: PLC0415
 
-  model, _ = common.cpu()
+  model, flags = common.cpu()
+  extensions = " ".join(flag for flag in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if flag in flags)
   out: dict[str, Any] = {
       "config": CONFIG, "date": datetime.date.today().isoformat(),
-      "machine": f"{model}, {os.cpu_count()} cores; jax {jax.__version__}", "runs": {}}
+      "machine": f"{model}, {os.cpu_count()} cores ({extensions}), jax {jax.__version__}", "runs": {}}
   for run in RUNS:
     points = curve(runs / run.workdir)
     if not points:
@@ -188,14 +193,20 @@ def collect(runs: pathlib.Path, data_dir: str) -> dict[str, Any]:
 
 def tables(results: dict[str, Any]) -> str:
   """The markdown tables docs/results.md quotes: the full-length runs against Kneser-Ney, and the levers."""
-  runs, ngram = results["runs"], results["kneser_ney"]["eval_loss"]
-  lines = ["| run | parameters | best step (of) | eval loss there | − the best Kneser-Ney n-gram |",
-           "|---|---|---|---|---|"]
+  runs, ngram = results["runs"], results["kneser_ney"]
+  lines = [*textwrap.wrap(
+      f"Measured on {results['machine']}, {results['date']}, from {results['config']}; Kneser-Ney "
+      f"{ngram['order']}-gram (the best of orders 2–8, discount {ngram['discount']}): {ngram['eval_loss']:.4f}, "
+      f"bigram {ngram['bigram_eval_loss']:.4f}.", 120), ""]
+  ngram = ngram["eval_loss"]
+  lines += ["| run | parameters | best step (of) | eval loss there | − the best Kneser-Ney n-gram | minutes (of CPU) |",
+            "|---|---|---|---|---|---|"]
   for key in ("tied", "untied", "untied_d88", "tied_d64"):
     if key in runs:
       run = runs[key]
+      minutes = f"{run['wall_s'] / 60:.1f} ({run['user_s'] / 60:.1f})" if "wall_s" in run else "—"
       lines.append(f"| {key} | {run['parameters']:,} | {run['best_step']} ({run['steps']}) | {run['eval_at_best']:.4f} "
-                   f"| {run['eval_at_best'] - ngram:+.4f} |")
+                   f"| {run['eval_at_best'] - ngram:+.4f} | {minutes} |")
   lines += ["", "| lever (1,000 steps) | eval loss at the best step | − base |", "|---|---|---|"]
   base = runs.get("lever_base")
   for name in LEVERS:
@@ -246,6 +257,8 @@ def main(argv: list[str] | None = None) -> None:
   pathlib.Path(f"{stem}.json").write_text(json.dumps(results, indent=1) + "\n")
   figure(results, pathlib.Path(f"{stem}.png"))
   print(tables(results))
+  if args.write_docs:
+    common.rewrite_block(RESULTS_PAGE, *BLOCK, "\n" + tables(results) + "\n")
 
 
 if __name__ == "__main__":

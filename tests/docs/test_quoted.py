@@ -106,7 +106,7 @@ def test_number_blocks_name_their_machine_and_date(page):
   blocks = re.findall(r"<!-- ([A-Z_]+):START \(([^)]*)\) -->(.*?)<!-- \1:END -->", text, re.S)
   assert blocks, page
   for name, written_by, body in blocks:
-    assert re.search(r"written by (scripts|benchmarks)/\w+\.py|measured", written_by), (name, written_by)
+    assert re.search(r"written by (scripts|benchmarks|science)/\w+\.py|measured", written_by), (name, written_by)
     assert re.search(r"\d{4}-\d{2}-\d{2}", body), f"{page}'s {name} block names no date"
 
 

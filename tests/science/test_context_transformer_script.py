@@ -3,8 +3,12 @@ files, the best step by the trainer's rule, `/usr/bin/time -v`'s figures, and th
 
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+from conftest import ROOT
+
+from science import common
 from science import context_transformer as script
 from tied_embed.train.events import EventWriter
 
@@ -65,9 +69,18 @@ def test_timing_reads_usr_bin_time(tmp_path):
 def test_the_tables_subtract_the_ngram_and_the_base_lever():
   def run(loss, step=1000, steps=1000, parameters=1):
     return {"eval_at_best": loss, "best_step": step, "steps": steps, "parameters": parameters}
-  results = {"kneser_ney": {"eval_loss": 4.2},
-             "runs": {"tied": run(3.85, 4000, 4000, 1850112), "lever_base": run(4.3), "lever_wd0.1": run(4.25, 750)}}
+  results = {"kneser_ney": {"eval_loss": 4.2, "order": 8, "discount": 0.9, "bigram_eval_loss": 4.9},
+             "machine": "a CPU", "date": "2026-12-07", "config": "configs/context_transformer.py",
+             "runs": {"tied": {**run(3.85, 4000, 4000, 1850112), "wall_s": 2310.0, "user_s": 2065.3},
+                       "lever_base": run(4.3), "lever_wd0.1": run(4.25, 750)}}
   text = script.tables(results)
-  assert "| tied | 1,850,112 | 4000 (4000) | 3.8500 | -0.3500 |" in text
+  assert "| tied | 1,850,112 | 4000 (4000) | 3.8500 | -0.3500 | 38.5 (34.4) |" in text
   assert "| wd0.1 | 4.2500 (step 750) | -0.0500 |" in text
   assert "| base | 4.3000 (step 1000) | +0.0000 |" in text
+  assert "Kneser-Ney 8-gram (the best of orders 2–8, discount 0.9): 4.2000, bigram 4.9000." in " ".join(text.split())
+
+
+def test_the_results_page_block_is_the_committed_jsons_tables():
+  results = json.loads((ROOT / "docs" / "context_transformer.json").read_text())
+  page = (ROOT / "docs" / "results.md").read_text()
+  assert common.block(page, *script.BLOCK) == "\n" + script.tables(results) + "\n"
