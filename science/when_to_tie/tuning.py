@@ -98,7 +98,8 @@ def search(run_trial: Callable[[dict[str, float]], dict[str, Any]], first: list[
 def searched(entry: dict[str, Any]) -> bool:
   """Whether a corpus entry's cells were tuned under the edge rule (each records its grid); an entry from before it
   has its first grid alone, the entry's "grids"."""
-  return all("grid" in cell for by_fraction in entry["tuning"].values() for cell in by_fraction.values())
+  cells = [cell for by_fraction in entry.get("tuning", {}).values() for cell in by_fraction.values()]
+  return bool(cells) and all("grid" in cell for cell in cells)
 
 
 def last_intervals(cell: dict[str, Any], runs: list[dict[str, Any]],
