@@ -377,6 +377,15 @@ def tune(sweep: Sweep, model: Model, fraction: float, grids: dict[str, tuple[flo
   return dict(cell["chosen"]), cell
 
 
+def cell_of(sweep: Sweep, model: Model, fraction: float, grids: dict[str, tuple[float, ...]], seeds,
+            scored_draws: tuple[int, ...]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+  """One cell of the results: the model tuned at `fraction` (`tune`), then scored at its choice on every seed and
+  draw: → (its tuning record, with whether it is shown converged (tuning.shown_converged), its scored runs)."""
+  settings, cell = tune(sweep, model, fraction, grids)
+  runs = [sweep.train(model, fraction, seed, settings, draw=draw) for draw in scored_draws for seed in seeds]
+  return {**cell, "shown_converged": tuning.shown_converged(cell, runs)}, runs
+
+
 FINISHED = "finished_runs.json"  # under --out: every finished run's numbers, so a killed sweep resumes
 SPENT = "sweep_seconds.json"  # in a stopped run's workdir: the wall and CPU seconds it had spent
 
@@ -538,10 +547,8 @@ def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, gr
       print(f"  {corpus.key:7s} count model of the {context}'s context f={fraction:g}: Kneser-Ney "
             f"{numbers['order']}-gram (discount {numbers['discount']:g}) eval {numbers['eval_loss']:.4f}", flush=True)
     for model in models:
-      settings, cell = tune(sweep, model, fraction, grids)
-      runs = [sweep.train(model, fraction, seed, settings, draw=draw) for draw in scored_draws for seed in seeds]
-      entry["tuning"][model.key][key] = {**cell, "shown_converged": tuning.shown_converged(cell, runs)}
-      entry["runs"][model.key][key] = runs
+      entry["tuning"][model.key][key], entry["runs"][model.key][key] = cell_of(sweep, model, fraction, grids, seeds,
+                                                                                scored_draws)
   if convergence_factor:
     entry["convergence"] = convergence_check(sweep, entry, models, convergence_factor)
   # a resumed sweep counts the runs it took from the record at the times they took when they ran
