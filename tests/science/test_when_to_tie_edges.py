@@ -106,7 +106,9 @@ def test_a_chosen_0_stands_only_where_the_value_next_above_it_lost_at_the_choice
   assert cell["chosen"] == {LR: 0.03, WD: 0.1, L2: 0.001} and len(runner.ran) == 10
   # in the learning rate × weight decay cross the value next above 0 ran at every learning rate: no probe
   runner = _Runner({(0.03, 0.0): 1.0})
-  assert tuning.search(runner, _cross(RATES, DECAYS))["chosen"] == {LR: 0.03, WD: 0.0} and len(runner.ran) == 9
+  cell = tuning.search(runner, _cross(RATES, DECAYS))
+  assert cell["chosen"] == {LR: 0.03, WD: 0.0} and len(runner.ran) == 9
+  assert cell["edges"] == [] and cell["extensions"] == {}  # 0 is no edge: nothing extended below it
 
 
 def test_the_edges_of_a_grid_by_hand():
