@@ -272,10 +272,11 @@ def _edge_rule_text(results: dict[str, Any]) -> str:
   """The edge rule in a sentence, where the results' cells were tuned under it ('' for results from before)."""
   if not all(tuning.searched(entry) for entry in results["corpora"].values()):
     return ""
+  rule = results.get("edge_rule", {"ratio": EDGE_RATIO, "extensions": EDGE_EXTENSIONS})
   return (f" Then, the same rule for every model: an axis whose choice is the highest value tried, or the lowest "
-          f"where that is not 0, is tried one step beyond it (×/÷ {EDGE_RATIO:g}) at the choice's other settings and "
-          f"the choice made again, at most {EDGE_EXTENSIONS} steps per axis and side; a chosen 0 (off) stands only "
-          "where the value next above it, at the choice's other settings, was tried and lost.")
+          f"where that is not 0, is tried one step beyond it (×/÷ {rule['ratio']:g}) at the choice's other settings "
+          f"and the choice made again, at most {rule['extensions']} steps per axis and side; a chosen 0 (off) stands "
+          "only where the value next above it, at the choice's other settings, was tried and lost.")
 
 
 def _min_deltas(results: dict[str, Any]) -> str:
