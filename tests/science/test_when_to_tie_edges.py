@@ -204,3 +204,20 @@ def test_a_chosen_value_is_placed_in_a_grid_of_any_length(grid, place):
 
   assert (carry_over._place(grid, 0.0), carry_over._place(grid, 1.0), carry_over._place(grid, 0.1)) == (
       "lowest", "highest", place)
+
+
+def test_a_resumed_tuning_takes_its_trials_from_the_record_and_trains_only_new_ones(tmp_path, monkeypatch):
+  from test_when_to_tie_plan import _fake_sweep  # noqa: PLC0415
+
+  calls = []  # the stand-in trainer's n-th run has select loss 1 + n: the first trial run is the best
+  grids = {LR: (0.03, 0.1), WD: (0.0, 0.1)}
+  # 4 first trials; (0.03, 0) chosen (loss 2): lr 0.03 is the lowest, so 0.03 / 3 = 0.01 runs (loss 6) and loses
+  settings, cell = sweep.tune(_fake_sweep(tmp_path, monkeypatch, calls), plans.MODELS[0], 1.0, grids)
+  assert settings == {LR: 0.03, WD: 0.0} and len(calls) == 5 and cell["grid"][LR] == [0.01, 0.03, 0.1]
+  # a new process on the same --out: every trial from the record, none trained, the same cell
+  again = sweep.tune(_fake_sweep(tmp_path, monkeypatch, calls), plans.MODELS[0], 1.0, grids)
+  assert again == (settings, cell) and len(calls) == 5
+  # a wider first grid: only its 2 new trials train (losses 7 and 8); the choice stands, now interior
+  wider = sweep.tune(_fake_sweep(tmp_path, monkeypatch, calls), plans.MODELS[0], 1.0, {**grids, LR: (0.03, 0.1, 0.3)})
+  assert len(calls) == 7 and wider[0] == settings and wider[1]["extensions"] == {LR: {"lowest": 1}}
+  assert len(json.loads((tmp_path / sweep.FINISHED).read_text())) == 7
