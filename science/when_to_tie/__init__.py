@@ -19,14 +19,17 @@ and the selection split (`Plan.selection_share`, never trained on) drawn from th
 (plan.FRACTIONS of what selection leaves, data.train_fraction) a prefix of the rest, so smaller sizes are subsets of
 larger ones within a draw. plan.DRAWS draws at plan.DRAW_FRACTIONS, draw 0 elsewhere.
 
-Every model gets the same care (plan.trials): the same learning rate × weight decay trials, tied + W's λ spread over
-them as a Latin square, run on plan.TUNE_SEED (never scored) and chosen by the lowest select/loss at the best step,
-never by eval. Every run scores the selection split at every eval, keeps the checkpoint with the lowest select/loss,
-runs its whole schedule (PATIENCE = 0) and is scored at that best step: its eval loss, its loss on rare inputs, and
-(from the restored best checkpoint, in NumPy float64) how often its likeliest next token is the current token. The
-chosen setting is then scored on plan.SEEDS on every draw. Picks are paired differences (same seed, same draw) with
-95% t-intervals, over several draws those of draws × seeds crossed (stats.py): a model is named only where its
-interval against every other model excludes 0.
+Every model gets the same care: the same first trials (plan.trials: learning rate × weight decay, grids ~3× apart, tied
++ W's λ spread over them as a Latin rectangle), run on plan.TUNE_SEED (never scored) and chosen by the lowest
+select/loss at the best step, never by eval; then the edge rule (tuning.search), the same for every model: an axis
+chosen at the edge of the values tried is tried one step beyond and the choice made again, until every choice is
+interior or the axis has taken plan.EDGE_EXTENSIONS steps (the cell is then marked). Each cell records its grid, choice
+and trials, and whether its best steps are shown converged (none in its last eval interval). Every run scores the
+selection split at every eval, keeps the checkpoint with the lowest select/loss, runs its whole schedule (PATIENCE = 0)
+and is scored at that best step: its eval loss, its loss on rare inputs, and (from the restored best checkpoint, in
+NumPy float64) how often its likeliest next token is the current token. The chosen setting is then scored on plan.SEEDS
+on every draw. Picks are paired differences (same seed, same draw) with 95% t-intervals, over several draws those of
+draws × seeds crossed (stats.py): a model is named only where its interval against every other model excludes 0.
 
 Beside the models, at every size and draw, two count-bigram references of exactly the pairs the models train on,
 each tuned on the selection split: add-k (k from count_bigram.K_GRID) and interpolated Kneser-Ney (the discount from
@@ -67,11 +70,11 @@ Whether the bigram's answer carries over to context (carry_over.py): each contex
 (docs/when_to_tie_mlp.json, _transformer.json) is paired with it the same way, tying's cost (tied − untied) compared
 without and with context run by run.
 
-The package: `plan` (models, corpora, grids, trials, blocks, schedules, run configs), `sweep` (the runs, the tuning,
-the convergence check and the NumPy references they are scored against), `stats` (means, paired intervals), `report`
-(markdown, figure, docs and README), `mechanism` (the controls paired across blocks, the asymmetry table),
-`carry_over` (the context blocks paired with the bigram block), `budget` (the asymmetry budget of the train pairs),
-`checks` (what --from-json and --out must hold), `cli` (the command line; `__main__` runs it).
+The package: `plan` (models, corpora, grids, trials, blocks, schedules, run configs), `tuning` (the edge rule), `sweep`
+(the runs, the tuning, the convergence check and the NumPy references they are scored against), `stats` (means, paired
+intervals), `report` (markdown, figure, docs and README), `mechanism` (the controls paired across blocks, the asymmetry
+table), `carry_over` (the context blocks paired with the bigram block), `budget` (the asymmetry budget of the train
+pairs), `checks` (what --from-json and --out must hold), `cli` (the command line; `__main__` runs it).
 """
 
 import os

@@ -13,7 +13,7 @@ import pathlib
 from typing import Any
 
 from science import common
-from science.when_to_tie import mechanism, stats
+from science.when_to_tie import mechanism, stats, tuning
 from science.when_to_tie.stats import INTERVAL_NAME, Interval, mean_sd, paired
 
 CONTEXT_JSON = "when_to_tie_{}.json"  # .format(family): a context block's results beside docs/when_to_tie.json
@@ -95,7 +95,15 @@ def context_lines(bigram: dict[str, Any], block: dict[str, Any], family: str, co
 
 
 _AXES = {"learning_rate": "learning rate", "weight_decay": "weight decay", "hidden_l2": "λ"}
-_PLACES = ("lowest", "middle", "highest")
+
+
+def _place(values: list[float], value: float) -> str:
+  """Where `value` sits in its grid: 'lowest' or 'highest' (an edge), else 'middle' (of 3) or 'interior'."""
+  if value == values[0]:
+    return "lowest"
+  if value == values[-1]:
+    return "highest"
+  return "middle" if len(values) == 3 else "interior"
 
 
 def _ends_lines(entry: dict[str, Any], family: str, labels: dict[str, str]) -> list[str]:
@@ -105,7 +113,8 @@ def _ends_lines(entry: dict[str, Any], family: str, labels: dict[str, str]) -> l
   fractions = list(entry["count"])
   lines = ["", "Where the runs ended and what tuning chose: the runs whose best step is in their last eval interval "
            "(the last regular eval or the one at the final step: still improving, by more than the plan's min_delta, "
-           "when the schedule ended), and each chosen setting's place in its grid of 3:", "",
+           "when the schedule ended), and each chosen setting's place in its grid"
+           + (" (after the edge rule's extensions):" if tuning.searched(entry) else " of 3:"), "",
            "| context model | " + " | ".join(_sizes(fractions)) + " |",
            "|---|" + "---|" * len(fractions)]
   for key in (f"tied_{family}", f"untied_{family}", f"tied_w_{family}"):
@@ -113,8 +122,8 @@ def _ends_lines(entry: dict[str, Any], family: str, labels: dict[str, str]) -> l
     for fraction in fractions:
       runs, chosen = entry["runs"][key][fraction], entry["tuning"][key][fraction]["chosen"]
       last = sum(run["end_step"] - run["best_step"] < run["eval_every"] for run in runs)
-      places = [f"{_AXES[axis]} {value:g} ({_PLACES[entry['grids'][axis].index(value)]})"
-                for axis, value in chosen.items()]
+      grid = entry["tuning"][key][fraction].get("grid", entry["grids"])  # after the edge rule's extensions
+      places = [f"{_AXES[axis]} {value:g} ({_place(list(grid[axis]), value)})" for axis, value in chosen.items()]
       cells.append(f"{last} of {len(runs)} best in the last eval interval; " + ", ".join(places))
     lines.append(f"| {labels[key]} | " + " | ".join(cells) + " |")
   return lines

@@ -20,6 +20,8 @@ from science.when_to_tie.plan import (
   BLOCK_SECONDS,
   CONTEXT_MAX_STEPS,
   CONVERGENCE_FACTOR,
+  EDGE_EXTENSIONS,
+  EDGE_RATIO,
   FAMILIES,
   FRACTIONS,
   GRIDS,
@@ -421,6 +423,7 @@ def run_sweep(args: argparse.Namespace) -> dict[str, Any]:
       "fractions": list(fractions),
       "convergence_factor": args.convergence_factor,
       "seeds": list(seeds), "tune_seed": TUNE_SEED, "grids": {axis: list(values) for axis, values in grids.items()},
+      "edge_rule": {"ratio": EDGE_RATIO, "extensions": EDGE_EXTENSIONS},  # tuning.search's, for every cell
       "patience": PATIENCE, "machine": machine(), "corpora": {},
   }
   for name in args.chosen:

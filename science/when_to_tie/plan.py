@@ -24,14 +24,24 @@ DRAW_FRACTIONS = (0.01, 0.1)
 # decay reaches ~1.69: stopping on a plateau before the decay judges the schedule, not the model. So every run
 # goes through its whole schedule and is scored at the eval with the lowest select/loss.
 PATIENCE = 0
-# Every model gets the same tuning budget, `trials`: the learning rate (these multiples of its corpus config's peak
-# learning rate) crossed with the weight decay, 3 × 3 = 9 trials; tied + W's λ is spread over those same 9 trials
-# (a Latin square), not searched on top. AdamW's decay shrinks weights by exp(-weight_decay · Σ learning rate): Σ lr
-# is ~1-5 where the data is small and ~20-75 at 100%, so 0.1 and 1 span mild to strong at every size.
+# Every model gets the same first trials, `trials`: the learning rate (these multiples of its corpus config's peak
+# learning rate) crossed with the weight decay, 3 × 4 = 12 trials; tied + W's λ is spread over those same 12 trials
+# (a Latin rectangle), not searched on top. Neighbouring values above 0 are 3× apart on every axis, so a choice is
+# resolved to within 3×; 0 is "off". AdamW's decay shrinks weights by exp(-weight_decay · Σ learning rate): Σ lr is
+# ~1-5 where the data is small and ~20-75 at 100%, so 0.1 to 1 spans mild to strong at every size, and 1 holds the
+# value between 0.3 and 3 that the subword grid {0, 0.3, 3} missed (issue 72): one grid serves both corpora.
 LEARNING_RATE_FACTORS = (1 / 3, 1.0, 3.0)
-GRIDS = {"weight_decay": (0.0, 0.1, 1.0), "hidden_l2": (0.0, 0.001, 0.01)}
-# A corpus's own grids over GRIDS: on the subword pieces the published choices ranged from 0 to 3.
-CORPUS_GRIDS = {"subword": {"weight_decay": (0.0, 0.3, 3.0)}}
+GRIDS = {"weight_decay": (0.0, 0.1, 0.3, 1.0), "hidden_l2": (0.0, 0.001, 0.003, 0.01)}
+# A corpus's own grids over GRIDS ({corpus: {axis: values}}): none, since the edge rule extends a grid where a corpus
+# needs more.
+CORPUS_GRIDS: dict[str, dict[str, tuple[float, ...]]] = {}
+# The edge rule (tuning.search), the same for every model: after its first trials, an axis whose choice is the highest
+# value tried, or the lowest where that is not 0, is tried one step beyond it (× or ÷ EDGE_RATIO, the grids' own
+# spacing) at the choice's other settings, and the choice is made again; at most EDGE_EXTENSIONS steps per axis and
+# side (27× past the first grid), after which the cell is marked as still at the edge. A chosen 0 stands only where
+# the value next above it, at the choice's other settings, was tried and lost.
+EDGE_RATIO = 3.0
+EDGE_EXTENSIONS = 3
 QUICK_GRIDS = {"learning_rate": (1.0,), "weight_decay": (0.0,), "hidden_l2": (0.1,)}  # one trial per model
 # A (corpus, model family) block of runs: at most this long on the 2-core build machine, so a block is one sitting.
 BLOCK_SECONDS = 2 * 3600
@@ -62,9 +72,9 @@ TIMED_FAMILIES = ("bigram", "controls", *CONTEXT_RUN_SECONDS)
 # 55.4 s (60.3 s less 500 steps at 9.75 ms), the block 7,101 s.
 CONTEXT_CUTS: dict[tuple[str, str], dict[str, float]] = {("bytes", "mlp"): {"max_steps": 2500}}
 CONTEXT_MAX_STEPS = {block: cut["max_steps"] for block, cut in CONTEXT_CUTS.items() if "max_steps" in cut}
-# The blocks that do not fit BLOCK_SECONDS under any cut that keeps 5 seeds, 3 draws at 1% and 10%, 9 trials and
-# 3 sizes (`block_seconds` gives their estimate): on subword the 42 runs at 100% (28,534 steps each) outweigh the two
-# hours alone, 8.3 h of the bigram models' ~9.9 h block and 7.9 h of the MLP's ~11.5 h: the steps themselves. Run
+# The blocks that do not fit BLOCK_SECONDS under any cut that keeps 5 seeds, 3 draws at 1% and 10%, 12 first trials
+# and 3 sizes (`block_seconds` gives their estimate): on subword the 51 runs at 100% (28,534 steps each) outweigh the
+# two hours alone, 10.1 h of the bigram models' ~11.9 h block and 9.6 h of the MLP's ~13.7 h: the steps themselves. Run
 # them in sittings (a killed sweep resumes from its finished runs), by size (--fractions), or on more cores.
 UNFIT_BLOCKS = {("subword", "mlp"), ("subword", "transformer"), ("subword", "bigram"), ("subword", "controls")}
 SUBWORD_VOCAB = 2048  # 8192 pieces cost ~4× the steps and evals, and do not converge at 100% in the budget
@@ -187,9 +197,10 @@ def ngram_orders(model: Model) -> tuple[int, ...]:
 
 
 def trials(model: Model, grids: dict[str, tuple[float, ...]]) -> list[dict[str, float]]:
-  """The settings a model is tuned over: the learning rate × weight decay grid, in that order, and for a model that
-  also tunes hidden_l2 (λ) its value (i + j) mod len(λ grid) at learning rate i and weight decay j (a Latin square:
-  each λ once per learning rate and once per weight decay). Every model has len(lr) · len(wd) trials."""
+  """A model's first trials (the edge rule, tuning.search, may add more): the learning rate × weight decay grid, in
+  that order, and for a model that also tunes hidden_l2 (λ) its value (i + j) mod len(λ grid) at learning rate i and
+  weight decay j (where the λ and weight decay grids are as long, each λ once per learning rate and at most once per
+  weight decay: a Latin rectangle). Every model has len(lr) · len(wd) of them."""
   out = []
   for i, rate in enumerate(grids["learning_rate"]):
     for j, decay in enumerate(grids["weight_decay"]):
@@ -222,9 +233,9 @@ def block_plan(corpus_key: str, families: tuple[str, ...], max_steps: int | None
 
 
 def block_seconds(corpus_key: str, family: str, fractions=FRACTIONS, seeds=SEEDS) -> float:
-  """The estimated wall seconds of one (corpus, family) block on 2 cores: per size, each model's trials (on draw 0)
-  and its scored runs (seeds × draws), times `run_seconds` (the convergence check is a block of its own); nan for a
-  family not yet timed."""
+  """The estimated wall seconds of one (corpus, family) block on 2 cores: per size, each model's first trials (on
+  draw 0; the edge rule's extensions come on top, as many as the choices need) and its scored runs (seeds × draws),
+  times `run_seconds` (the convergence check is a block of its own); nan for a family not yet timed."""
   if family not in TIMED_FAMILIES:
     return math.nan
   grids = {"learning_rate": LEARNING_RATE_FACTORS, **GRIDS, **CORPUS_GRIDS.get(corpus_key, {})}

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from science import common
-from science.when_to_tie import carry_over, checks, mechanism
-from science.when_to_tie.plan import EPOCHS, MIN_STEPS, REPO
+from science.when_to_tie import carry_over, checks, mechanism, tuning
+from science.when_to_tie.plan import EDGE_EXTENSIONS, EDGE_RATIO, EPOCHS, MIN_STEPS, REPO
 from science.when_to_tie.stats import INTERVAL_NAME, Interval, against, by_draw, draws_mean, mean_sd, paired
 
 COMMAND = "python -m science.when_to_tie"  # how the pages name the command that wrote them
@@ -265,7 +265,18 @@ def _tuning_text(results: dict[str, Any]) -> str:
           f"weight decay (AdamW, decoupled) from {_values(grids['weight_decay'])}"
           + _own_grids(results, "weight_decay") + penalty + ". "
           f"The trials run on seed {results['tune_seed']}, which is never scored, and the setting with the lowest "
-          "selection loss at its best step is chosen, never by eval.")
+          "selection loss at its best step is chosen, never by eval." + _edge_rule_text(results))
+
+
+def _edge_rule_text(results: dict[str, Any]) -> str:
+  """The edge rule in a sentence, where the results' cells were tuned under it ('' for results from before)."""
+  if not all(tuning.searched(entry) for entry in results["corpora"].values()):
+    return ""
+  rule = results.get("edge_rule", {"ratio": EDGE_RATIO, "extensions": EDGE_EXTENSIONS})
+  return (f" Then, the same rule for every model: an axis whose choice is the highest value tried, or the lowest "
+          f"where that is not 0, is tried one step beyond it (×/÷ {rule['ratio']:g}) at the choice's other settings "
+          f"and the choice made again, at most {rule['extensions']} steps per axis and side; a chosen 0 (off) stands "
+          "only where the value next above it, at the choice's other settings, was tried and lost.")
 
 
 def _min_deltas(results: dict[str, Any]) -> str:
@@ -332,6 +343,8 @@ def _corpus_lines(corpus: str, entry: dict[str, Any], labels: dict[str, str]) ->
     lines.append(f"| {100 * float(fraction):g}% ({len_used(entry, fraction):,} pairs) | {draws_mean(count):.4f} "
                  f"({count['k']:g}) | " + " | ".join(cells) + f" | {named} |")
   lines += _per_model_lines(entry, labels)
+  if tuning.searched(entry):
+    lines += tuning_lines(entry, labels)
   lines += ["", "Pick per data size: " + "; ".join(picks(entry, labels)) + "."]
   if "recheck" in entry:
     lines += recheck_lines(entry, labels)
@@ -366,6 +379,39 @@ def _per_model_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str]
           f"{100 * repeats['repeats']:.1f}% / {100 * repeats['repeats_rare']:.1f}% |"
           + (f" {100 * repeats['count_self']:.1f}% / {100 * repeats['count_self_rare']:.1f}% |"
              if "count_self" in repeats else ""))
+  return lines
+
+
+def _grid_text(values: list[float], chosen: float) -> str:
+  """'{0.00555556, [0.0166667], 0.05}': the values tried on one axis, the chosen one in brackets."""
+  return "{" + ", ".join(f"[{value:g}]" if value == chosen else f"{value:g}" for value in values) + "}"
+
+
+def tuning_lines(entry: dict[str, Any], labels: dict[str, str]) -> list[str]:
+  """One line per cell (a model at a size): each axis's values tried, the first grid and the edge rule's extensions
+  beyond it, with the choice in brackets; its trials; and its mark (tuning.marked) or that it has none."""
+  names = {"learning_rate": "lr", "weight_decay": "wd", "hidden_l2": "λ"}
+  rechecked = rechecked_before_the_end(entry)
+  lines = ["", "Tuning per cell: the values tried on each axis (the first grid, and beyond it the edge rule's "
+           "extensions, ×/÷ the grid's own step), the chosen one in brackets, and the trials run. A cell is marked "
+           "where its choice is still at an edge after the most extensions, or where its chosen trial's best step, "
+           "or a scored run's, is in its last eval interval (not shown converged; a run rechecked with more evals "
+           "whose best step came before the end counts as shown).", ""]
+  for fraction in entry["count"]:
+    for key, by_fraction in entry["tuning"].items():
+      cell = by_fraction[fraction]
+      axes = []
+      for axis, values in cell["grid"].items():
+        sides = cell.get("extensions", {}).get(axis, {})
+        extended = ", ".join(f"{times} {'above' if side == tuning.HIGHEST else 'below'}"
+                             for side, times in sides.items() if times)
+        axes.append(f"{names[axis]} {_grid_text(values, cell['chosen'][axis])}"
+                    + (f" (extended {extended})" if extended else ""))
+      shown = frozenset((seed, draw) for model, size, seed, draw, factor in rechecked
+                        if (model, size, factor) == (key, fraction, 1))
+      mark = tuning.marked(cell, entry["runs"][key][fraction], shown)
+      lines.append(f"- {100 * float(fraction):g}% {labels[key]}: {'; '.join(axes)}; {len(cell['trials'])} trials: "
+                   + (f"**{mark}**" if mark else "interior, shown converged"))
   return lines
 
 

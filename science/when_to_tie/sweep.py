@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from science.when_to_tie import checks
+from science.when_to_tie import checks, tuning
 from science.when_to_tie.plan import (
   CONVERGENCE_FACTOR,
   DRAWN,
@@ -367,12 +367,23 @@ def ngram_references(sweep: Sweep, fraction: float, scored_draws: tuple[int, ...
 
 
 def tune(sweep: Sweep, model: Model, fraction: float, grids: dict[str, tuple[float, ...]]):
-  """Every one of the model's `trials` on TUNE_SEED (never scored), the lowest select/loss at the best step chosen:
-  → (the chosen settings, every trial {settings, select_loss, ...})."""
-  runs = [sweep.train(model, fraction, TUNE_SEED, settings) for settings in trials(model, grids)]
-  chosen = min(runs, key=lambda run: run["select_loss"])
-  return dict(chosen["settings"]), [{key: run[key] for key in ("settings", "select_loss", "best_step", "eval_loss",
-                                                              "predicts_self") if key in run} for run in runs]
+  """The model's `trials` on TUNE_SEED (never scored), the lowest select/loss at the best step chosen, then the edge
+  rule's trials where the choice is at an edge of its grid (tuning.search): → (the chosen settings, the cell's record
+  {chosen, trials, grid, extensions, edges})."""
+  cell = tuning.search(lambda settings: sweep.train(model, fraction, TUNE_SEED, settings), trials(model, grids))
+  for edge in cell["edges"]:
+    print(f"  {sweep.corpus.key:7s} {model.key:7s} f={fraction:g}: {edge['axis']} still at its {edge['side']} value "
+          f"after {edge['extensions']} extensions", flush=True)
+  return dict(cell["chosen"]), cell
+
+
+def cell_of(sweep: Sweep, model: Model, fraction: float, grids: dict[str, tuple[float, ...]], seeds,
+            scored_draws: tuple[int, ...]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+  """One cell of the results: the model tuned at `fraction` (`tune`), then scored at its choice on every seed and
+  draw: → (its tuning record, with whether it is shown converged (tuning.shown_converged), its scored runs)."""
+  settings, cell = tune(sweep, model, fraction, grids)
+  runs = [sweep.train(model, fraction, seed, settings, draw=draw) for draw in scored_draws for seed in seeds]
+  return {**cell, "shown_converged": tuning.shown_converged(cell, runs)}, runs
 
 
 FINISHED = "finished_runs.json"  # under --out: every finished run's numbers, so a killed sweep resumes
@@ -536,10 +547,8 @@ def sweep_corpus(corpus: Corpus, models: tuple[Model, ...], fractions, seeds, gr
       print(f"  {corpus.key:7s} count model of the {context}'s context f={fraction:g}: Kneser-Ney "
             f"{numbers['order']}-gram (discount {numbers['discount']:g}) eval {numbers['eval_loss']:.4f}", flush=True)
     for model in models:
-      settings, tried = tune(sweep, model, fraction, grids)
-      entry["tuning"][model.key][key] = {"chosen": settings, "trials": tried}
-      entry["runs"][model.key][key] = [sweep.train(model, fraction, seed, settings, draw=draw)
-                                       for draw in scored_draws for seed in seeds]
+      entry["tuning"][model.key][key], entry["runs"][model.key][key] = cell_of(sweep, model, fraction, grids, seeds,
+                                                                                scored_draws)
   if convergence_factor:
     entry["convergence"] = convergence_check(sweep, entry, models, convergence_factor)
   # a resumed sweep counts the runs it took from the record at the times they took when they ran

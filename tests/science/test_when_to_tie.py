@@ -30,13 +30,14 @@ def test_run_configs_are_valid_and_differ_only_where_they_should(tmp_path):
     assert config.model.hidden_l2 == (0.1 if model.hidden == "linear" else 0.0)
 
 
-def test_subword_runs_split_by_document_and_tune_on_their_own_weight_decays(tmp_path):
+def test_subword_runs_split_by_document_and_tune_on_the_byte_corpus_grids(tmp_path):
   corpora = plans.corpora(quick=True, subword_corpus="")
   splits = {name: plans.run_config(corpus, plans.MODELS[0], 0.1, 0, {}, 40, 10, tmp_path, 0.05).data.split
             for name, corpus in corpora.items()}
   assert splits == {"bytes": "contiguous", "subword": "by_document"}
   subword = plans.corpus_grids(corpora["subword"], plans.GRIDS)
-  assert subword["weight_decay"] == (0.0, 0.3, 3.0) and subword["hidden_l2"] == plans.GRIDS["hidden_l2"]
+  # one weight decay grid for both corpora, 0 then 3× steps, holding the 1 that {0, 0.3, 3} skipped (issue 72)
+  assert subword["weight_decay"] == (0.0, 0.1, 0.3, 1.0) and subword["hidden_l2"] == plans.GRIDS["hidden_l2"]
   assert subword["learning_rate"] == pytest.approx((0.02 / 3, 0.02, 0.06), rel=1e-5)  # configs/subword.py's 0.02
   assert plans.corpus_grids(corpora["bytes"], plans.GRIDS)["weight_decay"] == plans.GRIDS["weight_decay"]
   assert plans.corpus_grids(corpora["subword"], plans.QUICK_GRIDS)["weight_decay"] == (0.0,)
@@ -89,9 +90,9 @@ class _StubSweep:
 
   def train(self, model, fraction, seed, settings):
     self.seeds.append(seed)
-    key = tuple(sorted(settings.items()))
-    return {"settings": dict(settings), "select_loss": self.select_loss[key], "eval_loss": self.eval_loss[key],
-            "best_step": 10}
+    key = tuple(sorted(settings.items()))  # a setting not in the tables (an edge rule's trial) loses: 5.0
+    return {"settings": dict(settings), "select_loss": self.select_loss.get(key, 5.0),
+            "eval_loss": self.eval_loss.get(key, 5.0), "best_step": 10}
 
 
 def test_tuning_gives_every_model_the_same_trials_on_an_unscored_seed_and_chooses_on_the_selection_loss():
@@ -111,9 +112,12 @@ def test_tuning_gives_every_model_the_same_trials_on_an_unscored_seed_and_choose
   evals = {key: 9.0 for key in select}
   evals[tuple(sorted(per_model["tied_w"][0].items()))] = 0.1  # eval prefers another: never consulted
   stub = _StubSweep(select, evals)
-  settings, tried = sweep.tune(stub, tied_w, 0.1, grids)
-  assert settings == per_model["tied_w"][4] and len(tried) == 9
-  assert stub.seeds == [plans.TUNE_SEED] * 9
+  settings, cell = sweep.tune(stub, tied_w, 0.1, grids)
+  assert settings == per_model["tied_w"][4] == {"learning_rate": 0.03, "weight_decay": 0.1, "hidden_l2": 0.1}
+  # the 9 first trials, then the edge rule's one: λ 0.1 is its grid's highest, so 0.1 × 3 = 0.3 at the choice's
+  # learning rate and weight decay, which loses (5.0), so the choice stays and λ is interior
+  assert [trial["settings"] for trial in cell["trials"]] == [*per_model["tied_w"], {**settings, "hidden_l2": 0.3}]
+  assert stub.seeds == [plans.TUNE_SEED] * 10
 
 
 def _dense_add_k(train, pairs, vocab_size, k):

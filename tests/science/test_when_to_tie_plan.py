@@ -19,10 +19,11 @@ from science.when_to_tie import sweep
 
 
 def test_each_timed_block_fits_in_two_hours_by_hand_arithmetic():
-  # subword bigram: 3 models; per size 9 trials + 5 seeds × draws (3 at 1% and 10%, 1 at 100%):
-  # 1%: 3 · (9 + 15) · 15.9 s = 1,144.8 s; 10%: 3 · 24 · 61.4 = 4,420.8 s; 100%: 3 · (9 + 5) · 714 = 29,988 s.
-  assert plans.block_seconds("subword", "bigram") == pytest.approx(1144.8 + 4420.8 + 29988)  # 9.9 h
-  assert plans.block_seconds("bytes", "bigram") == pytest.approx(3 * 24 * 6.6 + 3 * 24 * 5.9 + 3 * 14 * 10.3)
+  # subword bigram: 3 models; per size 12 first trials (3 learning rates × 4 weight decays) + 5 seeds × draws (3 at
+  # 1% and 10%, 1 at 100%): 1%: 3 · (12 + 15) · 15.9 s = 1,287.9 s; 10%: 3 · 27 · 61.4 = 4,973.4 s; 100%:
+  # 3 · (12 + 5) · 714 = 36,414 s.
+  assert plans.block_seconds("subword", "bigram") == pytest.approx(1287.9 + 4973.4 + 36414)  # 11.9 h
+  assert plans.block_seconds("bytes", "bigram") == pytest.approx(3 * 27 * 6.6 + 3 * 27 * 5.9 + 3 * 17 * 10.3)
   for corpus in plans.RUN_SECONDS:
     for family in plans.TIMED_FAMILIES:
       if (corpus, family) in plans.UNFIT_BLOCKS:  # said to be over, and by its estimate it is
@@ -30,13 +31,13 @@ def test_each_timed_block_fits_in_two_hours_by_hand_arithmetic():
       else:
         assert plans.block_seconds(corpus, family) <= plans.BLOCK_SECONDS == 7200
   assert set(plans.TIMED_FAMILIES) == set(plans.FAMILIES)  # every family has an estimate
-  # bytes MLP, 2,500 steps at most, its block's own runs: 3 · 24 · (12.4 + 15.8) s + 3 · 14 · 31.4 s = 3,349.2 s
-  assert plans.block_seconds("bytes", "mlp") == pytest.approx(3 * 24 * (12.4 + 15.8) + 3 * 14 * 31.4)
-  # bytes transformer, its block's own runs: 3 · 24 · (20.1 + 27.5) s + 3 · 14 · 60.0 s = 5,947.2 s (1.65 h)
-  assert plans.block_seconds("bytes", "transformer") == pytest.approx(5947.2)
-  # A context family: the same runs (3 models, 9 trials + 5 seeds × draws) at its own measured seconds.
+  # bytes MLP, 2,500 steps at most, its block's own runs: 3 · 27 · (12.4 + 15.8) s + 3 · 17 · 31.4 s = 3,885.6 s
+  assert plans.block_seconds("bytes", "mlp") == pytest.approx(3 * 27 * (12.4 + 15.8) + 3 * 17 * 31.4)
+  # bytes transformer, its block's own runs: 3 · 27 · (20.1 + 27.5) s + 3 · 17 · 60.0 s = 6,915.6 s (1.92 h)
+  assert plans.block_seconds("bytes", "transformer") == pytest.approx(6915.6)
+  # A context family: the same runs (3 models, 12 first trials + 5 seeds × draws) at its own measured seconds.
   mlp = plans.CONTEXT_RUN_SECONDS["mlp"]["subword"]
-  assert plans.block_seconds("subword", "mlp") == pytest.approx(3 * 24 * (mlp[0.01] + mlp[0.1]) + 3 * 14 * mlp[1.0])
+  assert plans.block_seconds("subword", "mlp") == pytest.approx(3 * 27 * (mlp[0.01] + mlp[0.1]) + 3 * 17 * mlp[1.0])
   assert math.isnan(plans.block_seconds("subword", "words"))  # a family never timed has no estimate
 
 
