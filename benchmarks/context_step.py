@@ -55,6 +55,7 @@ ROUNDS = 21  # a step is tens of ms: many short turns
 CALLS_PER_TURN = 2  # as benchmarks/throughput.py: time the second of two back-to-back calls
 JAX_STEPS = ("step", "plain_step")
 TORCH_STEPS = {"torch_step": "eager", "torch_compile_step": "compile"}
+TORCH_VARIANTS = ("eager", "compile", "eager_bf16", "compile_bf16")
 LOSS_TOLERANCE = 1e-4  # step-0 losses of the two frameworks at the same parameters and windows (float32, ~9 nats)
 
 
@@ -270,8 +271,9 @@ def make_torch_step(config: ml_collections.ConfigDict, batch, params: dict[str, 
   torch = _torch()
   if torch is None:
     return None
-  if variant not in ("eager", "compile"):
-    raise ValueError(f"variant {variant!r} is not one of ('eager', 'compile')")
+  if variant not in TORCH_VARIANTS:
+    raise ValueError(f"variant {variant!r} is not one of {TORCH_VARIANTS}")
+  base, _, precision = variant.partition("_")
   torch.set_num_threads(threads)
   s, train = shape(config), config.train
   model = torch_model(s["V"], s["D"], s["L"], s["layers"], s["heads"])
@@ -282,7 +284,14 @@ def make_torch_step(config: ml_collections.ConfigDict, batch, params: dict[str, 
   def loss_fn(ids, next_ids):
     return F.cross_entropy(model(ids).flatten(0, 1), next_ids.flatten())
 
-  if variant == "compile":
+  if precision == "bf16":  # bfloat16 matmuls, float32 parameters, AdamW and softmax, as benchmarks/torch_step.py
+    full_precision_loss = loss_fn
+
+    def loss_fn(ids, next_ids):
+      with torch.autocast("cpu", dtype=torch.bfloat16):
+        return full_precision_loss(ids, next_ids)
+
+  if base == "compile":
     loss_fn = torch.compile(loss_fn)
   schedule = optim.learning_rate_schedule(train)  # the same warmup + cosine, a number per step
   peak = float(train.learning_rate)
