@@ -4,19 +4,26 @@ Run: `python benchmarks/context_step.py` (prints the numbers as JSON); `measure(
 (section `context_step`).
 
 The JAX step is the trainer's own: `tied_embed.train.run_step.train_step_for` on configs/context_transformer.py (V=8192,
-D=64, B=32 windows of L=32 tokens, 2 pre-norm blocks of 4 heads, learned positions, a final LayerNorm, one tied
-table; AdamW, warmup + cosine, clipping at 1.0; the chunked loss, provenance, the fused AdamW kernel), compiled
-ahead from the abstract state as the trainer compiles it, on the (B, L) windows the trainer feeds it. Beside it, the
-plain step (`nnx.value_and_grad` of the full-logits loss of `model(ids)`, then the optimizer: no provenance, no
-chunks), which says what the trainer's speed paths and bookkeeping cost at this shape.
+D=128, B=32 windows of L=64 tokens = 2,048 a step, 4 pre-norm blocks of 4 heads, learned positions, a final
+LayerNorm, one tied table; AdamW, warmup + cosine, clipping at 1.0; the chunked loss, provenance, the fused AdamW
+kernel, the blocks' products on the GEMM kernel (tied_embed/fast/block_dots.py)), compiled ahead from the abstract
+state as the trainer compiles it, on the (B, L) windows the trainer feeds it; in float32, and where the CPU has
+bfloat16 matrix hardware (AMX or avx512_bf16) again with `model.dtype = "bfloat16"`, the project's bf16 option: the
+loss's vocabulary matmuls take bfloat16 operands, everything else (the blocks, the parameters, AdamW) stays float32.
+Beside it, the plain step (`nnx.value_and_grad` of the full-logits loss of `model(ids)`, then the optimizer: no
+provenance, no chunks, XLA's dots), which says what the trainer's speed paths and bookkeeping cost at this shape; and
+the float32 step's two parts jitted alone, to say where its time goes: the chunked loss with both gradients (the
+vocabulary's three (T, D)·(D, V)-sized products) and the blocks forward and backward.
 
 The PyTorch model is written as a user would write it: `nn.Embedding` whose weight is also the output projection,
 hand-written pre-norm blocks (`nn.LayerNorm`, one qkv `nn.Linear`, `F.scaled_dot_product_attention(is_causal=True)`,
 an MLP of 4·D with tanh GELU: `jax.nn.gelu`'s default), learned positions, a final LayerNorm; `torch.optim.AdamW`
 (`fused=True`, as in benchmarks/torch_step.py; its defaults otherwise) with the config's learning rate schedule
 (`LambdaLR`), weight decay and `clip_grad_norm_`. It starts from the JAX model's initial parameters, copied, so both
-see the same numbers: the two parameter counts and the two step-0 losses are checked equal before anything is timed.
-It runs eagerly and with the model and loss under `torch.compile`, float32, on as many threads as XLA's pool has.
+see the same numbers: the two parameter counts and the step-0 losses are checked equal before anything is timed (to
+1e-4 in float32; the bfloat16 steps to BF16_LOSS_TOLERANCE). It runs eagerly and with the model and loss under
+`torch.compile`, in float32 and under `torch.autocast("cpu", dtype=torch.bfloat16)` (every matmul in bfloat16, the
+peer a PyTorch user would pick), on as many threads as XLA's pool has.
 
 All are timed in turns in one process on the same windows (uniform random ids: with context every position's logits
 are formed, so the ids' distribution does not change the work), each timed call right after an untimed one of its
@@ -43,8 +50,8 @@ import optax  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
-from benchmarks.workload import with_dtype  # noqa: E402
 from benchmarks.torch_step import ADAMW_OPTIONS  # noqa: E402
+from benchmarks.workload import with_dtype  # noqa: E402
 from configs import context_transformer  # noqa: E402
 from tied_embed.core import optim  # noqa: E402
 from tied_embed.core.model import MLP_WIDTH, build_model  # noqa: E402

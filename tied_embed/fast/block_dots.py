@@ -39,7 +39,7 @@ def _trailing_by_leading(lhs, rhs, dimension_numbers) -> int:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _gemm_product(lhs: jax.Array, rhs: jax.Array, k: int) -> jax.Array:
-  """lhs (..., K₁..Kₖ) contracted with rhs (K₁..Kₖ, ...): one (M, K)·(K, N) GEMM, float32 → lhs's and rhs's free axes."""
+  """lhs (..., K₁..Kₖ) contracted with rhs (K₁..Kₖ, ...): one (M, K)·(K, N) GEMM in float32, shaped as the free axes."""
   return _forward(lhs, rhs, k)[0]
 
 
