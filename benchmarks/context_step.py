@@ -4,19 +4,26 @@ Run: `python benchmarks/context_step.py` (prints the numbers as JSON); `measure(
 (section `context_step`).
 
 The JAX step is the trainer's own: `tied_embed.train.run_step.train_step_for` on configs/context_transformer.py (V=8192,
-D=64, B=32 windows of L=32 tokens, 2 pre-norm blocks of 4 heads, learned positions, a final LayerNorm, one tied
-table; AdamW, warmup + cosine, clipping at 1.0; the chunked loss, provenance, the fused AdamW kernel), compiled
-ahead from the abstract state as the trainer compiles it, on the (B, L) windows the trainer feeds it. Beside it, the
-plain step (`nnx.value_and_grad` of the full-logits loss of `model(ids)`, then the optimizer: no provenance, no
-chunks), which says what the trainer's speed paths and bookkeeping cost at this shape.
+D=128, B=32 windows of L=64 tokens = 2,048 a step, 4 pre-norm blocks of 4 heads, learned positions, a final
+LayerNorm, one tied table; AdamW, warmup + cosine, clipping at 1.0; the chunked loss, provenance, the fused AdamW
+kernel, the blocks' products on the GEMM kernel (tied_embed/fast/block_dots.py)), compiled ahead from the abstract
+state as the trainer compiles it, on the (B, L) windows the trainer feeds it; in float32, and where the CPU has
+bfloat16 matrix hardware (AMX or avx512_bf16) again with `model.dtype = "bfloat16"`, the project's bf16 option: the
+loss's vocabulary matmuls take bfloat16 operands, everything else (the blocks, the parameters, AdamW) stays float32.
+Beside it, the plain step (`nnx.value_and_grad` of the full-logits loss of `model(ids)`, then the optimizer: no
+provenance, no chunks, XLA's dots), which says what the trainer's speed paths and bookkeeping cost at this shape; and
+the float32 step's two parts jitted alone, to say where its time goes: the chunked loss with both gradients (the
+vocabulary's three (T, D)·(D, V)-sized products) and the blocks forward and backward.
 
 The PyTorch model is written as a user would write it: `nn.Embedding` whose weight is also the output projection,
 hand-written pre-norm blocks (`nn.LayerNorm`, one qkv `nn.Linear`, `F.scaled_dot_product_attention(is_causal=True)`,
 an MLP of 4·D with tanh GELU: `jax.nn.gelu`'s default), learned positions, a final LayerNorm; `torch.optim.AdamW`
 (`fused=True`, as in benchmarks/torch_step.py; its defaults otherwise) with the config's learning rate schedule
 (`LambdaLR`), weight decay and `clip_grad_norm_`. It starts from the JAX model's initial parameters, copied, so both
-see the same numbers: the two parameter counts and the two step-0 losses are checked equal before anything is timed.
-It runs eagerly and with the model and loss under `torch.compile`, float32, on as many threads as XLA's pool has.
+see the same numbers: the two parameter counts and the step-0 losses are checked equal before anything is timed (to
+1e-4 in float32; the bfloat16 steps to BF16_LOSS_TOLERANCE). It runs eagerly and with the model and loss under
+`torch.compile`, in float32 and under `torch.autocast("cpu", dtype=torch.bfloat16)` (every matmul in bfloat16, the
+peer a PyTorch user would pick), on as many threads as XLA's pool has.
 
 All are timed in turns in one process on the same windows (uniform random ids: with context every position's logits
 are formed, so the ids' distribution does not change the work), each timed call right after an untimed one of its
@@ -31,6 +38,7 @@ import os
 import pathlib
 import statistics
 import sys
+from collections.abc import Callable
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
@@ -43,19 +51,25 @@ from flax import nnx  # noqa: E402
 
 from benchmarks import workload  # noqa: E402
 from benchmarks.torch_step import ADAMW_OPTIONS  # noqa: E402
+from benchmarks.workload import with_dtype  # noqa: E402
 from configs import context_transformer  # noqa: E402
 from tied_embed.core import optim  # noqa: E402
-from tied_embed.core.model import MLP_WIDTH  # noqa: E402
-from tied_embed.fast import compilation  # noqa: E402
+from tied_embed.core.model import MLP_WIDTH, build_model  # noqa: E402
+from tied_embed.fast import block_dots, chunked_loss, compilation  # noqa: E402
+from tied_embed.fast.kernels import gemm as mkl  # noqa: E402
 from tied_embed.train import mesh as mesh_lib  # noqa: E402
 from tied_embed.train import run_step  # noqa: E402
 from tied_embed.train import state as state_lib
 
-ROUNDS = 21  # a step is tens of ms: many short turns
+ROUNDS = 11  # a step is 0.1-1 s and nine of them take turns: enough turns for a median in a few minutes
 CALLS_PER_TURN = 2  # as benchmarks/throughput.py: time the second of two back-to-back calls
-JAX_STEPS = ("step", "plain_step")
-TORCH_STEPS = {"torch_step": "eager", "torch_compile_step": "compile"}
+JAX_STEPS = ("step", "step_bf16", "plain_step")
+PIECES = ("loss_piece", "blocks_piece")  # the float32 step's two parts, each jitted alone
+TORCH_STEPS = {"torch_step": "eager", "torch_compile_step": "compile"}  # and each with `_bf16` (autocast)
+ALL_ROWS = (*JAX_STEPS, *PIECES, *TORCH_STEPS, *(f"{name}_bf16" for name in TORCH_STEPS))
+TORCH_VARIANTS = ("eager", "compile", "eager_bf16", "compile_bf16")
 LOSS_TOLERANCE = 1e-4  # step-0 losses of the two frameworks at the same parameters and windows (float32, ~9 nats)
+BF16_LOSS_TOLERANCE = 0.02  # the bfloat16 steps' step-0 loss against the float32 one (bf16 operands: ~8 bits)
 
 
 def bench_config(**overrides) -> ml_collections.ConfigDict:
@@ -270,8 +284,9 @@ def make_torch_step(config: ml_collections.ConfigDict, batch, params: dict[str, 
   torch = _torch()
   if torch is None:
     return None
-  if variant not in ("eager", "compile"):
-    raise ValueError(f"variant {variant!r} is not one of ('eager', 'compile')")
+  if variant not in TORCH_VARIANTS:
+    raise ValueError(f"variant {variant!r} is not one of {TORCH_VARIANTS}")
+  base, _, precision = variant.partition("_")
   torch.set_num_threads(threads)
   s, train = shape(config), config.train
   model = torch_model(s["V"], s["D"], s["L"], s["layers"], s["heads"])
@@ -282,7 +297,14 @@ def make_torch_step(config: ml_collections.ConfigDict, batch, params: dict[str, 
   def loss_fn(ids, next_ids):
     return F.cross_entropy(model(ids).flatten(0, 1), next_ids.flatten())
 
-  if variant == "compile":
+  if precision == "bf16":  # bfloat16 matmuls, float32 parameters, AdamW and softmax, as benchmarks/torch_step.py
+    full_precision_loss = loss_fn
+
+    def loss_fn(ids, next_ids):
+      with torch.autocast("cpu", dtype=torch.bfloat16):
+        return full_precision_loss(ids, next_ids)
+
+  if base == "compile":
     loss_fn = torch.compile(loss_fn)
   schedule = optim.learning_rate_schedule(train)  # the same warmup + cosine, a number per step
   peak = float(train.learning_rate)
@@ -314,42 +336,107 @@ def torch_param_count(module) -> int:
 # --- the section ------------------------------------------------------------------------------------------------
 
 
+def bf16_hardware() -> bool:
+  """Whether this CPU has bfloat16 matrix hardware (AMX or avx512_bf16): where the bfloat16 rows are timed."""
+  return mkl.route("bfloat16") is not None
+
+
+def loss_piece(config: ml_collections.ConfigDict, batch) -> Callable[[], object]:
+  """The vocabulary's part of the trainer's step, jitted alone: the chunked loss of (T, D) hidden vectors against
+  the (V, D) table with both gradients, as the step calls it (its chunk, `model.dtype`, the GEMM kernel)."""
+  s = shape(config)
+  rng = np.random.default_rng(1)
+  x = jnp.asarray(rng.normal(size=(s["B"] * s["L"], s["D"])).astype(np.float32))
+  table = build_model(config).tables()[1]
+  targets = jnp.asarray(batch[1].reshape(-1))
+  grads = jax.jit(jax.value_and_grad(lambda x, table: chunked_loss.chunked_cross_entropy(
+      x, table, targets, int(config.loss.chunk_size), compute_dtype=str(config.model.dtype)), argnums=(0, 1)),
+      compiler_options=compilation.compiler_options())
+  return lambda: jax.block_until_ready(grads(x, table))
+
+
+def blocks_piece(config: ml_collections.ConfigDict) -> Callable[[], object]:
+  """The transformer's part of the trainer's step, jitted alone: the looked-up rows (B, L, D) through the positions,
+  the blocks and the final LayerNorm, forward and backward (for a fixed cotangent) to the rows and every block Param,
+  on the products the step makes (fast/block_dots.py where the kernel runs)."""
+  s = shape(config)
+  model = build_model(config)
+  if block_dots.available():
+    model = block_dots.with_kernel_dots(model)
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  rng = np.random.default_rng(1)
+  rows, cotangent = (jnp.asarray(rng.normal(size=(s["B"], s["L"], s["D"])).astype(np.float32)) for _ in range(2))
+
+  def forward(params, rows):
+    return jnp.sum(nnx.merge(graphdef, params, rest).hidden(rows) * cotangent)
+
+  grads = jax.jit(jax.grad(forward, argnums=(0, 1)), compiler_options=compilation.compiler_options())
+  return lambda: jax.block_until_ready(grads(params, rows))
+
+
 def measure(rounds: int = ROUNDS, config: ml_collections.ConfigDict | None = None) -> dict:
-  """Medians over `rounds` interleaved calls at configs/context_transformer.py's shape: the JSON-ready section."""
+  """Medians over `rounds` interleaved calls at configs/context_transformer.py's shape, float32 and (where the CPU
+  has bf16 hardware) bfloat16: the JSON-ready section."""
   config = config or bench_config()
   threads = workload.cpu_threads()
   batch = window_batch(config)
   s = shape(config)
+  precisions = ("float32", "bfloat16") if bf16_hardware() else ("float32",)
   jax_step = JaxStep(config, batch)
   expected = param_count(s["V"], s["D"], s["L"], s["layers"])
   jax_params = jax_param_count(jax_step.model())
-  fns = {"step": jax_step, "plain_step": PlainStep(config, batch)}
-  torch_fns = {name: make_torch_step(config, batch, jax_step.params, threads, variant)
-               for name, variant in TORCH_STEPS.items()}
+  fns = {"step": jax_step}
+  if "bfloat16" in precisions:
+    fns["step_bf16"] = JaxStep(with_dtype(config, "bfloat16"), batch)
+  fns["plain_step"] = PlainStep(config, batch)
+  fns["loss_piece"], fns["blocks_piece"] = loss_piece(config, batch), blocks_piece(config)
+  torch_fns = {}
+  for precision in precisions:
+    suffix = "_bf16" if precision == "bfloat16" else ""
+    for name, variant in TORCH_STEPS.items():
+      torch_fns[name + suffix] = make_torch_step(config, batch, jax_step.params, threads, variant + suffix)
   torch_fns = {name: fn for name, fn in torch_fns.items() if fn is not None}
   fns.update(torch_fns)
   # Step 0 of each, at the same parameters and windows (the timing's warm-up call), before anything is timed.
-  first = {name: fn() for name, fn in fns.items()}
+  first = {name: fn() for name, fn in fns.items() if not name.endswith("_piece")}
   torch_params = torch_param_count(torch_fns["torch_step"].model) if torch_fns else None
   if jax_params != expected or torch_params not in (None, expected):
     raise AssertionError(f"parameter counts: formula {expected}, JAX {jax_params}, PyTorch {torch_params}")
-  far = {name: loss for name, loss in first.items() if abs(loss - first["step"]) > LOSS_TOLERANCE}
+  far = {name: loss for name, loss in first.items()
+         if abs(loss - first["step"]) > (BF16_LOSS_TOLERANCE if name.endswith("bf16") else LOSS_TOLERANCE)}
   if far:
     raise AssertionError(f"step-0 losses differ from the JAX step's {first['step']:.6f}: {far}")
   times = workload.interleaved_times(fns, rounds, warmup=1, calls_per_turn=CALLS_PER_TURN)
   seconds = {name: statistics.median(values) for name, values in times.items()}
   result = {**s, "tokens": s["B"] * s["L"], "threads": threads, "rounds": rounds, "calls_per_turn": CALLS_PER_TURN,
             "chunk_size": int(config.loss.chunk_size), "params": expected, "torch_params": torch_params,
-            "log_vocab": math.log(s["V"]), "first_loss": first, "load_average": list(os.getloadavg())}
-  for name in (*JAX_STEPS, *TORCH_STEPS):
-    result[f"{name}_ms"] = seconds[name] * 1e3 if name in seconds else None
+            "log_vocab": math.log(s["V"]), "first_loss": first, "precisions": list(precisions),
+            "block_dots": "the GEMM kernel" if block_dots.available() else "XLA's dot",
+            "load_average": list(os.getloadavg())}
+  for name in fns:
+    result[f"{name}_ms"] = seconds[name] * 1e3
+  for name in ALL_ROWS:
+    result.setdefault(f"{name}_ms", None)
   result["fastest_ms"] = {name: min(values) * 1e3 for name, values in times.items()}
-  for name in TORCH_STEPS:  # PyTorch ms / JAX ms: above 1, the trainer's step is faster
-    torch_ms = result[f"{name}_ms"]
-    result[f"{name}_over_step"] = torch_ms / result["step_ms"] if torch_ms else None
-    result[f"{name}_over_step_by_fastest_call"] = (
-        result["fastest_ms"][name] / result["fastest_ms"]["step"] if torch_ms else None)
+  for precision in precisions:  # PyTorch ms / JAX ms: above 1, the trainer's step is faster
+    suffix = "_bf16" if precision == "bfloat16" else ""
+    step = "step" + suffix
+    for name in TORCH_STEPS:
+      torch_ms = result[f"{name}{suffix}_ms"]
+      result[f"{name}{suffix}_over_step"] = torch_ms / result[f"{step}_ms"] if torch_ms else None
+      result[f"{name}{suffix}_over_step_by_fastest_call"] = (
+          result["fastest_ms"][name + suffix] / result["fastest_ms"][step] if torch_ms else None)
+    torch_names = [name + suffix for name in TORCH_STEPS if result[f"{name}{suffix}_ms"]]
+    if torch_names:
+      fastest = min(torch_names, key=lambda name: result[f"{name}_ms"])
+      result[f"fastest_torch{suffix}"] = fastest
+      result[f"fastest_torch{suffix}_over_step"] = result[f"{fastest}_ms"] / result[f"{step}_ms"]
+      result[f"fastest_torch{suffix}_over_step_by_fastest_call"] = (
+          min(result["fastest_ms"][name] for name in torch_names) / result["fastest_ms"][step])
   result["plain_over_step"] = result["plain_step_ms"] / result["step_ms"]
+  # where the float32 step's time goes: the vocabulary (the loss's three (T, D)·(D, V)-sized products) and the blocks
+  result["loss_share"] = result["loss_piece_ms"] / result["step_ms"]
+  result["blocks_share"] = result["blocks_piece_ms"] / result["step_ms"]
   return result
 
 

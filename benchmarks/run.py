@@ -37,7 +37,7 @@ DEFAULT_JSON = pathlib.Path("runs/bench/results.json")
 SECTIONS = {
     "train_step": throughput.measure,  # V=8192, D=256, T=4096
     "gpt2": lambda: throughput.measure("gpt2", rounds=5),  # GPT-2's V=50257, D=768, T=1024: seconds per round
-    "context_step": context_step.measure,  # configs/context_transformer.py: V=8192, D=64, 32 windows of 32
+    "context_step": context_step.measure,  # configs/context_transformer.py: V=8192, D=128, 4 blocks, 32 windows of 64
     "memory": memory.measure,
     "step_memory": step_memory.measure,  # both uses of the step (jit on first call, compile-ahead) across V
     "entrypoint": entrypoint.measure,
@@ -145,20 +145,29 @@ def _print_context_step(r: dict) -> None:
   print(f"\ncontext transformer step, V={r['V']} D={r['D']} B={r['B']} windows of L={r['L']}, {r['layers']} blocks "
         f"of {r['heads']} heads (medians of {r['rounds']} interleaved rounds; load average {r['load_average'][0]:.1f})")
   print(f"  parameters {r['params']} (PyTorch {_fmt(r['torch_params'], 'd')}); step-0 loss "
-        f"{r['first_loss']['step']:.4f}, log V = {r['log_vocab']:.4f}")
-  rows = [("JAX, the trainer's step", "step"), ("JAX, plain step (full logits, no provenance)", "plain_step"),
-          ("PyTorch eager", "torch_step"), ("PyTorch torch.compile", "torch_compile_step")]
+        f"{r['first_loss']['step']:.4f}, log V = {r['log_vocab']:.4f}; the blocks' products on {r['block_dots']}")
+  rows = [("JAX, the trainer's step", "step"), ("JAX, the trainer's step, bf16 loss matmuls", "step_bf16"),
+          ("JAX, plain step (full logits, no provenance)", "plain_step"),
+          ("JAX, the chunked loss + gradients alone", "loss_piece"),
+          ("JAX, the blocks forward + backward alone", "blocks_piece"),
+          ("PyTorch eager", "torch_step"), ("PyTorch torch.compile", "torch_compile_step"),
+          ("PyTorch eager, bf16 autocast", "torch_step_bf16"),
+          ("PyTorch torch.compile, bf16 autocast", "torch_compile_step_bf16")]
   for label, name in rows:
-    ms = r[f"{name}_ms"]
+    ms = r.get(f"{name}_ms")
     fastest = r["fastest_ms"].get(name)
     rate = _fmt(None if ms is None else r["tokens"] / ms * 1e3, ".0f")
     print(f"  {label:<46} {_fmt(ms):>8} ms  (fastest {_fmt(fastest)})  {rate:>9} tokens/s")
   def ratio(value) -> str:
     return "n/a" if value is None else f"{value:.2f}x"
 
-  for label, name in (("eager", "torch_step"), ("torch.compile", "torch_compile_step")):
-    print(f"  PyTorch {label} / JAX trainer's step, medians (fastest calls): "
-          f"{ratio(r[f'{name}_over_step'])} ({ratio(r[f'{name}_over_step_by_fastest_call'])})")
+  for suffix in ("", "_bf16"):
+    for label, name in (("eager", "torch_step"), ("torch.compile", "torch_compile_step"),
+                        ("fastest", "fastest_torch")):
+      if r.get(f"{name}{suffix}_over_step") is not None:
+        print(f"  PyTorch {label}{suffix.replace('_', ' ')} / JAX trainer's step{suffix.replace('_', ' ')}, "
+              f"medians (fastest calls): {ratio(r[f'{name}{suffix}_over_step'])} "
+              f"({ratio(r[f'{name}{suffix}_over_step_by_fastest_call'])})")
 
 
 def _print_memory(r: dict) -> None:

@@ -1,5 +1,6 @@
 """The paths a config's step runs on: `loss.chunk_size = 0` in float32 trains on exactly tied_embed/core; any other
-setting picks the speed paths with the same answers (the chunked, distinct-row loss, the sparse lookup path), jitted
+setting picks the speed paths with the same answers (the chunked, distinct-row loss, the sparse lookup path, a context
+model's own matmuls on the GEMM kernel), jitted
 with XLA's options and a kept gradient buffer."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from flax import nnx
 
 from tied_embed.core import paths as plain_paths
 from tied_embed.core import step as step_lib
-from tied_embed.fast import chunked_loss, compilation, sparse_paths
+from tied_embed.fast import block_dots, chunked_loss, compilation, sparse_paths
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,8 @@ def mesh_devices(state_shardings) -> int:
 def paths_function(chunk_size: int, compute_dtype: str = "float32", shards: int = 1,
                    mkl_kernel: bool = True) -> step_lib.PathsFn:
   """paths_fn(model, ids (B,), next_ids (B,)) for these loss settings; `shards` divides B (data shards).
-  `mkl_kernel`: the chunked loss's dots on oneMKL where it runs; False on a mesh (XLA cannot partition the call)."""
+  `mkl_kernel`: the chunked loss's dots, and a context model's own (fast/block_dots.py), on the GEMM kernel where it
+  runs; False on a mesh (XLA cannot partition the call)."""
   if chunk_size == 0 and compute_dtype == "float32":  # the story's code alone: full logits, dense paths
     return plain_paths.path_gradients
   if chunk_size and not mkl_kernel:
@@ -48,6 +50,8 @@ def paths_function(chunk_size: int, compute_dtype: str = "float32", shards: int 
       row_keys = ids if ids.ndim == 1 else None
       loss_fn = functools.partial(chunked_loss.chunked_cross_entropy, chunk_size=chunk_size, row_keys=row_keys,
                                   groups=shards, compute_dtype=compute_dtype, mkl_kernel=mkl_kernel)
+    if ids.ndim > 1 and mkl_kernel and block_dots.available():  # a context model's own products on the kernel
+      model = block_dots.with_kernel_dots(model)
     return sparse_paths.path_gradients(model, ids, next_ids, loss_fn)
 
   return fast_paths
