@@ -182,6 +182,11 @@ def test_the_kernel_set_names_what_the_step_runs(monkeypatch):
   monkeypatch.setattr(fused_adamw, "pays_off", lambda params: True)
   assert in_use.kernel_set(config, params) == "gemm-f32,adamw"
   assert in_use.kernel_set(config, params, devices=8) == "none"  # a mesh: no custom calls
+  config.data.context_length = 4  # windows: a context model's own products go to the kernel as well
+  assert in_use.kernel_set(config, params) == "gemm-f32,blocks,adamw"
+  config.loss.chunk_size = 0
+  assert in_use.kernel_set(config, params) == "adamw"  # the plain paths: XLA's dots throughout
+  config.loss.chunk_size, config.data.context_length = 8, 1
   config.model.dtype = "bfloat16"
   assert in_use.kernel_set(config, params) == "gemm-bf16,adamw"
   config.loss.chunk_size = 0

@@ -22,13 +22,17 @@ log = logging.getLogger(__name__)
 
 
 def kernel_set(config: ml_collections.ConfigDict, params, devices: int = 1) -> str:
-  """The kernels `config`'s step uses, as fast/choose.py picks them: e.g. "gemm-f32,adamw" (gemm.ROUTES), "none"."""
+  """The kernels `config`'s step uses, as fast/choose.py picks them: e.g. "gemm-f32,blocks,adamw" (gemm.ROUTES),
+  "none"."""
   if devices != 1:
     return "none"
   dtype, table = str(config.model.dtype), (int(config.model.vocab_size), int(config.model.d_model))
   names = []
   if int(config.loss.chunk_size) > 0 and gemm.available(dtype) and gemm.pays_off(table, dtype):
     names.append(gemm.route(dtype))
+  speed_paths = int(config.loss.chunk_size) > 0 or dtype != "float32"  # fast/choose.py's paths_function
+  if speed_paths and int(config.data.context_length) > 1 and gemm.available("float32"):
+    names.append("blocks")  # a context model's own products on the float32 kernel (fast/block_dots.py)
   if config.train.optimizer == "adamw" and fused_adamw.available() and fused_adamw.pays_off(params):
     names.append("adamw")
   return ",".join(names) or "none"
