@@ -81,11 +81,11 @@ def test_a_finished_run_leaves_its_workdir_unlocked(smoke_run):
 def _two_checkpoints_with_swapped_manifests(config, directory):
   """Checkpoints 7 and 8 of two different states, then 8's manifest replaced by 7's: 8 reads back, but wrong."""
   _, state = nnx.split(run_step.RunState(build_model(config), optim.make_optimizer(config.train)))
-  saver = checkpoint.Checkpointer(directory, keep=2)
-  saver.save(7, state, config)
+  saver = checkpoint.Checkpointer(directory, keep=2, config=config)
+  saver.save(7, state)
   changed = jax.tree.map(lambda leaf: leaf, state)
   changed["lookup_total"][...] = changed["lookup_total"][...] + 1.0  # one array differs
-  saver.save(8, changed, config)
+  saver.save(8, changed)
   saver.close()
   for name in ("metadata",):
     shutil.copy(checkpoint.checkpoint_dir(directory) / "7" / "manifest" / name,

@@ -87,7 +87,8 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
   build_state = state_lib.state_builder(config)
   graphdef, target = state_lib.abstract_state(build_state, mesh)
   selecting = data_plan.selection_fraction > 0
-  checkpointer = checkpoint.Checkpointer(workdir, int(config.train.keep_checkpoints), select=selecting)
+  checkpointer = checkpoint.Checkpointer(workdir, int(config.train.keep_checkpoints), config, dataset=dataset,
+                                         select=selecting)
   stack.enter_context(contextlib.closing(checkpointer))
   train_step = run_step.train_step_for(config, graphdef, target)
   if trains:
