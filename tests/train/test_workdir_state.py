@@ -193,11 +193,11 @@ def test_a_file_where_the_run_keeps_a_directory_is_refused_up_front(smoke_run, t
 
 
 def test_a_signal_during_set_up_stops_before_the_first_step(smoke_run, tmp_path, monkeypatch):
-  def interrupted_while_loading(config, workdir):
+  def interrupted_while_loading(plan):
     signal.raise_signal(signal.SIGTERM)  # arrives while the dataset is being prepared: stops it there
     raise AssertionError("the dataset was still generated after the signal")
 
-  monkeypatch.setattr(data_lib, "load_bigram_data", interrupted_while_loading)
+  monkeypatch.setattr(data_lib, "load", interrupted_while_loading)
   workdir = tmp_path / "run"
   with pytest.raises(signals.Preempted) as stopped:
     train_and_evaluate(smoke_run.config, workdir)
