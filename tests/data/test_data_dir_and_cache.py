@@ -278,7 +278,7 @@ def test_a_vocabulary_trained_before_the_workdir_exists_is_trained_once(tmp_path
   trainings = []
   real = tokenizer_lib.train_sentencepiece
   monkeypatch.setattr(tokenizer_lib, "train_sentencepiece", lambda *a, **k: trainings.append(1) or real(*a, **k))
-  data.check_preparable(config, tmp_path / "run")
+  data.check_preparable(data.DataPlan.of(config, tmp_path / "run"))
   assert not (tmp_path / "run").exists() and len(trainings) == 1
   loaded = data.load_bigram_data(config, tmp_path / "run")
   assert loaded.vocab_size == 16 and len(trainings) == 1

@@ -154,7 +154,7 @@ def test_a_subword_draw_of_documents_reads_each_drawn_document_when_a_run_checks
   config.data.tokenizer, config.model.vocab_size = "sentencepiece", 32
   config_lib.validate_data(config)
   data.load_bigram_data(config, tmp_path)
-  data.check_preparable(config, tmp_path)  # reads each drawn document's lines: no error
+  data.check_preparable(data.DataPlan.of(config, tmp_path))  # reads each drawn document's lines: no error
 
 
 def test_a_draw_counts_its_validation_documents_in_the_order_it_drew_them(tmp_path):

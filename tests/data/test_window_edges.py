@@ -4,7 +4,8 @@ splits by hand (a stream whose token i is i, so a window's pairs name their own 
 
 from __future__ import annotations
 
-import ml_collections
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -37,10 +38,10 @@ def _loaded(monkeypatch, length: int, fraction: float, held_out: float) -> bigra
       f"{bigram.DOCUMENT_ENDS}_validation": np.asarray(EVAL_ENDS, np.int64),
       bigram.DIGESTS: {},
   }
-  config = ml_collections.ConfigDict({"data": {"context_length": length, "train_fraction": fraction,
-                                               "selection_fraction": held_out}})
   bc = bigram.BigramConfig(name="stand-in", source="stand-in", settings={"vocab_size": VOCAB})
-  return bigram._bigram_data(bc, splits, config)
+  plan = bigram.DataPlan(bc, pathlib.Path("unused"), train_fraction=fraction, selection_fraction=held_out,
+                         context_length=length)
+  return bigram._bigram_data(bc, splits, plan)
 
 
 def test_windows_reach_the_train_fractions_end_and_never_past_it(monkeypatch):

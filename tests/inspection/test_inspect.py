@@ -345,6 +345,7 @@ def test_recorded_data_makes_inspection_need_nothing_outside_the_workdir(inspect
     raise AssertionError("inspection read the dataset")
 
   monkeypatch.setattr(data, "load_bigram_data", no_dataset)
+  monkeypatch.setattr(data, "load", no_dataset)
 
   def outside_report():
     return sorted(p for p in run_copy.rglob("*") if "report" not in p.relative_to(run_copy).parts)

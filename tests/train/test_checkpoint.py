@@ -55,8 +55,8 @@ def test_untied_state_round_trips_with_optimizer_and_totals(tmp_path):
   config.model.tied = False
   _, state = nnx.split(run_step.RunState(build_model(config), optim.make_optimizer(config.train)))
   state["lookup_total"][...] = np.arange(config.model.vocab_size, dtype=np.float32)
-  saver = checkpoint.Checkpointer(tmp_path, keep=1)
-  saver.save(7, state, config)
+  saver = checkpoint.Checkpointer(tmp_path, keep=1, config=config)
+  saver.save(7, state)
   saver.close()
 
   restored = checkpoint.restore(tmp_path)
@@ -80,8 +80,8 @@ def test_a_checkpoint_whose_data_is_cut_short_is_named_in_one_clean_line(tmp_pat
   config = smoke.get_config()
   config.model.update(vocab_size=256, d_model=16)  # tables too large to be inlined in OCDBT's index
   _, state = nnx.split(run_step.RunState(build_model(config), optim.make_optimizer(config.train)))
-  saver = checkpoint.Checkpointer(tmp_path, keep=1)
-  saver.save(7, state, config)
+  saver = checkpoint.Checkpointer(tmp_path, keep=1, config=config)
+  saver.save(7, state)
   saver.close()
   data_files = list((checkpoint.checkpoint_dir(tmp_path) / "7" / "state").glob("ocdbt.process_*/d/*"))
   assert data_files

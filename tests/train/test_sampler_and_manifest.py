@@ -71,8 +71,8 @@ def test_a_split_of_one_pair_gives_it_every_time():
 def _saved_checkpoint(directory):
   config = smoke_with("model.vocab_size", 8)
   _, state = nnx.split(run_step.RunState(build_model(config), optim.make_optimizer(config.train)))
-  saver = checkpoint.Checkpointer(directory, keep=2)
-  saver.save(3, state, config)
+  saver = checkpoint.Checkpointer(directory, keep=2, config=config)
+  saver.save(3, state)
   saver.close()
   return checkpoint.checkpoint_dir(directory) / "3" / "manifest" / "metadata"
 

@@ -81,11 +81,11 @@ def test_a_finished_run_leaves_its_workdir_unlocked(smoke_run):
 def _two_checkpoints_with_swapped_manifests(config, directory):
   """Checkpoints 7 and 8 of two different states, then 8's manifest replaced by 7's: 8 reads back, but wrong."""
   _, state = nnx.split(run_step.RunState(build_model(config), optim.make_optimizer(config.train)))
-  saver = checkpoint.Checkpointer(directory, keep=2)
-  saver.save(7, state, config)
+  saver = checkpoint.Checkpointer(directory, keep=2, config=config)
+  saver.save(7, state)
   changed = jax.tree.map(lambda leaf: leaf, state)
   changed["lookup_total"][...] = changed["lookup_total"][...] + 1.0  # one array differs
-  saver.save(8, changed, config)
+  saver.save(8, changed)
   saver.close()
   for name in ("metadata",):
     shutil.copy(checkpoint.checkpoint_dir(directory) / "7" / "manifest" / name,
@@ -193,11 +193,11 @@ def test_a_file_where_the_run_keeps_a_directory_is_refused_up_front(smoke_run, t
 
 
 def test_a_signal_during_set_up_stops_before_the_first_step(smoke_run, tmp_path, monkeypatch):
-  def interrupted_while_loading(config, workdir):
+  def interrupted_while_loading(plan):
     signal.raise_signal(signal.SIGTERM)  # arrives while the dataset is being prepared: stops it there
     raise AssertionError("the dataset was still generated after the signal")
 
-  monkeypatch.setattr(data_lib, "load_bigram_data", interrupted_while_loading)
+  monkeypatch.setattr(data_lib, "load", interrupted_while_loading)
   workdir = tmp_path / "run"
   with pytest.raises(signals.Preempted) as stopped:
     train_and_evaluate(smoke_run.config, workdir)

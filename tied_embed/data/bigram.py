@@ -169,6 +169,33 @@ def data_dir(config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
   return pathlib.Path(config.data.data_dir).expanduser() if config.data.data_dir else workdir_lib.data(workdir)
 
 
+@dataclasses.dataclass(frozen=True)
+class DataPlan:
+  """What a run's data is, read from its config once (a text source hashes its corpus here, once): the task, where it
+  is cached, and how a run cuts it at load time. A run's set-up asks it, and passes it, instead of the config."""
+
+  task: BigramConfig  # the source, its settings and the builder config's name
+  directory: pathlib.Path  # the data dir (`data_dir`)
+  train_fraction: float  # `train_fraction`
+  selection_fraction: float  # `selection_fraction`
+  context_length: int = 1  # L: windows of L pairs (1: pairs)
+
+  @classmethod
+  def of(cls, config: Any, workdir: str | pathlib.Path) -> DataPlan:
+    return cls(builder_config(config), data_dir(config, workdir), train_fraction(config), selection_fraction(config),
+               int(config.data.get("context_length", 1)))
+
+  @property
+  def identity(self) -> str:
+    """`dataset_identity`: saved in every checkpoint's manifest, so a run cannot resume on other data."""
+    return _identity(self.task.name, self.train_fraction, self.selection_fraction)
+
+  @property
+  def split_files(self) -> pathlib.Path:
+    """The folder holding the stored splits' array_record files (the dataset's version folder)."""
+    return _version_dir(self.task, self.directory)
+
+
 def _builder(bc: BigramConfig, directory: pathlib.Path) -> BigramPairs:
   """The TFDS builder of `bc`'s dataset under `directory`. For a dataset not yet built, TFDS makes an empty folder in
   the system's temporary directory (for metadata from its bucket, which is off here) and never removes it: made
@@ -213,7 +240,7 @@ def pairs_digest(ids: np.ndarray, next_ids: np.ndarray) -> str:
 
 def split_files(config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
   """The folder holding the stored splits' array_record files of `config`'s dataset (its version folder)."""
-  return _version_dir(builder_config(config), data_dir(config, workdir))
+  return DataPlan.of(config, workdir).split_files
 
 
 def _recorded_digests(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any] | None:
@@ -344,12 +371,11 @@ def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
   return splits
 
 
-def check_preparable(config: Any, workdir: str | pathlib.Path) -> None:
+def check_preparable(plan: DataPlan) -> None:
   """UsageError if a link is where the dataset goes, or the source refuses what it makes first (a vocabulary)."""
-  bc = builder_config(config)
-  refuse_links(bc, data_dir(config, workdir))
-  refuse_irregular_files(bc, data_dir(config, workdir))
-  sources.get(bc.source).check_preparable(bc.settings, data_dir(config, workdir))
+  refuse_links(plan.task, plan.directory)
+  refuse_irregular_files(plan.task, plan.directory)
+  sources.get(plan.task.source).check_preparable(plan.task.settings, plan.directory)
 
 
 class DataFailed(util.RunStopped):
@@ -357,15 +383,19 @@ class DataFailed(util.RunStopped):
 
 
 def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
-  """Generates the dataset unless cached, then loads both splits into memory: config → BigramData. TFDS's console
-  chatter about 'downloading' is dropped; DataFailed (one line) for a failure to write or read the dataset."""
-  directory = data_dir(config, workdir)
+  """`load` of `config`'s data, its data dir under `workdir` where data.data_dir is ''."""
+  return load(DataPlan.of(config, workdir))
+
+
+def load(plan: DataPlan) -> BigramData:
+  """Generates the dataset unless cached, then loads both splits into memory. TFDS's console chatter about
+  'downloading' is dropped; DataFailed (one line) for a failure to write or read the dataset."""
+  bc, directory = plan.task, plan.directory
   try:
     with contextlib.redirect_stdout(io.StringIO()):
-      bc = builder_config(config)
       refuse_links(bc, directory)  # before the source writes its tokenizer there
       bc = BigramConfig(name=bc.name, source=bc.source, settings=sources.get(bc.source).prepare(bc.settings, directory))
-      return _bigram_data(bc, _prepare(bc, directory), config)
+      return _bigram_data(bc, _prepare(bc, directory), plan)
   except (UsageError, util.RunStopped):
     raise
   except Exception as error:  # noqa: BLE001 (TFDS and array_record report I/O failures in many types)
@@ -374,7 +404,8 @@ def load_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
 
 def load_existing_bigram_data(config: Any, workdir: str | pathlib.Path) -> BigramData:
   """The dataset as cached under the data dir, writing nothing; UsageError saying what is missing or wrong."""
-  bc, directory = builder_config(config), data_dir(config, workdir)
+  plan = DataPlan.of(config, workdir)
+  bc, directory = plan.task, plan.directory
   settings = sources.get(bc.source).prepared(bc.settings, directory)
   if settings is None:
     raise UsageError(f"the tokenizer of dataset {bc.name} is not in {directory}")
@@ -383,15 +414,14 @@ def load_existing_bigram_data(config: Any, workdir: str | pathlib.Path) -> Bigra
   if splits is None:
     where = _version_dir(bc, directory)
     raise UsageError(f"{where} is missing" if why == "missing" else f"the dataset in {where} is unusable ({why})")
-  return _bigram_data(bc, splits, config)
+  return _bigram_data(bc, splits, plan)
 
 
-def _bigram_data(bc: BigramConfig, splits: dict[str, Any], config: Any) -> BigramData:
-  """BigramData of loaded splits: the last data.selection_fraction of train for selection, the first
-  data.train_fraction of the rest to train on, windows of data.context_length L pairs (1 if absent: pairs); the
-  references from the whole splits (the bigram's, whatever the length)."""
-  fraction, held_out = train_fraction(config), selection_fraction(config)
-  length = int(config.data.get("context_length", 1))
+def _bigram_data(bc: BigramConfig, splits: dict[str, Any], plan: DataPlan) -> BigramData:
+  """BigramData of loaded splits (`bc`: the plan's task, prepared): the last selection_fraction of train for
+  selection, the first train_fraction of the rest to train on, windows of context_length L pairs; the references from
+  the whole splits (the bigram's, whatever the length)."""
+  fraction, held_out, length = plan.train_fraction, plan.selection_fraction, plan.context_length
   source = sources.get(bc.source)
   (train_ids, train_next), (eval_ids, eval_next) = splits["train"], splits["validation"]
   train_ends = splits.get(DOCUMENT_ENDS)

@@ -224,9 +224,13 @@ def _read_config_and_manifest(manager: ocp.CheckpointManager, step: int) -> tupl
 class Checkpointer:
   """Saves a run's checkpoints asynchronously, moving damaged ones aside; a failed write raises WriteFailed later."""
 
-  def __init__(self, workdir: str | pathlib.Path, keep: int, *, select: bool = False):
-    """`select`: the run has a selection split; its saves carry a `Selection` and the best checkpoint is kept."""
+  def __init__(self, workdir: str | pathlib.Path, keep: int, config: ml_collections.ConfigDict, *, dataset: str = "",
+               select: bool = False):
+    """Every checkpoint holds the run's `config` and, in its manifest, `dataset` (the data's identity: a resume on
+    other data is refused). `select`: the run has a selection split; its saves carry a `Selection` and the best
+    checkpoint is kept."""
     self.workdir, self._writing, self._select = pathlib.Path(workdir), None, select
+    self._config, self._dataset = config, dataset
     self.dataset_sha256: dict[str, str] = {}  # {split: digest} of the stored pairs, kept in every manifest
     _quiet_cut_off_io()  # a failed save's cut-off writes call back at any moment
     for step in available_steps(workdir):  # a file that is not a regular file: before Orbax's writer opens it
@@ -240,15 +244,15 @@ class Checkpointer:
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
 
-  def save(self, step: int, state: nnx.State, config: ml_collections.ConfigDict, dataset: str = "",
-           selection: Selection | None = None, select_loss: float | None = None) -> None:
-    """Starts writing checkpoint `step` (the arrays are copied off the device before this returns). `dataset` lets a
-    resume on other data be refused. With a selection split, the `Selection` and `select_loss` (None between evals) go
-    into the manifest and the Orbax metrics retention ranks by."""
+  def save(self, step: int, state: nnx.State, selection: Selection | None = None,
+           select_loss: float | None = None) -> None:
+    """Starts writing checkpoint `step` (the arrays are copied off the device before this returns). With a selection
+    split, the `Selection` and `select_loss` (None between evals) go into the manifest and the Orbax metrics retention
+    ranks by."""
     with self._errors_as_write_failed():
       self._manager.wait_until_finished()  # a failure of the save before this one is reported as that save's
-    config_dict = config.to_dict()
-    manifest = {"arrays": fingerprint(state), "config_sha256": json_sha256(config_dict), "dataset": dataset}
+    config, config_dict = self._config, self._config.to_dict()
+    manifest = {"arrays": fingerprint(state), "config_sha256": json_sha256(config_dict), "dataset": self._dataset}
     if self.dataset_sha256:
       manifest["dataset_sha256"] = self.dataset_sha256
     metrics = None

@@ -285,7 +285,8 @@ def validate(config: Any, num_devices: int | None = None, memory_bytes: int | No
       raise UsageError.bad_value(dependent.path, value, f"{_as_written(dependent.off)} (off) unless {dependent.needs}")
   _check_variants(config)
   _check_eval_stride(config)
-  check_memory(config, memory_bytes, validate_data(config))
+  sizes = validate_data(config)  # the data's size, read once: the selection split's check and the memory check's
+  check_memory(config, memory_bytes, sizes)
   # V splits over mesh.model and the batch over mesh.data; mesh_lib refuses a mesh the devices can't hold.
   num_devices = jax.device_count() if num_devices is None else num_devices
   data_size, model_size = mesh_lib.mesh_shape(config.mesh, num_devices)
@@ -321,21 +322,20 @@ def _check_eval_stride(config: Any) -> None:
           EVAL_STRIDE.replace("data.context_length", f"data.context_length={length}"))
 
 
-def validate_data(config: Any) -> dict[str, Any]:
-  """`validate`'s data checks alone (source, data_dir, selection split): UsageError, or → the source's settings."""
+def validate_data(config: Any) -> sources.DataSizes:
+  """`validate`'s data checks alone (source, data_dir, selection split): UsageError, or → the data's sizes."""
   data, names = config.data, tuple(sorted(sources.REGISTRY))
   require(data.get("source") in names, "data.source", data.get("source"), f"one of {names}")
-  source = sources.get(data.source)
-  source.validate(config)
+  sources.get(data.source).validate(config)
   _check_data_dir(data.get("data_dir", ""))
-  settings = source.settings(config)
+  sizes = sources.sizes(config)
   # The selection split holds round(fraction · N) of the N train pairs: refused where that is no pair. What it leaves
   # to train on is never empty (fraction < 0.5).
-  fraction, num_train = data.get("selection_fraction", 0.0), source.num_pairs(settings)["train"]
+  fraction, num_train = data.get("selection_fraction", 0.0), sizes.num_pairs["train"]
   held_out = round(fraction * num_train)
   require(fraction == 0 or held_out >= 1, "data.selection_fraction", fraction, f"0, or a share holding out at least "
           f"1 of the {num_train:,} train pairs (round({fraction!r} · {num_train:,}) = {held_out})")
-  return settings
+  return sizes
 
 
 def _check_data_dir(data_dir: Any) -> None:
@@ -364,20 +364,17 @@ class MemoryTerm(NamedTuple):
   fields: tuple[str, ...]
 
 
-def memory_estimate(config: ml_collections.ConfigDict, settings: dict[str, Any] | None = None) -> list[MemoryTerm]:
+def memory_estimate(config: ml_collections.ConfigDict, sizes: sources.DataSizes | None = None) -> list[MemoryTerm]:
   """A valid config's memory on one host as named terms (bytes): the (V, D) tables 6 times (the parameter, two Adam
   moments, the gradient and its two paths); a synthetic task's float64 hidden table; the train logits 3 times; the
   hidden vectors twice; the eval logits twice; 32 bytes per train or validation pair while generating. (V, V) tables
   (computed a few MB at a time) and sharding are not counted. A context model adds its variant's own terms (its
-  Params, its activations, a transformer's (B, heads, L, L) attention weights). `settings`: `Source.settings(config)`
-  if not given."""
+  Params, its activations, a transformer's (B, heads, L, L) attention weights). `sizes`: `sources.sizes(config)` if
+  not given."""
   vocab_size, d_model = int(config.model.vocab_size), int(config.model.d_model)
   batch_size, eval_batch_size = int(config.train.batch_size), int(config.train.eval_batch_size)
   chunk_size, num_tables = int(config.loss.chunk_size), 1 if config.model.tied else 2
-  source = sources.get(config.data.source)
-  pairs = sum(source.num_pairs(source.settings(config) if settings is None else settings).values())
-  counts = [f"data.{field}" for field in source.fields if field.startswith("num_")]
-  pair_fields = tuple(counts or [f"data.{field}" for field in source.fields] or ["data.source"])
+  sizes = sources.sizes(config) if sizes is None else sizes
   batch_size *= int(config.data.get("context_length", 1))  # tokens per step: B windows of L
   train_rows, eval_rows = (min(chunk_size or rows, rows) for rows in (batch_size, eval_batch_size))
   task_d_model = int(config.data.task_d_model) if config.data.source in sources.SYNTHETIC_SOURCES else 0
@@ -395,7 +392,7 @@ def memory_estimate(config: ml_collections.ConfigDict, settings: dict[str, Any] 
                  ("train.batch_size", "model.d_model", *window)),
       MemoryTerm("the eval logits", eval_rows * vocab_size * 4 * 2,
                  ("train.eval_batch_size" if eval_rows == eval_batch_size else "loss.chunk_size", "model.vocab_size")),
-      MemoryTerm("the dataset", pairs * 32, pair_fields),
+      MemoryTerm("the dataset", sum(sizes.num_pairs.values()) * 32, sizes.fields),
       *own,
   ]
 
@@ -418,11 +415,11 @@ def _turned_up(config: ml_collections.ConfigDict, path: str) -> float:
 
 
 def check_memory(config: ml_collections.ConfigDict, memory_bytes: int | None = None,
-                 settings: dict[str, Any] | None = None) -> None:
+                 sizes: sources.DataSizes | None = None) -> None:
   """`validate`'s memory check: UsageError where the estimate + RUNTIME_BYTES > `memory_bytes` (default: this
   machine's), naming the largest term and, of the fields it grows with, the one set to the largest number."""
   memory_bytes = available_memory() if memory_bytes is None else memory_bytes
-  terms = memory_estimate(config, settings)
+  terms = memory_estimate(config, sizes)
   total = RUNTIME_BYTES + sum(term.bytes for term in terms)
 
   def gib(num_bytes: int) -> str:  # '4.0 GiB'

@@ -43,7 +43,7 @@ class OpenRun:
 
   config: ml_collections.ConfigDict
   workdir: pathlib.Path
-  dataset: str  # the data's identity (`data_lib.dataset_identity`), saved in every checkpoint's manifest
+  dataset: str  # the data's identity (`data_lib.DataPlan.identity`), saved in every checkpoint's manifest
   data: data_lib.BigramData
   mesh: jax.sharding.Mesh
   graphdef: nnx.GraphDef
@@ -71,8 +71,9 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
   Before anything is written, UsageError if the corpus cannot support the SentencePiece vocabulary, the workdir cannot
   be written or is held, or its checkpoints are of a different run (config_lib.RESUMABLE), other data, past
   train.num_steps or unreadable. A signal raises signals_lib.Interrupted (Preempted if processes agree at the end)."""
-  dataset = data_lib.dataset_identity(config)
-  data_lib.check_preparable(config, workdir)
+  data_plan = data_lib.DataPlan.of(config, workdir)  # the config's data, read once (a text corpus hashed once)
+  dataset = data_plan.identity
+  data_lib.check_preparable(data_plan)
   workdir = _ensure_writable(workdir)
   signals = stack.enter_context(signals_lib.StopSignals(interrupting=True))  # set-up ends at once on a signal
   newest, record_holder = _take_workdir(config, workdir, stack, dataset)
@@ -85,20 +86,21 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
   mesh = mesh_lib.make_mesh(config.mesh)
   build_state = state_lib.state_builder(config)
   graphdef, target = state_lib.abstract_state(build_state, mesh)
-  selecting = data_lib.selection_fraction(config) > 0
-  checkpointer = checkpoint.Checkpointer(workdir, int(config.train.keep_checkpoints), select=selecting)
+  selecting = data_plan.selection_fraction > 0
+  checkpointer = checkpoint.Checkpointer(workdir, int(config.train.keep_checkpoints), config, dataset=dataset,
+                                         select=selecting)
   stack.enter_context(contextlib.closing(checkpointer))
   train_step = run_step.train_step_for(config, graphdef, target)
   if trains:
     # Compiled before the state exists, so the compiler's working memory and the state never add up (then the
     # compiler's freed memory goes back to the OS; jit reuses the programs).
-    length = int(config.data.get("context_length", 1))  # the trainer's batches: (B,) pairs, or (B, L) windows
+    length = data_plan.context_length  # the trainer's batches: (B,) pairs, or (B, L) windows
     shape = (int(config.train.batch_size),) + ((length,) if length > 1 else ())
     batch = jax.ShapeDtypeStruct(shape, jnp.int32, sharding=mesh_lib.batch_sharding(mesh))
     compilation.compile_ahead(train_step, target, batch, batch)
   start, state, selection, manifest = _resume(config, build_state, target, checkpointer, dataset)
-  data = mesh_lib.process_0_first(lambda: data_lib.load_bigram_data(config, workdir), "bigram dataset ready")
-  _check_same_pairs(start, manifest, data, data_lib.split_files(config, workdir))
+  data = mesh_lib.process_0_first(lambda: data_lib.load(data_plan), "bigram dataset ready")
+  _check_same_pairs(start, manifest, data, data_plan.split_files)
   checkpointer.dataset_sha256 = data.digests
   if start == 0:  # the tracked rows (tied_embed.train.run_step.TRACKED_ROWS) are the most frequent train inputs
     rows = state["tracked_rows"][...]

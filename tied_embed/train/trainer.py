@@ -112,7 +112,7 @@ def train_loop(run: OpenRun) -> _Ended:
   saved_step = _train_steps(run, held_out, ended)
   if saved_step != ended.step:  # a fresh run of num_steps=0
     _evaluate(run, held_out, ended, ended.step)
-    run.checkpointer.save(ended.step, run.state, run.config, run.dataset, run.selection, ended.select_loss)
+    run.checkpointer.save(ended.step, run.state, run.selection, ended.select_loss)
   ended.train_seconds = time.perf_counter() - started
   return ended
 
@@ -161,7 +161,7 @@ def _train_steps(run: OpenRun, held_out: evaluation.HeldOut, ended: _Ended) -> i
       log.info("%s", progress.format(done, scalars, rate))
     if save_now or stop or ended.stopped_early:
       run.writer.flush()  # a checkpoint's events are on disk before it: a run killed after it has logged them
-      run.checkpointer.save(done, run.state, config, run.dataset, run.selection, ended.select_loss)
+      run.checkpointer.save(done, run.state, run.selection, ended.select_loss)
       saved_step = done
     if ended.stopped_early:
       log.info("Early stopping at step %d: %d evals without a lower select/loss than step %d's.",
