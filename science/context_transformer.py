@@ -108,6 +108,11 @@ def curve(workdir: pathlib.Path) -> list[tuple[int, float, float]]:
   return [(step, evals[step], selects[step]) for step in sorted(evals) if step in selects]
 
 
+def finished(points: list[tuple[int, float, float]], steps: int) -> bool:
+  """Whether a run's events reach its last step (a run still training, or stopped, is left out of the tables)."""
+  return bool(points) and points[-1][0] >= steps
+
+
 def best(points: list[tuple[int, float, float]]) -> tuple[int, float, float]:
   """The (step, eval, select) with the lowest select/loss, the earliest on a tie: the trainer's best checkpoint."""
   return min(points, key=lambda point: (point[2], point[0]))
@@ -152,9 +157,7 @@ def train(runs: pathlib.Path, data_dir: str) -> None:
   """train.py for each run not yet at its last step, one after another, under `/usr/bin/time -v` when present."""
   for run in RUNS:
     workdir = runs / run.workdir
-    steps = int(run_config(run).train.num_steps)
-    points = curve(workdir)
-    if points and points[-1][0] >= steps:
+    if finished(curve(workdir), int(run_config(run).train.num_steps)):
       continue
     workdir.parent.mkdir(parents=True, exist_ok=True)
     timer = ["/usr/bin/time", "-v"] if os.path.exists("/usr/bin/time") else []
@@ -179,7 +182,7 @@ def collect(runs: pathlib.Path, data_dir: str) -> dict[str, Any]:
       "machine": f"{model}, {os.cpu_count()} cores ({extensions}), jax {jax.__version__}", "runs": {}}
   for run in RUNS:
     points = curve(runs / run.workdir)
-    if not points:
+    if not finished(points, int(run_config(run).train.num_steps)):
       continue
     step, eval_loss, select_loss = best(points)
     out["runs"][run.key] = {
@@ -214,7 +217,32 @@ def tables(results: dict[str, Any]) -> str:
     if run and base:
       lines.append(f"| {name} | {run['eval_at_best']:.4f} (step {run['best_step']}) | "
                    f"{run['eval_at_best'] - base['eval_at_best']:+.4f} |")
-  return "\n".join(lines)
+  return "\n".join([*lines, "", *readings(results)])
+
+
+def readings(results: dict[str, Any]) -> list[str]:
+  """The comparisons the tables hold, one bullet each, every number from the JSON: each full-length run against
+  the n-gram, tied against untied at the same width and at the same parameter count, and what the steps bought."""
+  runs, ngram = results["runs"], results["kneser_ney"]["eval_loss"]
+  out = []
+  beaten = [f"{key} {ngram - runs[key]['eval_at_best']:.3f}" for key in ("tied", "untied") if key in runs]
+  if beaten:
+    out.append(f"- Below the best Kneser-Ney n-gram by (nats): {', '.join(beaten)}.")
+  if "tied" in runs and "untied" in runs:
+    tied, untied = runs["tied"], runs["untied"]
+    out.append(f"- At the same width (D = 128), untied − tied: {untied['eval_at_best'] - tied['eval_at_best']:+.3f}, "
+               f"untied with {untied['parameters'] / tied['parameters']:.2f}x the parameters.")
+  if "tied" in runs and "untied_d88" in runs:
+    tied, small = runs["tied"], runs["untied_d88"]
+    out.append(f"- At the same parameter count ({small['parameters'] / 1e6:.2f} M untied at D = 88, "
+               f"{tied['parameters'] / 1e6:.2f} M tied at D = 128), untied − tied: "
+               f"{small['eval_at_best'] - tied['eval_at_best']:+.3f}.")
+  if "tied" in runs and "lever_base" in runs:
+    short = runs["lever_base"]
+    out.append(f"- Steps: the same model at {short['steps']:,} steps ends at {short['eval_at_best']:.3f}, at "
+               f"{runs['tied']['steps']:,} at {runs['tied']['eval_at_best']:.3f}: the longer schedule bought "
+               f"{short['eval_at_best'] - runs['tied']['eval_at_best']:.3f}.")
+  return out
 
 
 def figure(results: dict[str, Any], path: pathlib.Path) -> None:

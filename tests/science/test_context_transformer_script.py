@@ -55,6 +55,7 @@ def test_the_curve_reads_the_run_events_and_the_best_step_is_the_lowest_select_l
   assert points[1][1:] == pytest.approx((4.6, 4.1))
   assert script.best(points)[0] == 500  # 4.1 at 500 and 750: the earliest, as the trainer keeps its first best
   assert script.curve(tmp_path / "absent") == []
+  assert script.finished(points, 1000) and not script.finished(points, 1250) and not script.finished([], 1000)
 
 
 def test_timing_reads_usr_bin_time(tmp_path):
@@ -78,6 +79,21 @@ def test_the_tables_subtract_the_ngram_and_the_base_lever():
   assert "| wd0.1 | 4.2500 (step 750) | -0.0500 |" in text
   assert "| base | 4.3000 (step 1000) | +0.0000 |" in text
   assert "Kneser-Ney 8-gram (the best of orders 2–8, discount 0.9): 4.2000, bigram 4.9000." in " ".join(text.split())
+
+
+def test_the_readings_compare_by_hand():
+  def run(loss, parameters, steps=4000):
+    return {"eval_at_best": loss, "best_step": steps, "steps": steps, "parameters": parameters}
+  results = {"kneser_ney": {"eval_loss": 4.194, "order": 8, "discount": 0.9, "bigram_eval_loss": 4.9},
+             "runs": {"tied": run(3.851, 1850112), "untied": run(3.896, 2898688), "untied_d88": run(4.070, 1823888),
+                      "lever_base": run(4.553, 1850112, 1000)}}
+  lines = script.readings(results)
+  assert lines[0] == "- Below the best Kneser-Ney n-gram by (nats): tied 0.343, untied 0.298."
+  assert lines[1] == ("- At the same width (D = 128), untied − tied: +0.045, untied with 1.57x the parameters.")
+  assert lines[2] == ("- At the same parameter count (1.82 M untied at D = 88, 1.85 M tied at D = 128), untied − tied: "
+                      "+0.219.")
+  assert lines[3] == ("- Steps: the same model at 1,000 steps ends at 4.553, at 4,000 at 3.851: the longer schedule "
+                      "bought 0.702.")
 
 
 def test_the_results_page_block_is_the_committed_jsons_tables():

@@ -88,6 +88,13 @@ def test_a_context_run_learns_and_logs_its_split_check(context_run):
   assert summary.eval_loss == pytest.approx(series["eval/loss"][20])
 
 
+def test_the_parameter_count_is_the_params_alone(context_run):
+  _, config, summary = context_run
+  d, layers = config.model.d_model, config.model.layers
+  # the table, 16 positions, per block 4·D² + 4·D (attention) + 8·D² + 5·D (MLP) + 4·D (two LayerNorms), a final norm
+  assert summary.param_count == 256 * d + 16 * d + layers * (12 * d * d + 13 * d) + 2 * d  # not the dropout key
+
+
 def test_the_checkpoint_holds_one_table_read_with_plain_orbax(context_run):
   workdir, _, _ = context_run
   raw = ocp.StandardCheckpointer().restore(workdir / "checkpoints" / "20" / "state")

@@ -125,12 +125,13 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
   if stop := signals.agreed(sync_point=True):
     raise signals_lib.Preempted(stop, None)
   signals.interrupting = False  # from here on a signal stops the loop at the next step, after saving it
+  params = target["model"].filter(nnx.Param)  # a dropout key is the model's state, not a parameter
   return OpenRun(
       config=config, workdir=workdir, dataset=dataset, data=data, mesh=mesh, graphdef=graphdef, target=target,
       train_step=train_step, checkpointer=checkpointer, writer=writer, signals=signals, start=start, state=state,
       selection=selection, stopped_early=stopped_early, complete=complete, num_steps=num_steps,
-      param_count=sum(leaf.size for leaf in jax.tree.leaves(target["model"])), antisymmetric_share=share,
-      param_table=parameter_overview.get_parameter_overview(target["model"].to_pure_dict(), include_stats=False))
+      param_count=sum(leaf.size for leaf in jax.tree.leaves(params)), antisymmetric_share=share,
+      param_table=parameter_overview.get_parameter_overview(params.to_pure_dict(), include_stats=False))
 
 
 def _take_workdir(config: ml_collections.ConfigDict, workdir: pathlib.Path, stack: contextlib.ExitStack,
