@@ -100,3 +100,12 @@ def test_the_results_page_block_is_the_committed_jsons_tables():
   results = json.loads((ROOT / "docs" / "context_transformer.json").read_text())
   page = (ROOT / "docs" / "results.md").read_text()
   assert common.block(page, *script.BLOCK) == "\n" + script.tables(results) + "\n"
+
+
+def test_the_readme_quotes_the_committed_json():
+  runs = json.loads((ROOT / "docs" / "context_transformer.json").read_text())["runs"]
+  ngram = json.loads((ROOT / "docs" / "context_transformer.json").read_text())["kneser_ney"]["eval_loss"]
+  readme = " ".join((ROOT / "README.md").read_text().split())
+  tied, untied, small = (runs[key]["eval_at_best"] for key in ("tied", "untied", "untied_d88"))
+  assert (f"ends {ngram - tied:.3f} nats below the best Kneser-Ney n-gram tied, {ngram - untied:.3f} untied, and at "
+          f"tied's parameter count untied is {small - tied:.3f} behind") in readme
