@@ -56,3 +56,16 @@ def test_a_buffer_a_failed_call_left_deleted_is_made_again():
   assert not any(leaf.is_deleted() for leaf in jax.tree.leaves(got_step._buffer))
   for (path, value), (_, other) in zip(jax.tree.leaves_with_path(want), jax.tree.leaves_with_path(got), strict=True):
     np.testing.assert_array_equal(other, value, err_msg=jax.tree_util.keystr(path))
+
+
+def test_the_buffered_step_returns_the_plain_metrics_unless_asked_for_its_statistics():
+  from configs import smoke  # noqa: PLC0415
+
+  config = smoke.get_config()
+  graphdef, state = nnx.split(run_step.RunState(build_model(config), optim.make_optimizer(config.train)))
+  ids = jnp.asarray(np.random.default_rng(0).integers(0, int(config.model.vocab_size), 64), jnp.int32)
+  step = run_step.make_run_step(graphdef, int(config.loss.chunk_size))
+  state, unasked = step(state, ids, jnp.roll(ids, 1))
+  state, plain = step(state, ids, jnp.roll(ids, 1), with_stats=False)
+  _, stats = step(state, ids, jnp.roll(ids, 1), with_stats=True)
+  assert set(unasked) == set(plain) and set(stats) > set(plain)
