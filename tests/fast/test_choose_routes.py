@@ -1,17 +1,22 @@
 """fast/choose.py's routes, read without running them: which loss and which settings each config's step hands the
 sparse paths (the bigram's distinct-row shortcut for pairs only), the story's code where nothing asks for speed, the
-one log line, and the mesh's sizes read from a state's shardings."""
+one log line, and the mesh's sizes and the model's Params read from a state's pytree."""
 
 from __future__ import annotations
 
 import logging
 
+import jax
 import numpy as np
 import pytest
+from flax import nnx
 from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 
+from tied_embed.core import optim
 from tied_embed.core import paths as plain_paths
+from tied_embed.core.model import build_model
 from tied_embed.fast import choose, chunked_loss, sparse_paths
+from tied_embed.train import run_step
 
 LOG_LINE = "The chunked loss's matmuls run as XLA's dots: the oneMKL kernel runs on one device only."
 
@@ -74,3 +79,16 @@ def test_the_mesh_sizes_are_read_from_the_states_shardings():
   shardings = {"a": NamedSharding(mesh, PartitionSpec()), "b": NamedSharding(mesh, PartitionSpec("model"))}
   assert (choose.data_shards(shardings), choose.mesh_devices(shardings)) == (4, 8)  # 4 data rows of 2: 8 devices
   assert (choose.data_shards(None), choose.mesh_devices(None)) == (1, 1)
+
+
+def test_the_model_params_of_a_train_state_are_its_models_params_whatever_its_leaves():
+  from configs import smoke  # noqa: PLC0415
+
+  config = smoke.get_config()
+  model = build_model(config)
+  graphdef, state = nnx.split(run_step.RunState(model, optim.make_optimizer(config.train)))
+  want = {path: tuple(leaf.shape) for path, leaf in jax.tree.leaves_with_path(nnx.state(model, nnx.Param))}
+  assert want, "the model has Params"
+  for leaves in (state, jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), state)):
+    got = {path: tuple(leaf.shape) for path, leaf in jax.tree.leaves_with_path(choose.model_params(graphdef, leaves))}
+    assert got == want
