@@ -263,7 +263,7 @@ def test_json_output_parses_and_matches_the_library_report(inspected, capsys):
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--step", "7"], "is not allowed: expected one of the saved steps "),
+        (["--step", "7"], "--step=7 is not allowed: expected one of the saved steps "),
         (["--tokens", "1000"], "token ids in [0, "),
         (["--tokens", "32"], "--tokens=32 is not allowed: expected token ids in [0, 32)"),  # V = 32: ids end at 31
         (["--top-k", "33"], "--top-k=33 is not allowed: expected an integer in [1, 32]"),
