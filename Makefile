@@ -34,7 +34,8 @@ help:
 	@echo "make notebook    open docs/tutorial.ipynb in Jupyter; make notebook-run runs it headless"
 	@echo "make bench       the benchmarks into runs/bench/ (installs PyTorch CPU)"
 	@echo "make lint        ruff"
-	@echo "make mutate      mutation testing of one package: PACKAGE=core|entrypoint|fast|data|train (mutmut 3)"
+	@echo "make mutate      mutation testing of one package (mutmut 3):"
+	@echo "                 PACKAGE=core|entrypoint|fast|data|train|choose|inspection|science|scripts"
 	@echo "make house       the house in figures: lines per layer, long functions (scripts/house.py)"
 	@echo "make install     only the venv (.venv) with the pinned requirements"
 	@echo "make clean       remove .venv, runs/ and the kernels' builds"
@@ -120,8 +121,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 # Mutation testing with mutmut 3 (requirements-mutate.txt, installed only here): `make mutate PACKAGE=core`, one of
-# core | entrypoint | fast | data | train (MUTANTS='tied_embed.core.optim.*' reruns those mutants alone; SAMPLE=40
-# runs 40 drawn at random); mutants/ is its working copy and cache. docs/testing.md has the scores.
+# core | entrypoint | fast | data | train | choose | inspection | science | scripts (MUTANTS='tied_embed.core.optim.*'
+# reruns those mutants alone; SAMPLE=40 runs 40 drawn at random, from those MUTANTS names where given); mutants/ is its
+# working copy and cache. docs/testing.md has the scores.
 PACKAGE ?= core
 MUTANTS ?=
 SAMPLE ?=

@@ -1,7 +1,8 @@
 """Mutation testing of one package with mutmut 3: `python scripts/mutate.py PACKAGE [MUTANTS]` (`make mutate
 PACKAGE=core MUTANTS='tied_embed.core.optim.*'`); MUTANTS, globs of mutant names separated by spaces, runs those
 alone. `--sample N` (`make mutate PACKAGE=fast SAMPLE=40`) runs N mutants drawn at random (seed 0) from all of the
-package's, for a package too large to run whole in an hour, and prints the sample's score with its 95% interval.
+package's, or from those MUTANTS names, for a package too large to run whole in an hour, and prints the sample's score
+with its 95% interval.
 
 mutmut reads one [tool.mutmut] table, so this script supplies one per package instead: the files it mutates, and
 the tests that mirror the package (mutmut then runs, for each mutant, only those of them that call the mutated
@@ -15,6 +16,7 @@ scores and the mutants known equivalent."""
 from __future__ import annotations
 
 import collections
+import fnmatch
 import json
 import math
 import pathlib
@@ -30,7 +32,17 @@ PACKAGES: dict[str, tuple[list[str], list[str]]] = {
     "fast": (["tied_embed/fast/*"], ["tests/fast", "tests/core/test_losses.py", "tests/core/test_provenance.py"]),
     "data": (["tied_embed/data/*"], ["tests/data"]),
     "train": (["tied_embed/train/*"], ["tests/train"]),
+    # the speed paths' choice alone: fast/ whole is too large to run within the hour
+    "choose": (["tied_embed/fast/choose.py"], ["tests/fast", "tests/train/test_window_size_caps.py"]),
+    "inspection": (["tied_embed/inspection/*"], ["tests/inspection"]),
+    "science": (["science/*"], ["tests/science"]),  # `*` spans folders: science/when_to_tie/ too
+    # the tests that load each script (they load it under its dotted name, which mutmut's switch matches)
+    "scripts": (["scripts/*"], ["tests/test_mutate_script.py", "tests/test_layout.py",
+                                "tests/train/test_config_fields.py", "tests/science/test_reliability_scripts.py",
+                                "tests/science/test_when_to_tie_sittings.py", "tests/docs/test_context_numbers.py",
+                                "tests/docs/test_quoted.py"]),
 }
+SOURCES = ["tied_embed", "science", "scripts"]  # the folders a package's files may be in
 WORK = pathlib.Path("mutants")  # mutmut's own name for its copy of the project
 MARKER = WORK / "package.txt"  # which package the copy in WORK belongs to
 
@@ -39,11 +51,12 @@ def _settings(package: str) -> dict:
   """The [tool.mutmut] table of one package's run."""
   only, tests = PACKAGES[package]
   return {
-      "source_paths": ["tied_embed"],  # the whole package is copied (the tests import all of it); `only` is mutated
+      "source_paths": SOURCES,  # copied whole (the tests import all of them); `only` is mutated
       "only_mutate": only,
       "pytest_add_cli_args_test_selection": tests,
       "pytest_add_cli_args": ["-p", "no:cacheprovider", "-p", "no:xdist"],
-      "also_copy": ["configs", "tests", "pyproject.toml", "train.py", "scripts", "docs"],  # what tests/train read
+      # what the tests read besides the sources
+      "also_copy": ["configs", "tests", "pyproject.toml", "train.py", "docs", "benchmarks", "README.md"],
       "process_isolation": "forkserver",  # stats, the clean run and each mutant in a fork of a process without JAX:
       "forkserver_warmup": "none",  # one that imported the tests would hold JAX's and TF's threads, and a fork hangs
       # a timeout (an infinite loop) after 10x (the tests' CPU seconds + 30, for the imports and compiles) CPU seconds
@@ -92,6 +105,13 @@ def generate_mutants() -> list[str]:
   return sorted(name for meta in WORK.rglob("*.py.meta") for name in json.loads(meta.read_text())["exit_code_by_key"])
 
 
+def draw(everything: list[str], globs: list[str], sample: int) -> tuple[list[str], int]:
+  """(`sample` of the mutants in `everything` drawn at random, seed 0, sorted; how many they were drawn from): of
+  those a glob in `globs` matches where any is given, so a sample can keep to the modules a change touched."""
+  pool = [name for name in everything if not globs or any(fnmatch.fnmatch(name, glob) for glob in globs)]
+  return sorted(random.Random(0).sample(pool, min(sample, len(pool)))), len(pool)
+
+
 def wilson_interval(killed: int, total: int, z: float = 1.96) -> tuple[float, float]:
   """The Wilson score 95% interval of a proportion killed/total: the package's score estimated from a sample."""
   if total == 0:
@@ -126,14 +146,13 @@ def main(argv: list[str]) -> int:
   _use_settings(_settings(package))
   # A test's subprocess (a sharded run) imports the mutated code too, and its mutmut reads its settings from here.
   WORK.mkdir(exist_ok=True)
-  (WORK / "setup.cfg").write_text("[mutmut]\nsource_paths=tied_embed\n")
+  (WORK / "setup.cfg").write_text("[mutmut]\nsource_paths=\n" + "".join(f"  {path}\n" for path in SOURCES))
   from mutmut.__main__ import cli  # noqa: PLC0415
 
   names = argv[1:]
   if sample is not None:
-    everything = generate_mutants()
-    names = sorted(random.Random(0).sample(everything, min(sample, len(everything))))
-    print(f"{package}: {len(names)} of its {len(everything)} mutants, drawn at random (seed 0)")
+    names, pool = draw(generate_mutants(), names, sample)
+    print(f"{package}: {len(names)} of its {pool} mutants{' named' if argv[1:] else ''}, drawn at random (seed 0)")
   try:
     cli(["run", "--max-children", "1", *names], standalone_mode=False)
   finally:

@@ -347,11 +347,12 @@ def within(seconds: float, call, *args, **kwargs):
 
 def results_script(monkeypatch, tmp_path, **overrides):
   """scripts/results.py loaded as a module, its RESULTS_DIR under `tmp_path` and each of `overrides` (ROOT, RUNS, ...)
-  patched in, so a test reads and writes nothing of the repository's own results."""
+  patched in, so a test reads and writes nothing of the repository's own results. It is loaded under its dotted name,
+  the one `make mutate PACKAGE=scripts` switches its mutants by."""
   import importlib.util  # noqa: PLC0415
 
   root = pathlib.Path(__file__).resolve().parents[1]
-  spec = importlib.util.spec_from_file_location("results_script", root / "scripts" / "results.py")
+  spec = importlib.util.spec_from_file_location("scripts.results", root / "scripts" / "results.py")
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   monkeypatch.setattr(module, "RESULTS_DIR", tmp_path / "results")

@@ -9,7 +9,7 @@ import math
 import pytest
 from conftest import ROOT
 
-_spec = importlib.util.spec_from_file_location("mutate_script", ROOT / "scripts" / "mutate.py")
+_spec = importlib.util.spec_from_file_location("scripts.mutate", ROOT / "scripts" / "mutate.py")
 mutate = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(mutate)
 
@@ -34,3 +34,20 @@ def test_sample_arguments_are_read_and_a_bad_one_is_one_line_exit_2(capsys):
     assert exited.value.code == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("SAMPLE=") and "is not allowed: expected a whole number of mutants, at least 1" in line
+
+
+def test_every_package_names_files_and_tests_that_exist_under_its_sources():
+  for package, (only, tests) in mutate.PACKAGES.items():
+    mutated = [path for glob in only for path in ROOT.glob(glob.replace("/*", "/**/*.py") if glob.endswith("*")
+                                                                 else glob)]
+    assert mutated, f"{package}: {only} matches no file"
+    assert all(path.relative_to(ROOT).parts[0] in mutate.SOURCES for path in mutated), package
+    assert all((ROOT / test).exists() for test in tests), package
+
+
+def test_a_sample_is_drawn_from_the_named_mutants_alone():
+  everything = [f"science.kneser_ney.x_fit__mutmut_{i}" for i in range(1, 6)] + ["science.common.x_block__mutmut_1"]
+  names, pool = mutate.draw(everything, ["science.kneser_ney.*"], 3)
+  assert pool == 5 and len(names) == 3 and names == sorted(names)
+  assert set(names) <= set(everything[:5])
+  assert mutate.draw(everything, [], 10) == (sorted(everything), 6)  # no glob: every mutant, at most all of them

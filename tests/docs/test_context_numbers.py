@@ -14,7 +14,7 @@ from science import common
 
 
 def _results_script():
-  spec = importlib.util.spec_from_file_location("results_script", ROOT / "scripts" / "results.py")
+  spec = importlib.util.spec_from_file_location("scripts.results", ROOT / "scripts" / "results.py")
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module

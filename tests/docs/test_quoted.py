@@ -22,7 +22,7 @@ NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*(?:e[-+]?\d+)?%?")
 
 
 def _results_script():
-  spec = importlib.util.spec_from_file_location("results_script", ROOT / "scripts" / "results.py")
+  spec = importlib.util.spec_from_file_location("scripts.results", ROOT / "scripts" / "results.py")
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module

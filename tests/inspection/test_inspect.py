@@ -263,7 +263,7 @@ def test_json_output_parses_and_matches_the_library_report(inspected, capsys):
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--step", "7"], "is not allowed: expected one of the saved steps "),
+        (["--step", "7"], "--step=7 is not allowed: expected one of the saved steps "),
         (["--tokens", "1000"], "token ids in [0, "),
         (["--tokens", "32"], "--tokens=32 is not allowed: expected token ids in [0, 32)"),  # V = 32: ids end at 31
         (["--top-k", "33"], "--top-k=33 is not allowed: expected an integer in [1, 32]"),
@@ -559,6 +559,10 @@ def test_provenance_picture_rings_the_rows_that_learned_only_through_the_project
   assert labels[-1] == "projection only (2 rows)"
   ringed = fig.axes[0].collections[-1].get_offsets()
   np.testing.assert_array_equal(np.asarray(ringed), [[0.0, 2.0], [0.0, 3.0]])
+  # each path's points: every row whose total is above 0, the ones below 1 too (a log axis shows them)
+  looked_up, projected = (np.asarray(fig.axes[0].collections[i].get_offsets()) for i in (0, 1))
+  np.testing.assert_array_equal(looked_up, [[5.0, 0.1], [50.0, 1.0], [500.0, 10.0]])
+  np.testing.assert_array_equal(projected, [[0.0, 2.0], [0.0, 3.0], [5.0, 2.0], [50.0, 2.0], [500.0, 2.0]])
 
 
 def test_report_gives_the_tasks_asymmetry_budget(smoke_run):

@@ -42,3 +42,12 @@ def test_a_workdir_with_a_256_byte_name_is_one_line_naming_it(tmp_path, capsys):
   assert main(["--workdir", str(tmp_path / ("x" * 256))]) == 2
   err = capsys.readouterr().err
   assert err.startswith("error: --workdir=") and "at most 255 bytes" in err and err.count("\n") == 1
+
+
+def test_help_is_the_usage_then_what_the_command_does(capsys):
+  with pytest.raises(SystemExit) as ended:
+    main(["--help"])
+  assert ended.value.code == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0].startswith("usage: ") and "--workdir WORKDIR" in "\n".join(lines)
+  assert "Open a run from its workdir and report what the table learned." in lines  # the module docstring's first line

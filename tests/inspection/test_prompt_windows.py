@@ -12,6 +12,7 @@ import pytest
 
 from tied_embed.core.model import build_model
 from tied_embed.inspection import inspector
+from tied_embed.util import UsageError
 
 VOCAB, LENGTH = 12, 4
 
@@ -117,3 +118,9 @@ def test_generate_slides_the_window_over_the_prompt_and_what_it_drew(monkeypatch
     for window, token in zip(want[1:], drawn, strict=True):
       assert token == int(np.argmax(_last_position(model, window)))
   assert result["text"] == _Characters().decode(tokens)
+
+
+def test_an_empty_prompt_is_refused_naming_what_next_needs(monkeypatch):
+  with pytest.raises(UsageError) as refused:
+    _continue(monkeypatch, "")
+  assert str(refused.value) == "--next='' is not allowed: expected a prompt with at least one token"

@@ -35,10 +35,17 @@ def _assert_lists_the_flags(result: subprocess.CompletedProcess, program: str) -
   assert "Try --helpfull" not in result.stdout + result.stderr
 
 
+def _shown(path: str) -> pathlib.Path:
+  """`path` as the help shows it, run from ROOT: relative inside ROOT, else absolute (a venv beside a worktree, or
+  `make mutate`'s copy of the project in mutants/)."""
+  path = pathlib.Path(path).absolute()
+  return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 def test_train_py_help_lists_its_own_flags_with_an_example_and_exits_0(tmp_path):
   for flag in ("--help", "-h"):
     result = _python("train.py", flag)
-    _assert_lists_the_flags(result, f"{os.path.relpath(sys.executable, ROOT)} train.py")
+    _assert_lists_the_flags(result, f"{_shown(sys.executable)} train.py")
   result = _python("train.py", "--config", "configs/smoke.py", "--workdir", str(tmp_path / "run"), "--help")
   assert result.returncode == 0 and not (tmp_path / "run").exists()
 
