@@ -81,11 +81,16 @@ def test_the_mesh_sizes_are_read_from_the_states_shardings():
   assert (choose.data_shards(None), choose.mesh_devices(None)) == (1, 1)
 
 
-def test_the_model_params_of_a_train_state_are_its_models_params_whatever_its_leaves():
+@pytest.mark.parametrize("dropout", [False, True])
+def test_the_model_params_of_a_train_state_are_its_models_params_whatever_its_leaves(dropout):
   from configs import smoke  # noqa: PLC0415
 
   config = smoke.get_config()
+  if dropout:  # a transformer with dropout also holds its masks' key: state, not a Param, so it has no gradient
+    config.model.update(context="transformer", heads=2, dropout=0.1)
+    config.data.context_length = 4
   model = build_model(config)
+  assert len(jax.tree.leaves(nnx.state(model))) > len(jax.tree.leaves(nnx.state(model, nnx.Param))) or not dropout
   graphdef, state = nnx.split(run_step.RunState(model, optim.make_optimizer(config.train)))
   want = {path: tuple(leaf.shape) for path, leaf in jax.tree.leaves_with_path(nnx.state(model, nnx.Param))}
   assert want, "the model has Params"
