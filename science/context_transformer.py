@@ -74,9 +74,7 @@ def run_config(run: Run):
   from configs import context_transformer  # noqa: PLC0415
 
   config = context_transformer.get_config()
-  for field, value in run.flags.items():
-    section, name = field.split(".")
-    config[section][name] = value
+  config.update_from_flattened_dict(run.flags)
   return config
 
 

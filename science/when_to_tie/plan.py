@@ -356,9 +356,7 @@ def run_config(corpus: Corpus, model: Model, fraction: float, seed: int, setting
   config.model.tied = model.tied
   config.model.hidden = model.hidden
   config.model.hidden_l2 = float(settings.get("hidden_l2", 0.0)) if model.hidden != "none" else 0.0
-  for field, value in model.needs:  # what a control or a context model sets beyond tied / hidden
-    section, name = field.split(".")
-    config[section][name] = value
+  config.update_from_flattened_dict(dict(model.needs))  # what a control or a context model sets beyond tied / hidden
   # a step of B / L windows of L holds the corpus config's B tokens, so `schedule`'s passes and steps are the
   # bigram models' and the families compare at the same tokens seen
   config.train.batch_size = max(1, int(config.train.batch_size) // context_length(model))
