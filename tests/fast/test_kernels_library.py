@@ -21,7 +21,7 @@ import pytest
 from conftest import ROOT
 
 from tied_embed import workdir as workdir_lib
-from tied_embed.fast.kernels import build, fused_adamw, gemm, in_use, library
+from tied_embed.fast.kernels import build, fused_adamw, in_use, library
 
 ADAMW_TARGETS = {fused_adamw.TARGET: (library.ADAMW, "FusedAdamW")}
 
@@ -167,31 +167,6 @@ def test_a_resume_on_another_kernel_set_says_it_is_not_bitwise(tmp_path, caplog,
               "not bitwise equal to an uninterrupted one (docs/failures.md)."]
   assert lines == (expected if warned else [])
   assert json.loads((tmp_path / workdir_lib.KERNELS).read_text()) == {"kernels": now}
-
-
-def test_the_kernel_set_names_what_the_step_runs(monkeypatch):
-  from configs import smoke  # noqa: PLC0415
-
-  config = smoke.get_config()
-  config.loss.chunk_size, config.train.optimizer = 8, "adamw"
-  params = {"embedding": ctypes.c_float}  # pays_off is stubbed below: only the choices are under test
-  monkeypatch.setattr(gemm, "available", lambda dtype="float32": True)
-  monkeypatch.setattr(gemm, "pays_off", lambda shape, dtype="float32": True)
-  monkeypatch.setattr(gemm, "route", {"float32": "gemm-f32", "bfloat16": "gemm-bf16"}.get)
-  monkeypatch.setattr(fused_adamw, "available", lambda: True)
-  monkeypatch.setattr(fused_adamw, "pays_off", lambda params: True)
-  assert in_use.kernel_set(config, params) == "gemm-f32,adamw"
-  assert in_use.kernel_set(config, params, devices=8) == "none"  # a mesh: no custom calls
-  config.data.context_length = 4  # windows: a context model's own products go to the kernel as well
-  assert in_use.kernel_set(config, params) == "gemm-f32,blocks,adamw"
-  config.loss.chunk_size = 0
-  assert in_use.kernel_set(config, params) == "adamw"  # the plain paths: XLA's dots throughout
-  config.loss.chunk_size, config.data.context_length = 8, 1
-  config.model.dtype = "bfloat16"
-  assert in_use.kernel_set(config, params) == "gemm-bf16,adamw"
-  config.loss.chunk_size = 0
-  monkeypatch.setattr(fused_adamw, "available", lambda: False)
-  assert in_use.kernel_set(config, params) == "none"
 
 
 def _stand_in_compiler(directory: pathlib.Path, stderr: str, code: int) -> str:

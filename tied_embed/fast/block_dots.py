@@ -71,10 +71,23 @@ def kernel_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_el
   kernel (with its own VJP, two kernel GEMMs), anything else on `jax.lax.dot_general` itself."""
   k = _trailing_by_leading(lhs, rhs, dimension_numbers)
   float32 = lhs.dtype == rhs.dtype == jnp.float32 and preferred_element_type in (None, jnp.float32)
-  if k and float32 and lhs.size * math.prod(rhs.shape[k:]) >= MIN_PRODUCT and not kwargs.get("out_sharding"):
+  if k and float32 and pays_off(lhs.size * math.prod(rhs.shape[k:])) and not kwargs.get("out_sharding"):
     return _gemm_product(lhs, rhs, k)
   return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                              preferred_element_type=preferred_element_type, **kwargs)
+
+
+def pays_off(multiply_adds: int) -> bool:
+  """Whether one product of this many multiply-adds (M·K·N) runs faster on the kernel than as XLA's dot."""
+  return multiply_adds >= MIN_PRODUCT
+
+
+def takes_any(model, tokens: int) -> bool:
+  """Whether `with_kernel_dots(model)` run on `tokens` rows (B·L) puts any product on the kernel: a Linear layer's
+  product is tokens · its kernel's size multiply-adds (inputs (tokens, K), kernel (K, N)). `model`'s arrays may be
+  abstract (shapes alone)."""
+  return any(isinstance(module, nnx.Linear | nnx.LinearGeneral) and pays_off(tokens * math.prod(module.kernel.shape))
+             for _, module in nnx.iter_graph(model))
 
 
 def available() -> bool:

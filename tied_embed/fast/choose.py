@@ -1,12 +1,13 @@
 """The paths a config's step runs on: `loss.chunk_size = 0` in float32 trains on exactly tied_embed/core; any other
 setting picks the speed paths with the same answers (the chunked, distinct-row loss, the sparse lookup path, a context
-model's own matmuls on the GEMM kernel), jitted
-with XLA's options and a kept gradient buffer."""
+model's own matmuls on the GEMM kernel), jitted with XLA's options and a kept gradient buffer. `kernel_set` names the
+kernels these choices run, by the same predicates."""
 
 from __future__ import annotations
 
 import functools
 import logging
+from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
@@ -15,6 +16,10 @@ from flax import nnx
 from tied_embed.core import paths as plain_paths
 from tied_embed.core import step as step_lib
 from tied_embed.fast import block_dots, chunked_loss, compilation, sparse_paths
+from tied_embed.fast.kernels import fused_adamw, gemm
+
+if TYPE_CHECKING:
+  import ml_collections
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +36,24 @@ def mesh_devices(state_shardings) -> int:
   return int(leaves[0].mesh.size) if leaves else 1
 
 
+def takes_speed_paths(chunk_size: int, compute_dtype: str) -> bool:
+  """Whether a step with these loss settings runs the speed paths; False: exactly tied_embed/core's code (full
+  float32 logits, dense paths)."""
+  return chunk_size != 0 or compute_dtype != "float32"
+
+
+def blocks_on_kernel(model, tokens: int, mkl_kernel: bool) -> bool:
+  """Whether the speed paths put a context model's own products on the GEMM kernel (fast/block_dots.py) for a batch
+  of `tokens` window rows (B·L): on one device (`mkl_kernel`), where the kernel runs and some product pays off."""
+  return mkl_kernel and block_dots.available() and block_dots.takes_any(model, tokens)
+
+
 def paths_function(chunk_size: int, compute_dtype: str = "float32", shards: int = 1,
                    mkl_kernel: bool = True) -> step_lib.PathsFn:
   """paths_fn(model, ids (B,), next_ids (B,)) for these loss settings; `shards` divides B (data shards).
   `mkl_kernel`: the chunked loss's dots, and a context model's own (fast/block_dots.py), on the GEMM kernel where it
   runs; False on a mesh (XLA cannot partition the call)."""
-  if chunk_size == 0 and compute_dtype == "float32":  # the story's code alone: full logits, dense paths
+  if not takes_speed_paths(chunk_size, compute_dtype):
     return plain_paths.path_gradients
   if chunk_size and not mkl_kernel:
     log.info("The chunked loss's matmuls run as XLA's dots: the oneMKL kernel runs on one device only.")
@@ -50,11 +67,31 @@ def paths_function(chunk_size: int, compute_dtype: str = "float32", shards: int 
       row_keys = ids if ids.ndim == 1 else None
       loss_fn = functools.partial(chunked_loss.chunked_cross_entropy, chunk_size=chunk_size, row_keys=row_keys,
                                   groups=shards, compute_dtype=compute_dtype, mkl_kernel=mkl_kernel)
-    if ids.ndim > 1 and mkl_kernel and block_dots.available():  # a context model's own products on the kernel
+    if ids.ndim > 1 and blocks_on_kernel(model, ids.size, mkl_kernel):  # windows (B, L): a context model's own
       model = block_dots.with_kernel_dots(model)
     return sparse_paths.path_gradients(model, ids, next_ids, loss_fn)
 
   return fast_paths
+
+
+def kernel_set(config: ml_collections.ConfigDict, model: nnx.Module, devices: int = 1) -> str:
+  """The kernels `config`'s step runs, as the paths above and the update pick them, for `model` (its arrays may be
+  abstract): e.g. "gemm-f32,blocks,adamw" (gemm.ROUTES), "none". A run keeps it (fast/kernels/in_use.py)."""
+  if devices != 1:  # a mesh: XLA cannot partition a custom call
+    return "none"
+  chunk_size, dtype = int(config.loss.chunk_size), str(config.model.dtype)
+  table = (int(config.model.vocab_size), int(config.model.d_model))
+  tokens = int(config.train.batch_size) * int(config.data.context_length)
+  names = []
+  if chunk_size > 0 and gemm.takes(table, dtype):  # the chunked loss's dots
+    names.append(gemm.route(dtype))
+  windows = int(config.data.context_length) > 1
+  if takes_speed_paths(chunk_size, dtype) and windows and blocks_on_kernel(model, tokens, mkl_kernel=True):
+    names.append("blocks")
+  params = nnx.state(model, nnx.Param)  # as the update reads them: a dropout key is state, not a parameter
+  if config.train.optimizer == "adamw" and fused_adamw.available() and fused_adamw.pays_off(params):
+    names.append("adamw")
+  return ",".join(names) or "none"
 
 
 SPLIT_CHECK_LOGITS_BYTES = 64 * 2**20  # the plain check's (S, V) float32 logits: at most this (its grad doubles it)

@@ -45,7 +45,7 @@ def chunked_cross_entropy(x: jax.Array, projection_table: jax.Array, targets: ja
     raise ValueError(f"chunk_size={chunk_size!r} is not allowed: expected an int > 0")
   x, projection_table, targets = jnp.asarray(x), jnp.asarray(projection_table), jnp.asarray(targets)
   chunk, compute_dtype = min(chunk_size, max(x.shape[0], 1)), as_dtype(compute_dtype)
-  kernel = mkl_kernel and mkl.available(compute_dtype) and mkl.pays_off(projection_table.shape, compute_dtype)
+  kernel = mkl_kernel and mkl.takes(projection_table.shape, compute_dtype)
   if row_keys is None:
     return _chunked_ce(x, projection_table, targets, chunk, compute_dtype, kernel)
   if x.shape[0] % groups:

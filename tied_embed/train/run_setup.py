@@ -23,7 +23,7 @@ from tied_embed import util
 from tied_embed import workdir as workdir_lib
 from tied_embed.data import asymmetry, sources
 from tied_embed.data import bigram as data_lib
-from tied_embed.fast import compilation
+from tied_embed.fast import choose, compilation
 from tied_embed.fast.kernels import in_use
 from tied_embed.train import checkpoint, run_step
 from tied_embed.train import config as config_lib
@@ -117,7 +117,7 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, sta
     except OSError as error:  # a full disk, a file size limit
       why = error.strerror or first_line(error)
       raise data_lib.DataFailed(f"writing {error.filename or workdir} failed: {why}") from error
-    kernels = in_use.kernel_set(config, target["model"], mesh.size)
+    kernels = choose.kernel_set(config, nnx.merge(graphdef, target).model, mesh.size)
     in_use.record(workdir, kernels, resuming=start > 0)  # a resume on another kernel set is not bitwise
   dense = data.vocab_size <= asymmetry.MAX_DENSE  # what no tied table fits, of the task's (V, V) log-probabilities
   share = asymmetry.antisymmetric_share(asymmetry.prepared_table(data.true_log_probs)[0]) if dense else None

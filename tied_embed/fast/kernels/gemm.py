@@ -77,6 +77,11 @@ def pays_off(table_shape: tuple[int, ...], dtype="float32") -> bool:
   return jnp.dtype(dtype) == jnp.bfloat16 or table_shape[0] * table_shape[1] >= FLOAT32_MIN_TABLE_SIZE
 
 
+def takes(table_shape: tuple[int, ...], dtype="float32") -> bool:
+  """Whether the chunked loss's dots against a (V, D) table of this shape run on the kernel here: it runs, and pays."""
+  return available(dtype) and pays_off(table_shape, dtype)
+
+
 def gemm(a: jax.Array, b: jax.Array, *, trans_a: bool = False, trans_b: bool = False,
          add_to: jax.Array | None = None, dtype="float32") -> jax.Array:
   """op(a) @ op(b) (+ add_to, an (M, N) float32 addend updated in place) in float32 from operands cast to `dtype`:
