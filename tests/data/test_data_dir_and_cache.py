@@ -42,6 +42,29 @@ def test_building_a_dataset_leaves_nothing_in_the_temporary_directory(tmp_path, 
   assert tempfile.gettempdir() == str(system_temp)  # the system's temporary directory is given back
 
 
+def test_a_load_makes_no_temporary_folder_and_keeps_the_process_temporary_directory(tmp_path, monkeypatch):
+  """Neither a build nor a load of the cache makes a folder in any temporary directory, nor points the process's
+  `tempfile.tempdir` elsewhere, even for a moment (another thread's temporary files would follow it)."""
+  made, seen = [], set()
+  real_mkdtemp = tempfile.mkdtemp
+
+  def mkdtemp(*args, **kwargs):
+    made.append(real_mkdtemp(*args, **kwargs))
+    return made[-1]
+
+  def builder_init(self, *args, **kwargs):  # where TFDS looks for a dataset's metadata
+    seen.add(tempfile.tempdir)
+    real_init(self, *args, **kwargs)
+
+  real_init = data.BigramPairs.__init__
+  monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+  monkeypatch.setattr(data.BigramPairs, "__init__", builder_init)
+  before = tempfile.tempdir
+  for _ in ("build", "cached"):
+    data.load_bigram_data(make_config(), tmp_path)
+  assert (made, seen, tempfile.tempdir) == ([], {before}, before)
+
+
 def _damage_info(version_dir):
   (version_dir / "dataset_info.json").write_text("{x")
 

@@ -13,7 +13,6 @@ import logging
 import os
 import pathlib
 import shutil
-import tempfile
 from typing import Any
 
 import numpy as np
@@ -80,6 +79,14 @@ class BigramConfig(tfds.core.BuilderConfig):
   settings: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
+class _LocalInfo(tfds.core.DatasetInfo):
+  """TFDS's DatasetInfo of a dataset that exists only where it is generated: none is ever in TFDS's bucket."""
+
+  def initialize_from_bucket(self) -> None:
+    """Nothing: for a dataset not yet built TFDS would copy its metadata from its bucket (off here: TFDS's GCS access
+    is disabled) into a new folder in the system's temporary directory, left there empty and never removed."""
+
+
 class BigramPairs(tfds.core.GeneratorBasedBuilder):
   """(ids, next_ids) token pairs in blocks of BLOCK_SIZE, in generation order (shuffling disabled)."""
 
@@ -90,7 +97,7 @@ class BigramPairs(tfds.core.GeneratorBasedBuilder):
 
   def _info(self) -> tfds.core.DatasetInfo:
     block = tfds.features.Tensor(shape=(None,), dtype=np.int32, encoding=tfds.features.Encoding.BYTES)
-    return tfds.core.DatasetInfo(
+    return _LocalInfo(
         builder=self, description="Next-token pairs of a bigram task; see tied_embed/data/sources/.",
         features=tfds.features.FeaturesDict({"ids": block, "next_ids": block}),
         disable_shuffling=True,  # loading returns exactly the generated order
@@ -197,16 +204,8 @@ class DataPlan:
 
 
 def _builder(bc: BigramConfig, directory: pathlib.Path) -> BigramPairs:
-  """The TFDS builder of `bc`'s dataset under `directory`. For a dataset not yet built, TFDS makes an empty folder in
-  the system's temporary directory (for metadata from its bucket, which is off here) and never removes it: made
-  inside a folder of ours that is removed afterwards, a run leaves nothing outside its workdir."""
-  system_temp = tempfile.tempdir
-  with tempfile.TemporaryDirectory(prefix="tied-embed-tfds-") as scratch:
-    tempfile.tempdir = scratch
-    try:
-      return BigramPairs(config=bc, data_dir=str(directory), file_format="array_record")
-    finally:
-      tempfile.tempdir = system_temp
+  """The TFDS builder of `bc`'s dataset under `directory`."""
+  return BigramPairs(config=bc, data_dir=str(directory), file_format="array_record")
 
 
 def _version_dir(bc: BigramConfig, directory: pathlib.Path) -> pathlib.Path:
