@@ -342,7 +342,7 @@ def _read_verified(bc: BigramConfig, directory: pathlib.Path) -> tuple[dict[str,
 
 def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
   """The verified splits (and DOCUMENT_ENDS), generated under the data dir's lock unless a good cache exists."""
-  splits, why = _read_verified(bc, directory)
+  splits, _ = _read_verified(bc, directory)
   if splits is not None and os.path.lexists(_version_dir(bc, directory) / DIGEST_FILE):
     if not splits[_RECORDED]:  # recorded before the metadata files' digests were: added where it can be locked now
       with contextlib.suppress(UsageError, OSError), util.exclusive(directory, f"data.data_dir={str(directory)!r}"):
@@ -351,20 +351,25 @@ def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
   directory.mkdir(parents=True, exist_ok=True)
   with util.exclusive(directory, f"data.data_dir={str(directory)!r}"):
     refuse_links(bc, directory)  # under the lock: no run of ours makes one while this one writes
-    splits, why = _read_verified(bc, directory)  # another run may have finished it meanwhile
-    if splits is not None:
-      if not splits[_RECORDED]:  # built without (or before the metadata's digests): recorded as first read
-        _record_digests(bc, directory, splits)
-      return splits
-    version_dir = _version_dir(bc, directory)
-    if why != "missing":
-      log.warning("The cached dataset %s is unusable (%s): deleting it and generating it again.", version_dir, why)
-      shutil.rmtree(version_dir)
-    tfds.disable_progress_bar()  # generation takes about a second; bars would only clutter the training log
-    _builder(bc, directory).download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
-    splits, why = _read_verified(bc, directory)
-    if splits is not None:
+    splits = _read_or_generate(bc, directory)
+    if not splits[_RECORDED]:  # built without a record (or before the metadata's digests), or just generated
       _record_digests(bc, directory, splits)
+  return splits
+
+
+def _read_or_generate(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
+  """Under the data dir's lock: the verified splits as stored (another run may have finished them meanwhile), else
+  generated anew, an unusable cache deleted first (with a warning); UsageError if what was generated is unusable."""
+  splits, why = _read_verified(bc, directory)
+  if splits is not None:
+    return splits
+  version_dir = _version_dir(bc, directory)
+  if why != "missing":
+    log.warning("The cached dataset %s is unusable (%s): deleting it and generating it again.", version_dir, why)
+    shutil.rmtree(version_dir)
+  tfds.disable_progress_bar()  # generation takes about a second; bars would only clutter the training log
+  _builder(bc, directory).download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+  splits, why = _read_verified(bc, directory)
   if splits is None:
     raise UsageError(f"the dataset generated in {version_dir} is unusable ({why}): delete {directory} and run again")
   return splits
