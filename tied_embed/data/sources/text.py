@@ -146,30 +146,26 @@ class Text(base.Source):
     return pieces if "draw_seed" in settings else [pathlib.Path(settings["files"][i]) for i, _, _ in pieces]
 
   def _range(self, settings: dict[str, Any], split: str) -> tuple[list[pathlib.Path], int, int | None]:
-    files = [pathlib.Path(p) for p in settings["files"]]
-    scan = corpus.scan(files, check_utf8=False)
-    require(settings["content"].split("-")[0] == f"sha{scan.sha256}", "data.text_path", settings["text_path"],
-            "a corpus that does not change while its dataset is being made (start the run again)")
+    """A split's text as (files, start, stop) of their bytes in that order (by document: the split's documents)."""
+    files = self._checked_files(settings)
     if settings.get("split") == corpus.BY_DOCUMENT:
       return self.documents(settings, split), 0, None
     return (files, 0, settings["split_at"]) if split == "train" else (files, settings["split_at"], None)
 
   def _checked_files(self, settings: dict[str, Any]) -> list[pathlib.Path]:
     """The corpus files of the settings, checked unchanged since the settings were made."""
-    self._range(settings, "train")
-    return [pathlib.Path(p) for p in settings["files"]]
+    files = [pathlib.Path(p) for p in settings["files"]]
+    scan = corpus.scan(files, check_utf8=False)
+    require(settings["content"].split("-")[0] == f"sha{scan.sha256}", "data.text_path", settings["text_path"],
+            "a corpus that does not change while its dataset is being made (start the run again)")
+    return files
 
   def check_preparable(self, settings: dict[str, Any], data_dir: pathlib.Path) -> None:
     """Also refuses, naming the corpus, a split that would hold no pair of tokens (TFDS would fail after writing it)."""
-    key = settings.get("tokenizer_key")
-    if key not in _trained_models and self.prepared(settings, data_dir) is None:
-      _trained_models[key] = self._train(settings)
     if self.num_pairs_exact(settings):
       empty = [split for split, count in self.num_pairs(settings).items() if count < 1]
     else:
-      model = _trained_models.get(key)
-      tokenizer = (tokenizer_lib.SentencePieceTokenizer(model) if model is not None
-                   else self.tokenizer(self.prepared(settings, data_dir) or settings))
+      tokenizer = self._tokenizer_before_caching(settings, data_dir)
       empty = [split for split in ("train", "validation") if not any(
           _at_least(2, (len(tokenizer.encode(line)) for line in lines))
           for lines in self.split_documents(settings, split))]
@@ -177,6 +173,17 @@ class Text(base.Source):
       raise util.UsageError.bad_value("data.text_path", settings["text_path"], f"text whose {split} split holds at "
                                       f"least one pair of tokens (two tokens in a row, within one document where split"
                                       f" by document); its {split} split holds none")
+
+  def _tokenizer_before_caching(self, settings: dict[str, Any], data_dir: pathlib.Path) -> tokenizer_lib.Tokenizer:
+    """The tokenizer of `settings`: the cached model's, else one trained now, kept until `prepare` caches it (a
+    corpus that cannot train its vocabulary is refused before the data dir may be written)."""
+    key = settings.get("tokenizer_key")
+    if key not in _trained_models:
+      prepared = self.prepared(settings, data_dir)
+      if prepared is not None:
+        return self.tokenizer(prepared)
+      _trained_models[key] = self._train(settings)
+    return tokenizer_lib.SentencePieceTokenizer(_trained_models[key])
 
   def prepare(self, settings: dict[str, Any], data_dir: pathlib.Path) -> dict[str, Any]:
     prepared = self.prepared(settings, data_dir)
@@ -209,12 +216,12 @@ class Text(base.Source):
 
   def sample_lines(self, settings: dict[str, Any]) -> Iterator[str]:
     """A bounded, fixed sample (about `tokenizer.SAMPLE_BYTES`) of the train text, line by line."""
+    windows = tokenizer_lib.sample_windows(settings["num_bytes"]["train"])
     if "draw_seed" in settings:
-      windows = tokenizer_lib.sample_windows(settings["num_bytes"]["train"])
       yield from draw.window_lines(self._checked_files(settings), _pieces(settings, "train"), windows)
       return
     files, _, _ = self._range(settings, "train")
-    for start, end in tokenizer_lib.sample_windows(settings["num_bytes"]["train"]):
+    for start, end in windows:
       lines = corpus.read_lines(files, start, end)
       if start > 0:
         next(lines, None)  # the window starts mid-line: drop the partial line
