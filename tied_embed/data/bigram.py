@@ -399,7 +399,8 @@ def load(plan: DataPlan) -> BigramData:
     with contextlib.redirect_stdout(io.StringIO()):
       refuse_links(bc, directory)  # before the source writes its tokenizer there
       bc = BigramConfig(name=bc.name, source=bc.source, settings=sources.get(bc.source).prepare(bc.settings, directory))
-      return _bigram_data(bc, _prepare(bc, directory), plan)
+      splits = _prepare(bc, directory)
+      return _bigram_data(bc, splits, plan)
   except (UsageError, util.RunStopped):
     raise
   except Exception as error:  # noqa: BLE001 (TFDS and array_record report I/O failures in many types)
@@ -464,4 +465,5 @@ def inspection_data(data: BigramData) -> record_lib.InspectionData:
 
 def record_for_inspection(data: BigramData, workdir: str | pathlib.Path) -> pathlib.Path:
   """Writes WORKDIR/report_data.npz, what inspection needs of the data (and WORKDIR/tokenizer.model; data/record.py)."""
-  return record_lib.write(workdir, inspection_data(data), data.reference.record)
+  for_inspection = inspection_data(data)
+  return record_lib.write(workdir, for_inspection, data.reference.record)
