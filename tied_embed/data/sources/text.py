@@ -306,9 +306,8 @@ def _at_least(count: int, sizes: Iterator[int]) -> bool:
 def _usable(path: pathlib.Path, vocab_size: int) -> bool:
   """A cached model that loads and has the pieces asked for (a damaged one is trained again)."""
   try:
-    model = util.read_regular(path, tokenizer_lib.MAX_MODEL_BYTES)  # never waits on a FIFO
-    return tokenizer_lib.SentencePieceTokenizer(model).vocab_size == vocab_size
-  except (OSError, RuntimeError):
+    return tokenizer_lib.load_model_file(str(path)).vocab_size == vocab_size
+  except util.UsageError:  # not a readable model file
     return False
 
 
