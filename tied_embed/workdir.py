@@ -5,7 +5,7 @@ and every other module asks here for them.
     .lock                   whose the workdir is while a run or an inspection holds it (tied_embed/util.py's lock)
     checkpoints/<step>/     Orbax checkpoints: the state, the config, a manifest (tied_embed/train/checkpoint.py)
     damaged_checkpoints/    checkpoints that failed their check on resume, moved aside whole
-    data/                   the TFDS dataset, unless data.data_dir names another place (tied_embed/data/bigram.py)
+    data/                   the TFDS dataset, unless data.data_dir names another place (tied_embed/data/cache.py)
     report_data.npz         what inspection needs of the data, so it reads nothing outside the workdir
     tokenizer.model         a SentencePiece run's vocabulary, beside it
     kernels.json            which C++ kernels the last run here trained on (tied_embed/fast/kernels/in_use.py)

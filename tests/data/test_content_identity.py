@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers import make_config
 
-from tied_embed.data import bigram, sources
+from tied_embed.data import bigram, cache, sources
 
 _WORDS = ("the", "cat", "sat", "on", "a", "mat", "dog", "ran")
 
@@ -64,21 +64,21 @@ VOCAB = 16
 
 @pytest.fixture
 def stored(monkeypatch, tmp_path):
-  """`_read_verified` over a stand-in stored dataset: its splits' arrays given, its digests taken as recorded."""
+  """`cache.read_verified` over a stand-in stored dataset: its splits' arrays given, its digests taken as recorded."""
   blocks = {}
   builder = types.SimpleNamespace(as_data_source=lambda split: blocks[split])
-  monkeypatch.setattr(bigram, "_builder", lambda bc, directory: builder)
-  monkeypatch.setattr(bigram, "_version_dir", lambda bc, directory: tmp_path)
-  monkeypatch.setattr(bigram, "_check_digests", lambda bc, directory, splits: "")
+  monkeypatch.setattr(cache, "_builder", lambda bc, directory: builder)
+  monkeypatch.setattr(cache, "version_folder", lambda bc, directory: tmp_path)
+  monkeypatch.setattr(cache, "_check_digests", lambda bc, directory, splits: "")
   monkeypatch.setattr(sources, "get", lambda name: types.SimpleNamespace(num_pairs_exact=lambda settings: False))
-  bc = bigram.BigramConfig(name="stand-in", source="stand-in", settings={"vocab_size": VOCAB})
+  bc = cache.BigramConfig(name="stand-in", source="stand-in", settings={"vocab_size": VOCAB})
 
   def read(train_ids, validation_next):
     ids = np.asarray(train_ids, np.int32)
     blocks["train"] = [{"ids": ids, "next_ids": np.zeros_like(ids)}]
     next_ids = np.asarray(validation_next, np.int32)
     blocks["validation"] = [{"ids": np.zeros_like(next_ids), "next_ids": next_ids}]
-    return bigram._read_verified(bc, tmp_path)
+    return cache.read_verified(bc, tmp_path)
 
   return read
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from helpers import make_config
 
-from tied_embed.data import base, sources
+from tied_embed.data import base, cache, sources
 from tied_embed.data import bigram as data
 from tied_embed.data.sources import synthetic
 from tied_embed.train import config as config_lib
@@ -122,7 +122,7 @@ def test_second_load_reuses_the_cache(planted_workdir, monkeypatch):
   def no_generation(_):
     raise AssertionError("regenerated a cached dataset")
 
-  monkeypatch.setattr(data, "task_splits", no_generation)
+  monkeypatch.setattr(cache, "task_splits", no_generation)
   second = data.load_bigram_data(make_config(), workdir)
   assert [f.stat().st_mtime_ns for f in files] == mtimes
   np.testing.assert_array_equal(second.train_next, first.train_next)

@@ -18,7 +18,7 @@ from helpers import make_config
 from tied_embed import util
 from tied_embed import workdir as workdir_lib
 from tied_embed.data import bigram as data
-from tied_embed.data import sources
+from tied_embed.data import cache, sources
 from tied_embed.train import config as config_lib
 from tied_embed.util import UsageError
 
@@ -30,7 +30,7 @@ def cached(tmp_path):
   """(workdir, config, first load, version dir) of a freshly generated small planted dataset."""
   config = make_config()
   loaded = data.load_bigram_data(config, tmp_path)
-  return tmp_path, config, loaded, data._version_dir(data.builder_config(config), tmp_path / "data")
+  return tmp_path, config, loaded, cache.version_folder(data.builder_config(config), tmp_path / "data")
 
 
 def test_building_a_dataset_leaves_nothing_in_the_temporary_directory(tmp_path, monkeypatch):
@@ -56,9 +56,9 @@ def test_a_load_makes_no_temporary_folder_and_keeps_the_process_temporary_direct
     seen.add(tempfile.tempdir)
     real_init(self, *args, **kwargs)
 
-  real_init = data.BigramPairs.__init__
+  real_init = cache.BigramPairs.__init__
   monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
-  monkeypatch.setattr(data.BigramPairs, "__init__", builder_init)
+  monkeypatch.setattr(cache.BigramPairs, "__init__", builder_init)
   before = tempfile.tempdir
   for _ in ("build", "cached"):
     data.load_bigram_data(make_config(), tmp_path)
@@ -94,7 +94,7 @@ def test_cache_with_ids_outside_the_vocabulary_is_rebuilt(cached, caplog):
   wide = make_config()
   wide.model.vocab_size = 64  # same pair counts, ids up to 63
   data.load_bigram_data(wide, workdir)
-  wide_dir = data._version_dir(data.builder_config(wide), workdir / "data")
+  wide_dir = cache.version_folder(data.builder_config(wide), workdir / "data")
   shutil.rmtree(version_dir)
   shutil.copytree(wide_dir, version_dir)
   with caplog.at_level(logging.WARNING):
@@ -106,13 +106,13 @@ def test_cache_with_ids_outside_the_vocabulary_is_rebuilt(cached, caplog):
 
 def test_generation_holds_the_data_dir_lock(tmp_path, monkeypatch):
   seen = []
-  task_splits = data.task_splits
+  task_splits = cache.task_splits
 
   def watched(bc):
     seen.append(util.is_locked(tmp_path / "data"))
     return task_splits(bc)
 
-  monkeypatch.setattr(data, "task_splits", watched)
+  monkeypatch.setattr(cache, "task_splits", watched)
   data.load_bigram_data(make_config(), tmp_path)
   assert seen == [True]
   assert not util.is_locked(tmp_path / "data")

@@ -14,6 +14,7 @@ import pytest
 from helpers import smoke_with
 
 from tied_embed.data import bigram as data_lib
+from tied_embed.data import cache
 from tied_embed.train import checkpoint
 from tied_embed.util import UsageError
 
@@ -44,7 +45,7 @@ def test_the_digests_are_recorded_beside_the_dataset_and_in_each_checkpoint(smok
   data = data_lib.load_bigram_data(smoke_run.config, smoke_run.workdir)
   expected = {"train": _sha256(data.train_ids, data.train_next), "validation": _sha256(data.eval_ids, data.eval_next)}
   stored = data_lib.split_files(smoke_run.config, smoke_run.workdir)
-  recorded = json.loads((stored / data_lib.DIGEST_FILE).read_text())
+  recorded = json.loads((stored / cache.DIGEST_FILE).read_text())
   assert {split: recorded[split] for split in ("train", "validation")} == expected
   assert checkpoint.restore(smoke_run.workdir, arrays=False).manifest["dataset_sha256"] == expected
 
@@ -64,7 +65,7 @@ def test_a_swapped_split_with_its_digests_rewritten_is_refused_in_one_line(smoke
 
   workdir, stored = stopped_at_40
   _swap_in_another_tasks_train_split(tmp_path, stored)
-  (stored / data_lib.DIGEST_FILE).unlink()  # recorded again from the swapped pairs at the next read
+  (stored / cache.DIGEST_FILE).unlink()  # recorded again from the swapped pairs at the next read
   with pytest.raises(UsageError, match="holds other pairs than checkpoint 40 was trained on") as refused:
     train_and_evaluate(smoke_run.config, workdir)
   assert f"{stored}/bigram_pairs-train.array_record*" in str(refused.value) and "\n" not in str(refused.value)
@@ -74,7 +75,7 @@ def test_a_swapped_split_with_its_digests_rewritten_is_refused_in_one_line(smoke
 def test_a_dataset_stored_without_digests_gets_them_at_its_first_read(smoke_run, tmp_path):
   config = smoke_with("data.data_dir", str(tmp_path / "data"))
   data_lib.load_bigram_data(config, tmp_path)
-  digests = data_lib.split_files(config, tmp_path) / data_lib.DIGEST_FILE
+  digests = data_lib.split_files(config, tmp_path) / cache.DIGEST_FILE
   recorded = json.loads(digests.read_text())
   digests.unlink()
   data = data_lib.load_bigram_data(config, tmp_path)
@@ -86,7 +87,7 @@ def test_a_dataset_stored_without_digests_gets_them_at_its_first_read(smoke_run,
 def test_a_garbled_digest_file_makes_the_dataset_generated_again(tmp_path, caplog):
   config = smoke_with("data.data_dir", str(tmp_path / "data"))
   first = data_lib.load_bigram_data(config, tmp_path)
-  digests = data_lib.split_files(config, tmp_path) / data_lib.DIGEST_FILE
+  digests = data_lib.split_files(config, tmp_path) / cache.DIGEST_FILE
   digests.write_text("{not json")
   again = data_lib.load_bigram_data(config, tmp_path)
   assert "its digests cannot be read" in caplog.text

@@ -16,6 +16,7 @@ from helpers import within
 from test_document_split import config_for, write_corpus
 
 from tied_embed.data import bigram as data_lib
+from tied_embed.data import cache
 from tied_embed.util import UsageError
 
 ARRAYS = ("train_ids", "train_next", "eval_ids", "eval_next", "select_ids", "select_next", "train_starts",
@@ -41,7 +42,7 @@ def _drop_a_train_document_end(version_dir) -> None:
 
 def test_the_metadata_files_digests_are_recorded_beside_the_pairs(stored):
   _, _, version_dir, _ = stored
-  recorded = json.loads((version_dir / data_lib.DIGEST_FILE).read_text())
+  recorded = json.loads((version_dir / cache.DIGEST_FILE).read_text())
   by_hand = {name: hashlib.sha256((version_dir / name).read_bytes()).hexdigest()
              for name in ("dataset_info.json", "features.json", "metadata.json")}
   assert recorded["metadata_sha256"] == by_hand
@@ -90,7 +91,7 @@ def test_a_fifo_in_the_stored_dataset_is_refused_in_one_line_before_it_is_opened
 
 def test_a_record_from_before_the_metadata_digests_gets_them_at_the_next_load(stored):
   config, workdir, version_dir, _ = stored
-  digests = version_dir / data_lib.DIGEST_FILE
+  digests = version_dir / cache.DIGEST_FILE
   recorded = json.loads(digests.read_text())
   digests.write_text(json.dumps({split: recorded[split] for split in ("train", "validation")}))
   data_lib.load_bigram_data(config, workdir)

@@ -9,7 +9,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from tied_embed.data import bigram, sources, windows
+from tied_embed.data import bigram, cache, sources, windows
 from tied_embed.train.trainer import train_batch
 
 TRAIN_ENDS = [6, 10, 19, 24, 30]  # five train documents, 30 pairs
@@ -34,11 +34,11 @@ def _loaded(monkeypatch, length: int, fraction: float, held_out: float) -> bigra
   splits = {
       "train": (np.arange(30, dtype=np.int32), np.arange(1, 31, dtype=np.int32)),
       "validation": (np.arange(32, 48, dtype=np.int32), np.arange(33, 49, dtype=np.int32)),
-      bigram.DOCUMENT_ENDS: np.asarray(TRAIN_ENDS, np.int64),
-      f"{bigram.DOCUMENT_ENDS}_validation": np.asarray(EVAL_ENDS, np.int64),
-      bigram.DIGESTS: {},
+      cache.DOCUMENT_ENDS: np.asarray(TRAIN_ENDS, np.int64),
+      f"{cache.DOCUMENT_ENDS}_validation": np.asarray(EVAL_ENDS, np.int64),
+      cache.DIGESTS: {},
   }
-  bc = bigram.BigramConfig(name="stand-in", source="stand-in", settings={"vocab_size": VOCAB})
+  bc = cache.BigramConfig(name="stand-in", source="stand-in", settings={"vocab_size": VOCAB})
   plan = bigram.DataPlan(bc, pathlib.Path("unused"), train_fraction=fraction, selection_fraction=held_out,
                          context_length=length)
   return bigram._bigram_data(bc, splits, plan)

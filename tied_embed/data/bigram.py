@@ -1,46 +1,23 @@
-"""The bigram pairs as a TFDS dataset: generated under a lock on the data dir, cached, verified on every load (a bad
-cache is generated again) and loaded into NumPy. The selection split and data.train_fraction are cut at load time, so
-runs on other amounts of data share one stored dataset."""
+"""A run's bigram data: the task and where it is stored, read from the config once (`DataPlan`), the stored dataset
+(data/cache.py: generated once, verified on every load) loaded into NumPy. The selection split and data.train_fraction
+are cut at load time, so runs on other amounts of data share one stored dataset."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import io
-import json
-import logging
-import os
 import pathlib
-import shutil
 from typing import Any
 
 import numpy as np
-import tensorflow_datasets as tfds
-from etils import epath
 
 from tied_embed import util
 from tied_embed import workdir as workdir_lib
+from tied_embed.data import cache, sources
 from tied_embed.data import record as record_lib
-from tied_embed.data import sources
 from tied_embed.data import windows as windows_lib
-from tied_embed.data.text import corpus
 from tied_embed.util import UsageError
-
-log = logging.getLogger(__name__)
-
-BLOCK_SIZE = 1 << 16  # pairs per stored example: whole blocks, since per-pair Python generators are slow
-SPLITS = ("train", "validation")
-TOKENIZERS = "tokenizers"  # the data dir's folder of SentencePiece models (tied_embed.data.sources.text)
-DOCUMENT_ENDS = "document_ends"  # the TFDS metadata key of a by-document dataset: {split: [pair end of each doc]}
-DIGESTS = "sha256"  # the loaded splits' key of {split: `pairs_digest`}
-DIGEST_FILE = "pairs_sha256.json"  # in the dataset's version folder: {split: `pairs_digest`} as stored when built
-# TFDS's own files in the version folder, which decide how the pairs are read and cut (the split sizes, the document
-# ends): each one's sha256 is recorded in DIGEST_FILE under METADATA_DIGESTS, so an edit is seen as a swapped split is.
-METADATA_FILES = ("dataset_info.json", "features.json", "metadata.json")
-METADATA_DIGESTS = "metadata_sha256"
-_METADATA_BYTES = 1 << 28  # metadata.json holds one number per document: a generous bound, never a read without end
-_RECORDED = "recorded"  # the loaded splits' key: whether DIGEST_FILE covers the pairs and the metadata files
 
 
 @dataclasses.dataclass
@@ -61,7 +38,7 @@ class BigramData:
   identity: str  # `dataset_identity`
   reference: sources.Reference  # the source's, of the whole dataset
   eval_references: dict[str, float]  # logged as eval/<name> beside eval/loss (fitted on the whole train split)
-  digests: dict[str, str] = dataclasses.field(default_factory=dict)  # {split: `pairs_digest`} of the whole splits
+  digests: dict[str, str] = dataclasses.field(default_factory=dict)  # {split: `cache.pairs_digest`} of the whole splits
   # Windows (tied_embed/data/windows.py): L = data.context_length; with L > 1 the first pair of every window of L
   # pairs inside one train document, and where the validation and selection pairs' documents end (None: one).
   context_length: int = 1
@@ -71,67 +48,11 @@ class BigramData:
   select_document_ends: np.ndarray | None = None
 
 
-@dataclasses.dataclass(eq=False)
-class BigramConfig(tfds.core.BuilderConfig):
-  """One task: its source and the source's settings; its name is the source's identity of those settings."""
-
-  source: str = ""
-  settings: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-class _LocalInfo(tfds.core.DatasetInfo):
-  """TFDS's DatasetInfo of a dataset that exists only where it is generated: none is ever in TFDS's bucket."""
-
-  def initialize_from_bucket(self) -> None:
-    """Nothing: for a dataset not yet built TFDS would copy its metadata from its bucket (off here: TFDS's GCS access
-    is disabled) into a new folder in the system's temporary directory, left there empty and never removed."""
-
-
-class BigramPairs(tfds.core.GeneratorBasedBuilder):
-  """(ids, next_ids) token pairs in blocks of BLOCK_SIZE, in generation order (shuffling disabled)."""
-
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "bigram pairs of a tied_embed source."}
-  # TFDS's own lookup of this needs the `importlib_resources` backport, absent on Python >= 3.9.
-  code_path = epath.Path(__file__)
-
-  def _info(self) -> tfds.core.DatasetInfo:
-    block = tfds.features.Tensor(shape=(None,), dtype=np.int32, encoding=tfds.features.Encoding.BYTES)
-    return _LocalInfo(
-        builder=self, description="Next-token pairs of a bigram task; see tied_embed/data/sources/.",
-        features=tfds.features.FeaturesDict({"ids": block, "next_ids": block}),
-        disable_shuffling=True,  # loading returns exactly the generated order
-        # only a dataset split by document has metadata (metadata.json): the others stay as they were written
-        metadata=tfds.core.MetadataDict() if by_document(self.builder_config) else None,
-    )
-
-  def _split_generators(self, dl_manager: Any) -> dict[str, Any]:
-    del dl_manager  # nothing to download
-    splits = task_splits(self.builder_config)
-    if by_document(self.builder_config):
-      self.info.metadata[DOCUMENT_ENDS] = {name: [int(end) for end in pairs[2]] for name, pairs in splits.items()}
-    return {name: self._generate_examples(*pairs[:2]) for name, pairs in splits.items()}
-
-  def _generate_examples(self, ids: np.ndarray, next_ids: np.ndarray):
-    for index, start in enumerate(range(0, len(ids), BLOCK_SIZE)):
-      yield index, {"ids": ids[start:start + BLOCK_SIZE], "next_ids": next_ids[start:start + BLOCK_SIZE]}
-
-
-def task_splits(bc: BigramConfig) -> dict[str, tuple[np.ndarray, ...]]:
-  """The pairs stored: {split: (ids, next_ids)} int32, by document with each document's pair ends (D,) int64."""
-  return sources.get(bc.source).splits(bc.settings)
-
-
-def by_document(bc: BigramConfig) -> bool:
-  """Whether the dataset is split by document (its settings say so only then, so no other identity changes)."""
-  return bc.settings.get("split") == corpus.BY_DOCUMENT
-
-
-def builder_config(config: Any) -> BigramConfig:
+def builder_config(config: Any) -> cache.BigramConfig:
   """The TFDS builder config of an experiment config (ConfigDict); hashes the text file for the text source."""
   source = sources.get(config.data.source)
   settings = source.settings(config)
-  return BigramConfig(name=source.identity(settings), source=source.name, settings=settings)
+  return cache.BigramConfig(name=source.identity(settings), source=source.name, settings=settings)
 
 
 def train_fraction(config: Any) -> float:
@@ -181,7 +102,7 @@ class DataPlan:
   """What a run's data is, read from its config once (a text source hashes its corpus here, once): the task, where it
   is cached, and how a run cuts it at load time. A run's set-up asks it, and passes it, instead of the config."""
 
-  task: BigramConfig  # the source, its settings and the builder config's name
+  task: cache.BigramConfig  # the source, its settings and the builder config's name
   directory: pathlib.Path  # the data dir (`data_dir`)
   train_fraction: float  # `train_fraction`
   selection_fraction: float  # `selection_fraction`
@@ -200,41 +121,7 @@ class DataPlan:
   @property
   def split_files(self) -> pathlib.Path:
     """The folder holding the stored splits' array_record files (the dataset's version folder)."""
-    return _version_dir(self.task, self.directory)
-
-
-def _builder(bc: BigramConfig, directory: pathlib.Path) -> BigramPairs:
-  """The TFDS builder of `bc`'s dataset under `directory`."""
-  return BigramPairs(config=bc, data_dir=str(directory), file_format="array_record")
-
-
-def _version_dir(bc: BigramConfig, directory: pathlib.Path) -> pathlib.Path:
-  return directory / BigramPairs.name / bc.name / str(BigramPairs.VERSION)
-
-
-def refuse_links(bc: BigramConfig, directory: pathlib.Path) -> None:
-  """UsageError if a path under `directory` the dataset is written or deleted through is or holds a symbolic link."""
-  pairs = directory / BigramPairs.name
-  for path in (pairs, directory / TOKENIZERS):
-    if path.is_symlink():
-      raise _link_refused(path, directory)
-  for path in (pairs / bc.name, directory / TOKENIZERS):
-    if (link := util.first_link(path)) is not None:
-      raise _link_refused(link, directory)
-
-
-def _link_refused(link: pathlib.Path, directory: pathlib.Path) -> UsageError:
-  return UsageError(f"data.data_dir={util.printable(str(directory))!r}: {util.printable(str(link))} is a symbolic link "
-                    f"(to {util.printable(os.readlink(link))}); the run writes and deletes its dataset there and never "
-                    f"through a link: replace the link with the files themselves, or use another data.data_dir")
-
-
-def pairs_digest(ids: np.ndarray, next_ids: np.ndarray) -> str:
-  """sha256 (hex) of a split's pairs: the (N,) ids then the (N,) next ids, as int32 little-endian bytes."""
-  digest = hashlib.sha256()
-  for array in (ids, next_ids):
-    digest.update(np.ascontiguousarray(array, "<i4").tobytes())
-  return digest.hexdigest()
+    return cache.version_folder(self.task, self.directory)
 
 
 def split_files(config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
@@ -242,143 +129,10 @@ def split_files(config: Any, workdir: str | pathlib.Path) -> pathlib.Path:
   return DataPlan.of(config, workdir).split_files
 
 
-def _recorded_digests(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any] | None:
-  """{split: hex digest, METADATA_DIGESTS: {file: hex digest}} stored when the dataset was built, or None (the latter
-  key absent from a record written before it existed); ValueError or OSError if the file is odd."""
-  path = _version_dir(bc, directory) / DIGEST_FILE
-  if not os.path.lexists(path):
-    return None
-  recorded = json.loads(util.read_regular(path, 1 << 12))
-  if not isinstance(recorded, dict) or sorted(set(recorded) - {METADATA_DIGESTS}) != sorted(SPLITS):
-    raise ValueError(f"{path} holds no digest of each split")
-  metadata = recorded.get(METADATA_DIGESTS, {})
-  if not isinstance(metadata, dict) or not all(isinstance(digest, str) for digest in metadata.values()):
-    raise ValueError(f"{path} holds no digest of each metadata file")
-  return recorded
-
-
-def metadata_digests(version_dir: pathlib.Path) -> dict[str, str]:
-  """{file name: sha256 hex} of the METADATA_FILES present in `version_dir` (only regular files are read)."""
-  return {name: hashlib.sha256(util.read_regular(version_dir / name, _METADATA_BYTES)).hexdigest()
-          for name in METADATA_FILES if os.path.lexists(version_dir / name)}
-
-
-def _record_digests(bc: BigramConfig, directory: pathlib.Path, splits: dict[str, Any]) -> None:
-  """Stores the loaded `splits`' pair and metadata digests beside the dataset (under the data dir's lock, which the
-  caller holds)."""
-  record = {**splits[DIGESTS], METADATA_DIGESTS: splits[METADATA_DIGESTS]}
-  util.write_atomically(_version_dir(bc, directory) / DIGEST_FILE, json.dumps(record, sort_keys=True).encode())
-
-
-def _check_digests(bc: BigramConfig, directory: pathlib.Path, splits: dict[str, Any]) -> str:
-  """Adds {split: digest} to `splits` under DIGESTS, the metadata files' under METADATA_DIGESTS and under _RECORDED
-  whether the record covers both; → '' if they are the digests recorded when it was built (or none were), else why
-  not, naming the files: a swapped or rewritten file is generated again."""
-  version_dir = _version_dir(bc, directory)
-  splits[DIGESTS] = {split: pairs_digest(*splits[split]) for split in SPLITS}
-  try:
-    splits[METADATA_DIGESTS] = metadata_digests(version_dir)
-    recorded = _recorded_digests(bc, directory)
-  except (OSError, ValueError) as error:
-    return f"its digests cannot be read ({util.first_line(error)})"
-  splits[_RECORDED] = recorded is not None and METADATA_DIGESTS in recorded
-  for split in SPLITS:
-    if recorded is not None and recorded[split] != splits[DIGESTS][split]:
-      return (f"{version_dir}/bigram_pairs-{split}.array_record* holds other pairs than when it "
-              f"was built (sha256 {splits[DIGESTS][split][:16]}..., recorded {str(recorded[split])[:16]}...)")
-  if splits[_RECORDED] and (changed := sorted(set(recorded[METADATA_DIGESTS].items())
-                                              ^ set(splits[METADATA_DIGESTS].items()))):
-    return (f"{version_dir}/{changed[0][0]} is not the file written when the dataset was built (its sha256 differs "
-            f"from the one in {DIGEST_FILE}, or it was added or removed since)")
-  return ""
-
-
-def refuse_irregular_files(bc: BigramConfig, directory: pathlib.Path) -> None:
-  """UsageError if the stored dataset of `bc` under `directory` holds anything but regular files and folders (a FIFO
-  would hang TFDS or array_record at open, a device be read without end): checked before either opens a file."""
-  if problem := util.irregular_file(directory / BigramPairs.name / bc.name):
-    raise UsageError(f"data.data_dir={util.printable(str(directory))!r}: {util.printable(problem)}; a stored dataset "
-                     f"holds only regular files: remove it (the run generates the dataset again), or use another "
-                     f"data.data_dir")
-
-
-def _read_verified(bc: BigramConfig, directory: pathlib.Path) -> tuple[dict[str, Any] | None, str]:
-  """(the cached splits, '') if present and checked (counts, ids, document ends, digests), else (None, why not)."""
-  if not _version_dir(bc, directory).exists():
-    return None, "missing"
-  refuse_irregular_files(bc, directory)
-  try:
-    builder = _builder(bc, directory)
-    splits = {}
-    for split in SPLITS:
-      blocks = builder.as_data_source(split=split)
-      examples = [blocks[i] for i in range(len(blocks))]
-      splits[split] = tuple(np.concatenate([np.zeros(0, np.int32)] + [e[key] for e in examples]).astype(np.int32)
-                            for key in ("ids", "next_ids"))
-  except Exception as error:  # noqa: BLE001 (TFDS and array_record report damaged files in many types)
-    return None, f"cannot be read ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
-  source, vocab_size = sources.get(bc.source), bc.settings["vocab_size"]
-  for split, (ids, next_ids) in splits.items():
-    expected = source.num_pairs(bc.settings)[split] if source.num_pairs_exact(bc.settings) else len(ids)
-    if ids.ndim != 1 or ids.shape != (expected,) or next_ids.shape != (expected,):
-      return None, f"{split} holds {ids.shape[0]} / {next_ids.shape[0]} pairs, expected {expected}"
-    if any(array.size and (array.min() < 0 or array.max() >= vocab_size) for array in (ids, next_ids)):
-      return None, f"{split} has token ids outside [0, {vocab_size}) (a cache of another task?)"
-  if by_document(bc):
-    try:
-      ends = {split: np.asarray(builder.info.metadata[DOCUMENT_ENDS][split], np.int64) for split in SPLITS}
-    except Exception as error:  # noqa: BLE001 (a missing or damaged metadata.json, in TFDS's or JSON's types)
-      return None, f"has no document ends ({type(error).__name__})"
-    for split, split_ends in ends.items():
-      count = len(splits[split][0])
-      if split_ends.ndim != 1 or np.any(np.diff(split_ends) < 0) or (len(split_ends) and split_ends[-1] != count):
-        return None, f"{split}'s document ends do not fit its {count} pairs"
-    splits[DOCUMENT_ENDS] = ends["train"]
-    splits[f"{DOCUMENT_ENDS}_validation"] = ends["validation"]
-  if why := _check_digests(bc, directory, splits):
-    return None, why
-  return splits, ""
-
-
-def _prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
-  """The verified splits (and DOCUMENT_ENDS), generated under the data dir's lock unless a good cache exists."""
-  splits, _ = _read_verified(bc, directory)
-  if splits is not None and os.path.lexists(_version_dir(bc, directory) / DIGEST_FILE):
-    if not splits[_RECORDED]:  # recorded before the metadata files' digests were: added where it can be locked now
-      with contextlib.suppress(UsageError, OSError), util.exclusive(directory, f"data.data_dir={str(directory)!r}"):
-        _record_digests(bc, directory, splits)  # a read-only or busy data dir keeps the record it has
-    return splits
-  directory.mkdir(parents=True, exist_ok=True)
-  with util.exclusive(directory, f"data.data_dir={str(directory)!r}"):
-    refuse_links(bc, directory)  # under the lock: no run of ours makes one while this one writes
-    splits = _read_or_generate(bc, directory)
-    if not splits[_RECORDED]:  # built without a record (or before the metadata's digests), or just generated
-      _record_digests(bc, directory, splits)
-  return splits
-
-
-def _read_or_generate(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
-  """Under the data dir's lock: the verified splits as stored (another run may have finished them meanwhile), else
-  generated anew, an unusable cache deleted first (with a warning); UsageError if what was generated is unusable."""
-  splits, why = _read_verified(bc, directory)
-  if splits is not None:
-    return splits
-  version_dir = _version_dir(bc, directory)
-  if why != "missing":
-    log.warning("The cached dataset %s is unusable (%s): deleting it and generating it again.", version_dir, why)
-    shutil.rmtree(version_dir)
-  tfds.disable_progress_bar()  # generation takes about a second; bars would only clutter the training log
-  _builder(bc, directory).download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
-  splits, why = _read_verified(bc, directory)
-  if splits is None:
-    raise UsageError(f"the dataset generated in {version_dir} is unusable ({why}): delete {directory} and run again")
-  return splits
-
-
 def check_preparable(plan: DataPlan) -> None:
   """UsageError if a link is where the dataset goes, or the source refuses what it makes first (a vocabulary)."""
-  refuse_links(plan.task, plan.directory)
-  refuse_irregular_files(plan.task, plan.directory)
+  cache.refuse_links(plan.task, plan.directory)
+  cache.refuse_irregular_files(plan.task, plan.directory)
   sources.get(plan.task.source).check_preparable(plan.task.settings, plan.directory)
 
 
@@ -397,9 +151,10 @@ def load(plan: DataPlan) -> BigramData:
   bc, directory = plan.task, plan.directory
   try:
     with contextlib.redirect_stdout(io.StringIO()):
-      refuse_links(bc, directory)  # before the source writes its tokenizer there
-      bc = BigramConfig(name=bc.name, source=bc.source, settings=sources.get(bc.source).prepare(bc.settings, directory))
-      splits = _prepare(bc, directory)
+      cache.refuse_links(bc, directory)  # before the source writes its tokenizer there
+      settings = sources.get(bc.source).prepare(bc.settings, directory)
+      bc = cache.BigramConfig(name=bc.name, source=bc.source, settings=settings)
+      splits = cache.prepare(bc, directory)
       return _bigram_data(bc, splits, plan)
   except (UsageError, util.RunStopped):
     raise
@@ -414,22 +169,22 @@ def load_existing_bigram_data(config: Any, workdir: str | pathlib.Path) -> Bigra
   settings = sources.get(bc.source).prepared(bc.settings, directory)
   if settings is None:
     raise UsageError(f"the tokenizer of dataset {bc.name} is not in {directory}")
-  bc = BigramConfig(name=bc.name, source=bc.source, settings=settings)
-  splits, why = _read_verified(bc, directory)
+  bc = cache.BigramConfig(name=bc.name, source=bc.source, settings=settings)
+  splits, why = cache.read_verified(bc, directory)
   if splits is None:
-    where = _version_dir(bc, directory)
+    where = cache.version_folder(bc, directory)
     raise UsageError(f"{where} is missing" if why == "missing" else f"the dataset in {where} is unusable ({why})")
   return _bigram_data(bc, splits, plan)
 
 
-def _bigram_data(bc: BigramConfig, splits: dict[str, Any], plan: DataPlan) -> BigramData:
+def _bigram_data(bc: cache.BigramConfig, splits: dict[str, Any], plan: DataPlan) -> BigramData:
   """BigramData of loaded splits (`bc`: the plan's task, prepared): the last selection_fraction of train for
   selection, the first train_fraction of the rest to train on, windows of context_length L pairs; the references from
   the whole splits (the bigram's, whatever the length)."""
   fraction, held_out, length = plan.train_fraction, plan.selection_fraction, plan.context_length
   source = sources.get(bc.source)
   (train_ids, train_next), (eval_ids, eval_next) = splits["train"], splits["validation"]
-  train_ends = splits.get(DOCUMENT_ENDS)
+  train_ends = splits.get(cache.DOCUMENT_ENDS)
   kept = len(train_ids) - selection_pairs(len(train_ids), held_out, train_ends)
   used = train_pairs_used(kept, fraction)
   vocab_size = bc.settings["vocab_size"]
@@ -443,13 +198,14 @@ def _bigram_data(bc: BigramConfig, splits: dict[str, Any], plan: DataPlan) -> Bi
     select_ends = None if train_ends is None else np.asarray(train_ends, np.int64)[train_ends > kept] - kept
     train_document_ends = None if train_ends is None else np.asarray(train_ends, np.int64)[train_ends <= used]
     windows = dict(context_length=length, train_starts=starts, train_document_ends=train_document_ends,
-                   select_document_ends=select_ends, eval_document_ends=splits.get(f"{DOCUMENT_ENDS}_validation"))
+                   select_document_ends=select_ends,
+                   eval_document_ends=splits.get(f"{cache.DOCUMENT_ENDS}_validation"))
   return BigramData(
       source=bc.source, vocab_size=vocab_size, train_ids=train_ids[:used], train_next=train_next[:used],
       eval_ids=eval_ids, eval_next=eval_next, select_ids=train_ids[kept:], select_next=train_next[kept:],
       loss_floor=reference.loss_floor, true_log_probs=reference.log_probs,
       input_counts=np.bincount(train_ids[:used], minlength=vocab_size).astype(np.int64),
-      identity=_identity(bc.name, fraction, held_out), reference=reference, digests=splits[DIGESTS],
+      identity=_identity(bc.name, fraction, held_out), reference=reference, digests=splits[cache.DIGESTS],
       eval_references=source.eval_references(bc.settings, splits["train"], splits["validation"]), **windows,
   )
 
