@@ -197,35 +197,49 @@ def read_verified(bc: BigramConfig, directory: pathlib.Path) -> tuple[dict[str, 
   refuse_irregular_files(bc, directory)
   try:
     builder = _builder(bc, directory)
-    splits = {}
-    for split in SPLITS:
-      blocks = builder.as_data_source(split=split)
-      examples = [blocks[i] for i in range(len(blocks))]
-      splits[split] = tuple(np.concatenate([np.zeros(0, np.int32)] + [e[key] for e in examples]).astype(np.int32)
-                            for key in ("ids", "next_ids"))
+    splits = {split: _read_pairs(builder, split) for split in SPLITS}
   except Exception as error:  # noqa: BLE001 (TFDS and array_record report damaged files in many types)
     return None, f"cannot be read ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+  why = _pairs_problem(bc, splits) or (_add_document_ends(builder, splits) if by_document(bc) else "")
+  why = why or _check_digests(bc, directory, splits)
+  return (None, why) if why else (splits, "")
+
+
+def _read_pairs(builder: BigramPairs, split: str) -> tuple[np.ndarray, np.ndarray]:
+  """A stored split's (ids, next_ids), (N,) int32 each: its blocks in the order they were written."""
+  blocks = builder.as_data_source(split=split)
+  examples = [blocks[i] for i in range(len(blocks))]
+  return tuple(np.concatenate([np.zeros(0, np.int32)] + [e[key] for e in examples]).astype(np.int32)
+               for key in ("ids", "next_ids"))
+
+
+def _pairs_problem(bc: BigramConfig, splits: dict[str, Any]) -> str:
+  """'' if each split's pairs are as many as the source makes (where it knows) with ids in [0, V), else why not."""
   source, vocab_size = sources.get(bc.source), bc.settings["vocab_size"]
-  for split, (ids, next_ids) in splits.items():
+  for split in SPLITS:
+    ids, next_ids = splits[split]
     expected = source.num_pairs(bc.settings)[split] if source.num_pairs_exact(bc.settings) else len(ids)
     if ids.ndim != 1 or ids.shape != (expected,) or next_ids.shape != (expected,):
-      return None, f"{split} holds {ids.shape[0]} / {next_ids.shape[0]} pairs, expected {expected}"
+      return f"{split} holds {ids.shape[0]} / {next_ids.shape[0]} pairs, expected {expected}"
     if any(array.size and (array.min() < 0 or array.max() >= vocab_size) for array in (ids, next_ids)):
-      return None, f"{split} has token ids outside [0, {vocab_size}) (a cache of another task?)"
-  if by_document(bc):
-    try:
-      ends = {split: np.asarray(builder.info.metadata[DOCUMENT_ENDS][split], np.int64) for split in SPLITS}
-    except Exception as error:  # noqa: BLE001 (a missing or damaged metadata.json, in TFDS's or JSON's types)
-      return None, f"has no document ends ({type(error).__name__})"
-    for split, split_ends in ends.items():
-      count = len(splits[split][0])
-      if split_ends.ndim != 1 or np.any(np.diff(split_ends) < 0) or (len(split_ends) and split_ends[-1] != count):
-        return None, f"{split}'s document ends do not fit its {count} pairs"
-    splits[DOCUMENT_ENDS] = ends["train"]
-    splits[f"{DOCUMENT_ENDS}_validation"] = ends["validation"]
-  if why := _check_digests(bc, directory, splits):
-    return None, why
-  return splits, ""
+      return f"{split} has token ids outside [0, {vocab_size}) (a cache of another task?)"
+  return ""
+
+
+def _add_document_ends(builder: BigramPairs, splits: dict[str, Any]) -> str:
+  """A by-document dataset's pair ends of each document, (D,) int64 ascending and ending at the split's pairs, added
+  to `splits` (train's under DOCUMENT_ENDS, validation's beside it): '' if they fit, else why not."""
+  try:
+    ends = {split: np.asarray(builder.info.metadata[DOCUMENT_ENDS][split], np.int64) for split in SPLITS}
+  except Exception as error:  # noqa: BLE001 (a missing or damaged metadata.json, in TFDS's or JSON's types)
+    return f"has no document ends ({type(error).__name__})"
+  for split, split_ends in ends.items():
+    count = len(splits[split][0])
+    if split_ends.ndim != 1 or np.any(np.diff(split_ends) < 0) or (len(split_ends) and split_ends[-1] != count):
+      return f"{split}'s document ends do not fit its {count} pairs"
+  splits[DOCUMENT_ENDS] = ends["train"]
+  splits[f"{DOCUMENT_ENDS}_validation"] = ends["validation"]
+  return ""
 
 
 def prepare(bc: BigramConfig, directory: pathlib.Path) -> dict[str, Any]:
