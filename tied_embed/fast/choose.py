@@ -89,7 +89,7 @@ def kernel_set(config: ml_collections.ConfigDict, model: nnx.Module, devices: in
   if takes_speed_paths(chunk_size, dtype) and windows and blocks_on_kernel(model, tokens, mkl_kernel=True):
     names.append("blocks")
   params = nnx.state(model, nnx.Param)  # as the update reads them: a dropout key is state, not a parameter
-  if config.train.optimizer == "adamw" and fused_adamw.available() and fused_adamw.pays_off(params):
+  if config.train.optimizer == "adamw" and fused_adamw.takes(params):
     names.append("adamw")
   return ",".join(names) or "none"
 

@@ -61,6 +61,11 @@ def pays_off(params) -> bool:
   return all(leaf.dtype == jnp.float32 for leaf in leaves) and sum(leaf.size for leaf in leaves) >= MIN_PARAMS
 
 
+def takes(params) -> bool:
+  """Whether AdamW's update of these Params runs on the kernel here: it runs, and they are float32 and enough."""
+  return available() and pays_off(params)
+
+
 def update_arrays(grad, mu, nu, param, scalars: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """One parameter's update on the kernel, from float32 arrays of a shape and `scalars_for`'s: (new mu, new nu, new
   param, aliasing the old ones, and check: () float32, 0 if every value written is finite, else NaN)."""
@@ -88,7 +93,7 @@ def make_update(train: ml_collections.ConfigDict):
   def apply_update(train_state: TrainState, grads: nnx.State) -> jax.Array | None:
     optimizer, model = train_state.optimizer, train_state.model
     params = nnx.as_pure(nnx.state(model, nnx.Param))
-    if not (available() and pays_off(params)):
+    if not takes(params):
       if available():
         _log_once(f"AdamW runs as optax's update: the model is not float32 with at least {MIN_PARAMS} parameters.")
       optimizer.update(model, grads)
