@@ -3,14 +3,17 @@ the tied one's parameter count, and what each lever bought, from the runs' own e
 
   .venv/bin/python science/context_transformer.py --runs runs/context_transformer --train    # trains what is missing
   .venv/bin/python science/context_transformer.py --runs runs/context_transformer --write-docs
+  python3 science/context_transformer.py --runs runs/ct --train --seeded-only --here   # the seeds, on an accelerator
 
 `--train` runs train.py for each run below whose workdir under --runs has not reached its last step (a stopped run
-resumes from its checkpoint), one after another. Without it the script reads every run's eval/loss and select/loss
-from its TensorBoard events, picks each run's best step by select/loss (the trainer's own rule), fits Kneser-Ney
-n-grams of orders 2–8 on the same train pairs (science/kneser_ney.py's `held_out_fit`: order and discount chosen on
-the train pairs' last share) and scores the same validation pairs, each from the up to n − 1 tokens before it in its
-document. It writes <out>.json and <out>.png (--out; docs/context_transformer.* with --write-docs) and prints the
-tables docs/results.md quotes. A run's wall and CPU seconds come from `/usr/bin/time -v` in <workdir>.log, if any.
+resumes from its checkpoint), one after another; `--here` trains them in this process instead, at float32 matmul
+precision 'highest' (how the seeded runs were trained on one TPU v5e chip: 50–120 s a run). Without --train the
+script reads every run's eval/loss and select/loss from its TensorBoard events, picks each run's best step by
+select/loss (the trainer's own rule), fits Kneser-Ney n-grams of orders 2–8 on the same train pairs
+(science/kneser_ney.py's `held_out_fit`: order and discount chosen on the train pairs' last share) and scores the
+same validation pairs, each from the up to n − 1 tokens before it in its document. It writes <out>.json and <out>.png
+(--out; docs/context_transformer.* with --write-docs) and prints the tables docs/results.md quotes. A run's wall and
+CPU seconds come from `/usr/bin/time -v` in <workdir>.log, if any.
 """
 
 from __future__ import annotations
@@ -67,6 +70,32 @@ RUNS = (
     Run("tied_d64", "tied_d64", {"model.d_model": 64}),
     *(Run(f"lever_{name}", f"levers/{name}", {**SHORT, **flags}) for name, flags in LEVERS.items()),
 )
+
+# Five seeds of each model (initialisation and batch order; the data is all of it, so no draw), for tied against untied
+# at the same width and at the same parameter count, at two widths: the untied model shrunk to the tied one's count
+# (D = 88 beside tied D = 128, D = 40 beside tied D = 64: within 1.5%) and the tied model grown to untied D = 128's
+# (D = 176, 1.8% more). Listed in the order they train: the comparisons at a fixed budget first.
+SEEDS = (0, 1, 2, 3, 4)
+SEEDED = {
+    "tied": {},
+    "untied_d88": {"model.tied": False, "model.d_model": 88},
+    "untied": {"model.tied": False},
+    "tied_d64": {"model.d_model": 64},
+    "untied_d40": {"model.tied": False, "model.d_model": 40},
+    "untied_d64": {"model.tied": False, "model.d_model": 64},
+    "tied_d176": {"model.d_model": 176},
+}
+SEEDED_ORDER = (("tied", "untied_d88"), ("untied",), ("tied_d64", "untied_d40"), ("untied_d64", "tied_d176"))
+# (a, b, what the comparison asks): b − a over the seeds, paired by seed (the same batches)
+COMPARISONS = (
+    ("tied", "untied_d88", "same parameters (1.8 M)"),
+    ("tied_d64", "untied_d40", "same parameters (0.73 M)"),
+    ("tied_d176", "untied", "same parameters (2.9 M)"),
+    ("tied", "untied", "same width (D = 128)"),
+    ("tied_d64", "untied_d64", "same width (D = 64)"),
+)
+SEEDED_RUNS = tuple(Run(f"{name}/seed{seed}", f"seeds/{name}/seed{seed}", {**SEEDED[name], "seed": seed})
+                    for group in SEEDED_ORDER for seed in SEEDS for name in group)
 
 
 def run_config(run: Run):
@@ -151,17 +180,20 @@ def kneser_ney(data_dir: str, workdir: pathlib.Path) -> dict[str, float]:
   return {"order": order, "discount": discount, "eval_loss": loss, "bigram_eval_loss": fit((2,))[2]}
 
 
-def train(runs: pathlib.Path, data_dir: str) -> None:
-  """train.py for each run not yet at its last step, one after another, under `/usr/bin/time -v` when present."""
-  for run in RUNS:
+def train(runs: pathlib.Path, overrides: dict[str, str], *, seeded_only: bool = False, here: bool = False) -> None:
+  """Each run not yet at its last step, one after another (the seeded runs alone with `seeded_only`), `overrides`
+  (config field → value, e.g. data.data_dir) on top of its own flags: train.py under `/usr/bin/time -v` when present,
+  or with `here` in this process (`train_here`)."""
+  for run in SEEDED_RUNS if seeded_only else (*RUNS, *SEEDED_RUNS):
     workdir = runs / run.workdir
     if finished(curve(workdir), int(run_config(run).train.num_steps)):
       continue
     workdir.parent.mkdir(parents=True, exist_ok=True)
+    if here:
+      train_here(run, runs, overrides)
+      continue
     timer = ["/usr/bin/time", "-v"] if os.path.exists("/usr/bin/time") else []
-    flags = [f"--config.{field}={value}" for field, value in run.flags.items()]
-    if data_dir:
-      flags.append(f"--config.data.data_dir={data_dir}")
+    flags = [f"--config.{field}={value}" for field, value in {**run.flags, **overrides}.items()]
     command = [*timer, sys.executable, str(REPO / "train.py"), "--config", str(REPO / CONFIG), "--workdir",
                str(workdir), *flags]
     print(f"{run.key}: {' '.join(command[len(timer):])}", flush=True)
@@ -169,15 +201,37 @@ def train(runs: pathlib.Path, data_dir: str) -> None:
       subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True, cwd=REPO)
 
 
-def collect(runs: pathlib.Path, data_dir: str) -> dict[str, Any]:
-  """The JSON: the machine, the Kneser-Ney reference and, for every run with events, its curve and best step."""
+def train_here(run: Run, runs: pathlib.Path, overrides: dict[str, str]) -> None:
+  """Trains `run` in this process at float32 matmul precision 'highest' (an accelerator's default rounds float32
+  products through bfloat16), so that a device opened once and one compilation cache serve every run; adds its
+  seconds to <runs>/seeds/times.json and writes the device to its workdir's machine.txt."""
+  workdir = runs / run.workdir
+  import time  # noqa: PLC0415
+
   import jax  # noqa: PLC0415
 
-  model, flags = common.cpu()
-  extensions = " ".join(flag for flag in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if flag in flags)
-  out: dict[str, Any] = {
-      "config": CONFIG, "date": datetime.date.today().isoformat(),
-      "machine": f"{model}, {os.cpu_count()} cores ({extensions}), jax {jax.__version__}", "runs": {}}
+  from tied_embed.train import trainer  # noqa: PLC0415
+
+  jax.config.update("jax_default_matmul_precision", "highest")
+  config = run_config(run)
+  config.update_from_flattened_dict(overrides)
+  device = jax.devices()[0]
+  where = machine() if device.platform == "cpu" else f"one {device.device_kind} ({device.platform})"
+  (workdir / "machine.txt").parent.mkdir(parents=True, exist_ok=True)
+  (workdir / "machine.txt").write_text(f"{where}, jax {jax.__version__}, float32 at matmul precision 'highest'\n"
+                                       if device.platform != "cpu" else f"{where}\n")
+  began = time.time()
+  trainer.train_and_evaluate(config, workdir)
+  times_path = runs / "seeds" / "times.json"
+  times = json.loads(times_path.read_text()) if times_path.is_file() else {}
+  times[run.key] = round(times.get(run.key, 0.0) + time.time() - began, 1)
+  times_path.write_text(json.dumps(times, indent=1) + "\n")
+  print(f"{run.key}: {times[run.key]:.0f} s, eval at the best step {best(curve(workdir))[1]:.4f}", flush=True)
+
+
+def collect(runs: pathlib.Path, data_dir: str) -> dict[str, Any]:
+  """The JSON: the machine, the Kneser-Ney reference and, for every run with events, its curve and best step."""
+  out: dict[str, Any] = {"config": CONFIG, "date": datetime.date.today().isoformat(), "machine": machine(), "runs": {}}
   for run in RUNS:
     points = curve(runs / run.workdir)
     if not finished(points, int(run_config(run).train.num_steps)):
@@ -189,7 +243,58 @@ def collect(runs: pathlib.Path, data_dir: str) -> dict[str, Any]:
         "select_at_best": select_loss, **timing(pathlib.Path(f"{runs / run.workdir}.log"))}
   first = next(run for run in RUNS if run.key in out["runs"])
   out["kneser_ney"] = kneser_ney(data_dir, runs / first.workdir)
+  out["seeded"] = seeded(runs, out["kneser_ney"]["eval_loss"])
   return out
+
+
+def seeded(runs: pathlib.Path, ngram: float) -> dict[str, Any]:
+  """The seeded runs that reached their last step: per model its parameters and, per seed, the best step by
+  select/loss, the eval loss there, the machine and the seconds it trained (from seeds/times.json, where the runs'
+  driver wrote it); then each of COMPARISONS as untied − tied paired by seed with its 95% t-interval and which wins
+  (the interval above 0: tied; below: untied; across 0: unresolved). A run's machine is its workdir's machine.txt,
+  else seeds/machine.txt, else this one's."""
+  from science.when_to_tie import stats  # noqa: PLC0415
+
+  folder = runs / "seeds"
+  times = json.loads((folder / "times.json").read_text()) if (folder / "times.json").is_file() else {}
+  default = (folder / "machine.txt").read_text().strip() if (folder / "machine.txt").is_file() else machine()
+  models: dict[str, Any] = {}
+  for run in SEEDED_RUNS:
+    points = curve(runs / run.workdir)
+    if not finished(points, int(run_config(run).train.num_steps)):
+      continue
+    name, seed = run.key.split("/")[0], int(run.flags["seed"])
+    step, eval_loss, select_loss = best(points)
+    own = runs / run.workdir / "machine.txt"
+    model = models.setdefault(name, {"flags": SEEDED[name], "parameters": parameters(run), "seeds": {}})
+    model["seeds"][str(seed)] = {
+        "best_step": step, "eval_at_best": eval_loss, "select_at_best": select_loss,
+        "machine": own.read_text().strip() if own.is_file() else default, "seconds": times.get(run.key)}
+  comparisons = []
+  for tied, untied, what in COMPARISONS:
+    if tied not in models or untied not in models:
+      continue
+    a, b = models[tied]["seeds"], models[untied]["seeds"]
+    both = sorted(a.keys() & b.keys(), key=int)
+    spread = stats.interval([b[seed]["eval_at_best"] - a[seed]["eval_at_best"] for seed in both])
+    winner = "tied" if spread.n >= 2 and spread.low > 0 else "untied" if spread.n >= 2 and spread.high < 0 else \
+        "unresolved"
+    comparisons.append({"tied": tied, "untied": untied, "what": what, "seeds": [int(seed) for seed in both],
+                        "mean": spread.mean, "low": spread.low, "high": spread.high, "winner": winner})
+  for model in models.values():
+    losses = [run["eval_at_best"] for run in model["seeds"].values()]
+    model["mean_eval"], model["sd_eval"] = stats.mean_sd([{"loss": loss} for loss in losses], "loss")
+    model["minus_ngram"] = model["mean_eval"] - ngram
+  return {"default_machine": default, "models": models, "comparisons": comparisons}
+
+
+def machine() -> str:
+  """This machine in words: the CPU, its cores and vector extensions, and JAX's version."""
+  import jax  # noqa: PLC0415
+
+  model, flags = common.cpu()
+  extensions = " ".join(flag for flag in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if flag in flags)
+  return f"{model}, {os.cpu_count()} cores ({extensions}), jax {jax.__version__}"
 
 
 def tables(results: dict[str, Any]) -> str:
@@ -215,7 +320,45 @@ def tables(results: dict[str, Any]) -> str:
     if run and base:
       lines.append(f"| {name} | {run['eval_at_best']:.4f} (step {run['best_step']}) | "
                    f"{run['eval_at_best'] - base['eval_at_best']:+.4f} |")
-  return "\n".join([*lines, "", *readings(results)])
+  return "\n".join([*lines, "", *readings(results), "", *seeded_tables(results)])
+
+
+def seeded_tables(results: dict[str, Any]) -> list[str]:
+  """The seeded runs: each model's mean and spread over its seeds, then untied − tied paired by seed, at the same
+  parameter count and at the same width, with one sentence per size on which wins at a fixed budget."""
+  block = results.get("seeded", {})
+  models, comparisons = block.get("models", {}), block.get("comparisons", [])
+  if not models:
+    return []
+  machines = sorted({run["machine"] for model in models.values() for run in model["seeds"].values()})
+  lines = [*textwrap.wrap(
+      f"Seeds (initialisation and batch order; the data is all of it): the same config, each model at every seed "
+      f"listed, on {' and '.join(machines)}; the CPU runs above are seed 0 on this page's first machine.", 120), "",
+      "| model | parameters | seeds | eval loss at the best step, mean ± sd | − Kneser-Ney | seconds per run |",
+      "|---|---|---|---|---|---|"]
+  for name in SEEDED:
+    model = models.get(name)
+    if model:
+      seconds = [run["seconds"] for run in model["seeds"].values() if run["seconds"]]
+      mean_seconds = f"{sum(seconds) / len(seconds):.0f}" if seconds else "—"
+      lines.append(f"| {name} | {model['parameters']:,} | {', '.join(sorted(model['seeds'], key=int))} | "
+                   f"{model['mean_eval']:.4f} ± {model['sd_eval']:.4f} | {model['minus_ngram']:+.4f} | "
+                   f"{mean_seconds} |")
+  lines += ["", "| untied − tied, paired by seed | at | seeds | mean | 95% t-interval | which wins |",
+            "|---|---|---|---|---|---|"]
+  for row in comparisons:
+    lines.append(f"| {row['untied']} − {row['tied']} | {row['what']} | {len(row['seeds'])} | {row['mean']:+.4f} | "
+                 f"{row['low']:+.4f} to {row['high']:+.4f} | {row['winner']} |")
+  lines.append("")
+  for row in comparisons:
+    if row["what"].startswith("same parameters"):
+      tied, untied = models[row["tied"]], models[row["untied"]]
+      verdict = {"tied": f"tied wins by {row['mean']:.3f} nats (the interval excludes 0)",
+                 "untied": f"untied wins by {-row['mean']:.3f} nats (the interval excludes 0)",
+                 "unresolved": "unresolved (the interval includes 0)"}[row["winner"]]
+      lines.append(f"- At {tied['parameters'] / 1e6:.2f} M parameters ({row['tied']} against {row['untied']}, "
+                   f"{untied['parameters'] / 1e6:.2f} M; {len(row['seeds'])} seeds): {verdict}.")
+  return lines
 
 
 def readings(results: dict[str, Any]) -> list[str]:
@@ -270,12 +413,18 @@ def main(argv: list[str] | None = None) -> None:
   parser.add_argument("--runs", required=True, help="the folder holding every run's workdir")
   parser.add_argument("--data-dir", default="", help="data.data_dir for every run (one dataset shared)")
   parser.add_argument("--train", action="store_true", help="train the runs not yet at their last step")
+  parser.add_argument("--seeded-only", action="store_true", help="with --train: the seeded runs alone")
+  parser.add_argument("--here", action="store_true",
+                      help="with --train: in this process at matmul precision 'highest' (an accelerator's way)")
+  parser.add_argument("--text-path", default="", help="data.text_path for every run (the corpus elsewhere)")
   parser.add_argument("--out", default="runs/context_transformer/results", help="stem of the .json and .png")
   parser.add_argument("--write-docs", action="store_true", help=f"write {DOCS_STEM.relative_to(REPO)}.json/.png")
   args = parser.parse_args(argv)
   runs = pathlib.Path(args.runs).resolve()
   if args.train:
-    train(runs, args.data_dir)
+    overrides = {field: value for field, value in (("data.data_dir", args.data_dir), ("data.text_path", args.text_path))
+                 if value}
+    train(runs, overrides, seeded_only=args.seeded_only, here=args.here)
     return
   results = collect(runs, args.data_dir)
   stem = DOCS_STEM if args.write_docs else pathlib.Path(args.out)
