@@ -335,10 +335,13 @@ def seeded_tables(results: dict[str, Any]) -> list[str]:
   models, comparisons = block.get("models", {}), block.get("comparisons", [])
   if not models:
     return []
-  machines = sorted({run["machine"] for model in models.values() for run in model["seeds"].values()})
+  where = {(name, seed): run["machine"] for name, model in models.items() for seed, run in model["seeds"].items()}
+  most = max(sorted(set(where.values())), key=list(where.values()).count)
+  others = [f"{name} seed {seed} on {machine}" for (name, seed), machine in where.items() if machine != most]
   lines = [*textwrap.wrap(
       f"Seeds (initialisation and batch order; the data is all of it): the same config, each model at every seed "
-      f"listed, on {' and '.join(machines)}; the CPU runs above are seed 0 on this page's first machine.", 120), "",
+      f"listed, on {most}{''.join(f'; {other}' for other in others)}. The runs above are seed 0 on this page's first "
+      f"machine; seconds per run are the device's, the first run of each shape compiling.", 120), "",
       "| model | parameters | seeds | eval loss at the best step, mean ± sd | − Kneser-Ney | seconds per run |",
       "|---|---|---|---|---|---|"]
   for name in SEEDED:

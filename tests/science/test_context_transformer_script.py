@@ -172,9 +172,12 @@ def test_seeded_pairs_by_seed_and_calls_a_winner_only_outside_zero(tmp_path):
 
 def test_seeded_tables_give_a_sentence_per_budget(tmp_path):
   runs = _seeded_runs(tmp_path, {"tied": {0: 3.8, 1: 3.9}, "untied_d88": {0: 4.05, 1: 4.15}})
+  (runs / "seeds" / "machine.txt").write_text("this machine\n")
+  (runs / "seeds" / "untied_d88" / "seed1" / "machine.txt").write_text("a CPU\n")
   results = {"seeded": script.seeded(runs, ngram=4.0)}
   text = "\n".join(script.seeded_tables(results))
   assert "| tied | 1,850,112 | 0, 1 | 3.8500 ± 0.0707 | -0.1500 | — |" in text
+  assert "listed, on this machine; untied_d88 seed 1 on a CPU." in " ".join(text.split())
   assert "| untied_d88 − tied | same parameters (1.8 M) | 2 | +0.2500 |" in text
   assert ("- At 1.85 M parameters (tied against untied_d88, 1.82 M; 2 seeds): tied wins by 0.250 nats (the interval "
           "excludes 0).") in text
