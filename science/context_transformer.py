@@ -68,8 +68,9 @@ RUNS = (
     Run("untied", "untied", {"model.tied": False}),
     Run("untied_d88", "untied_d88", {"model.tied": False, "model.d_model": 88}),  # tied D = 128's parameter count
     Run("tied_d64", "tied_d64", {"model.d_model": 64}),
-    # the untied model at tied's parameter count again at learning rate 0.01 (the lever that bought most at 1,000
-    # steps): whether its deficit is a learning rate the config chose for the tied model
+    # the fixed-budget pair again at learning rate 0.01 (the lever that bought most at 1,000 steps): whether the
+    # untied model's deficit is a learning rate the config chose for the tied one
+    Run("tied_lr0.01", "lr/tied_lr0.01", {"train.learning_rate": 0.01}),
     Run("untied_d88_lr0.01", "lr/untied_d88_lr0.01",
         {"model.tied": False, "model.d_model": 88, "train.learning_rate": 0.01}),
     *(Run(f"lever_{name}", f"levers/{name}", {**SHORT, **flags}) for name, flags in LEVERS.items()),
@@ -311,7 +312,7 @@ def tables(results: dict[str, Any]) -> str:
   ngram = ngram["eval_loss"]
   lines += ["| run | parameters | best step (of) | eval loss there | − the best Kneser-Ney n-gram | minutes (of CPU) |",
             "|---|---|---|---|---|---|"]
-  for key in ("tied", "untied", "untied_d88", "tied_d64", "untied_d88_lr0.01"):
+  for key in ("tied", "untied", "untied_d88", "tied_d64", "tied_lr0.01", "untied_d88_lr0.01"):
     if key in runs:
       run = runs[key]
       minutes = f"{run['wall_s'] / 60:.1f} ({run['user_s'] / 60:.1f})" if "wall_s" in run else "—"
@@ -390,6 +391,10 @@ def readings(results: dict[str, Any]) -> list[str]:
     out.append(f"- The untied model at D = 88 at learning rate 0.01 instead of the config's 0.003: "
                f"{small['eval_at_best']:.3f}, {small['eval_at_best'] - tied['eval_at_best']:+.3f} against tied at "
                f"0.003.")
+  if "tied_lr0.01" in runs and "untied_d88_lr0.01" in runs:
+    tied, small = runs["tied_lr0.01"], runs["untied_d88_lr0.01"]
+    out.append(f"- Both at learning rate 0.01: tied {tied['eval_at_best']:.3f}, untied at D = 88 "
+               f"{small['eval_at_best']:.3f}, untied − tied: {small['eval_at_best'] - tied['eval_at_best']:+.3f}.")
   if "tied" in runs and "lever_base" in runs:
     short = runs["lever_base"]
     out.append(f"- Steps: the same model at {short['steps']:,} steps ends at {short['eval_at_best']:.3f}, at "

@@ -23,7 +23,8 @@ def _transformer_parameters(d: int, layers: int, tied: bool) -> int:
 
 @pytest.mark.parametrize(("key", "d", "layers", "tied"), [
     ("tied", 128, 4, True), ("untied", 128, 4, False), ("untied_d88", 88, 4, False), ("tied_d64", 64, 4, True),
-    ("lever_layers2", 128, 2, True), ("untied_d88_lr0.01", 88, 4, False)])
+    ("lever_layers2", 128, 2, True), ("untied_d88_lr0.01", 88, 4, False),
+    ("tied_lr0.01", 128, 4, True)])
 def test_each_runs_parameters_are_the_hand_count(key, d, layers, tied):
   run = next(run for run in script.RUNS if run.key == key)
   assert script.parameters(run) == _transformer_parameters(d, layers, tied)
@@ -86,7 +87,8 @@ def test_the_readings_compare_by_hand():
     return {"eval_at_best": loss, "best_step": steps, "steps": steps, "parameters": parameters}
   results = {"kneser_ney": {"eval_loss": 4.194, "order": 8, "discount": 0.9, "bigram_eval_loss": 4.9},
              "runs": {"tied": run(3.851, 1850112), "untied": run(3.896, 2898688), "untied_d88": run(4.070, 1823888),
-                      "lever_base": run(4.553, 1850112, 1000), "untied_d88_lr0.01": run(3.95, 1823888)}}
+                      "lever_base": run(4.553, 1850112, 1000), "untied_d88_lr0.01": run(3.95, 1823888),
+                      "tied_lr0.01": run(3.80, 1850112)}}
   lines = script.readings(results)
   assert lines[0] == "- Below the best Kneser-Ney n-gram by (nats): tied 0.343, untied 0.298."
   assert lines[1] == ("- At the same width (D = 128), untied − tied: +0.045, untied with 1.57x the parameters.")
@@ -94,7 +96,8 @@ def test_the_readings_compare_by_hand():
                       "+0.219.")
   assert lines[3] == ("- The untied model at D = 88 at learning rate 0.01 instead of the config's 0.003: 3.950, +0.099 "
                       "against tied at 0.003.")
-  assert lines[4] == ("- Steps: the same model at 1,000 steps ends at 4.553, at 4,000 at 3.851: the longer schedule "
+  assert lines[4] == "- Both at learning rate 0.01: tied 3.800, untied at D = 88 3.950, untied − tied: +0.150."
+  assert lines[5] == ("- Steps: the same model at 1,000 steps ends at 4.553, at 4,000 at 3.851: the longer schedule "
                       "bought 0.702.")
 
 
