@@ -61,6 +61,7 @@ def test_untied_state_round_trips_with_optimizer_and_totals(tmp_path):
 
   restored = checkpoint.restore(tmp_path)
   assert isinstance(restored.model, UntiedEmbed) and restored.step == 7
+  assert restored.manifest["dataset"] == ""  # a Checkpointer given no dataset identity records none
   np.testing.assert_array_equal(restored.model.input_embedding[...], state["model"]["input_embedding"][...])
   np.testing.assert_array_equal(restored.model.output_embedding[...], state["model"]["output_embedding"][...])
   np.testing.assert_array_equal(restored.provenance["lookup_total"], np.arange(config.model.vocab_size))
@@ -96,6 +97,11 @@ def test_a_checkpoint_whose_data_is_cut_short_is_named_in_one_clean_line(tmp_pat
   assert "\n" not in message and "pybind" not in message and "TensorStore details" not in message
   assert "tensorstore_spec" not in message
 
+
+
+def test_a_reason_of_exactly_limit_characters_is_kept_whole_and_a_longer_one_cut():
+  assert checkpoint.reason(ValueError("abcdefgh"), limit=20) == "ValueError: abcdefgh"  # 12 + 8 = 20 characters
+  assert checkpoint.reason(ValueError("abcdefghi"), limit=20) == "ValueError: abcde..."  # 21: 17 kept, then "..."
 
 _READ = '''
 class Pending:
