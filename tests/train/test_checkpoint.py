@@ -99,6 +99,15 @@ def test_a_checkpoint_whose_data_is_cut_short_is_named_in_one_clean_line(tmp_pat
 
 
 
+
+def test_a_checkpointer_makes_its_folder_at_once_and_a_reader_makes_none(tmp_path):
+  from configs import smoke  # noqa: PLC0415
+
+  assert checkpoint.available_steps(tmp_path / "read") == [] and not (tmp_path / "read").exists()
+  saver = checkpoint.Checkpointer(tmp_path / "run", keep=1, config=smoke.get_config())
+  assert checkpoint.checkpoint_dir(tmp_path / "run").is_dir()  # before any save
+  saver.close()
+
 def test_a_reason_of_exactly_limit_characters_is_kept_whole_and_a_longer_one_cut():
   assert checkpoint.reason(ValueError("abcdefgh"), limit=20) == "ValueError: abcdefgh"  # 12 + 8 = 20 characters
   assert checkpoint.reason(ValueError("abcdefghi"), limit=20) == "ValueError: abcde..."  # 21: 17 kept, then "..."
