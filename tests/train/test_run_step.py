@@ -155,3 +155,14 @@ def test_train_step_for_hands_make_run_step_the_configs_settings(monkeypatch):
   assert asked == [(("graphdef", 3, {}), {"lookup_grad_scale": 0.25, "projection_grad_scale": 2.0,
                                           "compute_dtype": "bfloat16", "split_check": None,
                                           "train_config": config.train})]
+
+
+def test_the_provenance_totals_are_annotated_to_split_along_v():
+  """On a mesh each (V,) total is split along V by its annotation, as the vocabulary Params are; the tracked rows'
+  arrays (K of them) and the scalars carry none."""
+  train_state = run_step.RunState(TiedEmbed(5, 3, rngs=nnx.Rngs(0)), optax.sgd(0.1))
+  annotations = {path[0]: variable.get_metadata().get("out_sharding")
+                 for path, variable in nnx.to_flat_state(nnx.state(train_state, run_step.ProvenanceTotal))}
+  assert annotations == {"lookup_total": ("vocab",), "projection_total": ("vocab",)}
+  others = nnx.state(train_state, nnx.Any(run_step.PathDirections, run_step.RunningMetric))
+  assert all(variable.get_metadata().get("out_sharding") is None for _, variable in nnx.to_flat_state(others))
