@@ -108,6 +108,14 @@ def test_a_checkpointer_makes_its_folder_at_once_and_a_reader_makes_none(tmp_pat
   assert checkpoint.checkpoint_dir(tmp_path / "run").is_dir()  # before any save
   saver.close()
 
+
+def test_a_failed_write_names_the_checkpoint_the_folder_and_the_error_in_one_line(tmp_path):
+  full = OSError(28, "No space left on device")
+  assert str(checkpoint.WriteFailed(tmp_path, 7, full)) == (
+      f"writing checkpoint 7 in {tmp_path} failed: OSError: [Errno 28] No space left on device")
+  assert str(checkpoint.WriteFailed(tmp_path, None, ValueError("bad\nsecond line"))) == (
+      f"writing checkpoints in {tmp_path} failed: ValueError: bad")
+
 def test_a_reason_of_exactly_limit_characters_is_kept_whole_and_a_longer_one_cut():
   assert checkpoint.reason(ValueError("abcdefgh"), limit=20) == "ValueError: abcdefgh"  # 12 + 8 = 20 characters
   assert checkpoint.reason(ValueError("abcdefghi"), limit=20) == "ValueError: abcde..."  # 21: 17 kept, then "..."
