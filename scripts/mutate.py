@@ -19,7 +19,6 @@ import collections
 import fnmatch
 import json
 import math
-import os
 import pathlib
 import random
 import shutil
@@ -147,11 +146,6 @@ def main(argv: list[str]) -> int:
   _use_settings(_settings(package))
   # A test's subprocess (a sharded run) imports the mutated code too, and its mutmut reads its settings from here.
   WORK.mkdir(exist_ok=True)
-  # pytest's temporary folders in a root of mutmut's own: each session keeps only the newest 3 pytest-N folders under
-  # its root, so a `make test` or a test run by hand beside a mutant's tests, in the shared /tmp, could delete the
-  # folder a test is writing in, fail it, and count its mutant killed.
-  (temproot := WORK / "tmp").mkdir(exist_ok=True)
-  os.environ["PYTEST_DEBUG_TEMPROOT"] = str(temproot.resolve())
   (WORK / "setup.cfg").write_text("[mutmut]\nsource_paths=\n" + "".join(f"  {path}\n" for path in SOURCES))
   from mutmut.__main__ import cli  # noqa: PLC0415
 
