@@ -56,7 +56,7 @@ def _settings(package: str) -> dict:
       "pytest_add_cli_args_test_selection": tests,
       "pytest_add_cli_args": ["-p", "no:cacheprovider", "-p", "no:xdist"],
       # what the tests read besides the sources
-      "also_copy": ["configs", "tests", "pyproject.toml", "train.py", "docs", "benchmarks", "README.md"],
+      "also_copy": ["configs", "tests", "pyproject.toml", "train.py", "docs", "benchmarks", "README.md", "Makefile"],
       "process_isolation": "forkserver",  # stats, the clean run and each mutant in a fork of a process without JAX:
       "forkserver_warmup": "none",  # one that imported the tests would hold JAX's and TF's threads, and a fork hangs
       # a timeout (an infinite loop) after 10x (the tests' CPU seconds + 30, for the imports and compiles) CPU seconds

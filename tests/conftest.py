@@ -57,8 +57,23 @@ RUN_FIRST = (
 )
 
 
+def _mutant_run_durations() -> dict[str, float] | None:
+  """Each test's seconds as `make mutate` measured them (mutants/mutmut-stats.json, in the current directory), while
+  it runs one mutant's tests; None otherwise. Those stop at the first failure, so the quickest run first."""
+  if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+    return None
+  try:
+    return json.loads(pathlib.Path("mutmut-stats.json").read_text())["duration_by_test"]
+  except (OSError, ValueError, KeyError):
+    return None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-  """RUN_FIRST's files first, in that order; the rest, and the tests within a file, in collection order."""
+  """RUN_FIRST's files first, in that order; the rest, and the tests within a file, in collection order. For one
+  mutant of `make mutate`, the quickest tests first instead."""
+  if (durations := _mutant_run_durations()) is not None:
+    items.sort(key=lambda item: durations.get(item.nodeid, 0.0))
+    return
   rank = {name: index for index, name in enumerate(RUN_FIRST)}
   items.sort(key=lambda item: rank.get(item.path.relative_to(ROOT).as_posix(), len(RUN_FIRST)))
 

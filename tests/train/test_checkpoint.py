@@ -61,6 +61,7 @@ def test_untied_state_round_trips_with_optimizer_and_totals(tmp_path):
 
   restored = checkpoint.restore(tmp_path)
   assert isinstance(restored.model, UntiedEmbed) and restored.step == 7
+  assert restored.manifest["dataset"] == ""  # a Checkpointer given no dataset identity records none
   np.testing.assert_array_equal(restored.model.input_embedding[...], state["model"]["input_embedding"][...])
   np.testing.assert_array_equal(restored.model.output_embedding[...], state["model"]["output_embedding"][...])
   np.testing.assert_array_equal(restored.provenance["lookup_total"], np.arange(config.model.vocab_size))
@@ -96,6 +97,28 @@ def test_a_checkpoint_whose_data_is_cut_short_is_named_in_one_clean_line(tmp_pat
   assert "\n" not in message and "pybind" not in message and "TensorStore details" not in message
   assert "tensorstore_spec" not in message
 
+
+
+
+def test_a_checkpointer_makes_its_folder_at_once_and_a_reader_makes_none(tmp_path):
+  from configs import smoke  # noqa: PLC0415
+
+  assert checkpoint.available_steps(tmp_path / "read") == [] and not (tmp_path / "read").exists()
+  saver = checkpoint.Checkpointer(tmp_path / "run", keep=1, config=smoke.get_config())
+  assert checkpoint.checkpoint_dir(tmp_path / "run").is_dir()  # before any save
+  saver.close()
+
+
+def test_a_failed_write_names_the_checkpoint_the_folder_and_the_error_in_one_line(tmp_path):
+  full = OSError(28, "No space left on device")
+  assert str(checkpoint.WriteFailed(tmp_path, 7, full)) == (
+      f"writing checkpoint 7 in {tmp_path} failed: OSError: [Errno 28] No space left on device")
+  assert str(checkpoint.WriteFailed(tmp_path, None, ValueError("bad\nsecond line"))) == (
+      f"writing checkpoints in {tmp_path} failed: ValueError: bad")
+
+def test_a_reason_of_exactly_limit_characters_is_kept_whole_and_a_longer_one_cut():
+  assert checkpoint.reason(ValueError("abcdefgh"), limit=20) == "ValueError: abcdefgh"  # 12 + 8 = 20 characters
+  assert checkpoint.reason(ValueError("abcdefghi"), limit=20) == "ValueError: abcde..."  # 21: 17 kept, then "..."
 
 _READ = '''
 class Pending:

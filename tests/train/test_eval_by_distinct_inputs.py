@@ -190,3 +190,16 @@ def test_a_stride_one_eval_scores_every_pair_with_its_whole_context(model):
   assert len(losses) == 15 and strided == pytest.approx(np.mean(losses), rel=2e-6)
   config.train.eval_stride = -1  # tiled: windows start afresh at pairs 4, 8 and 13, so those after see less
   assert _document_eval(config, randomized, ids, next_ids, ends) != pytest.approx(strided, rel=1e-4)
+
+
+@pytest.mark.parametrize("length", [1, 4])
+def test_an_evals_batches_are_placed_split_along_the_mesh_data_axis(length):
+  """Each batch of pairs or windows lies on the mesh, split along `data` (a length `data` divides: here 1)."""
+  config = _config()
+  ids, next_ids = _split(pairs=30)
+  data = types.SimpleNamespace(context_length=length, input_counts=np.bincount(ids, minlength=V))
+  mesh = mesh_lib.make_mesh(config.mesh, jax.devices()[:1])
+  evaluator = evaluation.Evaluator(None, ids, next_ids, data, config, mesh, np.array([30]))
+  assert evaluator._batches
+  for batch in evaluator._batches:
+    assert all(column.sharding == mesh_lib.batch_sharding(mesh) for column in batch)

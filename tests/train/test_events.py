@@ -13,6 +13,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -152,3 +153,84 @@ def test_a_run_and_an_inspection_import_no_tensorflow(tmp_path):
   assert sorted(_tensors(events, "train/loss")) == [10, 20, 30, 40, 50, 60]
   pictures = EventAccumulator(str(workdir / "report")).Reload()
   assert {"report/heatmaps", "report/loss_curves", "report/provenance"} <= set(pictures.Tags()["tensors"])
+
+
+def test_a_one_channel_image_and_a_one_pixel_wide_image_read_back_as_written(tmp_path):
+  """`_image_pb`'s C in 1, 3, 4: a one-channel image is stored as a grey PNG (H, W), and an RGB image one pixel wide
+  keeps its three channels (the channel axis is the last one, whatever the width)."""
+  rng = np.random.default_rng(1)
+  grey, narrow = rng.integers(0, 256, (2, 3, 4, 1), dtype=np.uint8), rng.integers(0, 256, (5, 1, 3), dtype=np.uint8)
+  writer = EventWriter(tmp_path)
+  writer.write_images(1, {"grey": grey, "narrow": narrow})
+  writer.close()
+  events = EventAccumulator(str(tmp_path)).Reload()
+  (stored,) = _tensors(events, "grey").values()
+  assert list(stored[:2]) == [b"4", b"3"] and len(stored) == 4
+  for png, want in zip(stored[2:], grey, strict=True):
+    np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(png))), want[..., 0])
+  (stored,) = _tensors(events, "narrow").values()
+  assert list(stored[:2]) == [b"1", b"5"] and len(stored) == 3
+  np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(stored[2]))), narrow)
+
+
+def test_writes_reach_the_file_in_call_order_while_an_earlier_one_is_slow(tmp_path, monkeypatch):
+  """One writer thread: a write that takes long (a slow disk) holds the later ones back, never overtaken."""
+  writer = EventWriter(tmp_path)
+  write, calls = events_lib.RecordWriter.write, []
+
+  def slow_first(self, data):
+    calls.append(data)
+    if len(calls) == 1:
+      time.sleep(0.3)
+    write(self, data)
+
+  monkeypatch.setattr(events_lib.RecordWriter, "write", slow_first)
+  for step in (1, 2, 3):
+    writer.write_scalars(step, {"train/loss": float(step)})
+  writer.close()
+  assert [event.step for event in events_lib.load_events(writer.path) if event.summary.value] == [1, 2, 3]
+
+
+class _FillingDisk(io.RawIOBase):
+  """A file's bytes on a disk that takes them until `full` is set, then refuses every write with ENOSPC."""
+
+  def __init__(self):
+    super().__init__()
+    self.full = False
+
+  def writable(self) -> bool:
+    return True
+
+  def write(self, data) -> int:
+    if self.full:
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return len(data)
+
+
+def test_a_disk_that_fills_fails_the_close_too_with_the_bytes_left_in_the_buffer(tmp_path, monkeypatch):
+  """A flush refused for want of space leaves the event in the file's buffer; closing tries it again and fails again:
+  close reports the failure, not a clean end."""
+  disk = _FillingDisk()
+  monkeypatch.setattr(events_lib, "open", lambda path, mode: io.BufferedWriter(disk), raising=False)
+  writer = EventWriter(tmp_path)
+  disk.full = True
+  writer.write_scalars(1, {"train/loss": 1.0})
+  with pytest.raises(EventsFailed) as failed:
+    writer.close()
+  assert str(failed.value) == f"writing {writer.path} failed: No space left on device"
+
+
+def test_verbose_logs_each_kind_of_value_in_one_line(caplog):
+  writer = EventWriter(None, verbose=True)
+  with caplog.at_level(logging.INFO, logger="tied_embed.train.events"):
+    writer.write_scalars(7, {"train/loss": 2.5, "eval/gap": 0.125})
+    writer.write_histograms(7, {"provenance/lookup_total": np.array([1.0, 2.0, 6.0])})
+    writer.write_images(7, {"report/provenance": np.zeros((4, 5, 3), np.uint8),
+                            "report/heatmaps": np.zeros((2, 4, 4, 3), np.uint8)})
+    writer.write_hparams({"seed": 3, "unset": None})
+  assert caplog.messages == [
+      "[7] eval/gap=0.125, train/loss=2.5",
+      "[7] provenance/lookup_total: 3 values, min 1, mean 3, max 6",
+      "[7] images: {'report/heatmaps': (2, 4, 4, 3), 'report/provenance': (4, 5, 3)}",
+      "[hyperparameters] {'seed': 3, 'unset': ''}",
+  ]

@@ -5,6 +5,7 @@ failure rather than a hung test."""
 
 from __future__ import annotations
 
+import logging
 import os
 import pathlib
 import shutil
@@ -77,6 +78,22 @@ def test_a_fifo_in_a_checkpoint_skips_it_as_damaged_at_once(run_copy):
   assert [step for step, _ in restored.damaged] == [60]
   assert "is a FIFO, not a regular file" in checkpoint.reason(restored.damaged[0][1])
 
+
+
+def test_a_checkpointer_moves_a_checkpoint_holding_a_fifo_aside_and_warns_why(run_copy, caplog):
+  from tied_embed.train import checkpoint  # noqa: PLC0415
+
+  fifo = run_copy / "checkpoints" / "60" / "manifest" / "metadata"
+  _fifo(fifo)
+  config = checkpoint.restore(run_copy, 40, arrays=False).config
+  with caplog.at_level(logging.WARNING, logger="tied_embed.train.checkpoint"):
+    saver, _ = within(60, checkpoint.Checkpointer, run_copy, 2, config)
+  saver.close()
+  moved = run_copy / "damaged_checkpoints" / "60"
+  assert (moved / "manifest" / "metadata").is_fifo() and not (run_copy / "checkpoints" / "60").exists()
+  ours = [record.getMessage() for record in caplog.records if record.name == checkpoint.__name__]
+  assert ours == [f"Checkpoint 60 is damaged (Damaged: {fifo} is a FIFO, not a regular file): moved it "
+                             f"to {moved}; Orbax would wait on it for ever."]
 
 def test_inspection_skips_a_checkpoint_holding_a_fifo_with_a_warning(run_copy):
   from tied_embed.inspection.inspector import inspect_run  # noqa: PLC0415

@@ -3,6 +3,8 @@ rows' directions, the train-loss window, the first non-finite step and the finit
 
 from __future__ import annotations
 
+import logging
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -108,3 +110,59 @@ def test_an_update_that_checks_what_it_wrote_decides_the_first_nonfinite_step(wr
   step = jax.jit(step_fn, static_argnums=3)
   state, _, _ = step(state, jnp.asarray(ids), jnp.asarray(next_ids), False)
   assert int(nnx.merge(graphdef, state).first_nonfinite_step[...]) == (0 if written == 1.0 else 1)
+
+
+@pytest.mark.parametrize(("mesh_shape", "xla_dots"), [(None, False), ((2, 2), True)])
+def test_the_chunked_loss_keeps_the_kernel_on_one_device_and_runs_as_xlas_dots_on_a_mesh(caplog, mesh_shape, xla_dots):
+  """`choose.paths_function`'s `mkl_kernel`: true for a state on one device (no shardings), false on a mesh of 4
+  (an abstract one: the step is only built, never run), which says so in one line."""
+  table, _, _ = small_problem(6)
+  graphdef, state = _sgd_state(table)
+  shardings = None
+  if mesh_shape is not None:
+    mesh = jax.sharding.AbstractMesh(mesh_shape, ("data", "model"))
+    shardings = jax.tree.map(lambda _: jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()), state)
+  with caplog.at_level(logging.INFO, logger="tied_embed.fast.choose"):
+    run_step.make_run_step(graphdef, 4, shardings)
+  line = "The chunked loss's matmuls run as XLA's dots: the oneMKL kernel runs on one device only."
+  assert (line in caplog.messages) == xla_dots
+
+
+def test_make_run_step_hands_the_step_its_scales_and_split_check(monkeypatch):
+  asked = {}
+
+  def make_step_function(graphdef, paths_fn, **kwargs):
+    asked.update(kwargs, graphdef=graphdef)
+    return lambda *args: None
+
+  monkeypatch.setattr(step_lib, "make_step_function", make_step_function)
+  table, _, _ = small_problem(7)
+  graphdef, _ = _sgd_state(table)
+  run_step.make_run_step(graphdef, 0, lookup_grad_scale=0.25, projection_grad_scale=2.0, split_check=6)
+  assert asked["graphdef"] is graphdef
+  assert (asked["lookup_grad_scale"], asked["projection_grad_scale"], asked["split_check_tokens"]) == (0.25, 2.0, 6)
+
+
+def test_train_step_for_hands_make_run_step_the_configs_settings(monkeypatch):
+  from configs import smoke  # noqa: PLC0415
+
+  config = smoke.get_config()
+  config.train.update(lookup_grad_scale=0.25, projection_grad_scale=2.0)
+  config.loss.chunk_size, config.model.dtype = 3, "bfloat16"
+  asked = []
+  monkeypatch.setattr(run_step, "make_run_step", lambda *args, **kwargs: asked.append((args, kwargs)))
+  run_step.train_step_for(config, "graphdef", {})
+  assert asked == [(("graphdef", 3, {}), {"lookup_grad_scale": 0.25, "projection_grad_scale": 2.0,
+                                          "compute_dtype": "bfloat16", "split_check": None,
+                                          "train_config": config.train})]
+
+
+def test_the_provenance_totals_are_annotated_to_split_along_v():
+  """On a mesh each (V,) total is split along V by its annotation, as the vocabulary Params are; the tracked rows'
+  arrays (K of them) and the scalars carry none."""
+  train_state = run_step.RunState(TiedEmbed(5, 3, rngs=nnx.Rngs(0)), optax.sgd(0.1))
+  annotations = {path[0]: variable.get_metadata().get("out_sharding")
+                 for path, variable in nnx.to_flat_state(nnx.state(train_state, run_step.ProvenanceTotal))}
+  assert annotations == {"lookup_total": ("vocab",), "projection_total": ("vocab",)}
+  others = nnx.state(train_state, nnx.Any(run_step.PathDirections, run_step.RunningMetric))
+  assert all(variable.get_metadata().get("out_sharding") is None for _, variable in nnx.to_flat_state(others))

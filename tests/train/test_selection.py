@@ -357,6 +357,17 @@ def test_min_delta_by_hand():
   assert bests == [1, 2, 5, 6] and selection.best_select_loss == 3.5
 
 
+
+def test_a_patience_of_one_ends_the_run_at_the_first_eval_without_a_new_best():
+  from tied_embed.train.evaluation import Selection  # noqa: PLC0415
+
+  selection = Selection()
+  assert not selection.exhausted(1)  # no eval yet
+  assert selection.record(10, 2.0, {"eval/loss": 2.0})
+  assert not selection.exhausted(1)
+  assert not selection.record(20, 2.5, {"eval/loss": 2.5})
+  assert selection.exhausted(1) and not selection.exhausted(2) and not selection.exhausted(0)  # 0: off
+
 def test_with_min_delta_the_best_step_is_the_last_big_enough_drop_and_orbax_keeps_it(tmp_path):
   # A min_delta no drop can reach: the first eval stays the best although later evals are lower, so Orbax's
   # retention (keep 1, plus the best) must keep the trainer's best, not the lowest select/loss.

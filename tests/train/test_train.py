@@ -168,6 +168,27 @@ def test_eval_scores_each_token_like_numpy(chunk_size):
   np.testing.assert_allclose(got, expected, rtol=1e-5)
 
 
+
+@pytest.mark.parametrize(("chunk_size", "dtype", "rtol"), [(0, "float32", 1e-5), (1, "float32", 1e-5),
+                                                    (1, "bfloat16", 2e-2)])
+def test_eval_scores_each_position_of_windows_like_numpy(chunk_size, dtype, rtol):
+  """Windows (E, L) → (E, L) losses, `chunk_size` windows at a time, in float32 or from bfloat16 operands (within
+  their rounding); a model without context scores each position from its own token alone, so each loss is its
+  pair's."""
+  from configs import smoke  # noqa: PLC0415
+
+  config = smoke.get_config()
+  graphdef, state = nnx.split(run_step.RunState(build_model(config), optim.make_optimizer(config.train)))
+  ids = np.array([[0, 3, 3, 7], [31, 2, 9, 9]], np.int32)  # 2 windows of 4
+  next_ids = np.array([[1, 4, 4, 0], [5, 2, 30, 31]], np.int32)
+  table = np.asarray(state["model"]["embedding"][...], np.float64)
+  logits = table[ids] @ table.T  # (2, 4, V)
+  expected = np.log(np.exp(logits).sum(axis=-1)) - np.take_along_axis(logits, next_ids[..., None], axis=-1)[..., 0]
+
+  got = evaluation.make_eval_losses(graphdef, chunk_size, dtype)(state, jnp.asarray(ids), jnp.asarray(next_ids))
+  assert got.shape == (2, 4) and got.dtype == np.float32
+  np.testing.assert_allclose(got, expected, rtol=rtol)
+
 def test_num_steps_below_the_latest_checkpoint_is_refused(smoke_run):
   from tied_embed.train.trainer import train_and_evaluate  # noqa: PLC0415
   from tied_embed.util import UsageError  # noqa: PLC0415

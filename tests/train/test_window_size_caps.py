@@ -91,3 +91,12 @@ def test_an_eval_batch_holds_about_eval_batch_size_pairs_in_windows(eval_batch_s
     assert all(shape == (64,) for shape in shapes)
   else:
     assert shapes == want
+
+
+def test_a_config_from_before_data_context_length_is_read_as_pairs(monkeypatch):
+  """Without the field a config trains on pairs (L = 1): 4,096 pairs at V = 8192 hold 128 MiB of logits, so the check
+  takes the first 64 MiB / (4 · 8192) = 2,048 of them (as the (4096, 1) row above)."""
+  config = context_mlp.get_config()
+  config.train.batch_size = 4096
+  del config.data["context_length"]
+  assert _split_check(monkeypatch, config) == 2048
