@@ -325,7 +325,8 @@ def tables(results: dict[str, Any]) -> str:
     if run and base:
       lines.append(f"| {name} | {run['eval_at_best']:.4f} (step {run['best_step']}) | "
                    f"{run['eval_at_best'] - base['eval_at_best']:+.4f} |")
-  return "\n".join([*lines, "", *readings(results), "", *seeded_tables(results)])
+  seeds = seeded_tables(results)
+  return "\n".join([*lines, "", *readings(results), *(["", *seeds] if seeds else [])])
 
 
 def seeded_tables(results: dict[str, Any]) -> list[str]:
