@@ -279,16 +279,15 @@ def seeded(runs: pathlib.Path, ngram: float) -> dict[str, Any]:
   for tied, untied, what in COMPARISONS:
     if tied not in models or untied not in models:
       continue
-    a, b = models[tied]["seeds"], models[untied]["seeds"]
-    both = sorted(a.keys() & b.keys(), key=int)
-    spread = stats.interval([b[seed]["eval_at_best"] - a[seed]["eval_at_best"] for seed in both])
+    a, b = ([{**run, "seed": int(seed)} for seed, run in models[name]["seeds"].items()] for name in (tied, untied))
+    both = sorted({run["seed"] for run in a} & {run["seed"] for run in b})
+    spread = stats.paired(a, b, "eval_at_best")
     winner = "tied" if spread.n >= 2 and spread.low > 0 else "untied" if spread.n >= 2 and spread.high < 0 else \
         "unresolved"
-    comparisons.append({"tied": tied, "untied": untied, "what": what, "seeds": [int(seed) for seed in both],
+    comparisons.append({"tied": tied, "untied": untied, "what": what, "seeds": both,
                         "mean": spread.mean, "low": spread.low, "high": spread.high, "winner": winner})
   for model in models.values():
-    losses = [run["eval_at_best"] for run in model["seeds"].values()]
-    model["mean_eval"], model["sd_eval"] = stats.mean_sd([{"loss": loss} for loss in losses], "loss")
+    model["mean_eval"], model["sd_eval"] = stats.mean_sd(list(model["seeds"].values()), "eval_at_best")
     model["minus_ngram"] = model["mean_eval"] - ngram
   return {"default_machine": default, "models": models, "comparisons": comparisons}
 

@@ -121,3 +121,73 @@ def test_the_readme_quotes_the_committed_json():
   assert large["winner"] == small["winner"] == "tied"
   lr_gap = runs["untied_d88_lr0.01"]["eval_at_best"] - runs["tied_lr0.01"]["eval_at_best"]
   assert f"both at learning rate 0.01 (one seed) the gap is {lr_gap:.3f}" in readme
+
+
+def _seeded_runs(tmp_path, losses: dict[str, dict[int, float]], steps: int = 4000):
+  """A runs folder whose seeded runs end at `steps` with select/loss below eval/loss at the end (their best step)."""
+  for name, by_seed in losses.items():
+    for seed, loss in by_seed.items():
+      writer = EventWriter(tmp_path / "seeds" / name / f"seed{seed}")
+      writer.write_scalars(steps // 2, {"eval/loss": loss + 1.0, "select/loss": 9.0})
+      writer.write_scalars(steps, {"eval/loss": loss, "select/loss": 3.0})
+      writer.close()
+  return tmp_path
+
+
+def test_every_seeded_run_changes_only_its_model_and_seed():
+  assert len(script.SEEDED_RUNS) == len(script.SEEDED) * len(script.SEEDS) == 35
+  for run in script.SEEDED_RUNS:
+    name, seed = run.key.split("/")
+    assert run.workdir == f"seeds/{name}/{seed}" and run.flags == {**script.SEEDED[name], "seed": int(seed[4:])}
+    config = script.run_config(run)
+    assert (config.seed, config.train.num_steps, config.data.context_length) == (int(seed[4:]), 4000, 64)
+  # the fixed-budget pairs within 2% of each other's parameter count, by the hand count
+  for tied_d, untied_d in ((128, 88), (64, 40)):
+    tied, untied = _transformer_parameters(tied_d, 4, True), _transformer_parameters(untied_d, 4, False)
+    assert abs(untied - tied) / tied < 0.02
+  assert abs(_transformer_parameters(176, 4, True) / _transformer_parameters(128, 4, False) - 1) < 0.02
+
+
+def test_seeded_pairs_by_seed_and_calls_a_winner_only_outside_zero(tmp_path):
+  # untied_d88 − tied by seed: 0.2, 0.3, 0.25 (seed 3 of untied_d88 alone: left out of the pairs);
+  # untied − tied: -0.1, 0.2, 0.05 (above 0 on average, its interval across 0);
+  # untied_d40 − tied_d64: -0.3, -0.2, -0.25 (untied ahead)
+  runs = _seeded_runs(tmp_path, {
+      "tied": {0: 3.8, 1: 3.9, 2: 3.7}, "untied_d88": {0: 4.0, 1: 4.2, 2: 3.95, 3: 9.0},
+      "untied": {0: 3.7, 1: 4.1, 2: 3.75}, "tied_d64": {0: 4.5, 1: 4.4, 2: 4.45, 3: 1.0},
+      "untied_d40": {0: 4.2, 1: 4.2, 2: 4.2}})
+  (runs / "seeds" / "machine.txt").write_text("an accelerator\n")
+  (runs / "seeds" / "times.json").write_text(json.dumps({"tied/seed0": 50.0}))
+  (runs / "seeds" / "tied" / "seed1" / "machine.txt").write_text("a CPU\n")
+  out = script.seeded(runs, ngram=4.0)
+  models = out["models"]
+  assert models["tied"]["seeds"]["0"] == {"best_step": 4000, "eval_at_best": pytest.approx(3.8),
+                                          "select_at_best": 3.0, "machine": "an accelerator", "seconds": 50.0}
+  assert models["tied"]["seeds"]["1"]["machine"] == "a CPU" and models["tied"]["seeds"]["1"]["seconds"] is None
+  assert models["tied"]["mean_eval"] == pytest.approx(3.8) and models["tied"]["sd_eval"] == pytest.approx(0.1)
+  assert models["tied"]["minus_ngram"] == pytest.approx(-0.2)
+  assert models["untied_d88"]["parameters"] == _transformer_parameters(88, 4, False)
+  rows = {row["untied"]: row for row in out["comparisons"]}
+  half = 4.302652729911275 * 0.05 / 3 ** 0.5  # t(0.975, 2) · sd / √3
+  assert rows["untied_d88"]["seeds"] == [0, 1, 2]
+  assert (rows["untied_d88"]["mean"], rows["untied_d88"]["low"], rows["untied_d88"]["high"]) == pytest.approx(
+      (0.25, 0.25 - half, 0.25 + half), abs=1e-5)  # the events hold float32
+  assert rows["untied_d88"]["winner"] == "tied"
+  assert rows["untied"]["mean"] == pytest.approx(0.05, abs=1e-5) and rows["untied"]["winner"] == "unresolved"
+  assert rows["untied_d40"]["seeds"] == [0, 1, 2] and rows["untied_d40"]["mean"] == pytest.approx(-0.25)
+  assert rows["untied_d40"]["winner"] == "untied"
+  assert "untied_d64" not in rows  # a comparison with a model not run is left out
+
+
+def test_seeded_tables_give_a_sentence_per_budget(tmp_path):
+  runs = _seeded_runs(tmp_path, {"tied": {0: 3.8, 1: 3.9}, "untied_d88": {0: 4.05, 1: 4.15}})
+  (runs / "seeds" / "machine.txt").write_text("this machine\n")
+  (runs / "seeds" / "untied_d88" / "seed1" / "machine.txt").write_text("a CPU\n")
+  results = {"seeded": script.seeded(runs, ngram=4.0)}
+  text = "\n".join(script.seeded_tables(results))
+  assert "| tied | 1,850,112 | 0, 1 | 3.8500 ± 0.0707 | -0.1500 | — |" in text
+  assert "listed, on this machine; untied_d88 seed 1 on a CPU." in " ".join(text.split())
+  assert "| untied_d88 − tied | same parameters (1.8 M) | 2 | +0.2500 |" in text
+  assert ("- At 1.85 M parameters (tied against untied_d88, 1.82 M; 2 seeds): tied wins by 0.250 nats (the interval "
+          "excludes 0).") in text
+  assert script.seeded_tables({}) == []
